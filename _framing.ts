@@ -1,0 +1,123 @@
+// Newline-delimited JSON framing: a bounded line reader and frame encoding.
+
+const INITIAL_BUFFER = 64 * 1024;
+const NEWLINE = 10;
+
+/** One frame from {@linkcode LineReader.read}. */
+export type LineResult =
+  /** A complete line, without its `\n`; valid until the next `read()`. */
+  | { kind: "line"; line: Uint8Array }
+  /** A line longer than the limit; its bytes were discarded up to `\n` or EOF. */
+  | { kind: "oversized"; size: number };
+
+/**
+ * Reads `\n`-terminated lines from a byte reader with a bounded buffer.
+ *
+ * Lines up to `maxLine` bytes are returned as views of an internal buffer
+ * (no copy, no string building); longer lines are skipped while holding at
+ * most one read chunk, and reported as `oversized`.
+ */
+export class LineReader {
+  #reader: { read(p: Uint8Array): Promise<number | null> };
+  #maxLine: number;
+  #buf: Uint8Array;
+  #start = 0;
+  #end = 0;
+  #eof = false;
+
+  constructor(reader: { read(p: Uint8Array): Promise<number | null> }, maxLine: number) {
+    this.#reader = reader;
+    this.#maxLine = maxLine;
+    this.#buf = new Uint8Array(Math.min(INITIAL_BUFFER, maxLine + 1));
+  }
+
+  /** Next line, or `null` at end of stream. A final line without `\n` counts. */
+  async read(): Promise<LineResult | null> {
+    let scanFrom = this.#start;
+    while (true) {
+      const nl = this.#buf.subarray(scanFrom, this.#end).indexOf(NEWLINE);
+      if (nl >= 0) {
+        const lineEnd = scanFrom + nl;
+        const line = this.#buf.subarray(this.#start, lineEnd);
+        this.#start = lineEnd + 1;
+        if (line.length > this.#maxLine) return { kind: "oversized", size: line.length };
+        return { kind: "line", line };
+      }
+      const pending = this.#end - this.#start;
+      if (this.#eof) {
+        if (pending === 0) return null;
+        const line = this.#buf.subarray(this.#start, this.#end);
+        this.#start = this.#end;
+        if (line.length > this.#maxLine) return { kind: "oversized", size: line.length };
+        return { kind: "line", line };
+      }
+      if (pending > this.#maxLine) return await this.#skipOversized(pending);
+      scanFrom = this.#end;
+      this.#makeRoom();
+      const n = await this.#reader.read(this.#buf.subarray(this.#end));
+      if (n === null) this.#eof = true;
+      else this.#end += n;
+    }
+  }
+
+  /** Bytes read past the last returned line; clears them from the reader. */
+  takeBuffered(): Uint8Array {
+    const rest = this.#buf.slice(this.#start, this.#end);
+    this.#start = this.#end = 0;
+    return rest;
+  }
+
+  #makeRoom(): void {
+    if (this.#end < this.#buf.length) return;
+    const pending = this.#end - this.#start;
+    if (this.#start > 0 && pending < this.#buf.length / 2) {
+      this.#buf.copyWithin(0, this.#start, this.#end);
+    } else {
+      const size = Math.min(this.#buf.length * 2, this.#maxLine + 1 + INITIAL_BUFFER);
+      const next = new Uint8Array(Math.max(size, pending + INITIAL_BUFFER));
+      next.set(this.#buf.subarray(this.#start, this.#end));
+      this.#buf = next;
+    }
+    this.#start = 0;
+    this.#end = pending;
+  }
+
+  async #skipOversized(already: number): Promise<LineResult> {
+    let size = already;
+    this.#start = this.#end = 0;
+    while (true) {
+      const n = await this.#reader.read(this.#buf);
+      if (n === null) {
+        this.#eof = true;
+        return { kind: "oversized", size };
+      }
+      const nl = this.#buf.subarray(0, n).indexOf(NEWLINE);
+      if (nl >= 0) {
+        this.#start = nl + 1;
+        this.#end = n;
+        return { kind: "oversized", size: size + nl };
+      }
+      size += n;
+    }
+  }
+}
+
+const encoder = new TextEncoder();
+
+/** Compact JSON plus `\n`, as bytes: one write per frame. */
+export function encodeFrame(value: unknown): Uint8Array {
+  return encoder.encode(JSON.stringify(value) + "\n");
+}
+
+const decoder = new TextDecoder("utf-8", { fatal: true });
+
+/** Decodes and parses one line; throws `SyntaxError` for bad UTF-8 or JSON. */
+export function parseLine(line: Uint8Array): unknown {
+  let text: string;
+  try {
+    text = decoder.decode(line);
+  } catch {
+    throw new SyntaxError("Invalid UTF-8 in frame");
+  }
+  return JSON.parse(text);
+}

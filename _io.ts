@@ -1,0 +1,89 @@
+// Private byte-level helpers shared by the server, the client and the
+// capability servers: the one "peer is gone" test, complete writes, and the
+// half-close-preserving splice.
+
+/** A connection as far as these helpers need one. */
+export interface Duplex {
+  read(p: Uint8Array): Promise<number | null>;
+  write(p: Uint8Array): Promise<number>;
+  closeWrite(): Promise<void>;
+  close(): void;
+}
+
+/**
+ * Whether an I/O error only means that the other end went away. Shutdown and
+ * teardown paths swallow exactly these and nothing else.
+ */
+export function isPeerGone(err: unknown): boolean {
+  return err instanceof Deno.errors.BadResource ||
+    err instanceof Deno.errors.Interrupted ||
+    err instanceof Deno.errors.ConnectionReset ||
+    err instanceof Deno.errors.ConnectionAborted ||
+    err instanceof Deno.errors.BrokenPipe ||
+    err instanceof Deno.errors.UnexpectedEof ||
+    err instanceof Deno.errors.NotConnected;
+}
+
+/** Writes every byte of `data`; `write()` may take fewer than offered. */
+export async function writeAll(
+  w: { write(p: Uint8Array): Promise<number> },
+  data: Uint8Array,
+): Promise<void> {
+  let off = 0;
+  while (off < data.length) off += await w.write(data.subarray(off));
+}
+
+/** Closes a resource, ignoring "already closed". */
+export function closeQuietly(c: { close(): void }): void {
+  try {
+    c.close();
+  } catch (err) {
+    if (!isPeerGone(err)) throw err;
+  }
+}
+
+const SPLICE_CHUNK = 64 * 1024;
+
+/**
+ * Copies `from` into `to` until `from` ends, then half-closes `to`. One
+ * buffer per direction, reused for every chunk.
+ */
+export async function pump(from: Duplex, to: Duplex): Promise<void> {
+  const buf = new Uint8Array(SPLICE_CHUNK);
+  try {
+    while (true) {
+      const n = await from.read(buf);
+      if (n === null) break;
+      await writeAll(to, buf.subarray(0, n));
+    }
+  } catch (err) {
+    if (!isPeerGone(err)) throw err;
+    // One side broke: the other direction cannot complete either.
+    closeQuietly(from);
+    closeQuietly(to);
+    return;
+  }
+  try {
+    await to.closeWrite();
+  } catch (err) {
+    if (!isPeerGone(err)) throw err;
+  }
+}
+
+/**
+ * Joins two connections byte for byte in both directions, forwarding
+ * half-close, and closes both once both directions have ended. `head` is
+ * written to `b` first (bytes that arrived with a preface). Resolves when
+ * everything is closed; never rejects for a peer going away.
+ */
+export async function splice(a: Duplex, b: Duplex, head?: Uint8Array): Promise<void> {
+  try {
+    if (head && head.length > 0) await writeAll(b, head);
+    await Promise.all([pump(a, b), pump(b, a)]);
+  } catch (err) {
+    if (!isPeerGone(err)) throw err;
+  } finally {
+    closeQuietly(a);
+    closeQuietly(b);
+  }
+}

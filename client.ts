@@ -1,0 +1,677 @@
+/**
+ * The control client: connects to an environment served over the HUD
+ * control protocol, waits until it is ready, and opens one local TCP
+ * forwarder per published capability, so that an agent reaches every
+ * capability through the single control port.
+ *
+ * @example Connect, start a task, grade it
+ * ```ts
+ * import { bind, connect, Environment } from "./mod.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const env = new Environment("demo");
+ * env.template({ id: "echo" }, async function* () {
+ *   const answer = yield "Say anything";
+ *   yield { score: 1, content: answer };
+ * });
+ * await using server = bind(env);
+ * await using client = await connect(`tcp://127.0.0.1:${server.addr.port}`);
+ * assert.equal(client.manifest.env.name, "demo");
+ * await client.startTask("echo");
+ * assert.deepEqual(await client.grade({ answer: "hi" }), { score: 1, content: "hi" });
+ * ```
+ *
+ * @module
+ */
+
+import { Capability } from "./capability.ts";
+import type { GradeFrame, PromptFrame, TaskEntry } from "./env.ts";
+import { ConnectionClosedError, ErrorCode, HudProtocolError, NotReadyError } from "./errors.ts";
+import { encodeFrame, LineReader, parseLine } from "./_framing.ts";
+import { closeQuietly, isPeerGone, pump, writeAll } from "./_io.ts";
+import { abortable, Deadline, delay } from "./_async.ts";
+
+/** Where an environment is served: a `tcp://host:port` url, or anything with a `url`. */
+export type ConnectTarget = string | { readonly url: string };
+
+/** Options for {@linkcode connect}. */
+export interface ConnectOptions {
+  /**
+   * How long to keep retrying until the environment answers `hello`, in ms.
+   * @default 240_000
+   */
+  readyTimeout?: number;
+  /**
+   * Pause between attempts, in ms.
+   * @default 500
+   */
+  retryInterval?: number;
+  /** Aborts connecting; once connected, it has no effect (close the client). */
+  signal?: AbortSignal;
+  /** Resume this session instead of starting a new one. */
+  sessionId?: string;
+  /**
+   * Interval of the `hello` heartbeat, in ms; 0 turns it off.
+   * @default 120_000
+   */
+  heartbeatInterval?: number;
+  /**
+   * How long a heartbeat reply may take, in ms, counted from when it is sent.
+   * @default 5_000
+   */
+  heartbeatTimeout?: number;
+  /**
+   * Open one local forwarder per capability.
+   * @default true
+   */
+  forward?: boolean;
+  /**
+   * Largest accepted reply frame, in bytes.
+   * @default 16 MiB
+   */
+  maxFrameBytes?: number;
+  /** Called with errors nobody awaits (a forwarder's tunnel failing). */
+  onError?: (error: unknown) => void;
+}
+
+/** The manifest from `hello`. */
+export interface Manifest {
+  /** This connection's session id. */
+  sessionId: string;
+  /** The environment's name and version. */
+  env: { name: string; version: string };
+  /** Published capabilities, with the urls the environment gave. */
+  bindings: Capability[];
+}
+
+/** Options for a single call. */
+export interface CallOptions {
+  /**
+   * Aborts the call. The reply can no longer be matched, so the connection
+   * is closed too.
+   */
+  signal?: AbortSignal;
+}
+
+const DEFAULT_MAX_FRAME = 16 * 1024 * 1024;
+const TUNNEL_REPLY_MAX = 64 * 1024;
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/**
+ * Host and port of a control address: `tcp://host:port` or `host:port`.
+ * @throws {TypeError} for another scheme or a missing port
+ */
+export function parseControlUrl(url: string): { hostname: string; port: number } {
+  if (typeof url !== "string") throw new TypeError("Cannot connect: url must be a string");
+  const m = /^(?:([a-zA-Z][a-zA-Z0-9+.-]*):\/\/)?(?:\[([^\]]+)\]|([^:/?#]+)):(\d+)\/?$/.exec(
+    url.trim(),
+  );
+  if (m && m[1] !== undefined && m[1].toLowerCase() !== "tcp") {
+    throw new TypeError(
+      `Cannot connect: unsupported scheme "${m[1]}" in "${url}" (expected tcp://)`,
+    );
+  }
+  if (!m) {
+    const scheme = /^([a-zA-Z][a-zA-Z0-9+.-]*):\/\//.exec(url)?.[1];
+    if (scheme && scheme.toLowerCase() !== "tcp") {
+      throw new TypeError(
+        `Cannot connect: unsupported scheme "${scheme}" in "${url}" (expected tcp://)`,
+      );
+    }
+    throw new TypeError(`Cannot connect: invalid address "${url}" (expected tcp://host:port)`);
+  }
+  const port = Number(m[4]);
+  if (port < 1 || port > 65535) throw new RangeError(`Cannot connect: invalid port in "${url}"`);
+  return { hostname: m[2] ?? m[3], port };
+}
+
+function readManifest(result: unknown): Manifest {
+  if (!isRecord(result) || typeof result.session_id !== "string" || !isRecord(result.env)) {
+    throw new HudProtocolError(
+      ErrorCode.INTERNAL_ERROR,
+      "invalid hello reply: missing session_id or env",
+    );
+  }
+  const bindings = Array.isArray(result.bindings) ? result.bindings : [];
+  return {
+    sessionId: result.session_id,
+    env: { name: String(result.env.name), version: String(result.env.version) },
+    bindings: bindings.map((b) => Capability.fromManifest(b)),
+  };
+}
+
+/** A control connection plus its reader, before it becomes a client. */
+interface Channel {
+  conn: Deno.TcpConn;
+  reader: LineReader;
+}
+
+/** Sends one request and reads its reply on a channel. */
+async function roundTrip(
+  channel: Channel,
+  id: number,
+  method: string,
+  params: Record<string, unknown>,
+): Promise<Record<string, unknown>> {
+  await writeAll(channel.conn, encodeFrame({ jsonrpc: "2.0", id, method, params }));
+  const frame = await channel.reader.read();
+  if (frame === null) {
+    throw new ConnectionClosedError(`Connection closed before the reply to "${method}"`);
+  }
+  if (frame.kind === "oversized") {
+    throw new HudProtocolError(
+      ErrorCode.INTERNAL_ERROR,
+      `reply of ${frame.size} bytes exceeds the frame limit`,
+    );
+  }
+  let reply: unknown;
+  try {
+    reply = parseLine(frame.line);
+  } catch (err) {
+    throw new HudProtocolError(
+      ErrorCode.PARSE_ERROR,
+      `invalid reply to "${method}": ${(err as Error).message}`,
+    );
+  }
+  if (!isRecord(reply) || reply.id !== id) {
+    throw new HudProtocolError(
+      ErrorCode.INTERNAL_ERROR,
+      `reply id mismatch for "${method}": expected ${id}, got ${
+        JSON.stringify(isRecord(reply) ? reply.id : reply)
+      }`,
+    );
+  }
+  if (isRecord(reply.error)) {
+    const code = typeof reply.error.code === "number" ? reply.error.code : ErrorCode.SERVER_ERROR;
+    throw new HudProtocolError(code, String(reply.error.message ?? "unknown error"));
+  }
+  if (!isRecord(reply.result)) {
+    throw new HudProtocolError(
+      ErrorCode.INTERNAL_ERROR,
+      `reply to "${method}" has no result object`,
+    );
+  }
+  return reply.result;
+}
+
+/**
+ * Connects to an environment, retrying until it answers `hello`: a refused
+ * connection, or one closed before the reply, means "not ready yet"; an
+ * error reply fails at once.
+ *
+ * @param target `tcp://host:port`, `host:port`, or a runtime with a `url`
+ * @throws {NotReadyError} when the ready timeout passes
+ * @throws {HudProtocolError} when the environment answers `hello` with an error
+ * @throws {TypeError} for a malformed address
+ */
+export async function connect(
+  target: ConnectTarget,
+  options: ConnectOptions = {},
+): Promise<HudClient> {
+  const url = typeof target === "string" ? target : target?.url;
+  const addr = parseControlUrl(url);
+  const readyTimeout = options.readyTimeout ?? 240_000;
+  const interval = options.retryInterval ?? 500;
+  using deadline = new Deadline(readyTimeout, options.signal, "connect");
+  let lastError: unknown;
+  let attempts = 0;
+  while (true) {
+    if (deadline.signal.aborted) {
+      if (options.signal?.aborted) throw options.signal.reason;
+      throw new NotReadyError(
+        `Cannot connect to ${url}: not ready after ${readyTimeout} ms (${attempts} attempts)`,
+        { cause: lastError },
+      );
+    }
+    attempts++;
+    let conn: Deno.TcpConn | null = null;
+    try {
+      conn = await abortable(Deno.connect(addr), deadline.signal);
+      const channel = {
+        conn,
+        reader: new LineReader(conn, options.maxFrameBytes ?? DEFAULT_MAX_FRAME),
+      };
+      const params = options.sessionId ? { session_id: options.sessionId } : {};
+      const c = conn;
+      const result = await abortable(
+        roundTrip(channel, 1, "hello", params),
+        deadline.signal,
+        () => closeQuietly(c),
+      );
+      const client = new HudClient(channel, url, readManifest(result), options);
+      conn = null;
+      await client._startForwarders();
+      return client;
+    } catch (err) {
+      if (conn) closeQuietly(conn);
+      if (err instanceof HudProtocolError) throw err;
+      if (deadline.signal.aborted) continue;
+      if (
+        !(err instanceof Deno.errors.ConnectionRefused) && !isPeerGone(err) &&
+        !(err instanceof ConnectionClosedError)
+      ) {
+        throw err;
+      }
+      lastError = err;
+    }
+    try {
+      await delay(interval, deadline.signal);
+    } catch {
+      // The loop head reports the timeout or the abort.
+    }
+  }
+}
+
+/**
+ * A loopback forwarder for one capability: each local connection becomes a
+ * `tunnel.open` stream through the control port.
+ */
+class TcpForwarder {
+  readonly capability: Capability;
+  readonly #listener: Deno.TcpListener;
+  readonly #control: { hostname: string; port: number };
+  readonly #conns = new Set<Deno.Conn>();
+  readonly #tasks = new Set<Promise<void>>();
+  readonly #onError: (err: unknown) => void;
+  readonly #loop: Promise<void>;
+  #closed = false;
+
+  constructor(
+    capability: Capability,
+    control: { hostname: string; port: number },
+    onError: (err: unknown) => void,
+  ) {
+    this.capability = capability;
+    this.#control = control;
+    this.#onError = onError;
+    this.#listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    this.#loop = this.#accept();
+  }
+
+  get port(): number {
+    return this.#listener.addr.port;
+  }
+
+  async #accept(): Promise<void> {
+    while (true) {
+      let local: Deno.Conn;
+      try {
+        local = await this.#listener.accept();
+      } catch (err) {
+        if (this.#closed || isPeerGone(err)) return;
+        this.#onError(err);
+        await delay(50);
+        continue;
+      }
+      const task = this.#tunnel(local).catch((err) => {
+        if (!isPeerGone(err)) this.#onError(err);
+      }).finally(() => this.#tasks.delete(task));
+      this.#tasks.add(task);
+    }
+  }
+
+  async #tunnel(local: Deno.Conn): Promise<void> {
+    this.#conns.add(local);
+    let remote: Deno.TcpConn | null = null;
+    try {
+      remote = await Deno.connect(this.#control);
+      this.#conns.add(remote);
+      if (this.#closed) return;
+      await writeAll(
+        remote,
+        encodeFrame({
+          jsonrpc: "2.0",
+          id: 1,
+          method: "tunnel.open",
+          params: { capability: this.capability.name },
+        }),
+      );
+      // Bytes the agent sends before the reply are forwarded at once.
+      const up = pump(local, remote);
+      const reader = new LineReader(remote, TUNNEL_REPLY_MAX);
+      const frame = await reader.read();
+      let ok = false;
+      if (frame?.kind === "line") {
+        try {
+          const reply = parseLine(frame.line);
+          ok = isRecord(reply) && isRecord(reply.result);
+          if (!ok && isRecord(reply) && isRecord(reply.error)) {
+            this.#onError(
+              new HudProtocolError(
+                Number(reply.error.code),
+                `Cannot open tunnel to "${this.capability.name}": ${reply.error.message}`,
+              ),
+            );
+          }
+        } catch {
+          ok = false;
+        }
+      }
+      if (!ok) {
+        closeQuietly(local);
+        closeQuietly(remote);
+        await up.catch(() => {});
+        return;
+      }
+      const head = reader.takeBuffered();
+      if (head.length > 0) await writeAll(local, head);
+      await Promise.all([up, pump(remote, local)]);
+    } finally {
+      closeQuietly(local);
+      this.#conns.delete(local);
+      if (remote) {
+        closeQuietly(remote);
+        this.#conns.delete(remote);
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    closeQuietly(this.#listener);
+    for (const c of this.#conns) closeQuietly(c);
+    await this.#loop;
+    await Promise.allSettled([...this.#tasks]);
+  }
+}
+
+/** Rewrites `scheme://[user@]host:port/rest` to point at a local port. */
+function localUrl(url: string, port: number): string {
+  const m = /^([a-zA-Z][a-zA-Z0-9+.-]*:\/\/)?(?:([^@/?#]*)@)?([^/?#]*)(.*)$/s.exec(url)!;
+  const scheme = m[1] ?? "tcp://";
+  const user = m[2] !== undefined ? `${m[2]}@` : "";
+  return `${scheme}${user}127.0.0.1:${port}${m[4]}`;
+}
+
+/**
+ * A connection to an environment's control port. Calls are serialised on
+ * the connection; each reply's id is checked. Dispose it (or `close()`) to
+ * close the connection, the forwarders and their tunnels; closing sends no
+ * `bye`, so an ungraded task stays parked for a later grader.
+ */
+export class HudClient implements AsyncDisposable {
+  readonly #channel: Channel;
+  readonly #url: string;
+  readonly #control: { hostname: string; port: number };
+  readonly #options: ConnectOptions;
+  readonly #forwarders = new Map<string, TcpForwarder>();
+  #manifest: Manifest;
+  #nextId = 2;
+  #queue: Promise<unknown> = Promise.resolve();
+  #failure: Error | null = null;
+  #closed: Promise<void> | null = null;
+  #heartbeat: ReturnType<typeof setTimeout> | undefined;
+  #heartbeatStopped = false;
+
+  /** @internal Use {@linkcode connect}. */
+  constructor(channel: Channel, url: string, manifest: Manifest, options: ConnectOptions) {
+    this.#channel = channel;
+    this.#url = url;
+    this.#control = parseControlUrl(url);
+    this.#manifest = manifest;
+    this.#options = options;
+    this.#scheduleHeartbeat();
+  }
+
+  /** @internal Opens one forwarder per binding. */
+  async _startForwarders(): Promise<void> {
+    if (this.#options.forward === false) return;
+    try {
+      for (const cap of this.#manifest.bindings) {
+        this.#forwarders.set(
+          cap.name,
+          new TcpForwarder(cap, this.#control, this.#options.onError ?? (() => {})),
+        );
+      }
+    } catch (err) {
+      await this.close();
+      throw err;
+    }
+  }
+
+  /** The control address this client is connected to. */
+  get url(): string {
+    return this.#url;
+  }
+
+  /** Session id, environment name and version, and the published bindings. */
+  get manifest(): Manifest {
+    return this.#manifest;
+  }
+
+  /** This connection's session id. */
+  get sessionId(): string {
+    return this.#manifest.sessionId;
+  }
+
+  /** Every binding, with urls rewritten to the local forwarders. */
+  get bindings(): Capability[] {
+    return this.#manifest.bindings.map((cap) => this.#local(cap));
+  }
+
+  /** Whether the connection is closed or failed. */
+  get closed(): boolean {
+    return this.#closed !== null || this.#failure !== null;
+  }
+
+  #local(cap: Capability): Capability {
+    const fwd = this.#forwarders.get(cap.name);
+    return fwd ? cap.withUrl(localUrl(cap.url, fwd.port)) : cap;
+  }
+
+  /**
+   * The capability a ref names: a name (`shell`), a full protocol (`ssh/2`)
+   * or a protocol family (`ssh`); its url points at the local forwarder.
+   * @throws {RangeError} when the ref matches nothing or several bindings
+   */
+  binding(ref: string): Capability {
+    const all = this.#manifest.bindings;
+    const byName = all.filter((c) => c.name === ref);
+    const matches = byName.length > 0
+      ? byName
+      : all.filter((c) => c.protocol === ref).length > 0
+      ? all.filter((c) => c.protocol === ref)
+      : all.filter((c) => c.family === ref);
+    const listed = all.map((c) => `"${c.name}" (${c.protocol})`).join(", ") || "none";
+    if (matches.length === 0) {
+      throw new RangeError(`Cannot find binding "${ref}": available are ${listed}`);
+    }
+    if (matches.length > 1) {
+      throw new RangeError(
+        `Cannot pick binding "${ref}": it matches ${
+          matches.map((c) => `"${c.name}"`).join(", ")
+        }; use a name`,
+      );
+    }
+    return this.#local(matches[0]);
+  }
+
+  /**
+   * Sends one request and returns its result. Calls queue behind each other.
+   * @throws {HudProtocolError} for an error reply or a protocol violation
+   * @throws {ConnectionClosedError} when the connection is closed or fails
+   */
+  call(
+    method: string,
+    params: Record<string, unknown> = {},
+    options: CallOptions = {},
+  ): Promise<Record<string, unknown>> {
+    const run = async () => {
+      if (this.#closed) {
+        throw new ConnectionClosedError(`Cannot call "${method}": the client is closed`);
+      }
+      if (this.#failure) {
+        throw new ConnectionClosedError(`Cannot call "${method}": the connection failed`, {
+          cause: this.#failure,
+        });
+      }
+      options.signal?.throwIfAborted();
+      const id = this.#nextId++;
+      try {
+        return await abortable(
+          roundTrip(this.#channel, id, method, params),
+          options.signal,
+          () => this.#fail(new ConnectionClosedError(`Call "${method}" was aborted`)),
+        );
+      } catch (err) {
+        if (
+          err instanceof HudProtocolError && err.code !== ErrorCode.INTERNAL_ERROR &&
+          err.code !== ErrorCode.PARSE_ERROR
+        ) {
+          throw err;
+        }
+        if (options.signal?.aborted && err === options.signal.reason) throw err;
+        // Transport failure or a broken stream: the connection is unusable.
+        const failure = err instanceof Error ? err : new Error(String(err));
+        this.#fail(failure);
+        if (err instanceof HudProtocolError) throw err;
+        if (this.#closed) {
+          throw new ConnectionClosedError(`Call "${method}" interrupted: the client was closed`, {
+            cause: err,
+          });
+        }
+        throw new ConnectionClosedError(`Connection to ${this.#url} failed during "${method}"`, {
+          cause: err,
+        });
+      }
+    };
+    const result = this.#queue.then(run, run);
+    this.#queue = result.catch(() => {});
+    return result;
+  }
+
+  #fail(err: Error): void {
+    this.#failure ??= err;
+    this.#stopHeartbeat();
+    closeQuietly(this.#channel.conn);
+  }
+
+  #scheduleHeartbeat(): void {
+    const every = this.#options.heartbeatInterval ?? 120_000;
+    if (every <= 0 || this.#heartbeatStopped) return;
+    this.#heartbeat = setTimeout(() => void this.#beat(), every);
+    Deno.unrefTimer(this.#heartbeat);
+  }
+
+  #stopHeartbeat(): void {
+    this.#heartbeatStopped = true;
+    clearTimeout(this.#heartbeat);
+  }
+
+  async #beat(): Promise<void> {
+    const timeout = this.#options.heartbeatTimeout ?? 5_000;
+    const run = async () => {
+      if (this.closed) return;
+      const id = this.#nextId++;
+      using deadline = new Deadline(timeout, undefined, "heartbeat");
+      try {
+        const result = await abortable(
+          roundTrip(this.#channel, id, "hello", { session_id: this.#manifest.sessionId }),
+          deadline.signal,
+        );
+        this.#manifest = { ...readManifest(result), bindings: this.#manifest.bindings };
+        this.#scheduleHeartbeat();
+      } catch (err) {
+        if (
+          err instanceof HudProtocolError && err.code !== ErrorCode.INTERNAL_ERROR &&
+          err.code !== ErrorCode.PARSE_ERROR
+        ) {
+          // An error reply only stops the heartbeat.
+          this.#stopHeartbeat();
+          return;
+        }
+        this.#fail(
+          new ConnectionClosedError(`Heartbeat to ${this.#url} failed`, { cause: err }),
+        );
+      }
+    };
+    const result = this.#queue.then(run, run);
+    this.#queue = result.catch(() => {});
+    await this.#queue;
+  }
+
+  /**
+   * Says `hello` again: with another session's id, this connection resumes
+   * that (parked) session and its task.
+   */
+  async hello(sessionId?: string, options?: CallOptions): Promise<Manifest> {
+    const params = sessionId === undefined ? {} : { session_id: sessionId };
+    const result = await this.call("hello", params, options);
+    this.#manifest = { ...readManifest(result), bindings: this.#manifest.bindings };
+    return this.#manifest;
+  }
+
+  /** The environment's task templates, in registration order. */
+  async listTasks(options?: CallOptions): Promise<TaskEntry[]> {
+    const result = await this.call("tasks.list", {}, options);
+    if (!Array.isArray(result.tasks)) {
+      throw new HudProtocolError(
+        ErrorCode.INTERNAL_ERROR,
+        "invalid tasks.list reply: no tasks array",
+      );
+    }
+    return result.tasks as TaskEntry[];
+  }
+
+  /**
+   * Starts a task; any task this session held is cancelled first.
+   * @returns the prompt frame
+   */
+  async startTask(
+    id: string,
+    args: Record<string, unknown> = {},
+    options?: CallOptions,
+  ): Promise<PromptFrame> {
+    if (typeof id !== "string") throw new TypeError("Cannot start task: id must be a string");
+    const result = await this.call("tasks.start", { id, args }, options);
+    return result as PromptFrame;
+  }
+
+  /**
+   * Grades this session's task (or adopts the lone parked one) with the
+   * payload, whose `answer` the task receives.
+   * @throws {HudProtocolError} `-32603` when the grade's score is not a number
+   */
+  async grade(payload: Record<string, unknown> = {}, options?: CallOptions): Promise<GradeFrame> {
+    if (!isRecord(payload)) throw new TypeError("Cannot grade: payload must be an object");
+    const result = await this.call("tasks.grade", payload, options);
+    if (typeof result.score !== "number") {
+      throw new HudProtocolError(
+        ErrorCode.INTERNAL_ERROR,
+        `invalid grade: score must be a number, got ${JSON.stringify(result.score)}`,
+      );
+    }
+    return result as GradeFrame;
+  }
+
+  /** Cancels this session's task, if any. */
+  async cancel(options?: CallOptions): Promise<void> {
+    await this.call("tasks.cancel", {}, options);
+  }
+
+  /** Cancels the task and ends the session; the server closes the connection. */
+  async bye(options?: CallOptions): Promise<void> {
+    await this.call("bye", {}, options);
+    await this.close();
+  }
+
+  /** Closes forwarders, tunnels and the connection. Sends no `bye`. Idempotent. */
+  close(): Promise<void> {
+    this.#closed ??= (async () => {
+      this.#stopHeartbeat();
+      closeQuietly(this.#channel.conn);
+      await Promise.allSettled([...this.#forwarders.values()].map((f) => f.close()));
+      await this.#queue;
+    })();
+    return this.#closed;
+  }
+
+  /** Same as {@linkcode HudClient.close}. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}

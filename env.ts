@@ -1,0 +1,642 @@
+/**
+ * Environments and task templates.
+ *
+ * An {@linkcode Environment} holds capabilities (where an agent reaches a
+ * shell, a browser...) and task templates. A template is an async generator:
+ * its first `yield` is the prompt, the value sent back is the agent's answer,
+ * and its second `yield` is the evaluation.
+ *
+ * @module
+ */
+
+import { Capability } from "./capability.ts";
+import { ErrorCode, HudProtocolError } from "./errors.ts";
+import { sha1Hex } from "./_sha1.ts";
+import { pyJson } from "./_pyjson.ts";
+import {
+  type AnySchema,
+  type ArgsShape,
+  type Infer,
+  type InferArgs,
+  type InputArgs,
+  type JsonSchema,
+  shapeToJsonSchema,
+} from "./schema.ts";
+
+/** A task row: which template of which environment, with which arguments. */
+export interface TaskRow {
+  /** The environment's name. */
+  env: string;
+  /** The template id. */
+  id: string;
+  /** Arguments as given. */
+  args: Record<string, unknown>;
+  /** Stable key, equal to the HUD SDK's for the same id and args. */
+  slug: string;
+}
+
+/** A `tasks.list` entry, in wire form. */
+export interface TaskEntry {
+  /** Template id. */
+  id: string;
+  /** What the task is about. */
+  description: string;
+  /** JSON Schema of the arguments. */
+  args: JsonSchema;
+  /** JSON Schema of the agent's input, when declared. */
+  input?: JsonSchema;
+  /** JSON Schema of the agent's answer, when declared. */
+  returns?: JsonSchema;
+}
+
+/** The prompt frame `tasks.start` returns: `prompt` plus any extra keys. */
+export interface PromptFrame {
+  /** The prompt: a string or any JSON value. */
+  prompt: unknown;
+  /** Per-episode data keyed by capability name. */
+  bindings?: Record<string, unknown>;
+  /** Extra keys pass through unchanged. */
+  [key: string]: unknown;
+}
+
+/** The grade frame `tasks.grade` returns: a numeric `score` plus any extra keys. */
+export interface GradeFrame {
+  /** The score, usually in [0, 1]. */
+  score: number;
+  /** Extra keys (`info`, `content`, `done`, `isError`, `subscores`...) pass through. */
+  [key: string]: unknown;
+}
+
+/** What a template with a declared `returns` schema receives as its answer. */
+export interface TypedAnswer<T> {
+  /** The answer parsed into the declared type, or the raw value when that fails. */
+  content: T;
+  /** The answer as a string. */
+  raw: string;
+}
+
+/** Declaration of a template, for {@linkcode Environment.template}. */
+export interface TemplateSpec<S extends ArgsShape> {
+  /** Unique id within the environment. */
+  id: string;
+  /**
+   * What the task is about.
+   * @default ""
+   */
+  description?: string;
+  /** Argument schemas. Omitted: the template accepts any arguments, untyped. */
+  args?: S;
+  /**
+   * Whether arguments beyond `args` are accepted (and passed through).
+   * @default false
+   */
+  extraArgs?: boolean;
+  /** Schema of the agent's input, published in `tasks.list`. */
+  input?: AnySchema;
+  /**
+   * Schema of the agent's answer; the body then receives a
+   * {@linkcode TypedAnswer} `{ content, raw }` (TypeScript cannot infer a
+   * generator's input type from here, so cast the yielded value).
+   */
+  returns?: AnySchema;
+}
+
+/** The body of a template: an async generator yielding prompt, then evaluation. */
+export type TemplateBody<A, Answer> = (args: A) => AsyncGenerator<unknown, unknown, Answer>;
+
+/** Options for calling a template to mint a task row. */
+export interface TaskRowOptions {
+  /**
+   * Overrides the computed slug.
+   * @default the id, or `<id>-<8 hex of sha1(args)>` when there are args
+   */
+  slug?: string;
+}
+
+/** A registered template: call it with arguments to get a {@linkcode TaskRow}. */
+export interface Template<S extends ArgsShape = ArgsShape> {
+  /**
+   * Mints a task row. Unknown and missing arguments are refused here too.
+   * @throws {TypeError} for unknown or missing arguments
+   */
+  (args?: InputArgs<S>, options?: TaskRowOptions): TaskRow;
+  /** Template id. */
+  readonly id: string;
+  /** The environment it belongs to. */
+  readonly env: Environment;
+  /** What the task is about. */
+  readonly description: string;
+}
+
+/** Options for {@linkcode Environment}'s constructor. */
+export interface EnvironmentOptions {
+  /**
+   * Version published in the manifest.
+   * @default "0.0.1"
+   */
+  version?: string;
+  /**
+   * Capabilities published from the start.
+   * @default []
+   */
+  capabilities?: Capability[];
+}
+
+/** A lifecycle hook. */
+export type Hook = () => void | Promise<void>;
+
+const encoder = new TextEncoder();
+
+/**
+ * The slug of a task row, computed as the HUD SDK does: the id when there
+ * are no args, else `<id>-<first 8 hex of sha1(json.dumps(args, sort_keys=True))>`.
+ *
+ * @example
+ * ```ts
+ * import { taskSlug } from "./env.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(taskSlug("add", { a: 1, b: 2 }), "add-1744f53e");
+ * assert.equal(taskSlug("hello", {}), "hello");
+ * ```
+ */
+export function taskSlug(id: string, args: Record<string, unknown>): string {
+  if (Object.keys(args).length === 0) return id;
+  return `${id}-${sha1Hex(encoder.encode(pyJson(args))).slice(0, 8)}`;
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+function quoteList(names: string[]): string {
+  return names.map((n) => `"${n}"`).join(", ");
+}
+
+function errorMessage(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+function isAsyncGeneratorFunction(fn: unknown): boolean {
+  return typeof fn === "function" && fn.constructor?.name === "AsyncGeneratorFunction";
+}
+
+// Rows minted from a live environment's templates, so that a taskset can run
+// them in-process without being told where the environment is.
+const rowOrigins = new WeakMap<TaskRow, Environment>();
+
+/** The live environment a task row was minted from, if any. */
+export function environmentOf(row: TaskRow): Environment | undefined {
+  return rowOrigins.get(row);
+}
+
+interface TemplateRecord {
+  id: string;
+  description: string;
+  shape: ArgsShape | undefined;
+  extraArgs: boolean;
+  input: AnySchema | undefined;
+  returns: AnySchema | undefined;
+  body: TemplateBody<Record<string, unknown>, unknown>;
+}
+
+/**
+ * A task that has been started: its generator waits at the prompt for the
+ * answer. Grade it or cancel it exactly once; either closes the generator so
+ * that its `finally` blocks run.
+ */
+export class ActiveTask {
+  readonly #template: TemplateRecord;
+  readonly #gen: AsyncGenerator<unknown, unknown, unknown>;
+  readonly #prompt: PromptFrame;
+  #done = false;
+
+  /** @internal Created by {@linkcode Environment.startTask}. */
+  constructor(
+    template: TemplateRecord,
+    gen: AsyncGenerator<unknown, unknown, unknown>,
+    prompt: PromptFrame,
+  ) {
+    this.#template = template;
+    this.#gen = gen;
+    this.#prompt = prompt;
+  }
+
+  /** The template id. */
+  get id(): string {
+    return this.#template.id;
+  }
+
+  /** The prompt frame. */
+  get prompt(): PromptFrame {
+    return this.#prompt;
+  }
+
+  /** Whether the task was graded or cancelled. */
+  get done(): boolean {
+    return this.#done;
+  }
+
+  /**
+   * Sends the answer in and returns the normalised evaluation.
+   * @throws {HudProtocolError} `-32600` when already graded or cancelled;
+   *   `-32000` when the task throws or yields something that is not a grade
+   */
+  async grade(answer: unknown): Promise<GradeFrame> {
+    if (this.#done) throw new HudProtocolError(ErrorCode.INVALID_REQUEST, "no task in progress");
+    this.#done = true;
+    const id = this.#template.id;
+    let evaluation: unknown;
+    try {
+      const step = await this.#gen.next(this.#answerFor(answer));
+      evaluation = step.done ? 0 : step.value;
+    } catch (err) {
+      throw new HudProtocolError(ErrorCode.SERVER_ERROR, errorMessage(err), { cause: err });
+    } finally {
+      await this.#close();
+    }
+    return normaliseGrade(id, evaluation);
+  }
+
+  /** Closes the generator without grading. Idempotent; never throws for task code. */
+  async cancel(): Promise<void> {
+    if (this.#done) return;
+    this.#done = true;
+    await this.#close();
+  }
+
+  async #close(): Promise<void> {
+    try {
+      await this.#gen.return(undefined);
+    } catch {
+      // A finally block that throws while being cancelled has nobody to tell.
+    }
+  }
+
+  #answerFor(answer: unknown): unknown {
+    const returns = this.#template.returns;
+    if (returns === undefined) return answer;
+    const raw = typeof answer === "string" ? answer : JSON.stringify(answer ?? null);
+    let content: unknown = answer;
+    if (!returns.accepts(answer)) {
+      const coerced = returns.coerce(answer);
+      if (returns.accepts(coerced)) content = coerced;
+    }
+    return { content, raw };
+  }
+}
+
+function normaliseGrade(id: string, evaluation: unknown): GradeFrame {
+  if (typeof evaluation === "number") return { score: evaluation };
+  if (typeof evaluation === "boolean") return { score: evaluation ? 1 : 0 };
+  if (isRecord(evaluation)) {
+    if (typeof evaluation.score === "number") return evaluation as GradeFrame;
+    if (evaluation.score === undefined && typeof evaluation.reward === "number") {
+      const out: Record<string, unknown> = {};
+      for (const [k, v] of Object.entries(evaluation)) out[k === "reward" ? "score" : k] = v;
+      return out as GradeFrame;
+    }
+  }
+  const shown = evaluation === undefined ? "undefined" : JSON.stringify(evaluation);
+  throw new HudProtocolError(
+    ErrorCode.SERVER_ERROR,
+    `Cannot grade task "${id}": the evaluation must be a number, or an object with a numeric "score" or "reward", got ${
+      shown?.slice(0, 200)
+    }`,
+  );
+}
+
+type LifeState = "idle" | "starting" | "started" | "stopping";
+
+/**
+ * An environment: a name, a version, capabilities, task templates and
+ * lifecycle hooks.
+ *
+ * @example Declare a template and mint a task row
+ * ```ts
+ * import { Environment, integer } from "./mod.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const env = new Environment("demo", { version: "1.2.3" });
+ * const add = env.template(
+ *   { id: "add", args: { a: integer(), b: integer() } },
+ *   async function* ({ a, b }) {
+ *     const answer = yield `What is ${a} + ${b}?`;
+ *     yield Number(answer) === a + b ? 1 : 0;
+ *   },
+ * );
+ * assert.deepEqual(add({ a: 1, b: 2 }), { env: "demo", id: "add", args: { a: 1, b: 2 }, slug: "add-1744f53e" });
+ *
+ * const task = await env.startTask("add", { a: "1", b: 2 });
+ * assert.equal(task.prompt.prompt, "What is 1 + 2?");
+ * assert.deepEqual(await task.grade("3"), { score: 1 });
+ * ```
+ */
+export class Environment {
+  readonly #name: string;
+  readonly #version: string;
+  readonly #capabilities = new Map<string, Capability>();
+  readonly #templates = new Map<string, TemplateRecord>();
+  readonly #initHooks: Hook[] = [];
+  readonly #shutdownHooks: Hook[] = [];
+  #state: LifeState = "idle";
+  #transition: Promise<void> = Promise.resolve();
+
+  /**
+   * Creates an environment.
+   * @param name the environment's name, published in the manifest
+   * @throws {TypeError} when the name or a capability is invalid
+   */
+  constructor(name = "environment", options: EnvironmentOptions = {}) {
+    if (typeof name !== "string" || name === "") {
+      throw new TypeError("Cannot create environment: name must be a non-empty string");
+    }
+    this.#name = name;
+    this.#version = options.version ?? "0.0.1";
+    for (const cap of options.capabilities ?? []) this.addCapability(cap);
+  }
+
+  /** The environment's name. */
+  get name(): string {
+    return this.#name;
+  }
+
+  /** The environment's version. */
+  get version(): string {
+    return this.#version;
+  }
+
+  /** Published capabilities, in the order they were added. */
+  get capabilities(): readonly Capability[] {
+    return [...this.#capabilities.values()];
+  }
+
+  /** Whether the initialize hooks have run and the environment is not stopped. */
+  get started(): boolean {
+    return this.#state === "started";
+  }
+
+  /**
+   * Publishes a capability, replacing any with the same name.
+   * @throws {TypeError} when `capability` is not a {@linkcode Capability} with a url
+   */
+  addCapability(capability: Capability): void {
+    if (!(capability instanceof Capability)) {
+      throw new TypeError(`Cannot add capability to "${this.#name}": expected a Capability`);
+    }
+    if (!capability.url) {
+      throw new TypeError(`Cannot add capability "${capability.name}": it has no url`);
+    }
+    this.#capabilities.set(capability.name, capability);
+  }
+
+  /** Withdraws a published capability; returns whether there was one. */
+  removeCapability(name: string): boolean {
+    return this.#capabilities.delete(name);
+  }
+
+  /** The capability published under `name`. */
+  capability(name: string): Capability | undefined {
+    return this.#capabilities.get(name);
+  }
+
+  /** Registers a hook run by {@linkcode Environment.start}, in registration order. */
+  initialize(hook: Hook): void {
+    if (typeof hook !== "function") {
+      throw new TypeError("Cannot register initialize hook: expected a function");
+    }
+    this.#initHooks.push(hook);
+  }
+
+  /** Registers a hook run by {@linkcode Environment.stop}, in reverse order. */
+  shutdown(hook: Hook): void {
+    if (typeof hook !== "function") {
+      throw new TypeError("Cannot register shutdown hook: expected a function");
+    }
+    this.#shutdownHooks.push(hook);
+  }
+
+  /**
+   * Runs the initialize hooks once. When a hook fails, the shutdown hooks run
+   * (best effort) and the error is thrown. Idempotent.
+   */
+  start(): Promise<void> {
+    this.#transition = this.#transition.then(async () => {
+      if (this.#state === "started") return;
+      this.#state = "starting";
+      try {
+        for (const hook of this.#initHooks) await hook();
+      } catch (err) {
+        await this.#runShutdownHooks().catch(() => {});
+        this.#state = "idle";
+        throw err;
+      }
+      this.#state = "started";
+    });
+    const done = this.#transition;
+    this.#transition = done.catch(() => {});
+    return done;
+  }
+
+  /**
+   * Runs the shutdown hooks in reverse order, all of them even when some
+   * fail. Idempotent.
+   * @throws {AggregateError} listing the hooks' errors, after all have run
+   */
+  stop(): Promise<void> {
+    this.#transition = this.#transition.then(async () => {
+      if (this.#state !== "started") return;
+      this.#state = "stopping";
+      try {
+        await this.#runShutdownHooks();
+      } finally {
+        this.#state = "idle";
+      }
+    });
+    const done = this.#transition;
+    this.#transition = done.catch(() => {});
+    return done;
+  }
+
+  async #runShutdownHooks(): Promise<void> {
+    const errors: unknown[] = [];
+    for (const hook of [...this.#shutdownHooks].reverse()) {
+      try {
+        await hook();
+      } catch (err) {
+        errors.push(err);
+      }
+    }
+    if (errors.length > 0) {
+      throw new AggregateError(errors, `Cannot stop environment "${this.#name}" cleanly`);
+    }
+  }
+
+  /**
+   * Registers a task template.
+   *
+   * @param spec the id, argument schemas and description
+   * @param body an async generator function: yield the prompt, receive the
+   *   answer, yield the evaluation
+   * @returns a function that mints task rows
+   * @throws {TypeError} when `body` is not an async generator function, or
+   *   the id is invalid or already registered
+   */
+  template<S extends ArgsShape = ArgsShape>(
+    spec: TemplateSpec<S>,
+    body: TemplateBody<InferArgs<S>, unknown>,
+  ): Template<S> {
+    if (!isRecord(spec) || typeof spec.id !== "string" || spec.id === "") {
+      throw new TypeError("Cannot register template: id must be a non-empty string");
+    }
+    const id = spec.id;
+    if (!isAsyncGeneratorFunction(body)) {
+      throw new TypeError(
+        `Cannot register template "${id}": body must be an async generator function (async function*)`,
+      );
+    }
+    if (this.#templates.has(id)) {
+      throw new TypeError(
+        `Cannot register template "${id}": environment "${this.#name}" already has a template with this id`,
+      );
+    }
+    if (spec.args !== undefined && !isRecord(spec.args)) {
+      throw new TypeError(`Cannot register template "${id}": args must be an object of schemas`);
+    }
+    const record: TemplateRecord = {
+      id,
+      description: spec.description ?? "",
+      shape: spec.args,
+      extraArgs: spec.extraArgs ?? false,
+      input: spec.input,
+      returns: spec.returns,
+      body: body as TemplateBody<Record<string, unknown>, unknown>,
+    };
+    this.#templates.set(id, record);
+    const envName = this.#name;
+    const mint = (args?: InputArgs<S>, options?: TaskRowOptions): TaskRow => {
+      const given = (args ?? {}) as Record<string, unknown>;
+      if (!isRecord(given)) {
+        throw new TypeError(`Cannot create task "${id}": args must be an object`);
+      }
+      const problem = argumentProblem(record, given);
+      if (problem) throw new TypeError(`Cannot create task "${id}": ${problem}`);
+      const row: TaskRow = {
+        env: envName,
+        id,
+        args: { ...given },
+        slug: options?.slug ?? taskSlug(id, given),
+      };
+      rowOrigins.set(row, this);
+      return row;
+    };
+    Object.defineProperties(mint, {
+      id: { value: id, enumerable: true },
+      env: { value: this, enumerable: true },
+      description: { value: record.description, enumerable: true },
+    });
+    return mint as Template<S>;
+  }
+
+  /** The `tasks.list` entries, in registration order. */
+  listTasks(): TaskEntry[] {
+    return [...this.#templates.values()].map((t) => {
+      const entry: TaskEntry = {
+        id: t.id,
+        description: t.description,
+        args: t.shape === undefined
+          ? { properties: {}, type: "object", additionalProperties: true }
+          : shapeToJsonSchema(t.shape, t.extraArgs),
+      };
+      if (t.input) entry.input = t.input.toJsonSchema();
+      if (t.returns) entry.returns = t.returns.toJsonSchema();
+      return entry;
+    });
+  }
+
+  /** Whether a template with this id is registered. */
+  hasTemplate(id: string): boolean {
+    return this.#templates.has(id);
+  }
+
+  /**
+   * Starts a task in-process: checks and coerces the arguments, then runs
+   * the template to its first `yield`.
+   *
+   * @param id the template id
+   * @param args the arguments (coerced laxly: `"3"` becomes `3` for an integer)
+   * @returns the task waiting for its answer
+   * @throws {HudProtocolError} `-32602` for an unknown id or non-object args;
+   *   `-32000` for refused arguments or task code that throws
+   */
+  async startTask(id: string, args: unknown = {}): Promise<ActiveTask> {
+    const template = this.#templates.get(id);
+    if (template === undefined) {
+      throw new HudProtocolError(ErrorCode.INVALID_PARAMS, `unknown task: ${id}`);
+    }
+    if (args === null || args === undefined) args = {};
+    if (!isRecord(args)) {
+      throw new HudProtocolError(ErrorCode.INVALID_PARAMS, "args must be an object");
+    }
+    const problem = argumentProblem(template, args);
+    if (problem) {
+      throw new HudProtocolError(ErrorCode.SERVER_ERROR, `Cannot start task "${id}": ${problem}`);
+    }
+    const gen = template.body(prepareArgs(template, args)) as AsyncGenerator<
+      unknown,
+      unknown,
+      unknown
+    >;
+    let first: IteratorResult<unknown, unknown>;
+    try {
+      first = await gen.next();
+    } catch (err) {
+      throw new HudProtocolError(ErrorCode.SERVER_ERROR, errorMessage(err), { cause: err });
+    }
+    if (first.done) {
+      throw new HudProtocolError(
+        ErrorCode.SERVER_ERROR,
+        `Cannot start task "${id}": the template returned before yielding a prompt`,
+      );
+    }
+    const value = first.value;
+    const prompt: PromptFrame = isRecord(value) && "prompt" in value
+      ? value as PromptFrame
+      : { prompt: value === undefined ? null : value };
+    return new ActiveTask(template, gen, prompt);
+  }
+}
+
+/** Unknown and missing argument names, as a message; `null` when fine. */
+function argumentProblem(template: TemplateRecord, args: Record<string, unknown>): string | null {
+  const shape = template.shape;
+  if (shape === undefined) return null;
+  const problems: string[] = [];
+  if (!template.extraArgs) {
+    const unknown = Object.keys(args).filter((k) => !Object.hasOwn(shape, k));
+    if (unknown.length > 0) problems.push(`unknown arguments ${quoteList(unknown)}`);
+  }
+  const missing = Object.entries(shape)
+    .filter(([k, s]) => !s.optional && !s.hasDefault && args[k] === undefined)
+    .map(([k]) => k);
+  if (missing.length > 0) problems.push(`missing arguments ${quoteList(missing)}`);
+  if (problems.length === 0) return null;
+  const expected = Object.keys(shape);
+  return `${problems.join("; ")} (expected ${
+    expected.length ? quoteList(expected) : "no arguments"
+  })`;
+}
+
+function prepareArgs(
+  template: TemplateRecord,
+  args: Record<string, unknown>,
+): Record<string, unknown> {
+  const shape = template.shape;
+  if (shape === undefined) return { ...args };
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(args)) out[k] = shape[k] ? shape[k].coerce(v) : v;
+  for (const [k, s] of Object.entries(shape)) {
+    if (out[k] === undefined && s.hasDefault) out[k] = structuredClone(s.defaultValue);
+  }
+  return out;
+}

@@ -1,0 +1,116 @@
+/**
+ * A Deno SDK for building the environments that AI agents are evaluated and
+ * trained in, speaking the HUD control protocol (`hud/1.0`) on the wire.
+ *
+ * An {@linkcode Environment} declares capabilities (where an agent reaches a
+ * shell, a browser, a tool server...) and task templates. A template is an
+ * async generator: its first `yield` is the prompt, it receives the agent's
+ * answer, and its second `yield` is the score. {@linkcode serve} publishes
+ * an environment on a TCP control port; {@linkcode connect} reaches one,
+ * with a local forwarder per capability.
+ *
+ * @example A template, served and graded
+ * ```ts
+ * import { bind, connect, Environment, integer } from "./mod.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const env = new Environment("arith");
+ * const add = env.template(
+ *   { id: "add", args: { a: integer(), b: integer() } },
+ *   async function* ({ a, b }) {
+ *     const answer = yield `What is ${a} + ${b}?`;
+ *     yield Number(answer) === a + b ? 1 : 0;
+ *   },
+ * );
+ * const row = add({ a: 2, b: 3 });
+ *
+ * await using server = bind(env);
+ * await using client = await connect(`tcp://127.0.0.1:${server.addr.port}`);
+ * const { prompt } = await client.startTask(row.id, row.args);
+ * assert.equal(prompt, "What is 2 + 3?");
+ * assert.equal((await client.grade({ answer: "5" })).score, 1);
+ * ```
+ *
+ * @module
+ */
+
+export {
+  Capability,
+  type CapabilityInit,
+  type CapabilityManifest,
+  type CdpCapabilityOptions,
+  type FiletrackingCapabilityOptions,
+  type McpCapabilityOptions,
+  type OpenpiCapabilityOptions,
+  type RfbCapabilityOptions,
+  type SshCapabilityOptions,
+} from "./capability.ts";
+export {
+  ActiveTask,
+  Environment,
+  environmentOf,
+  type EnvironmentOptions,
+  type GradeFrame,
+  type Hook,
+  type PromptFrame,
+  type TaskEntry,
+  type TaskRow,
+  type TaskRowOptions,
+  taskSlug,
+  type Template,
+  type TemplateBody,
+  type TemplateSpec,
+  type TypedAnswer,
+} from "./env.ts";
+export {
+  any,
+  type AnySchema,
+  type ArgsShape,
+  array,
+  boolean,
+  enumOf,
+  type Infer,
+  type InferArgs,
+  type InputArgs,
+  integer,
+  type JsonSchema,
+  type Literal,
+  literal,
+  number,
+  object,
+  optional,
+  type OptionalKeys,
+  type RequiredKeys,
+  type Schema,
+  type SchemaOptions,
+  type DefaultedSchema,
+  type OmittableKeys,
+  string,
+  withDefault,
+} from "./schema.ts";
+export { ConnectionClosedError, ErrorCode, HudProtocolError, NotReadyError } from "./errors.ts";
+export {
+  bind,
+  type BindOptions,
+  DEFAULT_MAX_FRAME_BYTES,
+  DEFAULT_PARKED_TTL_MS,
+  type HudServer,
+  serve,
+  type ServeOptions,
+} from "./server.ts";
+export {
+  type CallOptions,
+  connect,
+  type ConnectOptions,
+  type ConnectTarget,
+  HudClient,
+  type Manifest,
+} from "./client.ts";
+export {
+  LocalRuntime,
+  type LocalRuntimeOptions,
+  type Placement,
+  type PlaceOptions,
+  Runtime,
+  type RuntimeProvider,
+} from "./runtime.ts";
