@@ -7,15 +7,18 @@ const NEWLINE = 10;
 export type LineResult =
   /** A complete line, without its `\n`; valid until the next `read()`. */
   | { kind: "line"; line: Uint8Array }
-  /** A line longer than the limit; its bytes were discarded up to `\n` or EOF. */
+  /**
+   * A line longer than the limit (`size` is at least its length). Its bytes
+   * were dropped and the reader may be mid-line: close the stream.
+   */
   | { kind: "oversized"; size: number };
 
 /**
  * Reads `\n`-terminated lines from a byte reader with a bounded buffer.
  *
  * Lines up to `maxLine` bytes are returned as views of an internal buffer
- * (no copy, no string building); longer lines are skipped while holding at
- * most one read chunk, and reported as `oversized`.
+ * (no copy, no string building); a longer line is reported as `oversized`
+ * as soon as the limit is passed, so memory stays bounded.
  */
 export class LineReader {
   #reader: { read(p: Uint8Array): Promise<number | null> };
@@ -51,9 +54,16 @@ export class LineReader {
         if (line.length > this.#maxLine) return { kind: "oversized", size: line.length };
         return { kind: "line", line };
       }
-      if (pending > this.#maxLine) return await this.#skipOversized(pending);
-      scanFrom = this.#end;
+      if (pending > this.#maxLine) {
+        // Report at once rather than reading the rest of a line of unknown
+        // length; the stream is mid-line afterwards, so callers close it.
+        this.#start = this.#end = 0;
+        return { kind: "oversized", size: pending };
+      }
+      // Only the bytes about to arrive need scanning; makeRoom may move the
+      // pending bytes, so keep the offset relative to the line start.
       this.#makeRoom();
+      scanFrom = this.#end;
       const n = await this.#reader.read(this.#buf.subarray(this.#end));
       if (n === null) this.#eof = true;
       else this.#end += n;
@@ -80,25 +90,6 @@ export class LineReader {
     }
     this.#start = 0;
     this.#end = pending;
-  }
-
-  async #skipOversized(already: number): Promise<LineResult> {
-    let size = already;
-    this.#start = this.#end = 0;
-    while (true) {
-      const n = await this.#reader.read(this.#buf);
-      if (n === null) {
-        this.#eof = true;
-        return { kind: "oversized", size };
-      }
-      const nl = this.#buf.subarray(0, n).indexOf(NEWLINE);
-      if (nl >= 0) {
-        this.#start = nl + 1;
-        this.#end = n;
-        return { kind: "oversized", size: size + nl };
-      }
-      size += n;
-    }
   }
 }
 

@@ -92,6 +92,30 @@ function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
+/**
+ * Half-closes, then discards what the peer is still sending (bounded in
+ * time) so that closing does not reset the connection before the peer has
+ * read the last reply.
+ */
+async function drainAndClose(conn: Deno.Conn): Promise<void> {
+  try {
+    await conn.closeWrite();
+  } catch (err) {
+    if (!isPeerGone(err)) throw err;
+    return;
+  }
+  const buf = new Uint8Array(64 * 1024);
+  const timer = setTimeout(() => closeQuietly(conn), 1000);
+  try {
+    while ((await conn.read(buf)) !== null) { /* discard */ }
+  } catch (err) {
+    if (!isPeerGone(err)) throw err;
+  } finally {
+    clearTimeout(timer);
+    closeQuietly(conn);
+  }
+}
+
 function newSessionId(): string {
   const bytes = crypto.getRandomValues(new Uint8Array(4));
   return "sess-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
@@ -234,9 +258,10 @@ class ControlServer implements HudServer {
           await this.#send(conn, null, {
             error: new HudProtocolError(
               ErrorCode.INVALID_REQUEST,
-              `frame of ${frame.size} bytes exceeds the limit of ${this.#maxFrame} bytes`,
+              `frame exceeds the limit of ${this.#maxFrame} bytes`,
             ),
           });
+          await drainAndClose(conn);
           return;
         }
         let request: unknown;

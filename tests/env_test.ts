@@ -3,9 +3,9 @@ import {
   any,
   array,
   boolean,
+  enumOf,
   Environment,
   environmentOf,
-  enumOf,
   ErrorCode,
   HudProtocolError,
   integer,
@@ -57,7 +57,10 @@ Deno.test("Environment.template() mints task rows", async (t) => {
       { name: "TypeError", message: /unknown arguments "nope"/ },
     );
     // deno-lint-ignore no-explicit-any
-    assert.throws(() => fix({} as any), { name: "TypeError", message: /missing arguments "difficulty"/ });
+    assert.throws(() => fix({} as any), {
+      name: "TypeError",
+      message: /missing arguments "difficulty"/,
+    });
   });
   await t.step("exposing id and env", () => {
     assert.equal(fix.id, "fix_bug");
@@ -319,7 +322,10 @@ Deno.test("ActiveTask.grade() normalises every grade shape", async (t) => {
       throw new Error("grader broke");
     });
     const task = await env.startTask("t");
-    await assert.rejects(task.grade("x"), { code: ErrorCode.SERVER_ERROR, message: "grader broke" });
+    await assert.rejects(task.grade("x"), {
+      code: ErrorCode.SERVER_ERROR,
+      message: "grader broke",
+    });
     await assert.rejects(task.grade("x"), { code: ErrorCode.INVALID_REQUEST });
   });
 });
@@ -344,16 +350,18 @@ Deno.test("ActiveTask with a returns schema receives { content, raw }", async ()
 
 Deno.test("Environment prompt frames", async (t) => {
   const env = new Environment("p");
-  for (const [id, value, frame] of [
-    ["str", "hi", { prompt: "hi" }],
-    ["json", { a: [1] }, { prompt: { a: [1] } }],
-    ["frame", { prompt: "x", bindings: { shell: { cwd: "/" } }, extra: 1 }, {
-      prompt: "x",
-      bindings: { shell: { cwd: "/" } },
-      extra: 1,
-    }],
-    ["null", null, { prompt: null }],
-  ] as const) {
+  for (
+    const [id, value, frame] of [
+      ["str", "hi", { prompt: "hi" }],
+      ["json", { a: [1] }, { prompt: { a: [1] } }],
+      ["frame", { prompt: "x", bindings: { shell: { cwd: "/" } }, extra: 1 }, {
+        prompt: "x",
+        bindings: { shell: { cwd: "/" } },
+        extra: 1,
+      }],
+      ["null", null, { prompt: null }],
+    ] as const
+  ) {
     env.template({ id }, async function* () {
       yield value;
       yield 1;

@@ -1,0 +1,360 @@
+import assert from "node:assert/strict";
+import {
+  bind,
+  Capability,
+  connect,
+  ConnectionClosedError,
+  Environment,
+  HudProtocolError,
+  NotReadyError,
+} from "../mod.ts";
+import { parseControlUrl } from "../client.ts";
+import { LineReader, parseLine } from "../_framing.ts";
+import { demoEnv, echoServer } from "./_helpers.ts";
+
+function freePort(): number {
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = l.addr.port;
+  l.close();
+  return port;
+}
+
+/** A scripted server: answers each request frame with `reply(request)`. */
+function scriptedServer(
+  reply: (req: Record<string, unknown>, n: number) => unknown | Promise<unknown>,
+): { port: number; close(): Promise<void> } {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const conns = new Set<Deno.Conn>();
+  const loop = (async () => {
+    for await (const conn of listener) {
+      conns.add(conn);
+      (async () => {
+        const reader = new LineReader(conn, 1 << 20);
+        let n = 0;
+        try {
+          while (true) {
+            const frame = await reader.read();
+            if (frame === null || frame.kind !== "line") break;
+            const out = await reply(parseLine(frame.line) as Record<string, unknown>, n++);
+            if (out === "close") break;
+            if (out === "hang") continue;
+            await conn.write(new TextEncoder().encode(JSON.stringify(out) + "\n"));
+          }
+        } catch { /* gone */ }
+        conns.delete(conn);
+        try {
+          conn.close();
+        } catch { /* closed */ }
+      })();
+    }
+  })().catch(() => {});
+  return {
+    port: listener.addr.port,
+    async close() {
+      listener.close();
+      for (const c of conns) {
+        try {
+          c.close();
+        } catch { /* closed */ }
+      }
+      await loop;
+    },
+  };
+}
+
+const HELLO = (id: unknown) => ({
+  jsonrpc: "2.0",
+  id,
+  result: { session_id: "sess-0000abcd", env: { name: "s", version: "1" }, bindings: [] },
+});
+
+Deno.test("parseControlUrl() accepts tcp:// and host:port only", () => {
+  assert.deepEqual(parseControlUrl("tcp://127.0.0.1:8765"), { hostname: "127.0.0.1", port: 8765 });
+  assert.deepEqual(parseControlUrl("localhost:1"), { hostname: "localhost", port: 1 });
+  assert.deepEqual(parseControlUrl("tcp://[::1]:9"), { hostname: "::1", port: 9 });
+  assert.throws(() => parseControlUrl("http://127.0.0.1:80"), {
+    name: "TypeError",
+    message: /"http"/,
+  });
+  assert.throws(() => parseControlUrl("ws://x"), { name: "TypeError", message: /"ws"/ });
+  assert.throws(() => parseControlUrl("127.0.0.1"), TypeError);
+});
+
+Deno.test("connect() retries until a late server answers", async () => {
+  const port = freePort();
+  const env = demoEnv();
+  let server: ReturnType<typeof bind> | null = null;
+  const timer = setTimeout(() => server = bind(env, { port }), 300);
+  try {
+    await using client = await connect(`tcp://127.0.0.1:${port}`, {
+      retryInterval: 50,
+      readyTimeout: 10_000,
+    });
+    assert.equal(client.manifest.env.name, "demo");
+  } finally {
+    clearTimeout(timer);
+    await (server as ReturnType<typeof bind> | null)?.shutdown();
+  }
+});
+
+Deno.test("connect() treats accept-then-close as not ready, then succeeds", async () => {
+  let attempts = 0;
+  const server = scriptedServer((req) => {
+    attempts++;
+    return attempts < 3 ? "close" : HELLO(req.id);
+  });
+  await using client = await connect(`127.0.0.1:${server.port}`, { retryInterval: 20 });
+  assert.equal(client.sessionId, "sess-0000abcd");
+  assert.equal(attempts, 3);
+  await client.close();
+  await server.close();
+});
+
+Deno.test("connect() fails at once on an error reply", async () => {
+  const server = scriptedServer((req) => ({
+    jsonrpc: "2.0",
+    id: req.id,
+    error: { code: -32600, message: "unknown session: sess-1" },
+  }));
+  const started = Date.now();
+  await assert.rejects(
+    connect(`tcp://127.0.0.1:${server.port}`, { sessionId: "sess-1", readyTimeout: 30_000 }),
+    (e: unknown) => e instanceof HudProtocolError && e.code === -32600,
+  );
+  assert.ok(Date.now() - started < 10_000);
+  await server.close();
+});
+
+Deno.test("connect() gives up at the ready timeout and honours abort", async () => {
+  const port = freePort();
+  await assert.rejects(
+    connect(`tcp://127.0.0.1:${port}`, { readyTimeout: 200, retryInterval: 50 }),
+    NotReadyError,
+  );
+  const server = scriptedServer(() => "hang");
+  await assert.rejects(
+    connect(`tcp://127.0.0.1:${server.port}`, { readyTimeout: 200 }),
+    NotReadyError,
+    "a server that never answers is not ready",
+  );
+  const controller = new AbortController();
+  setTimeout(() => controller.abort(new Error("stop")), 100);
+  await assert.rejects(
+    connect(`tcp://127.0.0.1:${port}`, { signal: controller.signal, retryInterval: 20 }),
+    { message: "stop" },
+  );
+  await server.close();
+});
+
+Deno.test("HudClient heartbeat surfaces a dead server as an error", async () => {
+  const server = scriptedServer((req, n) => (n === 0 ? HELLO(req.id) : "hang"));
+  await using client = await connect(`tcp://127.0.0.1:${server.port}`, {
+    heartbeatInterval: 50,
+    heartbeatTimeout: 100,
+  });
+  await new Promise((r) => setTimeout(r, 400));
+  assert.equal(client.closed, true);
+  await assert.rejects(client.listTasks(), ConnectionClosedError);
+  await server.close();
+});
+
+Deno.test("HudClient heartbeat keeps a healthy session", async () => {
+  await using server = bind(demoEnv());
+  await using client = await connect(`tcp://127.0.0.1:${server.addr.port}`, {
+    heartbeatInterval: 20,
+    heartbeatTimeout: 1000,
+  });
+  await new Promise((r) => setTimeout(r, 150));
+  assert.equal(client.closed, false);
+  await client.startTask("add", { a: 1 });
+  assert.equal((await client.grade({ answer: 3 })).score, 1);
+});
+
+Deno.test("HudClient refuses protocol violations", async (t) => {
+  await t.step("a grade whose score is not a number is -32603", async () => {
+    for (const score of [true, "1", null]) {
+      const server = scriptedServer((req, n) =>
+        n === 0 ? HELLO(req.id) : { jsonrpc: "2.0", id: req.id, result: { score } }
+      );
+      await using client = await connect(`tcp://127.0.0.1:${server.port}`);
+      await assert.rejects(
+        client.grade({ answer: 1 }),
+        (e: unknown) => e instanceof HudProtocolError && e.code === -32603,
+      );
+      await client.close();
+      await server.close();
+    }
+  });
+  await t.step("a reply id mismatch aborts the connection", async () => {
+    const server = scriptedServer((req, n) =>
+      n === 0 ? HELLO(req.id) : { jsonrpc: "2.0", id: 999, result: { tasks: [] } }
+    );
+    await using client = await connect(`tcp://127.0.0.1:${server.port}`);
+    await assert.rejects(client.listTasks(), /mismatch/);
+    assert.equal(client.closed, true);
+    await assert.rejects(client.listTasks(), ConnectionClosedError);
+    await client.close();
+    await server.close();
+  });
+  await t.step("error frames become HudProtocolError with code and message", async () => {
+    await using server = bind(demoEnv());
+    await using client = await connect(`tcp://127.0.0.1:${server.addr.port}`);
+    await assert.rejects(client.startTask("nope"), (e: unknown) => {
+      assert.ok(e instanceof HudProtocolError);
+      assert.equal(e.code, -32602);
+      assert.equal(e.message, "unknown task: nope");
+      return true;
+    });
+    assert.equal(client.closed, false, "an error reply keeps the connection");
+    assert.deepEqual((await client.listTasks()).map((x) => x.id), ["add", "echo"]);
+  });
+});
+
+Deno.test("HudClient calls are serialised on one connection", async () => {
+  await using server = bind(demoEnv());
+  await using client = await connect(`tcp://127.0.0.1:${server.addr.port}`);
+  const results = await Promise.all([
+    client.startTask("add", { a: 1 }),
+    client.grade({ answer: 3 }),
+    client.startTask("add", { a: 2 }),
+    client.grade({ answer: 0 }),
+  ]);
+  assert.deepEqual(results, [{ prompt: "add:1:2" }, { score: 1 }, { prompt: "add:2:2" }, {
+    score: 0,
+  }]);
+});
+
+Deno.test("HudClient resumes a parked session and grades it", async () => {
+  await using server = bind(demoEnv());
+  const url = `tcp://127.0.0.1:${server.addr.port}`;
+  const first = await connect(url);
+  await first.startTask("add", { a: 4 });
+  const sid = first.sessionId;
+  await first.close();
+  await using second = await connect(url, { sessionId: sid });
+  assert.equal(second.sessionId, sid);
+  assert.equal((await second.grade({ answer: 6 })).score, 1);
+});
+
+Deno.test("HudClient.bye() cancels the task and ends the session", async () => {
+  await using server = bind(demoEnv());
+  const client = await connect(`tcp://127.0.0.1:${server.addr.port}`);
+  await client.startTask("add", { a: 4 });
+  await client.bye();
+  assert.equal(client.closed, true);
+  await using other = await connect(`tcp://127.0.0.1:${server.addr.port}`);
+  await assert.rejects(other.grade({ answer: 6 }), { code: -32600 });
+});
+
+Deno.test("HudClient.binding() resolves refs and forwards through the control port", async (t) => {
+  const echo = echoServer();
+  const env = new Environment("fwd", {
+    capabilities: [
+      new Capability({
+        name: "echo",
+        protocol: "echo/1",
+        url: `tcp://127.0.0.1:${echo.port}/p?q=1#f`,
+      }),
+      Capability.ssh({ url: `ssh://agent@127.0.0.1:${echo.port}`, hostPubkey: "ssh-ed25519 AAAA" }),
+      Capability.mcp({ name: "tools-a", url: `ws://127.0.0.1:${echo.port}/mcp` }),
+      Capability.mcp({ name: "tools-b", url: `ws://127.0.0.1:${echo.port}/mcp2` }),
+    ],
+  });
+  await using server = bind(env);
+  const client = await connect(`tcp://127.0.0.1:${server.addr.port}`);
+  let forwardedPort = 0;
+
+  await t.step("by name, full protocol and family, with the url rewritten", () => {
+    const byName = client.binding("echo");
+    const m = /^tcp:\/\/127\.0\.0\.1:(\d+)\/p\?q=1#f$/.exec(byName.url);
+    assert.ok(m, byName.url);
+    forwardedPort = Number(m[1]);
+    assert.notEqual(forwardedPort, echo.port);
+    assert.equal(client.binding("ssh/2").name, "shell");
+    assert.match(client.binding("ssh").url, /^ssh:\/\/agent@127\.0\.0\.1:\d+$/);
+    assert.equal(client.binding("ssh").params.host_pubkey, "ssh-ed25519 AAAA");
+    assert.equal(client.manifest.bindings[0].url, `tcp://127.0.0.1:${echo.port}/p?q=1#f`);
+  });
+  await t.step("unknown and ambiguous refs list what is available", () => {
+    assert.throws(() => client.binding("browser"), {
+      name: "RangeError",
+      message: /"browser".*"echo" \(echo\/1\).*"shell" \(ssh\/2\)/,
+    });
+    assert.throws(() => client.binding("mcp"), {
+      name: "RangeError",
+      message: /"tools-a", "tools-b"/,
+    });
+  });
+  await t.step("bytes reach the capability through the forwarder", async () => {
+    const conn = await Deno.connect({ hostname: "127.0.0.1", port: forwardedPort });
+    await conn.write(new TextEncoder().encode("ping through the tunnel"));
+    await conn.closeWrite();
+    const buf = new Uint8Array(1024);
+    let out = "";
+    while (true) {
+      const n = await conn.read(buf);
+      if (n === null) break;
+      out += new TextDecoder().decode(buf.subarray(0, n));
+    }
+    conn.close();
+    assert.equal(out, "ping through the tunnel");
+  });
+  await t.step("8 concurrent forwarded streams, 256 KiB each", async () => {
+    await Promise.all(Array.from({ length: 8 }, async (_, i) => {
+      const payload = new TextEncoder().encode(`s${i};`.repeat(65536));
+      const conn = await Deno.connect({ hostname: "127.0.0.1", port: forwardedPort });
+      const chunks: Uint8Array[] = [];
+      const reading = (async () => {
+        const buf = new Uint8Array(65536);
+        while (true) {
+          const n = await conn.read(buf);
+          if (n === null) break;
+          chunks.push(buf.slice(0, n));
+        }
+      })();
+      let off = 0;
+      while (off < payload.length) off += await conn.write(payload.subarray(off));
+      await conn.closeWrite();
+      await reading;
+      conn.close();
+      const got = new Uint8Array(chunks.reduce((s, c) => s + c.length, 0));
+      let o = 0;
+      for (const c of chunks) {
+        got.set(c, o);
+        o += c.length;
+      }
+      assert.deepEqual(got, payload);
+    }));
+  });
+  await t.step("a live tunnel is closed with the client, and ports are refused after", async () => {
+    const conn = await Deno.connect({ hostname: "127.0.0.1", port: forwardedPort });
+    await conn.write(new TextEncoder().encode("x"));
+    const buf = new Uint8Array(8);
+    assert.equal(await conn.read(buf), 1);
+    await client.close();
+    assert.equal(await conn.read(buf).catch(() => null), null);
+    conn.close();
+    await assert.rejects(Deno.connect({ hostname: "127.0.0.1", port: forwardedPort }));
+  });
+  await echo.close();
+});
+
+Deno.test("HudClient forwarder closes the local side when the tunnel is refused", async () => {
+  const port = freePort();
+  const env = new Environment("refused", {
+    capabilities: [
+      new Capability({ name: "down", protocol: "x/1", url: `tcp://127.0.0.1:${port}` }),
+    ],
+  });
+  await using server = bind(env);
+  const errors: unknown[] = [];
+  await using client = await connect(`tcp://127.0.0.1:${server.addr.port}`, {
+    onError: (e) => errors.push(e),
+  });
+  const local = new URL(client.binding("down").url.replace("tcp://", "http://"));
+  const conn = await Deno.connect({ hostname: "127.0.0.1", port: Number(local.port) });
+  assert.equal(await conn.read(new Uint8Array(8)).catch(() => null), null);
+  conn.close();
+  assert.equal(errors.length, 1);
+  assert.match(String(errors[0]), /down/);
+});
