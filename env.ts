@@ -16,7 +16,6 @@ import { pyJson } from "./_pyjson.ts";
 import {
   type AnySchema,
   type ArgsShape,
-  type Infer,
   type InferArgs,
   type InputArgs,
   type JsonSchema,
