@@ -43,18 +43,34 @@ export function closeQuietly(c: { close(): void }): void {
 }
 
 const SPLICE_CHUNK = 64 * 1024;
+const SPLICE_CHUNK_MAX = 1024 * 1024;
 
 /**
- * Copies `from` into `to` until `from` ends, then half-closes `to`. One
- * buffer per direction, reused for every chunk.
+ * Copies `from` into `to` until `from` ends, then half-closes `to`. Two
+ * buffers per direction: the next read is in flight while the previous
+ * chunk is written. They start at 64 KiB and grow (to 1 MiB at most) only
+ * while reads keep filling them, so bulk transfers make fewer reads and
+ * writes while idle or interactive streams stay small; no allocation per
+ * chunk otherwise.
  */
 export async function pump(from: Duplex, to: Duplex): Promise<void> {
-  const buf = new Uint8Array(SPLICE_CHUNK);
+  let buf = new Uint8Array(SPLICE_CHUNK);
+  let spare = new Uint8Array(SPLICE_CHUNK);
   try {
-    while (true) {
-      const n = await from.read(buf);
-      if (n === null) break;
-      await writeAll(to, buf.subarray(0, n));
+    let n = await from.read(buf);
+    while (n !== null) {
+      if (n === buf.length && buf.length < SPLICE_CHUNK_MAX && spare.length <= buf.length) {
+        spare = new Uint8Array(Math.min(buf.length * 4, SPLICE_CHUNK_MAX));
+      }
+      const next = from.read(spare);
+      try {
+        await writeAll(to, buf.subarray(0, n));
+      } catch (err) {
+        next.catch(() => {});
+        throw err;
+      }
+      n = await next;
+      [buf, spare] = [spare, buf];
     }
   } catch (err) {
     if (!isPeerGone(err)) throw err;

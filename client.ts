@@ -27,7 +27,7 @@
 import { Capability } from "./capability.ts";
 import type { GradeFrame, PromptFrame, TaskEntry } from "./env.ts";
 import { ConnectionClosedError, ErrorCode, HudProtocolError, NotReadyError } from "./errors.ts";
-import { encodeFrame, LineReader, parseLine } from "./_framing.ts";
+import { encodeFrame, LineReader, parseLine, writeFrame } from "./_framing.ts";
 import { closeQuietly, isPeerGone, pump, writeAll } from "./_io.ts";
 import { abortable, Deadline, delay } from "./_async.ts";
 
@@ -156,7 +156,7 @@ async function roundTrip(
   method: string,
   params: Record<string, unknown>,
 ): Promise<Record<string, unknown>> {
-  await writeAll(channel.conn, encodeFrame({ jsonrpc: "2.0", id, method, params }));
+  await writeFrame(channel.conn, { jsonrpc: "2.0", id, method, params });
   const frame = await channel.reader.read();
   if (frame === null) {
     throw new ConnectionClosedError(`Connection closed before the reply to "${method}"`);

@@ -149,10 +149,11 @@ export class CommandAgent implements Agent {
     signal: AbortSignal,
   ): Promise<CommandAgentRecord> {
     signal.throwIfAborted();
-    // setsid gives the command a process group of its own, so that stopping
-    // it also stops whatever it started.
-    const child = new Deno.Command("setsid", {
-      args: this.#argv,
+    // A detached child gets a session and process group of its own, so that
+    // stopping it also stops whatever it started.
+    const child = new Deno.Command(this.#argv[0], {
+      args: this.#argv.slice(1),
+      detached: true,
       cwd: this.#options.cwd,
       env,
       clearEnv: true,

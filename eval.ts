@@ -28,6 +28,7 @@ import { connect, type ConnectOptions, type HudClient } from "./client.ts";
 import type { GradeFrame, PromptFrame, TaskRow } from "./env.ts";
 import { environmentOf } from "./env.ts";
 import { LocalRuntime, type Placement, type RuntimeProvider } from "./runtime.ts";
+import { observeFiles } from "./filetracking.ts";
 import { abortable, Deadline } from "./_async.ts";
 
 /** The phase of a rollout in which something failed. */
@@ -417,6 +418,14 @@ export interface RolloutOptions {
   /** Options for the control connection. */
   connect?: Omit<ConnectOptions, "signal">;
   /**
+   * File tracking: when the environment publishes a `filetracking/1`
+   * capability, the agent phase is observed and each non-empty result (the
+   * setup diff, snapshot, periodic diffs, final flush) is recorded in the
+   * trace as a `filetracking.<kind>` step. `false` turns it off.
+   * @default { pollInterval: 2000 }
+   */
+  fileTracking?: false | { pollInterval?: number };
+  /**
    * Observers that wrap the agent phase (such as file tracking). Each gets
    * the run and must not throw; see {@linkcode RolloutObserver}.
    * @default []
@@ -561,8 +570,24 @@ export async function rollout(
           trace.record("observer_error", String((err as Error)?.message ?? err));
         }
       }
+      const currentRun = run;
+      const runAgent = () =>
+        abortable(agent.run(currentRun, { signal: agentDeadline.signal }), agentDeadline.signal);
+      const tracker = options.fileTracking === false
+        ? undefined
+        : client.manifest.bindings.find((c) => c.protocol === "filetracking/1");
       try {
-        await abortable(agent.run(run, { signal: agentDeadline.signal }), agentDeadline.signal);
+        if (tracker) {
+          await observeFiles(client.binding(tracker.name), runAgent, {
+            pollInterval: options.fileTracking ? options.fileTracking.pollInterval : undefined,
+            signal: deadline.signal,
+            onResult: (event) => trace.record(`filetracking.${event.kind}`, event.result),
+            onError: (err) =>
+              trace.record("filetracking_error", String((err as Error)?.message ?? err)),
+          });
+        } else {
+          await runAgent();
+        }
       } catch (err) {
         if (interrupted()) return await endInterrupted();
         trace.fail(

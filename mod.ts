@@ -113,7 +113,10 @@ export {
   type PlaceOptions,
   Runtime,
   type RuntimeProvider,
+  SubprocessRuntime,
+  type SubprocessRuntimeOptions,
 } from "./runtime.ts";
+export { loadEnvironment, type LoadEnvironmentOptions } from "./loader.ts";
 export {
   type Agent,
   type AgentContext,
@@ -148,3 +151,47 @@ export {
   Taskset,
   type TasksetRunOptions,
 } from "./taskset.ts";
+export {
+  generateSshKeyPair,
+  type GenerateSshKeyPairOptions,
+  parseSshPublicKey,
+  SshAuthError,
+  type SshBindingOptions,
+  SshClient,
+  type SshClientOptions,
+  SshCommandError,
+  type SshDirEntry,
+  SshError,
+  type SshExecOptions,
+  type SshExecResult,
+  type SshExitStatus,
+  sshFingerprint,
+  SshHostKeyError,
+  type SshKeyPair,
+  type SshProcess,
+  type SshPublicKey,
+  sshPublicKeyOf,
+} from "./ssh.ts";
+export { type SshServer, type SshServerOptions, startSshServer } from "./ssh_server.ts";
+export { addWorkspace, type WorkspaceOptions } from "./workspace.ts";
+export {
+  type AdvanceResult,
+  type ArtifactCapture,
+  type CapturedFile,
+  type FileDiff,
+  type FilePatch,
+  type FileSnapshot,
+  type FileTracker,
+  type FileTrackerCallOptions,
+  FileTrackerClient,
+  type FileTrackerClientOptions,
+  type FileTrackerOptions,
+  type FileTrackingEvent,
+  type FlushResult,
+  observeFiles,
+  type ObserveFilesOptions,
+  type PatchStatus,
+  type SkippedArtifact,
+  type SnapshotFile,
+  startFileTracker,
+} from "./filetracking.ts";

@@ -24,8 +24,8 @@
 import { type Capability, parseHostPort } from "./capability.ts";
 import type { ActiveTask, Environment } from "./env.ts";
 import { ErrorCode, HudProtocolError } from "./errors.ts";
-import { encodeFrame, LineReader, parseLine } from "./_framing.ts";
-import { closeQuietly, isPeerGone, splice, writeAll } from "./_io.ts";
+import { LineReader, parseLine, writeFrame } from "./_framing.ts";
+import { closeQuietly, isPeerGone, splice } from "./_io.ts";
 
 /** Default largest accepted frame: 16 MiB. */
 export const DEFAULT_MAX_FRAME_BYTES: number = 16 * 1024 * 1024;
@@ -329,7 +329,7 @@ class ControlServer implements HudServer {
     const frame = "result" in reply
       ? { jsonrpc: "2.0", id, result: reply.result }
       : { jsonrpc: "2.0", id, error: { code: reply.error.code, message: reply.error.message } };
-    await writeAll(conn, encodeFrame(frame));
+    await writeFrame(conn, frame);
   }
 
   async #dispatch(
@@ -556,13 +556,14 @@ export async function serve(env: Environment, options: ServeOptions = {}): Promi
     await env.stop().catch(() => {});
     throw err;
   }
-  const announce = options.announce ??
-    ((line: string) => Deno.stdout.writeSync(new TextEncoder().encode(line + "\n")));
-  announce(`HUD_SERVE_PORT=${server.addr.port}`);
-
+  // Listen for signals before announcing: a parent may stop us as soon as
+  // it reads the port line.
   const signals: Deno.Signal[] = options.handleSignals === false ? [] : ["SIGINT", "SIGTERM"];
   const onSignal = () => void server.shutdown();
   for (const s of signals) Deno.addSignalListener(s, onSignal);
+  const announce = options.announce ??
+    ((line: string) => Deno.stdout.writeSync(new TextEncoder().encode(line + "\n")));
+  announce(`HUD_SERVE_PORT=${server.addr.port}`);
 
   const finished = server.finished.then(async () => {
     for (const s of signals) Deno.removeSignalListener(s, onSignal);

@@ -288,7 +288,10 @@ Deno.test("CommandAgent runs an external program as the agent", async (t) => {
     const pid = Number((await Deno.readTextFile(pidFile)).trim());
     await Deno.remove(pidFile);
     await new Promise((r) => setTimeout(r, 300));
-    const state = await Deno.readTextFile(`/proc/${pid}/status`).then((s) => s.split("\n").slice(0, 3).join(" "), () => "gone");
+    const state = await Deno.readTextFile(`/proc/${pid}/status`).then(
+      (s) => s.split("\n").slice(0, 3).join(" "),
+      () => "gone",
+    );
     assert.ok(state === "gone" || /State:\s+Z/.test(state), `grandchild gone: ${state}`);
   });
   assert.throws(() => new CommandAgent(""), TypeError);

@@ -1,0 +1,20 @@
+// The environment the benchmark drives: one trivial template, plus an
+// `echo` capability when ECHO_PORT is set (for the tunnel figure).
+
+import { Capability, Environment } from "../mod.ts";
+
+/** The benchmark environment. */
+export const env = new Environment("bench");
+
+/** Answer "x" to score 1. */
+export const t = env.template({ id: "t" }, async function* () {
+  const answer = yield "p";
+  yield answer === "x" ? 1 : 0;
+});
+
+const echoPort = Deno.env.get("ECHO_PORT");
+if (echoPort) {
+  env.addCapability(
+    new Capability({ name: "echo", protocol: "tcp/1", url: `tcp://127.0.0.1:${echoPort}` }),
+  );
+}

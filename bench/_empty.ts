@@ -1,0 +1,1 @@
+// Intentionally empty: the start-up floor is `deno run` of this file.

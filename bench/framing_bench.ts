@@ -1,0 +1,112 @@
+// Micro-benchmarks of the framing layer: splitting lines out of a byte
+// stream, decoding a frame, encoding a reply. Each group has a baseline.
+//
+//   deno bench bench/framing_bench.ts
+
+import { encodeFrame, LineReader, parseLine } from "../_framing.ts";
+
+const encoder = new TextEncoder();
+const REQUEST = JSON.stringify({
+  jsonrpc: "2.0",
+  id: 12345,
+  method: "tasks.grade",
+  params: { answer: "the answer is 42" },
+});
+const LINES = 1_000;
+const STREAM = encoder.encode((REQUEST + "\n").repeat(LINES));
+const CHUNK = 16 * 1024;
+
+/** An in-memory reader handing out `STREAM` in `CHUNK`-sized reads. */
+function memoryReader(): { read(p: Uint8Array): Promise<number | null> } {
+  let off = 0;
+  return {
+    read(p) {
+      if (off >= STREAM.length) return Promise.resolve(null);
+      const n = Math.min(p.length, CHUNK, STREAM.length - off);
+      p.set(STREAM.subarray(off, off + n));
+      off += n;
+      return Promise.resolve(n);
+    },
+  };
+}
+
+Deno.bench({
+  name: "split 1,000 lines: string concatenation + split (baseline)",
+  group: "split",
+  baseline: true,
+  async fn() {
+    const reader = memoryReader();
+    const buf = new Uint8Array(CHUNK);
+    const decoder = new TextDecoder();
+    let pending = "";
+    let count = 0;
+    while (true) {
+      const n = await reader.read(buf);
+      if (n === null) break;
+      pending += decoder.decode(buf.subarray(0, n), { stream: true });
+      const parts = pending.split("\n");
+      pending = parts.pop()!;
+      count += parts.length;
+    }
+    if (count !== LINES) throw new Error("lost lines");
+  },
+});
+
+Deno.bench({
+  name: "split 1,000 lines: LineReader (views into one buffer)",
+  group: "split",
+  async fn() {
+    const reader = new LineReader(memoryReader(), 16 * 1024 * 1024);
+    let count = 0;
+    while ((await reader.read()) !== null) count++;
+    if (count !== LINES) throw new Error("lost lines");
+  },
+});
+
+const LINE = encoder.encode(REQUEST);
+
+Deno.bench({
+  name: "decode a frame: new TextDecoder per frame (baseline)",
+  group: "decode",
+  baseline: true,
+  fn() {
+    JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(LINE));
+  },
+});
+
+Deno.bench({
+  name: "decode a frame: parseLine (shared decoder)",
+  group: "decode",
+  fn() {
+    parseLine(LINE);
+  },
+});
+
+const REPLY = { jsonrpc: "2.0", id: 12345, result: { prompt: "What is 2 + 3?" } };
+
+Deno.bench({
+  name: "encode a reply: stringify, concat, new TextEncoder (baseline)",
+  group: "encode",
+  baseline: true,
+  fn() {
+    new TextEncoder().encode(JSON.stringify(REPLY) + "\n");
+  },
+});
+
+Deno.bench({
+  name: "encode a reply: encodeFrame",
+  group: "encode",
+  fn() {
+    encodeFrame(REPLY);
+  },
+});
+
+const scratch = new Uint8Array(64 * 1024);
+Deno.bench({
+  name: "encode a reply: encodeInto a reused buffer",
+  group: "encode",
+  fn() {
+    const { written } = encoder.encodeInto(JSON.stringify(REPLY), scratch);
+    scratch[written] = 10;
+  },
+});

@@ -1,0 +1,144 @@
+// SSH benchmark: our server against OpenSSH's sshd, with OpenSSH's ssh as
+// the client (and our SshClient on one connection as an extra row).
+//
+//   deno run -A bench/ssh_bench.ts [--quick]
+//
+// Figures: exec("true") round trips per second (one ssh process, hence one
+// connection and key exchange, per command) and the throughput of a large
+// stdout (MB/s) per cipher. Ours runs `bash -lc`, sshd runs the login user's
+// shell with -c; both start from the same HOME, so both read its rc files.
+
+import { generateSshKeyPair, SshClient } from "../ssh.ts";
+import { startSshServer } from "../ssh_server.ts";
+import { startSshd } from "../tests/_ssh_util.ts";
+
+const quick = Deno.args.includes("--quick");
+const ROUNDS = quick ? 10 : 20;
+const BYTES = (quick ? 64 : 256) * 1024 * 1024;
+const REPEATS = quick ? 1 : 3;
+const CIPHERS = ["aes128-gcm@openssh.com", "aes128-ctr"];
+
+interface Target {
+  name: string;
+  port: number;
+  user: string;
+  keyPath: string;
+  knownHosts: string;
+  hostPubkey: string;
+  privateKey: string;
+}
+
+async function ssh(t: Target, extra: string[], command: string): Promise<number> {
+  const out = await new Deno.Command("ssh", {
+    args: [
+      "-F",
+      "/dev/null",
+      "-o",
+      "BatchMode=yes",
+      "-o",
+      "StrictHostKeyChecking=yes",
+      "-o",
+      `UserKnownHostsFile=${t.knownHosts}`,
+      "-o",
+      "IdentitiesOnly=yes",
+      "-i",
+      t.keyPath,
+      "-p",
+      String(t.port),
+      ...extra,
+      `${t.user}@127.0.0.1`,
+      command,
+    ],
+    stdin: "null",
+    stdout: "null",
+    stderr: "piped",
+  }).output();
+  if (out.code !== 0) throw new Error(new TextDecoder().decode(out.stderr));
+  return out.code;
+}
+
+async function roundTrips(t: Target): Promise<number> {
+  await ssh(t, [], "true");
+  const start = performance.now();
+  for (let i = 0; i < ROUNDS; i++) await ssh(t, [], "true");
+  return ROUNDS / ((performance.now() - start) / 1000);
+}
+
+/** MB/s of a large stdout, less the time of the same session with no output. */
+async function throughput(t: Target, cipher: string): Promise<number> {
+  let start = performance.now();
+  await ssh(t, ["-c", cipher], "head -c 0 /dev/zero");
+  const empty = performance.now() - start;
+  start = performance.now();
+  await ssh(t, ["-c", cipher], `head -c ${BYTES} /dev/zero`);
+  const full = performance.now() - start;
+  return BYTES / 1e6 / ((full - empty) / 1000);
+}
+
+async function clientRoundTrips(t: Target): Promise<number> {
+  await using c = await SshClient.connect({
+    port: t.port,
+    user: t.user,
+    hostPubkey: t.hostPubkey,
+    privateKey: t.privateKey,
+  });
+  await c.exec("true");
+  const start = performance.now();
+  for (let i = 0; i < ROUNDS; i++) await c.exec("true");
+  return ROUNDS / ((performance.now() - start) / 1000);
+}
+
+const dir = await Deno.makeTempDir({ prefix: "ssh-bench-" });
+await using sshd = await startSshd();
+const host = await generateSshKeyPair();
+await Deno.writeTextFile(`${dir}/key`, sshd.client.privateKey, { mode: 0o600 });
+await using ours = startSshServer({
+  hostKey: host.privateKey,
+  authorizedKeys: [sshd.client.publicKey],
+  cwd: dir,
+});
+await Deno.writeTextFile(
+  `${dir}/known_hosts`,
+  `[127.0.0.1]:${ours.addr.port} ${host.publicKey}\n[127.0.0.1]:${sshd.port} ${sshd.host.publicKey}\n`,
+);
+const common = {
+  keyPath: `${dir}/key`,
+  knownHosts: `${dir}/known_hosts`,
+  privateKey: sshd.client.privateKey,
+};
+const targets: Target[] = [
+  { name: "ours", port: ours.addr.port, user: "agent", hostPubkey: host.publicKey, ...common },
+  {
+    name: "sshd",
+    port: sshd.port,
+    user: sshd.user,
+    hostPubkey: sshd.host.publicKey,
+    ...common,
+  },
+];
+
+const rows: [string, number, number][] = [];
+// Best of three, interleaved, so a busy machine hurts both sides alike.
+const measure = async (label: string, f: (t: Target) => Promise<number>) => {
+  let [a, b] = [0, 0];
+  for (let i = 0; i < REPEATS; i++) {
+    a = Math.max(a, await f(targets[0]));
+    b = Math.max(b, await f(targets[1]));
+  }
+  rows.push([label, a, b]);
+};
+await measure("ssh exec true (round trips/s)", roundTrips);
+for (const cipher of CIPHERS) {
+  await measure(`ssh stdout ${BYTES >> 20} MiB, ${cipher} (MB/s)`, (t) => throughput(t, cipher));
+}
+await measure("SshClient exec true, one connection (/s)", clientRoundTrips);
+
+console.log(`${"".padEnd(52)}${"ours".padStart(10)}${"sshd".padStart(10)}${"ratio".padStart(8)}`);
+for (const [label, a, b] of rows) {
+  console.log(
+    `${label.padEnd(52)}${a.toFixed(1).padStart(10)}${b.toFixed(1).padStart(10)}${
+      (a / b).toFixed(2).padStart(8)
+    }`,
+  );
+}
+await Deno.remove(dir, { recursive: true });

@@ -1,0 +1,353 @@
+import assert from "node:assert/strict";
+import { main } from "../cli.ts";
+import { SubprocessRuntime } from "../mod.ts";
+import { waitFor } from "./_helpers.ts";
+
+const CLI = new URL("../cli.ts", import.meta.url).href;
+const BASIC = decodeURIComponent(new URL("./fixtures/basic_env.ts", import.meta.url).pathname);
+const MULTI = decodeURIComponent(new URL("./fixtures/multi_env.ts", import.meta.url).pathname);
+
+interface Ran {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs the command line in this process, capturing what it prints. */
+async function run(
+  args: string[],
+  options: { stdin?: string; signal?: AbortSignal; onStdout?: (text: string) => void } = {},
+): Promise<Ran> {
+  let stdout = "";
+  let stderr = "";
+  const stdin = options.stdin === undefined ? undefined : new Blob([options.stdin]).stream();
+  const code = await main(args, {
+    stdout: (text) => {
+      stdout += text;
+      options.onStdout?.(text);
+    },
+    stderr: (text) => stderr += text,
+    stdin,
+    signal: options.signal,
+  });
+  return { code, stdout, stderr };
+}
+
+/** Runs the command line in a child process. */
+async function spawnCli(...args: string[]): Promise<Ran> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", CLI, ...args],
+    stdin: "null",
+  }).output();
+  const text = new TextDecoder();
+  return { code: out.code, stdout: text.decode(out.stdout), stderr: text.decode(out.stderr) };
+}
+
+function assertUsageError(ran: Ran, pattern: RegExp): void {
+  assert.equal(ran.code, 2, ran.stderr);
+  assert.equal(ran.stdout, "");
+  assert.match(ran.stderr, /^error: [^\n]+\n$/);
+  assert.match(ran.stderr, pattern);
+}
+
+Deno.test("main() prints help for the program and every command", async (t) => {
+  await t.step("top level, listing the commands", async () => {
+    for (const flag of ["--help", "-h", "help"]) {
+      const ran = await run([flag]);
+      assert.equal(ran.code, 0);
+      assert.match(ran.stdout, /^Usage: hud <command> \[options\]/);
+      for (const name of ["serve", "tasks", "start", "grade", "eval"]) {
+        assert.match(ran.stdout, new RegExp(`^ {2}${name} +\\S`, "m"));
+      }
+    }
+  });
+  await t.step("each command", async () => {
+    for (const name of ["serve", "tasks", "start", "grade"]) {
+      for (const flag of ["--help", "-h"]) {
+        const ran = await run([name, flag]);
+        assert.equal(ran.code, 0);
+        assert.match(ran.stdout, new RegExp(`^Usage: hud ${name} `));
+        assert.match(ran.stdout, /-h, --help/);
+        assert.equal(ran.stderr, "");
+      }
+      assert.equal((await run(["help", name])).stdout, (await run([name, "--help"])).stdout);
+    }
+  });
+  await t.step("no command: usage on stderr, exit 2", async () => {
+    const ran = await run([]);
+    assert.equal(ran.code, 2);
+    assert.match(ran.stderr, /^Usage: hud/);
+  });
+});
+
+Deno.test("main() rejects bad usage with one line and exit code 2", async () => {
+  assertUsageError(await run(["frobnicate"]), /unknown command "frobnicate"/);
+  assertUsageError(await run(["--frob"]), /unknown option "--frob"/);
+  assertUsageError(await run(["tasks", "--frob"]), /unknown option "--frob" \(see "hud tasks/);
+  assertUsageError(await run(["serve"]), /missing FILE/);
+  assertUsageError(await run(["serve", BASIC, "--port"]), /option "--port" needs a value/);
+  assertUsageError(await run(["serve", BASIC, "--port", "http"]), /--port must be an integer/);
+  assertUsageError(await run(["serve", BASIC, "--port", "70000"]), /--port must be an integer/);
+  assertUsageError(await run(["serve", "a.ts", "b.ts"]), /unexpected argument "b.ts"/);
+  assertUsageError(await run(["start"]), /missing TASK/);
+  assertUsageError(await run(["start", "add", "--args", "{a:1}"]), /--args is not valid JSON/);
+  assertUsageError(await run(["start", "add", "--args", "[1]"]), /--args must be a JSON object/);
+  assertUsageError(
+    await run(["start", "add", "--url", "tcp://127.0.0.1:1", "--source", BASIC]),
+    /--url or --source, not both/,
+  );
+  assertUsageError(await run(["start", "add", "--answer", "3"]), /--answer needs --source/);
+  assertUsageError(await run(["start", "add", "--url", "http://x:1"]), /--url must be tcp:/);
+  assertUsageError(await run(["start", "add", "--json=yes"]), /"--json" does not take a value/);
+  assertUsageError(await run(["grade", "add"]), /missing --answer/);
+  assertUsageError(await run(["grade", "add", "--answer", "-3"]), /write --answer=VALUE/);
+  assertUsageError(await run(["tasks", BASIC, "--url", "tcp://a:1"]), /FILE or --url, not both/);
+});
+
+Deno.test("main() fails with exit code 1 and one message when a command fails", async () => {
+  const ran = await run(["tasks", MULTI]);
+  assert.equal(ran.code, 1);
+  assert.match(ran.stderr, /^error: Cannot load environment: .* exports several environments/);
+  const missing = await run(["tasks", "no/such/env.ts"]);
+  assert.equal(missing.code, 1);
+  assert.match(missing.stderr, /file "no\/such\/env.ts" not found/);
+});
+
+Deno.test("main() tasks lists a module's templates", async (t) => {
+  await t.step("as a table", async () => {
+    const ran = await run(["tasks", BASIC]);
+    assert.equal(ran.code, 0, ran.stderr);
+    assert.deepEqual(ran.stdout.split("\n"), [
+      "ID    ARGS                        DESCRIPTION",
+      "add   a: integer, b: integer = 2  Add two numbers",
+      "echo  ...",
+      "",
+    ]);
+  });
+  await t.step("as JSON, picking by --env", async () => {
+    const ran = await run(["tasks", MULTI, "--env", "beta-env", "--json"]);
+    assert.equal(ran.code, 0, ran.stderr);
+    const tasks = JSON.parse(ran.stdout);
+    assert.deepEqual(tasks.map((task: { id: string }) => task.id), ["beta-env_task"]);
+  });
+});
+
+Deno.test("main() start --source runs, reads the answer and grades in-process", async (t) => {
+  await t.step("answer from standard input", async () => {
+    const ran = await run(["start", "add", "--source", BASIC, "--args", '{"a":3}'], {
+      stdin: "5\nignored\n",
+    });
+    assert.equal(ran.code, 0, ran.stderr);
+    assert.equal(ran.stdout, 'What is 3 + 2?\n{"score":1}\n');
+  });
+  await t.step("answer from --answer, JSON output", async () => {
+    const ran = await run(["start", "echo", "--source", BASIC, "--answer", "hi", "--json"]);
+    assert.equal(ran.code, 0, ran.stderr);
+    const [prompt, grade] = ran.stdout.trim().split("\n").map((l) => JSON.parse(l));
+    assert.deepEqual(prompt, { prompt: "Say anything", args: {} });
+    assert.deepEqual(grade, { score: 0.5, content: "hi" });
+  });
+  await t.step("standard input ends without an answer", async () => {
+    const ran = await run(["start", "add", "--source", BASIC, "--args", '{"a":1}'], { stdin: "" });
+    assert.equal(ran.code, 1);
+    assert.match(ran.stderr, /^error: Cannot grade: standard input ended before an answer\n$/);
+  });
+  await t.step("arguments the template refuses", async () => {
+    const ran = await run(["start", "add", "--source", BASIC, "--args", '{"z":1}'], { stdin: "" });
+    assert.equal(ran.code, 1);
+    assert.match(ran.stderr, /unknown arguments "z"/);
+  });
+});
+
+Deno.test("main() serve runs until its signal aborts, and tasks reaches it by url", async () => {
+  const controller = new AbortController();
+  let announced = "";
+  const serving = run(["serve", BASIC, "--port", "0"], {
+    signal: controller.signal,
+    onStdout: (text) => announced += text,
+  });
+  try {
+    await waitFor(() => announced.includes("\n"), 10_000);
+    const port = /^HUD_SERVE_PORT=(\d+)\n$/.exec(announced)?.[1];
+    assert.ok(port, announced);
+    const ran = await run(["tasks", "--url", `tcp://127.0.0.1:${port}`, "--json"]);
+    assert.equal(ran.code, 0, ran.stderr);
+    assert.deepEqual(JSON.parse(ran.stdout).map((t: { id: string }) => t.id), ["add", "echo"]);
+  } finally {
+    controller.abort();
+  }
+  const served = await serving;
+  assert.equal(served.code, 0, served.stderr);
+  assert.match(served.stderr, /^Serving "fixture" 0.3.0 on tcp:\/\/127.0.0.1:\d+/);
+});
+
+Deno.test("cli.ts end to end in child processes: serve, tasks, start, then grade elsewhere", async (t) => {
+  // SubprocessRuntime runs "cli.ts serve" in a child of its own.
+  await using served = await new SubprocessRuntime(BASIC).place();
+  const url = served.url;
+
+  await t.step("tasks --url", async () => {
+    const ran = await spawnCli("tasks", "--url", url);
+    assert.equal(ran.code, 0, ran.stderr);
+    assert.match(ran.stdout, /^add {3}a: integer, b: integer = 2 {2}Add two numbers$/m);
+  });
+
+  await t.step("start in one process, grade its session from another", async () => {
+    const started = await spawnCli(
+      "start",
+      "add",
+      "--args",
+      '{"a":2,"b":3}',
+      "--url",
+      url,
+      "--json",
+    );
+    assert.equal(started.code, 0, started.stderr);
+    const frame = JSON.parse(started.stdout);
+    assert.equal(frame.prompt, "What is 2 + 3?");
+    assert.match(frame.session_id, /^sess-[0-9a-f]{8}$/);
+
+    const graded = await spawnCli(
+      "grade",
+      "add",
+      "--answer",
+      "5",
+      "--url",
+      url,
+      "--session",
+      frame.session_id,
+    );
+    assert.equal(graded.code, 0, graded.stderr);
+    assert.deepEqual(JSON.parse(graded.stdout), { score: 1 });
+
+    const again = await spawnCli("grade", "add", "--answer", "5", "--url", url);
+    assert.equal(again.code, 1);
+    assert.match(again.stderr, /^error: no task in progress\n$/);
+  });
+
+  await t.step(
+    "start prints the prompt and how to grade; grade adopts the lone parked task",
+    async () => {
+      const started = await spawnCli("start", "add", "--args", '{"a":40}', "--url", url);
+      assert.equal(started.code, 0, started.stderr);
+      assert.equal(started.stdout, "What is 40 + 2?\n");
+      assert.match(started.stderr, /Session sess-[0-9a-f]{8} holds the task/);
+      assert.match(started.stderr, /hud grade add --url tcp:\/\/127.0.0.1:\d+ --session sess-/);
+
+      const wrongTemplate = await spawnCli("grade", "nope", "--answer", "42", "--url", url);
+      assert.equal(wrongTemplate.code, 1);
+      assert.match(wrongTemplate.stderr, /unknown template "nope" \(available: "add", "echo"\)/);
+
+      const graded = await spawnCli("grade", "add", "--answer", "41", "--url", url);
+      assert.equal(graded.code, 0, graded.stderr);
+      assert.deepEqual(JSON.parse(graded.stdout), { score: 0 });
+    },
+  );
+
+  await t.step("an unknown session", async () => {
+    const ran = await spawnCli(
+      "grade",
+      "add",
+      "--answer",
+      "1",
+      "--url",
+      url,
+      "--session",
+      "sess-00000000",
+    );
+    assert.equal(ran.code, 1);
+    assert.match(ran.stderr, /unknown session: sess-00000000/);
+  });
+
+  await t.step("bad flags exit 2 from a real process", async () => {
+    const ran = await spawnCli("start", "add", "--url", url, "--args", "{nope");
+    assertUsageError(ran, /--args is not valid JSON/);
+    const help = await spawnCli("grade", "--help");
+    assert.equal(help.code, 0);
+    assert.match(help.stdout, /^Usage: hud grade TASK --answer TEXT/);
+  });
+});
+
+Deno.test("main() eval runs an external agent, streams results and resumes", async (t) => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const rows = `${dir}/rows.jsonl`;
+    await Deno.writeTextFile(
+      rows,
+      [{ a: 1, b: 2 }, { a: 2, b: 2 }, { a: 5, b: 5 }]
+        .map(({ a, b }) =>
+          JSON.stringify({ env: "fixture", id: "add", args: { a, b }, slug: `add-${a}-${b}` })
+        )
+        .join("\n") + "\n",
+    );
+    const out = `${dir}/results.jsonl`;
+    // The agent reads the prompt "What is A + B?" on stdin and computes it.
+    const agent = `read -r q; set -- $q; echo $(( $3 + \${5%?} ))`;
+    await t.step("every row graded, a table per task, results streamed", async () => {
+      const ran = await run([
+        "eval",
+        BASIC,
+        "--agent",
+        agent,
+        "--tasks",
+        rows,
+        "--group",
+        "2",
+        "--out",
+        out,
+      ]);
+      assert.equal(ran.code, 0, ran.stderr);
+      assert.match(ran.stdout, /^task +runs +graded +errored +mean reward +failures$/m);
+      assert.match(ran.stdout, /^add-5-5 +2 +2 +0 +1\.000 +-$/m);
+      assert.match(ran.stdout, /mean reward 1\.000 over 6 graded runs, 0 errored/);
+      assert.match(ran.stderr, /add-1-2: 1 +\(done \d\/6/);
+      const lines = (await Deno.readTextFile(out)).trim().split("\n");
+      assert.equal(lines.length, 6);
+    });
+    await t.step("--resume keeps graded rollouts and runs nothing again", async () => {
+      const ran = await run([
+        "eval",
+        BASIC,
+        "--agent",
+        "exit 9",
+        "--tasks",
+        rows,
+        "--group",
+        "2",
+        "--out",
+        out,
+        "--resume",
+      ]);
+      assert.equal(ran.code, 0, ran.stderr);
+      assert.match(ran.stdout, /mean reward 1\.000 over 6 graded runs, 0 errored/);
+    });
+    await t.step("a failing agent is recorded and what it wrote is still graded", async () => {
+      const ran = await run([
+        "eval",
+        BASIC,
+        "--agent",
+        "exit 3",
+        "--tasks",
+        rows,
+        "--timeout",
+        "30",
+      ]);
+      assert.equal(ran.code, 0, "a failing agent is still graded");
+      assert.match(ran.stdout, /mean reward 0\.000 over 3 graded runs/);
+    });
+    await t.step("bad flags are usage errors", async () => {
+      assertUsageError(await run(["eval", BASIC]), /missing --agent/);
+      assertUsageError(await run(["eval", BASIC, "--agent", "x", "--group", "0"]), /--group/);
+      assertUsageError(
+        await run(["eval", BASIC, "--agent", "x", "--resume"]),
+        /--resume needs --out/,
+      );
+      assertUsageError(
+        await run(["eval", BASIC, "--agent", "x", "--bogus"]),
+        /unknown option "--bogus"/,
+      );
+    });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

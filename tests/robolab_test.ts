@@ -1,0 +1,44 @@
+import assert from "node:assert/strict";
+import { CommandAgent, Taskset } from "../mod.ts";
+import { fixBug, scriptedAgent, tasks } from "../examples/robolab.ts";
+
+const example = new URL("../examples/robolab.ts", import.meta.url).pathname;
+
+Deno.test("examples/robolab.ts runs to completion with every task graded", async () => {
+  const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", example],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const out = new TextDecoder().decode(stdout);
+  assert.equal(code, 0, out + new TextDecoder().decode(stderr));
+  const rows = out.split("\n").filter((l) => l.startsWith("fix_bug-") && /completed$/.test(l));
+  assert.equal(rows.length, 6, out);
+  assert.match(out, /mean reward 0\.500 over 6 graded runs, 0 errored/);
+});
+
+Deno.test("robolab: the scripted agent fixes what it knows, over SSH", async () => {
+  const job = await new Taskset(tasks).run(scriptedAgent, { maxConcurrent: 3 });
+  const byDifficulty = job.runs.map((r) => [r.task.args.difficulty, r.reward]);
+  assert.deepEqual(byDifficulty, [[1, 1], [1, 1], [2, 0.5], [2, 0.5], [3, 0], [3, 0]]);
+  const fix = job.liveRuns[0]!.trace.steps.find((s) => s.type === "evaluate");
+  assert.deepEqual((fix!.content as { subscores: unknown }).subscores, { check: 1, answer: 1 });
+});
+
+Deno.test("robolab: an external agent using OpenSSH's ssh through the forwarder", {
+  ignore: !(await Deno.stat("/usr/bin/ssh").then(() => true, () => false)),
+}, async () => {
+  // The agent reads its capability from the environment variables of the
+  // command agent contract and fixes the off-by-one with sed, over ssh.
+  const script = [
+    'url="$HUD_CAP_SHELL_URL"; port="${url##*:}"',
+    'dir=$(printf %s "$HUD_BINDINGS" | sed -E \'s/.*"cwd":"([^"]+)".*/\\1/\')',
+    'ssh -q -i "$HUD_CAP_SHELL_KEY_FILE" -p "$port" -o BatchMode=yes -o StrictHostKeyChecking=no \\',
+    '  -o UserKnownHostsFile=/dev/null "$HUD_CAP_SHELL_USER@127.0.0.1" \\',
+    "  \"cd $dir && sed -i 's/-lt/-le/' count.sh && ./check.sh && ./count.sh 7 | tail -n 1\"",
+  ].join("\n");
+  const job = await new Taskset([fixBug({ difficulty: 1, seed: 1 })]).run(new CommandAgent(script));
+  const record = job.runs[0];
+  assert.equal(record.failed_phase, null, JSON.stringify(record.trace.errors));
+  assert.equal(record.reward, 1);
+});
