@@ -1,7 +1,5 @@
 // Newline-delimited JSON framing: a bounded line reader and frame encoding.
 
-import { writeAll } from "./_io.ts";
-
 // Small to start with: a server holds one reader per session, and at 64 KiB
 // each, 10,000 held sessions needed 650 MiB. Long frames grow the buffer.
 const INITIAL_BUFFER = 4 * 1024;
@@ -102,37 +100,6 @@ const encoder = new TextEncoder();
 /** Compact JSON plus `\n`, as bytes: one write per frame. */
 export function encodeFrame(value: unknown): Uint8Array {
   return encoder.encode(JSON.stringify(value) + "\n");
-}
-
-// Frames are encoded into pooled buffers rather than a fresh ArrayBuffer per
-// frame: allocating (and later collecting) one per reply showed up as the
-// largest per-request cost after the syscalls. A buffer is in the pool only
-// while no write holds it, so connections never share one in flight.
-const POOLED_FRAME_BYTES = 16 * 1024;
-const POOL_LIMIT = 64;
-const framePool: Uint8Array[] = [];
-
-/**
- * Writes `value` as one compact JSON line with a single complete write.
- * Small frames reuse pooled buffers; larger ones get their own.
- */
-export async function writeFrame(
-  w: { write(p: Uint8Array): Promise<number> },
-  value: unknown,
-): Promise<void> {
-  const text = JSON.stringify(value);
-  // UTF-8 needs at most 3 bytes per UTF-16 code unit.
-  if (text.length * 3 + 1 > POOLED_FRAME_BYTES) {
-    return await writeAll(w, encoder.encode(text + "\n"));
-  }
-  const buf = framePool.pop() ?? new Uint8Array(POOLED_FRAME_BYTES);
-  try {
-    const { written } = encoder.encodeInto(text, buf);
-    buf[written] = NEWLINE;
-    await writeAll(w, buf.subarray(0, written + 1));
-  } finally {
-    if (framePool.length < POOL_LIMIT) framePool.push(buf);
-  }
 }
 
 const decoder = new TextDecoder("utf-8", { fatal: true });

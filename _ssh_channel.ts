@@ -92,9 +92,10 @@ export class Channel {
 
   /**
    * Sends data (ext 1: stderr), waiting for window as needed. Resolves once
-   * all but the last few packets have reached the socket.
+   * all but the last few packets have reached the socket. `owned` data is
+   * never changed afterwards, so packets may point into it instead of copying.
    */
-  async write(data: Uint8Array, ext = 0): Promise<void> {
+  async write(data: Uint8Array, ext = 0, owned = false): Promise<void> {
     let off = 0;
     while (off < data.length) {
       if (this.#sentEof || this.isClosing || this.#transport.isClosed) {
@@ -105,17 +106,17 @@ export class Channel {
         continue;
       }
       const n = Math.min(data.length - off, this.#remoteWindow, this.#remoteMax);
-      const head = ext === 0 ? 9 : 13;
-      const pkt = new Uint8Array(head + n);
-      const view = new DataView(pkt.buffer);
-      pkt[0] = ext === 0 ? MSG.CHANNEL_DATA : MSG.CHANNEL_EXTENDED_DATA;
+      const head = new Uint8Array(ext === 0 ? 9 : 13);
+      const view = new DataView(head.buffer);
+      head[0] = ext === 0 ? MSG.CHANNEL_DATA : MSG.CHANNEL_EXTENDED_DATA;
       view.setUint32(1, this.remoteId);
       if (ext !== 0) view.setUint32(5, ext);
-      view.setUint32(head - 4, n);
-      pkt.set(data.subarray(off, off + n), head);
+      view.setUint32(head.length - 4, n);
+      // Data we own is not touched again, so the packet can point into it.
+      const body = owned ? data.subarray(off, off + n) : data.slice(off, off + n);
       this.#remoteWindow -= n;
       off += n;
-      this.#inflight.push(this.#transport.send(pkt));
+      this.#inflight.push(this.#transport.send([head, body]));
       if (this.#inflight.length > MAX_INFLIGHT) await this.#inflight.shift();
     }
   }

@@ -176,6 +176,13 @@ function incrementGcmIv(iv: Uint8Array): void {
   }
 }
 
+/** A packet payload, whole or as a head and a body (saving a copy of the body). */
+export type Payload = Uint8Array | readonly [Uint8Array, Uint8Array];
+
+function payloadLength(p: Payload): number {
+  return p instanceof Uint8Array ? p.length : p[0].length + p[1].length;
+}
+
 /** Turns payloads into wire packets for one direction. */
 export class PacketSealer {
   #mode: Mode;
@@ -213,7 +220,7 @@ export class PacketSealer {
   }
 
   /** Seals payloads into one buffer of consecutive packets. */
-  async seal(payloads: readonly Uint8Array[]): Promise<Uint8Array> {
+  async seal(payloads: readonly Payload[]): Promise<Uint8Array> {
     const mode = this.#mode;
     const block = mode.kind === "plain" ? 8 : 16;
     const lenOutside = mode.kind === "etm" || mode.kind === "gcm";
@@ -221,10 +228,11 @@ export class PacketSealer {
     let total = 4;
     let streamBytes = 0;
     for (let i = 0; i < payloads.length; i++) {
-      const base = (lenOutside ? 1 : 5) + payloads[i].length;
+      const size = payloadLength(payloads[i]);
+      const base = (lenOutside ? 1 : 5) + size;
       let pad = block - (base % block);
       if (pad < 4) pad += block;
-      const packetLen = 1 + payloads[i].length + pad;
+      const packetLen = 1 + size + pad;
       sizes[i] = packetLen;
       total += 4 + packetLen + mode.macLen;
       streamBytes += lenOutside ? packetLen : 4 + packetLen;
@@ -241,11 +249,19 @@ export class PacketSealer {
     for (let i = 0; i < payloads.length; i++) {
       const payload = payloads[i];
       const packetLen = sizes[i];
-      const pad = packetLen - 1 - payload.length;
+      let size: number;
+      if (payload instanceof Uint8Array) {
+        out.set(payload, off + 5);
+        size = payload.length;
+      } else {
+        out.set(payload[0], off + 5);
+        out.set(payload[1], off + 5 + payload[0].length);
+        size = payload[0].length + payload[1].length;
+      }
+      const pad = packetLen - 1 - size;
       view.setUint32(off, packetLen);
       out[off + 4] = pad;
-      out.set(payload, off + 5);
-      out.set(random.subarray(0, pad), off + 5 + payload.length);
+      out.set(random.subarray(0, pad), off + 5 + size);
       const end = off + 4 + packetLen;
       switch (mode.kind) {
         case "ctr":

@@ -11,6 +11,7 @@ import {
   MACS,
   PacketOpener,
   PacketSealer,
+  type Payload,
 } from "./_ssh_cipher.ts";
 import { ED25519, type Ed25519Signer, parsePublicBlob, verifyEd25519 } from "./_ssh_keys.ts";
 import { bs, concat, SshReader, SshWireError, SshWriter, utf8 } from "./_ssh_wire.ts";
@@ -176,9 +177,9 @@ export class SshTransport {
   #peerExtInfo = false;
   #peerStrict = false;
   // Outgoing.
-  #queue: (Uint8Array | KeySwitch)[] = [];
+  #queue: (Payload | KeySwitch)[] = [];
   #batch = deferred();
-  #held: Uint8Array[] = [];
+  #held: Payload[] = [];
   #heldBatch = deferred();
   #writing = false;
   #writeIdle: Promise<void> = Promise.resolve();
@@ -268,7 +269,7 @@ export class SshTransport {
   // ---- sending ----
 
   /** Sends an upper-layer packet; held while keys are being exchanged. */
-  send(payload: Uint8Array): Promise<void> {
+  send(payload: Payload): Promise<void> {
     if (this.#isClosed) return Promise.reject(new SshError("Cannot send: connection closed"));
     if (this.#kex !== null && !this.#kex.sentNewKeys) {
       this.#held.push(payload);
@@ -282,7 +283,7 @@ export class SshTransport {
     this.send(payload).catch(() => {});
   }
 
-  #enqueue(item: Uint8Array | KeySwitch): Promise<void> {
+  #enqueue(item: Payload | KeySwitch): Promise<void> {
     this.#queue.push(item);
     const p = this.#batch.promise;
     if (!this.#writing) {
@@ -313,7 +314,7 @@ export class SshTransport {
         current = this.#batch;
         this.#queue = [];
         this.#batch = deferred();
-        let payloads: Uint8Array[] = [];
+        let payloads: Payload[] = [];
         const flush = async () => {
           if (payloads.length === 0) return;
           const wire = await this.#sealer.seal(payloads);

@@ -25,9 +25,10 @@
  */
 
 import { Capability } from "./capability.ts";
+import { type SshBindingOptions, SshClient } from "./ssh.ts";
 import type { GradeFrame, PromptFrame, TaskEntry } from "./env.ts";
 import { ConnectionClosedError, ErrorCode, HudProtocolError, NotReadyError } from "./errors.ts";
-import { encodeFrame, LineReader, parseLine, writeFrame } from "./_framing.ts";
+import { encodeFrame, LineReader, parseLine } from "./_framing.ts";
 import { closeQuietly, isPeerGone, pump, writeAll } from "./_io.ts";
 import { abortable, Deadline, delay } from "./_async.ts";
 
@@ -156,7 +157,7 @@ async function roundTrip(
   method: string,
   params: Record<string, unknown>,
 ): Promise<Record<string, unknown>> {
-  await writeFrame(channel.conn, { jsonrpc: "2.0", id, method, params });
+  await writeAll(channel.conn, encodeFrame({ jsonrpc: "2.0", id, method, params }));
   const frame = await channel.reader.read();
   if (frame === null) {
     throw new ConnectionClosedError(`Connection closed before the reply to "${method}"`);
@@ -488,6 +489,24 @@ export class HudClient implements AsyncDisposable {
       );
     }
     return this.#local(matches[0]);
+  }
+
+  /**
+   * An SSH client for an `ssh/2` binding, connected (lazily) through its
+   * local forwarder, that checks the server's host key against the
+   * binding's `host_pubkey` and logs in with its `client_key`.
+   * @param ref a name, protocol or family, as for {@linkcode HudClient.binding}
+   * @throws {RangeError} when the ref matches nothing or several bindings
+   * @throws {TypeError} when the binding is not `ssh/2` or has no key to log in with
+   */
+  open(ref = "shell", options: SshBindingOptions = {}): SshClient {
+    const capability = this.binding(ref);
+    if (capability.family !== "ssh") {
+      throw new TypeError(
+        `Cannot open binding "${capability.name}": expected an ssh binding, got "${capability.protocol}"`,
+      );
+    }
+    return SshClient.fromBinding(capability, options);
   }
 
   /**

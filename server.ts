@@ -24,8 +24,8 @@
 import { type Capability, parseHostPort } from "./capability.ts";
 import type { ActiveTask, Environment } from "./env.ts";
 import { ErrorCode, HudProtocolError } from "./errors.ts";
-import { LineReader, parseLine, writeFrame } from "./_framing.ts";
-import { closeQuietly, isPeerGone, splice } from "./_io.ts";
+import { encodeFrame, LineReader, parseLine } from "./_framing.ts";
+import { closeQuietly, isPeerGone, splice, writeAll } from "./_io.ts";
 
 /** Default largest accepted frame: 16 MiB. */
 export const DEFAULT_MAX_FRAME_BYTES: number = 16 * 1024 * 1024;
@@ -329,7 +329,7 @@ class ControlServer implements HudServer {
     const frame = "result" in reply
       ? { jsonrpc: "2.0", id, result: reply.result }
       : { jsonrpc: "2.0", id, error: { code: reply.error.code, message: reply.error.message } };
-    await writeFrame(conn, frame);
+    await writeAll(conn, encodeFrame(frame));
   }
 
   async #dispatch(

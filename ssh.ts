@@ -3,6 +3,13 @@
  * formats, and {@linkcode SshClient}, a client that verifies the server's
  * host key and runs commands. The server is in `ssh_server.ts`.
  *
+ * Both ends speak what OpenSSH 9 speaks, checked against its `ssh` and
+ * `sshd`: key exchange `curve25519-sha256` (and `@libssh.org`) with strict
+ * key exchange (`kex-strict-*-v00@openssh.com`), host keys and user keys
+ * `ssh-ed25519`, ciphers `aes128-gcm@openssh.com`, `aes256-gcm@openssh.com`,
+ * `aes128-ctr` and `aes256-ctr`, MACs `hmac-sha2-256-etm@openssh.com` and
+ * `hmac-sha2-256`, `ext-info` with `server-sig-algs`, rekeying either way.
+ *
  * @module
  */
 
@@ -134,8 +141,13 @@ export interface SshClientOptions {
   user?: string;
   /** The server's host key, `ssh-ed25519 AAAA...`; any other key is refused. */
   hostPubkey: string;
-  /** Our key: an unencrypted OpenSSH Ed25519 private key. */
-  privateKey: string;
+  /**
+   * Our key: an unencrypted OpenSSH Ed25519 private key. Either this or
+   * `privateKeyPath` is required.
+   */
+  privateKey?: string;
+  /** A file holding `privateKey`, read when connecting. */
+  privateKeyPath?: string;
   /** Aborts connecting (and later reconnecting). */
   signal?: AbortSignal;
   /**
@@ -359,11 +371,16 @@ export class SshClient {
       throw new TypeError("Cannot create SSH client: expected an options object");
     }
     parsePublicKey(options.hostPubkey);
-    if (typeof options.privateKey === "string") parsePrivateKey(options.privateKey);
+    const { privateKey, privateKeyPath } = options;
+    if (typeof privateKey === "string") {
+      parsePrivateKey(privateKey);
+      this.#keyText = () => Promise.resolve(privateKey);
+    } else if (typeof privateKeyPath === "string" && privateKeyPath !== "") {
+      this.#keyText = () => Deno.readTextFile(privateKeyPath);
+    } else {
+      throw new TypeError("Cannot create SSH client: privateKey or privateKeyPath is required");
+    }
     this.#options = { ...options };
-    const key = options.privateKey;
-    this.#keyText = (options as { keyText?: () => Promise<string> }).keyText ??
-      (() => Promise.resolve(key));
   }
 
   /**
@@ -405,33 +422,24 @@ export class SshClient {
         `Cannot create SSH client: binding "${capability.name}" has no host_pubkey`,
       );
     }
-    let keyText: () => Promise<string>;
-    if (options.privateKey !== undefined) {
-      const k = options.privateKey;
-      keyText = () => Promise.resolve(k);
-    } else if (typeof p.client_key === "string") {
-      const k = p.client_key;
-      keyText = () => Promise.resolve(k);
-    } else if (typeof p.client_key_path === "string") {
-      const path = p.client_key_path;
-      keyText = () => Deno.readTextFile(path);
-    } else {
+    const privateKey = options.privateKey ??
+      (typeof p.client_key === "string" ? p.client_key : undefined);
+    const privateKeyPath = typeof p.client_key_path === "string" ? p.client_key_path : undefined;
+    if (privateKey === undefined && privateKeyPath === undefined) {
       throw new TypeError(
         `Cannot create SSH client: binding "${capability.name}" has no client_key or client_key_path`,
       );
     }
-    const init: SshClientOptions & { keyText: () => Promise<string> } = {
+    return new SshClient({
       hostname: hp.hostname,
       port: hp.port ?? 22,
       user: typeof p.user === "string" ? p.user : "agent",
       hostPubkey,
-      privateKey: options.privateKey ?? (typeof p.client_key === "string" ? p.client_key : ""),
+      privateKey,
+      privateKeyPath,
       signal: options.signal,
       connectTimeout: options.connectTimeout,
-      keyText,
-    };
-    if (init.privateKey === "") (init as { privateKey?: string }).privateKey = undefined;
-    return new SshClient(init as SshClientOptions);
+    });
   }
 
   /** Whether a connection is up right now. */

@@ -248,6 +248,7 @@ class Session {
     }
     this.#stdin = this.#proc.stdin.getWriter();
     this.#done = this.#run(this.#proc);
+    this.#pumpStdin(); // closes stdin at once if EOF came first
     return true;
   }
 
@@ -281,7 +282,7 @@ class Session {
         if (done) return;
         if (this.#channel.isClosing) continue; // drain so the pipe closes
         try {
-          await this.#channel.write(value, ext);
+          await this.#channel.write(value, ext, true);
         } catch {
           // Channel gone: keep draining, the process is being killed.
         }

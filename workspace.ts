@@ -11,6 +11,7 @@ import { Capability } from "./capability.ts";
 import type { Environment } from "./env.ts";
 import { generateSshKeyPair } from "./ssh.ts";
 import { type SshServer, startSshServer } from "./ssh_server.ts";
+import { type FileTracker, startFileTracker } from "./filetracking.ts";
 
 /** Options for {@linkcode addWorkspace}. */
 export interface WorkspaceOptions {
@@ -47,9 +48,10 @@ export interface WorkspaceOptions {
    */
   writeKeyFile?: boolean;
   /**
-   * Track file changes under the root (reserved: the file tracker is wired
-   * separately and this flag is not read yet).
-   * @default false
+   * Also serve a `filetracking/1` tracker of the root on 127.0.0.1 and
+   * publish it as the `filetracking` capability, so that rollouts record
+   * what the agent changed as unified diffs in their traces.
+   * @default true
    */
   trackFiles?: boolean;
   /**
@@ -107,6 +109,7 @@ export function addWorkspace(
   const cwd = absolute(root);
   let server: SshServer | null = null;
   let keyDir: string | null = null;
+  let tracker: FileTracker | null = null;
 
   env.initialize(async () => {
     const info = await Deno.stat(cwd).catch(() => null);
@@ -143,15 +146,25 @@ export function addWorkspace(
       cwd,
       isolation: "none",
     }));
+    if (options.trackFiles ?? true) {
+      tracker = await startFileTracker(cwd, { onError: options.onError });
+      env.addCapability(tracker.capability());
+    }
   });
 
   env.shutdown(async () => {
     const s = server;
     const dir = keyDir;
+    const t = tracker;
     server = null;
     keyDir = null;
+    tracker = null;
     if (s !== null) env.removeCapability(name);
     try {
+      if (t !== null) {
+        env.removeCapability(t.capability().name);
+        await t.shutdown();
+      }
       if (s !== null) await s.shutdown();
     } finally {
       if (dir !== null) await Deno.remove(dir, { recursive: true }).catch(() => {});

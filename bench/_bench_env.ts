@@ -1,7 +1,8 @@
 // The environment the benchmark drives: one trivial template, plus an
 // `echo` capability when ECHO_PORT is set (for the tunnel figure).
 
-import { Capability, Environment } from "../mod.ts";
+import { Capability } from "../capability.ts";
+import { Environment } from "../env.ts";
 
 /** The benchmark environment. */
 export const env = new Environment("bench");

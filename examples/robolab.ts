@@ -25,7 +25,6 @@ import {
   integer,
   type JobProgress,
   type Run,
-  SshClient,
   type TaskRow,
   Taskset,
 } from "../mod.ts";
@@ -192,7 +191,7 @@ const REPAIRS: [RegExp, string][] = [
  * knows, runs the check, and answers with the output of the asked command.
  */
 export const scriptedAgent: Agent = functionAgent(async (prompt, run: Run, { signal }) => {
-  await using shell = SshClient.fromBinding(run.client.binding("shell"), { signal });
+  await using shell = run.client.open("shell", { signal });
   const cwd = (run.bindings.shell as { cwd: string }).cwd;
   for (const entry of await shell.listDir(cwd, { signal })) {
     if (!entry.isFile || !entry.name.endsWith(".sh") || entry.name === "check.sh") continue;

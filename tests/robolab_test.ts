@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { CommandAgent, Taskset } from "../mod.ts";
+import { CommandAgent, type FileDiff, Taskset } from "../mod.ts";
 import { fixBug, scriptedAgent, tasks } from "../examples/robolab.ts";
 
 const example = new URL("../examples/robolab.ts", import.meta.url).pathname;
@@ -21,8 +21,25 @@ Deno.test("robolab: the scripted agent fixes what it knows, over SSH", async () 
   const job = await new Taskset(tasks).run(scriptedAgent, { maxConcurrent: 3 });
   const byDifficulty = job.runs.map((r) => [r.task.args.difficulty, r.reward]);
   assert.deepEqual(byDifficulty, [[1, 1], [1, 1], [2, 0.5], [2, 0.5], [3, 0], [3, 0]]);
-  const fix = job.liveRuns[0]!.trace.steps.find((s) => s.type === "evaluate");
+  const steps = job.liveRuns[0]!.trace.steps;
+  const fix = steps.find((s) => s.type === "evaluate");
   assert.deepEqual((fix!.content as { subscores: unknown }).subscores, { check: 1, answer: 1 });
+});
+
+Deno.test("robolab: the trace shows the agent's fix as a unified diff", async () => {
+  // One rollout alone: the workspace has one tracker, so rollouts running
+  // side by side would each see the others' changes too.
+  const job = await new Taskset([fixBug({ difficulty: 1, seed: 2 })]).run(scriptedAgent);
+  const steps = job.liveRuns[0]!.trace.steps;
+  assert.equal(job.runs[0].reward, 1);
+  const patches = steps.filter((s) =>
+    s.type === "filetracking.diff" || s.type === "filetracking.flush"
+  )
+    .flatMap((s) => (s.content as FileDiff).patches);
+  const count = patches.find((p) => p.path.endsWith("/count.sh"))!;
+  assert.equal(count.status, "modified");
+  assert.match(count.patch, /^-while \[ "\$i" -lt "\$n" \]; do$/m);
+  assert.match(count.patch, /^\+while \[ "\$i" -le "\$n" \]; do$/m);
 });
 
 Deno.test("robolab: an external agent using OpenSSH's ssh through the forwarder", {

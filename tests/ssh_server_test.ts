@@ -424,6 +424,7 @@ Deno.test("startSshServer() ends only the connection that sends bad input", asyn
       const junk = Uint8Array.from({ length: 64 + i * 16 }, random);
       await conn.write(new TextEncoder().encode("SSH-2.0-fuzz\r\n"));
       await conn.write(junk).catch(() => {});
+      await conn.closeWrite().catch(() => {});
       await drainToEof(conn);
       conn.close();
     }));
@@ -467,4 +468,19 @@ Deno.test("SshClient.connect() honours an aborted signal", async () => {
     SshClient.connect({ ...f.options(), signal: AbortSignal.abort() }),
     (e: Error) => e.name === "AbortError",
   );
+});
+
+Deno.test("SshClient gives up after three connection attempts", async () => {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = listener.addr.port;
+  listener.close(); // nothing listens there now
+  const host = await generateSshKeyPair();
+  const key = await generateSshKeyPair();
+  const started = Date.now();
+  await assert.rejects(
+    SshClient.connect({ port, hostPubkey: host.publicKey, privateKey: key.privateKey }),
+    (e: Error) => e instanceof SshError && /three times/.test(e.message),
+  );
+  // Two backoff pauses (100 ms and 400 ms) lie between the three tries.
+  assert.ok(Date.now() - started >= 500);
 });
