@@ -28,7 +28,7 @@ import { Capability } from "./capability.ts";
 import { type SshBindingOptions, SshClient } from "./ssh.ts";
 import type { GradeFrame, PromptFrame, TaskEntry } from "./env.ts";
 import { ConnectionClosedError, ErrorCode, HudProtocolError, NotReadyError } from "./errors.ts";
-import { encodeFrame, LineReader, parseLine } from "./_framing.ts";
+import { encodeFrame, LineReader, parseLine, replyResult } from "./_framing.ts";
 import { closeQuietly, isPeerGone, pump, writeAll } from "./_io.ts";
 import { abortable, Deadline, delay } from "./_async.ts";
 
@@ -177,25 +177,7 @@ async function roundTrip(
       `invalid reply to "${method}": ${(err as Error).message}`,
     );
   }
-  if (!isRecord(reply) || reply.id !== id) {
-    throw new HudProtocolError(
-      ErrorCode.INTERNAL_ERROR,
-      `reply id mismatch for "${method}": expected ${id}, got ${
-        JSON.stringify(isRecord(reply) ? reply.id : reply)
-      }`,
-    );
-  }
-  if (isRecord(reply.error)) {
-    const code = typeof reply.error.code === "number" ? reply.error.code : ErrorCode.SERVER_ERROR;
-    throw new HudProtocolError(code, String(reply.error.message ?? "unknown error"));
-  }
-  if (!isRecord(reply.result)) {
-    throw new HudProtocolError(
-      ErrorCode.INTERNAL_ERROR,
-      `reply to "${method}" has no result object`,
-    );
-  }
-  return reply.result;
+  return replyResult(reply, id, method);
 }
 
 /**

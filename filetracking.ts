@@ -12,7 +12,7 @@
 
 import { Capability, parseHostPort } from "./capability.ts";
 import { ConnectionClosedError, ErrorCode, HudProtocolError } from "./errors.ts";
-import { encodeFrame, LineReader, type LineResult, parseLine } from "./_framing.ts";
+import { encodeFrame, LineReader, type LineResult, parseLine, replyResult } from "./_framing.ts";
 import { closeQuietly, isPeerGone, writeAll } from "./_io.ts";
 import { abortable, Deadline, delay } from "./_async.ts";
 import {
@@ -512,24 +512,13 @@ export class FileTrackerClient implements AsyncDisposable {
         { cause: err },
       );
     }
-    if (!isRecord(reply) || reply.id !== id) {
-      this.close();
-      throw new HudProtocolError(
-        ErrorCode.INTERNAL_ERROR,
-        `Cannot call "${method}": reply id does not match request id ${id}`,
-      );
+    try {
+      return replyResult(reply, id, method) as T;
+    } catch (err) {
+      // An error reply leaves the connection usable; a mismatched one does not.
+      if (err instanceof HudProtocolError && err.code === ErrorCode.INTERNAL_ERROR) this.close();
+      throw err;
     }
-    if (isRecord(reply.error)) {
-      const code = typeof reply.error.code === "number" ? reply.error.code : ErrorCode.SERVER_ERROR;
-      throw new HudProtocolError(code, String(reply.error.message ?? "unknown error"));
-    }
-    if (!isRecord(reply.result)) {
-      throw new HudProtocolError(
-        ErrorCode.INTERNAL_ERROR,
-        `Cannot call "${method}": reply has no result object`,
-      );
-    }
-    return reply.result as T;
   }
 }
 

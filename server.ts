@@ -152,6 +152,8 @@ class ControlServer implements HudServer {
   readonly #parkedTtl: number;
   readonly #onError: (error: unknown) => void;
   readonly #sessions = new Map<string, Session>();
+  /** Sessions holding a task with no live connection, for O(1) adoption. */
+  readonly #parked = new Set<Session>();
   readonly #conns = new Set<Deno.Conn>();
   readonly #handlers = new Set<Promise<void>>();
   readonly #finished: PromiseWithResolvers<void> = Promise.withResolvers();
@@ -207,6 +209,7 @@ class ControlServer implements HudServer {
       if (session.task) tasks.push(session.task.cancel());
     }
     this.#sessions.clear();
+    this.#parked.clear();
     await Promise.allSettled(tasks);
     this.#finished.resolve();
   }
@@ -315,9 +318,11 @@ class ControlServer implements HudServer {
 
   #park(session: Session): void {
     clearTimeout(session.expiry);
+    this.#parked.add(session);
     session.expiry = setTimeout(() => {
       if (session.conn !== null || this.#sessions.get(session.id) !== session) return;
       this.#sessions.delete(session.id);
+      this.#parked.delete(session);
       const task = session.task;
       session.task = null;
       void task?.cancel();
@@ -422,6 +427,7 @@ class ControlServer implements HudServer {
     // (parked when it holds a task, forgotten otherwise).
     clearTimeout(target.expiry);
     target.expiry = undefined;
+    this.#parked.delete(target);
     target.conn = session.conn;
     this.#release(session);
     switchTo(target);
@@ -462,22 +468,21 @@ class ControlServer implements HudServer {
     let task = session.task;
     session.task = null;
     if (task === null) {
-      const parked = [...this.#sessions.values()].filter((s) => s.conn === null && s.task !== null);
-      if (parked.length === 0) {
+      if (this.#parked.size === 0) {
         throw new HudProtocolError(ErrorCode.INVALID_REQUEST, "no task in progress");
       }
-      if (parked.length > 1) {
+      if (this.#parked.size > 1) {
+        const ids = [...this.#parked].map((s) => s.id).join(", ");
         throw new HudProtocolError(
           ErrorCode.INVALID_REQUEST,
-          `several parked sessions hold a task (${
-            parked.map((s) => s.id).join(", ")
-          }); resume one with hello {"session_id": ...} before grading`,
+          `several parked sessions hold a task (${ids}); resume one with hello {"session_id": ...} before grading`,
         );
       }
-      const owner = parked[0];
+      const owner: Session = this.#parked.values().next().value!;
       task = owner.task!;
       owner.task = null;
       clearTimeout(owner.expiry);
+      this.#parked.delete(owner);
       this.#sessions.delete(owner.id);
     }
     return await task.grade(params.answer);
