@@ -31,9 +31,17 @@ import { ConnectionClosedError, ErrorCode, HudProtocolError, NotReadyError } fro
 import { encodeFrame, LineReader, parseLine, replyResult } from "./_framing.ts";
 import { closeQuietly, isPeerGone, pump, writeAll } from "./_io.ts";
 import { abortable, Deadline, delay } from "./_async.ts";
+import type { Placement } from "./runtime.ts";
 
-/** Where an environment is served: a `tcp://host:port` url, or anything with a `url`. */
-export type ConnectTarget = string | { readonly url: string };
+/**
+ * Where an environment is served: a `tcp://host:port` url, anything with a
+ * `url` (a placement, a {@linkcode Runtime}), or a runtime provider to place
+ * (such as a `LocalRuntime`), released again when the client closes.
+ */
+export type ConnectTarget =
+  | string
+  | { readonly url: string }
+  | { place(options?: { signal?: AbortSignal }): Promise<Placement> };
 
 /** Options for {@linkcode connect}. */
 export interface ConnectOptions {
@@ -194,7 +202,18 @@ export async function connect(
   target: ConnectTarget,
   options: ConnectOptions = {},
 ): Promise<HudClient> {
-  const url = typeof target === "string" ? target : target?.url;
+  if (typeof target === "object" && target !== null && !("url" in target) && "place" in target) {
+    const placement = await target.place({ signal: options.signal });
+    try {
+      const client = await connect(placement, options);
+      client._releaseOnClose(placement);
+      return client;
+    } catch (err) {
+      await placement[Symbol.asyncDispose]();
+      throw err;
+    }
+  }
+  const url = typeof target === "string" ? target : (target as { url: string })?.url;
   const addr = parseControlUrl(url);
   const readyTimeout = options.readyTimeout ?? 240_000;
   const interval = options.retryInterval ?? 500;
@@ -389,6 +408,7 @@ export class HudClient implements AsyncDisposable {
   #closed: Promise<void> | null = null;
   #heartbeat: ReturnType<typeof setTimeout> | undefined;
   #heartbeatStopped = false;
+  #placement: AsyncDisposable | null = null;
 
   /** @internal Use {@linkcode connect}. */
   constructor(channel: Channel, url: string, manifest: Manifest, options: ConnectOptions) {
@@ -667,8 +687,14 @@ export class HudClient implements AsyncDisposable {
       closeQuietly(this.#channel.conn);
       await Promise.allSettled([...this.#forwarders.values()].map((f) => f.close()));
       await this.#queue;
+      await this.#placement?.[Symbol.asyncDispose]();
     })();
     return this.#closed;
+  }
+
+  /** @internal Releases `placement` when the client closes (see {@linkcode connect}). */
+  _releaseOnClose(placement: AsyncDisposable): void {
+    this.#placement = placement;
   }
 
   /** Same as {@linkcode HudClient.close}. */

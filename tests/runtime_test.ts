@@ -71,3 +71,16 @@ Deno.test("LocalRuntime tears down in order when start fails or times out", asyn
     assert.deepEqual(log, ["down"], "torn down once the hook settled");
   });
 });
+
+Deno.test("connect() places a runtime provider and releases it on close", async () => {
+  const log: string[] = [];
+  const env = demoEnv();
+  env.initialize(() => void log.push("init"));
+  env.shutdown(() => void log.push("down"));
+  const client = await connect(new LocalRuntime(env));
+  await client.startTask("add", { a: 1 });
+  assert.equal((await client.grade({ answer: 3 })).score, 1);
+  assert.deepEqual(log, ["init"]);
+  await client.close();
+  assert.deepEqual(log, ["init", "down"]);
+});
