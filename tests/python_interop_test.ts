@@ -1,0 +1,99 @@
+// Interop with Python peers written from PROTOCOL.md alone: a client that
+// drives our server, and a server that our client drives.
+import assert from "node:assert/strict";
+import { Capability, connect } from "../mod.ts";
+import { serve } from "../server.ts";
+import { demoEnv, echoServer } from "./_helpers.ts";
+
+const python = await new Deno.Command("python3", {
+  args: ["--version"],
+  stdout: "null",
+  stderr: "null",
+})
+  .output().then((o) => o.success, () => false);
+
+Deno.test({
+  name: "serve() is driven by a Python client that follows PROTOCOL.md",
+  ignore: !python,
+  async fn() {
+    const echo = echoServer();
+    const env = demoEnv();
+    env.addCapability(
+      new Capability({ name: "echo", protocol: "tcp/1", url: `tcp://127.0.0.1:${echo.port}` }),
+    );
+    const lines: string[] = [];
+    const server = await serve(env, { announce: (l) => lines.push(l), handleSignals: false });
+    try {
+      const port = Number(lines[0].split("=")[1]);
+      const script = new URL("./fixtures/py_client.py", import.meta.url).pathname;
+      const { code, stdout, stderr } = await new Deno.Command("python3", {
+        args: [script, String(port)],
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+      assert.equal(code, 0, new TextDecoder().decode(stderr));
+      const steps = new TextDecoder().decode(stdout).trim().split("\n").map((l) => JSON.parse(l));
+      assert.deepEqual(steps, [
+        ["hello", { name: "demo", version: "1.2.3" }, ["echo"]],
+        ["tasks.list", ["add", "echo"]],
+        ["tasks.start", { prompt: "add:3:2" }],
+        ["tasks.grade", { score: 1 }],
+        ["tasks.grade", { code: -32600, message: "no task in progress" }],
+        ["bye", { goodbye: true }, true],
+        ["tunnel.open", { capability: "echo" }, "raw bytes from python"],
+      ]);
+    } finally {
+      await server.shutdown();
+      await echo.close();
+    }
+  },
+});
+
+Deno.test({
+  name: "connect() drives a Python server that follows PROTOCOL.md",
+  ignore: !python,
+  async fn() {
+    const echo = echoServer();
+    const script = new URL("./fixtures/py_server.py", import.meta.url).pathname;
+    const child = new Deno.Command("python3", {
+      args: [script, String(echo.port)],
+      stdout: "piped",
+      stderr: "null",
+    }).spawn();
+    try {
+      const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+      const { value } = await reader.read();
+      await reader.cancel();
+      const port = Number(/HUD_SERVE_PORT=(\d+)/.exec(value ?? "")?.[1]);
+      const url = `tcp://127.0.0.1:${port}`;
+      {
+        await using client = await connect(url);
+        assert.deepEqual(client.manifest.env, { name: "pyenv", version: "0.6.0" });
+        assert.deepEqual((await client.listTasks()).map((t) => t.id), ["add"]);
+        assert.deepEqual(await client.startTask("add", { a: 3 }), { prompt: "add:3:2" });
+        assert.deepEqual(await client.grade({ answer: "5" }), { score: 1 }, "1.0 reads as 1");
+        await assert.rejects(client.grade({ answer: "5" }), { code: -32600 });
+        // The capability is reached through our forwarder and the Python tunnel.
+        const local = new URL(client.binding("echo").url.replace("tcp:", "http:"));
+        const conn = await Deno.connect({ hostname: "127.0.0.1", port: Number(local.port) });
+        await conn.write(new TextEncoder().encode("through python"));
+        await conn.closeWrite();
+        let got = "";
+        const buf = new Uint8Array(256);
+        for (let n = await conn.read(buf); n !== null; n = await conn.read(buf)) {
+          got += new TextDecoder().decode(buf.subarray(0, n));
+        }
+        conn.close();
+        assert.equal(got, "through python");
+        // Start here, leave the task parked, grade it from a second client.
+        await client.startTask("add", { a: 10, b: 5 });
+      }
+      await using grader = await connect(url);
+      assert.deepEqual(await grader.grade({ answer: 15 }), { score: 1 });
+    } finally {
+      child.kill("SIGTERM");
+      await child.status;
+      await echo.close();
+    }
+  },
+});
