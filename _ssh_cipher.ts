@@ -144,10 +144,13 @@ interface Mode {
   macLen: number;
 }
 
+/** The mode before the first key exchange: no cipher, no MAC. */
+function plainMode(): Mode {
+  return { kind: "plain", ks: null, aes: null, hmac: null, iv: new Uint8Array(0), macLen: 0 };
+}
+
 async function makeMode(keys: DirectionKeys | null): Promise<Mode> {
-  if (keys === null) {
-    return { kind: "plain", ks: null, aes: null, hmac: null, iv: new Uint8Array(0), macLen: 0 };
-  }
+  if (keys === null) return plainMode();
   const c = CIPHERS[keys.cipher];
   if (c.gcm) {
     const aes = await importAes("AES-GCM", keys.key.subarray(0, c.keyLen));
@@ -199,14 +202,7 @@ export class PacketSealer {
   }
 
   static plain(): PacketSealer {
-    return new PacketSealer({
-      kind: "plain",
-      ks: null,
-      aes: null,
-      hmac: null,
-      iv: new Uint8Array(0),
-      macLen: 0,
-    });
+    return new PacketSealer(plainMode());
   }
 
   /** A sealer with new keys, continuing (or, strict, restarting) the sequence. */
@@ -391,14 +387,7 @@ export class PacketOpener {
   }
 
   static plain(): PacketOpener {
-    return new PacketOpener({
-      kind: "plain",
-      ks: null,
-      aes: null,
-      hmac: null,
-      iv: new Uint8Array(0),
-      macLen: 0,
-    });
+    return new PacketOpener(plainMode());
   }
 
   static async create(keys: DirectionKeys, seq: number): Promise<PacketOpener> {
