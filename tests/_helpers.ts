@@ -110,38 +110,28 @@ export async function waitFor(predicate: () => boolean, ms = 5000): Promise<void
   }
 }
 
-/** A TCP echo daemon on 127.0.0.1:0 that half-closes when its peer does. */
-export function echoServer(): { port: number; close(): Promise<void> } {
+/** A TCP server on 127.0.0.1:0 running `handle` per connection; `close()` ends everything. */
+export function tcpServer(
+  handle: (conn: Deno.Conn) => Promise<void>,
+): { port: number; close(): Promise<void> } {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const conns = new Set<Deno.Conn>();
   const tasks = new Set<Promise<void>>();
   const loop = (async () => {
     for await (const conn of listener) {
       conns.add(conn);
-      const t = (async () => {
-        const buf = new Uint8Array(64 * 1024);
+      const t = handle(conn).catch(() => {}).finally(() => {
+        conns.delete(conn);
         try {
-          while (true) {
-            const n = await conn.read(buf);
-            if (n === null) break;
-            await writeAll(conn, buf.subarray(0, n));
-          }
-          await conn.closeWrite();
-        } catch {
-          // peer gone
-        } finally {
-          conns.delete(conn);
-          try {
-            conn.close();
-          } catch { /* closed */ }
-        }
-      })();
+          conn.close();
+        } catch { /* closed */ }
+      });
       tasks.add(t);
       t.finally(() => tasks.delete(t));
     }
   })().catch(() => {});
   return {
-    port: (listener.addr as Deno.NetAddr).port,
+    port: listener.addr.port,
     async close() {
       listener.close();
       for (const c of conns) {
@@ -153,4 +143,17 @@ export function echoServer(): { port: number; close(): Promise<void> } {
       await Promise.allSettled([...tasks]);
     },
   };
+}
+
+/** A TCP echo daemon on 127.0.0.1:0 that half-closes when its peer does. */
+export function echoServer(): { port: number; close(): Promise<void> } {
+  return tcpServer(async (conn) => {
+    const buf = new Uint8Array(64 * 1024);
+    while (true) {
+      const n = await conn.read(buf);
+      if (n === null) break;
+      await writeAll(conn, buf.subarray(0, n));
+    }
+    await conn.closeWrite();
+  });
 }

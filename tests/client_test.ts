@@ -10,7 +10,7 @@ import {
 } from "../mod.ts";
 import { parseControlUrl } from "../client.ts";
 import { LineReader, parseLine } from "../_framing.ts";
-import { demoEnv, echoServer } from "./_helpers.ts";
+import { demoEnv, echoServer, tcpServer } from "./_helpers.ts";
 
 function freePort(): number {
   const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
@@ -23,43 +23,17 @@ function freePort(): number {
 function scriptedServer(
   reply: (req: Record<string, unknown>, n: number) => unknown | Promise<unknown>,
 ): { port: number; close(): Promise<void> } {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const conns = new Set<Deno.Conn>();
-  const loop = (async () => {
-    for await (const conn of listener) {
-      conns.add(conn);
-      (async () => {
-        const reader = new LineReader(conn, 1 << 20);
-        let n = 0;
-        try {
-          while (true) {
-            const frame = await reader.read();
-            if (frame === null || frame.kind !== "line") break;
-            const out = await reply(parseLine(frame.line) as Record<string, unknown>, n++);
-            if (out === "close") break;
-            if (out === "hang") continue;
-            await conn.write(new TextEncoder().encode(JSON.stringify(out) + "\n"));
-          }
-        } catch { /* gone */ }
-        conns.delete(conn);
-        try {
-          conn.close();
-        } catch { /* closed */ }
-      })();
+  return tcpServer(async (conn) => {
+    const reader = new LineReader(conn, 1 << 20);
+    for (let n = 0;; n++) {
+      const frame = await reader.read();
+      if (frame === null || frame.kind !== "line") return;
+      const out = await reply(parseLine(frame.line) as Record<string, unknown>, n);
+      if (out === "close") return;
+      if (out === "hang") continue;
+      await conn.write(new TextEncoder().encode(JSON.stringify(out) + "\n"));
     }
-  })().catch(() => {});
-  return {
-    port: listener.addr.port,
-    async close() {
-      listener.close();
-      for (const c of conns) {
-        try {
-          c.close();
-        } catch { /* closed */ }
-      }
-      await loop;
-    },
-  };
+  });
 }
 
 const HELLO = (id: unknown) => ({
