@@ -101,6 +101,11 @@ Deno.test("bind() answers every method of the protocol table", async (t) => {
     assert.equal(await peer.atEof(), true);
   });
   assert.ok(journal.events.includes("finally add 11"), "bye ran the task's finally block");
+  assert.ok(journal.events.includes("finally add 3"), "grading ran the task's finally block");
+  assert.ok(
+    journal.events.indexOf("finally add 3") < journal.events.indexOf("start add 1"),
+    "the graded task was closed before the next one started",
+  );
   assert.ok(journal.events.includes("finally add 1"), "cancel ran the task's finally block");
 });
 
