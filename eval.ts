@@ -536,11 +536,11 @@ export async function rollout(
   let phase: Phase = "provisioning";
   try {
     try {
-      placement = await abortable(
-        runtime.place({ signal: deadline.signal }),
-        deadline.signal,
-        () => {},
-      );
+      const placing = runtime.place({ signal: deadline.signal });
+      // A placement that arrives after the deadline is released at once.
+      placement = await abortable(placing, deadline.signal, () => {
+        placing.then((p) => p[Symbol.asyncDispose](), () => {});
+      });
       client = await connect(placement, { ...options.connect, signal: deadline.signal });
     } catch (err) {
       if (interrupted()) return await endInterrupted();

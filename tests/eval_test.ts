@@ -297,3 +297,32 @@ Deno.test("CommandAgent runs an external program as the agent", async (t) => {
   assert.throws(() => new CommandAgent(""), TypeError);
   assert.throws(() => new CommandAgent([]), TypeError);
 });
+
+Deno.test("rollout() releases a placement that arrives after its deadline", async () => {
+  const env = arithEnv();
+  const inner = new LocalRuntime(env);
+  let released = false;
+  const slow: RuntimeProvider = {
+    async place() {
+      await new Promise((r) => setTimeout(r, 300));
+      const p = await inner.place();
+      return {
+        url: p.url,
+        params: p.params,
+        async [Symbol.asyncDispose]() {
+          released = true;
+          await p[Symbol.asyncDispose]();
+        },
+      };
+    },
+  };
+  const run = await rollout(
+    { env: "arith", id: "add", args: { a: 1, b: 1 }, slug: "s" },
+    functionAgent(() => "2"),
+    { runtime: slow, rolloutTimeout: 100 },
+  );
+  assert.equal(run.trace.status, "cancelled");
+  assert.equal(run.trace.failedPhase, "provisioning");
+  await new Promise((r) => setTimeout(r, 400));
+  assert.equal(released, true);
+});
