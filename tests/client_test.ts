@@ -332,3 +332,17 @@ Deno.test("HudClient forwarder closes the local side when the tunnel is refused"
   assert.equal(errors.length, 1);
   assert.match(String(errors[0]), /down/);
 });
+
+Deno.test("HudClient call aborted by its signal rejects and closes the connection", async () => {
+  const server = scriptedServer((req, n) => (n === 0 ? HELLO(req.id) : "hang"));
+  await using client = await connect(`tcp://127.0.0.1:${server.port}`, { heartbeatInterval: 0 });
+  const controller = new AbortController();
+  setTimeout(() => controller.abort(new Error("gave up")), 50);
+  await assert.rejects(client.startTask("add", {}, { signal: controller.signal }), {
+    message: "gave up",
+  });
+  assert.equal(client.closed, true, "a reply that can no longer be matched ends the connection");
+  await assert.rejects(client.listTasks(), ConnectionClosedError);
+  await client.close();
+  await server.close();
+});
