@@ -224,7 +224,7 @@ export interface RunStartOptions {
  * ```
  */
 export class Run implements AsyncDisposable {
-  readonly #client: HudClient;
+  readonly #client: HudClient | null;
   readonly #task: TaskRow;
   readonly #trace: Trace;
   #frame: PromptFrame | null = null;
@@ -233,7 +233,7 @@ export class Run implements AsyncDisposable {
   #settled = false;
 
   /** @internal Use {@linkcode Run.start} or {@linkcode rollout}. */
-  constructor(client: HudClient, task: TaskRow, trace: Trace = new Trace()) {
+  constructor(client: HudClient | null, task: TaskRow, trace: Trace = new Trace()) {
     this.#client = client;
     this.#task = task;
     this.#trace = trace;
@@ -257,9 +257,9 @@ export class Run implements AsyncDisposable {
   async _begin(signal?: AbortSignal): Promise<void> {
     this.#trace.record("setup", { id: this.#task.id, args: this.#task.args }, {
       slug: this.#task.slug,
-      session_id: this.#client.sessionId,
+      session_id: this.client.sessionId,
     });
-    this.#frame = await this.#client.startTask(this.#task.id, this.#task.args, { signal });
+    this.#frame = await this.client.startTask(this.#task.id, this.#task.args, { signal });
     this.#trace.record("user", this.#frame.prompt);
   }
 
@@ -281,10 +281,16 @@ export class Run implements AsyncDisposable {
   }
   /** Capabilities of the environment, with urls pointing at local forwarders. */
   get capabilities(): Capability[] {
-    return this.#client.bindings;
+    return this.#client?.bindings ?? [];
   }
-  /** The control client. */
+  /**
+   * The control client.
+   * @throws {Error} for a run whose rollout failed before it connected
+   */
   get client(): HudClient {
+    if (this.#client === null) {
+      throw new Error("Cannot use run.client: the rollout failed before it connected");
+    }
     return this.#client;
   }
   /** What happened so far. */
@@ -324,7 +330,7 @@ export class Run implements AsyncDisposable {
     this.#settled = true;
     this.#trace.record("agent", this.#answer ?? null);
     try {
-      const frame = await this.#client.grade({ answer: this.#answer ?? null }, options);
+      const frame = await this.client.grade({ answer: this.#answer ?? null }, options);
       this.#grade = gradeFromFrame(frame);
       this.#trace.record("evaluate", frame);
     } catch (err) {
@@ -343,7 +349,7 @@ export class Run implements AsyncDisposable {
     this.#settled = true;
     this.#trace.record("cancel");
     try {
-      await this.#client.cancel(options);
+      await this.client.cancel(options);
     } catch {
       // Best effort: the connection is about to be dropped anyway.
     }
@@ -513,7 +519,7 @@ export async function rollout(
   let placement: Placement | null = null;
   let client: HudClient | null = null;
   let run: Run | null = null;
-  const stub = () => new Run(null as unknown as HudClient, task, trace);
+  const stub = () => new Run(null, task, trace);
 
   const interrupted = () => deadline.signal.aborted;
   const endInterrupted = async () => {

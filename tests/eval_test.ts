@@ -172,6 +172,8 @@ Deno.test("rollout() runs each phase and reports failures by phase", async (t) =
     });
     assert.equal(run.trace.failedPhase, "provisioning");
     assert.equal(run.trace.stopReason, "provisioning_error");
+    assert.deepEqual(run.capabilities, []);
+    assert.throws(() => run.client, /failed before it connected/);
   });
   await t.step("inner limits that do not fit are refused up front", async () => {
     await assert.rejects(
