@@ -131,22 +131,39 @@ export interface TrackerLimits {
   maxCaptureTotal: number;
 }
 
-/** The tracker state: one scanner and three reference points. */
+/**
+ * One observer's position. Each connection to the tracker has its own, so
+ * that observers running side by side (concurrent rollouts on one
+ * workspace) each get every change, instead of one observer's `diff`
+ * consuming changes that another should have reported.
+ */
+export interface TrackerCursor {
+  /** The last reported state; `diff` and `flush` report against it. */
+  last: Scan;
+  /** Set by `setup` and `advance`; `flush` captures artifacts changed since. */
+  run: Scan;
+}
+
+/** The tracker state: one scanner, the baseline, and a cursor per observer. */
 export class Tracker {
   readonly #scanner: Scanner;
   readonly #limits: TrackerLimits;
   /** Taken when the tracker started; `setup` reports against it. */
-  #start: Scan;
-  /** The last reported state; `diff` and `flush` report against it. */
-  #last: Scan;
-  /** Set by `setup` and `advance`; `flush` captures artifacts changed since. */
-  #run: Scan;
+  readonly #start: Scan;
+  /** The cursor of callers that pass none. */
+  readonly #shared: TrackerCursor;
   #lock: Promise<unknown> = Promise.resolve();
 
   constructor(scanner: Scanner, limits: TrackerLimits, baseline: Scan) {
     this.#scanner = scanner;
     this.#limits = limits;
-    this.#start = this.#last = this.#run = baseline;
+    this.#start = baseline;
+    this.#shared = this.cursor();
+  }
+
+  /** A new observer position, at the baseline. Scans are shared, not copied. */
+  cursor(): TrackerCursor {
+    return { last: this.#start, run: this.#start };
   }
 
   /** Resolves `root` and takes the baseline. */
@@ -181,30 +198,30 @@ export class Tracker {
   }
 
   /** Changes since the last `diff`, `setup`, `advance` or `flush`. */
-  diff(): Promise<FileDiff> {
+  diff(cursor: TrackerCursor = this.#shared): Promise<FileDiff> {
     return this.#serial(async () => {
       const scan = await this.#scanner.scan();
-      const result = this.#compare(this.#last, scan);
-      this.#last = scan;
+      const result = this.#compare(cursor.last, scan);
+      cursor.last = scan;
       return result;
     });
   }
 
   /** Changes since the tracker started (the task's setup); then re-baselines. */
-  setup(): Promise<FileDiff> {
+  setup(cursor: TrackerCursor = this.#shared): Promise<FileDiff> {
     return this.#serial(async () => {
       const scan = await this.#scanner.scan();
       const result = this.#compare(this.#start, scan);
-      this.#last = this.#run = scan;
+      cursor.last = cursor.run = scan;
       return result;
     });
   }
 
   /** Re-baselines without reporting. */
-  advance(): Promise<AdvanceResult> {
+  advance(cursor: TrackerCursor = this.#shared): Promise<AdvanceResult> {
     return this.#serial(async () => {
       const scan = await this.#scanner.scan();
-      this.#last = this.#run = scan;
+      cursor.last = cursor.run = scan;
       const result: AdvanceResult = {
         snapshot_timestamp: scan.timestamp.toISOString(),
         scan_duration_ms: roundMs(scan.durationMs),
@@ -216,12 +233,12 @@ export class Tracker {
   }
 
   /** The final diff, plus the artifacts added or changed since the run's baseline. */
-  flush(): Promise<FlushResult> {
+  flush(cursor: TrackerCursor = this.#shared): Promise<FlushResult> {
     return this.#serial(async () => {
       const scan = await this.#scanner.scan();
-      const result = this.#compare(this.#last, scan);
-      this.#last = scan;
-      return { ...result, capture: await this.#capture(this.#run, scan) };
+      const result = this.#compare(cursor.last, scan);
+      cursor.last = scan;
+      return { ...result, capture: await this.#capture(cursor.run, scan) };
     });
   }
 

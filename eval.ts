@@ -28,7 +28,7 @@ import { connect, type ConnectOptions, type HudClient } from "./client.ts";
 import type { GradeFrame, PromptFrame, TaskRow } from "./env.ts";
 import { environmentOf } from "./env.ts";
 import { LocalRuntime, type Placement, type RuntimeProvider } from "./runtime.ts";
-import { observeFiles } from "./filetracking.ts";
+import { type FileTrackingEvent, observeFiles } from "./filetracking.ts";
 import { abortable, Deadline } from "./_async.ts";
 
 /** The phase of a rollout in which something failed. */
@@ -427,7 +427,10 @@ export interface RolloutOptions {
    * File tracking: when the environment publishes a `filetracking/1`
    * capability, the agent phase is observed and each non-empty result (the
    * setup diff, snapshot, periodic diffs, final flush) is recorded in the
-   * trace as a `filetracking.<kind>` step. `false` turns it off.
+   * trace as a `filetracking.<kind>` step. When the task's start frame has
+   * per-episode data `{ path }` for the tracker (`bindings.filetracking`),
+   * only changes under that path (relative to the tracked root) are kept.
+   * `false` turns it off.
    * @default { pollInterval: 2000 }
    */
   fileTracking?: false | { pollInterval?: number };
@@ -449,6 +452,47 @@ export interface RolloutObserver {
   before?(run: Run, signal: AbortSignal): Promise<void> | void;
   /** Called after the agent ran, before grading. */
   after?(run: Run, signal: AbortSignal): Promise<void> | void;
+}
+
+/**
+ * The part of a tracker result under `scope` (a path relative to the
+ * tracker's root), or `null` when nothing of it is left.
+ */
+function scoped(event: FileTrackingEvent, scope: string | null): unknown | null {
+  const inScope = (path: string) =>
+    scope === null || path === scope || path.startsWith(scope.endsWith("/") ? scope : `${scope}/`);
+  switch (event.kind) {
+    case "snapshot": {
+      const files = event.result.files.filter((f) => inScope(f.path));
+      return files.length === 0 ? null : { ...event.result, files };
+    }
+    case "setup":
+    case "diff": {
+      const patches = event.result.patches.filter((p) => inScope(p.path));
+      return patches.length === 0
+        ? null
+        : { ...event.result, patches, files_changed: patches.length };
+    }
+    case "flush": {
+      const patches = event.result.patches.filter((p) => inScope(p.path));
+      const capture = event.result.capture;
+      const files = capture.files.filter((f) => inScope(f.path));
+      const skipped = capture.skipped_files.filter((f) => inScope(f.path));
+      if (patches.length === 0 && files.length === 0 && skipped.length === 0) return null;
+      return {
+        ...event.result,
+        patches,
+        files_changed: patches.length,
+        capture: {
+          files,
+          eligible: files.length + skipped.length,
+          captured: files.length,
+          skipped: skipped.length,
+          skipped_files: skipped,
+        },
+      };
+    }
+  }
 }
 
 const CANCEL_BOUND_MS = 2_000;
@@ -584,10 +628,17 @@ export async function rollout(
         : client.manifest.bindings.find((c) => c.protocol === "filetracking/1");
       try {
         if (tracker) {
+          // A task may scope the tracker to its own part of the workspace
+          // with per-episode data: `bindings: { filetracking: { path } }`.
+          const episode = run.bindings[tracker.name];
+          const path = isRecord(episode) && typeof episode.path === "string" ? episode.path : null;
           await observeFiles(client.binding(tracker.name), runAgent, {
             pollInterval: options.fileTracking ? options.fileTracking.pollInterval : undefined,
             signal: deadline.signal,
-            onResult: (event) => trace.record(`filetracking.${event.kind}`, event.result),
+            onResult: (event) => {
+              const result = scoped(event, path);
+              if (result !== null) trace.record(`filetracking.${event.kind}`, result);
+            },
             onError: (err) =>
               trace.record("filetracking_error", String((err as Error)?.message ?? err)),
           });

@@ -7,6 +7,12 @@
  * {@linkcode observeFiles} wraps an agent run with the calls a rollout makes
  * and reports each non-empty result.
  *
+ * `diff`, `flush`, `setup` and `advance` report and move the position of the
+ * connection that calls them: observers on separate connections (rollouts
+ * running side by side on one workspace) each get every change, and none
+ * consumes another's. `setup` reports against the baseline taken when the
+ * tracker started; a new connection starts at that baseline too.
+ *
  * @module
  */
 
@@ -293,6 +299,8 @@ class FileTrackerServer implements FileTracker {
 
   async #serve(conn: Deno.TcpConn): Promise<void> {
     const reader = new LineReader(conn, MAX_REQUEST);
+    // Each connection observes from its own position (see TrackerCursor).
+    const cursor = this.#tracker.cursor();
     const send = (frame: unknown) => writeAll(conn, encodeFrame(frame));
     const fail = (id: unknown, code: number, message: string) =>
       send({ jsonrpc: "2.0", id, error: { code, message } });
@@ -324,7 +332,9 @@ class FileTrackerServer implements FileTracker {
         }
         let result: unknown;
         try {
-          result = await this.#tracker[method as Method]();
+          result = method === "snapshot"
+            ? await this.#tracker.snapshot()
+            : await this.#tracker[method as Exclude<Method, "snapshot">](cursor);
         } catch (err) {
           if (hasId) {
             const message = err instanceof Error ? err.message : String(err);
@@ -426,7 +436,7 @@ export class FileTrackerClient implements AsyncDisposable {
     return this.#call("snapshot", options);
   }
 
-  /** Changes since the last `diff`, `setup`, `advance` or `flush`. */
+  /** Changes since this connection's last `diff`, `setup`, `advance` or `flush`. */
   diff(options?: FileTrackerCallOptions): Promise<FileDiff> {
     return this.#call("diff", options);
   }

@@ -159,7 +159,9 @@ export const fixBug = env.template(
       const answer = yield {
         prompt: `In ${dir}: ${lab.goal}, but it has a bug. Fix it so that ./check.sh passes, ` +
           `then answer with the output of \`${lab.ask(seed)}\`.`,
-        bindings: { shell: { cwd: dir } },
+        // The tracker watches the whole workspace; this task's changes are
+        // the ones under its own directory.
+        bindings: { shell: { cwd: dir }, filetracking: { path: dir.slice(root.length + 1) } },
       };
       const check = await bash("./check.sh", dir);
       const right = String(answer ?? "").trim() === lab.expected(seed);

@@ -673,3 +673,23 @@ Deno.test("observeFiles() survives a throwing onResult", async () => {
     assert.equal((errors[0] as Error).message, "recorder broke");
   });
 });
+
+Deno.test("startFileTracker() gives each connection its own position", async () => {
+  const root = await Deno.makeTempDir();
+  try {
+    await using tracker = await startFileTracker(root);
+    await using a = await FileTrackerClient.connect(tracker.url);
+    await using b = await FileTrackerClient.connect(tracker.url);
+    await a.advance();
+    await b.advance();
+    await Deno.writeTextFile(`${root}/one.txt`, "1\n");
+    // a's diff does not consume the change that b has not reported yet.
+    assert.deepEqual((await a.diff()).patches.map((p) => p.path), ["one.txt"]);
+    assert.deepEqual((await a.diff()).patches, []);
+    await Deno.writeTextFile(`${root}/two.txt`, "2\n");
+    assert.deepEqual((await b.diff()).patches.map((p) => p.path), ["one.txt", "two.txt"]);
+    assert.deepEqual((await a.flush()).patches.map((p) => p.path), ["two.txt"]);
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});

@@ -26,20 +26,27 @@ Deno.test("robolab: the scripted agent fixes what it knows, over SSH", async () 
   assert.deepEqual((fix!.content as { subscores: unknown }).subscores, { check: 1, answer: 1 });
 });
 
-Deno.test("robolab: the trace shows the agent's fix as a unified diff", async () => {
-  // One rollout alone: the workspace has one tracker, so rollouts running
-  // side by side would each see the others' changes too.
-  const job = await new Taskset([fixBug({ difficulty: 1, seed: 2 })]).run(scriptedAgent);
-  const steps = job.liveRuns[0]!.trace.steps;
-  assert.equal(job.runs[0].reward, 1);
-  const patches = steps.filter((s) =>
-    s.type === "filetracking.diff" || s.type === "filetracking.flush"
-  )
-    .flatMap((s) => (s.content as FileDiff).patches);
-  const count = patches.find((p) => p.path.endsWith("/count.sh"))!;
-  assert.equal(count.status, "modified");
-  assert.match(count.patch, /^-while \[ "\$i" -lt "\$n" \]; do$/m);
-  assert.match(count.patch, /^\+while \[ "\$i" -le "\$n" \]; do$/m);
+Deno.test("robolab: each trace shows its own agent's fix as a unified diff", async () => {
+  // Three rollouts at once on one workspace: each trace must hold its own
+  // task's changes, all of them, and nothing of the others'.
+  const job = await new Taskset(tasks).run(scriptedAgent, { maxConcurrent: 3 });
+  job.runs.forEach((record, i) => {
+    const steps = job.liveRuns[i]!.trace.steps;
+    const dir = (job.liveRuns[i]!.bindings.filetracking as { path: string }).path;
+    const patches = steps
+      .filter((s) => s.type === "filetracking.diff" || s.type === "filetracking.flush")
+      .flatMap((s) => (s.content as FileDiff).patches);
+    const setup = steps.find((s) => s.type === "filetracking.setup")!.content as FileDiff;
+    for (const p of [...patches, ...setup.patches]) {
+      assert.ok(p.path.startsWith(`${dir}/`), `${p.path} belongs to ${dir}`);
+    }
+    assert.ok(setup.patches.some((p) => p.path === `${dir}/check.sh`), "setup diff has check.sh");
+    if (record.task.args.difficulty !== 1) return;
+    const count = patches.find((p) => p.path === `${dir}/count.sh`)!;
+    assert.equal(count.status, "modified");
+    assert.match(count.patch, /^-while \[ "\$i" -lt "\$n" \]; do$/m);
+    assert.match(count.patch, /^\+while \[ "\$i" -le "\$n" \]; do$/m);
+  });
 });
 
 Deno.test("robolab: an external agent using OpenSSH's ssh through the forwarder", {
