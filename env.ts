@@ -91,6 +91,13 @@ export interface TemplateSpec<S extends ArgsShape> {
    * @default false
    */
   extraArgs?: boolean;
+  /**
+   * Refuse arguments that lax coercion cannot bring to their declared type
+   * (an error naming them), instead of passing them through unchanged as
+   * the HUD SDK does.
+   * @default false
+   */
+  strict?: boolean;
   /** Schema of the agent's input, published in `tasks.list`. */
   input?: AnySchema;
   /**
@@ -195,6 +202,7 @@ interface TemplateRecord {
   description: string;
   shape: ArgsShape | undefined;
   extraArgs: boolean;
+  strict: boolean;
   input: AnySchema | undefined;
   returns: AnySchema | undefined;
   body: TemplateBody<Record<string, unknown>, unknown>;
@@ -519,6 +527,7 @@ export class Environment {
       description: spec.description ?? "",
       shape: spec.args,
       extraArgs: spec.extraArgs ?? false,
+      strict: spec.strict ?? false,
       input: spec.input,
       returns: spec.returns,
       body: body as TemplateBody<Record<string, unknown>, unknown>,
@@ -530,7 +539,8 @@ export class Environment {
       if (!isRecord(given)) {
         throw new TypeError(`Cannot create task "${id}": args must be an object`);
       }
-      const problem = argumentProblem(record, given);
+      const problem = argumentProblem(record, given) ??
+        typeProblem(record, given, prepareArgs(record, given));
       if (problem) throw new TypeError(`Cannot create task "${id}": ${problem}`);
       const row: TaskRow = {
         env: envName,
@@ -593,7 +603,12 @@ export class Environment {
     if (problem) {
       throw new HudProtocolError(ErrorCode.SERVER_ERROR, `Cannot start task "${id}": ${problem}`);
     }
-    const gen = template.body(prepareArgs(template, args)) as AsyncGenerator<
+    const prepared = prepareArgs(template, args);
+    const mistyped = typeProblem(template, args, prepared);
+    if (mistyped) {
+      throw new HudProtocolError(ErrorCode.SERVER_ERROR, `Cannot start task "${id}": ${mistyped}`);
+    }
+    const gen = template.body(prepared) as AsyncGenerator<
       unknown,
       unknown,
       unknown
@@ -636,6 +651,24 @@ function argumentProblem(template: TemplateRecord, args: Record<string, unknown>
   return `${problems.join("; ")} (expected ${
     expected.length ? quoteList(expected) : "no arguments"
   })`;
+}
+
+/** With `strict`, the provided arguments that coercion left of the wrong type, as a message. */
+function typeProblem(
+  template: TemplateRecord,
+  given: Record<string, unknown>,
+  prepared: Record<string, unknown>,
+): string | null {
+  const shape = template.shape;
+  if (!template.strict || shape === undefined) return null;
+  const wrong = Object.keys(given)
+    .filter((k) =>
+      shape[k] !== undefined && given[k] !== undefined && !shape[k].accepts(prepared[k])
+    )
+    .map((k) =>
+      `"${k}" (expected ${shape[k].kind}, got ${JSON.stringify(given[k])?.slice(0, 80)})`
+    );
+  return wrong.length === 0 ? null : `arguments of the wrong type: ${wrong.join(", ")}`;
 }
 
 function prepareArgs(

@@ -418,3 +418,27 @@ Deno.test("Environment.start() tears down when a hook fails", async () => {
   assert.deepEqual(log, ["down"]);
   assert.equal(env.started, false);
 });
+
+Deno.test("Environment.template() with strict refuses arguments of the wrong type", async () => {
+  const env = new Environment("strict");
+  let ran = 0;
+  const t = env.template(
+    { id: "t", strict: true, args: { n: integer(), tags: optional(array(string())) } },
+    async function* () {
+      ran++;
+      yield "p";
+      yield 1;
+    },
+  );
+  const ok = await env.startTask("t", { n: "3", tags: '["a"]' });
+  await ok.cancel();
+  await assert.rejects(env.startTask("t", { n: "three", tags: [1] }), (e: unknown) => {
+    assert.ok(e instanceof HudProtocolError);
+    assert.equal(e.code, -32000);
+    assert.match(e.message, /wrong type: "n" \(expected integer, got "three"\), "tags"/);
+    return true;
+  });
+  // deno-lint-ignore no-explicit-any
+  assert.throws(() => t({ n: "x" as any }), { name: "TypeError", message: /"n"/ });
+  assert.equal(ran, 1);
+});
