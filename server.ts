@@ -62,6 +62,13 @@ export interface BindOptions {
    * @default 3_600_000
    */
   parkedTtl?: number;
+  /**
+   * How long shutdown waits for task code still running (a task's setup,
+   * grader or `finally` block) before it finishes anyway, in milliseconds.
+   * What is still running then is reported to `onError`.
+   * @default 10_000
+   */
+  shutdownTimeout?: number;
 }
 
 /** A running control server, shaped like `Deno.serve`'s handle. */
@@ -138,6 +145,7 @@ function checkPositive(name: string, value: number | undefined): void {
 export function bind(env: Environment, options: BindOptions = {}): HudServer {
   checkPositive("maxFrameBytes", options.maxFrameBytes);
   checkPositive("parkedTtl", options.parkedTtl);
+  checkPositive("shutdownTimeout", options.shutdownTimeout);
   const listener = Deno.listen({
     hostname: options.hostname ?? "127.0.0.1",
     port: options.port ?? 0,
@@ -150,6 +158,7 @@ class ControlServer implements HudServer {
   readonly #listener: Deno.Listener;
   readonly #maxFrame: number;
   readonly #parkedTtl: number;
+  readonly #shutdownTimeout: number;
   readonly #onError: (error: unknown) => void;
   readonly #sessions = new Map<string, Session>();
   /** Sessions holding a task with no live connection, for O(1) adoption. */
@@ -166,6 +175,7 @@ class ControlServer implements HudServer {
     this.#listener = listener;
     this.#maxFrame = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
     this.#parkedTtl = options.parkedTtl ?? DEFAULT_PARKED_TTL_MS;
+    this.#shutdownTimeout = options.shutdownTimeout ?? 10_000;
     this.#onError = options.onError ?? (() => {});
     this.#signal = options.signal;
     options.onListen?.(this.addr);
@@ -202,7 +212,10 @@ class ControlServer implements HudServer {
     this.#signal?.removeEventListener("abort", this.#onAbort);
     closeQuietly(this.#listener);
     for (const conn of this.#conns) closeQuietly(conn);
-    await Promise.allSettled([...this.#handlers]);
+    // Task code that never returns must not hold shutdown forever: one
+    // deadline bounds both waits.
+    const deadline = Date.now() + this.#shutdownTimeout;
+    await this.#settle([...this.#handlers], deadline, "connections still in task code");
     const tasks: Promise<void>[] = [];
     for (const session of this.#sessions.values()) {
       clearTimeout(session.expiry);
@@ -210,8 +223,25 @@ class ControlServer implements HudServer {
     }
     this.#sessions.clear();
     this.#parked.clear();
-    await Promise.allSettled(tasks);
+    await this.#settle(tasks, deadline, "tasks still closing");
     this.#finished.resolve();
+  }
+
+  /** Waits for `promises` until `deadline`; reports how many were left. */
+  async #settle(promises: Promise<unknown>[], deadline: number, what: string): Promise<void> {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const expired = new Promise<boolean>((resolve) => {
+      timer = setTimeout(() => resolve(true), Math.max(0, deadline - Date.now()));
+    });
+    const late = await Promise.race([Promise.allSettled(promises).then(() => false), expired]);
+    clearTimeout(timer);
+    if (late) {
+      this.#onError(
+        new Error(
+          `Shutdown went on after ${this.#shutdownTimeout} ms with ${promises.length} ${what}`,
+        ),
+      );
+    }
   }
 
   async #acceptLoop(): Promise<void> {

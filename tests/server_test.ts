@@ -438,3 +438,26 @@ Deno.test("serve() runs hooks, announces the port and stops on abort", async () 
   await server.finished;
   assert.deepEqual(log, ["init", "shutdown"]);
 });
+
+Deno.test("bind() shutdown is bounded when task code never returns", async () => {
+  const env = new Environment("stuck");
+  let release!: () => void;
+  const gate = new Promise<void>((r) => release = r);
+  env.template({ id: "hang" }, async function* () {
+    await gate; // a setup that never finishes (until the test releases it)
+    yield "p";
+    yield 1;
+  });
+  const errors: unknown[] = [];
+  const server = bind(env, { shutdownTimeout: 200, onError: (e) => errors.push(e) });
+  const peer = await RawPeer.open(server.addr.port);
+  await peer.send({ jsonrpc: "2.0", id: 1, method: "tasks.start", params: { id: "hang" } });
+  await new Promise((r) => setTimeout(r, 50));
+  const started = Date.now();
+  await server.shutdown();
+  assert.ok(Date.now() - started < 2_000, "shutdown did not wait for the stuck task");
+  assert.match(String(errors[0]), /200 ms with 1 connections still in task code/);
+  peer.close();
+  release();
+  await new Promise((r) => setTimeout(r, 20));
+});
