@@ -49,20 +49,19 @@ Deno.test("robolab: each trace shows its own agent's fix as a unified diff", asy
   });
 });
 
-Deno.test("robolab: an external agent using OpenSSH's ssh through the forwarder", {
+Deno.test("robolab: examples/ssh_agent.sh, an external agent using OpenSSH's ssh", {
   ignore: !(await Deno.stat("/usr/bin/ssh").then(() => true, () => false)),
 }, async () => {
-  // The agent reads its capability from the environment variables of the
-  // command agent contract and fixes the off-by-one with sed, over ssh.
-  const script = [
-    'url="$HUD_CAP_SHELL_URL"; port="${url##*:}"',
-    'dir=$(printf %s "$HUD_BINDINGS" | sed -E \'s/.*"cwd":"([^"]+)".*/\\1/\')',
-    'ssh -q -i "$HUD_CAP_SHELL_KEY_FILE" -p "$port" -o BatchMode=yes -o StrictHostKeyChecking=no \\',
-    '  -o UserKnownHostsFile=/dev/null "$HUD_CAP_SHELL_USER@127.0.0.1" \\',
-    "  \"cd $dir && sed -i 's/-lt/-le/' count.sh && ./check.sh && ./count.sh 7 | tail -n 1\"",
-  ].join("\n");
-  const job = await new Taskset([fixBug({ difficulty: 1, seed: 1 })]).run(new CommandAgent(script));
-  const record = job.runs[0];
-  assert.equal(record.failed_phase, null, JSON.stringify(record.trace.errors));
-  assert.equal(record.reward, 1);
+  // The agent reads its capability from the command agent contract's
+  // environment variables and fixes the off-by-one with sed, over ssh.
+  const agent = new CommandAgent([new URL("../examples/ssh_agent.sh", import.meta.url).pathname]);
+  const job = await new Taskset([
+    fixBug({ difficulty: 1, seed: 1 }),
+    fixBug({ difficulty: 2, seed: 1 }),
+  ])
+    .run(agent);
+  for (const record of job.runs) {
+    assert.equal(record.failed_phase, null, JSON.stringify(record.trace.errors));
+  }
+  assert.deepEqual(job.runs.map((r) => r.reward), [1, 0]);
 });
