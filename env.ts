@@ -102,11 +102,20 @@ export interface TemplateSpec<S extends ArgsShape> {
   input?: AnySchema;
   /**
    * Schema of the agent's answer; the body then receives a
-   * {@linkcode TypedAnswer} `{ content, raw }` (TypeScript cannot infer a
-   * generator's input type from here, so cast the yielded value).
+   * {@linkcode TypedAnswer} `{ content, raw }`. TypeScript cannot infer a
+   * generator's input type from here: annotate the body's return type with
+   * {@linkcode TemplateGenerator} to type the answer.
    */
   returns?: AnySchema;
 }
+
+/**
+ * The return type to annotate a template body with, to type its answer: a
+ * template with `returns: object({ n: integer() })` can declare
+ * `async function* (): TemplateGenerator<TypedAnswer<{ n: number }>>`.
+ * (TypeScript does not infer a generator's input type from the call.)
+ */
+export type TemplateGenerator<Answer = unknown> = AsyncGenerator<unknown, void, Answer>;
 
 /** The body of a template: an async generator yielding prompt, then evaluation. */
 export type TemplateBody<A, Answer> = (args: A) => AsyncGenerator<unknown, unknown, Answer>;

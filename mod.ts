@@ -59,6 +59,7 @@ export {
   taskSlug,
   type Template,
   type TemplateBody,
+  type TemplateGenerator,
   type TemplateSpec,
   type TypedAnswer,
 } from "./env.ts";

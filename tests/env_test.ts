@@ -15,6 +15,7 @@ import {
   optional,
   string,
   taskSlug,
+  type TemplateGenerator,
   type TypedAnswer,
   withDefault,
 } from "../mod.ts";
@@ -333,11 +334,14 @@ Deno.test("ActiveTask.grade() normalises every grade shape", async (t) => {
 Deno.test("ActiveTask with a returns schema receives { content, raw }", async () => {
   const env = new Environment("typed");
   const seen: unknown[] = [];
-  env.template({ id: "t", returns: object({ n: integer() }) }, async function* () {
-    const answer = (yield "p") as TypedAnswer<{ n: number }>;
-    seen.push(answer);
-    yield answer.content.n === 2 ? 1 : 0;
-  });
+  env.template(
+    { id: "t", returns: object({ n: integer() }) },
+    async function* (): TemplateGenerator<TypedAnswer<{ n: number }>> {
+      const answer = yield "p";
+      seen.push(answer);
+      yield answer.content.n === 2 ? 1 : 0;
+    },
+  );
   assert.deepEqual(await (await env.startTask("t")).grade('{"n": 2}'), { score: 1 });
   assert.deepEqual(await (await env.startTask("t")).grade({ n: 2 }), { score: 1 });
   await (await env.startTask("t")).grade("not json").catch(() => {});
