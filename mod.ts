@@ -196,3 +196,4 @@ export {
   type SnapshotFile,
   startFileTracker,
 } from "./filetracking.ts";
+export { formatJobTable, formatProgress } from "./report.ts";

@@ -21,6 +21,7 @@ import {
   type Agent,
   CommandAgent,
   Environment,
+  formatProgress,
   functionAgent,
   integer,
   type JobProgress,
@@ -28,7 +29,6 @@ import {
   type TaskRow,
   Taskset,
 } from "../mod.ts";
-import { formatProgress } from "../report.ts";
 
 interface Lab {
   /** What the program should do. */
