@@ -2,6 +2,7 @@
 // the JSON-RPC reply check.
 
 import { ErrorCode, HudProtocolError } from "./errors.ts";
+import { isRecord } from "./_util.ts";
 
 // Small to start with: a server holds one reader per session, and at 64 KiB
 // each, 10,000 held sessions needed 650 MiB. Long frames grow the buffer.
@@ -116,10 +117,6 @@ export function parseLine(line: Uint8Array): unknown {
     throw new SyntaxError("Invalid UTF-8 in frame");
   }
   return JSON.parse(text);
-}
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
 /**

@@ -5,6 +5,8 @@
  * @module
  */
 
+import { isRecord } from "./_util.ts";
+
 /** A capability as it travels in the `hello` manifest's `bindings`. */
 export interface CapabilityManifest {
   /** Name agents and clients refer to it by, unique per environment. */
@@ -209,10 +211,6 @@ function dropUndefined(params: Record<string, unknown>): Record<string, unknown>
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(params)) if (v !== undefined) out[k] = v;
   return out;
-}
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
 /**

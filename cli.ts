@@ -31,6 +31,7 @@ import { CommandAgent } from "./command_agent.ts";
 import { formatJobTable, formatProgress } from "./report.ts";
 import { LocalRuntime } from "./runtime.ts";
 import { type JobProgress, Taskset } from "./taskset.ts";
+import { errorMessage } from "./_util.ts";
 
 /** Where {@linkcode main} reads and writes; the process's standard streams by default. */
 export interface MainOptions {
@@ -200,10 +201,6 @@ function connectTo(url: string, io: Io, sessionId?: string): Promise<HudClient> 
     signal: io.signal,
     sessionId,
   });
-}
-
-function errorMessage(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }
 
 function promptText(prompt: unknown): string {

@@ -32,6 +32,7 @@ import { encodeFrame, LineReader, parseLine, replyResult } from "./_framing.ts";
 import { closeQuietly, isPeerGone, pump, writeAll } from "./_io.ts";
 import { abortable, Deadline, delay } from "./_async.ts";
 import type { Placement } from "./runtime.ts";
+import { isRecord } from "./_util.ts";
 
 /**
  * Where an environment is served: a `tcp://host:port` url, anything with a
@@ -104,10 +105,6 @@ export interface CallOptions {
 
 const DEFAULT_MAX_FRAME = 16 * 1024 * 1024;
 const TUNNEL_REPLY_MAX = 64 * 1024;
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
 
 /**
  * Host and port of a control address: `tcp://host:port` or `host:port`.

@@ -22,6 +22,7 @@ import {
   type JsonSchema,
   shapeToJsonSchema,
 } from "./schema.ts";
+import { errorMessage, isRecord } from "./_util.ts";
 
 /** A task row: which template of which environment, with which arguments. */
 export interface TaskRow {
@@ -181,16 +182,8 @@ export function taskSlug(id: string, args: Record<string, unknown>): string {
   return `${id}-${sha1Hex(encoder.encode(pyJson(args))).slice(0, 8)}`;
 }
 
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
-
 function quoteList(names: string[]): string {
   return names.map((n) => `"${n}"`).join(", ");
-}
-
-function errorMessage(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }
 
 function isAsyncGeneratorFunction(fn: unknown): boolean {

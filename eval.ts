@@ -30,6 +30,7 @@ import { environmentOf } from "./env.ts";
 import { LocalRuntime, type Placement, type RuntimeProvider } from "./runtime.ts";
 import { type FileTrackingEvent, observeFiles } from "./filetracking.ts";
 import { abortable, Deadline } from "./_async.ts";
+import { isRecord } from "./_util.ts";
 
 /** The phase of a rollout in which something failed. */
 export type Phase = "provisioning" | "start" | "agent" | "grading";
@@ -82,10 +83,6 @@ export interface Grade {
 
 function nowIso(): string {
   return new Date().toISOString();
-}
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
 /** Reads a {@linkcode Grade} from a grade frame. */

@@ -28,6 +28,7 @@ import {
   type FlushResult,
   Tracker,
 } from "./_filetracking_core.ts";
+import { isRecord } from "./_util.ts";
 
 export type {
   AdvanceResult,
@@ -197,10 +198,6 @@ export async function startFileTracker(
 
 const METHODS = ["snapshot", "diff", "setup", "advance", "flush"] as const;
 type Method = typeof METHODS[number];
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
 
 class FileTrackerServer implements FileTracker {
   readonly #listener: Deno.Listener<Deno.TcpConn, Deno.NetAddr>;

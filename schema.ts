@@ -17,6 +17,8 @@
  * @module
  */
 
+import { isRecord } from "./_util.ts";
+
 /** A JSON Schema object, as published on the wire. */
 export type JsonSchema = { [key: string]: unknown };
 
@@ -98,10 +100,6 @@ function parseJsonText(value: unknown): unknown {
   } catch {
     return value;
   }
-}
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
 class BaseSchema<T, O extends boolean> implements Schema<T, O> {

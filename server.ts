@@ -26,6 +26,7 @@ import type { ActiveTask, Environment } from "./env.ts";
 import { ErrorCode, HudProtocolError } from "./errors.ts";
 import { encodeFrame, LineReader, parseLine } from "./_framing.ts";
 import { closeQuietly, isPeerGone, splice, writeAll } from "./_io.ts";
+import { isRecord } from "./_util.ts";
 
 /** Default largest accepted frame: 16 MiB. */
 export const DEFAULT_MAX_FRAME_BYTES: number = 16 * 1024 * 1024;
@@ -94,10 +95,6 @@ interface Session {
 }
 
 type Reply = { result: Record<string, unknown> } | { error: HudProtocolError };
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
 
 /**
  * Half-closes, then discards what the peer is still sending (bounded in

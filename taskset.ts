@@ -25,10 +25,7 @@
 import type { TaskRow } from "./env.ts";
 import { type Agent, defaultRuntimeFor, rollout, type RolloutOptions, type Run } from "./eval.ts";
 import type { Placement, PlaceOptions, RuntimeProvider } from "./runtime.ts";
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
+import { isRecord } from "./_util.ts";
 
 function checkRow(row: unknown, where: string): TaskRow {
   if (
