@@ -24,6 +24,19 @@ export function isPeerGone(err: unknown): boolean {
     err instanceof Deno.errors.NotConnected;
 }
 
+/** Concatenates byte arrays into a new one. */
+export function concat(parts: readonly Uint8Array[]): Uint8Array {
+  let n = 0;
+  for (const p of parts) n += p.length;
+  const out = new Uint8Array(n);
+  let off = 0;
+  for (const p of parts) {
+    out.set(p, off);
+    off += p.length;
+  }
+  return out;
+}
+
 /** Writes every byte of `data`; `write()` may take fewer than offered. */
 export async function writeAll(
   w: { write(p: Uint8Array): Promise<number> },

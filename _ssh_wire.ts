@@ -181,18 +181,7 @@ export function fromUtf8(b: Uint8Array): string {
   return decoder.decode(b);
 }
 
-/** Concatenates byte arrays. */
-export function concat(parts: readonly Uint8Array[]): Uint8Array {
-  let n = 0;
-  for (const p of parts) n += p.length;
-  const out = new Uint8Array(n);
-  let off = 0;
-  for (const p of parts) {
-    out.set(p, off);
-    off += p.length;
-  }
-  return out;
-}
+export { concat } from "./_io.ts";
 
 /** Constant-time comparison of two byte arrays. */
 export function bytesEqual(a: Uint8Array, b: Uint8Array): boolean {

@@ -36,6 +36,7 @@
 import type { AgentContext, Run } from "./eval.ts";
 import type { Agent } from "./eval.ts";
 import { killProcessGroup } from "./_process.ts";
+import { concat } from "./_io.ts";
 
 /** Options for {@linkcode CommandAgent}. */
 export interface CommandAgentOptions {
@@ -198,15 +199,4 @@ export class CommandAgent implements Agent {
       signal.removeEventListener("abort", onAbort);
     }
   }
-}
-
-function concat(chunks: Uint8Array[]): Uint8Array {
-  if (chunks.length === 1) return chunks[0];
-  const out = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0));
-  let off = 0;
-  for (const c of chunks) {
-    out.set(c, off);
-    off += c.length;
-  }
-  return out;
 }

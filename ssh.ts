@@ -28,6 +28,7 @@ import {
   parsePublicKey,
 } from "./_ssh_keys.ts";
 import { concat, fromUtf8, type SshReader, utf8 } from "./_ssh_wire.ts";
+import { delay } from "./_async.ts";
 
 export { SshAuthError, SshCommandError, SshError, SshHostKeyError };
 
@@ -269,22 +270,6 @@ function abortReason(signal: AbortSignal): unknown {
   return signal.reason ?? new DOMException("The operation was aborted", "AbortError");
 }
 
-/** Resolves after `ms`, or rejects when `signal` aborts; leaves no timer behind. */
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(abortReason(signal));
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(abortReason(signal!));
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
-}
-
 class ExecResult implements SshExecResult {
   readonly code: number;
   readonly signal: string | null;
@@ -475,7 +460,7 @@ export class SshClient {
         if (err instanceof TypeError) throw err;
         last = err;
       }
-      if (attempt < RETRY_DELAYS.length) await sleep(RETRY_DELAYS[attempt], sig);
+      if (attempt < RETRY_DELAYS.length) await delay(RETRY_DELAYS[attempt], sig);
     }
     throw new SshError(
       `Cannot connect: ${this.#options.hostname ?? "127.0.0.1"}:${
