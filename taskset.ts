@@ -347,14 +347,18 @@ export class Taskset {
       for (const r of records) if (r) await out.write(encoder.encode(JSON.stringify(r) + "\n"));
     }
 
+    // Kept records are all graded; the mean is kept as a running sum so that
+    // each progress update costs O(1), not a pass over every record.
+    const keptRecords = records.filter((r): r is RunRecord => r !== null);
+    let rewardSum = keptRecords.reduce((sum, r) => sum + r.reward!, 0);
+    let gradedCount = keptRecords.length;
     const progress: JobProgress = {
       total: slots.length,
-      done: records.filter((r) => r !== null).length,
+      done: keptRecords.length,
       running: 0,
       failed: 0,
-      meanReward: mean(records.filter((r): r is RunRecord => r !== null)),
+      meanReward: gradedCount === 0 ? null : rewardSum / gradedCount,
     };
-    const graded: RunRecord[] = records.filter((r): r is RunRecord => r !== null);
     options.onProgress?.({ ...progress });
 
     const pending = slots.map((_, i) => i).filter((i) => records[i] === null);
@@ -394,9 +398,13 @@ export class Taskset {
         }
         progress.running--;
         progress.done++;
-        if (record.reward === null) progress.failed++;
-        else graded.push(record);
-        progress.meanReward = mean(graded);
+        if (record.reward === null) {
+          progress.failed++;
+        } else {
+          rewardSum += record.reward;
+          gradedCount++;
+          progress.meanReward = rewardSum / gradedCount;
+        }
         options.onProgress?.({ ...progress, last: record });
       }
     };
