@@ -89,3 +89,17 @@ export function abortable<T>(
     );
   });
 }
+
+/**
+ * Waits for `promise` at most `ms`; returns whether it settled (resolved or
+ * rejected) in time. Leaves no timer behind.
+ */
+export async function settleWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const settled = await Promise.race([
+    promise.then(() => true, () => true),
+    new Promise<boolean>((resolve) => timer = setTimeout(() => resolve(false), ms)),
+  ]);
+  clearTimeout(timer);
+  return settled;
+}

@@ -1,14 +1,29 @@
-// Process-group helpers shared by the command agent and the subprocess
-// runtime.
+// Process-group helpers shared by the command agent, the subprocess runtime
+// and the SSH server.
 
-function signalGroup(pid: number, signal: Deno.Signal): boolean {
+import { settleWithin } from "./_async.ts";
+
+/**
+ * Signals the process group led by `pid` (a child started detached leads
+ * its own); on Windows, which has no groups, the process alone. Returns
+ * `false` when there is nothing left to signal.
+ */
+export function signalGroup(pid: number, signal: Deno.Signal): boolean {
   try {
-    // A negative pid addresses the whole process group (the child was
-    // started with setsid, so its pid is the group id).
-    Deno.kill(-pid, signal);
+    Deno.kill(Deno.build.os === "windows" ? pid : -pid, signal);
     return true;
+  } catch (err) {
+    if (err instanceof Deno.errors.NotFound) return false; // already gone
+    throw err;
+  }
+}
+
+/** {@linkcode signalGroup} that never throws: teardown is often fire-and-forget. */
+export function trySignalGroup(pid: number, signal: Deno.Signal): boolean {
+  try {
+    return signalGroup(pid, signal);
   } catch {
-    return false; // already gone
+    return false;
   }
 }
 
@@ -21,18 +36,13 @@ export async function killProcessGroup(
   grace: number,
   exited: Promise<unknown>,
 ): Promise<void> {
-  if (!signalGroup(pid, "SIGTERM")) {
+  if (!trySignalGroup(pid, "SIGTERM")) {
     await exited.catch(() => {});
     return;
   }
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timedOut = new Promise<boolean>((resolve) => {
-    timer = setTimeout(() => resolve(true), grace);
-  });
-  const done = await Promise.race([exited.then(() => false, () => false), timedOut]);
-  clearTimeout(timer);
+  const exitedInTime = await settleWithin(exited, grace);
   // Kill what is left of the group either way: the leader may be gone while
   // its children linger.
-  signalGroup(pid, "SIGKILL");
-  if (done) await exited.catch(() => {});
+  trySignalGroup(pid, "SIGKILL");
+  if (!exitedInTime) await exited.catch(() => {});
 }

@@ -13,7 +13,8 @@
 
 import type { Environment } from "./env.ts";
 import { bind, type HudServer } from "./server.ts";
-import { abortable, Deadline } from "./_async.ts";
+import { abortable, Deadline, settleWithin } from "./_async.ts";
+import { signalGroup } from "./_process.ts";
 import { parseControlUrl } from "./client.ts";
 import { NotReadyError } from "./errors.ts";
 
@@ -520,13 +521,7 @@ class ServerProcess {
   }
 
   #signalGroup(signal: Deno.Signal): void {
-    try {
-      // A negative pid signals the whole process group; the child leads its own.
-      Deno.kill(Deno.build.os === "windows" ? this.pid : -this.pid, signal);
-    } catch (err) {
-      // The group is already empty.
-      if (!(err instanceof Deno.errors.NotFound)) throw err;
-    }
+    signalGroup(this.pid, signal);
   }
 
   /** Ends the process group and waits for the child and its output. Idempotent. */
@@ -552,15 +547,4 @@ class ServerProcess {
       await this.#reading;
     }
   }
-}
-
-/** Waits for `promise` at most `ms`; returns whether it settled. */
-async function settleWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const settled = await Promise.race([
-    promise.then(() => true, () => true),
-    new Promise<boolean>((resolve) => timer = setTimeout(() => resolve(false), ms)),
-  ]);
-  clearTimeout(timer);
-  return settled;
 }

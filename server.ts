@@ -26,6 +26,7 @@ import type { ActiveTask, Environment } from "./env.ts";
 import { ErrorCode, HudProtocolError } from "./errors.ts";
 import { encodeFrame, LineReader, parseLine } from "./_framing.ts";
 import { closeQuietly, isPeerGone, splice, writeAll } from "./_io.ts";
+import { settleWithin } from "./_async.ts";
 import { isRecord } from "./_util.ts";
 
 /** Default largest accepted frame: 16 MiB. */
@@ -226,13 +227,11 @@ class ControlServer implements HudServer {
 
   /** Waits for `promises` until `deadline`; reports how many were left. */
   async #settle(promises: Promise<unknown>[], deadline: number, what: string): Promise<void> {
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const expired = new Promise<boolean>((resolve) => {
-      timer = setTimeout(() => resolve(true), Math.max(0, deadline - Date.now()));
-    });
-    const late = await Promise.race([Promise.allSettled(promises).then(() => false), expired]);
-    clearTimeout(timer);
-    if (late) {
+    const inTime = await settleWithin(
+      Promise.allSettled(promises),
+      Math.max(0, deadline - Date.now()),
+    );
+    if (!inTime) {
       this.#onError(
         new Error(
           `Shutdown went on after ${this.#shutdownTimeout} ms with ${promises.length} ${what}`,

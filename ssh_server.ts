@@ -10,6 +10,7 @@
  */
 
 import { closeQuietly, isPeerGone } from "./_io.ts";
+import { trySignalGroup } from "./_process.ts";
 import { type Channel, type ChannelHandlers, ChannelMux } from "./_ssh_channel.ts";
 import { DISCONNECT, SshError } from "./_ssh_errors.ts";
 import {
@@ -328,11 +329,8 @@ class Session {
   #signalGroup(signal: Deno.Signal): void {
     const pid = this.#proc?.pid;
     if (pid === undefined) return;
-    try {
-      Deno.kill(-pid, signal);
-    } catch {
-      // Already gone.
-    }
+    // Tearing a channel down must not fail on a process that is gone.
+    trySignalGroup(pid, signal);
   }
 
   #kill(): void {
