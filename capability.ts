@@ -5,7 +5,7 @@
  * @module
  */
 
-import { isRecord } from "./_util.ts";
+import { isRecord } from "./_internal/util.ts";
 
 /** A capability as it travels in the `hello` manifest's `bindings`. */
 export interface CapabilityManifest {

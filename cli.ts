@@ -24,14 +24,14 @@ import {
   type TaskRow,
 } from "./env.ts";
 import type { JsonSchema } from "./schema.ts";
-import { loadEnvironment } from "./loader.ts";
+import { loadEnvironment } from "./runtime/loader.ts";
 import { serve } from "./server.ts";
-import { abortable } from "./_async.ts";
-import { CommandAgent } from "./command_agent.ts";
-import { formatJobTable, formatProgress } from "./report.ts";
-import { LocalRuntime } from "./runtime.ts";
-import { type JobProgress, Taskset } from "./taskset.ts";
-import { errorMessage } from "./_util.ts";
+import { abortable } from "./_internal/async.ts";
+import { CommandAgent } from "./eval/command_agent.ts";
+import { formatJobTable, formatProgress } from "./eval/report.ts";
+import { LocalRuntime } from "./runtime/runtime.ts";
+import { type JobProgress, Taskset } from "./eval/taskset.ts";
+import { errorMessage } from "./_internal/util.ts";
 
 /** Where {@linkcode main} reads and writes; the process's standard streams by default. */
 export interface MainOptions {

@@ -25,14 +25,36 @@
  */
 
 import { Capability } from "./capability.ts";
-import { type SshBindingOptions, SshClient } from "./ssh.ts";
+import { type SshBindingOptions, SshClient } from "./ssh/client.ts";
 import type { GradeFrame, PromptFrame, TaskEntry } from "./env.ts";
 import { ConnectionClosedError, ErrorCode, HudProtocolError, NotReadyError } from "./errors.ts";
-import { encodeFrame, LineReader, parseLine, replyResult } from "./_framing.ts";
-import { closeQuietly, isPeerGone, pump, writeAll } from "./_io.ts";
-import { abortable, Deadline, delay } from "./_async.ts";
-import type { Placement } from "./runtime.ts";
-import { isRecord } from "./_util.ts";
+import { encodeFrame, LineReader, parseLine, replyResult } from "./_internal/framing.ts";
+import { closeQuietly, isPeerGone, pump, writeAll } from "./_internal/io.ts";
+import { abortable, Deadline, delay } from "./_internal/async.ts";
+import { isRecord } from "./_internal/util.ts";
+
+/** A placed environment: where to connect, until disposed. */
+export interface Placement extends AsyncDisposable {
+  /** The control address, `tcp://host:port`. */
+  readonly url: string;
+  /** Data about the placement (container id, pid...). */
+  readonly params: Readonly<Record<string, unknown>>;
+}
+
+/** Options for {@linkcode RuntimeProvider.place}. */
+export interface PlaceOptions {
+  /** Aborts placing. */
+  signal?: AbortSignal;
+}
+
+/**
+ * Something that can place an environment for a rollout: the runtimes in
+ * `runtime/` implement it, and {@linkcode connect} accepts one.
+ */
+export interface RuntimeProvider {
+  /** Places the environment; dispose the placement to release it. */
+  place(options?: PlaceOptions): Promise<Placement>;
+}
 
 /**
  * Where an environment is served: a `tcp://host:port` url, anything with a
@@ -42,7 +64,7 @@ import { isRecord } from "./_util.ts";
 export type ConnectTarget =
   | string
   | { readonly url: string }
-  | { place(options?: { signal?: AbortSignal }): Promise<Placement> };
+  | RuntimeProvider;
 
 /** Options for {@linkcode connect}. */
 export interface ConnectOptions {
@@ -203,7 +225,7 @@ export async function connect(
     const placement = await target.place({ signal: options.signal });
     try {
       const client = await connect(placement, options);
-      client._releaseOnClose(placement);
+      releaseOnClose(client, placement);
       return client;
     } catch (err) {
       await placement[Symbol.asyncDispose]();
@@ -240,9 +262,9 @@ export async function connect(
         deadline.signal,
         () => closeQuietly(c),
       );
-      const client = new HudClient(channel, url, readManifest(result), options);
+      const client = newClient(channel, url, readManifest(result), options);
       conn = null;
-      await client._startForwarders();
+      await startForwarders(client);
       return client;
     } catch (err) {
       if (conn) closeQuietly(conn);
@@ -386,6 +408,17 @@ function localUrl(url: string, port: number): string {
   return `${scheme}${user}127.0.0.1:${port}${m[4]}`;
 }
 
+// Plumbing that connect() needs and HudClient's public API must not show;
+// assigned in HudClient's static block, which can reach its #private members.
+let newClient: (
+  channel: Channel,
+  url: string,
+  manifest: Manifest,
+  options: ConnectOptions,
+) => HudClient;
+let startForwarders: (client: HudClient) => Promise<void>;
+let releaseOnClose: (client: HudClient, placement: AsyncDisposable) => void;
+
 /**
  * A connection to an environment's control port. Calls are serialised on
  * the connection; each reply's id is checked. Dispose it (or `close()`) to
@@ -407,8 +440,14 @@ export class HudClient implements AsyncDisposable {
   #heartbeatStopped = false;
   #placement: AsyncDisposable | null = null;
 
-  /** @internal Use {@linkcode connect}. */
-  constructor(channel: Channel, url: string, manifest: Manifest, options: ConnectOptions) {
+  // TypeScript's `private` is the only way to keep a constructor out of the
+  // public API (a #private name cannot apply to one); use connect().
+  private constructor(
+    channel: Channel,
+    url: string,
+    manifest: Manifest,
+    options: ConnectOptions,
+  ) {
     this.#channel = channel;
     this.#url = url;
     this.#control = parseControlUrl(url);
@@ -417,8 +456,16 @@ export class HudClient implements AsyncDisposable {
     this.#scheduleHeartbeat();
   }
 
-  /** @internal Opens one forwarder per binding. */
-  async _startForwarders(): Promise<void> {
+  static {
+    newClient = (channel, url, manifest, options) => new HudClient(channel, url, manifest, options);
+    startForwarders = (client) => client.#startForwarders();
+    releaseOnClose = (client, placement) => {
+      client.#placement = placement;
+    };
+  }
+
+  /** Opens one forwarder per binding. */
+  async #startForwarders(): Promise<void> {
     if (this.#options.forward === false) return;
     try {
       for (const cap of this.#manifest.bindings) {
@@ -687,11 +734,6 @@ export class HudClient implements AsyncDisposable {
       await this.#placement?.[Symbol.asyncDispose]();
     })();
     return this.#closed;
-  }
-
-  /** @internal Releases `placement` when the client closes (see {@linkcode connect}). */
-  _releaseOnClose(placement: AsyncDisposable): void {
-    this.#placement = placement;
   }
 
   /** Same as {@linkcode HudClient.close}. */

@@ -11,9 +11,8 @@
 
 import { Capability } from "./capability.ts";
 import { ErrorCode, HudProtocolError } from "./errors.ts";
-import { sha1Hex } from "./_sha1.ts";
-import { pyJson } from "./_pyjson.ts";
-import { addWorkspace, type WorkspaceOptions } from "./workspace.ts";
+import { sha1Hex } from "./_internal/sha1.ts";
+import { pyJson } from "./_internal/pyjson.ts";
 import {
   type AnySchema,
   type ArgsShape,
@@ -22,7 +21,7 @@ import {
   type JsonSchema,
   shapeToJsonSchema,
 } from "./schema.ts";
-import { errorMessage, isRecord } from "./_util.ts";
+import { errorMessage, isRecord } from "./_internal/util.ts";
 
 /** A task row: which template of which environment, with which arguments. */
 export interface TaskRow {
@@ -398,17 +397,6 @@ export class Environment {
       throw new TypeError(`Cannot add capability "${capability.name}": it has no url`);
     }
     this.#capabilities.set(capability.name, capability);
-  }
-
-  /**
-   * Adds an SSH workspace rooted at `root`: at start a fresh host key and
-   * client key, an SSH server on 127.0.0.1, and an `ssh/2` capability
-   * (named `shell` by default) that lets an agent log in; at stop the server
-   * ends and the keys are removed.
-   * @throws {TypeError} when `root` is not a non-empty string
-   */
-  workspace(root: string, options: WorkspaceOptions = {}): void {
-    addWorkspace(this, root, options);
   }
 
   /** Withdraws a published capability; returns whether there was one. */

@@ -106,94 +106,12 @@ export {
   type ConnectTarget,
   HudClient,
   type Manifest,
-} from "./client.ts";
-export {
-  LocalRuntime,
-  type LocalRuntimeOptions,
   type Placement,
   type PlaceOptions,
-  Runtime,
   type RuntimeProvider,
-  SubprocessRuntime,
-  type SubprocessRuntimeOptions,
-} from "./runtime.ts";
-export { loadEnvironment, type LoadEnvironmentOptions } from "./loader.ts";
-export {
-  type Agent,
-  type AgentContext,
-  defaultRuntimeFor,
-  functionAgent,
-  type Grade,
-  gradeFromFrame,
-  type Phase,
-  rollout,
-  type RolloutObserver,
-  type RolloutOptions,
-  Run,
-  type RunStartOptions,
-  Trace,
-  type TraceError,
-  type TraceStatus,
-  type TraceStep,
-} from "./eval.ts";
-export {
-  CommandAgent,
-  type CommandAgentOptions,
-  type CommandAgentRecord,
-} from "./command_agent.ts";
-export {
-  Job,
-  type JobProgress,
-  type RowSelector,
-  type RunRecord,
-  Shared,
-  type SharedOptions,
-  type TaskResult,
-  Taskset,
-  type TasksetRunOptions,
-} from "./taskset.ts";
-export {
-  generateSshKeyPair,
-  type GenerateSshKeyPairOptions,
-  parseSshPublicKey,
-  SshAuthError,
-  type SshBindingOptions,
-  SshClient,
-  type SshClientOptions,
-  SshCommandError,
-  type SshDirEntry,
-  SshError,
-  type SshExecOptions,
-  type SshExecResult,
-  type SshExitStatus,
-  sshFingerprint,
-  SshHostKeyError,
-  type SshKeyPair,
-  type SshProcess,
-  type SshPublicKey,
-  sshPublicKeyOf,
-} from "./ssh.ts";
-export { type SshServer, type SshServerOptions, startSshServer } from "./ssh_server.ts";
-export { addWorkspace, type WorkspaceOptions } from "./workspace.ts";
-export {
-  type AdvanceResult,
-  type ArtifactCapture,
-  type CapturedFile,
-  type FileDiff,
-  type FilePatch,
-  type FileSnapshot,
-  type FileTracker,
-  type FileTrackerCallOptions,
-  FileTrackerClient,
-  type FileTrackerClientOptions,
-  type FileTrackerOptions,
-  type FileTrackingEvent,
-  type FlushResult,
-  observeFiles,
-  type ObserveFilesOptions,
-  type PatchStatus,
-  type SkippedArtifact,
-  type SnapshotFile,
-  startFileTracker,
-} from "./filetracking.ts";
-export { formatJobTable, formatProgress } from "./report.ts";
+} from "./client.ts";
+export * from "./runtime/mod.ts";
+export * from "./eval/mod.ts";
+export * from "./ssh/mod.ts";
+export * from "./filetracking/mod.ts";
+export * from "./workspace/mod.ts";

@@ -17,7 +17,7 @@
  * @module
  */
 
-import { isRecord } from "./_util.ts";
+import { isRecord } from "./_internal/util.ts";
 
 /** A JSON Schema object, as published on the wire. */
 export type JsonSchema = { [key: string]: unknown };

@@ -24,10 +24,10 @@
 import { type Capability, parseHostPort } from "./capability.ts";
 import type { ActiveTask, Environment } from "./env.ts";
 import { ErrorCode, HudProtocolError } from "./errors.ts";
-import { encodeFrame, LineReader, parseLine } from "./_framing.ts";
-import { closeQuietly, isPeerGone, splice, writeAll } from "./_io.ts";
-import { settleWithin } from "./_async.ts";
-import { isRecord } from "./_util.ts";
+import { encodeFrame, LineReader, parseLine } from "./_internal/framing.ts";
+import { closeQuietly, isPeerGone, splice, writeAll } from "./_internal/io.ts";
+import { settleWithin } from "./_internal/async.ts";
+import { isRecord } from "./_internal/util.ts";
 
 /** Default largest accepted frame: 16 MiB. */
 export const DEFAULT_MAX_FRAME_BYTES: number = 16 * 1024 * 1024;

@@ -6,7 +6,7 @@
 // snapshot and a diff with nothing changed (stat only), and a diff after
 // editing 100 files (100 files read and diffed). Medians of several runs.
 
-import { FileTrackerClient, startFileTracker } from "../filetracking.ts";
+import { FileTrackerClient, startFileTracker } from "../filetracking/tracker.ts";
 
 const FILES = Number(Deno.args[0] ?? 10_000);
 const PER_DIR = 50;

@@ -3,7 +3,7 @@
 //
 //   deno bench bench/framing_bench.ts
 
-import { encodeFrame, LineReader, parseLine } from "../_framing.ts";
+import { encodeFrame, LineReader, parseLine } from "../_internal/framing.ts";
 
 const encoder = new TextEncoder();
 const REQUEST = JSON.stringify({

@@ -4,7 +4,7 @@
 //
 //   deno bench bench/json_bench.ts
 
-import { encodeFrame, parseLine } from "../_framing.ts";
+import { encodeFrame, parseLine } from "../_internal/framing.ts";
 import { Environment } from "../env.ts";
 
 const encoder = new TextEncoder();

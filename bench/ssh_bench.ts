@@ -8,9 +8,9 @@
 // stdout (MB/s) per cipher. Ours runs `bash -lc`, sshd runs the login user's
 // shell with -c; both start from the same HOME, so both read its rc files.
 
-import { generateSshKeyPair, SshClient } from "../ssh.ts";
-import { startSshServer } from "../ssh_server.ts";
-import { startSshd } from "../tests/_ssh_util.ts";
+import { generateSshKeyPair, SshClient } from "../ssh/mod.ts";
+import { startSshServer } from "../ssh/server.ts";
+import { startSshd } from "../tests/ssh/_util.ts";
 
 const quick = Deno.args.includes("--quick");
 const ROUNDS = quick ? 10 : 20;

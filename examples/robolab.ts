@@ -18,6 +18,7 @@
 
 import { parseArgs } from "node:util";
 import {
+  addWorkspace,
   type Agent,
   CommandAgent,
   Environment,
@@ -117,7 +118,7 @@ env.initialize(async () => {
 env.shutdown(async () => {
   await Deno.remove(root, { recursive: true }).catch(() => {});
 });
-env.workspace(root);
+addWorkspace(env, root);
 
 async function bash(script: string, cwd: string): Promise<{ code: number; out: string }> {
   const { code, stdout, stderr } = await new Deno.Command("bash", {

@@ -1,8 +1,8 @@
 // Shared test helpers: a raw NDJSON peer over a real socket, and small
 // environments used across suites.
 
-import { LineReader, parseLine } from "../_framing.ts";
-import { writeAll } from "../_io.ts";
+import { LineReader, parseLine } from "../_internal/framing.ts";
+import { writeAll } from "../_internal/io.ts";
 import { Environment } from "../env.ts";
 import { integer, withDefault } from "../schema.ts";
 

@@ -9,7 +9,7 @@ import {
   NotReadyError,
 } from "../mod.ts";
 import { parseControlUrl } from "../client.ts";
-import { LineReader, parseLine } from "../_framing.ts";
+import { LineReader, parseLine } from "../_internal/framing.ts";
 import { demoEnv, echoServer, tcpServer } from "./_helpers.ts";
 
 function freePort(): number {

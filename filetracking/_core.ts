@@ -1,0 +1,381 @@
+// The file tracker's state and its five methods, independent of transport:
+// baselines, change detection, patches, payload caps and artifact capture.
+
+import { unifiedDiff } from "./_diff.ts";
+import { artifactType, isCredentialPath } from "./_rules.ts";
+import { type Entry, sameContent, type Scan, Scanner, sha256Hex } from "./_scan.ts";
+
+// Wire payloads keep the protocol's snake_case names: they are recorded in
+// traces as they are, so a camelCase copy would only add a conversion.
+
+/** One file in a `snapshot` result. */
+export interface SnapshotFile {
+  /** Path relative to the root, `/`-separated. */
+  path: string;
+  /** Size in bytes. */
+  size: number;
+  /** sha256 hex of the content; `null` for credential-shaped or unread files. */
+  content_hash: string | null;
+}
+
+/** Result of `snapshot`: every tracked file. */
+export interface FileSnapshot {
+  /** Tracked files, sorted by path. */
+  files: SnapshotFile[];
+  /** Number of files the scan tracked. */
+  files_scanned: number;
+  /** Present and `true` when the list or a hash was cut short by a limit. */
+  truncated?: boolean;
+}
+
+/** How a file changed. */
+export type PatchStatus = "added" | "modified" | "deleted";
+
+/** One changed file in a `diff`, `setup` or `flush` result. */
+export interface FilePatch {
+  /** Path relative to the root, `/`-separated. */
+  path: string;
+  /** How it changed. A rename shows as a deletion and an addition. */
+  status: PatchStatus;
+  /** Unified diff text, or a one-line placeholder where no diff is recorded. */
+  patch: string;
+  /** Size before, `null` when added. */
+  size_before: number | null;
+  /** Size after, `null` when deleted. */
+  size_after: number | null;
+  /** sha256 hex before, `null` when added, credential-shaped or unread. */
+  content_hash_before: string | null;
+  /** sha256 hex after, `null` when deleted, credential-shaped or unread. */
+  content_hash_after: string | null;
+}
+
+/** Result of `diff` and `setup`: what changed since the reference point. */
+export interface FileDiff {
+  /** When the scan started, ISO 8601 UTC. */
+  snapshot_timestamp: string;
+  /** How long the scan took, in milliseconds. */
+  scan_duration_ms: number;
+  /** Number of files the scan tracked. */
+  files_scanned: number;
+  /** Number of entries in `patches`. */
+  files_changed: number;
+  /** Changed files, sorted by path. */
+  patches: FilePatch[];
+  /** Present and `true` when a limit left content unread or patches omitted. */
+  truncated?: boolean;
+}
+
+/** Result of `advance`: the new reference point. */
+export interface AdvanceResult {
+  /** When the scan started, ISO 8601 UTC. */
+  snapshot_timestamp: string;
+  /** How long the scan took, in milliseconds. */
+  scan_duration_ms: number;
+  /** Number of files the scan tracked. */
+  files_scanned: number;
+  /** Present and `true` when the content budget left files unread. */
+  truncated?: boolean;
+}
+
+/** An artifact file captured by `flush`. */
+export interface CapturedFile {
+  /** Path relative to the root, `/`-separated. */
+  path: string;
+  /** Size in bytes. */
+  size: number;
+  /** sha256 hex of the content. */
+  content_hash: string;
+  /** Media type guessed from the extension. */
+  mime_type: string;
+  /** The content, base64. */
+  content_base64: string;
+}
+
+/** An artifact file `flush` did not capture, and why. */
+export interface SkippedArtifact {
+  /** Path relative to the root, `/`-separated. */
+  path: string;
+  /** Size in bytes. */
+  size: number;
+  /** `count`, `size` or `total` (which cap), or `unreadable`. */
+  reason: "count" | "size" | "total" | "unreadable";
+}
+
+/** Artifacts (documents, images, html, spreadsheets) added or changed during the run. */
+export interface ArtifactCapture {
+  /** Captured files, sorted by path. */
+  files: CapturedFile[];
+  /** Artifact files added or changed since the run's baseline. */
+  eligible: number;
+  /** Entries in `files`. */
+  captured: number;
+  /** Eligible files not captured. */
+  skipped: number;
+  /** The skipped files and the reason for each. */
+  skipped_files: SkippedArtifact[];
+}
+
+/** Result of `flush`: the final diff and the captured artifacts. */
+export interface FlushResult extends FileDiff {
+  /** Artifacts added or changed since the run's baseline. */
+  capture: ArtifactCapture;
+}
+
+/** Limits of a tracker; every field is required here, defaults live in the public options. */
+export interface TrackerLimits {
+  maxFileSize: number;
+  scanBudget: number;
+  maxPayload: number;
+  maxCaptureFiles: number;
+  maxCaptureFileSize: number;
+  maxCaptureTotal: number;
+}
+
+/**
+ * One observer's position. Each connection to the tracker has its own, so
+ * that observers running side by side (concurrent rollouts on one
+ * workspace) each get every change, instead of one observer's `diff`
+ * consuming changes that another should have reported.
+ */
+export interface TrackerCursor {
+  /** The last reported state; `diff` and `flush` report against it. */
+  last: Scan;
+  /** Set by `setup` and `advance`; `flush` captures artifacts changed since. */
+  run: Scan;
+}
+
+/** The tracker state: one scanner, the baseline, and a cursor per observer. */
+export class Tracker {
+  readonly #scanner: Scanner;
+  readonly #limits: TrackerLimits;
+  /** Taken when the tracker started; `setup` reports against it. */
+  readonly #start: Scan;
+  /** The cursor of callers that pass none. */
+  readonly #shared: TrackerCursor;
+  #lock: Promise<unknown> = Promise.resolve();
+
+  constructor(scanner: Scanner, limits: TrackerLimits, baseline: Scan) {
+    this.#scanner = scanner;
+    this.#limits = limits;
+    this.#start = baseline;
+    this.#shared = this.cursor();
+  }
+
+  /** A new observer position, at the baseline. Scans are shared, not copied. */
+  cursor(): TrackerCursor {
+    return { last: this.#start, run: this.#start };
+  }
+
+  /** Resolves `root` and takes the baseline. */
+  static async create(root: string, limits: TrackerLimits): Promise<Tracker> {
+    const resolved = await Deno.realPath(root);
+    const info = await Deno.stat(resolved);
+    if (!info.isDirectory) throw new TypeError(`Cannot track files: "${root}" is not a directory`);
+    const scanner = new Scanner(resolved, limits);
+    return new Tracker(scanner, limits, await scanner.scan());
+  }
+
+  /** Every tracked file now. */
+  snapshot(): Promise<FileSnapshot> {
+    return this.#serial(async () => {
+      const scan = await this.#scanner.scan();
+      const files: SnapshotFile[] = [];
+      let budget = this.#limits.maxPayload;
+      let truncated = scan.truncated;
+      for (const [path, e] of scan.files) {
+        const cost = path.length + 120;
+        if (cost > budget) {
+          truncated = true;
+          break;
+        }
+        budget -= cost;
+        files.push({ path, size: e.size, content_hash: publicHash(e) });
+      }
+      const result: FileSnapshot = { files, files_scanned: scan.files.size };
+      if (truncated) result.truncated = true;
+      return result;
+    });
+  }
+
+  /** Changes since the last `diff`, `setup`, `advance` or `flush`. */
+  diff(cursor: TrackerCursor = this.#shared): Promise<FileDiff> {
+    return this.#serial(async () => {
+      const scan = await this.#scanner.scan();
+      const result = this.#compare(cursor.last, scan);
+      cursor.last = scan;
+      return result;
+    });
+  }
+
+  /** Changes since the tracker started (the task's setup); then re-baselines. */
+  setup(cursor: TrackerCursor = this.#shared): Promise<FileDiff> {
+    return this.#serial(async () => {
+      const scan = await this.#scanner.scan();
+      const result = this.#compare(this.#start, scan);
+      cursor.last = cursor.run = scan;
+      return result;
+    });
+  }
+
+  /** Re-baselines without reporting. */
+  advance(cursor: TrackerCursor = this.#shared): Promise<AdvanceResult> {
+    return this.#serial(async () => {
+      const scan = await this.#scanner.scan();
+      cursor.last = cursor.run = scan;
+      const result: AdvanceResult = {
+        snapshot_timestamp: scan.timestamp.toISOString(),
+        scan_duration_ms: roundMs(scan.durationMs),
+        files_scanned: scan.files.size,
+      };
+      if (scan.truncated) result.truncated = true;
+      return result;
+    });
+  }
+
+  /** The final diff, plus the artifacts added or changed since the run's baseline. */
+  flush(cursor: TrackerCursor = this.#shared): Promise<FlushResult> {
+    return this.#serial(async () => {
+      const scan = await this.#scanner.scan();
+      const result = this.#compare(cursor.last, scan);
+      cursor.last = scan;
+      return { ...result, capture: await this.#capture(cursor.run, scan) };
+    });
+  }
+
+  /** Runs scans one at a time, whichever connection asks. */
+  #serial<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.#lock.then(fn);
+    this.#lock = next.catch(() => {});
+    return next;
+  }
+
+  #compare(from: Scan, to: Scan): FileDiff {
+    const patches: FilePatch[] = [];
+    let budget = this.#limits.maxPayload;
+    let truncated = to.truncated;
+    const add = (path: string, before: Entry | undefined, after: Entry | undefined) => {
+      let patch = this.#patch(path, before, after);
+      if (patch.length > budget) {
+        patch =
+          `Diff of ${path} omitted: payload cap of ${this.#limits.maxPayload} bytes reached\n`;
+        truncated = true;
+      }
+      budget = Math.max(0, budget - patch.length);
+      patches.push({
+        path,
+        status: before === undefined ? "added" : after === undefined ? "deleted" : "modified",
+        patch,
+        size_before: before?.size ?? null,
+        size_after: after?.size ?? null,
+        content_hash_before: before ? publicHash(before) : null,
+        content_hash_after: after ? publicHash(after) : null,
+      });
+    };
+    const paths = new Set([...from.files.keys(), ...to.files.keys()]);
+    for (const path of [...paths].sort((x, y) => x < y ? -1 : x > y ? 1 : 0)) {
+      const before = from.files.get(path);
+      const after = to.files.get(path);
+      if (before && after && sameContent(before, after)) continue;
+      add(path, before, after);
+    }
+    const result: FileDiff = {
+      snapshot_timestamp: to.timestamp.toISOString(),
+      scan_duration_ms: roundMs(to.durationMs),
+      files_scanned: to.files.size,
+      files_changed: patches.length,
+      patches,
+    };
+    if (truncated) result.truncated = true;
+    return result;
+  }
+
+  #patch(path: string, before: Entry | undefined, after: Entry | undefined): string {
+    const oldLabel = before ? `a/${path}` : "/dev/null";
+    const newLabel = after ? `b/${path}` : "/dev/null";
+    const kinds = [before?.kind, after?.kind];
+    if (kinds.includes("credential") || isCredentialPath(path)) {
+      return `Credential-shaped file ${path}: content not recorded\n`;
+    }
+    if (kinds.includes("large")) {
+      return `File ${path} is over ${this.#limits.maxFileSize} bytes: diff not recorded\n`;
+    }
+    if ((before && before.hash === null) || (after && after.hash === null)) {
+      return `File ${path} was not read (scan content budget reached): diff not recorded\n`;
+    }
+    const textual = (e: Entry | undefined) =>
+      e === undefined || ((e.kind === "text" || e.kind === "symlink") && e.text !== null);
+    if (
+      textual(before) && textual(after) &&
+      (before?.kind ?? after?.kind) === (after?.kind ?? before?.kind)
+    ) {
+      return unifiedDiff(before?.text ?? null, after?.text ?? null, {
+        oldPath: before ? oldLabel : null,
+        newPath: after ? newLabel : null,
+      });
+    }
+    return `Binary files ${oldLabel} and ${newLabel} differ\n`;
+  }
+
+  async #capture(from: Scan, to: Scan): Promise<ArtifactCapture> {
+    const l = this.#limits;
+    const files: CapturedFile[] = [];
+    const skipped: SkippedArtifact[] = [];
+    let eligible = 0;
+    let total = 0;
+    for (const [path, entry] of to.files) {
+      const mime = artifactType(path);
+      if (mime === null || entry.kind === "credential" || entry.kind === "symlink") continue;
+      if (isCredentialPath(path)) continue;
+      const before = from.files.get(path);
+      if (before && sameContent(before, entry)) continue;
+      eligible++;
+      const skip = (reason: SkippedArtifact["reason"]) =>
+        skipped.push({ path, size: entry.size, reason });
+      if (files.length >= l.maxCaptureFiles) skip("count");
+      else if (entry.size > l.maxCaptureFileSize) skip("size");
+      else if (total + entry.size > l.maxCaptureTotal) skip("total");
+      else {
+        let bytes: Uint8Array<ArrayBuffer>;
+        try {
+          bytes = await Deno.readFile(this.#scanner.resolve(path));
+        } catch (err) {
+          if (
+            !(err instanceof Deno.errors.NotFound || err instanceof Deno.errors.PermissionDenied)
+          ) {
+            throw err;
+          }
+          skip("unreadable");
+          continue;
+        }
+        // The file may have grown since the scan.
+        if (bytes.length > l.maxCaptureFileSize) skip("size");
+        else if (total + bytes.length > l.maxCaptureTotal) skip("total");
+        else {
+          total += bytes.length;
+          files.push({
+            path,
+            size: bytes.length,
+            content_hash: await sha256Hex(bytes),
+            mime_type: mime,
+            content_base64: bytes.toBase64(),
+          });
+        }
+      }
+    }
+    return {
+      files,
+      eligible,
+      captured: files.length,
+      skipped: skipped.length,
+      skipped_files: skipped,
+    };
+  }
+}
+
+function publicHash(e: Entry): string | null {
+  return e.kind === "credential" ? null : e.hash;
+}
+
+function roundMs(ms: number): number {
+  return Math.round(ms * 1000) / 1000;
+}

@@ -1,0 +1,24 @@
+/**
+ * Runtimes: where an environment runs for a rollout. A runtime implements
+ * {@linkcode RuntimeProvider}: it is placed, the client connects to the
+ * placement's url, and disposing the placement releases it.
+ *
+ * - {@linkcode Runtime}: an environment already served at an address.
+ * - {@linkcode LocalRuntime}: an environment in this process.
+ * - {@linkcode SubprocessRuntime}: an environment module served by the
+ *   command line's `serve` in a child process, one per placement.
+ *
+ * {@linkcode loadEnvironment} imports an environment module by path.
+ *
+ * @module
+ */
+
+export type { Placement, PlaceOptions, RuntimeProvider } from "../client.ts";
+export {
+  LocalRuntime,
+  type LocalRuntimeOptions,
+  Runtime,
+  SubprocessRuntime,
+  type SubprocessRuntimeOptions,
+} from "./runtime.ts";
+export { loadEnvironment, type LoadEnvironmentOptions } from "./loader.ts";

@@ -1,0 +1,714 @@
+// The SSH transport layer (RFC 4253) for both ends: version exchange, key
+// exchange (curve25519-sha256, RFC 8731) with ssh-ed25519 host keys, strict
+// key exchange (OpenSSH PROTOCOL, "kex-strict"), ext-info, rekeying, and the
+// packet queue the upper layers send through.
+
+import { DISCONNECT, SshError } from "./_errors.ts";
+import {
+  ByteReader,
+  CIPHERS,
+  type DirectionKeys,
+  MACS,
+  PacketOpener,
+  PacketSealer,
+  type Payload,
+} from "./_cipher.ts";
+import { ED25519, type Ed25519Signer, parsePublicBlob, verifyEd25519 } from "./_keys.ts";
+import { bs, concat, SshReader, SshWireError, SshWriter, utf8 } from "./_wire.ts";
+import { closeQuietly, isPeerGone, writeAll } from "../_internal/io.ts";
+
+export const MSG = {
+  DISCONNECT: 1,
+  IGNORE: 2,
+  UNIMPLEMENTED: 3,
+  DEBUG: 4,
+  SERVICE_REQUEST: 5,
+  SERVICE_ACCEPT: 6,
+  EXT_INFO: 7,
+  KEXINIT: 20,
+  NEWKEYS: 21,
+  KEX_ECDH_INIT: 30,
+  KEX_ECDH_REPLY: 31,
+  USERAUTH_REQUEST: 50,
+  USERAUTH_FAILURE: 51,
+  USERAUTH_SUCCESS: 52,
+  USERAUTH_BANNER: 53,
+  USERAUTH_PK_OK: 60,
+  GLOBAL_REQUEST: 80,
+  REQUEST_SUCCESS: 81,
+  REQUEST_FAILURE: 82,
+  CHANNEL_OPEN: 90,
+  CHANNEL_OPEN_CONFIRMATION: 91,
+  CHANNEL_OPEN_FAILURE: 92,
+  CHANNEL_WINDOW_ADJUST: 93,
+  CHANNEL_DATA: 94,
+  CHANNEL_EXTENDED_DATA: 95,
+  CHANNEL_EOF: 96,
+  CHANNEL_CLOSE: 97,
+  CHANNEL_REQUEST: 98,
+  CHANNEL_SUCCESS: 99,
+  CHANNEL_FAILURE: 100,
+} as const;
+
+export const VERSION = "SSH-2.0-HudSdk_0.1";
+const KEX_ALGS = ["curve25519-sha256", "curve25519-sha256@libssh.org"];
+const STRICT_C = "kex-strict-c-v00@openssh.com";
+const STRICT_S = "kex-strict-s-v00@openssh.com";
+export const DEFAULT_CIPHERS: readonly string[] = [
+  "aes128-gcm@openssh.com",
+  "aes256-gcm@openssh.com",
+  "aes128-ctr",
+  "aes256-ctr",
+];
+export const DEFAULT_MACS: readonly string[] = ["hmac-sha2-256-etm@openssh.com", "hmac-sha2-256"];
+/** Rekey after this many bytes either way (RFC 4253 recommends 1 GB). */
+const REKEY_BYTES = 1 << 30;
+/** And after an hour. */
+const REKEY_MS = 3600_000;
+const MAX_BATCH = 64;
+
+export interface TransportOptions {
+  role: "client" | "server";
+  /** Server: the host key. */
+  hostKey?: Promise<Ed25519Signer>;
+  /** Client: checks the server's host key blob; throws to refuse it. */
+  checkHostKey?: (blob: Uint8Array) => void;
+  /** Upper-layer packets, in order; throwing SshError ends the connection. */
+  onPacket: (payload: Uint8Array) => void | Promise<void>;
+  /** Preference lists (the client's order wins). */
+  ciphers?: readonly string[];
+  macs?: readonly string[];
+  /** Rekey limits. */
+  rekeyBytes?: number;
+  rekeyMs?: number;
+}
+
+interface Negotiated {
+  kex: string;
+  cipherCs: string;
+  cipherSc: string;
+  macCs: string;
+  macSc: string;
+}
+
+interface KexState {
+  ours: Uint8Array;
+  theirs: Uint8Array | null;
+  algs: Negotiated | null;
+  ephemeral: CryptoKeyPair | null;
+  ephemeralPub: Uint8Array | null;
+  inKeys: DirectionKeys | null;
+  skipNext: boolean;
+  sentNewKeys: boolean;
+}
+
+interface Deferred {
+  promise: Promise<void>;
+  resolve(): void;
+  reject(err: unknown): void;
+}
+
+function deferred(): Deferred {
+  let resolve!: () => void;
+  let reject!: (err: unknown) => void;
+  const promise = new Promise<void>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  // A batch nobody awaits must not become an unhandled rejection.
+  promise.catch(() => {});
+  return { promise, resolve, reject };
+}
+
+class KeySwitch {
+  constructor(readonly keys: DirectionKeys, readonly strict: boolean) {}
+}
+
+function protocolError(what: string): SshError {
+  return new SshError(`Cannot continue: ${what}`, { reason: DISCONNECT.PROTOCOL_ERROR });
+}
+
+function kexError(what: string, cause?: unknown): SshError {
+  return new SshError(`Cannot exchange keys: ${what}`, {
+    reason: DISCONNECT.KEY_EXCHANGE_FAILED,
+    cause,
+  });
+}
+
+async function sha256(data: Uint8Array): Promise<Uint8Array> {
+  return new Uint8Array(await crypto.subtle.digest("SHA-256", bs(data)));
+}
+
+function choose(what: string, client: readonly string[], server: readonly string[]): string {
+  for (const a of client) if (server.includes(a)) return a;
+  throw kexError(`no common ${what} algorithm (peer offers "${client.join(",")}")`);
+}
+
+async function deriveKey(
+  k: Uint8Array,
+  h: Uint8Array,
+  letter: string,
+  sessionId: Uint8Array,
+  len: number,
+): Promise<Uint8Array> {
+  let out = await sha256(concat([k, h, utf8(letter), sessionId]));
+  while (out.length < len) out = concat([out, await sha256(concat([k, h, out]))]);
+  return out.subarray(0, len);
+}
+
+/** One SSH connection's transport. */
+export class SshTransport {
+  readonly #conn: Deno.Conn;
+  readonly #opts: TransportOptions;
+  readonly #reader: ByteReader;
+  #sealer = PacketSealer.plain();
+  #opener = PacketOpener.plain();
+  #localVersion = VERSION;
+  #peerVersion = "";
+  #sessionId: Uint8Array | null = null;
+  #strict = false;
+  #kex: KexState | null = null;
+  #kexCount = 0;
+  #firstKex = deferred();
+  #closedResolve!: (err: Error | null) => void;
+  #closed: Promise<Error | null>;
+  #isClosed = false;
+  #readLoop: Promise<void> | null = null;
+  #peerExtInfo = false;
+  #peerStrict = false;
+  // Outgoing.
+  #queue: (Payload | KeySwitch)[] = [];
+  #batch = deferred();
+  #held: Payload[] = [];
+  #heldBatch = deferred();
+  #writing = false;
+  #writeIdle: Promise<void> = Promise.resolve();
+  #bytesSinceKex = 0;
+  #kexAt = Date.now();
+  #received = 0;
+
+  constructor(conn: Deno.Conn, options: TransportOptions) {
+    this.#conn = conn;
+    this.#opts = options;
+    this.#reader = new ByteReader(conn);
+    this.#closed = new Promise((resolve) => this.#closedResolve = resolve);
+  }
+
+  /** The session identifier (the first exchange hash). */
+  get sessionId(): Uint8Array {
+    if (this.#sessionId === null) throw new SshError("Cannot use transport: no key exchange yet");
+    return this.#sessionId;
+  }
+
+  /** The peer's version line. */
+  get peerVersion(): string {
+    return this.#peerVersion;
+  }
+
+  /** Whether strict key exchange is in force. */
+  get strict(): boolean {
+    return this.#strict;
+  }
+
+  /** Resolves with what ended the connection (null: closed locally). */
+  get closed(): Promise<Error | null> {
+    return this.#closed;
+  }
+
+  get isClosed(): boolean {
+    return this.#isClosed;
+  }
+
+  /** Version exchange and first key exchange. Rejects (and closes) on failure. */
+  async handshake(): Promise<void> {
+    try {
+      await writeAll(this.#conn, utf8(`${this.#localVersion}\r\n`));
+      await this.#readVersion();
+    } catch (err) {
+      this.#finish(err instanceof Error ? err : new Error(String(err)));
+      throw err instanceof SshError
+        ? err
+        : new SshError("Cannot connect: version exchange failed", {
+          reason: DISCONNECT.PROTOCOL_ERROR,
+          cause: err,
+        });
+    }
+    this.#startKex();
+    this.#readLoop = this.#runReadLoop();
+    await this.#firstKex.promise;
+  }
+
+  async #readVersion(): Promise<void> {
+    const server = this.#opts.role === "server";
+    for (let lines = 0; lines < (server ? 1 : 64); lines++) {
+      const line = await this.#reader.readLine(server ? 257 : 1024);
+      if (line === null) {
+        throw new SshError("Cannot connect: connection closed during version exchange", {
+          reason: DISCONNECT.CONNECTION_LOST,
+        });
+      }
+      if (line.startsWith("SSH-")) {
+        if (!line.startsWith("SSH-2.0-") && !line.startsWith("SSH-1.99-")) {
+          throw new SshError(`Cannot connect: unsupported protocol version "${line}"`, {
+            reason: DISCONNECT.PROTOCOL_ERROR,
+          });
+        }
+        this.#peerVersion = line;
+        return;
+      }
+    }
+    if (server) {
+      // No binary protocol yet, so a text reply is the only way to say why.
+      await writeAll(this.#conn, utf8("Invalid SSH identification string.\r\n")).catch(() => {});
+    }
+    throw new SshError("Cannot connect: no SSH identification string", {
+      reason: DISCONNECT.PROTOCOL_ERROR,
+    });
+  }
+
+  // ---- sending ----
+
+  /** Sends an upper-layer packet; held while keys are being exchanged. */
+  send(payload: Payload): Promise<void> {
+    if (this.#isClosed) return Promise.reject(new SshError("Cannot send: connection closed"));
+    if (this.#kex !== null && !this.#kex.sentNewKeys) {
+      this.#held.push(payload);
+      return this.#heldBatch.promise;
+    }
+    return this.#enqueue(payload);
+  }
+
+  /** Sends and ignores failure (the read loop reports a dead connection). */
+  post(payload: Uint8Array): void {
+    this.send(payload).catch(() => {});
+  }
+
+  #enqueue(item: Payload | KeySwitch): Promise<void> {
+    this.#queue.push(item);
+    const p = this.#batch.promise;
+    if (!this.#writing) {
+      this.#writing = true;
+      this.#writeIdle = this.#runWriteLoop();
+    }
+    return p;
+  }
+
+  async #runWriteLoop(): Promise<void> {
+    // Sealing the next batch overlaps writing the previous one; `waiting`
+    // are the batches whose bytes are in the write under way.
+    let writing: Promise<void> = Promise.resolve();
+    let waiting: Deferred[] = [];
+    const settle = async () => {
+      await writing;
+      for (const d of waiting) d.resolve();
+      waiting = [];
+    };
+    let current: Deferred | null = null;
+    try {
+      while (true) {
+        if (this.#queue.length === 0) {
+          await settle();
+          if (this.#queue.length === 0) break;
+        }
+        const items = this.#queue;
+        current = this.#batch;
+        this.#queue = [];
+        this.#batch = deferred();
+        let payloads: Payload[] = [];
+        const flush = async () => {
+          if (payloads.length === 0) return;
+          const wire = await this.#sealer.seal(payloads);
+          payloads = [];
+          this.#bytesSinceKex += wire.length;
+          await settle();
+          writing = writeAll(this.#conn, wire);
+          writing.catch(() => {});
+        };
+        for (const item of items) {
+          if (item instanceof KeySwitch) {
+            await flush();
+            const old = this.#sealer;
+            this.#sealer = await PacketSealer.create(item.keys, item.strict ? 0 : old.seq);
+            await old.drain();
+          } else {
+            payloads.push(item);
+            if (payloads.length >= MAX_BATCH) await flush();
+          }
+        }
+        await flush();
+        waiting.push(current);
+        current = null;
+        this.#maybeRekey();
+      }
+    } catch (err) {
+      const e = isPeerGone(err) || err instanceof SshError
+        ? new SshError("Cannot send: connection closed", { cause: err })
+        : err;
+      current?.reject(e);
+      for (const d of waiting) d.reject(e);
+      this.#batch.reject(e);
+      this.#heldBatch.reject(e);
+      this.#finish(err instanceof Error ? err : new Error(String(err)));
+    } finally {
+      this.#writing = false;
+    }
+  }
+
+  // ---- receiving ----
+
+  async #runReadLoop(): Promise<void> {
+    let failure: Error | null = null;
+    try {
+      while (!this.#isClosed) {
+        const payload = await this.#opener.next(this.#reader);
+        if (payload === null) {
+          throw new SshError("Cannot continue: connection closed by peer", {
+            reason: DISCONNECT.CONNECTION_LOST,
+          });
+        }
+        if (payload.length === 0) throw protocolError("empty packet");
+        await this.#dispatch(payload);
+        this.#maybeRekey();
+      }
+    } catch (err) {
+      failure = err instanceof Error ? err : new Error(String(err));
+      if (err instanceof SshWireError) {
+        failure = new SshError(`Cannot continue: malformed message`, {
+          reason: DISCONNECT.PROTOCOL_ERROR,
+          cause: err,
+        });
+      }
+    }
+    if (this.#isClosed) return;
+    const reason = failure instanceof SshError ? failure.reason : DISCONNECT.BY_APPLICATION;
+    if (
+      reason !== 0 && reason !== DISCONNECT.CONNECTION_LOST && !isPeerGone(failure) &&
+      !(failure as { fromPeer?: boolean }).fromPeer
+    ) {
+      await this.#sendDisconnect(reason, failure!.message);
+    }
+    this.#firstKex.reject(failure);
+    this.#finish(failure);
+  }
+
+  async #dispatch(payload: Uint8Array): Promise<void> {
+    const type = payload[0];
+    this.#received++;
+    const kex = this.#kex;
+    if (kex?.skipNext) {
+      kex.skipNext = false;
+      return;
+    }
+    const initial = this.#kexCount === 0;
+    switch (type) {
+      case MSG.DISCONNECT: {
+        const r = new SshReader(payload, 1);
+        const code = r.uint32();
+        const text = r.text();
+        const err = new SshError(`Disconnected by peer: ${text || "no reason"} (${code})`, {
+          reason: code,
+        });
+        (err as { fromPeer?: boolean }).fromPeer = true;
+        throw err;
+      }
+      case MSG.IGNORE:
+      case MSG.DEBUG:
+      case MSG.UNIMPLEMENTED:
+        if (initial && this.#strict) throw protocolError(`message ${type} during strict kex`);
+        return;
+      case MSG.KEXINIT:
+        return await this.#onKexinit(payload);
+      case MSG.KEX_ECDH_INIT:
+        return await this.#onEcdhInit(payload);
+      case MSG.KEX_ECDH_REPLY:
+        return await this.#onEcdhReply(payload);
+      case MSG.NEWKEYS:
+        return await this.#onNewKeys();
+      case MSG.EXT_INFO:
+        if (initial) throw protocolError("ext-info before keys");
+        return;
+    }
+    if (initial) throw protocolError(`unexpected message ${type} before keys`);
+    if (kex !== null && kex.theirs !== null) {
+      throw protocolError(`message ${type} during key exchange`);
+    }
+    await this.#opts.onPacket(payload);
+  }
+
+  // ---- key exchange ----
+
+  #kexinitPayload(): Uint8Array {
+    const server = this.#opts.role === "server";
+    const kexAlgs = this.#kexCount === 0
+      ? [...KEX_ALGS, server ? STRICT_S : STRICT_C, ...(server ? [] : ["ext-info-c"])]
+      : KEX_ALGS;
+    const ciphers = this.#opts.ciphers ?? DEFAULT_CIPHERS;
+    const macs = this.#opts.macs ?? DEFAULT_MACS;
+    const w = new SshWriter(512).byte(MSG.KEXINIT).raw(crypto.getRandomValues(new Uint8Array(16)))
+      .nameList(kexAlgs)
+      .nameList([ED25519])
+      .nameList(ciphers)
+      .nameList(ciphers)
+      .nameList(macs)
+      .nameList(macs)
+      .nameList(["none"])
+      .nameList(["none"])
+      .nameList([])
+      .nameList([])
+      .boolean(false)
+      .uint32(0);
+    return w.bytes().slice();
+  }
+
+  #startKex(): void {
+    if (this.#kex !== null || this.#isClosed) return;
+    const ours = this.#kexinitPayload();
+    this.#kex = {
+      ours,
+      theirs: null,
+      algs: null,
+      ephemeral: null,
+      ephemeralPub: null,
+      inKeys: null,
+      skipNext: false,
+      sentNewKeys: false,
+    };
+    this.#enqueue(ours).catch(() => {});
+  }
+
+  #maybeRekey(): void {
+    if (this.#kexCount === 0 || this.#kex !== null || this.#isClosed) return;
+    const limit = this.#opts.rekeyBytes ?? REKEY_BYTES;
+    const total = this.#bytesSinceKex + this.#reader.received;
+    if (total > limit || Date.now() - this.#kexAt > (this.#opts.rekeyMs ?? REKEY_MS)) {
+      this.#startKex();
+    }
+  }
+
+  async #onKexinit(payload: Uint8Array): Promise<void> {
+    if (this.#kex === null) this.#startKex();
+    const kex = this.#kex!;
+    if (kex.theirs !== null) throw protocolError("duplicate KEXINIT");
+    kex.theirs = payload.slice();
+    const r = new SshReader(payload, 17);
+    const lists: string[][] = [];
+    for (let i = 0; i < 10; i++) lists.push(r.nameList());
+    const follows = r.boolean();
+    r.uint32();
+    const server = this.#opts.role === "server";
+    const ours = new SshReader(kex.ours, 17);
+    const mine: string[][] = [];
+    for (let i = 0; i < 10; i++) mine.push(ours.nameList());
+    const [c, s] = server ? [lists, mine] : [mine, lists];
+    const realKex = (l: string[]) => l.filter((a) => KEX_ALGS.includes(a));
+    const algs: Negotiated = {
+      kex: choose("key exchange", realKex(c[0]), realKex(s[0])),
+      cipherCs: choose("cipher", c[2], s[2]),
+      cipherSc: choose("cipher", c[3], s[3]),
+      macCs: "",
+      macSc: "",
+    };
+    choose("host key", c[1], s[1]);
+    if (!CIPHERS[algs.cipherCs].gcm) algs.macCs = choose("MAC", c[4], s[4]);
+    if (!CIPHERS[algs.cipherSc].gcm) algs.macSc = choose("MAC", c[5], s[5]);
+    choose("compression", c[6], s[6]);
+    choose("compression", c[7], s[7]);
+    kex.algs = algs;
+    if (this.#kexCount === 0) {
+      this.#peerStrict = lists[0].includes(server ? STRICT_C : STRICT_S);
+      this.#strict = this.#peerStrict;
+      this.#peerExtInfo = server && lists[0].includes("ext-info-c");
+      if (this.#strict && this.#received !== 1) {
+        throw protocolError("strict kex: KEXINIT was not the first message");
+      }
+    }
+    if (follows && (lists[0][0] !== algs.kex || lists[1][0] !== ED25519)) kex.skipNext = true;
+    if (!server) {
+      const pair = await crypto.subtle.generateKey({ name: "X25519" }, true, [
+        "deriveBits",
+      ]) as CryptoKeyPair;
+      kex.ephemeral = pair;
+      kex.ephemeralPub = new Uint8Array(await crypto.subtle.exportKey("raw", pair.publicKey));
+      this.#enqueue(new SshWriter(40).byte(MSG.KEX_ECDH_INIT).string(kex.ephemeralPub).bytes())
+        .catch(() => {});
+    }
+  }
+
+  async #sharedSecret(priv: CryptoKey, peer: Uint8Array): Promise<Uint8Array> {
+    if (peer.length !== 32) throw kexError(`bad ephemeral key length "${peer.length}"`);
+    try {
+      const pub = await crypto.subtle.importKey("raw", bs(peer), { name: "X25519" }, false, []);
+      const bits = new Uint8Array(
+        await crypto.subtle.deriveBits({ name: "X25519", public: pub }, priv, 256),
+      );
+      if (bits.every((b) => b === 0)) throw new Error("all-zero shared secret");
+      return new SshWriter(40).mpint(bits).bytes().slice();
+    } catch (err) {
+      throw kexError("bad ephemeral key", err);
+    }
+  }
+
+  #exchangeHash(
+    hostKey: Uint8Array,
+    qc: Uint8Array,
+    qs: Uint8Array,
+    k: Uint8Array,
+  ): Promise<Uint8Array> {
+    const kex = this.#kex!;
+    const server = this.#opts.role === "server";
+    const w = new SshWriter(1024)
+      .string(server ? this.#peerVersion : this.#localVersion)
+      .string(server ? this.#localVersion : this.#peerVersion)
+      .string(server ? kex.theirs! : kex.ours)
+      .string(server ? kex.ours : kex.theirs!)
+      .string(hostKey)
+      .string(qc)
+      .string(qs)
+      .raw(k);
+    return sha256(w.bytes());
+  }
+
+  async #onEcdhInit(payload: Uint8Array): Promise<void> {
+    const kex = this.#kex;
+    if (this.#opts.role !== "server" || kex === null || kex.algs === null || kex.inKeys) {
+      throw protocolError("unexpected KEX_ECDH_INIT");
+    }
+    const qc = new SshReader(payload, 1).string();
+    const pair = await crypto.subtle.generateKey({ name: "X25519" }, true, [
+      "deriveBits",
+    ]) as CryptoKeyPair;
+    const qs = new Uint8Array(await crypto.subtle.exportKey("raw", pair.publicKey));
+    const k = await this.#sharedSecret(pair.privateKey, qc);
+    const hostKey = await this.#opts.hostKey!;
+    const h = await this.#exchangeHash(hostKey.blob, qc, qs, k);
+    const sig = await hostKey.sign(h);
+    this.#enqueue(
+      new SshWriter(256).byte(MSG.KEX_ECDH_REPLY).string(hostKey.blob).string(qs).string(sig)
+        .bytes(),
+    ).catch(() => {});
+    await this.#finishKex(k, h);
+  }
+
+  async #onEcdhReply(payload: Uint8Array): Promise<void> {
+    const kex = this.#kex;
+    if (this.#opts.role !== "client" || kex === null || kex.ephemeral === null || kex.inKeys) {
+      throw protocolError("unexpected KEX_ECDH_REPLY");
+    }
+    const r = new SshReader(payload, 1);
+    const hostBlob = r.string().slice();
+    const qs = r.string();
+    const sig = r.string();
+    let hostKey: Uint8Array;
+    try {
+      hostKey = parsePublicBlob(hostBlob);
+    } catch (err) {
+      throw kexError("unsupported host key", err);
+    }
+    this.#opts.checkHostKey?.(hostBlob);
+    const k = await this.#sharedSecret(kex.ephemeral.privateKey, qs);
+    const h = await this.#exchangeHash(hostBlob, kex.ephemeralPub!, qs, k);
+    if (!(await verifyEd25519(hostKey, sig, h))) {
+      throw new SshError("Cannot exchange keys: bad host key signature", {
+        reason: DISCONNECT.HOST_KEY_NOT_VERIFIABLE,
+      });
+    }
+    await this.#finishKex(k, h);
+  }
+
+  async #finishKex(k: Uint8Array, h: Uint8Array): Promise<void> {
+    const kex = this.#kex!;
+    const algs = kex.algs!;
+    this.#sessionId ??= h.slice();
+    const sid = this.#sessionId;
+    const derive = async (cipher: string, mac: string, iv: string, key: string, mk: string) => {
+      const c = CIPHERS[cipher];
+      return {
+        cipher,
+        mac,
+        iv: await deriveKey(k, h, iv, sid, c.ivLen),
+        key: await deriveKey(k, h, key, sid, c.keyLen),
+        macKey: mac === "" ? new Uint8Array(0) : await deriveKey(k, h, mk, sid, MACS[mac].keyLen),
+      };
+    };
+    const cs = await derive(algs.cipherCs, algs.macCs, "A", "C", "E");
+    const sc = await derive(algs.cipherSc, algs.macSc, "B", "D", "F");
+    const server = this.#opts.role === "server";
+    kex.inKeys = server ? cs : sc;
+    this.#enqueue(new Uint8Array([MSG.NEWKEYS])).catch(() => {});
+    this.#enqueue(new KeySwitch(server ? sc : cs, this.#strict)).catch(() => {});
+    kex.sentNewKeys = true;
+    if (server && this.#kexCount === 0 && this.#peerExtInfo) {
+      this.#enqueue(
+        new SshWriter(64).byte(MSG.EXT_INFO).uint32(1).string("server-sig-algs").string(ED25519)
+          .bytes(),
+      ).catch(() => {});
+    }
+    const held = this.#held;
+    const heldDone = this.#heldBatch;
+    this.#held = [];
+    this.#heldBatch = deferred();
+    let last: Promise<void> | null = null;
+    for (const p of held) last = this.#enqueue(p);
+    if (last === null) heldDone.resolve();
+    else last.then(heldDone.resolve, heldDone.reject);
+  }
+
+  async #onNewKeys(): Promise<void> {
+    const kex = this.#kex;
+    if (kex === null || kex.inKeys === null) throw protocolError("unexpected NEWKEYS");
+    const old = this.#opener;
+    this.#opener = await PacketOpener.create(kex.inKeys, this.#strict ? 0 : old.seq);
+    await old.drain();
+    this.#kex = null;
+    this.#kexCount++;
+    this.#bytesSinceKex = 0;
+    this.#reader.received = 0;
+    this.#kexAt = Date.now();
+    this.#firstKex.resolve();
+  }
+
+  // ---- ending ----
+
+  async #sendDisconnect(reason: number, description: string): Promise<void> {
+    const msg = new SshWriter(128).byte(MSG.DISCONNECT).uint32(reason).string(description)
+      .string("").bytes();
+    const sent = this.#enqueue(msg);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timeout = new Promise<void>((resolve) => timer = setTimeout(resolve, 1000));
+    await Promise.race([sent.catch(() => {}), timeout]);
+    clearTimeout(timer);
+  }
+
+  /** Sends DISCONNECT with `reason` and closes. */
+  async disconnect(reason: number, description: string): Promise<void> {
+    if (this.#isClosed) return;
+    await this.#sendDisconnect(reason, description);
+    this.#finish(null);
+    await this.wait();
+  }
+
+  /** Closes the connection at once. */
+  close(): void {
+    this.#finish(null);
+  }
+
+  /** Waits until the read and write loops and background crypto are done. */
+  async wait(): Promise<void> {
+    await this.#readLoop;
+    await this.#writeIdle.catch(() => {});
+    await this.#sealer.drain();
+    await this.#opener.drain();
+  }
+
+  #finish(err: Error | null): void {
+    if (this.#isClosed) return;
+    this.#isClosed = true;
+    closeQuietly(this.#conn);
+    const e = new SshError("Cannot send: connection closed", { cause: err ?? undefined });
+    this.#batch.reject(e);
+    this.#heldBatch.reject(e);
+    this.#firstKex.reject(err ?? e);
+    this.#firstKex.promise.catch(() => {});
+    this.#closedResolve(err);
+  }
+}

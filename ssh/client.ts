@@ -1,0 +1,691 @@
+/**
+ * {@linkcode SshClient}, an SSH client on Deno's WebCrypto with no
+ * dependencies: it verifies the server's host key and runs commands. Keys
+ * are in `keys.ts`, the server in `server.ts`.
+ *
+ * Both ends speak what OpenSSH 9 speaks, checked against its `ssh` and
+ * `sshd`: key exchange `curve25519-sha256` (and `@libssh.org`) with strict
+ * key exchange (`kex-strict-*-v00@openssh.com`), host keys and user keys
+ * `ssh-ed25519`, ciphers `aes128-gcm@openssh.com`, `aes256-gcm@openssh.com`,
+ * `aes128-ctr` and `aes256-ctr`, MACs `hmac-sha2-256-etm@openssh.com` and
+ * `hmac-sha2-256`, `ext-info` with `server-sig-algs`, rekeying either way.
+ *
+ * @module
+ */
+
+import type { Capability } from "../capability.ts";
+import { parseHostPort } from "../capability.ts";
+import type { Channel, ChannelHandlers } from "./_channel.ts";
+import { ClientConnection } from "./_connection.ts";
+import { SshAuthError, SshCommandError, SshError, SshHostKeyError } from "./_errors.ts";
+import { Ed25519Signer, parsePrivateKey, parsePublicKey } from "./_keys.ts";
+import { concat, fromUtf8, type SshReader, utf8 } from "./_wire.ts";
+import { delay } from "../_internal/async.ts";
+
+export { SshAuthError, SshCommandError, SshError, SshHostKeyError };
+
+/** Options for {@linkcode SshClient}. */
+export interface SshClientOptions {
+  /**
+   * Server host name or address.
+   * @default "127.0.0.1"
+   */
+  hostname?: string;
+  /**
+   * Server port.
+   * @default 22
+   */
+  port?: number;
+  /**
+   * User name to log in as.
+   * @default "agent"
+   */
+  user?: string;
+  /** The server's host key, `ssh-ed25519 AAAA...`; any other key is refused. */
+  hostPubkey: string;
+  /**
+   * Our key: an unencrypted OpenSSH Ed25519 private key. Either this or
+   * `privateKeyPath` is required.
+   */
+  privateKey?: string;
+  /** A file holding `privateKey`, read when connecting. */
+  privateKeyPath?: string;
+  /** Aborts connecting (and later reconnecting). */
+  signal?: AbortSignal;
+  /**
+   * Milliseconds one connection attempt may take.
+   * @default 15000
+   */
+  connectTimeout?: number;
+  /**
+   * Ciphers we offer, in order of preference: `aes128-gcm@openssh.com`,
+   * `aes256-gcm@openssh.com`, `aes128-ctr`, `aes256-ctr`.
+   * @default all four, in that order
+   */
+  ciphers?: readonly string[];
+  /**
+   * MACs we offer (used with the CTR ciphers): `hmac-sha2-256-etm@openssh.com`,
+   * `hmac-sha2-256`.
+   * @default both, in that order
+   */
+  macs?: readonly string[];
+  /**
+   * Bytes sent plus received after which the connection renews its keys.
+   * @default 1073741824 (1 GiB)
+   */
+  rekeyLimit?: number;
+}
+
+/** Options for {@linkcode SshClient.fromBinding}. */
+export interface SshBindingOptions {
+  /**
+   * Our private key; defaults to the binding's `client_key`, else the file at
+   * its `client_key_path`.
+   */
+  privateKey?: string;
+  /** Aborts connecting. */
+  signal?: AbortSignal;
+  /**
+   * Milliseconds one connection attempt may take.
+   * @default 15000
+   */
+  connectTimeout?: number;
+}
+
+/** Options for {@linkcode SshClient.exec} and {@linkcode SshClient.spawn}. */
+export interface SshExecOptions {
+  /**
+   * Bytes or text to feed the command's stdin (for `exec`), after which
+   * stdin is closed.
+   * @default nothing: stdin is closed at once
+   */
+  stdin?: string | Uint8Array;
+  /** Kills the command (its whole process group) when aborted. */
+  signal?: AbortSignal;
+  /** Milliseconds after which the command is killed and the call rejects. */
+  timeout?: number;
+  /**
+   * Variables to set, sent as `env` requests.
+   * @default {}
+   */
+  env?: Record<string, string>;
+}
+
+/** How a remote command ended. */
+export interface SshExitStatus {
+  /** Exit code; -1 when killed by a signal. */
+  readonly code: number;
+  /** The signal name (`KILL`, `TERM`...) when killed by one, else null. */
+  readonly signal: string | null;
+  /** Whether the code is 0. */
+  readonly success: boolean;
+}
+
+/** What {@linkcode SshClient.exec} returns. */
+export interface SshExecResult extends SshExitStatus {
+  /** Everything written to stdout. */
+  readonly stdout: Uint8Array;
+  /** Everything written to stderr. */
+  readonly stderr: Uint8Array;
+  /** stdout decoded as UTF-8. */
+  readonly stdoutText: string;
+  /** stderr decoded as UTF-8. */
+  readonly stderrText: string;
+}
+
+/** A running remote command, from {@linkcode SshClient.spawn}. */
+export interface SshProcess {
+  /** The command's stdin; closing it sends EOF. */
+  readonly stdin: WritableStream<Uint8Array>;
+  /** The command's stdout, with flow control (a slow reader slows the command). */
+  readonly stdout: ReadableStream<Uint8Array>;
+  /** The command's stderr. */
+  readonly stderr: ReadableStream<Uint8Array>;
+  /** Resolves when the command has ended and the channel is closed. */
+  readonly status: Promise<SshExitStatus>;
+  /** Kills the command's process group and closes the channel. */
+  kill(): void;
+  /** Kills the command if still running and waits for the channel to close. */
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+/** An entry of {@linkcode SshClient.listDir}. */
+export interface SshDirEntry {
+  /** The entry's name (not a path). */
+  readonly name: string;
+  /** Whether it is a regular file. */
+  readonly isFile: boolean;
+  /** Whether it is a directory. */
+  readonly isDirectory: boolean;
+  /** Whether it is a symbolic link. */
+  readonly isSymlink: boolean;
+}
+
+const RETRY_DELAYS = [100, 400];
+
+function shellQuote(s: string): string {
+  return `'${s.replace(/'/g, `'\\''`)}'`;
+}
+
+function abortReason(signal: AbortSignal): unknown {
+  return signal.reason ?? new DOMException("The operation was aborted", "AbortError");
+}
+
+class ExecResult implements SshExecResult {
+  readonly code: number;
+  readonly signal: string | null;
+  readonly stdout: Uint8Array;
+  readonly stderr: Uint8Array;
+
+  constructor(status: SshExitStatus, stdout: Uint8Array, stderr: Uint8Array) {
+    this.code = status.code;
+    this.signal = status.signal;
+    this.stdout = stdout;
+    this.stderr = stderr;
+  }
+  get success(): boolean {
+    return this.code === 0;
+  }
+  get stdoutText(): string {
+    return fromUtf8(this.stdout);
+  }
+  get stderrText(): string {
+    return fromUtf8(this.stderr);
+  }
+}
+
+/** Collects exit status from channel requests. */
+function statusFrom(
+  type: string,
+  r: SshReader,
+  into: { code: number; signal: string | null; received: boolean },
+): boolean {
+  if (type === "exit-status") {
+    into.code = r.uint32();
+    into.received = true;
+  } else if (type === "exit-signal") {
+    into.signal = r.text();
+    into.code = -1;
+    into.received = true;
+  }
+  return false;
+}
+
+/**
+ * An SSH client that logs in with an Ed25519 key, refuses any host key but
+ * the expected one, and runs commands. It connects on first use and
+ * reconnects (three tries, with backoff) when the connection was lost.
+ *
+ * @example Run a command on an SSH server
+ * ```ts
+ * import { generateSshKeyPair, SshClient } from "./mod.ts";
+ * import { startSshServer } from "./server.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const host = await generateSshKeyPair();
+ * const key = await generateSshKeyPair();
+ * await using server = startSshServer({
+ *   hostKey: host.privateKey,
+ *   authorizedKeys: [key.publicKey],
+ * });
+ * await using client = await SshClient.connect({
+ *   port: server.addr.port,
+ *   hostPubkey: server.hostPublicKey,
+ *   privateKey: key.privateKey,
+ * });
+ * const result = await client.exec("echo hello");
+ * assert.equal(result.stdoutText, "hello\n");
+ * assert.equal(result.code, 0);
+ * ```
+ */
+export class SshClient {
+  readonly #options: SshClientOptions;
+  readonly #keyText: () => Promise<string>;
+  #conn: ClientConnection | null = null;
+  #connecting: Promise<ClientConnection> | null = null;
+  #closed = false;
+  readonly #processes = new Set<Promise<unknown>>();
+
+  /**
+   * Creates a client; it connects on first use. Use
+   * {@linkcode SshClient.connect} to connect at once.
+   * @param options where to connect and with which keys
+   * @throws {TypeError} when a key does not parse
+   */
+  constructor(options: SshClientOptions) {
+    if (typeof options !== "object" || options === null) {
+      throw new TypeError("Cannot create SSH client: expected an options object");
+    }
+    parsePublicKey(options.hostPubkey);
+    const { privateKey, privateKeyPath } = options;
+    if (typeof privateKey === "string") {
+      parsePrivateKey(privateKey);
+      this.#keyText = () => Promise.resolve(privateKey);
+    } else if (typeof privateKeyPath === "string" && privateKeyPath !== "") {
+      this.#keyText = () => Deno.readTextFile(privateKeyPath);
+    } else {
+      throw new TypeError("Cannot create SSH client: privateKey or privateKeyPath is required");
+    }
+    this.#options = { ...options };
+  }
+
+  /**
+   * Connects and logs in.
+   * @param options where to connect and with which keys
+   * @returns a connected client
+   * @throws {SshHostKeyError} when the server's host key is not `hostPubkey`
+   * @throws {SshAuthError} when the server refuses the key
+   * @throws {SshError} when the connection fails three times
+   */
+  static async connect(options: SshClientOptions): Promise<SshClient> {
+    const client = new SshClient(options);
+    await client.#ensure(options.signal);
+    return client;
+  }
+
+  /**
+   * A client for an `ssh/2` capability: host and port from its url, user,
+   * host key and client key from its params. Connects on first use.
+   * @param capability an `ssh/2` binding
+   * @param options key override, signal
+   * @returns the client
+   * @throws {TypeError} when the capability is not an SSH binding
+   */
+  static fromBinding(capability: Capability, options: SshBindingOptions = {}): SshClient {
+    if (capability?.family !== "ssh") {
+      throw new TypeError(
+        `Cannot create SSH client: capability "${capability?.name}" is not an ssh binding`,
+      );
+    }
+    const hp = parseHostPort(capability.url);
+    if (hp === null) {
+      throw new TypeError(`Cannot create SSH client: invalid url "${capability.url}"`);
+    }
+    const p = capability.params;
+    const hostPubkey = p.host_pubkey;
+    if (typeof hostPubkey !== "string") {
+      throw new TypeError(
+        `Cannot create SSH client: binding "${capability.name}" has no host_pubkey`,
+      );
+    }
+    const privateKey = options.privateKey ??
+      (typeof p.client_key === "string" ? p.client_key : undefined);
+    const privateKeyPath = typeof p.client_key_path === "string" ? p.client_key_path : undefined;
+    if (privateKey === undefined && privateKeyPath === undefined) {
+      throw new TypeError(
+        `Cannot create SSH client: binding "${capability.name}" has no client_key or client_key_path`,
+      );
+    }
+    return new SshClient({
+      hostname: hp.hostname,
+      port: hp.port ?? 22,
+      user: typeof p.user === "string" ? p.user : "agent",
+      hostPubkey,
+      privateKey,
+      privateKeyPath,
+      signal: options.signal,
+      connectTimeout: options.connectTimeout,
+    });
+  }
+
+  /** Whether a connection is up right now. */
+  get connected(): boolean {
+    return this.#conn !== null && !this.#conn.transport.isClosed;
+  }
+
+  async #ensure(signal?: AbortSignal): Promise<ClientConnection> {
+    if (this.#closed) throw new SshError("Cannot use SSH client: closed");
+    if (this.#conn !== null && !this.#conn.transport.isClosed) return this.#conn;
+    this.#connecting ??= this.#connectWithRetry(signal).finally(() => this.#connecting = null);
+    const conn = await this.#connecting;
+    if (this.#closed) {
+      await conn.transport.disconnect(11, "closed by client");
+      throw new SshError("Cannot use SSH client: closed");
+    }
+    this.#conn = conn;
+    return conn;
+  }
+
+  async #connectWithRetry(signal?: AbortSignal): Promise<ClientConnection> {
+    const signals = [signal, this.#options.signal].filter((s): s is AbortSignal => !!s);
+    const sig = signals.length === 0 ? undefined : AbortSignal.any(signals);
+    let last: unknown;
+    for (let attempt = 0; attempt <= RETRY_DELAYS.length; attempt++) {
+      if (sig?.aborted) throw abortReason(sig);
+      try {
+        return await this.#connectOnce(sig);
+      } catch (err) {
+        if (err instanceof SshHostKeyError || err instanceof SshAuthError || sig?.aborted) {
+          throw err;
+        }
+        if (err instanceof TypeError) throw err;
+        last = err;
+      }
+      if (attempt < RETRY_DELAYS.length) await delay(RETRY_DELAYS[attempt], sig);
+    }
+    throw new SshError(
+      `Cannot connect: ${this.#options.hostname ?? "127.0.0.1"}:${
+        this.#options.port ?? 22
+      } failed three times`,
+      { cause: last },
+    );
+  }
+
+  async #connectOnce(signal?: AbortSignal): Promise<ClientConnection> {
+    const opts = this.#options;
+    const keyText = await this.#keyText();
+    const signer = await Ed25519Signer.fromParsed(parsePrivateKey(keyText));
+    const hostBlob = parsePublicKey(opts.hostPubkey).blob;
+    const tcp = await Deno.connect({
+      hostname: opts.hostname ?? "127.0.0.1",
+      port: opts.port ?? 22,
+      transport: "tcp",
+    });
+    tcp.setNoDelay(true);
+    const conn = new ClientConnection(tcp, opts, hostBlob);
+    const onAbort = () => conn.transport.close();
+    signal?.addEventListener("abort", onAbort, { once: true });
+    const timer = setTimeout(() => conn.transport.close(), opts.connectTimeout ?? 15_000);
+    try {
+      await conn.login(opts.user ?? "agent", signer);
+      return conn;
+    } catch (err) {
+      conn.transport.close();
+      await conn.transport.wait();
+      if (signal?.aborted) throw abortReason(signal);
+      throw err;
+    } finally {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+    }
+  }
+
+  /**
+   * Starts `command` and returns its streams. Read stdout and stderr (or
+   * cancel them), else the command stalls once the window fills.
+   * @param command a shell command line
+   * @param options signal, timeout, env (`stdin` is ignored: write to `stdin`)
+   * @returns the running process
+   * @throws {SshError} when the server refuses to run the command
+   */
+  async spawn(command: string, options: SshExecOptions = {}): Promise<SshProcess> {
+    if (typeof command !== "string") throw new TypeError("Cannot run command: expected a string");
+    const { signal, timeout } = options;
+    if (signal?.aborted) throw abortReason(signal);
+    if (timeout !== undefined && !(timeout >= 0)) {
+      throw new RangeError(`Cannot run command: invalid timeout "${timeout}"`);
+    }
+    const conn = await this.#ensure(signal);
+    const status = { code: -1, signal: null as string | null, received: false };
+    const outs = [new StreamSink(), new StreamSink(), new StreamSink()];
+    outs[2].end(); // other extended data is dropped
+    const handlers: ChannelHandlers = {
+      onData: (data, ext) => outs[Math.min(ext, 2)].push(data),
+      onEof: () => outs.forEach((s) => s.end()),
+      onClose: () => outs.forEach((s) => s.end()),
+      onRequest: (type, _want, r) => statusFrom(type, r, status),
+    };
+    const channel = await conn.mux.open("session", handlers);
+    outs.forEach((s) => s.attach(channel));
+    for (const [name, value] of Object.entries(options.env ?? {})) {
+      channel.request("env", false, (w) => w.string(name).string(value));
+    }
+    if (!(await channel.request("exec", true, (w) => w.string(command)))) {
+      channel.close();
+      throw new SshError(`Cannot run command: the server refused "${command}"`);
+    }
+    let abortErr: unknown = null;
+    const kill = (reason?: unknown) => {
+      if (channel.isClosing) return;
+      abortErr ??= reason ?? null;
+      channel.request("signal", false, (w) => w.string("KILL"));
+      channel.close();
+    };
+    const onAbort = () => kill(abortReason(signal!));
+    signal?.addEventListener("abort", onAbort, { once: true });
+    const timer = timeout === undefined ? undefined : setTimeout(
+      () =>
+        kill(
+          new DOMException(`Command timed out after ${timeout} ms: "${command}"`, "TimeoutError"),
+        ),
+      timeout,
+    );
+    const done = channel.closed.then(async () => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+      if (abortErr !== null) throw abortErr;
+      if (!status.received) {
+        const lost = conn.transport.isClosed ? await conn.transport.closed : null;
+        throw new SshError(
+          `Cannot run command: ${lost?.message ?? "the channel closed without an exit status"}`,
+          { cause: lost ?? undefined },
+        );
+      }
+      const s: SshExitStatus = {
+        code: status.code,
+        signal: status.signal,
+        success: status.code === 0,
+      };
+      return s;
+    });
+    done.catch(() => {});
+    const tracked = done.catch(() => {});
+    this.#processes.add(tracked);
+    tracked.finally(() => this.#processes.delete(tracked));
+    const stdin = new WritableStream<Uint8Array>({
+      write: (chunk) => channel.write(chunk),
+      close: async () => {
+        await channel.flush().catch(() => {});
+        channel.eof();
+      },
+      abort: () => channel.eof(),
+    });
+    return {
+      stdin,
+      stdout: outs[0].stream,
+      stderr: outs[1].stream,
+      status: done,
+      kill: () => kill(),
+      [Symbol.asyncDispose]: async () => {
+        kill();
+        await channel.closed;
+        await Promise.allSettled(outs.slice(0, 2).map((s) => s.cancelIfUnread()));
+      },
+    };
+  }
+
+  /**
+   * Runs `command` to completion and collects its output.
+   *
+   * @param command a shell command line (run by the server's shell)
+   * @param options stdin, signal, timeout, env
+   * @returns exit code or signal, stdout and stderr
+   * @throws {SshError} when the connection fails or the server refuses
+   * @throws {DOMException} `AbortError`/`TimeoutError` when cancelled (the command is killed)
+   */
+  async exec(command: string, options: SshExecOptions = {}): Promise<SshExecResult> {
+    const proc = await this.spawn(command, options);
+    const collect = async (stream: ReadableStream<Uint8Array>) => {
+      const parts: Uint8Array[] = [];
+      for await (const chunk of stream) parts.push(chunk);
+      return concat(parts);
+    };
+    const writeIn = async () => {
+      const w = proc.stdin.getWriter();
+      try {
+        if (options.stdin !== undefined) {
+          await w.write(typeof options.stdin === "string" ? utf8(options.stdin) : options.stdin);
+        }
+        await w.close();
+      } catch {
+        // The command ended without reading everything.
+      }
+    };
+    const [stdout, stderr] = await Promise.all([
+      collect(proc.stdout),
+      collect(proc.stderr),
+      writeIn(),
+    ]);
+    const status = await proc.status;
+    return new ExecResult(status, stdout, stderr);
+  }
+
+  async #checked(command: string, what: string, options: SshExecOptions): Promise<SshExecResult> {
+    const r = await this.exec(command, options);
+    if (r.code !== 0) {
+      const detail = r.stderrText.trim().split("\n").pop() ?? "";
+      throw new SshCommandError(
+        `Cannot ${what}: ${detail || `exit code ${r.code}`}`,
+        r.code,
+        r.stderrText,
+      );
+    }
+    return r;
+  }
+
+  /**
+   * Reads a remote text file (relative paths start in the server's working directory).
+   * @param path the file
+   * @param options signal, timeout
+   * @returns its text
+   * @throws {SshCommandError} when it cannot be read
+   */
+  async readText(path: string, options: SshExecOptions = {}): Promise<string> {
+    const r = await this.#checked(`cat -- ${shellQuote(path)}`, `read "${path}"`, {
+      ...options,
+      stdin: undefined,
+    });
+    return r.stdoutText;
+  }
+
+  /**
+   * Writes a remote text file, replacing it.
+   * @param path the file
+   * @param text its new content
+   * @param options signal, timeout
+   * @throws {SshCommandError} when it cannot be written
+   */
+  async writeText(path: string, text: string, options: SshExecOptions = {}): Promise<void> {
+    await this.#checked(`cat > ${shellQuote(path)}`, `write "${path}"`, {
+      ...options,
+      stdin: text,
+    });
+  }
+
+  /**
+   * Lists a remote directory, sorted by name.
+   * @param path the directory
+   * @param options signal, timeout
+   * @returns its entries
+   * @throws {SshCommandError} when it cannot be listed
+   */
+  async listDir(path: string, options: SshExecOptions = {}): Promise<SshDirEntry[]> {
+    const r = await this.#checked(
+      `cd -- ${shellQuote(path)} && find . -mindepth 1 -maxdepth 1 -printf '%y\\t%f\\0'`,
+      `list "${path}"`,
+      { ...options, stdin: undefined },
+    );
+    const entries: SshDirEntry[] = [];
+    for (const item of r.stdoutText.split("\0")) {
+      if (item === "") continue;
+      const type = item[0];
+      entries.push({
+        name: item.slice(2),
+        isFile: type === "f",
+        isDirectory: type === "d",
+        isSymlink: type === "l",
+      });
+    }
+    return entries.sort((a, b) => a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+  }
+
+  /** Closes the connection (killing running commands); idempotent. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    const connecting = this.#connecting;
+    if (connecting !== null) await connecting.catch(() => {});
+    const conn = this.#conn;
+    this.#conn = null;
+    if (conn !== null) {
+      await conn.transport.disconnect(11, "closed by client");
+      await conn.transport.wait();
+    }
+    await Promise.allSettled([...this.#processes]);
+  }
+
+  /** Same as `close()`. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+}
+
+/** A ReadableStream fed by channel data; window returned as chunks are read. */
+class StreamSink {
+  #queue: Uint8Array[] = [];
+  #ended = false;
+  #waiter: (() => void) | null = null;
+  #channel: Channel | null = null;
+  #read = false;
+  #backlog = 0;
+  readonly stream: ReadableStream<Uint8Array>;
+
+  constructor() {
+    this.stream = new ReadableStream<Uint8Array>({
+      pull: async (controller) => {
+        this.#read = true;
+        while (this.#queue.length === 0 && !this.#ended) {
+          await new Promise<void>((resolve) => this.#waiter = resolve);
+        }
+        const chunk = this.#queue.shift();
+        if (chunk === undefined) {
+          controller.close();
+          return;
+        }
+        this.#channel?.consumed(chunk.length);
+        controller.enqueue(chunk);
+      },
+      cancel: () => {
+        this.#ended = true;
+        this.#drop();
+      },
+    }, { highWaterMark: 0 });
+  }
+
+  attach(channel: Channel): void {
+    this.#channel = channel;
+    this.#channel.consumed(this.#backlog);
+    this.#backlog = 0;
+  }
+
+  #drop(): void {
+    let n = 0;
+    for (const c of this.#queue.splice(0)) n += c.length;
+    if (this.#channel !== null) this.#channel.consumed(n);
+    this.#wake();
+  }
+
+  #wake(): void {
+    const w = this.#waiter;
+    this.#waiter = null;
+    w?.();
+  }
+
+  push(data: Uint8Array): void {
+    if (this.#ended) {
+      if (this.#channel !== null) this.#channel.consumed(data.length);
+      else this.#backlog += data.length;
+      return;
+    }
+    this.#queue.push(data);
+    this.#wake();
+  }
+
+  end(): void {
+    this.#ended = true;
+    this.#wake();
+  }
+
+  async cancelIfUnread(): Promise<void> {
+    if (!this.#read && !this.stream.locked) await this.stream.cancel();
+  }
+}

@@ -1,0 +1,610 @@
+/**
+ * An SSH-2 server on Deno's WebCrypto, interoperable with OpenSSH: public-key
+ * (`ssh-ed25519`) logins against a fixed set of authorised keys, and session
+ * channels that run `bash -lc <command>` (or `bash -l`) in a working
+ * directory with a clean environment, each in its own process group, killed
+ * when its channel or connection goes. A `pty-req` is served through
+ * util-linux `script` where it is installed, and refused otherwise.
+ *
+ * @module
+ */
+
+import { closeQuietly, isPeerGone } from "../_internal/io.ts";
+import { trySignalGroup } from "../_internal/process.ts";
+import { type Channel, type ChannelHandlers, ChannelMux } from "./_channel.ts";
+import { DISCONNECT, SshError } from "./_errors.ts";
+import {
+  ED25519,
+  Ed25519Signer,
+  type Ed25519Signer as Signer,
+  formatPublicKey,
+  parsePrivateKey,
+  parsePublicKey,
+  verifyEd25519,
+} from "./_keys.ts";
+import { MSG, SshTransport } from "./_transport.ts";
+import { bytesEqual, SshReader, SshWriter } from "./_wire.ts";
+
+/** Options for {@linkcode startSshServer}. */
+export interface SshServerOptions {
+  /**
+   * Address to listen on.
+   * @default "127.0.0.1"
+   */
+  hostname?: string;
+  /**
+   * Port to listen on; 0 picks a free one.
+   * @default 0
+   */
+  port?: number;
+  /** Shuts the server down when aborted. */
+  signal?: AbortSignal;
+  /** Called once listening. */
+  onListen?: (addr: Deno.NetAddr) => void;
+  /**
+   * Called with unexpected errors (not with a peer's misbehaviour, which
+   * only ends that peer's connection).
+   * @default ignores them
+   */
+  onError?: (error: unknown) => void;
+  /** The host key: an unencrypted OpenSSH Ed25519 private key. */
+  hostKey: string;
+  /** Public keys (`ssh-ed25519 AAAA...`) allowed to log in. */
+  authorizedKeys: readonly string[];
+  /**
+   * The only user name accepted; any name when unset.
+   * @default undefined
+   */
+  user?: string;
+  /**
+   * Working directory of commands.
+   * @default Deno.cwd()
+   */
+  cwd?: string;
+  /**
+   * Variables set for commands, on top of PATH, HOME, USER and LANG taken
+   * from this process. Nothing else of this process's environment leaks in.
+   * @default {}
+   */
+  env?: Record<string, string>;
+  /**
+   * Failed authentication attempts allowed per connection.
+   * @default 6
+   */
+  maxAuthTries?: number;
+  /**
+   * Milliseconds a connection may take to log in.
+   * @default 30000
+   */
+  loginGraceTime?: number;
+  /**
+   * Connections served at once; more are refused.
+   * @default 256
+   */
+  maxConnections?: number;
+  /**
+   * Bytes sent plus received after which a connection renews its keys.
+   * @default 1073741824 (1 GiB)
+   */
+  rekeyLimit?: number;
+}
+
+/** A running SSH server, as returned by {@linkcode startSshServer}. */
+export interface SshServer {
+  /** The address it listens on. */
+  readonly addr: Deno.NetAddr;
+  /** The host public key, `ssh-ed25519 AAAA...`. */
+  readonly hostPublicKey: string;
+  /** Resolves once the server has shut down. */
+  readonly finished: Promise<void>;
+  /** Stops listening, ends every connection (killing its commands) and waits. */
+  shutdown(): Promise<void>;
+  /** Same as `shutdown()`. */
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+const SIGNALS = new Set(["HUP", "INT", "KILL", "QUIT", "TERM", "USR1", "USR2", "ALRM", "PIPE"]);
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/** util-linux `script` gives a command a terminal (Deno has no openpty). */
+const SCRIPT = "/usr/bin/script";
+let scriptAvailable: boolean | undefined;
+
+function canAllocatePty(): boolean {
+  if (scriptAvailable === undefined) {
+    try {
+      scriptAvailable = Deno.statSync(SCRIPT).isFile;
+    } catch {
+      scriptAvailable = false;
+    }
+  }
+  return scriptAvailable;
+}
+
+function shellQuote(s: string): string {
+  return `'${s.replace(/'/g, `'\\''`)}'`;
+}
+
+function hostEnv(name: string): string | undefined {
+  try {
+    return Deno.env.get(name);
+  } catch {
+    return undefined;
+  }
+}
+
+interface ServerConfig {
+  cwd: string;
+  env: Record<string, string>;
+  user: string | undefined;
+  authorized: Uint8Array[];
+  maxAuthTries: number;
+  rekeyLimit: number | undefined;
+  onError: (error: unknown) => void;
+}
+
+/** One exec/shell session channel. */
+class Session {
+  readonly #channel: Channel;
+  readonly #config: ServerConfig;
+  readonly #env: Record<string, string> = {};
+  #proc: Deno.ChildProcess | null = null;
+  #pty: { term: string; cols: number; rows: number } | null = null;
+  #stdin: WritableStreamDefaultWriter<Uint8Array> | null = null;
+  #stdinQueue: Uint8Array[] = [];
+  #stdinBusy = false;
+  #stdinEof = false;
+  #killed = false;
+  #done: Promise<void> = Promise.resolve();
+
+  constructor(channel: Channel, config: ServerConfig) {
+    this.#channel = channel;
+    this.#config = config;
+  }
+
+  get done(): Promise<void> {
+    return this.#done;
+  }
+
+  handlers(): ChannelHandlers {
+    return {
+      onData: (data, ext) => this.#onData(data, ext),
+      onEof: () => {
+        this.#stdinEof = true;
+        this.#pumpStdin();
+      },
+      onClose: () => this.#kill(),
+      onRequest: (type, wantReply, r) => this.#onRequest(type, wantReply, r),
+    };
+  }
+
+  #onRequest(type: string, _wantReply: boolean, r: SshReader): boolean {
+    switch (type) {
+      case "env": {
+        const name = r.text();
+        const value = r.text();
+        if (!ENV_NAME.test(name) || this.#proc !== null) return false;
+        this.#env[name] = value;
+        return true;
+      }
+      case "pty-req": {
+        if (this.#proc !== null || !canAllocatePty()) return false;
+        const term = r.text();
+        const cols = r.uint32();
+        const rows = r.uint32();
+        this.#pty = { term, cols: Math.min(cols, 9999), rows: Math.min(rows, 9999) };
+        return true;
+      }
+      case "exec":
+        return this.#spawn(["-lc", r.text()]);
+      case "shell":
+        return this.#spawn(["-l"]);
+      case "signal": {
+        const name = r.text();
+        if (this.#proc === null || !SIGNALS.has(name)) return false;
+        this.#signalGroup(`SIG${name}` as Deno.Signal);
+        return true;
+      }
+      default:
+        // x11-req, subsystem, auth-agent-req, window-change...: refused.
+        return false;
+    }
+  }
+
+  #spawn(args: string[]): boolean {
+    if (this.#proc !== null || this.#channel.isClosing) return false;
+    const env: Record<string, string> = {
+      PATH: hostEnv("PATH") ?? DEFAULT_PATH,
+      HOME: hostEnv("HOME") ?? "/",
+      USER: hostEnv("USER") ?? "root",
+      LANG: hostEnv("LANG") ?? "C.UTF-8",
+      ...this.#config.env,
+      ...this.#env,
+    };
+    let program = "bash";
+    if (this.#pty !== null) {
+      const { term, cols, rows } = this.#pty;
+      env.TERM = term || "xterm";
+      const inner = `stty cols ${cols} rows ${rows} 2>/dev/null; exec bash ${
+        args.map(shellQuote).join(" ")
+      }`;
+      program = SCRIPT;
+      args = ["-q", "-e", "-c", inner, "/dev/null"];
+    }
+    try {
+      this.#proc = new Deno.Command(program, {
+        args,
+        cwd: this.#config.cwd,
+        env,
+        clearEnv: true,
+        // setsid(): the command leads its own process group, which we kill.
+        detached: true,
+        stdin: "piped",
+        stdout: "piped",
+        stderr: "piped",
+      }).spawn();
+    } catch (err) {
+      this.#config.onError(err);
+      return false;
+    }
+    this.#stdin = this.#proc.stdin.getWriter();
+    this.#done = this.#run(this.#proc);
+    this.#pumpStdin(); // closes stdin at once if EOF came first
+    return true;
+  }
+
+  async #run(proc: Deno.ChildProcess): Promise<void> {
+    const [status] = await Promise.all([
+      proc.status,
+      this.#pumpOut(proc.stdout, 0),
+      this.#pumpOut(proc.stderr, 1),
+    ]);
+    this.#stdinQueue = [];
+    this.#stdinEof = true;
+    if (!this.#stdinBusy) await this.#stdin?.close().catch(() => {});
+    const ch = this.#channel;
+    if (ch.isClosing) return;
+    await ch.flush().catch(() => {});
+    ch.eof();
+    if (status.signal !== null) {
+      const name = status.signal.replace(/^SIG/, "");
+      ch.request("exit-signal", false, (w) => w.string(name).boolean(false).string("").string(""));
+    } else {
+      ch.request("exit-status", false, (w) => w.uint32(status.code));
+    }
+    ch.close();
+  }
+
+  async #pumpOut(stream: ReadableStream<Uint8Array>, ext: number): Promise<void> {
+    const reader = stream.getReader();
+    try {
+      while (true) {
+        const { value, done } = await reader.read();
+        if (done) return;
+        if (this.#channel.isClosing) continue; // drain so the pipe closes
+        try {
+          await this.#channel.write(value, ext, true);
+        } catch {
+          // Channel gone: keep draining, the process is being killed.
+        }
+      }
+    } catch (err) {
+      if (!isPeerGone(err)) this.#config.onError(err);
+    } finally {
+      reader.releaseLock();
+    }
+  }
+
+  #onData(data: Uint8Array, ext: number): void {
+    if (ext !== 0 || this.#stdin === null || this.#stdinEof) {
+      this.#channel.consumed(data.length);
+      return;
+    }
+    this.#stdinQueue.push(data);
+    this.#pumpStdin();
+  }
+
+  async #pumpStdin(): Promise<void> {
+    if (this.#stdinBusy || this.#stdin === null) return;
+    this.#stdinBusy = true;
+    const w = this.#stdin;
+    try {
+      while (this.#stdinQueue.length > 0) {
+        const chunk = this.#stdinQueue.shift()!;
+        try {
+          await w.write(chunk);
+        } catch {
+          // The command stopped reading; drop what it did not take.
+          this.#stdinQueue = [];
+          this.#stdinEof = true;
+        }
+        this.#channel.consumed(chunk.length);
+      }
+      if (this.#stdinEof) await w.close().catch(() => {});
+    } finally {
+      this.#stdinBusy = false;
+    }
+  }
+
+  #signalGroup(signal: Deno.Signal): void {
+    const pid = this.#proc?.pid;
+    if (pid === undefined) return;
+    // Tearing a channel down must not fail on a process that is gone.
+    trySignalGroup(pid, signal);
+  }
+
+  #kill(): void {
+    if (this.#killed) return;
+    this.#killed = true;
+    this.#signalGroup("SIGKILL");
+    this.#stdinQueue = [];
+    this.#stdinEof = true;
+    if (!this.#stdinBusy) this.#stdin?.close().catch(() => {});
+  }
+}
+
+/** One client connection: authentication, then channels. */
+class ServerConnection {
+  readonly transport: SshTransport;
+  readonly #config: ServerConfig;
+  readonly #mux: ChannelMux;
+  readonly #sessions = new Set<Session>();
+  #service = false;
+  #authed = false;
+  #failures = 0;
+  #authedResolve!: () => void;
+  readonly authed: Promise<void> = new Promise((resolve) => this.#authedResolve = resolve);
+
+  constructor(conn: Deno.Conn, hostKey: Promise<Signer>, config: ServerConfig) {
+    this.#config = config;
+    this.transport = new SshTransport(conn, {
+      role: "server",
+      hostKey,
+      rekeyBytes: config.rekeyLimit,
+      onPacket: (p) => this.#onPacket(p),
+    });
+    this.#mux = new ChannelMux(this.transport, (type, channel) => {
+      if (type !== "session") return { reason: 3, message: `unsupported channel type "${type}"` };
+      const session = new Session(channel, this.#config);
+      this.#sessions.add(session);
+      channel.closed.then(() => session.done).finally(() => this.#sessions.delete(session));
+      return { handlers: session.handlers() };
+    });
+  }
+
+  async run(graceMs: number): Promise<void> {
+    const timer = setTimeout(() => {
+      this.transport.disconnect(DISCONNECT.PROTOCOL_ERROR, "login grace time exceeded")
+        .catch(() => {});
+    }, graceMs);
+    try {
+      await this.transport.handshake();
+      await Promise.race([this.authed, this.transport.closed]);
+    } catch {
+      // Handshake failures only end this connection.
+    } finally {
+      clearTimeout(timer);
+    }
+    const err = await this.transport.closed;
+    this.#mux.abortAll(err ?? new SshError("Connection closed"));
+    await this.transport.wait();
+    await Promise.allSettled([...this.#sessions].map((s) => s.done));
+    if (err !== null && !(err instanceof SshError) && !isPeerGone(err)) this.#config.onError(err);
+  }
+
+  async #onPacket(payload: Uint8Array): Promise<void> {
+    const type = payload[0];
+    if (type === MSG.SERVICE_REQUEST) {
+      const name = new SshReader(payload, 1).text();
+      if (name !== "ssh-userauth" || this.#service) {
+        throw new SshError(`Cannot serve: unknown service "${name}"`, {
+          reason: DISCONNECT.SERVICE_NOT_AVAILABLE,
+        });
+      }
+      this.#service = true;
+      this.transport.post(new SshWriter(32).byte(MSG.SERVICE_ACCEPT).string(name).bytes());
+      return;
+    }
+    if (type === MSG.USERAUTH_REQUEST) {
+      if (!this.#service) throw new SshError("Cannot serve: no ssh-userauth", { reason: 2 });
+      if (!this.#authed) await this.#auth(payload);
+      return; // Requests after success are ignored (RFC 4252 section 5.1).
+    }
+    if (this.#authed && await this.#mux.handle(payload)) return;
+    throw new SshError(`Cannot serve: unexpected message "${type}"`, {
+      reason: DISCONNECT.PROTOCOL_ERROR,
+    });
+  }
+
+  async #auth(payload: Uint8Array): Promise<void> {
+    const r = new SshReader(payload, 1);
+    const user = r.text();
+    const service = r.text();
+    const method = r.text();
+    if (service !== "ssh-connection") {
+      throw new SshError(`Cannot serve: unknown service "${service}"`, {
+        reason: DISCONNECT.SERVICE_NOT_AVAILABLE,
+      });
+    }
+    const userOk = this.#config.user === undefined || this.#config.user === user;
+    if (method === "publickey") {
+      const hasSig = r.boolean();
+      const alg = r.text();
+      const blob = r.string();
+      const known = alg === ED25519 && userOk &&
+        this.#config.authorized.some((k) => bytesEqual(k, blob));
+      if (!hasSig) {
+        if (known) {
+          this.transport.post(
+            new SshWriter(80).byte(MSG.USERAUTH_PK_OK).string(alg).string(blob).bytes().slice(),
+          );
+          return;
+        }
+      } else if (known) {
+        const sig = r.string();
+        const signed = new SshWriter(256).string(this.transport.sessionId).byte(
+          MSG.USERAUTH_REQUEST,
+        ).string(user).string(service).string("publickey").boolean(true).string(alg).string(blob)
+          .bytes();
+        if (await verifyEd25519(blob.subarray(19), sig, signed)) {
+          this.#authed = true;
+          this.transport.post(new Uint8Array([MSG.USERAUTH_SUCCESS]));
+          this.#authedResolve();
+          return;
+        }
+      }
+    }
+    if (method !== "none") this.#failures++;
+    if (this.#failures > this.#config.maxAuthTries) {
+      throw new SshError("Cannot log in: too many authentication failures", {
+        reason: DISCONNECT.NO_MORE_AUTH_METHODS_AVAILABLE,
+      });
+    }
+    this.transport.post(
+      new SshWriter(32).byte(MSG.USERAUTH_FAILURE).nameList(["publickey"]).boolean(false).bytes()
+        .slice(),
+    );
+  }
+}
+
+class Server implements SshServer {
+  readonly #listener: Deno.TcpListener;
+  readonly #hostKey: Promise<Signer>;
+  readonly #config: ServerConfig;
+  readonly #grace: number;
+  readonly #maxConnections: number;
+  readonly #conns = new Map<ServerConnection, Promise<void>>();
+  readonly #hostPublicKey: string;
+  readonly #finished: Promise<void>;
+  #finishedResolve!: () => void;
+  #accepting: Promise<void>;
+  #shuttingDown: Promise<void> | null = null;
+
+  constructor(options: SshServerOptions) {
+    if (typeof options !== "object" || options === null) {
+      throw new TypeError("Cannot start SSH server: expected an options object");
+    }
+    const parsed = parsePrivateKey(options.hostKey);
+    if (!Array.isArray(options.authorizedKeys)) {
+      throw new TypeError("Cannot start SSH server: authorizedKeys must be an array");
+    }
+    const authorized = options.authorizedKeys.map((k) => parsePublicKey(k).blob);
+    const maxAuthTries = options.maxAuthTries ?? 6;
+    if (!Number.isInteger(maxAuthTries) || maxAuthTries < 1) {
+      throw new RangeError(`Cannot start SSH server: invalid maxAuthTries "${maxAuthTries}"`);
+    }
+    this.#grace = options.loginGraceTime ?? 30_000;
+    this.#maxConnections = options.maxConnections ?? 256;
+    this.#hostKey = Ed25519Signer.fromParsed(parsed);
+    this.#hostKey.catch(() => {});
+    this.#hostPublicKey = formatPublicKey(parsed.publicKey);
+    this.#config = {
+      cwd: options.cwd ?? Deno.cwd(),
+      env: { ...(options.env ?? {}) },
+      user: options.user,
+      authorized,
+      maxAuthTries,
+      rekeyLimit: options.rekeyLimit,
+      onError: options.onError ?? (() => {}),
+    };
+    this.#finished = new Promise((resolve) => this.#finishedResolve = resolve);
+    this.#listener = Deno.listen({
+      hostname: options.hostname ?? "127.0.0.1",
+      port: options.port ?? 0,
+      transport: "tcp",
+    });
+    const signal = options.signal;
+    if (signal?.aborted) {
+      this.#accepting = Promise.resolve();
+      this.shutdown();
+      return;
+    }
+    signal?.addEventListener("abort", () => this.shutdown(), { once: true });
+    options.onListen?.(this.addr);
+    this.#accepting = this.#accept();
+  }
+
+  get addr(): Deno.NetAddr {
+    return this.#listener.addr;
+  }
+
+  get hostPublicKey(): string {
+    return this.#hostPublicKey;
+  }
+
+  get finished(): Promise<void> {
+    return this.#finished;
+  }
+
+  async #accept(): Promise<void> {
+    while (true) {
+      let conn: Deno.TcpConn;
+      try {
+        conn = await this.#listener.accept();
+      } catch (err) {
+        if (this.#shuttingDown === null && !isPeerGone(err)) this.#config.onError(err);
+        if (this.#shuttingDown !== null || err instanceof Deno.errors.BadResource) return;
+        continue;
+      }
+      if (this.#conns.size >= this.#maxConnections) {
+        closeQuietly(conn);
+        continue;
+      }
+      conn.setNoDelay(true);
+      const c = new ServerConnection(conn, this.#hostKey, this.#config);
+      const task = c.run(this.#grace).catch((err) => this.#config.onError(err)).finally(() =>
+        this.#conns.delete(c)
+      );
+      this.#conns.set(c, task);
+    }
+  }
+
+  shutdown(): Promise<void> {
+    this.#shuttingDown ??= (async () => {
+      closeQuietly(this.#listener);
+      await this.#accepting;
+      for (const c of this.#conns.keys()) {
+        c.transport.disconnect(DISCONNECT.BY_APPLICATION, "server shutting down").catch(() => {});
+      }
+      await Promise.allSettled([...this.#conns.values()]);
+      await this.#hostKey.catch(() => {});
+      this.#finishedResolve();
+    })();
+    return this.#shuttingDown;
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.shutdown();
+  }
+}
+
+/**
+ * Starts an SSH server. Commands run as this process's user; only the keys in
+ * `authorizedKeys` may log in.
+ *
+ * @example Serve a directory over SSH
+ * ```ts
+ * import { generateSshKeyPair } from "./keys.ts";
+ * import { startSshServer } from "./server.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const host = await generateSshKeyPair();
+ * const client = await generateSshKeyPair();
+ * await using server = startSshServer({
+ *   hostKey: host.privateKey,
+ *   authorizedKeys: [client.publicKey],
+ *   cwd: Deno.cwd(),
+ * });
+ * // Log in with: ssh -i <client key> -p <port> agent@127.0.0.1
+ * assert.ok(server.addr.port > 0);
+ * assert.equal(server.hostPublicKey, host.publicKey);
+ * ```
+ *
+ * @param options keys, address, working directory, environment
+ * @returns the running server
+ * @throws {TypeError} when a key does not parse
+ * @throws {RangeError} when a limit is out of range
+ */
+export function startSshServer(options: SshServerOptions): SshServer {
+  return new Server(options);
+}

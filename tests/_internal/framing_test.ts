@@ -1,0 +1,77 @@
+import assert from "node:assert/strict";
+import { encodeFrame, LineReader, parseLine } from "../../_internal/framing.ts";
+
+/** A reader that hands out the given chunks one read at a time. */
+function chunked(chunks: Uint8Array[]): { read(p: Uint8Array): Promise<number | null> } {
+  let i = 0;
+  let off = 0;
+  return {
+    read(p) {
+      if (i >= chunks.length) return Promise.resolve(null);
+      const c = chunks[i];
+      const n = Math.min(p.length, c.length - off);
+      p.set(c.subarray(off, off + n));
+      off += n;
+      if (off === c.length) {
+        i++;
+        off = 0;
+      }
+      return Promise.resolve(n);
+    },
+  };
+}
+
+const enc = (s: string) => new TextEncoder().encode(s);
+const dec = (b: Uint8Array) => new TextDecoder().decode(b);
+
+Deno.test("LineReader splits lines across arbitrary chunk boundaries", async () => {
+  const text =
+    Array.from({ length: 200 }, (_, i) => `{"n":${i},"pad":"${"x".repeat(i * 37)}"}`).join("\n") +
+    "\nlast-without-newline";
+  const bytes = enc(text);
+  for (const size of [1, 7, 4096, 100_000]) {
+    const chunks: Uint8Array[] = [];
+    for (let i = 0; i < bytes.length; i += size) chunks.push(bytes.subarray(i, i + size));
+    const reader = new LineReader(chunked(chunks), 1 << 20);
+    const lines: string[] = [];
+    while (true) {
+      const r = await reader.read();
+      if (r === null) break;
+      assert.equal(r.kind, "line");
+      if (r.kind === "line") lines.push(dec(r.line));
+    }
+    // Compare lengths and a digest, not the text: a failure must stay readable.
+    const want = text.split("\n");
+    assert.equal(lines.length, want.length, `line count, chunk size ${size}`);
+    assert.ok(lines.every((l, i) => l === want[i]), `line content, chunk size ${size}`);
+  }
+});
+
+Deno.test("LineReader reports an oversized line without buffering it", async () => {
+  const big = enc("y".repeat(300_000) + "\n");
+  const reader = new LineReader(chunked([enc('{"a":1}\n'), big]), 1000);
+  const first = await reader.read();
+  assert.equal(first?.kind, "line");
+  const second = await reader.read();
+  assert.equal(second?.kind, "oversized");
+  assert.ok(second!.kind === "oversized" && second!.size > 1000);
+});
+
+Deno.test("LineReader.takeBuffered() returns bytes read past the line", async () => {
+  const reader = new LineReader(chunked([enc('{"m":1}\nraw bytes')]), 1000);
+  const r = await reader.read();
+  assert.equal(r?.kind === "line" && dec(r.line), '{"m":1}');
+  assert.equal(dec(reader.takeBuffered()), "raw bytes");
+});
+
+Deno.test("encodeFrame() and parseLine() round-trip compact JSON", () => {
+  const frame = encodeFrame({ jsonrpc: "2.0", id: 1, result: { s: "é\n" } });
+  assert.equal(dec(frame), '{"jsonrpc":"2.0","id":1,"result":{"s":"é\\n"}}\n');
+  assert.deepEqual(parseLine(frame.subarray(0, frame.length - 1)), {
+    jsonrpc: "2.0",
+    id: 1,
+    result: { s: "é\n" },
+  });
+  assert.throws(() => parseLine(new Uint8Array([0xff])), SyntaxError);
+  assert.throws(() => parseLine(enc("{")), SyntaxError);
+});

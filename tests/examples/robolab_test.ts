@@ -1,0 +1,69 @@
+import assert from "node:assert/strict";
+import { CommandAgent, type FileDiff, Taskset } from "../../mod.ts";
+import { fixBug, scriptedAgent, tasks } from "../../examples/robolab.ts";
+
+const example = new URL("../../examples/robolab.ts", import.meta.url).pathname;
+
+Deno.test("examples/robolab.ts runs to completion with every task graded", async () => {
+  const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", example],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const out = new TextDecoder().decode(stdout);
+  assert.equal(code, 0, out + new TextDecoder().decode(stderr));
+  const rows = out.split("\n").filter((l) => l.startsWith("fix_bug-") && /completed$/.test(l));
+  assert.equal(rows.length, 6, out);
+  assert.match(out, /mean reward 0\.500 over 6 graded runs, 0 errored/);
+});
+
+Deno.test("robolab: the scripted agent fixes what it knows, over SSH", async () => {
+  const job = await new Taskset(tasks).run(scriptedAgent, { maxConcurrent: 3 });
+  const byDifficulty = job.runs.map((r) => [r.task.args.difficulty, r.reward]);
+  assert.deepEqual(byDifficulty, [[1, 1], [1, 1], [2, 0.5], [2, 0.5], [3, 0], [3, 0]]);
+  const steps = job.liveRuns[0]!.trace.steps;
+  const fix = steps.find((s) => s.type === "evaluate");
+  assert.deepEqual((fix!.content as { subscores: unknown }).subscores, { check: 1, answer: 1 });
+});
+
+Deno.test("robolab: each trace shows its own agent's fix as a unified diff", async () => {
+  // Three rollouts at once on one workspace: each trace must hold its own
+  // task's changes, all of them, and nothing of the others'.
+  const job = await new Taskset(tasks).run(scriptedAgent, { maxConcurrent: 3 });
+  job.runs.forEach((record, i) => {
+    const steps = job.liveRuns[i]!.trace.steps;
+    const dir = (job.liveRuns[i]!.bindings.filetracking as { path: string }).path;
+    const patches = steps
+      .filter((s) => s.type === "filetracking.diff" || s.type === "filetracking.flush")
+      .flatMap((s) => (s.content as FileDiff).patches);
+    const setup = steps.find((s) => s.type === "filetracking.setup")!.content as FileDiff;
+    for (const p of [...patches, ...setup.patches]) {
+      assert.ok(p.path.startsWith(`${dir}/`), `${p.path} belongs to ${dir}`);
+    }
+    assert.ok(setup.patches.some((p) => p.path === `${dir}/check.sh`), "setup diff has check.sh");
+    if (record.task.args.difficulty !== 1) return;
+    const count = patches.find((p) => p.path === `${dir}/count.sh`)!;
+    assert.equal(count.status, "modified");
+    assert.match(count.patch, /^-while \[ "\$i" -lt "\$n" \]; do$/m);
+    assert.match(count.patch, /^\+while \[ "\$i" -le "\$n" \]; do$/m);
+  });
+});
+
+Deno.test("robolab: examples/ssh_agent.sh, an external agent using OpenSSH's ssh", {
+  ignore: !(await Deno.stat("/usr/bin/ssh").then(() => true, () => false)),
+}, async () => {
+  // The agent reads its capability from the command agent contract's
+  // environment variables and fixes the off-by-one with sed, over ssh.
+  const agent = new CommandAgent([
+    new URL("../../examples/ssh_agent.sh", import.meta.url).pathname,
+  ]);
+  const job = await new Taskset([
+    fixBug({ difficulty: 1, seed: 1 }),
+    fixBug({ difficulty: 2, seed: 1 }),
+  ])
+    .run(agent);
+  for (const record of job.runs) {
+    assert.equal(record.failed_phase, null, JSON.stringify(record.trace.errors));
+  }
+  assert.deepEqual(job.runs.map((r) => r.reward), [1, 0]);
+});

@@ -1,0 +1,189 @@
+// The layout is the architecture: these tests walk the module graph that
+// `deno info --json` reports and fail on an import cycle between files, on
+// an import against the layer order, and on a light entry point that loads
+// a heavy subsystem.
+
+import assert from "node:assert/strict";
+
+const ROOT = new URL("../", import.meta.url);
+
+/**
+ * Layers, lowest first. A file may import its own unit (a folder, or a
+ * top-level file) and units of lower layers only; units of one layer do not
+ * import each other, except the protocol core's files, which form one unit
+ * (`env.ts` uses `schema.ts` and `capability.ts`).
+ */
+const LAYERS: readonly (readonly string[])[] = [
+  ["errors.ts"],
+  ["_internal/"],
+  ["schema.ts", "capability.ts", "env.ts"],
+  ["ssh/", "filetracking/"],
+  ["server.ts", "client.ts"],
+  ["workspace/", "runtime/"],
+  ["eval/"],
+  ["cli.ts", "mod.ts"],
+];
+const CORE_FILES = ["schema.ts", "capability.ts", "env.ts"];
+
+const ENTRY_POINTS = [
+  "mod.ts",
+  "cli.ts",
+  "server.ts",
+  "client.ts",
+  "ssh/mod.ts",
+  "filetracking/mod.ts",
+  "workspace/mod.ts",
+  "runtime/mod.ts",
+  "eval/mod.ts",
+];
+
+interface Dependency {
+  code?: { specifier: string };
+  type?: { specifier: string };
+}
+interface ModuleInfo {
+  specifier: string;
+  dependencies?: Dependency[];
+}
+
+/** The file-to-files import graph of `entry`, as paths relative to the root. */
+async function importGraph(entry: string): Promise<Map<string, Set<string>>> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["info", "--json", entry],
+    cwd: ROOT,
+    stdout: "piped",
+    stderr: "piped",
+    env: { NO_COLOR: "1" },
+    signal: AbortSignal.timeout(30_000),
+  }).output();
+  if (!out.success) {
+    throw new Error(`deno info ${entry} failed: ${new TextDecoder().decode(out.stderr)}`);
+  }
+  const info = JSON.parse(new TextDecoder().decode(out.stdout)) as { modules: ModuleInfo[] };
+  const graph = new Map<string, Set<string>>();
+  const local = (specifier: string): string | null =>
+    specifier.startsWith(ROOT.href) ? specifier.slice(ROOT.href.length) : null;
+  for (const module of info.modules) {
+    const from = local(module.specifier);
+    if (from === null) continue;
+    const deps = new Set<string>();
+    for (const dep of module.dependencies ?? []) {
+      for (const target of [dep.code?.specifier, dep.type?.specifier]) {
+        const to = target === undefined ? null : local(target);
+        if (to !== null) deps.add(to);
+      }
+    }
+    graph.set(from, deps);
+  }
+  return graph;
+}
+
+async function wholeGraph(): Promise<Map<string, Set<string>>> {
+  const graph = new Map<string, Set<string>>();
+  for (const entry of ENTRY_POINTS) {
+    for (const [from, deps] of await importGraph(entry)) {
+      const set = graph.get(from) ?? new Set();
+      for (const d of deps) set.add(d);
+      graph.set(from, set);
+    }
+  }
+  return graph;
+}
+
+/** Strongly connected components with more than one file (Tarjan). */
+function cycles(graph: Map<string, Set<string>>): string[][] {
+  let index = 0;
+  const indices = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const found: string[][] = [];
+  const visit = (v: string): void => {
+    indices.set(v, index);
+    low.set(v, index);
+    index++;
+    stack.push(v);
+    onStack.add(v);
+    for (const w of graph.get(v) ?? []) {
+      if (!indices.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v)!, low.get(w)!));
+      } else if (onStack.has(w)) {
+        low.set(v, Math.min(low.get(v)!, indices.get(w)!));
+      }
+    }
+    if (low.get(v) === indices.get(v)) {
+      const component: string[] = [];
+      let w: string;
+      do {
+        w = stack.pop()!;
+        onStack.delete(w);
+        component.push(w);
+      } while (w !== v);
+      if (component.length > 1) found.push(component.sort());
+    }
+  };
+  for (const v of graph.keys()) if (!indices.has(v)) visit(v);
+  return found;
+}
+
+/** The unit (folder or top-level file) of a path and its layer, if ruled. */
+function unitOf(path: string): { unit: string; layer: number } | null {
+  for (let layer = 0; layer < LAYERS.length; layer++) {
+    for (const entry of LAYERS[layer]) {
+      if (entry.endsWith("/") ? path.startsWith(entry) : path === entry) {
+        return { unit: CORE_FILES.includes(entry) ? "core" : entry, layer };
+      }
+    }
+  }
+  return null;
+}
+
+Deno.test("layout: no import cycle between files", async () => {
+  const found = cycles(await wholeGraph());
+  assert.deepEqual(found, [], `import cycles: ${found.map((c) => c.join(" ⇄ ")).join("; ")}`);
+});
+
+Deno.test("layout: every library file belongs to a layer", async () => {
+  const graph = await wholeGraph();
+  const unruled = [...graph.keys()].filter((p) => unitOf(p) === null);
+  assert.deepEqual(unruled, [], "add these files' folder to LAYERS in tests/layout_test.ts");
+});
+
+Deno.test("layout: imports point down the layers", async () => {
+  const graph = await wholeGraph();
+  const wrong: string[] = [];
+  for (const [from, deps] of graph) {
+    const a = unitOf(from);
+    if (a === null) continue;
+    for (const to of deps) {
+      const b = unitOf(to);
+      if (b === null || a.unit === b.unit) continue;
+      if (b.layer >= a.layer) wrong.push(`${from} → ${to}`);
+    }
+  }
+  assert.deepEqual(wrong, []);
+});
+
+Deno.test("layout: the light entry points load no SSH, file tracking or eval", async (t) => {
+  for (const entry of ["env.ts", "server.ts", "capability.ts"]) {
+    await t.step(entry, async () => {
+      const loaded = [...(await importGraph(entry)).keys()];
+      const heavy = loaded.filter((p) => /^(ssh|filetracking|workspace|runtime|eval)\//.test(p));
+      assert.deepEqual(heavy, []);
+    });
+  }
+});
+
+Deno.test("layout: each subsystem folder has a mod.ts exported from deno.json", async () => {
+  const config = JSON.parse(await Deno.readTextFile(new URL("deno.json", ROOT))) as {
+    exports: Record<string, string>;
+  };
+  const faces = new Set(Object.values(config.exports));
+  for (const layer of LAYERS) {
+    for (const entry of layer) {
+      if (!entry.endsWith("/") || entry.startsWith("_")) continue;
+      assert.ok(faces.has(`./${entry}mod.ts`), `deno.json exports no ./${entry}mod.ts`);
+    }
+  }
+});

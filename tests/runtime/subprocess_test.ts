@@ -1,0 +1,236 @@
+import assert from "node:assert/strict";
+import { connect, NotReadyError, SubprocessRuntime } from "../../mod.ts";
+import { waitFor } from "../_helpers.ts";
+
+const FIXTURE = decodeURIComponent(
+  new URL("../fixtures/subprocess_env.ts", import.meta.url).pathname,
+);
+// Process checks read /proc.
+const ignore = Deno.build.os !== "linux";
+
+/** Whether `pid` is a live process (a zombie nobody reaped yet counts as gone). */
+function alive(pid: number): boolean {
+  try {
+    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+    return stat.slice(stat.lastIndexOf(")") + 2)[0] !== "Z";
+  } catch {
+    return false;
+  }
+}
+
+function runtime(mode: string, lines: string[] = [], options = {}): SubprocessRuntime {
+  return new SubprocessRuntime(FIXTURE, {
+    env: { FIXTURE_MODE: mode },
+    onOutput: (line) => lines.push(line),
+    ...options,
+  });
+}
+
+function pidFrom(lines: string[], pattern: RegExp): number {
+  for (const line of lines) {
+    const m = pattern.exec(line);
+    if (m) return Number(m[1]);
+  }
+  throw new Error(`no line matches ${pattern}: ${JSON.stringify(lines)}`);
+}
+
+Deno.test({
+  name: "SubprocessRuntime.place() serves the module in a child until released",
+  ignore,
+  async fn() {
+    const lines: string[] = [];
+    const placed = await runtime("ok", lines).place();
+    const pid = placed.params.pid as number;
+    try {
+      assert.match(placed.url, /^tcp:\/\/127\.0\.0\.1:\d+$/);
+      assert.equal(placed.url, `tcp://127.0.0.1:${placed.params.port}`);
+      assert.ok(alive(pid));
+      assert.ok(lines.includes(`HUD_SERVE_PORT=${placed.params.port}`));
+      await using client = await connect(placed, { readyTimeout: 5_000 });
+      assert.equal(client.manifest.env.name, "subprocess-fixture");
+      assert.equal((await client.startTask("add", { a: 2, b: 3 })).prompt, "What is 2 + 3?");
+      assert.equal((await client.grade({ answer: "5" })).score, 1);
+    } finally {
+      await placed[Symbol.asyncDispose]();
+    }
+    assert.ok(!alive(pid));
+    await assert.rejects(connect(placed, { readyTimeout: 200, retryInterval: 50 }), NotReadyError);
+    // Idempotent.
+    await placed[Symbol.asyncDispose]();
+  },
+});
+
+Deno.test({
+  name: "SubprocessRuntime.place() gives each placement its own child",
+  ignore,
+  async fn() {
+    // A path relative to the current directory, as a user would write it.
+    const cwd = Deno.cwd().split("/").filter(Boolean);
+    const target = FIXTURE.split("/").filter(Boolean);
+    let common = 0;
+    while (common < cwd.length && cwd[common] === target[common]) common++;
+    const relative = [...cwd.slice(common).map(() => ".."), ...target.slice(common)].join("/");
+    const rt = new SubprocessRuntime(relative, { env: { FIXTURE_MODE: "ok" } });
+    await using a = await rt.place();
+    await using b = await rt.place();
+    assert.notEqual(a.params.pid, b.params.pid);
+    assert.notEqual(a.url, b.url);
+  },
+});
+
+Deno.test({
+  name: "SubprocessRuntime.place() fails with the exit code and output of a child that dies early",
+  ignore,
+  async fn() {
+    await assert.rejects(runtime("crash").place(), (err: Error) => {
+      assert.equal(err.constructor, Error);
+      assert.match(err.message, /^Cannot place environment ".*subprocess_env\.ts"/);
+      assert.match(err.message, /exited with code 7 before serving/);
+      assert.match(err.message, /\| crash fixture: booting\n {2}\| crash fixture: giving up/);
+      return true;
+    });
+  },
+});
+
+Deno.test({
+  name: "SubprocessRuntime.place() reports the CLI's error for an unknown environment name",
+  ignore,
+  async fn() {
+    await assert.rejects(runtime("ok", [], { name: "nope" }).place(), (err: Error) => {
+      assert.match(err.message, /exited with code 1 before serving/);
+      assert.match(err.message, /has no environment "nope"; available: "env"/);
+      return true;
+    });
+  },
+});
+
+Deno.test({
+  name: "SubprocessRuntime.place() times out on a child that never announces, with its output",
+  ignore,
+  async fn() {
+    const lines: string[] = [];
+    await assert.rejects(
+      runtime("silent", lines, { readyTimeout: 2_500, killGrace: 200 }).place(),
+      (err: Error) => {
+        assert.ok(err instanceof NotReadyError);
+        assert.match(err.message, /did not announce its port within 2500 ms/);
+        assert.match(err.message, /\| silent fixture: warming up forever/);
+        return true;
+      },
+    );
+    const pid = pidFrom(lines, /warming up forever \(pid (\d+)\)/);
+    assert.ok(!alive(pid));
+  },
+});
+
+Deno.test({
+  name: "SubprocessRuntime.place() honours its abort signal and ends the child",
+  ignore,
+  async fn() {
+    const lines: string[] = [];
+    const controller = new AbortController();
+    const placing = runtime("silent", lines, { killGrace: 200 }).place({
+      signal: controller.signal,
+    });
+    await waitFor(() => lines.some((l) => l.includes("warming up forever")), 10_000);
+    const reason = new Error("stop placing");
+    controller.abort(reason);
+    await assert.rejects(placing, (err) => err === reason);
+    assert.ok(!alive(pidFrom(lines, /\(pid (\d+)\)/)));
+
+    const aborted = AbortSignal.abort(new Error("already"));
+    await assert.rejects(runtime("ok").place({ signal: aborted }), { message: "already" });
+  },
+});
+
+Deno.test({
+  name:
+    "SubprocessRuntime.place() lets an abandoned child finish starting and run its shutdown hooks",
+  ignore,
+  async fn() {
+    const lines: string[] = [];
+    const controller = new AbortController();
+    const reason = new Error("stop placing");
+    const placing = runtime("slow", lines, {
+      // Stop placing once the initialize hook is running.
+      onOutput: (line: string) => {
+        lines.push(line);
+        if (line === "slow fixture: initializing") controller.abort(reason);
+      },
+    }).place({ signal: controller.signal });
+    await assert.rejects(placing, (err) => err === reason);
+    // SIGTERM came during the initialize hook; the child served no one and stopped cleanly.
+    assert.ok(lines.includes("slow fixture: shutdown hook ran"), JSON.stringify(lines));
+  },
+});
+
+Deno.test({
+  name: "SubprocessRuntime teardown ends processes the environment's hooks spawned",
+  ignore,
+  async fn() {
+    const lines: string[] = [];
+    const placed = await runtime("grandchild", lines).place();
+    const grandchild = pidFrom(lines, /^GRANDCHILD_PID=(\d+)$/);
+    assert.ok(alive(grandchild));
+    await placed[Symbol.asyncDispose]();
+    await waitFor(() => !alive(grandchild), 3_000);
+    assert.ok(!alive(placed.params.pid as number));
+  },
+});
+
+Deno.test({
+  name: "SubprocessRuntime teardown sends SIGKILL after the grace period",
+  ignore,
+  async fn() {
+    const lines: string[] = [];
+    const placed = await runtime("stubborn", lines, { killGrace: 300 }).place();
+    const grandchild = pidFrom(lines, /^GRANDCHILD_PID=(\d+)$/);
+    await placed[Symbol.asyncDispose]();
+    // The shutdown hook started (SIGTERM arrived) but never finished.
+    assert.ok(lines.includes("stubborn fixture: refusing to stop"));
+    assert.ok(!alive(placed.params.pid as number));
+    await waitFor(() => !alive(grandchild), 3_000);
+  },
+});
+
+Deno.test({
+  name: "SubprocessRuntime's child stops serving when the process that placed it dies",
+  ignore,
+  async fn() {
+    const parent = new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", new URL("../fixtures/orphaning_parent.ts", import.meta.url).href],
+      stdin: "null",
+      stdout: "piped",
+      stderr: "null",
+    }).spawn();
+    const reader = parent.stdout.pipeThrough(new TextDecoderStream()).getReader();
+    let text = "";
+    let server = 0;
+    try {
+      while (!server) {
+        const { value, done } = await reader.read();
+        if (done) throw new Error(`parent ended early: ${text}`);
+        text += value;
+        server = Number(/SERVER_PID=(\d+)\n/.exec(text)?.[1] ?? 0);
+      }
+      assert.ok(alive(server));
+    } finally {
+      parent.kill("SIGKILL");
+      await parent.status;
+      await reader.cancel();
+    }
+    await waitFor(() => !alive(server), 10_000);
+  },
+});
+
+Deno.test("SubprocessRuntime() refuses bad options", () => {
+  assert.throws(() => new SubprocessRuntime(""), TypeError);
+  assert.throws(
+    () => new SubprocessRuntime("env.ts", { env: "robolab" as unknown as Record<string, string> }),
+    { name: "TypeError", message: /pick the environment with "name"/ },
+  );
+  assert.throws(() => new SubprocessRuntime("env.ts", { name: "" }), TypeError);
+  assert.throws(() => new SubprocessRuntime("env.ts", { readyTimeout: -1 }), RangeError);
+  assert.throws(() => new SubprocessRuntime("env.ts", { killGrace: NaN }), RangeError);
+  assert.throws(() => new SubprocessRuntime("env.ts", { killGrace: Infinity }), RangeError);
+});

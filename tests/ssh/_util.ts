@@ -1,0 +1,313 @@
+// Helpers for the SSH tests: running OpenSSH's ssh, starting sshd, process checks.
+
+import { generateSshKeyPair, type SshKeyPair } from "../../ssh/mod.ts";
+
+export const CIPHERS = [
+  "aes128-ctr",
+  "aes256-ctr",
+  "aes128-gcm@openssh.com",
+  "aes256-gcm@openssh.com",
+] as const;
+export const MACS = ["hmac-sha2-256", "hmac-sha2-256-etm@openssh.com"] as const;
+
+export interface SshRun {
+  code: number;
+  stdout: Uint8Array;
+  stderr: string;
+}
+
+/** Runs OpenSSH's `ssh` with a private known_hosts file and key. */
+export async function runSsh(
+  opts: { port: number; key: string; knownHosts: string; user?: string },
+  args: string[],
+  stdin?: Uint8Array | string,
+): Promise<SshRun> {
+  const cmd = new Deno.Command("ssh", {
+    args: [
+      "-o",
+      "StrictHostKeyChecking=yes",
+      "-o",
+      `UserKnownHostsFile=${opts.knownHosts}`,
+      "-o",
+      "GlobalKnownHostsFile=/dev/null",
+      "-o",
+      "BatchMode=yes",
+      "-o",
+      "IdentitiesOnly=yes",
+      "-o",
+      "LogLevel=ERROR",
+      "-F",
+      "/dev/null",
+      "-i",
+      opts.key,
+      "-p",
+      String(opts.port),
+      ...args.slice(0, -1),
+      `${opts.user ?? "agent"}@127.0.0.1`,
+      ...args.slice(-1),
+    ],
+    stdin: stdin === undefined ? "null" : "piped",
+    stdout: "piped",
+    stderr: "piped",
+  });
+  const child = cmd.spawn();
+  // Read while writing: ssh stops reading stdin when its stdout is not read.
+  const output = child.output();
+  if (stdin !== undefined) {
+    const w = child.stdin.getWriter();
+    await w.write(typeof stdin === "string" ? new TextEncoder().encode(stdin) : stdin).catch(
+      () => {},
+    );
+    await w.close().catch(() => {});
+  }
+  const out = await output;
+  return { code: out.code, stdout: out.stdout, stderr: new TextDecoder().decode(out.stderr) };
+}
+
+/** Whether a process is gone (or a zombie nobody has reaped yet). */
+export function processGone(pid: number): boolean {
+  try {
+    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+    return stat.slice(stat.lastIndexOf(")") + 2).startsWith("Z");
+  } catch {
+    return true;
+  }
+}
+
+/** Polls until `pid` is gone; false after `ms`. */
+export async function waitGone(pid: number, ms = 3000): Promise<boolean> {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (processGone(pid)) return true;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  return processGone(pid);
+}
+
+export function sha256Hex(data: Uint8Array): Promise<string> {
+  return crypto.subtle.digest("SHA-256", data as Uint8Array<ArrayBuffer>).then((d) =>
+    Array.from(new Uint8Array(d), (b) => b.toString(16).padStart(2, "0")).join("")
+  );
+}
+
+/** 16 MiB of pseudo-random bytes (fast, deterministic). */
+export function bigData(size = 16 * 1024 * 1024): Uint8Array {
+  const out = new Uint8Array(size);
+  const words = new Uint32Array(out.buffer);
+  let x = 0x9e3779b9;
+  for (let i = 0; i < words.length; i++) {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    words[i] = x;
+  }
+  return out;
+}
+
+function freePort(): number {
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (l.addr as Deno.NetAddr).port;
+  l.close();
+  return port;
+}
+
+/** OpenSSH's sshd on a loopback port with its own config and keys. */
+export interface Sshd extends AsyncDisposable {
+  port: number;
+  user: string;
+  host: SshKeyPair;
+  client: SshKeyPair;
+  dir: string;
+}
+
+export const HAVE_SSHD = (() => {
+  try {
+    return Deno.statSync("/usr/sbin/sshd").isFile;
+  } catch {
+    return false;
+  }
+})();
+
+/** Starts sshd; resolves once it accepts connections. */
+export async function startSshd(extraConfig = ""): Promise<Sshd> {
+  const dir = await Deno.makeTempDir({ prefix: "sshd-test-" });
+  const host = await generateSshKeyPair({ comment: "sshd-host" });
+  const client = await generateSshKeyPair({ comment: "sshd-client" });
+  await Deno.writeTextFile(`${dir}/host_ed25519`, host.privateKey, { mode: 0o600 });
+  await Deno.writeTextFile(`${dir}/authorized_keys`, `${client.publicKey}\n`);
+  await Deno.mkdir("/run/sshd", { recursive: true }).catch(() => {});
+  const user = new TextDecoder().decode(
+    new Deno.Command("id", { args: ["-un"] }).outputSync().stdout,
+  )
+    .trim();
+  let lastErr = "";
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const port = freePort();
+    await Deno.writeTextFile(
+      `${dir}/sshd_config`,
+      [
+        `Port ${port}`,
+        "ListenAddress 127.0.0.1",
+        `HostKey ${dir}/host_ed25519`,
+        `AuthorizedKeysFile ${dir}/authorized_keys`,
+        "PidFile none",
+        "UsePAM no",
+        "StrictModes no",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "PermitRootLogin yes",
+        "MaxSessions 64",
+        "MaxStartups 64",
+        "LogLevel ERROR",
+        extraConfig,
+      ].join("\n") + "\n",
+    );
+    const proc = new Deno.Command("/usr/sbin/sshd", {
+      args: ["-D", "-e", "-f", `${dir}/sshd_config`],
+      stdin: "null",
+      stdout: "null",
+      stderr: "piped",
+    }).spawn();
+    const errText = proc.stderr.pipeThrough(new TextDecoderStream()).getReader();
+    const collected = (async () => {
+      let s = "";
+      while (true) {
+        const { value, done } = await errText.read();
+        if (done) return s;
+        s += value;
+      }
+    })();
+    let up = false;
+    for (let i = 0; i < 100 && !up; i++) {
+      try {
+        const c = await Deno.connect({ hostname: "127.0.0.1", port });
+        c.close();
+        up = true;
+      } catch {
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    }
+    if (up) {
+      return {
+        port,
+        user,
+        host,
+        client,
+        dir,
+        async [Symbol.asyncDispose]() {
+          try {
+            proc.kill("SIGTERM");
+          } catch {
+            // already gone
+          }
+          await proc.status;
+          await collected;
+          await Deno.remove(dir, { recursive: true });
+        },
+      };
+    }
+    try {
+      proc.kill("SIGKILL");
+    } catch {
+      // already gone
+    }
+    await proc.status;
+    lastErr = await collected;
+  }
+  throw new Error(`Cannot start sshd: ${lastErr}`);
+}
+
+/**
+ * A TCP proxy in front of `target`: `cut()` drops every connection through
+ * it (no FIN to either side's peer protocol); `flipAt` flips one bit of the
+ * client-to-server stream at that byte offset of each connection.
+ */
+export class TcpProxy implements AsyncDisposable {
+  readonly #listener: Deno.TcpListener;
+  readonly #target: number;
+  readonly #flipAt: number | undefined;
+  readonly #conns = new Set<Deno.Conn>();
+  readonly #tasks = new Set<Promise<void>>();
+  readonly #accepting: Promise<void>;
+
+  constructor(target: number, options: { flipAt?: number } = {}) {
+    this.#target = target;
+    this.#flipAt = options.flipAt;
+    this.#listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    this.#accepting = this.#accept();
+  }
+
+  get port(): number {
+    return this.#listener.addr.port;
+  }
+
+  async #accept(): Promise<void> {
+    while (true) {
+      let a: Deno.Conn;
+      try {
+        a = await this.#listener.accept();
+      } catch {
+        return;
+      }
+      const task = (async () => {
+        let b: Deno.Conn;
+        try {
+          b = await Deno.connect({ hostname: "127.0.0.1", port: this.#target });
+        } catch {
+          a.close();
+          return;
+        }
+        this.#conns.add(a);
+        this.#conns.add(b);
+        await Promise.all([this.#pump(a, b, this.#flipAt), this.#pump(b, a, undefined)]);
+        for (const c of [a, b]) {
+          this.#conns.delete(c);
+          try {
+            c.close();
+          } catch {
+            // already closed by cut()
+          }
+        }
+      })();
+      this.#tasks.add(task);
+      task.finally(() => this.#tasks.delete(task));
+    }
+  }
+
+  async #pump(from: Deno.Conn, to: Deno.Conn, flipAt: number | undefined): Promise<void> {
+    const buf = new Uint8Array(65536);
+    let seen = 0;
+    try {
+      while (true) {
+        const n = await from.read(buf);
+        if (n === null) break;
+        if (flipAt !== undefined && seen <= flipAt && flipAt < seen + n) buf[flipAt - seen] ^= 1;
+        seen += n;
+        let off = 0;
+        while (off < n) off += await to.write(buf.subarray(off, n));
+      }
+      await to.closeWrite();
+    } catch {
+      // a side went away, or cut()
+    }
+  }
+
+  /** Drops every connection through the proxy. */
+  cut(): void {
+    for (const c of this.#conns) {
+      try {
+        c.close();
+      } catch {
+        // already closed
+      }
+    }
+    this.#conns.clear();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    this.#listener.close();
+    await this.#accepting;
+    this.cut();
+    await Promise.allSettled([...this.#tasks]);
+  }
+}
