@@ -15,7 +15,7 @@
  *   yield { score: 1, content: answer };
  * });
  * await using server = bind(env);
- * await using client = await connect(`tcp://127.0.0.1:${server.addr.port}`);
+ * await using client = await connect(server);
  * assert.equal(client.manifest.env.name, "demo");
  * await client.startTask("echo");
  * assert.deepEqual(await client.grade({ answer: "hi" }), { score: 1, content: "hi" });

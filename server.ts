@@ -77,6 +77,11 @@ export interface BindOptions {
 export interface HudServer extends AsyncDisposable {
   /** The bound address. */
   readonly addr: Deno.NetAddr;
+  /**
+   * The control address as a client takes it (`tcp://host:port`), so that
+   * `connect(server)` reaches this server.
+   */
+  readonly url: string;
   /** Resolves once the server has shut down completely. */
   readonly finished: Promise<void>;
   /** Number of sessions (live or parked). */
@@ -183,6 +188,12 @@ class ControlServer implements HudServer {
     }
     this.#signal?.addEventListener("abort", this.#onAbort, { once: true });
     void this.#acceptLoop();
+  }
+
+  get url(): string {
+    const { hostname, port } = this.addr;
+    const host = hostname.includes(":") ? `[${hostname}]` : hostname;
+    return `tcp://${host === "0.0.0.0" ? "127.0.0.1" : host === "[::]" ? "[::1]" : host}:${port}`;
   }
 
   get addr(): Deno.NetAddr {
@@ -607,6 +618,9 @@ export async function serve(env: Environment, options: ServeOptions = {}): Promi
   return {
     get addr() {
       return server.addr;
+    },
+    get url() {
+      return server.url;
     },
     finished,
     get sessionCount() {
