@@ -19,7 +19,11 @@ import {
   type InferArgs,
   type InputArgs,
   type JsonSchema,
+  type LaxArgs,
+  parseShape,
+  setOwn,
   shapeToJsonSchema,
+  showValue,
 } from "./schema.ts";
 import { errorMessage, isRecord } from "./_internal/util.ts";
 
@@ -75,8 +79,16 @@ export interface TypedAnswer<T> {
   raw: string;
 }
 
-/** Declaration of a template, for {@linkcode Environment.template}. */
-export interface TemplateSpec<S extends ArgsShape> {
+/**
+ * Declaration of a template, for {@linkcode Environment.template}. `Extra`
+ * and `Strict` are the literal types of `extraArgs` and `strict`, which
+ * decide the type of the arguments the body receives.
+ */
+export interface TemplateSpec<
+  S extends ArgsShape,
+  Extra extends boolean = boolean,
+  Strict extends boolean = boolean,
+> {
   /** Unique id within the environment. */
   id: string;
   /**
@@ -84,20 +96,28 @@ export interface TemplateSpec<S extends ArgsShape> {
    * @default ""
    */
   description?: string;
-  /** Argument schemas. Omitted: the template accepts any arguments, untyped. */
+  /**
+   * Argument schemas. Omitted: the template takes no arguments (unless
+   * `extraArgs` is set).
+   * @default {}
+   */
   args?: S;
   /**
-   * Whether arguments beyond `args` are accepted (and passed through).
+   * Whether arguments beyond `args` are accepted, and passed to the body
+   * unchanged; `tasks.list` then publishes `additionalProperties: true`.
+   * With no `args`, this is how a template accepts any arguments.
    * @default false
    */
-  extraArgs?: boolean;
+  extraArgs?: Extra;
   /**
-   * Refuse arguments that lax coercion cannot bring to their declared type
-   * (an error naming them), instead of passing them through unchanged as
-   * the HUD SDK does.
-   * @default false
+   * Whether declared arguments are checked: a value that converts cleanly
+   * to its type is converted (`"3"` to `3`), any other is refused with an
+   * error naming the argument, the value and what was expected. `false`
+   * converts the same values but passes the rest through unchanged, as the
+   * HUD SDK does; the body then sees them as `unknown`.
+   * @default true
    */
-  strict?: boolean;
+  strict?: Strict;
   /** Schema of the agent's input, published in `tasks.list`. */
   input?: AnySchema;
   /**
@@ -120,6 +140,18 @@ export type TemplateGenerator<Answer = unknown> = AsyncGenerator<unknown, void, 
 /** The body of a template: an async generator yielding prompt, then evaluation. */
 export type TemplateBody<A, Answer> = (args: A) => AsyncGenerator<unknown, unknown, Answer>;
 
+/**
+ * The arguments a template body receives: the declared types when strict,
+ * `unknown` values when lax, plus any other names when `extraArgs` is set.
+ */
+export type TemplateArgs<
+  S extends ArgsShape,
+  Extra extends boolean = false,
+  Strict extends boolean = true,
+> =
+  & ([Strict] extends [true] ? InferArgs<S> : LaxArgs<S>)
+  & ([Extra] extends [false] ? unknown : Record<string, unknown>);
+
 /** Options for calling a template to mint a task row. */
 export interface TaskRowOptions {
   /**
@@ -130,12 +162,17 @@ export interface TaskRowOptions {
 }
 
 /** A registered template: call it with arguments to get a {@linkcode TaskRow}. */
-export interface Template<S extends ArgsShape = ArgsShape> {
+export interface Template<S extends ArgsShape = ArgsShape, Extra extends boolean = boolean> {
   /**
-   * Mints a task row. Unknown and missing arguments are refused here too.
-   * @throws {TypeError} for unknown or missing arguments
+   * Mints a task row. Arguments are checked as `tasks.start` checks them
+   * (unknown, missing and, for a strict template, refused values); the row
+   * keeps them as given.
+   * @throws {TypeError} for unknown, missing or refused arguments
    */
-  (args?: InputArgs<S>, options?: TaskRowOptions): TaskRow;
+  (
+    args?: InputArgs<S> & ([Extra] extends [false] ? unknown : Record<string, unknown>),
+    options?: TaskRowOptions,
+  ): TaskRow;
   /** Template id. */
   readonly id: string;
   /** The environment it belongs to. */
@@ -182,7 +219,7 @@ export function taskSlug(id: string, args: Record<string, unknown>): string {
 }
 
 function quoteList(names: string[]): string {
-  return names.map((n) => `"${n}"`).join(", ");
+  return names.map((n) => JSON.stringify(n)).join(", ");
 }
 
 function isAsyncGeneratorFunction(fn: unknown): boolean {
@@ -201,7 +238,7 @@ export function environmentOf(row: TaskRow): Environment | undefined {
 interface TemplateRecord {
   id: string;
   description: string;
-  shape: ArgsShape | undefined;
+  shape: ArgsShape;
   extraArgs: boolean;
   strict: boolean;
   input: AnySchema | undefined;
@@ -249,22 +286,33 @@ export class ActiveTask {
   /**
    * Sends the answer in and returns the normalised evaluation.
    * @throws {HudProtocolError} `-32600` when already graded or cancelled;
-   *   `-32000` when the task throws or yields something that is not a grade
+   *   `-32000` when the task throws, ends without a second `yield`, or
+   *   yields something that is not a grade (a non-finite score included)
    */
   async grade(answer: unknown): Promise<GradeFrame> {
     if (this.#done) throw new HudProtocolError(ErrorCode.INVALID_REQUEST, "no task in progress");
     this.#done = true;
     const id = this.#template.id;
-    let evaluation: unknown;
+    let step: IteratorResult<unknown, unknown>;
     try {
-      const step = await this.#gen.next(this.#answerFor(answer));
-      evaluation = step.done ? 0 : step.value;
+      step = await this.#gen.next(this.#answerFor(answer));
     } catch (err) {
       throw new HudProtocolError(ErrorCode.SERVER_ERROR, errorMessage(err), { cause: err });
     } finally {
       await this.#close();
     }
-    return normaliseGrade(id, evaluation);
+    if (step.done) {
+      // The HUD SDK scores this 0, which hides a grader that forgot to grade.
+      throw new HudProtocolError(
+        ErrorCode.SERVER_ERROR,
+        step.value === undefined
+          ? `Cannot grade task "${id}": the template ended without a second yield; yield the evaluation (a number, or an object with a numeric "score")`
+          : `Cannot grade task "${id}": the template returned ${
+            showValue(step.value)
+          } instead of yielding it; use yield for the evaluation`,
+      );
+    }
+    return normaliseGrade(id, step.value);
   }
 
   /** Closes the generator without grading. Idempotent; never throws for task code. */
@@ -296,21 +344,35 @@ export class ActiveTask {
 }
 
 function normaliseGrade(id: string, evaluation: unknown): GradeFrame {
-  if (typeof evaluation === "number") return { score: evaluation };
+  // JSON has no NaN or Infinity: such a score would go out as null.
+  const finite = (score: number, where: string): number => {
+    if (Number.isFinite(score)) return score;
+    throw new HudProtocolError(
+      ErrorCode.SERVER_ERROR,
+      `Cannot grade task "${id}": the ${where} is ${score}; a score must be a finite number`,
+    );
+  };
+  if (typeof evaluation === "number") return { score: finite(evaluation, "score") };
   if (typeof evaluation === "boolean") return { score: evaluation ? 1 : 0 };
   if (isRecord(evaluation)) {
-    if (typeof evaluation.score === "number") return evaluation as GradeFrame;
-    if (evaluation.score === undefined && typeof evaluation.reward === "number") {
+    if (typeof evaluation.score === "number") {
+      finite(evaluation.score, `"score"`);
+      return evaluation as GradeFrame;
+    }
+    if (
+      (!Object.hasOwn(evaluation, "score") || evaluation.score === undefined) &&
+      typeof evaluation.reward === "number"
+    ) {
+      finite(evaluation.reward, `"reward"`);
       const out: Record<string, unknown> = {};
-      for (const [k, v] of Object.entries(evaluation)) out[k === "reward" ? "score" : k] = v;
+      for (const [k, v] of Object.entries(evaluation)) setOwn(out, k === "reward" ? "score" : k, v);
       return out as GradeFrame;
     }
   }
-  const shown = evaluation === undefined ? "undefined" : JSON.stringify(evaluation);
   throw new HudProtocolError(
     ErrorCode.SERVER_ERROR,
     `Cannot grade task "${id}": the evaluation must be a number, or an object with a numeric "score" or "reward", got ${
-      shown?.slice(0, 200)
+      showValue(evaluation)
     }`,
   );
 }
@@ -491,10 +553,14 @@ export class Environment {
    * @throws {TypeError} when `body` is not an async generator function, or
    *   the id is invalid or already registered
    */
-  template<S extends ArgsShape = ArgsShape>(
-    spec: TemplateSpec<S>,
-    body: TemplateBody<InferArgs<S>, unknown>,
-  ): Template<S> {
+  template<
+    S extends ArgsShape = Record<never, never>,
+    Extra extends boolean = false,
+    Strict extends boolean = true,
+  >(
+    spec: TemplateSpec<S, Extra, Strict>,
+    body: TemplateBody<TemplateArgs<S, Extra, Strict>, unknown>,
+  ): Template<S, Extra> {
     if (!isRecord(spec) || typeof spec.id !== "string" || spec.id === "") {
       throw new TypeError("Cannot register template: id must be a non-empty string");
     }
@@ -512,26 +578,32 @@ export class Environment {
     if (spec.args !== undefined && !isRecord(spec.args)) {
       throw new TypeError(`Cannot register template "${id}": args must be an object of schemas`);
     }
+    for (const flag of ["extraArgs", "strict"] as const) {
+      if (spec[flag] !== undefined && typeof spec[flag] !== "boolean") {
+        throw new TypeError(`Cannot register template "${id}": "${flag}" must be a boolean`);
+      }
+    }
     const record: TemplateRecord = {
       id,
       description: spec.description ?? "",
-      shape: spec.args,
+      shape: spec.args ?? {},
       extraArgs: spec.extraArgs ?? false,
-      strict: spec.strict ?? false,
+      strict: spec.strict ?? true,
       input: spec.input,
       returns: spec.returns,
       body: body as TemplateBody<Record<string, unknown>, unknown>,
     };
     this.#templates.set(id, record);
     const envName = this.#name;
-    const mint = (args?: InputArgs<S>, options?: TaskRowOptions): TaskRow => {
+    const mint = (args?: Record<string, unknown>, options?: TaskRowOptions): TaskRow => {
       const given = (args ?? {}) as Record<string, unknown>;
       if (!isRecord(given)) {
         throw new TypeError(`Cannot create task "${id}": args must be an object`);
       }
-      const problem = argumentProblem(record, given) ??
-        typeProblem(record, given, prepareArgs(record, given));
-      if (problem) throw new TypeError(`Cannot create task "${id}": ${problem}`);
+      const checked = checkArgs(record, given);
+      if (typeof checked === "string") {
+        throw new TypeError(`Cannot create task "${id}": ${checked}`);
+      }
       const row: TaskRow = {
         env: envName,
         id,
@@ -546,7 +618,7 @@ export class Environment {
       env: { value: this, enumerable: true },
       description: { value: record.description, enumerable: true },
     });
-    return mint as Template<S>;
+    return mint as Template<S, Extra>;
   }
 
   /** The `tasks.list` entries, in registration order. */
@@ -555,9 +627,7 @@ export class Environment {
       const entry: TaskEntry = {
         id: t.id,
         description: t.description,
-        args: t.shape === undefined
-          ? { properties: {}, type: "object", additionalProperties: true }
-          : shapeToJsonSchema(t.shape, t.extraArgs),
+        args: shapeToJsonSchema(t.shape, t.extraArgs),
       };
       if (t.input) entry.input = t.input.toJsonSchema();
       if (t.returns) entry.returns = t.returns.toJsonSchema();
@@ -571,14 +641,17 @@ export class Environment {
   }
 
   /**
-   * Starts a task in-process: checks and coerces the arguments, then runs
-   * the template to its first `yield`.
+   * Starts a task in-process: checks the arguments (converting those that
+   * convert cleanly, `"3"` to `3` for an integer), then runs the template
+   * to its first `yield`. No task code runs when an argument is refused.
    *
    * @param id the template id
-   * @param args the arguments (coerced laxly: `"3"` becomes `3` for an integer)
+   * @param args the arguments
    * @returns the task waiting for its answer
    * @throws {HudProtocolError} `-32602` for an unknown id or non-object args;
-   *   `-32000` for refused arguments or task code that throws
+   *   `-32000` for refused arguments (unknown, missing, or of the wrong
+   *   type: the message names each with its value and what was expected)
+   *   or task code that throws
    */
   async startTask(id: string, args: unknown = {}): Promise<ActiveTask> {
     const template = this.#templates.get(id);
@@ -589,14 +662,9 @@ export class Environment {
     if (!isRecord(args)) {
       throw new HudProtocolError(ErrorCode.INVALID_PARAMS, "args must be an object");
     }
-    const problem = argumentProblem(template, args);
-    if (problem) {
-      throw new HudProtocolError(ErrorCode.SERVER_ERROR, `Cannot start task "${id}": ${problem}`);
-    }
-    const prepared = prepareArgs(template, args);
-    const mistyped = typeProblem(template, args, prepared);
-    if (mistyped) {
-      throw new HudProtocolError(ErrorCode.SERVER_ERROR, `Cannot start task "${id}": ${mistyped}`);
+    const prepared = checkArgs(template, args);
+    if (typeof prepared === "string") {
+      throw new HudProtocolError(ErrorCode.SERVER_ERROR, `Cannot start task "${id}": ${prepared}`);
     }
     const gen = template.body(prepared) as AsyncGenerator<
       unknown,
@@ -623,54 +691,27 @@ export class Environment {
   }
 }
 
-/** Unknown and missing argument names, as a message; `null` when fine. */
-function argumentProblem(template: TemplateRecord, args: Record<string, unknown>): string | null {
-  const shape = template.shape;
-  if (shape === undefined) return null;
-  const problems: string[] = [];
-  if (!template.extraArgs) {
-    const unknown = Object.keys(args).filter((k) => !Object.hasOwn(shape, k));
-    if (unknown.length > 0) problems.push(`unknown arguments ${quoteList(unknown)}`);
-  }
-  const missing = Object.entries(shape)
-    .filter(([k, s]) => !s.optional && !s.hasDefault && args[k] === undefined)
-    .map(([k]) => k);
-  if (missing.length > 0) problems.push(`missing arguments ${quoteList(missing)}`);
-  if (problems.length === 0) return null;
-  const expected = Object.keys(shape);
-  return `${problems.join("; ")} (expected ${
-    expected.length ? quoteList(expected) : "no arguments"
-  })`;
-}
-
-/** With `strict`, the provided arguments that coercion left of the wrong type, as a message. */
-function typeProblem(
+/**
+ * The arguments the body receives, or what is wrong with them as a message:
+ * unknown and missing names, then each refused value with what was expected.
+ */
+function checkArgs(
   template: TemplateRecord,
   given: Record<string, unknown>,
-  prepared: Record<string, unknown>,
-): string | null {
+): Record<string, unknown> | string {
   const shape = template.shape;
-  if (!template.strict || shape === undefined) return null;
-  const wrong = Object.keys(given)
-    .filter((k) =>
-      shape[k] !== undefined && given[k] !== undefined && !shape[k].accepts(prepared[k])
-    )
-    .map((k) =>
-      `"${k}" (expected ${shape[k].kind}, got ${JSON.stringify(given[k])?.slice(0, 80)})`
-    );
-  return wrong.length === 0 ? null : `arguments of the wrong type: ${wrong.join(", ")}`;
-}
-
-function prepareArgs(
-  template: TemplateRecord,
-  args: Record<string, unknown>,
-): Record<string, unknown> {
-  const shape = template.shape;
-  if (shape === undefined) return { ...args };
-  const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(args)) out[k] = shape[k] ? shape[k].coerce(v) : v;
-  for (const [k, s] of Object.entries(shape)) {
-    if (out[k] === undefined && s.hasDefault) out[k] = structuredClone(s.defaultValue);
+  const r = parseShape(shape, given, { strict: template.strict, extra: template.extraArgs });
+  const problems: string[] = [];
+  if (r.unknown.length > 0) problems.push(`unknown arguments ${quoteList(r.unknown)}`);
+  if (r.missing.length > 0) problems.push(`missing arguments ${quoteList(r.missing)}`);
+  if (problems.length > 0) {
+    const names = Object.keys(shape);
+    problems[problems.length - 1] += ` (expected ${
+      names.length > 0 ? quoteList(names) : "no arguments"
+    })`;
   }
-  return out;
+  for (const issue of r.issues) {
+    problems.push(`argument ${JSON.stringify(issue.path)} ${issue.message}`);
+  }
+  return problems.length > 0 ? problems.join("; ") : r.value;
 }

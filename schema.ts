@@ -1,17 +1,27 @@
 /**
  * A small schema vocabulary for template arguments: one declaration gives
  * the template typed arguments in TypeScript, the JSON Schema published in
- * `tasks.list`, and the lax coercion applied at `tasks.start`.
+ * `tasks.list`, and the checking applied at `tasks.start`.
+ *
+ * Checking is strict ({@linkcode Schema.parse}): a value of the declared
+ * type is taken as is, a value that converts cleanly is converted (`"3"` to
+ * `3` for an integer, `"true"` to `true` for a boolean, JSON text to an
+ * array or object), and anything else is refused with a message naming what
+ * was expected. Lax coercion ({@linkcode Schema.coerce}), for templates
+ * declared `strict: false`, converts the same values and passes the rest
+ * through unchanged, as the HUD SDK does.
  *
  * @example Declare arguments
  * ```ts
- * import { integer, optional, string, withDefault } from "./schema.ts";
+ * import { enumOf, integer, optional, string, withDefault } from "./schema.ts";
  * import assert from "node:assert/strict";
  *
  * const difficulty = withDefault(integer(), 1);
  * assert.deepEqual(difficulty.toJsonSchema(), { default: 1, type: "integer" });
- * assert.equal(difficulty.coerce("3"), 3);
- * assert.equal(optional(string()).optional, true);
+ * assert.deepEqual(difficulty.parse("3"), { ok: true, value: 3 });
+ * assert.equal(difficulty.parse("2.5").ok, false);
+ * assert.equal(enumOf(["python", "shell"]).expected, 'one of "python", "shell"');
+ * assert.deepEqual(optional(string()).parse(null), { ok: true, value: undefined });
  * ```
  *
  * @module
@@ -30,6 +40,22 @@ export interface SchemaOptions {
   title?: string;
 }
 
+/** One reason a value was refused. */
+export interface SchemaIssue {
+  /**
+   * Where inside the value: `""` for the value itself, `"[2]"` for an array
+   * item, `".depth"` for an object property (nested paths concatenate).
+   */
+  path: string;
+  /** What is wrong, to follow the argument's name: `must be an integer, got "abc"`. */
+  message: string;
+}
+
+/** The outcome of {@linkcode Schema.parse}: the checked value, or why it was refused. */
+export type ParseResult<T> =
+  | { ok: true; value: T }
+  | { ok: false; issues: SchemaIssue[] };
+
 /**
  * An argument type. `T` is the TypeScript type the template sees; `O` says
  * whether the argument may be left out.
@@ -37,7 +63,9 @@ export interface SchemaOptions {
 export interface Schema<T, O extends boolean = boolean> {
   /** The kind of value: `integer`, `number`, `string`, `boolean`, `enum`, `array`, `object`, `any`. */
   readonly kind: string;
-  /** Whether the argument may be left out. */
+  /** What the type accepts, in words: `an integer`, `one of "a", "b"`. */
+  readonly expected: string;
+  /** Whether the argument may be left out (or given as `null`). */
   readonly optional: O;
   /** Whether a default is filled in when the argument is left out. */
   readonly hasDefault: boolean;
@@ -46,11 +74,17 @@ export interface Schema<T, O extends boolean = boolean> {
   /** The JSON Schema for this type (without a title). */
   toJsonSchema(): JsonSchema;
   /**
-   * Lax coercion: `"3"` to `3` for an integer, JSON text to an object or
-   * array. A value that cannot be coerced is returned unchanged.
+   * Strict checking: the value when it has this type, converted when it
+   * converts cleanly (see each factory), else the issues found.
+   */
+  parse(value: unknown): ParseResult<T>;
+  /**
+   * Lax coercion: converts what {@linkcode Schema.parse} converts and
+   * returns anything else unchanged (array items and object properties one
+   * by one).
    */
   coerce(value: unknown): unknown;
-  /** Whether `value` already has this type (used for `returns` parsing). */
+  /** Whether `value` already has this type, unconverted (used for `returns` parsing). */
   accepts(value: unknown): boolean;
   /** Phantom field carrying the TypeScript type; never set. */
   readonly __type?: T;
@@ -73,10 +107,22 @@ export type OptionalKeys<S extends ArgsShape> = {
 /** Keys of a shape whose schemas are required. */
 export type RequiredKeys<S extends ArgsShape> = Exclude<keyof S, OptionalKeys<S>>;
 
-/** The arguments object a template receives for a shape of schemas. */
+/**
+ * The arguments object a strict template receives for a shape of schemas:
+ * defaulted arguments are always present, optional ones may be absent.
+ */
 export type InferArgs<S extends ArgsShape> =
   & { [K in RequiredKeys<S>]: Infer<S[K]> }
   & { [K in OptionalKeys<S>]?: Infer<S[K]> };
+
+/**
+ * The arguments object a lax (`strict: false`) template receives: the same
+ * names, but a value that did not convert is passed through as it came, so
+ * nothing is known of its type.
+ */
+export type LaxArgs<S extends ArgsShape> =
+  & { [K in RequiredKeys<S>]: unknown }
+  & { [K in OptionalKeys<S>]?: unknown };
 
 /** A schema with a default: callers may leave the argument out. */
 export type DefaultedSchema<T> = Schema<T, false> & { readonly hasDefault: true };
@@ -88,11 +134,16 @@ export type OmittableKeys<S extends ArgsShape> = {
     : never;
 }[keyof S];
 
-/** The arguments a caller passes: defaulted arguments may be left out too. */
+/**
+ * The arguments a caller passes: defaulted arguments may be left out, and
+ * optional ones left out or given as `null`.
+ */
 export type InputArgs<S extends ArgsShape> =
   & { [K in Exclude<keyof S, OmittableKeys<S>>]: Infer<S[K]> }
-  & { [K in OmittableKeys<S>]?: Infer<S[K]> };
+  & { [K in OptionalKeys<S>]?: Infer<S[K]> | null }
+  & { [K in Exclude<OmittableKeys<S>, OptionalKeys<S>>]?: Infer<S[K]> };
 
+/** A string holding JSON, parsed; anything else (or bad JSON) unchanged. */
 function parseJsonText(value: unknown): unknown {
   if (typeof value !== "string") return value;
   try {
@@ -102,49 +153,95 @@ function parseJsonText(value: unknown): unknown {
   }
 }
 
+/** A value as shown in a message: JSON, cut at 80 characters. */
+export function showValue(value: unknown): string {
+  if (value === undefined) return "undefined";
+  if (typeof value === "number" && !Number.isFinite(value)) return String(value);
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(value);
+  } catch {
+    text = undefined;
+  }
+  text ??= String(value);
+  return text.length > 80 ? `${text.slice(0, 77)}...` : text;
+}
+
+/** Defines an own, enumerable property: `__proto__` is a name like any other. */
+export function setOwn(target: Record<string, unknown>, key: string, value: unknown): void {
+  Object.defineProperty(target, key, {
+    value,
+    enumerable: true,
+    writable: true,
+    configurable: true,
+  });
+}
+
+function ok<T>(value: T): ParseResult<T> {
+  return { ok: true, value };
+}
+
+function refuse<T>(expected: string, got: unknown): ParseResult<T> {
+  return {
+    ok: false,
+    issues: [{ path: "", message: `must be ${expected}, got ${showValue(got)}` }],
+  };
+}
+
+interface SchemaParts {
+  kind: string;
+  expected: string;
+  json: () => JsonSchema;
+  parse: (v: unknown) => ParseResult<unknown>;
+  /** Lax coercion; by default the value `parse` gives, or the input unchanged. */
+  coerce?: (v: unknown) => unknown;
+  accepts: (v: unknown) => boolean;
+}
+
 class BaseSchema<T, O extends boolean> implements Schema<T, O> {
   readonly kind: string;
+  readonly expected: string;
   readonly optional: O;
   readonly hasDefault: boolean;
   readonly defaultValue: T | undefined;
-  readonly #json: () => JsonSchema;
-  readonly #coerce: (v: unknown) => unknown;
-  readonly #accepts: (v: unknown) => boolean;
+  readonly #parts: SchemaParts;
   declare readonly __type?: T;
 
-  constructor(
-    kind: string,
-    json: () => JsonSchema,
-    coerce: (v: unknown) => unknown,
-    accepts: (v: unknown) => boolean,
-    optional: O,
-    defaults?: { value: T },
-  ) {
-    this.kind = kind;
-    this.#json = json;
-    this.#coerce = coerce;
-    this.#accepts = accepts;
+  constructor(parts: SchemaParts, optional: O, defaults?: { value: T }) {
+    this.kind = parts.kind;
+    this.expected = parts.expected;
+    this.#parts = parts;
     this.optional = optional;
     this.hasDefault = defaults !== undefined;
     this.defaultValue = defaults?.value;
   }
 
   toJsonSchema(): JsonSchema {
-    const schema = this.#json();
+    const schema = this.#parts.json();
     return this.hasDefault ? { default: this.defaultValue, ...schema } : schema;
   }
 
+  parse(value: unknown): ParseResult<T> {
+    // Optional means "may be left out": null says the same thing (as None does in Python).
+    if (this.optional && (value === null || value === undefined)) return ok(undefined as T);
+    return this.#parts.parse(value) as ParseResult<T>;
+  }
+
   coerce(value: unknown): unknown {
-    return this.#coerce(value);
+    if (this.optional && value === null) return undefined;
+    if (this.#parts.coerce) return this.#parts.coerce(value);
+    const parsed = this.#parts.parse(value);
+    return parsed.ok ? parsed.value : value;
   }
 
   accepts(value: unknown): boolean {
-    return this.#accepts(value);
+    if (this.optional && (value === null || value === undefined)) return true;
+    return this.#parts.accepts(value);
   }
 
   /** Same type with another optionality and default (used by the wrappers). */
   derive<O2 extends boolean>(optional: O2, defaults?: { value: T }): BaseSchema<T, O2> {
-    return new BaseSchema(this.kind, this.#json, this.#coerce, this.#accepts, optional, defaults);
+    return new BaseSchema(this.#parts, optional, defaults);
   }
 }
 
@@ -155,61 +252,90 @@ function docs(options: SchemaOptions | undefined): JsonSchema {
   return out;
 }
 
-/** An integer. `"3"` coerces to `3`. */
+const INTEGER_TEXT = /^\s*[-+]?\d+\s*$/;
+const NUMBER_TEXT = /^\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*$/;
+
+/**
+ * An integer. Also taken: a string of decimal digits with an optional sign
+ * and surrounding blanks (`"3"`, `" -12 "`) within the safe integer range.
+ * Refused: fractions (`2.5`), other text (`"abc"`, `"2.5"`, `"1e3"`, `""`),
+ * booleans.
+ */
 export function integer(options?: SchemaOptions): Schema<number, false> {
-  return new BaseSchema<number, false>(
-    "integer",
-    () => ({ ...docs(options), type: "integer" }),
-    (v) => {
-      if (typeof v === "string" && /^\s*[-+]?\d+\s*$/.test(v)) return Number(v);
-      if (typeof v === "number" && Number.isInteger(v)) return v;
-      return v;
+  const expected = "an integer";
+  return new BaseSchema<number, false>({
+    kind: "integer",
+    expected,
+    json: () => ({ ...docs(options), type: "integer" }),
+    parse: (v) => {
+      if (typeof v === "number" && Number.isInteger(v)) return ok(v);
+      if (typeof v === "string" && INTEGER_TEXT.test(v)) {
+        const n = Number(v);
+        if (Number.isSafeInteger(n)) return ok(n);
+      }
+      return refuse(expected, v);
     },
-    (v) => typeof v === "number" && Number.isInteger(v),
-    false,
-  );
+    accepts: (v) => typeof v === "number" && Number.isInteger(v),
+  }, false);
 }
 
-/** A number. `"2.5"` coerces to `2.5`. */
+/**
+ * A finite number. Also taken: a string holding a decimal number, with
+ * optional sign, fraction and exponent (`"2.5"`, `"-1e3"`). Refused: NaN,
+ * infinities, other text (`"0x10"`, `"Infinity"`, `""`), booleans.
+ */
 export function number(options?: SchemaOptions): Schema<number, false> {
-  return new BaseSchema<number, false>(
-    "number",
-    () => ({ ...docs(options), type: "number" }),
-    (v) => {
-      if (typeof v === "string" && v.trim() !== "" && Number.isFinite(Number(v))) return Number(v);
-      return v;
+  const expected = "a number";
+  return new BaseSchema<number, false>({
+    kind: "number",
+    expected,
+    json: () => ({ ...docs(options), type: "number" }),
+    parse: (v) => {
+      if (typeof v === "number" && Number.isFinite(v)) return ok(v);
+      if (typeof v === "string" && NUMBER_TEXT.test(v)) {
+        const n = Number(v);
+        if (Number.isFinite(n)) return ok(n);
+      }
+      return refuse(expected, v);
     },
-    (v) => typeof v === "number",
-    false,
-  );
+    accepts: (v) => typeof v === "number" && Number.isFinite(v),
+  }, false);
 }
 
-/** A string. */
+/** A string. Nothing else converts: `7` is refused. */
 export function string(options?: SchemaOptions): Schema<string, false> {
-  return new BaseSchema<string, false>(
-    "string",
-    () => ({ ...docs(options), type: "string" }),
-    (v) => v,
-    (v) => typeof v === "string",
-    false,
-  );
+  const expected = "a string";
+  return new BaseSchema<string, false>({
+    kind: "string",
+    expected,
+    json: () => ({ ...docs(options), type: "string" }),
+    parse: (v) => typeof v === "string" ? ok(v) : refuse(expected, v),
+    accepts: (v) => typeof v === "string",
+  }, false);
 }
 
-/** A boolean. `"true"`/`"false"` (any case) and `"1"`/`"0"` coerce. */
+/**
+ * A boolean. Also taken: the numbers `1` and `0`, and the strings `"true"`,
+ * `"false"`, `"1"`, `"0"` in any case with surrounding blanks.
+ */
 export function boolean(options?: SchemaOptions): Schema<boolean, false> {
-  return new BaseSchema<boolean, false>(
-    "boolean",
-    () => ({ ...docs(options), type: "boolean" }),
-    (v) => {
-      if (typeof v !== "string") return v;
-      const s = v.trim().toLowerCase();
-      if (s === "true" || s === "1") return true;
-      if (s === "false" || s === "0") return false;
-      return v;
+  const expected = "a boolean";
+  return new BaseSchema<boolean, false>({
+    kind: "boolean",
+    expected,
+    json: () => ({ ...docs(options), type: "boolean" }),
+    parse: (v) => {
+      if (typeof v === "boolean") return ok(v);
+      if (v === 1 || v === 0) return ok(v === 1);
+      if (typeof v === "string") {
+        const s = v.trim().toLowerCase();
+        if (s === "true" || s === "1") return ok(true);
+        if (s === "false" || s === "0") return ok(false);
+      }
+      return refuse(expected, v);
     },
-    (v) => typeof v === "boolean",
-    false,
-  );
+    accepts: (v) => typeof v === "boolean",
+  }, false);
 }
 
 /** A JSON scalar usable in an enum. */
@@ -222,8 +348,9 @@ function jsonType(v: Literal): string {
 }
 
 /**
- * One of a fixed set of values. A string holding JSON (`"3"`) is parsed when
- * the set has no such string but has the parsed value.
+ * One of a fixed set of values. Also taken: a string holding JSON (`"3"`)
+ * whose parsed value is in the set (when the string itself is not).
+ * A refusal lists every allowed value.
  * @throws {TypeError} when `values` is empty
  */
 export function enumOf<const V extends readonly Literal[]>(
@@ -234,21 +361,23 @@ export function enumOf<const V extends readonly Literal[]>(
     throw new TypeError("Cannot create enum schema: values must be a non-empty array");
   }
   const types = [...new Set(values.map(jsonType))];
-  return new BaseSchema<V[number], false>(
-    "enum",
-    () => {
+  const expected = `one of ${values.map((v) => JSON.stringify(v)).join(", ")}`;
+  const has = (v: unknown) => values.includes(v as Literal);
+  return new BaseSchema<V[number], false>({
+    kind: "enum",
+    expected,
+    json: () => {
       const out: JsonSchema = { ...docs(options), enum: [...values] };
-      if (types.length === 1) out.type = types[0] === "integer" ? "integer" : types[0];
+      if (types.length === 1) out.type = types[0];
       return out;
     },
-    (v) => {
-      if (values.includes(v as Literal)) return v;
+    parse: (v) => {
+      if (has(v)) return ok(v);
       const parsed = parseJsonText(v);
-      return values.includes(parsed as Literal) ? parsed : v;
+      return has(parsed) ? ok(parsed) : refuse(expected, v);
     },
-    (v) => values.includes(v as Literal),
-    false,
-  );
+    accepts: has,
+  }, false);
 }
 
 /** Exactly one value (a one-member enum, published as `const`). */
@@ -256,82 +385,180 @@ export function literal<const V extends Literal>(
   value: V,
   options?: SchemaOptions,
 ): Schema<V, false> {
-  const inner = enumOf([value] as const, options);
-  return new BaseSchema<V, false>(
-    "enum",
-    () => ({
+  const expected = `exactly ${JSON.stringify(value)}`;
+  return new BaseSchema<V, false>({
+    kind: "enum",
+    expected,
+    json: () => ({
       ...docs(options),
       const: value,
       ...(value === null ? {} : { type: jsonType(value) }),
     }),
-    (v) => inner.coerce(v),
-    (v) => v === value,
-    false,
-  );
+    parse: (v) => {
+      if (v === value) return ok(v);
+      return parseJsonText(v) === value ? ok(value) : refuse(expected, v);
+    },
+    accepts: (v) => v === value,
+  }, false);
 }
 
-/** An array of `items`. JSON text coerces; each item is coerced too. */
+/**
+ * An array of `items`. Also taken: a string holding a JSON array. Each item
+ * is checked (and converted) by `items`; refusals name the item's index.
+ */
 export function array<S extends AnySchema>(
   items: S,
   options?: SchemaOptions,
 ): Schema<Infer<S>[], false> {
-  return new BaseSchema<Infer<S>[], false>(
-    "array",
-    () => ({ ...docs(options), items: items.toJsonSchema(), type: "array" }),
-    (v) => {
+  const expected = "an array";
+  return new BaseSchema<Infer<S>[], false>({
+    kind: "array",
+    expected,
+    json: () => ({ ...docs(options), items: items.toJsonSchema(), type: "array" }),
+    parse: (v) => {
+      const parsed = parseJsonText(v);
+      if (!Array.isArray(parsed)) return refuse(expected, v);
+      const out: unknown[] = [];
+      const issues: SchemaIssue[] = [];
+      parsed.forEach((x, i) => {
+        const r = items.parse(x);
+        if (r.ok) out.push(r.value);
+        else for (const issue of r.issues) issues.push({ ...issue, path: `[${i}]${issue.path}` });
+      });
+      return issues.length > 0 ? { ok: false, issues } : ok(out);
+    },
+    coerce: (v) => {
       const parsed = parseJsonText(v);
       return Array.isArray(parsed) ? parsed.map((x) => items.coerce(x)) : v;
     },
-    (v) => Array.isArray(v) && v.every((x) => items.accepts(x)),
-    false,
-  );
+    accepts: (v) => Array.isArray(v) && v.every((x) => items.accepts(x)),
+  }, false);
+}
+
+/** What {@linkcode parseShape} found in an arguments object. */
+export interface ShapeResult {
+  /** The checked arguments: converted, defaults filled in, optional `null`s left out. */
+  value: Record<string, unknown>;
+  /** Names given that the shape does not declare (when extras are refused). */
+  unknown: string[];
+  /** Required names not given. */
+  missing: string[];
+  /** Values refused, each with the argument's name leading its path. */
+  issues: SchemaIssue[];
+}
+
+/**
+ * Checks an arguments object against a shape, looking names up as own
+ * properties only (`constructor` and `__proto__` are names like any other).
+ * With `strict`, values go through {@linkcode Schema.parse}; without, through
+ * {@linkcode Schema.coerce} and are never refused. With `extra`, names the
+ * shape does not declare are kept unchanged instead of being reported.
+ */
+export function parseShape(
+  shape: ArgsShape,
+  given: Record<string, unknown>,
+  options: { strict: boolean; extra: boolean },
+): ShapeResult {
+  const result: ShapeResult = { value: {}, unknown: [], missing: [], issues: [] };
+  for (const [name, schema] of Object.entries(shape)) {
+    const present = Object.hasOwn(given, name) && given[name] !== undefined;
+    if (!present) {
+      if (schema.hasDefault) setOwn(result.value, name, structuredClone(schema.defaultValue));
+      else if (!schema.optional) result.missing.push(name);
+      continue;
+    }
+    const raw = given[name];
+    let value: unknown;
+    if (options.strict) {
+      const parsed = schema.parse(raw);
+      if (!parsed.ok) {
+        for (const issue of parsed.issues) {
+          result.issues.push({ ...issue, path: `${name}${issue.path}` });
+        }
+        continue;
+      }
+      value = parsed.value;
+    } else {
+      value = schema.coerce(raw);
+    }
+    if (value !== undefined) setOwn(result.value, name, value);
+  }
+  for (const [name, raw] of Object.entries(given)) {
+    if (Object.hasOwn(shape, name)) continue;
+    if (options.extra) setOwn(result.value, name, raw);
+    else result.unknown.push(name);
+  }
+  return result;
+}
+
+function quoteNames(names: string[]): string {
+  return names.map((n) => JSON.stringify(n)).join(", ");
 }
 
 /**
  * An object with the given properties, or any object when `shape` is
- * omitted. JSON text coerces; known properties are coerced too.
+ * omitted. Also taken: a string holding a JSON object. With a shape, its
+ * properties are checked as template arguments are: unknown and missing
+ * properties are refused, defaults filled in, optional `null`s left out.
  */
 export function object<S extends ArgsShape>(
   shape?: S,
   options?: SchemaOptions,
 ): Schema<InferArgs<S>, false> {
-  return new BaseSchema<InferArgs<S>, false>(
-    "object",
-    () => {
+  const expected = "an object";
+  return new BaseSchema<InferArgs<S>, false>({
+    kind: "object",
+    expected,
+    json: () => {
       if (shape === undefined) {
         return { ...docs(options), additionalProperties: true, type: "object" };
       }
       return { ...docs(options), ...shapeToJsonSchema(shape, false) };
     },
-    (v) => {
+    parse: (v) => {
+      const parsed = parseJsonText(v);
+      if (!isRecord(parsed)) return refuse(expected, v);
+      if (shape === undefined) return ok(parsed);
+      const r = parseShape(shape, parsed, { strict: true, extra: false });
+      const issues = [...r.issues.map((i) => ({ ...i, path: `.${i.path}` }))];
+      for (const name of r.missing) issues.push({ path: `.${name}`, message: "is required" });
+      for (const name of r.unknown) {
+        issues.push({
+          path: `.${name}`,
+          message: `is not a known property (known: ${quoteNames(Object.keys(shape)) || "none"})`,
+        });
+      }
+      return issues.length > 0 ? { ok: false, issues } : ok(r.value);
+    },
+    coerce: (v) => {
       const parsed = parseJsonText(v);
       if (!isRecord(parsed)) return v;
       if (shape === undefined) return parsed;
-      const out: Record<string, unknown> = {};
-      for (const [k, x] of Object.entries(parsed)) out[k] = shape[k] ? shape[k].coerce(x) : x;
-      return out;
+      return parseShape(shape, parsed, { strict: false, extra: true }).value;
     },
-    (v) =>
+    accepts: (v) =>
       isRecord(v) && (shape === undefined ||
         Object.entries(shape).every(([k, s]) =>
-          v[k] === undefined ? s.optional || s.hasDefault : s.accepts(v[k])
+          !Object.hasOwn(v, k) || v[k] === undefined ? s.optional || s.hasDefault : s.accepts(v[k])
         )),
-    false,
-  );
+  }, false);
 }
 
 /** Any JSON value, published as a property with no `type`. */
 export function any(options?: SchemaOptions): Schema<unknown, false> {
-  return new BaseSchema<unknown, false>(
-    "any",
-    () => docs(options),
-    (v) => v,
-    () => true,
-    false,
-  );
+  return new BaseSchema<unknown, false>({
+    kind: "any",
+    expected: "any value",
+    json: () => docs(options),
+    parse: (v) => ok(v),
+    accepts: () => true,
+  }, false);
 }
 
-/** The same type, but the argument may be left out. */
+/**
+ * The same type, but the argument may be left out; `null` counts as left
+ * out (the template sees no such key).
+ */
 export function optional<T>(schema: Schema<T, boolean>): Schema<T | undefined, true> {
   return (schema as BaseSchema<T, boolean>).derive(true) as Schema<T | undefined, true>;
 }
@@ -358,11 +585,11 @@ export function shapeToJsonSchema(shape: ArgsShape, additionalProperties: boolea
   for (const [name, schema] of Object.entries(shape)) {
     const json = schema.toJsonSchema();
     const { default: def, ...rest } = json;
-    properties[name] = {
+    setOwn(properties, name, {
       ...("default" in json ? { default: def } : {}),
       title: titleOf(name),
       ...rest,
-    };
+    });
     if (!schema.optional && !schema.hasDefault) required.push(name);
   }
   const out: JsonSchema = { properties };

@@ -133,7 +133,11 @@ Deno.test("Environment.listTasks() publishes JSON Schemas", async (t) => {
     yield "p";
     yield 0;
   });
-  const [all, untyped, extra] = env.listTasks();
+  env.template({ id: "anything", extraArgs: true }, async function* () {
+    yield "p";
+    yield 0;
+  });
+  const [all, untyped, extra, anything] = env.listTasks();
   await t.step("the documented example shape", () => {
     const p = all.args.properties as Record<string, unknown>;
     assert.deepEqual(p.a, { title: "A", type: "integer" });
@@ -177,11 +181,16 @@ Deno.test("Environment.listTasks() publishes JSON Schemas", async (t) => {
     assert.deepEqual(all.input, { type: "string" });
     assert.equal((all.returns as Record<string, unknown>).type, "object");
   });
-  await t.step("untyped and extra-argument templates", () => {
+  await t.step("no-argument and extra-argument templates", () => {
     assert.deepEqual(untyped, {
       id: "untyped",
       description: "",
-      args: { properties: {}, type: "object", additionalProperties: true },
+      args: { properties: {}, type: "object", additionalProperties: false },
+    });
+    assert.deepEqual(anything.args, {
+      properties: {},
+      type: "object",
+      additionalProperties: true,
     });
     assert.equal("input" in untyped, false);
     assert.equal(extra.args.additionalProperties, true);
@@ -189,12 +198,13 @@ Deno.test("Environment.listTasks() publishes JSON Schemas", async (t) => {
   });
 });
 
-Deno.test("Environment.startTask() coerces arguments laxly", async () => {
+Deno.test("Environment.startTask() with strict: false coerces laxly", async () => {
   const env = new Environment("coerce");
   let seen: unknown;
   env.template(
     {
       id: "c",
+      strict: false,
       args: {
         i: integer(),
         n: number(),
@@ -295,13 +305,61 @@ Deno.test("ActiveTask.grade() normalises every grade shape", async (t) => {
       assert.deepEqual(await task.grade("x"), expected);
     });
   }
-  await t.step("no second yield scores 0", async () => {
+  await t.step("no second yield is a grading error that says so", async () => {
+    const env = new Environment("g");
+    const log: string[] = [];
+    env.template({ id: "t" }, async function* () {
+      try {
+        yield "p";
+      } finally {
+        log.push("finally");
+      }
+    });
+    await assert.rejects((await env.startTask("t")).grade("x"), {
+      code: ErrorCode.SERVER_ERROR,
+      message: /^Cannot grade task "t": the template ended without a second yield/,
+    });
+    assert.deepEqual(log, ["finally"]);
+  });
+  await t.step("a returned evaluation is a grading error that says to yield it", async () => {
     const env = new Environment("g");
     env.template({ id: "t" }, async function* () {
       yield "p";
+      return 1;
     });
-    assert.deepEqual(await (await env.startTask("t")).grade("x"), { score: 0 });
+    await assert.rejects((await env.startTask("t")).grade("x"), {
+      code: ErrorCode.SERVER_ERROR,
+      message: /the template returned 1 instead of yielding it/,
+    });
   });
+  for (
+    const [bad, shown] of [
+      [NaN, "the score is NaN"],
+      [Infinity, "the score is Infinity"],
+      [-Infinity, "the score is -Infinity"],
+      [{ score: NaN, info: {} }, 'the "score" is NaN'],
+      [{ score: -Infinity }, 'the "score" is -Infinity'],
+      [{ reward: NaN }, 'the "reward" is NaN'],
+      [{ reward: Infinity, content: "c" }, 'the "reward" is Infinity'],
+    ] as const
+  ) {
+    await t.step(`refuses a grade where ${shown}`, async () => {
+      const env = new Environment("g");
+      env.template({ id: "t" }, async function* () {
+        yield "p";
+        yield bad;
+      });
+      await assert.rejects((await env.startTask("t")).grade("x"), (e: unknown) => {
+        assert.ok(e instanceof HudProtocolError);
+        assert.equal(e.code, ErrorCode.SERVER_ERROR);
+        assert.equal(
+          e.message,
+          `Cannot grade task "t": ${shown}; a score must be a finite number`,
+        );
+        return true;
+      });
+    });
+  }
   for (const bad of ["1", null, { score: "1" }, { reward: "x" }, [1]]) {
     await t.step(`refuses ${JSON.stringify(bad)}`, async () => {
       const env = new Environment("g");
@@ -439,10 +497,234 @@ Deno.test("Environment.template() with strict refuses arguments of the wrong typ
   await assert.rejects(env.startTask("t", { n: "three", tags: [1] }), (e: unknown) => {
     assert.ok(e instanceof HudProtocolError);
     assert.equal(e.code, -32000);
-    assert.match(e.message, /wrong type: "n" \(expected integer, got "three"\), "tags"/);
+    assert.equal(
+      e.message,
+      'Cannot start task "t": argument "n" must be an integer, got "three"; argument "tags[0]" must be a string, got 1',
+    );
     return true;
   });
   // deno-lint-ignore no-explicit-any
   assert.throws(() => t({ n: "x" as any }), { name: "TypeError", message: /"n"/ });
   assert.equal(ran, 1);
+});
+
+// Compile-time checks: `deno test` type-checks, so a wrong type fails the run.
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+function sameType<A, B>(_proof: Same<A, B>): void {}
+
+Deno.test("Environment.startTask() checks arguments strictly by default", async (t) => {
+  const env = new Environment("strict-default");
+  let ran = 0;
+  const seen: unknown[] = [];
+  const job = env.template(
+    { id: "job", args: { n: integer(), lang: enumOf(["python", "shell"]), ok: boolean() } },
+    async function* (args) {
+      sameType<typeof args.n, number>(true);
+      sameType<typeof args.lang, "python" | "shell">(true);
+      ran++;
+      seen.push(args);
+      yield "p";
+      yield 1;
+    },
+  );
+  const refused = async (args: Record<string, unknown>, message: string) => {
+    await assert.rejects(env.startTask("job", args), (e: unknown) => {
+      assert.ok(e instanceof HudProtocolError);
+      assert.equal(e.code, ErrorCode.SERVER_ERROR);
+      assert.equal(e.message, `Cannot start task "job": ${message}`);
+      return true;
+    });
+    assert.throws(() => job(args as never), {
+      name: "TypeError",
+      message: `Cannot create task "job": ${message}`,
+    });
+  };
+  await t.step("integer() refuses text that is not an integer", async () => {
+    await refused(
+      { n: "abc", lang: "shell", ok: true },
+      'argument "n" must be an integer, got "abc"',
+    );
+  });
+  await t.step("integer() refuses a fraction", async () => {
+    await refused({ n: 2.5, lang: "shell", ok: true }, 'argument "n" must be an integer, got 2.5');
+    await refused(
+      { n: "2.5", lang: "shell", ok: true },
+      'argument "n" must be an integer, got "2.5"',
+    );
+  });
+  await t.step("enumOf() refuses a value outside the set, listing every value", async () => {
+    await refused(
+      { n: 1, lang: "rust", ok: true },
+      'argument "lang" must be one of "python", "shell", got "rust"',
+    );
+  });
+  await t.step("every refused argument is named at once", async () => {
+    await refused(
+      { n: "x", lang: "rust", ok: "maybe" },
+      'argument "n" must be an integer, got "x"; argument "lang" must be one of "python", "shell", got "rust"; argument "ok" must be a boolean, got "maybe"',
+    );
+  });
+  await t.step("no task code ran for a refused argument", () => {
+    assert.equal(ran, 0);
+  });
+  await t.step("what converts cleanly is converted", async () => {
+    const task = await env.startTask("job", { n: " -12 ", lang: "python", ok: "TRUE" });
+    await task.cancel();
+    assert.deepEqual(seen.at(-1), { n: -12, lang: "python", ok: true });
+    // The row keeps the arguments as given; the slug is computed from them.
+    const row = job({ n: "3" as unknown as number, lang: "shell", ok: true });
+    assert.deepEqual(row.args, { n: "3", lang: "shell", ok: true });
+  });
+});
+
+Deno.test("Environment.template() with strict: false passes unconvertible values through", async () => {
+  const env = new Environment("lax");
+  const seen: unknown[] = [];
+  const t = env.template(
+    { id: "t", strict: false, args: { n: integer(), lang: enumOf(["python", "shell"]) } },
+    async function* ({ n, lang }) {
+      // The types say what lax checking guarantees: nothing.
+      sameType<typeof n, unknown>(true);
+      sameType<typeof lang, unknown>(true);
+      seen.push({ n, lang });
+      yield "p";
+      yield 1;
+    },
+  );
+  await (await env.startTask("t", { n: "3", lang: "rust" })).cancel();
+  await (await env.startTask("t", { n: 2.5, lang: "shell" })).cancel();
+  assert.deepEqual(seen, [{ n: 3, lang: "rust" }, { n: 2.5, lang: "shell" }]);
+  assert.equal(t({ n: 1, lang: "python" }).id, "t");
+  // Names are still checked.
+  await assert.rejects(env.startTask("t", { n: 1 }), { message: /missing arguments "lang"/ });
+});
+
+Deno.test("optional() accepts null as left out", async () => {
+  const env = new Environment("nulls");
+  const seen: Record<string, unknown>[] = [];
+  const t = env.template(
+    { id: "t", args: { tag: optional(string()), cfg: object({ note: optional(integer()) }) } },
+    async function* (args) {
+      sameType<typeof args.tag, string | undefined>(true);
+      seen.push(args);
+      yield "p";
+      yield 1;
+    },
+  );
+  await (await env.startTask("t", { tag: null, cfg: { note: null } })).cancel();
+  await (await env.startTask("t", { tag: "x", cfg: '{"note": "4"}' })).cancel();
+  assert.deepEqual(seen, [{ cfg: {} }, { tag: "x", cfg: { note: 4 } }]);
+  assert.equal(Object.hasOwn(seen[0], "tag"), false);
+  assert.deepEqual(t({ tag: null, cfg: {} }).args, { tag: null, cfg: {} });
+  await assert.rejects(env.startTask("t", { tag: 3, cfg: {} }), {
+    message: /argument "tag" must be a string, got 3/,
+  });
+});
+
+Deno.test("Environment.startTask() looks argument names up as own properties only", async (t) => {
+  const env = new Environment("names");
+  const seen: Record<string, unknown>[] = [];
+  env.template(
+    {
+      id: "odd",
+      // A computed key: `__proto__: x` in a literal would set the prototype.
+      args: { constructor: integer(), toString: optional(string()), ["__proto__"]: integer() },
+    },
+    async function* (args) {
+      seen.push(args);
+      yield "p";
+      yield 1;
+    },
+  );
+  env.template({ id: "plain", args: { a: integer() } }, async function* () {
+    yield "p";
+    yield 1;
+  });
+  await t.step("inherited names do not count as given", async () => {
+    await assert.rejects(env.startTask("odd", {}), {
+      code: ErrorCode.SERVER_ERROR,
+      message:
+        'Cannot start task "odd": missing arguments "constructor", "__proto__" (expected "constructor", "toString", "__proto__")',
+    });
+  });
+  await t.step("they are ordinary arguments when declared", async () => {
+    const given = JSON.parse('{"constructor": "1", "__proto__": "2", "toString": "x"}');
+    await (await env.startTask("odd", given)).cancel();
+    const args = seen[0];
+    assert.equal(Object.getPrototypeOf(args), Object.prototype);
+    assert.deepEqual(Object.entries(args), [["constructor", 1], ["toString", "x"], [
+      "__proto__",
+      2,
+    ]]);
+  });
+  await t.step("and unknown ones when not", async () => {
+    const given = JSON.parse(
+      '{"a": 1, "constructor": 1, "toString": 2, "__proto__": {"polluted": true}}',
+    );
+    await assert.rejects(env.startTask("plain", given), {
+      message: /unknown arguments "constructor", "toString", "__proto__" \(expected "a"\)/,
+    });
+    assert.equal(({} as Record<string, unknown>).polluted, undefined);
+  });
+  await t.step("tasks.list publishes them as own properties", () => {
+    const entry = env.listTasks()[0];
+    assert.deepEqual(Object.keys(entry.args.properties as object), [
+      "constructor",
+      "toString",
+      "__proto__",
+    ]);
+    assert.ok(
+      JSON.stringify(entry.args).includes('"__proto__":{"title":"  Proto  ","type":"integer"}'),
+    );
+  });
+});
+
+Deno.test("Environment.template() without args takes no arguments", async (t) => {
+  const env = new Environment("no-args");
+  const seen: unknown[] = [];
+  const none = env.template({ id: "none" }, async function* (args) {
+    sameType<typeof args, Record<never, never>>(true);
+    yield "p";
+    yield 1;
+  });
+  env.template({ id: "anything", extraArgs: true }, async function* (args) {
+    sameType<typeof args, Record<string, unknown>>(true);
+    seen.push(args);
+    yield "p";
+    yield 1;
+  });
+  env.template(
+    { id: "some", args: { n: integer() }, extraArgs: true },
+    async function* (args) {
+      sameType<typeof args.n, number>(true);
+      sameType<typeof args.other, unknown>(true);
+      seen.push(args);
+      yield "p";
+      yield 1;
+    },
+  );
+  await t.step("refused with the names given", async () => {
+    await assert.rejects(env.startTask("none", { x: 1 }), {
+      code: ErrorCode.SERVER_ERROR,
+      message: 'Cannot start task "none": unknown arguments "x" (expected no arguments)',
+    });
+    // deno-lint-ignore no-explicit-any
+    assert.throws(() => none({ x: 1 } as any), { name: "TypeError" });
+    await (await env.startTask("none", {})).cancel();
+  });
+  await t.step("extraArgs: true accepts anything, unchanged", async () => {
+    await (await env.startTask("anything", { x: "1", y: [null] })).cancel();
+    await (await env.startTask("some", { n: "2", other: "2" })).cancel();
+    assert.deepEqual(seen, [{ x: "1", y: [null] }, { n: 2, other: "2" }]);
+  });
+  await t.step("flags must be booleans", () => {
+    assert.throws(
+      () =>
+        // deno-lint-ignore no-explicit-any
+        env.template({ id: "bad", strict: "yes" as any }, async function* () {
+          yield 1;
+        }),
+      { name: "TypeError", message: /"strict" must be a boolean/ },
+    );
+  });
 });

@@ -1,0 +1,138 @@
+// The conversion table of strict checking, factory by factory: what is
+// taken as is, what converts, and what is refused with which message.
+import assert from "node:assert/strict";
+import {
+  any,
+  array,
+  boolean,
+  enumOf,
+  integer,
+  literal,
+  number,
+  object,
+  optional,
+  type Schema,
+  string,
+  withDefault,
+} from "../mod.ts";
+
+function takes(schema: Schema<unknown>, cases: [unknown, unknown][]): void {
+  for (const [given, value] of cases) {
+    assert.deepEqual(schema.parse(given), { ok: true, value }, `${JSON.stringify(given)}`);
+  }
+}
+
+function refuses(schema: Schema<unknown>, cases: [unknown, string][]): void {
+  for (const [given, message] of cases) {
+    const r = schema.parse(given);
+    assert.equal(r.ok, false, `${String(given)} should be refused`);
+    if (!r.ok) assert.deepEqual(r.issues, [{ path: "", message }]);
+  }
+}
+
+Deno.test("integer().parse() takes integers and integer text only", () => {
+  takes(integer(), [[3, 3], [-7, -7], ["3", 3], [" -12 ", -12], ["+4", 4], [3.0, 3]]);
+  refuses(integer(), [
+    ["abc", 'must be an integer, got "abc"'],
+    [2.5, "must be an integer, got 2.5"],
+    ["2.5", 'must be an integer, got "2.5"'],
+    ["1e3", 'must be an integer, got "1e3"'],
+    ["", 'must be an integer, got ""'],
+    ["99999999999999999999", 'must be an integer, got "99999999999999999999"'],
+    [true, "must be an integer, got true"],
+    [null, "must be an integer, got null"],
+    [NaN, "must be an integer, got NaN"],
+  ]);
+});
+
+Deno.test("number().parse() takes finite numbers and decimal text", () => {
+  takes(number(), [[2.5, 2.5], ["2.5", 2.5], [" -1e3 ", -1000], [".5", 0.5], ["7", 7]]);
+  refuses(number(), [
+    ["0x10", 'must be a number, got "0x10"'],
+    ["Infinity", 'must be a number, got "Infinity"'],
+    [Infinity, "must be a number, got Infinity"],
+    [NaN, "must be a number, got NaN"],
+    ["", 'must be a number, got ""'],
+    [false, "must be a number, got false"],
+  ]);
+});
+
+Deno.test("string().parse() takes strings only", () => {
+  takes(string(), [["7", "7"], ["", ""]]);
+  refuses(string(), [[7, "must be a string, got 7"], [null, "must be a string, got null"]]);
+});
+
+Deno.test("boolean().parse() takes booleans, 0/1, and true/false/1/0 text", () => {
+  takes(boolean(), [
+    [true, true],
+    [false, false],
+    [1, true],
+    [0, false],
+    ["TRUE", true],
+    [" false ", false],
+    ["1", true],
+    ["0", false],
+  ]);
+  refuses(boolean(), [
+    ["yes", 'must be a boolean, got "yes"'],
+    [2, "must be a boolean, got 2"],
+  ]);
+});
+
+Deno.test("enumOf().parse() names every allowed value", () => {
+  const lang = enumOf(["python", "shell"]);
+  takes(lang, [["python", "python"]]);
+  refuses(lang, [["rust", 'must be one of "python", "shell", got "rust"']]);
+  takes(enumOf([1, 2, 3]), [[2, 2], ["2", 2]]);
+  refuses(enumOf([1, 2, 3]), [["4", 'must be one of 1, 2, 3, got "4"']]);
+  // A member string is taken as is, never re-read as JSON.
+  takes(enumOf(["1", 1]), [["1", "1"], [1, 1]]);
+  takes(literal(3), [[3, 3], ["3", 3]]);
+  refuses(literal(null), [[0, "must be exactly null, got 0"]]);
+});
+
+Deno.test("array().parse() checks each item and names its index", () => {
+  const xs = array(integer());
+  takes(xs, [[[1, "2"], [1, 2]], ['["1", 2]', [1, 2]], [[], []]]);
+  refuses(xs, [["nope", 'must be an array, got "nope"']]);
+  assert.deepEqual(xs.parse([1, "x", 2.5]), {
+    ok: false,
+    issues: [
+      { path: "[1]", message: 'must be an integer, got "x"' },
+      { path: "[2]", message: "must be an integer, got 2.5" },
+    ],
+  });
+});
+
+Deno.test("object().parse() checks properties as arguments are checked", () => {
+  const cfg = object({ depth: integer(), note: optional(string()), k: withDefault(integer(), 1) });
+  takes(cfg, [
+    [{ depth: "2" }, { depth: 2, k: 1 }],
+    ['{"depth": 2, "note": null, "k": 5}', { depth: 2, k: 5 }],
+  ]);
+  assert.deepEqual(cfg.parse({ note: 1, zzz: 0 }), {
+    ok: false,
+    issues: [
+      { path: ".note", message: "must be a string, got 1" },
+      { path: ".depth", message: "is required" },
+      { path: ".zzz", message: 'is not a known property (known: "depth", "note", "k")' },
+    ],
+  });
+  takes(object(), [[{ any: [1] }, { any: [1] }], ['{"a":1}', { a: 1 }]]);
+  refuses(object(), [[[1], "must be an object, got [1]"]]);
+});
+
+Deno.test("optional() takes null and undefined as left out; any() takes anything", () => {
+  takes(optional(integer()), [[null, undefined], [undefined, undefined], ["4", 4]]);
+  refuses(optional(integer()), [["x", 'must be an integer, got "x"']]);
+  refuses(withDefault(integer(), 2), [[null, "must be an integer, got null"]]);
+  takes(any(), [[null, null], [{ a: 1 }, { a: 1 }]]);
+});
+
+Deno.test("Schema.coerce() converts what parse() converts and passes the rest through", () => {
+  assert.equal(integer().coerce("3"), 3);
+  assert.equal(integer().coerce("abc"), "abc");
+  assert.deepEqual(array(integer()).coerce('["1", "x"]'), [1, "x"]);
+  assert.equal(optional(string()).coerce(null), undefined);
+  assert.deepEqual(object({ a: integer() }).coerce({ a: "1", b: 2 }), { a: 1, b: 2 });
+});
