@@ -5,12 +5,12 @@ import { demoEnv, echoServer, type Journal, RawPeer, waitFor } from "./_helpers.
 Deno.test("bind() answers every method of the protocol table", async (t) => {
   const journal: Journal = { events: [] };
   await using server = bind(demoEnv(journal));
-  await using peer = await RawPeer.open(server.addr.port);
+  await using peer = await RawPeer.login(server);
 
   await t.step("hello returns session and manifest", async () => {
     const reply = await peer.call("hello", {});
     const result = reply.result as Record<string, unknown>;
-    assert.match(result.session_id as string, /^sess-[0-9a-f]{8}$/);
+    assert.match(result.session_id as string, /^sess-[0-9a-f]{32}$/);
     assert.deepEqual(result.env, { name: "demo", version: "1.2.3" });
     assert.deepEqual(result.bindings, []);
     assert.deepEqual((await peer.call("hello")).result, result, "same manifest each time");
@@ -21,7 +21,10 @@ Deno.test("bind() answers every method of the protocol table", async (t) => {
   });
   await t.step("hello with an unknown session is -32600", async () => {
     const reply = await peer.call("hello", { session_id: "sess-00000000" });
-    assert.deepEqual(reply.error, { code: -32600, message: "unknown session: sess-00000000" });
+    assert.deepEqual(reply.error, {
+      code: -32600,
+      message: "unknown session (it expired, was graded or cancelled, or never existed)",
+    });
   });
   await t.step("tasks.list in registration order", async () => {
     const reply = await peer.call("tasks.list", { ignored: true });
@@ -112,7 +115,7 @@ Deno.test("bind() answers every method of the protocol table", async (t) => {
 Deno.test("bind() survives bad input", async (t) => {
   await using server = bind(demoEnv(), { maxFrameBytes: 1024 });
   await t.step("malformed JSON is -32700 and the session goes on", async () => {
-    await using peer = await RawPeer.open(server.addr.port);
+    await using peer = await RawPeer.login(server);
     await peer.call("tasks.start", { id: "add", args: { a: 1 } });
     await peer.send("{not json");
     const reply = await peer.recv();
@@ -125,7 +128,7 @@ Deno.test("bind() survives bad input", async (t) => {
     assert.deepEqual((await peer.call("tasks.grade", { answer: 3 })).result, { score: 1 });
   });
   await t.step("a non-object frame is -32600 and the session goes on", async () => {
-    await using peer = await RawPeer.open(server.addr.port);
+    await using peer = await RawPeer.login(server);
     for (const frame of ["[1,2]", "42", '"str"', "null"]) {
       await peer.send(frame);
       assert.equal(((await peer.recv())!.error as { code: number }).code, -32600);
@@ -133,14 +136,14 @@ Deno.test("bind() survives bad input", async (t) => {
     assert.ok((await peer.call("hello")).result);
   });
   await t.step("params of the wrong type are -32602", async () => {
-    await using peer = await RawPeer.open(server.addr.port);
+    await using peer = await RawPeer.login(server);
     assert.equal(((await peer.call("tasks.start", [1])).error as { code: number }).code, -32602);
     assert.ok((await peer.call("tasks.list", null)).result, "null params mean {}");
   });
   await t.step("an oversized frame is -32600 naming the limit, then close", async () => {
-    await using other = await RawPeer.open(server.addr.port);
+    await using other = await RawPeer.login(server);
     await other.call("tasks.start", { id: "add", args: { a: 2 } });
-    await using peer = await RawPeer.open(server.addr.port);
+    await using peer = await RawPeer.login(server);
     await peer.send({ jsonrpc: "2.0", id: 1, method: "hello", params: { pad: "x".repeat(5000) } });
     const reply = await peer.recv();
     assert.equal((reply!.error as { code: number }).code, -32600);
@@ -149,7 +152,7 @@ Deno.test("bind() survives bad input", async (t) => {
     assert.deepEqual((await other.call("tasks.grade", { answer: 4 })).result, { score: 1 });
   });
   await t.step("an oversized frame without a newline is skipped with bounded memory", async () => {
-    await using peer = await RawPeer.open(server.addr.port);
+    await using peer = await RawPeer.login(server);
     const chunk = new TextEncoder().encode("x".repeat(64 * 1024));
     // 4 MiB with no newline against a 1 KiB limit: the server answers once
     // the limit is passed, drains, and closes.
@@ -164,7 +167,7 @@ Deno.test("bind() survives bad input", async (t) => {
     assert.equal((reply!.error as { code: number }).code, -32600);
     await writing;
     assert.equal(await peer.atEof(), true);
-    const healthy = await RawPeer.open(server.addr.port);
+    const healthy = await RawPeer.login(server);
     assert.ok((await healthy.call("hello")).result);
     healthy.close();
   });
@@ -176,7 +179,7 @@ Deno.test("bind() survives bad input", async (t) => {
       yield 1;
     });
     await using s2 = bind(env);
-    await using peer = await RawPeer.open(s2.addr.port);
+    await using peer = await RawPeer.login(s2);
     assert.deepEqual((await peer.call("tasks.start", { id: "boom" })).error, {
       code: -32000,
       message: "kaboom",
@@ -187,8 +190,8 @@ Deno.test("bind() survives bad input", async (t) => {
 Deno.test("bind() keeps sessions apart", async (t) => {
   const journal: Journal = { events: [] };
   await using server = bind(demoEnv(journal));
-  await using a = await RawPeer.open(server.addr.port);
-  await using b = await RawPeer.open(server.addr.port);
+  await using a = await RawPeer.login(server);
+  await using b = await RawPeer.login(server);
   await t.step("concurrent sessions each grade their own task", async () => {
     await a.call("tasks.start", { id: "add", args: { a: 1 } });
     await b.call("tasks.start", { id: "add", args: { a: 10 } });
@@ -209,15 +212,14 @@ Deno.test("bind() keeps sessions apart", async (t) => {
 Deno.test("bind() parks, resumes and adopts tasks", async (t) => {
   const journal: Journal = { events: [] };
   await using server = bind(demoEnv(journal), { parkedTtl: 60_000 });
-  const port = server.addr.port;
 
   await t.step("a dropped connection parks its task; hello resumes it", async () => {
-    const first = await RawPeer.open(port);
+    const first = await RawPeer.login(server);
     const sid = ((await first.call("hello")).result as { session_id: string }).session_id;
     await first.call("tasks.start", { id: "add", args: { a: 5 } });
     first.close();
     await waitFor(() => server.sessionCount === 1);
-    await using second = await RawPeer.open(port);
+    await using second = await RawPeer.login(server);
     const resumed = (await second.call("hello", { session_id: sid })).result as {
       session_id: string;
     };
@@ -227,10 +229,10 @@ Deno.test("bind() parks, resumes and adopts tasks", async (t) => {
   });
 
   await t.step("resuming a session with a live connection is -32600", async () => {
-    await using live = await RawPeer.open(port);
+    await using live = await RawPeer.login(server);
     const sid = ((await live.call("hello")).result as { session_id: string }).session_id;
     await live.call("tasks.start", { id: "add", args: { a: 1 } });
-    await using other = await RawPeer.open(port);
+    await using other = await RawPeer.login(server);
     const err = (await other.call("hello", { session_id: sid })).error as {
       code: number;
       message: string;
@@ -241,11 +243,11 @@ Deno.test("bind() parks, resumes and adopts tasks", async (t) => {
   });
 
   await t.step("a plain grade adopts the lone parked task", async () => {
-    const starter = await RawPeer.open(port);
+    const starter = await RawPeer.login(server);
     await starter.call("tasks.start", { id: "add", args: { a: 20 } });
     starter.close();
     await waitFor(() => server.sessionCount === 1);
-    await using grader = await RawPeer.open(port);
+    await using grader = await RawPeer.login(server);
     assert.deepEqual((await grader.call("tasks.grade", { answer: 22 })).result, { score: 1 });
     assert.deepEqual((await grader.call("tasks.grade", { answer: 22 })).error, {
       code: -32600,
@@ -256,24 +258,25 @@ Deno.test("bind() parks, resumes and adopts tasks", async (t) => {
   await t.step("several parked tasks make adoption ambiguous", async () => {
     const ids: string[] = [];
     for (const a of [30, 31]) {
-      const p = await RawPeer.open(port);
+      const p = await RawPeer.login(server);
       ids.push(((await p.call("hello")).result as { session_id: string }).session_id);
       await p.call("tasks.start", { id: "add", args: { a } });
       p.close();
     }
     await waitFor(() => server.sessionCount === 2);
-    await using grader = await RawPeer.open(port);
+    await using grader = await RawPeer.login(server);
     const err = (await grader.call("tasks.grade", { answer: 1 })).error as {
       code: number;
       message: string;
     };
     assert.equal(err.code, -32600);
-    for (const id of ids) assert.ok(err.message.includes(id), `lists ${id}`);
-    assert.match(err.message, /hello/);
+    for (const id of ids) assert.ok(!err.message.includes(id), `does not show ${id}`);
+    assert.doesNotMatch(err.message, /sess-/);
+    assert.match(err.message, /^2 parked sessions hold a task; resume yours with hello/);
     // Resume one by id, grade it; the other is then adoptable.
     await grader.call("hello", { session_id: ids[0] });
     assert.deepEqual((await grader.call("tasks.grade", { answer: 32 })).result, { score: 1 });
-    await using g2 = await RawPeer.open(port);
+    await using g2 = await RawPeer.login(server);
     assert.deepEqual((await g2.call("tasks.grade", { answer: 33 })).result, { score: 1 });
   });
 });
@@ -281,12 +284,12 @@ Deno.test("bind() parks, resumes and adopts tasks", async (t) => {
 Deno.test("bind() expires parked tasks and runs their finally blocks", async () => {
   const journal: Journal = { events: [] };
   await using server = bind(demoEnv(journal), { parkedTtl: 50 });
-  const p = await RawPeer.open(server.addr.port);
+  const p = await RawPeer.login(server);
   await p.call("tasks.start", { id: "add", args: { a: 9 } });
   p.close();
   await waitFor(() => journal.events.includes("finally add 9"));
   assert.equal(server.sessionCount, 0);
-  await using grader = await RawPeer.open(server.addr.port);
+  await using grader = await RawPeer.login(server);
   assert.equal(
     ((await grader.call("tasks.grade", { answer: 11 })).error as { code: number }).code,
     -32600,
@@ -296,9 +299,9 @@ Deno.test("bind() expires parked tasks and runs their finally blocks", async () 
 Deno.test("bind() shutdown cancels held tasks and closes connections", async () => {
   const journal: Journal = { events: [] };
   const server = bind(demoEnv(journal));
-  const live = await RawPeer.open(server.addr.port);
+  const live = await RawPeer.login(server);
   await live.call("tasks.start", { id: "add", args: { a: 1 } });
-  const parked = await RawPeer.open(server.addr.port);
+  const parked = await RawPeer.login(server);
   await parked.call("tasks.start", { id: "add", args: { a: 2 } });
   parked.close();
   await server.shutdown();
@@ -333,7 +336,7 @@ Deno.test("bind() tunnel.open splices to a published capability", async (t) => {
       jsonrpc: "2.0",
       id: 1,
       method: "tunnel.open",
-      params: { capability },
+      params: { capability, token: server.token },
     });
     await conn.write(new TextEncoder().encode(frame + "\n" + extra));
     return conn;
@@ -432,7 +435,11 @@ Deno.test("serve() runs hooks, announces the port and stops on abort", async () 
     announce: (line) => lines.push(line),
     handleSignals: false,
   });
-  assert.deepEqual(lines, [`HUD_SERVE_PORT=${server.addr.port}`]);
+  assert.match(server.token!, /^[0-9a-f]{64}$/);
+  assert.deepEqual(lines, [
+    `HUD_SERVE_TOKEN=${server.token}`,
+    `HUD_SERVE_PORT=${server.addr.port}`,
+  ]);
   assert.deepEqual(log, ["init"]);
   controller.abort();
   await server.finished;
@@ -450,7 +457,7 @@ Deno.test("bind() shutdown is bounded when task code never returns", async () =>
   });
   const errors: unknown[] = [];
   const server = bind(env, { shutdownTimeout: 200, onError: (e) => errors.push(e) });
-  const peer = await RawPeer.open(server.addr.port);
+  const peer = await RawPeer.login(server);
   await peer.send({ jsonrpc: "2.0", id: 1, method: "tasks.start", params: { id: "hang" } });
   await new Promise((r) => setTimeout(r, 50));
   const started = Date.now();
