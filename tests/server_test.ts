@@ -468,3 +468,425 @@ Deno.test("bind() shutdown is bounded when task code never returns", async () =>
   release();
   await new Promise((r) => setTimeout(r, 20));
 });
+
+/** `promise`, or a rejection saying what was waited for after `ms`. */
+async function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms);
+  });
+  try {
+    return await Promise.race([promise, expired]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Everything the server sends until it closes, as text (bounded in time). */
+async function readToEnd(conn: Deno.Conn, what: string): Promise<string> {
+  const chunks: string[] = [];
+  const buf = new Uint8Array(64 * 1024);
+  const decoder = new TextDecoder();
+  await within(
+    (async () => {
+      while (true) {
+        const n = await conn.read(buf).catch(() => null);
+        if (n === null) return;
+        chunks.push(decoder.decode(buf.subarray(0, n), { stream: true }));
+      }
+    })(),
+    10_000,
+    what,
+  );
+  return chunks.join("");
+}
+
+/** Sends raw text on a fresh connection and returns all the server said before closing. */
+async function exchange(port: number, text: string): Promise<string> {
+  const conn = await Deno.connect({ hostname: "127.0.0.1", port });
+  try {
+    await conn.write(new TextEncoder().encode(text));
+    return await readToEnd(conn, `the server to answer and close after ${text.slice(0, 60)}`);
+  } finally {
+    conn.close();
+  }
+}
+
+Deno.test("bind() without the right token sends one error, no manifest, and closes", async (t) => {
+  const echo = echoServer();
+  let attached = 0;
+  const env = demoEnv();
+  env.addCapability(
+    new Capability({ name: "echo", protocol: "tcp/1", url: `tcp://127.0.0.1:${echo.port}` }),
+  );
+  env.addCapability(new Capability({ name: "inproc", protocol: "x/1", url: "tcp://127.0.0.1:1" }), {
+    attach: () => {
+      attached++;
+      return Promise.resolve();
+    },
+  });
+  await using server = bind(env);
+  const port = server.addr.port;
+  const token = server.token!;
+  assert.match(token, /^[0-9a-f]{64}$/, "a 256-bit token, generated");
+  assert.equal(server.url, `tcp://:${token}@127.0.0.1:${port}`);
+  const wrongSameLength = token.slice(0, -1) + (token.endsWith("0") ? "1" : "0");
+
+  const refusals: [string, string][] = [
+    ["hello without a token", '{"jsonrpc":"2.0","id":1,"method":"hello","params":{}}\n'],
+    ["hello with no params", '{"jsonrpc":"2.0","id":1,"method":"hello"}\n'],
+    [
+      "hello with a wrong token of the same length",
+      JSON.stringify({
+        jsonrpc: "2.0",
+        id: 1,
+        method: "hello",
+        params: { token: wrongSameLength },
+      }) +
+      "\n",
+    ],
+    [
+      "hello with a short wrong token",
+      '{"jsonrpc":"2.0","id":1,"method":"hello","params":{"token":"x"}}\n',
+    ],
+    [
+      "hello with a non-string token",
+      '{"jsonrpc":"2.0","id":1,"method":"hello","params":{"token":[1]}}\n',
+    ],
+    ["tasks.list first", '{"jsonrpc":"2.0","id":1,"method":"tasks.list"}\n'],
+    [
+      "tasks.start first, even with the token",
+      JSON.stringify({
+        jsonrpc: "2.0",
+        id: 1,
+        method: "tasks.start",
+        params: { id: "add", args: { a: 1 }, token },
+      }) + "\n",
+    ],
+    ["bad JSON first", "{nope\n"],
+    ["a JSON array first", "[1]\n"],
+  ];
+  for (const [what, text] of refusals) {
+    await t.step(what, async () => {
+      const out = await exchange(port, text);
+      const lines = out.split("\n").filter((l) => l !== "");
+      assert.equal(lines.length, 1, `exactly one line: ${out}`);
+      const reply = JSON.parse(lines[0]);
+      assert.ok(reply.error, out);
+      assert.equal(reply.result, undefined);
+      assert.doesNotMatch(out, /session_id|bindings|demo|sess-/, "nothing of the manifest");
+    });
+  }
+  await t.step("the error names the way out, with code -32001", async () => {
+    const out = await exchange(port, '{"jsonrpc":"2.0","id":7,"method":"hello","params":{}}\n');
+    const reply = JSON.parse(out);
+    assert.equal(reply.id, 7);
+    assert.equal(reply.error.code, -32001);
+    assert.match(reply.error.message, /token.*HUD_SERVE_TOKEN/);
+  });
+  await t.step("tunnel.open without or with a wrong token reaches nothing", async () => {
+    for (const params of [{ capability: "echo" }, { capability: "echo", token: wrongSameLength }]) {
+      const out = await exchange(
+        port,
+        JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tunnel.open", params }) + "\nraw bytes",
+      );
+      assert.equal(JSON.parse(out).error.code, -32001, out);
+      assert.doesNotMatch(out, /raw bytes/);
+    }
+    const out = await exchange(
+      port,
+      JSON.stringify({
+        jsonrpc: "2.0",
+        id: 1,
+        method: "tunnel.open",
+        params: { capability: "inproc" },
+      }) + "\n",
+    );
+    assert.equal(JSON.parse(out).error.code, -32001, out);
+    assert.equal(attached, 0, "the in-process handler was never called");
+  });
+  await t.step("the right token opens the session; a later wrong one closes it", async () => {
+    await using peer = await RawPeer.open(port);
+    const hello = await peer.call("hello", { token });
+    assert.match((hello.result as { session_id: string }).session_id, /^sess-[0-9a-f]{32}$/);
+    assert.ok((await peer.call("tasks.list")).result, "later frames need no token");
+    assert.ok((await peer.call("hello", { token })).result, "a heartbeat with the token");
+    const wrong = await peer.call("hello", { token: wrongSameLength });
+    assert.equal((wrong.error as { code: number }).code, -32001);
+    assert.equal(await peer.atEof(), true);
+  });
+  await echo.close();
+});
+
+Deno.test("bind() compares tokens in constant time", async (t) => {
+  const { timingSafeEqual, TokenVerifier } = await import("../_internal/auth.ts");
+  await t.step("timingSafeEqual() compares every byte", () => {
+    const a = new Uint8Array(32).fill(7);
+    assert.equal(timingSafeEqual(a, a.slice()), true);
+    for (const i of [0, 15, 31]) {
+      const b = a.slice();
+      b[i] ^= 1;
+      assert.equal(timingSafeEqual(a, b), false, `differs at ${i}`);
+    }
+    assert.equal(timingSafeEqual(a, a.subarray(1)), false);
+  });
+  await t.step("TokenVerifier hashes both sides, so any length is compared alike", async () => {
+    const verifier = new TokenVerifier("k".repeat(64));
+    assert.equal(await verifier.verify("k".repeat(64)), true);
+    for (const wrong of ["", "k", "k".repeat(63), "k".repeat(65), "j" + "k".repeat(63), 5, null]) {
+      assert.equal(await verifier.verify(wrong), false, String(wrong));
+    }
+  });
+  await t.step("server.ts checks tokens only through TokenVerifier", async () => {
+    const source = await Deno.readTextFile(new URL("../server.ts", import.meta.url));
+    assert.match(source, /this\.#verifier\.verify\(params\.token\)/);
+    // Comparing with null or undefined (is there a token?) is fine; with a value is not.
+    const compared = /token\s*[!=]==\s*(?!\s|null\b|undefined\b)|[!=]==\s*[\w.#]*token\b/i;
+    assert.doesNotMatch(source, compared, "no === on a token");
+  });
+});
+
+Deno.test("bind() session ids carry 128 random bits and never appear in errors", async () => {
+  await using server = bind(demoEnv(), { parkedTtl: 60_000 });
+  const ids = new Set<string>();
+  for (let i = 0; i < 20; i++) {
+    await using peer = await RawPeer.login(server);
+    const id = ((await peer.call("hello", { token: server.token })).result as {
+      session_id: string;
+    }).session_id;
+    assert.match(id, /^sess-[0-9a-f]{32}$/);
+    ids.add(id);
+  }
+  assert.equal(ids.size, 20);
+  const source = await Deno.readTextFile(new URL("../server.ts", import.meta.url));
+  assert.match(source, /crypto\.getRandomValues\(new Uint8Array\(16\)\)/);
+  // A parked session's id shows up in no error, to anyone.
+  const owner = await RawPeer.login(server);
+  const sid = ((await owner.call("hello")).result as { session_id: string }).session_id;
+  await owner.call("tasks.start", { id: "add", args: { a: 1 } });
+  owner.close();
+  await waitFor(() => server.sessionCount === 1);
+  await using other = await RawPeer.login(server);
+  await other.call("tasks.start", { id: "add", args: { a: 2 } });
+  const another = await RawPeer.login(server);
+  await another.call("tasks.start", { id: "add", args: { a: 3 } });
+  another.close();
+  await waitFor(() => server.sessionCount === 3);
+  const errors: string[] = [];
+  await using probe = await RawPeer.login(server);
+  for (
+    const [method, params] of [
+      ["tasks.grade", {}],
+      ["hello", { session_id: "sess-" + "0".repeat(32) }],
+      ["hello", { session_id: sid.slice(0, -1) }],
+      ["nope", {}],
+    ] as const
+  ) {
+    errors.push(JSON.stringify((await probe.call(method, params)).error));
+  }
+  for (const e of errors) assert.doesNotMatch(e, /sess-[0-9a-f]/, e);
+  assert.match(errors[0], /2 parked sessions hold a task/);
+});
+
+Deno.test("bind() with auth: false keeps the HUD wire, but adopts no parked task", async (t) => {
+  await using server = bind(demoEnv(), { auth: false });
+  assert.equal(server.token, null);
+  assert.equal(server.url, `tcp://127.0.0.1:${server.addr.port}`);
+  await t.step("any first frame, no token", async () => {
+    await using peer = await RawPeer.open(server.addr.port);
+    assert.deepEqual((await peer.call("tasks.start", { id: "add", args: { a: 1 } })).result, {
+      prompt: "add:1:2",
+    });
+    assert.deepEqual((await peer.call("tasks.grade", { answer: 3 })).result, { score: 1 });
+  });
+  await t.step("a plain grade does not adopt; resuming by id still works", async () => {
+    const owner = await RawPeer.open(server.addr.port);
+    const sid = ((await owner.call("hello")).result as { session_id: string }).session_id;
+    await owner.call("tasks.start", { id: "add", args: { a: 5 } });
+    owner.close();
+    await waitFor(() => server.sessionCount === 1);
+    await using thief = await RawPeer.open(server.addr.port);
+    const err = (await thief.call("tasks.grade", { answer: 0 })).error as {
+      code: number;
+      message: string;
+    };
+    assert.equal(err.code, -32600);
+    assert.match(err.message, /1 parked; adopting a parked task needs an authenticated server/);
+    assert.doesNotMatch(err.message, /sess-[0-9a-f]/);
+    await using grader = await RawPeer.open(server.addr.port);
+    await grader.call("hello", { session_id: sid });
+    assert.deepEqual((await grader.call("tasks.grade", { answer: 7 })).result, { score: 1 });
+  });
+});
+
+Deno.test("bind() refuses auth: false on a non-loopback address without insecureListen", () => {
+  for (const hostname of ["0.0.0.0", "::", "192.0.2.1"]) {
+    assert.throws(() => bind(demoEnv(), { auth: false, hostname }), {
+      name: "TypeError",
+      message: new RegExp(`without authentication on "${hostname}".*insecureListen: true`),
+    });
+  }
+  assert.throws(() => bind(demoEnv(), { auth: false, token: "x".repeat(40) }), /drop one/);
+  assert.throws(() => bind(demoEnv(), { token: "short" }), /at least 32 characters/);
+});
+
+Deno.test("bind() caps parked tasks", async () => {
+  const journal: Journal = { events: [] };
+  const errors: unknown[] = [];
+  await using server = bind(demoEnv(journal), { maxParked: 2, onError: (e) => errors.push(e) });
+  for (const a of [1, 2]) {
+    const p = await RawPeer.login(server);
+    await p.call("tasks.start", { id: "add", args: { a } });
+    p.close();
+  }
+  await waitFor(() => server.sessionCount === 2);
+  await using live = await RawPeer.login(server);
+  const refused = (await live.call("tasks.start", { id: "add", args: { a: 3 } })).error as {
+    code: number;
+    message: string;
+  };
+  assert.equal(refused.code, -32002);
+  assert.match(refused.message, /2 tasks are parked, the server's limit \(maxParked\)/);
+  assert.ok(!journal.events.includes("start add 3"), "no task code ran");
+  await live.call("tasks.grade", { answer: 3 }); // adopts nothing: two are parked
+  assert.equal(server.sessionCount, 3);
+});
+
+Deno.test("bind() cancels a task whose connection drops while the parked cap is full", async () => {
+  const journal: Journal = { events: [] };
+  const errors: unknown[] = [];
+  await using server = bind(demoEnv(journal), { maxParked: 2, onError: (e) => errors.push(e) });
+  const holder = await RawPeer.login(server);
+  await holder.call("tasks.start", { id: "add", args: { a: 100 } });
+  for (const a of [1, 2]) {
+    const p = await RawPeer.login(server);
+    await p.call("tasks.start", { id: "add", args: { a } });
+    p.close();
+  }
+  await waitFor(() => server.sessionCount === 3);
+  holder.close();
+  await waitFor(() => journal.events.includes("finally add 100"));
+  assert.equal(server.sessionCount, 2);
+  assert.match(
+    String(errors[0]),
+    /Cannot park a task: 2 tasks are parked, the limit \(maxParked\)/,
+  );
+});
+
+Deno.test("bind() caps connections: one more gets one error line and is closed", async () => {
+  const errors: unknown[] = [];
+  await using server = bind(demoEnv(), { maxConnections: 8, onError: (e) => errors.push(e) });
+  // Idle connections (the observation: 1,088 of them, never closed), scaled down.
+  const idle = await Promise.all(
+    Array.from(
+      { length: 8 },
+      () => Deno.connect({ hostname: "127.0.0.1", port: server.addr.port }),
+    ),
+  );
+  try {
+    const out = await exchange(server.addr.port, "");
+    const lines = out.split("\n").filter((l) => l !== "");
+    assert.equal(lines.length, 1, out);
+    const reply = JSON.parse(lines[0]);
+    assert.equal(reply.error.code, -32002);
+    assert.match(reply.error.message, /too many connections: .* limit of 8/);
+    assert.match(String(errors[0]), /Refusing connections: 8 are open/);
+  } finally {
+    for (const c of idle) c.close();
+  }
+  // Room again once they are gone.
+  await within(
+    (async () => {
+      while (true) {
+        const peer = await RawPeer.open(server.addr.port);
+        const reply = await peer.call("hello", { token: server.token });
+        peer.close();
+        if (reply.result) return;
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    })(),
+    10_000,
+    "a connection to be accepted after the idle ones closed",
+  );
+});
+
+Deno.test("bind() closes a connection that sends no first frame in time", async () => {
+  await using server = bind(demoEnv(), { firstFrameTimeout: 100 });
+  await using peer = await RawPeer.open(server.addr.port);
+  // A partial line does not count as a frame.
+  await peer.conn.write(new TextEncoder().encode('{"jsonrpc":"2.0",'));
+  const reply = await within(peer.recv(), 10_000, "the first-frame deadline error");
+  assert.equal((reply!.error as { code: number }).code, -32600);
+  assert.match((reply!.error as { message: string }).message, /no request within 100 ms/);
+  assert.equal(await within(peer.atEof(), 10_000, "the close"), true);
+  // A connection that speaks in time is not affected.
+  await using ok = await RawPeer.login(server);
+  await new Promise((r) => setTimeout(r, 150));
+  assert.ok((await ok.call("tasks.list")).result);
+});
+
+Deno.test("bind() bounds the bytes buffered across connections", async () => {
+  // The observation: 40 connections each holding 15 MiB of an unfinished
+  // line; here 6 × 900 KiB against a 2 MiB budget.
+  await using server = bind(demoEnv(), {
+    maxFrameBytes: 1024 * 1024,
+    maxBufferedBytes: 2 * 1024 * 1024,
+  });
+  const peers = await Promise.all(Array.from({ length: 6 }, () => RawPeer.login(server)));
+  try {
+    const refused: Record<string, unknown>[] = [];
+    for (const p of peers) {
+      p.recv().then((reply) => reply && refused.push(reply), () => {});
+    }
+    const head = new TextEncoder().encode(
+      '{"jsonrpc":"2.0","id":1,"method":"hello","params":{"pad":"',
+    );
+    const chunk = new TextEncoder().encode("x".repeat(900 * 1024));
+    await Promise.all(
+      peers.map((p) =>
+        writeAllTo(p.conn, head).then(() => writeAllTo(p.conn, chunk)).catch(() => {})
+      ),
+    );
+    // 6 × 900 KiB cannot fit in 2 MiB: at least 3 lines must be refused.
+    await within(
+      waitFor(() => refused.length >= 3, 10_000),
+      11_000,
+      "at least 3 of 6 connections refused for the shared budget",
+    );
+    for (const reply of refused) {
+      const error = reply.error as { code: number; message: string };
+      assert.equal(error.code, -32002);
+      assert.match(error.message, /limit of 2097152 bytes/);
+    }
+  } finally {
+    for (const p of peers) p.close();
+  }
+  await using fresh = await RawPeer.login(server);
+  assert.ok((await fresh.call("tasks.list")).result, "small frames still served");
+});
+
+async function writeAllTo(conn: Deno.Conn, data: Uint8Array): Promise<void> {
+  let off = 0;
+  while (off < data.length) off += await conn.write(data.subarray(off));
+}
+
+Deno.test("bind() refuses a deeply nested frame before parsing it", async () => {
+  await using server = bind(demoEnv());
+  await using deep = await RawPeer.login(server);
+  await using other = await RawPeer.login(server);
+  // The observation: a 15 MiB `[[[...]]]` froze the process; here 2 MiB.
+  const depth = 1024 * 1024;
+  const frame = "[".repeat(depth) + "]".repeat(depth);
+  const sending = deep.send(frame);
+  const hello = other.call("tasks.list");
+  await sending;
+  const reply = await within(deep.recv(), 10_000, "the reply to a deep frame");
+  assert.deepEqual(reply!.error, {
+    code: -32600,
+    message: "frame nests arrays and objects deeper than the limit of 64",
+  });
+  assert.ok((await within(hello, 10_000, "another connection's reply")).result);
+  // The session goes on; depth within the limit and brackets in strings are fine.
+  const nested = JSON.parse("[".repeat(60) + "]".repeat(60));
+  assert.ok((await deep.call("tasks.list", { nested, text: "[[[[".repeat(100) })).result);
+});
