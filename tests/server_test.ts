@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { bind, Capability, Environment, serve } from "../mod.ts";
+import { bind, Capability, connect, Environment, serve } from "../mod.ts";
 import { demoEnv, echoServer, type Journal, RawPeer, waitFor } from "./_helpers.ts";
 
 Deno.test("bind() answers every method of the protocol table", async (t) => {
@@ -889,4 +889,78 @@ Deno.test("bind() refuses a deeply nested frame before parsing it", async () => 
   // The session goes on; depth within the limit and brackets in strings are fine.
   const nested = JSON.parse("[".repeat(60) + "]".repeat(60));
   assert.ok((await deep.call("tasks.list", { nested, text: "[[[[".repeat(100) })).result);
+});
+
+Deno.test("bind() hands tunnel.open of an attached capability to its handler", async () => {
+  const env = new Environment("attached");
+  const heads: string[] = [];
+  env.addCapability(new Capability({ name: "upper", protocol: "x/1", url: "tcp://127.0.0.1:0" }), {
+    async attach(conn, head) {
+      heads.push(new TextDecoder().decode(head));
+      let text = new TextDecoder().decode(head);
+      const buf = new Uint8Array(1024);
+      for (let n = await conn.read(buf); n !== null; n = await conn.read(buf)) {
+        text += new TextDecoder().decode(buf.subarray(0, n));
+      }
+      await conn.write(new TextEncoder().encode(text.toUpperCase()));
+    },
+  });
+  await using server = bind(env);
+  const conn = await Deno.connect({ hostname: "127.0.0.1", port: server.addr.port });
+  const preface = JSON.stringify({
+    jsonrpc: "2.0",
+    id: 1,
+    method: "tunnel.open",
+    params: { capability: "upper", token: server.token },
+  });
+  await conn.write(new TextEncoder().encode(preface + "\nearly;"));
+  await conn.write(new TextEncoder().encode("later"));
+  await conn.closeWrite();
+  const out = await readToEnd(conn, "the attached handler's answer");
+  conn.close();
+  assert.equal(out, '{"jsonrpc":"2.0","id":1,"result":{"capability":"upper"}}\nEARLY;LATER');
+  assert.ok(heads.length === 1);
+  // Through the client's forwarder, like any other capability.
+  await using client = await connect(server, { readyTimeout: 10_000 });
+  const local = new URL(client.binding("upper").url.replace("tcp:", "http:"));
+  const fwd = await Deno.connect({ hostname: "127.0.0.1", port: Number(local.port) });
+  await fwd.write(new TextEncoder().encode("via forwarder"));
+  await fwd.closeWrite();
+  assert.equal(await readToEnd(fwd, "the forwarded answer"), "VIA FORWARDER");
+  fwd.close();
+});
+
+Deno.test("addWorkspace()'s file tracker has no port: only the authenticated tunnel reaches it", async () => {
+  const { addWorkspace } = await import("../workspace/workspace.ts");
+  const { FileTrackerClient } = await import("../filetracking/tracker.ts");
+  const root = await Deno.makeTempDir({ prefix: "ws-auth-" });
+  const env = new Environment("ws");
+  addWorkspace(env, root, { writeKeyFile: false });
+  await env.start();
+  try {
+    const published = env.capability("filetracking")!;
+    assert.equal(published.url, "tcp://127.0.0.1:0", "a placeholder: nothing listens");
+    assert.ok(env.capabilityHandler("filetracking"));
+    await using server = bind(env);
+    await using client = await connect(server, { readyTimeout: 10_000 });
+    await using tracker = await FileTrackerClient.connect(client.binding("filetracking").url);
+    await Deno.writeTextFile(`${root}/new.txt`, "hi\n");
+    const diff = await tracker.diff();
+    assert.deepEqual(diff.patches.map((p) => [p.path, p.status]), [["new.txt", "added"]]);
+    // Without the token, tunnel.open to it is refused.
+    const out = await exchange(
+      server.addr.port,
+      JSON.stringify({
+        jsonrpc: "2.0",
+        id: 1,
+        method: "tunnel.open",
+        params: { capability: "filetracking" },
+      }) + '\n{"jsonrpc":"2.0","id":2,"method":"snapshot"}\n',
+    );
+    assert.equal(JSON.parse(out.split("\n")[0]).error.code, -32001);
+    assert.doesNotMatch(out, /new\.txt/);
+  } finally {
+    await env.stop();
+    await Deno.remove(root, { recursive: true });
+  }
 });
