@@ -48,17 +48,17 @@ export const DEFAULT_MAX_FRAME_BYTES: number = 16 * 1024 * 1024;
 /** Default lifetime of a parked task: 1 hour. */
 export const DEFAULT_PARKED_TTL_MS: number = 60 * 60 * 1000;
 /** Default cap on parked tasks. */
-export const DEFAULT_MAX_PARKED = 10_000;
+export const DEFAULT_MAX_PARKED: number = 10_000;
 /** Default cap on connections (further capped to a quarter of the descriptor limit). */
-export const DEFAULT_MAX_CONNECTIONS = 1024;
+export const DEFAULT_MAX_CONNECTIONS: number = 1024;
 /** Default time a new connection has to send its first complete frame: 10 s. */
-export const DEFAULT_FIRST_FRAME_TIMEOUT_MS = 10_000;
+export const DEFAULT_FIRST_FRAME_TIMEOUT_MS: number = 10_000;
 /**
  * Largest first frame of a connection that has not authenticated yet: a
  * `hello` or `tunnel.open` is small, and a stranger must not make the
  * server hold megabytes.
  */
-export const PRE_AUTH_MAX_FRAME_BYTES = 64 * 1024;
+export const PRE_AUTH_MAX_FRAME_BYTES: number = 64 * 1024;
 
 /** Options for {@linkcode bind}. */
 export interface BindOptions {
@@ -507,7 +507,7 @@ class ControlServer implements HudServer {
             this.#verifier && (!authenticated || (method === "hello" && "token" in params))
           ) {
             const ok = (method === "hello" || method === "tunnel.open") &&
-              await this.#verifier.verify(params.token);
+              this.#verifier.verify(params.token);
             if (!ok) return await this.#unauthorized(conn, request);
             authenticated = true;
             reader.maxLine = this.#maxFrame;
