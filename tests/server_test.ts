@@ -972,3 +972,62 @@ Deno.test("addWorkspace()'s file tracker has no port: only the authenticated tun
     await Deno.remove(root, { recursive: true });
   }
 });
+
+Deno.test("bind() keeps three quarters of the descriptors in reserve by default", async () => {
+  // A child with a soft limit of 128 open files: its server holds at most
+  // 32 connections, so a flood leaves the rest of the process descriptors.
+  const server = new URL("../server.ts", import.meta.url).href;
+  const env = new URL("../env.ts", import.meta.url).href;
+  const code = `
+    import { bind } from "${server}";
+    import { Environment } from "${env}";
+    const s = bind(new Environment("fds"));
+    console.log("PORT=" + s.addr.port);
+    await new Response(Deno.stdin.readable).arrayBuffer();
+    const files = await Promise.all(Array.from({ length: 40 }, () => Deno.open("${
+    new URL(import.meta.url).pathname
+  }")));
+    console.log("opened " + files.length);
+    for (const f of files) f.close();
+    await s.shutdown();
+  `;
+  const child = new Deno.Command("bash", {
+    args: ["-c", 'ulimit -n 128 && exec "$0" eval "$1"', Deno.execPath(), code],
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const out = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  const conns: Deno.Conn[] = [];
+  try {
+    let text = "";
+    await within(
+      (async () => {
+        while (!/PORT=\d+\n/.test(text)) {
+          const { value, done } = await out.read();
+          if (done) throw new Error("the child exited before printing its port");
+          text += value;
+        }
+      })(),
+      30_000,
+      "the child's port line",
+    );
+    const port = Number(/PORT=(\d+)/.exec(text)![1]);
+    for (let i = 0; i < 32; i++) conns.push(await Deno.connect({ hostname: "127.0.0.1", port }));
+    const reply = JSON.parse(await exchange(port, ""));
+    assert.match(reply.error.message, /too many connections: the server holds its limit of 32/);
+    // The process still has descriptors for everything else.
+    await child.stdin.close();
+    while (!/opened \d+/.test(text)) {
+      const { value, done } = await within(out.read(), 30_000, "the child's file opening");
+      if (done) break;
+      text += value;
+    }
+    assert.match(text, /opened 40/);
+  } finally {
+    for (const c of conns) c.close();
+    await out.cancel().catch(() => {});
+    await child.stderr.cancel().catch(() => {});
+    await within(child.status, 30_000, "the child to exit").catch(() => child.kill("SIGKILL"));
+  }
+});
