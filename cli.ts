@@ -32,6 +32,7 @@ import { formatJobTable, formatProgress } from "./eval/report.ts";
 import { LocalRuntime } from "./runtime/runtime.ts";
 import { type JobProgress, Taskset } from "./eval/taskset.ts";
 import { errorMessage } from "./_internal/util.ts";
+import { redactUrl } from "./_internal/auth.ts";
 
 /** Where {@linkcode main} reads and writes; the process's standard streams by default. */
 export interface MainOptions {
@@ -185,8 +186,8 @@ function parseJsonObject(flag: string, text: string | undefined): Record<string,
 }
 
 function checkUrl(url: string): string {
-  if (!/^(tcp:\/\/)?(\[[^\]]+\]|[^:/?#\s]+):\d+\/?$/.test(url.trim())) {
-    throw new UsageError(`--url must be tcp://host:port, got "${url}"`);
+  if (!/^(tcp:\/\/)?([^@/?#\s]*@)?(\[[^\]]+\]|[^:/?#\s@]+):\d+\/?$/.test(url.trim())) {
+    throw new UsageError(`--url must be tcp://host:port, got "${redactUrl(url)}"`);
   }
   return url;
 }
@@ -209,24 +210,91 @@ function promptText(prompt: unknown): string {
 
 // ---------------------------------------------------------------- serve
 
+/** A positive number option (`scale` converts seconds to ms), or undefined. */
+function positiveOption(values: Values, name: string, scale: number): number | undefined {
+  const text = stringOption(values, name);
+  if (text === undefined) return undefined;
+  const n = Number(text);
+  if (!/^\d+(\.\d+)?$/.test(text) || !(n > 0)) {
+    throw new UsageError(`--${name} must be a positive number, got "${text}"`);
+  }
+  return scale === 1 ? Math.floor(n) : n * scale;
+}
+
+/**
+ * `serve`'s auth options from its flags: the token from --token-file, else
+ * HUD_SERVE_TOKEN (taken out of this process's environment, so that what
+ * the environment's hooks start does not inherit it), else generated.
+ */
+async function serveAuth(
+  values: Values,
+  hostname: string,
+): Promise<{ auth: boolean; token?: string; insecureListen?: boolean }> {
+  const tokenFile = stringOption(values, "token-file");
+  let fromEnv: string | undefined;
+  try {
+    fromEnv = Deno.env.get("HUD_SERVE_TOKEN") || undefined;
+    Deno.env.delete("HUD_SERVE_TOKEN");
+  } catch {
+    // No --allow-env: nothing to take.
+  }
+  if (values["no-auth"]) {
+    if (tokenFile !== undefined) throw new UsageError("give --token-file or --no-auth, not both");
+    const loopback = /^(localhost|127\.\d+\.\d+\.\d+|::1|\[::1\])$/i.test(hostname);
+    if (!loopback && !values["insecure-listen"]) {
+      throw new UsageError(
+        `--no-auth on "${hostname}" lets anyone who can reach it in; add --insecure-listen to mean it, or listen on 127.0.0.1`,
+      );
+    }
+    return { auth: false, insecureListen: Boolean(values["insecure-listen"]) };
+  }
+  if (values["insecure-listen"]) throw new UsageError("--insecure-listen needs --no-auth");
+  if (tokenFile === undefined) return { auth: true, token: fromEnv };
+  let text: string;
+  try {
+    text = await Deno.readTextFile(tokenFile);
+  } catch (err) {
+    throw new UsageError(`cannot read --token-file "${tokenFile}": ${errorMessage(err)}`);
+  }
+  const token = text.replace(/\r?\n$/, "");
+  if (token === "") throw new UsageError(`--token-file "${tokenFile}" is empty`);
+  return { auth: true, token };
+}
+
 const serveCommand: Command = {
   summary: "Serve an environment module on a control port",
   usage: `Usage: ${PROGRAM} serve FILE [--env NAME] [--host HOST] [--port PORT] [--stop-on-eof]
+                 [--token-file PATH | --no-auth [--insecure-listen]]
 
 Loads the environment from FILE (a TypeScript module), runs its initialize
 hooks, binds the control port and prints HUD_SERVE_PORT=<port> on standard
 output. Serves until SIGINT or SIGTERM, then closes every connection,
 cancels held tasks and runs the shutdown hooks.
 
+Clients must present a token: the one in --token-file, else the one in
+HUD_SERVE_TOKEN, else a fresh random one, printed as HUD_SERVE_TOKEN=<token>
+on standard output before the port line (and nowhere else). Clients take it
+from HUD_SERVE_TOKEN or the url (tcp://:TOKEN@host:port).
+
 Options:
-  --env NAME     the environment to serve, by export or environment name
-                 (default: the module's only environment)
-  --host HOST    interface to listen on (default: 127.0.0.1; use 0.0.0.0 in
-                 a container)
-  --port PORT    port to listen on, 0 for any free port (default: ${DEFAULT_PORT})
-  --stop-on-eof  also stop when standard input closes, so that a server
-                 started by another program ends when that program does
-  -h, --help     show this help
+  --env NAME            the environment to serve, by export or environment
+                        name (default: the module's only environment)
+  --host HOST           interface to listen on (default: 127.0.0.1; use
+                        0.0.0.0 in a container)
+  --port PORT           port to listen on, 0 for any free port (default: ${DEFAULT_PORT})
+  --stop-on-eof         also stop when standard input closes, so that a
+                        server started by another program ends when that
+                        program does
+  --token-file PATH     read the token from this file (one line)
+  --no-auth             accept clients without a token, as HUD's Python
+                        SDK does: anyone who can reach the port can use the
+                        environment; loopback hosts only, unless also given
+  --insecure-listen     allow --no-auth on a non-loopback host
+  --parked-ttl SECONDS  how long a parked task waits for its grader
+                        (default: 3600)
+  --max-parked N        most tasks parked at once (default: 10000)
+  --max-connections N   most connections at once (default: 1024)
+  -h, --help            show this help
 `,
   async run(args, io) {
     const parsed = parseCommand(
@@ -237,6 +305,12 @@ Options:
         host: { type: "string" },
         port: { type: "string" },
         "stop-on-eof": { type: "boolean" },
+        "token-file": { type: "string" },
+        "no-auth": { type: "boolean" },
+        "insecure-listen": { type: "boolean" },
+        "parked-ttl": { type: "string" },
+        "max-parked": { type: "string" },
+        "max-connections": { type: "string" },
       },
       { names: ["FILE"], min: 1 },
       io,
@@ -245,6 +319,12 @@ Options:
     const { values, positionals: [file] } = parsed;
     const hostname = stringOption(values, "host") ?? "127.0.0.1";
     const port = parsePort(stringOption(values, "port"));
+    const limits = {
+      parkedTtl: positiveOption(values, "parked-ttl", 1000),
+      maxParked: positiveOption(values, "max-parked", 1),
+      maxConnections: positiveOption(values, "max-connections", 1),
+    };
+    const auth = await serveAuth(values, hostname);
     // Signals are handled from the start, not from when serve() announces the
     // port: a SIGTERM that arrives while the module loads or the initialize
     // hooks run then still ends in the shutdown hooks, and one sent right
@@ -273,6 +353,8 @@ Options:
       const server = await serve(env, {
         hostname,
         port,
+        ...auth,
+        ...limits,
         signal,
         handleSignals: false,
         announce: (line) => io.out(line + "\n"),
@@ -501,7 +583,9 @@ Options:
     } else {
       io.out(promptText(prompt.prompt) + "\n");
       io.err(
-        `Session ${sessionId} holds the task. Grade it with:\n  ${PROGRAM} grade ${taskId} --url ${target} --session ${sessionId} --answer TEXT\n`,
+        `Session ${sessionId} holds the task. Grade it with:\n  ${PROGRAM} grade ${taskId} --url ${
+          redactUrl(target)
+        } --session ${sessionId} --answer TEXT\n`,
       );
     }
     // Closing without "bye" leaves the task parked for the grader.

@@ -32,10 +32,14 @@ import { encodeFrame, LineReader, parseLine, replyResult } from "./_internal/fra
 import { closeQuietly, isPeerGone, pump, writeAll } from "./_internal/io.ts";
 import { abortable, Deadline, delay } from "./_internal/async.ts";
 import { isRecord } from "./_internal/util.ts";
+import { redactUrl, tokenFromEnv } from "./_internal/auth.ts";
 
 /** A placed environment: where to connect, until disposed. */
 export interface Placement extends AsyncDisposable {
-  /** The control address, `tcp://host:port`. */
+  /**
+   * The control address, `tcp://host:port`, or `tcp://:TOKEN@host:port` when
+   * the environment requires a token (do not print it).
+   */
   readonly url: string;
   /** Data about the placement (container id, pid...). */
   readonly params: Readonly<Record<string, unknown>>;
@@ -68,6 +72,13 @@ export type ConnectTarget =
 
 /** Options for {@linkcode connect}. */
 export interface ConnectOptions {
+  /**
+   * The server's token, sent in `params.token` of every `hello` and
+   * `tunnel.open`.
+   * @default the url's password (`tcp://:TOKEN@host:port`), else
+   *   `HUD_SERVE_TOKEN` from the environment, else none
+   */
+  token?: string;
   /**
    * How long to keep retrying until the environment answers `hello`, in ms.
    * @default 240_000
@@ -128,32 +139,59 @@ export interface CallOptions {
 const DEFAULT_MAX_FRAME = 16 * 1024 * 1024;
 const TUNNEL_REPLY_MAX = 64 * 1024;
 
+/** A control address, parsed. */
+export interface ControlAddress {
+  /** Host name or address (IPv6 without brackets). */
+  hostname: string;
+  /** Port. */
+  port: number;
+  /** The token from the url's password, percent-decoded, when there is one. */
+  token?: string;
+}
+
 /**
- * Host and port of a control address: `tcp://host:port` or `host:port`.
- * @throws {TypeError} for another scheme or a missing port
+ * Host, port and token of a control address: `tcp://host:port`,
+ * `tcp://:TOKEN@host:port` or `host:port`. Messages never show the token.
+ * @throws {TypeError} for another scheme, a missing port, or user info
+ *   without a `:` before the token
  */
-export function parseControlUrl(url: string): { hostname: string; port: number } {
+export function parseControlUrl(url: string): ControlAddress {
   if (typeof url !== "string") throw new TypeError("Cannot connect: url must be a string");
-  const m = /^(?:([a-zA-Z][a-zA-Z0-9+.-]*):\/\/)?(?:\[([^\]]+)\]|([^:/?#]+)):(\d+)\/?$/.exec(
-    url.trim(),
-  );
+  const shown = redactUrl(url);
+  const m =
+    /^(?:([a-zA-Z][a-zA-Z0-9+.-]*):\/\/)?(?:([^@/?#]*)@)?(?:\[([^\]]+)\]|([^:/?#@]+)):(\d+)\/?$/
+      .exec(url.trim());
   if (m && m[1] !== undefined && m[1].toLowerCase() !== "tcp") {
     throw new TypeError(
-      `Cannot connect: unsupported scheme "${m[1]}" in "${url}" (expected tcp://)`,
+      `Cannot connect: unsupported scheme "${m[1]}" in "${shown}" (expected tcp://)`,
     );
   }
   if (!m) {
     const scheme = /^([a-zA-Z][a-zA-Z0-9+.-]*):\/\//.exec(url)?.[1];
     if (scheme && scheme.toLowerCase() !== "tcp") {
       throw new TypeError(
-        `Cannot connect: unsupported scheme "${scheme}" in "${url}" (expected tcp://)`,
+        `Cannot connect: unsupported scheme "${scheme}" in "${shown}" (expected tcp://)`,
       );
     }
-    throw new TypeError(`Cannot connect: invalid address "${url}" (expected tcp://host:port)`);
+    throw new TypeError(`Cannot connect: invalid address "${shown}" (expected tcp://host:port)`);
   }
-  const port = Number(m[4]);
-  if (port < 1 || port > 65535) throw new RangeError(`Cannot connect: invalid port in "${url}"`);
-  return { hostname: m[2] ?? m[3], port };
+  const port = Number(m[5]);
+  if (port < 1 || port > 65535) throw new RangeError(`Cannot connect: invalid port in "${shown}"`);
+  const address: ControlAddress = { hostname: m[3] ?? m[4], port };
+  if (m[2] !== undefined) {
+    const colon = m[2].indexOf(":");
+    if (colon < 0) {
+      throw new TypeError(
+        `Cannot connect: put the token after a colon in "${shown}" (tcp://:TOKEN@host:port)`,
+      );
+    }
+    try {
+      address.token = decodeURIComponent(m[2].slice(colon + 1));
+    } catch {
+      throw new TypeError(`Cannot connect: the token in "${shown}" is not valid percent-encoding`);
+    }
+  }
+  return address;
 }
 
 function readManifest(result: unknown): Manifest {
@@ -232,8 +270,10 @@ export async function connect(
       throw err;
     }
   }
-  const url = typeof target === "string" ? target : (target as { url: string })?.url;
-  const addr = parseControlUrl(url);
+  const given = typeof target === "string" ? target : (target as { url: string })?.url;
+  const { token: urlToken, ...addr } = parseControlUrl(given);
+  const url = redactUrl(given);
+  const token = options.token ?? urlToken ?? tokenFromEnv();
   const readyTimeout = options.readyTimeout ?? 240_000;
   const interval = options.retryInterval ?? 500;
   using deadline = new Deadline(readyTimeout, options.signal, "connect");
@@ -255,14 +295,17 @@ export async function connect(
         conn,
         reader: new LineReader(conn, options.maxFrameBytes ?? DEFAULT_MAX_FRAME),
       };
-      const params = options.sessionId ? { session_id: options.sessionId } : {};
+      const params: Record<string, unknown> = options.sessionId
+        ? { session_id: options.sessionId }
+        : {};
+      if (token !== undefined) params.token = token;
       const c = conn;
       const result = await abortable(
         roundTrip(channel, 1, "hello", params),
         deadline.signal,
         () => closeQuietly(c),
       );
-      const client = newClient(channel, url, readManifest(result), options);
+      const client = newClient(channel, url, token, readManifest(result), options);
       conn = null;
       await startForwarders(client);
       return client;
@@ -294,6 +337,7 @@ class TcpForwarder {
   readonly capability: Capability;
   readonly #listener: Deno.TcpListener;
   readonly #control: { hostname: string; port: number };
+  readonly #token: string | undefined;
   readonly #conns = new Set<Deno.Conn>();
   readonly #tasks = new Set<Promise<void>>();
   readonly #onError: (err: unknown) => void;
@@ -303,10 +347,12 @@ class TcpForwarder {
   constructor(
     capability: Capability,
     control: { hostname: string; port: number },
+    token: string | undefined,
     onError: (err: unknown) => void,
   ) {
     this.capability = capability;
     this.#control = control;
+    this.#token = token;
     this.#onError = onError;
     this.#listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
     this.#loop = this.#accept();
@@ -347,7 +393,9 @@ class TcpForwarder {
           jsonrpc: "2.0",
           id: 1,
           method: "tunnel.open",
-          params: { capability: this.capability.name },
+          params: this.#token === undefined
+            ? { capability: this.capability.name }
+            : { capability: this.capability.name, token: this.#token },
         }),
       );
       // Bytes the agent sends before the reply are forwarded at once.
@@ -413,6 +461,7 @@ function localUrl(url: string, port: number): string {
 let newClient: (
   channel: Channel,
   url: string,
+  token: string | undefined,
   manifest: Manifest,
   options: ConnectOptions,
 ) => HudClient;
@@ -428,6 +477,7 @@ let releaseOnClose: (client: HudClient, placement: AsyncDisposable) => void;
 export class HudClient implements AsyncDisposable {
   readonly #channel: Channel;
   readonly #url: string;
+  readonly #token: string | undefined;
   readonly #control: { hostname: string; port: number };
   readonly #options: ConnectOptions;
   readonly #forwarders = new Map<string, TcpForwarder>();
@@ -445,11 +495,13 @@ export class HudClient implements AsyncDisposable {
   private constructor(
     channel: Channel,
     url: string,
+    token: string | undefined,
     manifest: Manifest,
     options: ConnectOptions,
   ) {
     this.#channel = channel;
     this.#url = url;
+    this.#token = token;
     this.#control = parseControlUrl(url);
     this.#manifest = manifest;
     this.#options = options;
@@ -457,7 +509,8 @@ export class HudClient implements AsyncDisposable {
   }
 
   static {
-    newClient = (channel, url, manifest, options) => new HudClient(channel, url, manifest, options);
+    newClient = (channel, url, token, manifest, options) =>
+      new HudClient(channel, url, token, manifest, options);
     startForwarders = (client) => client.#startForwarders();
     releaseOnClose = (client, placement) => {
       client.#placement = placement;
@@ -471,7 +524,7 @@ export class HudClient implements AsyncDisposable {
       for (const cap of this.#manifest.bindings) {
         this.#forwarders.set(
           cap.name,
-          new TcpForwarder(cap, this.#control, this.#options.onError ?? (() => {})),
+          new TcpForwarder(cap, this.#control, this.#token, this.#options.onError ?? (() => {})),
         );
       }
     } catch (err) {
@@ -480,7 +533,10 @@ export class HudClient implements AsyncDisposable {
     }
   }
 
-  /** The control address this client is connected to. */
+  /**
+   * The control address this client is connected to, `tcp://host:port`:
+   * without the token, so that it is safe to show.
+   */
   get url(): string {
     return this.#url;
   }
@@ -635,7 +691,7 @@ export class HudClient implements AsyncDisposable {
       using deadline = new Deadline(timeout, undefined, "heartbeat");
       try {
         const result = await abortable(
-          roundTrip(this.#channel, id, "hello", { session_id: this.#manifest.sessionId }),
+          roundTrip(this.#channel, id, "hello", this.#helloParams(this.#manifest.sessionId)),
           deadline.signal,
         );
         this.#manifest = { ...readManifest(result), bindings: this.#manifest.bindings };
@@ -664,10 +720,18 @@ export class HudClient implements AsyncDisposable {
    * that (parked) session and its task.
    */
   async hello(sessionId?: string, options?: CallOptions): Promise<Manifest> {
-    const params = sessionId === undefined ? {} : { session_id: sessionId };
-    const result = await this.call("hello", params, options);
+    const result = await this.call("hello", this.#helloParams(sessionId), options);
     this.#manifest = { ...readManifest(result), bindings: this.#manifest.bindings };
     return this.#manifest;
+  }
+
+  /** `hello`'s params: the session to resume, and the token. */
+  #helloParams(sessionId: string | undefined): Record<string, unknown> {
+    const params: Record<string, unknown> = sessionId === undefined
+      ? {}
+      : { session_id: sessionId };
+    if (this.#token !== undefined) params.token = this.#token;
+    return params;
   }
 
   /** The environment's task templates, in registration order. */

@@ -195,6 +195,24 @@ export interface EnvironmentOptions {
   capabilities?: Capability[];
 }
 
+/**
+ * Serves a capability's streams from this process: the control server hands
+ * each `tunnel.open` for the capability straight to {@linkcode attach}
+ * instead of dialling the capability's url. Such a capability has no port
+ * of its own, so it is reachable only through the control channel (and its
+ * token); its published url is a placeholder that clients never dial, since
+ * they reach capabilities through their local forwarders.
+ */
+export interface CapabilityHandler {
+  /**
+   * Takes over one stream, after the server has sent the `tunnel.open`
+   * reply. `head` holds the bytes the client sent right after its preface.
+   * Resolve when done with the stream; the server closes `conn` then, and
+   * on shutdown (which ends pending reads).
+   */
+  attach(conn: Deno.Conn, head: Uint8Array): Promise<void>;
+}
+
 /** A lifecycle hook. */
 export type Hook = () => void | Promise<void>;
 
@@ -407,6 +425,7 @@ export class Environment {
   readonly #name: string;
   readonly #version: string;
   readonly #capabilities = new Map<string, Capability>();
+  readonly #handlers = new Map<string, CapabilityHandler>();
   readonly #templates = new Map<string, TemplateRecord>();
   readonly #initHooks: Hook[] = [];
   readonly #shutdownHooks: Hook[] = [];
@@ -449,21 +468,39 @@ export class Environment {
 
   /**
    * Publishes a capability, replacing any with the same name.
-   * @throws {TypeError} when `capability` is not a {@linkcode Capability} with a url
+   * @param capability what to publish
+   * @param handler serves the capability's streams in this process (see
+   *   {@linkcode CapabilityHandler}); without one, `tunnel.open` dials the
+   *   capability's url
+   * @throws {TypeError} when `capability` is not a {@linkcode Capability} with
+   *   a url, or `handler` has no `attach` function
    */
-  addCapability(capability: Capability): void {
+  addCapability(capability: Capability, handler?: CapabilityHandler): void {
     if (!(capability instanceof Capability)) {
       throw new TypeError(`Cannot add capability to "${this.#name}": expected a Capability`);
     }
     if (!capability.url) {
       throw new TypeError(`Cannot add capability "${capability.name}": it has no url`);
     }
+    if (handler !== undefined && typeof handler?.attach !== "function") {
+      throw new TypeError(
+        `Cannot add capability "${capability.name}": the handler must have an attach(conn, head) function`,
+      );
+    }
     this.#capabilities.set(capability.name, capability);
+    if (handler) this.#handlers.set(capability.name, handler);
+    else this.#handlers.delete(capability.name);
   }
 
-  /** Withdraws a published capability; returns whether there was one. */
+  /** Withdraws a published capability (and its handler); returns whether there was one. */
   removeCapability(name: string): boolean {
+    this.#handlers.delete(name);
     return this.#capabilities.delete(name);
+  }
+
+  /** The in-process handler of the capability published under `name`, if it has one. */
+  capabilityHandler(name: string): CapabilityHandler | undefined {
+    return this.#handlers.get(name);
   }
 
   /** The capability published under `name`. */

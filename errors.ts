@@ -18,6 +18,14 @@ export const ErrorCode = {
   INTERNAL_ERROR: -32603,
   /** Task code failed, or arguments were refused. */
   SERVER_ERROR: -32000,
+  /**
+   * The connection did not authenticate: its first frame was not a `hello`
+   * or `tunnel.open` carrying the server's token. The server closes the
+   * connection after this error.
+   */
+  UNAUTHORIZED: -32001,
+  /** A server limit was reached (connections, buffered bytes, parked tasks). */
+  LIMIT_EXCEEDED: -32002,
 } as const;
 
 /** An error frame from the peer, or a protocol violation, with its JSON-RPC code. */

@@ -25,7 +25,7 @@
  * const row = add({ a: 2, b: 3 });
  *
  * await using server = bind(env);
- * await using client = await connect(`tcp://127.0.0.1:${server.addr.port}`);
+ * await using client = await connect(server);
  * const { prompt } = await client.startTask(row.id, row.args);
  * assert.equal(prompt, "What is 2 + 3?");
  * assert.equal((await client.grade({ answer: "5" })).score, 1);
@@ -47,6 +47,7 @@ export {
 } from "./capability.ts";
 export {
   ActiveTask,
+  type CapabilityHandler,
   Environment,
   environmentOf,
   type EnvironmentOptions,

@@ -13,7 +13,7 @@
  *   yield answer === "hello" ? 1 : 0;
  * });
  * await using server = bind(env);
- * await using client = await connect(`tcp://127.0.0.1:${server.addr.port}`);
+ * await using client = await connect(server);
  * assert.deepEqual(await client.startTask("hello"), { prompt: "Say hello" });
  * assert.equal((await client.grade({ answer: "hello" })).score, 1);
  * ```
@@ -22,17 +22,43 @@
  */
 
 import { type Capability, parseHostPort } from "./capability.ts";
-import type { ActiveTask, Environment } from "./env.ts";
+import type { ActiveTask, CapabilityHandler, Environment } from "./env.ts";
 import { ErrorCode, HudProtocolError } from "./errors.ts";
-import { encodeFrame, LineReader, parseLine } from "./_internal/framing.ts";
-import { closeQuietly, isPeerGone, splice, writeAll } from "./_internal/io.ts";
+import {
+  ByteBudget,
+  encodeFrame,
+  LineReader,
+  type LineResult,
+  MAX_JSON_DEPTH,
+  parseLine,
+} from "./_internal/framing.ts";
+import { closeQuietly, isPeerGone, openFileLimit, splice, writeAll } from "./_internal/io.ts";
 import { settleWithin } from "./_internal/async.ts";
 import { isRecord } from "./_internal/util.ts";
+import {
+  generateToken,
+  tokenFromEnv,
+  tokenProblem,
+  TokenVerifier,
+  withToken,
+} from "./_internal/auth.ts";
 
 /** Default largest accepted frame: 16 MiB. */
 export const DEFAULT_MAX_FRAME_BYTES: number = 16 * 1024 * 1024;
 /** Default lifetime of a parked task: 1 hour. */
 export const DEFAULT_PARKED_TTL_MS: number = 60 * 60 * 1000;
+/** Default cap on parked tasks. */
+export const DEFAULT_MAX_PARKED: number = 10_000;
+/** Default cap on connections (further capped to a quarter of the descriptor limit). */
+export const DEFAULT_MAX_CONNECTIONS: number = 1024;
+/** Default time a new connection has to send its first complete frame: 10 s. */
+export const DEFAULT_FIRST_FRAME_TIMEOUT_MS: number = 10_000;
+/**
+ * Largest first frame of a connection that has not authenticated yet: a
+ * `hello` or `tunnel.open` is small, and a stranger must not make the
+ * server hold megabytes.
+ */
+export const PRE_AUTH_MAX_FRAME_BYTES: number = 64 * 1024;
 
 /** Options for {@linkcode bind}. */
 export interface BindOptions {
@@ -41,6 +67,61 @@ export interface BindOptions {
    * @default "127.0.0.1"
    */
   hostname?: string;
+  /**
+   * Require the token: a connection's first frame must be a `hello` or
+   * `tunnel.open` whose `params.token` is the server's token, else it gets
+   * one error and is closed. `false` keeps the unauthenticated protocol of
+   * HUD's Python SDK: anyone who can reach the port can use the environment
+   * (and does not get to adopt parked tasks). Refused together with a
+   * non-loopback `hostname` unless `insecureListen` is set.
+   * @default true
+   */
+  auth?: boolean;
+  /**
+   * The token (at least 32 visible ASCII characters; a random 256-bit
+   * secret is best). Read `url` (which carries it) to hand it to clients.
+   * @default `HUD_SERVE_TOKEN` from the environment, else a fresh random one
+   */
+  token?: string;
+  /**
+   * With `auth: false`, allow a non-loopback `hostname` anyway; `onError`
+   * then gets one warning saying what that exposes.
+   * @default false
+   */
+  insecureListen?: boolean;
+  /**
+   * Most connections (control sessions, tunnels, and each tunnel's backend
+   * connection) held at once; one more is accepted, told so in one error
+   * line, and closed. The default also stays under a quarter of the
+   * process's open-file limit, so that descriptors remain for everything
+   * else this process serves.
+   * @default 1024
+   */
+  maxConnections?: number;
+  /**
+   * Bytes of unfinished frames buffered across all connections; a frame
+   * that would need more gets `-32002` and its connection is closed.
+   * @default 4 × maxFrameBytes (64 MiB)
+   */
+  maxBufferedBytes?: number;
+  /**
+   * Deepest nesting of arrays and objects in a frame, checked on the raw
+   * bytes before parsing; a deeper frame gets `-32600`.
+   * @default 64
+   */
+  maxJsonDepth?: number;
+  /**
+   * How long a new connection has to send its first complete frame, in
+   * milliseconds; then it gets one error and is closed.
+   * @default 10_000
+   */
+  firstFrameTimeout?: number;
+  /**
+   * Most tasks parked at once; when full, `tasks.start` is refused (`-32002`)
+   * and a task whose connection drops is cancelled rather than parked.
+   * @default 10_000
+   */
+  maxParked?: number;
   /**
    * Port to listen on; 0 picks a free one.
    * @default 0
@@ -78,10 +159,13 @@ export interface HudServer extends AsyncDisposable {
   /** The bound address. */
   readonly addr: Deno.NetAddr;
   /**
-   * The control address as a client takes it (`tcp://host:port`), so that
-   * `connect(server)` reaches this server.
+   * The control address as a client takes it, so that `connect(server)`
+   * reaches this server: `tcp://:TOKEN@host:port` with auth,
+   * `tcp://host:port` without. It holds the secret: do not print it.
    */
   readonly url: string;
+  /** The token clients must present, or `null` without auth. */
+  readonly token: string | null;
   /** Resolves once the server has shut down completely. */
   readonly finished: Promise<void>;
   /** Number of sessions (live or parked). */
@@ -126,8 +210,9 @@ async function drainAndClose(conn: Deno.Conn): Promise<void> {
   }
 }
 
+/** `sess-` and 128 random bits as 32 hex characters. */
 function newSessionId(): string {
-  const bytes = crypto.getRandomValues(new Uint8Array(4));
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
   return "sess-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
@@ -135,6 +220,24 @@ function checkPositive(name: string, value: number | undefined): void {
   if (value !== undefined && (!Number.isFinite(value) || value <= 0)) {
     throw new RangeError(`Cannot bind: "${name}" must be a positive number, got "${value}"`);
   }
+}
+
+/** Whether `hostname` only accepts connections from this machine. */
+function isLoopback(hostname: string): boolean {
+  const h = hostname.toLowerCase().replace(/^\[|\]$/g, "");
+  return h === "localhost" || h === "::1" || /^127\.\d+\.\d+\.\d+$/.test(h);
+}
+
+/** The token `bind` would use: the option, else `HUD_SERVE_TOKEN`, else `null`. */
+function givenToken(options: BindOptions): string | null {
+  const token = options.token ?? tokenFromEnv() ?? null;
+  if (token === null) return null;
+  const problem = tokenProblem(token);
+  if (problem) {
+    const from = options.token !== undefined ? '"token"' : "HUD_SERVE_TOKEN";
+    throw new TypeError(`Cannot bind: ${problem} (from ${from})`);
+  }
+  return token;
 }
 
 /**
@@ -146,22 +249,54 @@ function checkPositive(name: string, value: number | undefined): void {
  * @throws {Deno.errors.AddrInUse} when the port is taken
  */
 export function bind(env: Environment, options: BindOptions = {}): HudServer {
-  checkPositive("maxFrameBytes", options.maxFrameBytes);
-  checkPositive("parkedTtl", options.parkedTtl);
-  checkPositive("shutdownTimeout", options.shutdownTimeout);
-  const listener = Deno.listen({
-    hostname: options.hostname ?? "127.0.0.1",
-    port: options.port ?? 0,
-  });
-  return new ControlServer(env, listener, options);
+  for (
+    const name of [
+      "maxFrameBytes",
+      "parkedTtl",
+      "shutdownTimeout",
+      "maxConnections",
+      "maxBufferedBytes",
+      "maxJsonDepth",
+      "firstFrameTimeout",
+      "maxParked",
+    ] as const
+  ) {
+    checkPositive(name, options[name]);
+  }
+  const hostname = options.hostname ?? "127.0.0.1";
+  const auth = options.auth ?? true;
+  let token: string | null = null;
+  if (auth) {
+    token = givenToken(options) ?? generateToken();
+  } else {
+    if (options.token !== undefined) {
+      throw new TypeError('Cannot bind: "token" was given with auth: false; drop one of them');
+    }
+    if (!isLoopback(hostname) && !options.insecureListen) {
+      throw new TypeError(
+        `Cannot bind: refusing to serve without authentication on "${hostname}", which is not a loopback address; keep auth on, listen on 127.0.0.1, or pass insecureListen: true`,
+      );
+    }
+  }
+  const listener = Deno.listen({ hostname, port: options.port ?? 0 });
+  return new ControlServer(env, listener, token, options);
 }
 
 class ControlServer implements HudServer {
   readonly #env: Environment;
   readonly #listener: Deno.Listener;
+  readonly #token: string | null;
+  readonly #verifier: TokenVerifier | null;
   readonly #maxFrame: number;
   readonly #parkedTtl: number;
   readonly #shutdownTimeout: number;
+  readonly #maxConnections: number;
+  readonly #budget: ByteBudget;
+  readonly #maxDepth: number;
+  readonly #firstFrameTimeout: number;
+  readonly #maxParked: number;
+  /** Whether the connection cap was reached (reported once per episode). */
+  #full = false;
   readonly #onError: (error: unknown) => void;
   readonly #sessions = new Map<string, Session>();
   /** Sessions holding a task with no live connection, for O(1) adoption. */
@@ -173,15 +308,38 @@ class ControlServer implements HudServer {
   readonly #onAbort = () => void this.shutdown();
   #closing: Promise<void> | null = null;
 
-  constructor(env: Environment, listener: Deno.Listener, options: BindOptions) {
+  constructor(
+    env: Environment,
+    listener: Deno.Listener,
+    token: string | null,
+    options: BindOptions,
+  ) {
     this.#env = env;
     this.#listener = listener;
+    this.#token = token;
+    this.#verifier = token === null ? null : new TokenVerifier(token);
     this.#maxFrame = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
     this.#parkedTtl = options.parkedTtl ?? DEFAULT_PARKED_TTL_MS;
     this.#shutdownTimeout = options.shutdownTimeout ?? 10_000;
+    const fds = openFileLimit();
+    this.#maxConnections = options.maxConnections ??
+      (fds === null
+        ? DEFAULT_MAX_CONNECTIONS
+        : Math.max(16, Math.min(DEFAULT_MAX_CONNECTIONS, Math.floor(fds / 4))));
+    this.#budget = new ByteBudget(options.maxBufferedBytes ?? 4 * this.#maxFrame);
+    this.#maxDepth = options.maxJsonDepth ?? MAX_JSON_DEPTH;
+    this.#firstFrameTimeout = options.firstFrameTimeout ?? DEFAULT_FIRST_FRAME_TIMEOUT_MS;
+    this.#maxParked = options.maxParked ?? DEFAULT_MAX_PARKED;
     this.#onError = options.onError ?? (() => {});
     this.#signal = options.signal;
     options.onListen?.(this.addr);
+    if (token === null && !isLoopback(this.addr.hostname)) {
+      this.#onError(
+        new Error(
+          `Serving without authentication on ${this.addr.hostname}:${this.addr.port}: anyone who can reach this port can use the environment (its shells and files) as this server's user`,
+        ),
+      );
+    }
     if (this.#signal?.aborted) {
       void this.shutdown();
       return;
@@ -193,7 +351,14 @@ class ControlServer implements HudServer {
   get url(): string {
     const { hostname, port } = this.addr;
     const host = hostname.includes(":") ? `[${hostname}]` : hostname;
-    return `tcp://${host === "0.0.0.0" ? "127.0.0.1" : host === "[::]" ? "[::1]" : host}:${port}`;
+    const url = `tcp://${
+      host === "0.0.0.0" ? "127.0.0.1" : host === "[::]" ? "[::1]" : host
+    }:${port}`;
+    return this.#token === null ? url : withToken(url, this.#token);
+  }
+
+  get token(): string | null {
+    return this.#token;
   }
 
   get addr(): Deno.NetAddr {
@@ -268,8 +433,43 @@ class ControlServer implements HudServer {
         closeQuietly(conn);
         return;
       }
+      if (this.#conns.size >= this.#maxConnections) {
+        this.#refuse(conn);
+        continue;
+      }
+      this.#full = false;
       this.#track(conn, this.#handle(conn));
     }
+  }
+
+  /** Over the connection cap: one error line, then close. */
+  #refuse(conn: Deno.Conn): void {
+    if (!this.#full) {
+      this.#full = true;
+      this.#onError(
+        new Error(
+          `Refusing connections: ${this.#conns.size} are open, the limit (maxConnections)`,
+        ),
+      );
+    }
+    const frame = encodeFrame({
+      jsonrpc: "2.0",
+      id: null,
+      error: {
+        code: ErrorCode.LIMIT_EXCEEDED,
+        message:
+          `too many connections: the server holds its limit of ${this.#maxConnections}; try again later`,
+      },
+    });
+    // A fresh socket's send buffer takes one short line without waiting; a
+    // peer that does not read cannot hold this up for long either.
+    const timer = setTimeout(() => closeQuietly(conn), 1000);
+    const done = conn.write(frame).catch(() => 0).finally(() => {
+      clearTimeout(timer);
+      closeQuietly(conn);
+      this.#handlers.delete(done);
+    }).then(() => {});
+    this.#handlers.add(done);
   }
 
   #track(conn: Deno.Conn, handler: Promise<void>): void {
@@ -285,60 +485,140 @@ class ControlServer implements HudServer {
   }
 
   async #handle(conn: Deno.Conn): Promise<void> {
-    const reader = new LineReader(conn, this.#maxFrame);
-    const session: Session = { id: newSessionId(), conn, task: null, expiry: undefined };
-    this.#sessions.set(session.id, session);
-    let current = session;
+    const reader = new LineReader(
+      conn,
+      this.#verifier ? Math.min(PRE_AUTH_MAX_FRAME_BYTES, this.#maxFrame) : this.#maxFrame,
+      this.#budget,
+    );
+    let session: Session | null = null;
     try {
+      let frame = await this.#firstFrame(conn, reader);
       let first = true;
-      while (true) {
-        const frame = await reader.read();
-        if (frame === null) return;
-        if (frame.kind === "oversized") {
-          await this.#send(conn, null, {
-            error: new HudProtocolError(
-              ErrorCode.INVALID_REQUEST,
-              `frame exceeds the limit of ${this.#maxFrame} bytes`,
-            ),
-          });
-          await drainAndClose(conn);
-          return;
+      let authenticated = this.#verifier === null;
+      while (frame !== null) {
+        const request = await this.#request(conn, frame, authenticated);
+        if (request === "close") return;
+        if (request !== "skip") {
+          const method = request.method;
+          const params = isRecord(request.params) ? request.params : {};
+          // The first frame authenticates the connection; a later hello that
+          // carries a token must carry the right one too.
+          if (
+            this.#verifier && (!authenticated || (method === "hello" && "token" in params))
+          ) {
+            const ok = (method === "hello" || method === "tunnel.open") &&
+              this.#verifier.verify(params.token);
+            if (!ok) return await this.#unauthorized(conn, request);
+            authenticated = true;
+            reader.maxLine = this.#maxFrame;
+          }
+          if (first && method === "tunnel.open") {
+            return await this.#tunnel(conn, request, reader);
+          }
+          first = false;
+          if (session === null) {
+            session = { id: newSessionId(), conn, task: null, expiry: undefined };
+            this.#sessions.set(session.id, session);
+          }
+          const hasId = "id" in request;
+          const id = request.id ?? null;
+          const reply = await this.#dispatch(session, request, (next) => session = next);
+          if (hasId) await this.#send(conn, id, reply);
+          if (method === "bye") return;
         }
-        let request: unknown;
-        try {
-          request = parseLine(frame.line);
-        } catch (err) {
-          await this.#send(conn, null, {
-            error: new HudProtocolError(
-              ErrorCode.PARSE_ERROR,
-              `parse error: ${(err as Error).message}`,
-            ),
-          });
-          continue;
-        }
-        if (!isRecord(request)) {
-          await this.#send(conn, null, {
-            error: new HudProtocolError(
-              ErrorCode.INVALID_REQUEST,
-              "invalid request: expected a JSON object",
-            ),
-          });
-          continue;
-        }
-        if (first && request.method === "tunnel.open") {
-          this.#sessions.delete(session.id);
-          return await this.#tunnel(conn, request, reader);
-        }
-        first = false;
-        const hasId = "id" in request;
-        const id = request.id ?? null;
-        const reply = await this.#dispatch(current, request, (next) => current = next);
-        if (hasId) await this.#send(conn, id, reply);
-        if (request.method === "bye") return;
+        frame = await reader.read();
       }
     } finally {
-      this.#release(current);
+      reader.release();
+      if (session !== null) this.#release(session);
     }
+  }
+
+  /**
+   * The connection's first frame, or `null` at EOF. A connection that sends
+   * no complete frame within the deadline gets one error and is closed.
+   */
+  async #firstFrame(conn: Deno.Conn, reader: LineReader): Promise<LineResult | null> {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const expired = new Promise<"expired">((resolve) => {
+      timer = setTimeout(() => resolve("expired"), this.#firstFrameTimeout);
+    });
+    const reading = reader.read();
+    try {
+      const first = await Promise.race([reading, expired]);
+      if (first !== "expired") return first;
+    } finally {
+      clearTimeout(timer);
+    }
+    reading.catch(() => {});
+    await this.#send(conn, null, {
+      error: new HudProtocolError(
+        ErrorCode.INVALID_REQUEST,
+        `no request within ${this.#firstFrameTimeout} ms of connecting; closing`,
+      ),
+    });
+    closeQuietly(conn);
+    return null;
+  }
+
+  /**
+   * Parses a frame into a request object. Bad frames are answered here:
+   * `"skip"` when the connection goes on, `"close"` when it is done (an
+   * oversized frame, or any bad frame before authentication).
+   */
+  async #request(
+    conn: Deno.Conn,
+    frame: LineResult,
+    authenticated: boolean,
+  ): Promise<Record<string, unknown> | "skip" | "close"> {
+    let error: HudProtocolError;
+    if (frame.kind === "oversized") {
+      error = frame.overBudget
+        ? new HudProtocolError(
+          ErrorCode.LIMIT_EXCEEDED,
+          `frame refused: unfinished frames across connections would exceed the server's limit of ${this.#budget.limit} bytes; send it again later`,
+        )
+        : new HudProtocolError(
+          ErrorCode.INVALID_REQUEST,
+          `frame exceeds the limit of ${
+            authenticated ? this.#maxFrame : Math.min(PRE_AUTH_MAX_FRAME_BYTES, this.#maxFrame)
+          } bytes`,
+        );
+      await this.#send(conn, null, { error });
+      await drainAndClose(conn);
+      return "close";
+    }
+    let request: unknown;
+    try {
+      request = parseLine(frame.line, this.#maxDepth);
+      if (!isRecord(request)) {
+        error = new HudProtocolError(
+          ErrorCode.INVALID_REQUEST,
+          "invalid request: expected a JSON object",
+        );
+      } else {
+        return request;
+      }
+    } catch (err) {
+      error = err instanceof RangeError
+        ? new HudProtocolError(ErrorCode.INVALID_REQUEST, err.message)
+        : new HudProtocolError(ErrorCode.PARSE_ERROR, `parse error: ${(err as Error).message}`);
+    }
+    await this.#send(conn, null, { error });
+    if (authenticated) return "skip";
+    await drainAndClose(conn);
+    return "close";
+  }
+
+  /** One error, nothing else, then close. */
+  async #unauthorized(conn: Deno.Conn, request: Record<string, unknown>): Promise<void> {
+    await this.#send(conn, request.id ?? null, {
+      error: new HudProtocolError(
+        ErrorCode.UNAUTHORIZED,
+        "unauthorized: the first frame must be hello or tunnel.open with the server's token in params.token (set HUD_SERVE_TOKEN, or connect to tcp://:TOKEN@host:port)",
+      ),
+    });
+    await drainAndClose(conn);
   }
 
   /** On disconnect: park a session holding a task, forget one without. */
@@ -355,6 +635,18 @@ class ControlServer implements HudServer {
 
   #park(session: Session): void {
     clearTimeout(session.expiry);
+    if (this.#parked.size >= this.#maxParked) {
+      this.#sessions.delete(session.id);
+      const task = session.task;
+      session.task = null;
+      void task?.cancel();
+      this.#onError(
+        new Error(
+          `Cannot park a task: ${this.#parked.size} tasks are parked, the limit (maxParked); cancelled it`,
+        ),
+      );
+      return;
+    }
     this.#parked.add(session);
     session.expiry = setTimeout(() => {
       if (session.conn !== null || this.#sessions.get(session.id) !== session) return;
@@ -450,15 +742,16 @@ class ControlServer implements HudServer {
     if (typeof wanted !== "string") {
       throw new HudProtocolError(ErrorCode.INVALID_PARAMS, "session_id must be a string");
     }
+    // Messages never repeat a session id: ids are known only to their owner.
     const target = this.#sessions.get(wanted);
     if (target === undefined) {
-      throw new HudProtocolError(ErrorCode.INVALID_REQUEST, `unknown session: ${wanted}`);
-    }
-    if (target.conn !== null) {
       throw new HudProtocolError(
         ErrorCode.INVALID_REQUEST,
-        `session ${wanted} has a live connection`,
+        "unknown session (it expired, was graded or cancelled, or never existed)",
       );
+    }
+    if (target.conn !== null) {
+      throw new HudProtocolError(ErrorCode.INVALID_REQUEST, "session has a live connection");
     }
     // Take the parked session over; the one this connection had is released
     // (parked when it holds a task, forgotten otherwise).
@@ -486,6 +779,12 @@ class ControlServer implements HudServer {
     if (!this.#env.hasTemplate(id)) {
       throw new HudProtocolError(ErrorCode.INVALID_PARAMS, `unknown task: ${id}`);
     }
+    if (this.#parked.size >= this.#maxParked) {
+      throw new HudProtocolError(
+        ErrorCode.LIMIT_EXCEEDED,
+        `Cannot start task "${id}": ${this.#parked.size} tasks are parked, the server's limit (maxParked); grade or resume them, or wait for them to expire`,
+      );
+    }
     const previous = session.task;
     session.task = null;
     await previous?.cancel();
@@ -505,14 +804,23 @@ class ControlServer implements HudServer {
     let task = session.task;
     session.task = null;
     if (task === null) {
-      if (this.#parked.size === 0) {
+      const parked = this.#parked.size;
+      if (parked === 0) {
         throw new HudProtocolError(ErrorCode.INVALID_REQUEST, "no task in progress");
       }
-      if (this.#parked.size > 1) {
-        const ids = [...this.#parked].map((s) => s.id).join(", ");
+      // Adopting someone else's task is only for connections that proved
+      // they hold the token; without auth, anyone could grade it.
+      if (this.#verifier === null) {
         throw new HudProtocolError(
           ErrorCode.INVALID_REQUEST,
-          `several parked sessions hold a task (${ids}); resume one with hello {"session_id": ...} before grading`,
+          `no task in progress (${parked} parked; adopting a parked task needs an authenticated server: resume yours with hello {"session_id": ...})`,
+        );
+      }
+      // Counts only: which sessions are parked is for their owners to know.
+      if (parked > 1) {
+        throw new HudProtocolError(
+          ErrorCode.INVALID_REQUEST,
+          `${parked} parked sessions hold a task; resume yours with hello {"session_id": ...} before grading`,
         );
       }
       const owner: Session = this.#parked.values().next().value!;
@@ -542,6 +850,13 @@ class ControlServer implements HudServer {
     if (capability === undefined) {
       return await fail(ErrorCode.SERVER_ERROR, `unknown capability: ${name}`);
     }
+    const handler: CapabilityHandler | undefined = this.#env.capabilityHandler(name);
+    if (handler !== undefined) {
+      // Served in this process: no dialling, no port of its own.
+      await this.#send(conn, id, { result: { capability: name } });
+      await handler.attach(conn, reader.takeBuffered());
+      return;
+    }
     const target = parseHostPort(capability.url);
     if (target === null || target.port === null) {
       return await fail(ErrorCode.INVALID_PARAMS, `capability ${name} has no host:port in its url`);
@@ -569,7 +884,10 @@ class ControlServer implements HudServer {
 /** Options for {@linkcode serve}. */
 export interface ServeOptions extends BindOptions {
   /**
-   * Where the `HUD_SERVE_PORT=<port>` line goes.
+   * Where the announcement goes: `HUD_SERVE_PORT=<port>`, preceded by
+   * `HUD_SERVE_TOKEN=<token>` when the token was generated here (given
+   * through `token` or `HUD_SERVE_TOKEN`, it is never repeated). This is
+   * the channel to the parent process; nothing else ever shows the token.
    * @default standard output
    */
   announce?: (line: string) => void;
@@ -582,7 +900,8 @@ export interface ServeOptions extends BindOptions {
 
 /**
  * Runs the environment's initialize hooks, binds the control port, prints
- * `HUD_SERVE_PORT=<port>`, and serves until SIGINT/SIGTERM, the signal, or
+ * `HUD_SERVE_PORT=<port>` (after `HUD_SERVE_TOKEN=<token>` when it generated
+ * the token), and serves until SIGINT/SIGTERM, the signal, or
  * the handle stops it; then closes the listener and connections, cancels
  * held tasks and runs the shutdown hooks in reverse order.
  *
@@ -590,10 +909,14 @@ export interface ServeOptions extends BindOptions {
  */
 export async function serve(env: Environment, options: ServeOptions = {}): Promise<HudServer> {
   if (options.signal?.aborted) throw options.signal.reason;
+  // Resolve the token before the hooks run, so that a bad one fails fast.
+  const auth = options.auth ?? true;
+  const given = auth ? givenToken(options) : null;
+  const token = auth ? given ?? generateToken() : undefined;
   await env.start();
   let server: HudServer;
   try {
-    server = bind(env, options);
+    server = bind(env, { ...options, token });
   } catch (err) {
     await env.stop().catch(() => {});
     throw err;
@@ -605,6 +928,9 @@ export async function serve(env: Environment, options: ServeOptions = {}): Promi
   for (const s of signals) Deno.addSignalListener(s, onSignal);
   const announce = options.announce ??
     ((line: string) => Deno.stdout.writeSync(new TextEncoder().encode(line + "\n")));
+  // The token line comes first: a parent that reads up to the port line
+  // has both.
+  if (auth && given === null) announce(`HUD_SERVE_TOKEN=${server.token}`);
   announce(`HUD_SERVE_PORT=${server.addr.port}`);
 
   const finished = server.finished.then(async () => {
@@ -621,6 +947,9 @@ export async function serve(env: Environment, options: ServeOptions = {}): Promi
     },
     get url() {
       return server.url;
+    },
+    get token() {
+      return server.token;
     },
     finished,
     get sessionCount() {

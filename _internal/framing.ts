@@ -17,7 +17,46 @@ export type LineResult =
    * A line longer than the limit (`size` is at least its length). Its bytes
    * were dropped and the reader may be mid-line: close the stream.
    */
-  | { kind: "oversized"; size: number };
+  /**
+   * `overBudget`: the line was not over the limit, but would have needed
+   * more buffer than the shared {@linkcode ByteBudget} has left.
+   */
+  | { kind: "oversized"; size: number; overBudget?: true };
+
+/**
+ * Bytes of line buffers shared by many readers (a server's connections), so
+ * that many unfinished long lines cannot add up without bound. Each reader
+ * takes what its buffer grows by beyond the initial size and gives it back
+ * when the buffer shrinks or the reader is released.
+ */
+export class ByteBudget {
+  readonly limit: number;
+  #used = 0;
+
+  constructor(limit: number) {
+    this.limit = limit;
+  }
+
+  /** Bytes currently taken. */
+  get used(): number {
+    return this.#used;
+  }
+
+  /** Takes `n` bytes if they fit; returns whether they did. */
+  tryTake(n: number): boolean {
+    if (this.#used + n > this.limit) return false;
+    this.#used += n;
+    return true;
+  }
+
+  /** Gives `n` bytes back. */
+  give(n: number): void {
+    this.#used = Math.max(0, this.#used - n);
+  }
+}
+
+/** Buffers larger than this shrink back once they hold little. */
+const SHRINK_ABOVE = 64 * 1024;
 
 /**
  * Reads `\n`-terminated lines from a byte reader with a bounded buffer.
@@ -33,15 +72,41 @@ export class LineReader {
   #start = 0;
   #end = 0;
   #eof = false;
+  readonly #budget: ByteBudget | undefined;
+  /** Bytes taken from the budget: the buffer's size beyond the initial one. */
+  #taken = 0;
+  readonly #initial: number;
 
-  constructor(reader: { read(p: Uint8Array): Promise<number | null> }, maxLine: number) {
+  constructor(
+    reader: { read(p: Uint8Array): Promise<number | null> },
+    maxLine: number,
+    budget?: ByteBudget,
+  ) {
     this.#reader = reader;
     this.#maxLine = maxLine;
-    this.#buf = new Uint8Array(Math.min(INITIAL_BUFFER, maxLine + 1));
+    this.#budget = budget;
+    this.#initial = Math.min(INITIAL_BUFFER, maxLine + 1);
+    this.#buf = new Uint8Array(this.#initial);
+  }
+
+  /** The longest accepted line; may be changed between reads. */
+  get maxLine(): number {
+    return this.#maxLine;
+  }
+
+  set maxLine(n: number) {
+    this.#maxLine = n;
+  }
+
+  /** Gives every byte taken from the budget back; call once the stream is done. */
+  release(): void {
+    this.#budget?.give(this.#taken);
+    this.#taken = 0;
   }
 
   /** Next line, or `null` at end of stream. A final line without `\n` counts. */
   async read(): Promise<LineResult | null> {
+    this.#shrink();
     let scanFrom = this.#start;
     while (true) {
       const nl = this.#buf.subarray(scanFrom, this.#end).indexOf(NEWLINE);
@@ -68,7 +133,10 @@ export class LineReader {
       }
       // Only the bytes about to arrive need scanning; makeRoom may move the
       // pending bytes, so keep the offset relative to the line start.
-      this.#makeRoom();
+      if (!this.#makeRoom()) {
+        this.#start = this.#end = 0;
+        return { kind: "oversized", size: pending, overBudget: true };
+      }
       scanFrom = this.#end;
       const n = await this.#reader.read(this.#buf.subarray(this.#end));
       if (n === null) this.#eof = true;
@@ -83,19 +151,46 @@ export class LineReader {
     return rest;
   }
 
-  #makeRoom(): void {
-    if (this.#end < this.#buf.length) return;
+  /** Makes room to read into; `false` when growing would overrun the budget. */
+  #makeRoom(): boolean {
+    if (this.#end < this.#buf.length) return true;
     const pending = this.#end - this.#start;
     if (this.#start > 0 && pending < this.#buf.length / 2) {
       this.#buf.copyWithin(0, this.#start, this.#end);
     } else {
       const size = Math.min(this.#buf.length * 2, this.#maxLine + 1 + INITIAL_BUFFER);
-      const next = new Uint8Array(Math.max(size, pending + INITIAL_BUFFER));
-      next.set(this.#buf.subarray(this.#start, this.#end));
-      this.#buf = next;
+      const grown = Math.max(size, pending + INITIAL_BUFFER);
+      if (!this.#resize(grown)) return false;
+      return true;
     }
     this.#start = 0;
     this.#end = pending;
+    return true;
+  }
+
+  /** Moves the pending bytes into a buffer of `size`, settling with the budget. */
+  #resize(size: number): boolean {
+    const taken = Math.max(0, size - this.#initial);
+    if (taken > this.#taken && !(this.#budget?.tryTake(taken - this.#taken) ?? true)) {
+      return false;
+    }
+    if (taken < this.#taken) this.#budget?.give(this.#taken - taken);
+    this.#taken = taken;
+    const pending = this.#end - this.#start;
+    const next = new Uint8Array(size);
+    next.set(this.#buf.subarray(this.#start, this.#end));
+    this.#buf = next;
+    this.#start = 0;
+    this.#end = pending;
+    return true;
+  }
+
+  /** After a long line: back to a small buffer, so idle readers hold little. */
+  #shrink(): void {
+    if (this.#buf.length <= SHRINK_ABOVE) return;
+    const pending = this.#end - this.#start;
+    if (pending > INITIAL_BUFFER) return;
+    this.#resize(Math.max(this.#initial, pending));
   }
 }
 
@@ -108,8 +203,50 @@ export function encodeFrame(value: unknown): Uint8Array {
 
 const decoder = new TextDecoder("utf-8", { fatal: true });
 
-/** Decodes and parses one line; throws `SyntaxError` for bad UTF-8 or JSON. */
-export function parseLine(line: Uint8Array): unknown {
+/** Default deepest nesting of arrays and objects a frame may have. */
+export const MAX_JSON_DEPTH = 64;
+
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const OPEN_ARRAY = 0x5b;
+const OPEN_OBJECT = 0x7b;
+const CLOSE_ARRAY = 0x5d;
+const CLOSE_OBJECT = 0x7d;
+
+/**
+ * Whether the JSON text in `bytes` nests arrays and objects deeper than
+ * `max`, judged on the raw bytes (brackets inside strings do not count), so
+ * that a deep frame is refused before `JSON.parse` spends time on it. Stops
+ * at the first level past `max`.
+ */
+export function nestsDeeperThan(bytes: Uint8Array, max: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < bytes.length; i++) {
+    const b = bytes[i];
+    if (inString) {
+      if (b === BACKSLASH) i++;
+      else if (b === QUOTE) inString = false;
+    } else if (b === QUOTE) {
+      inString = true;
+    } else if (b === OPEN_ARRAY || b === OPEN_OBJECT) {
+      if (++depth > max) return true;
+    } else if (b === CLOSE_ARRAY || b === CLOSE_OBJECT) {
+      depth--;
+    }
+  }
+  return false;
+}
+
+/**
+ * Decodes and parses one line.
+ * @throws {SyntaxError} for bad UTF-8 or JSON
+ * @throws {RangeError} when the frame nests deeper than `maxDepth`
+ */
+export function parseLine(line: Uint8Array, maxDepth: number = MAX_JSON_DEPTH): unknown {
+  if (nestsDeeperThan(line, maxDepth)) {
+    throw new RangeError(`frame nests arrays and objects deeper than the limit of ${maxDepth}`);
+  }
   let text: string;
   try {
     text = decoder.decode(line);

@@ -117,3 +117,38 @@ export async function splice(a: Duplex, b: Duplex, head?: Uint8Array): Promise<v
     closeQuietly(b);
   }
 }
+
+/**
+ * The soft limit on open file descriptors (Linux: `/proc/self/limits`), or
+ * `null` where it cannot be read.
+ */
+export function openFileLimit(): number | null {
+  try {
+    const text = Deno.readTextFileSync("/proc/self/limits");
+    const m = /^Max open files\s+(\d+|unlimited)/m.exec(text);
+    if (!m || m[1] === "unlimited") return null;
+    return Number(m[1]);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * A reader that yields `head` first, then reads from `reader`: hands a
+ * stream over together with bytes already read from it.
+ */
+export function prefixed(
+  reader: { read(p: Uint8Array): Promise<number | null> },
+  head: Uint8Array,
+): { read(p: Uint8Array): Promise<number | null> } {
+  let rest = head;
+  return {
+    read(p: Uint8Array): Promise<number | null> {
+      if (rest.length === 0) return reader.read(p);
+      const n = Math.min(p.length, rest.length);
+      p.set(rest.subarray(0, n));
+      rest = rest.subarray(n);
+      return Promise.resolve(n);
+    },
+  };
+}

@@ -1,9 +1,11 @@
 // Serves the benchmark environment in a child process: prints
 // `HUD_SERVE_PORT=<port>` and serves until SIGTERM.
 //
-//   ECHO_PORT=<port> deno run -A bench/_serve_env.ts
+//   ECHO_PORT=<port> [HUD_SERVE_TOKEN=<token>] [AUTH=0] deno run -A bench/_serve_env.ts
+//
+// Figure 3 holds 10,000 sessions: the connection cap is raised to match.
 
 import { serve } from "../mod.ts";
 import { env } from "./_bench_env.ts";
 
-await serve(env);
+await serve(env, { auth: Deno.env.get("AUTH") !== "0", maxConnections: 20_000 });

@@ -8,7 +8,10 @@
 //   deno run -A bench/run.ts --scale=1000,20000 --quick
 //
 // Figures: 1 control round trips, 2 concurrent clients, 3 held sessions at
-// scale, 4 tunnel throughput, 5 start-up, 6 taskset rollouts. `--quick`
+// scale, 4 tunnel throughput, 5 start-up, 6 taskset rollouts, 7 the cost of
+// the token (auth on against --no-auth). Servers require the token, as they
+// do by default; the benchmark hands its own to every server child through
+// HUD_SERVE_TOKEN. `--quick`
 // shrinks the loops. Loopback only, bounded loops. When the soft open-files
 // limit is below what figure 3 needs, the program reruns itself under a
 // shell that raises it to the hard limit (Deno cannot raise its own), and
@@ -33,6 +36,16 @@ const FD_HEADROOM = 12_000;
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
+/** The token of every server this benchmark starts. */
+const TOKEN = Array.from(
+  crypto.getRandomValues(new Uint8Array(32)),
+  (b) => b.toString(16).padStart(2, "0"),
+).join("");
+
+/** The control url of a server on `port`, with the token. */
+function controlUrl(port: number): string {
+  return `tcp://:${TOKEN}@127.0.0.1:${port}`;
+}
 
 // ---------------------------------------------------------------- helpers
 
@@ -115,7 +128,7 @@ async function spawnChild(
       BENCH_DIR + script,
       ...args,
     ],
-    env,
+    env: { HUD_SERVE_TOKEN: TOKEN, ...env },
     stdout: "piped",
     stderr: "inherit",
   }).spawn();
@@ -218,7 +231,7 @@ async function echoRoundTrips(port: number, count: number): Promise<number[]> {
 
 /** Ours: `count` tasks (start + grade) on one client; per-task ms. */
 async function controlTasks(port: number, count: number): Promise<number[]> {
-  await using client = await connect(`tcp://127.0.0.1:${port}`, {
+  await using client = await connect(controlUrl(port), {
     heartbeatInterval: 0,
     forward: false,
   });
@@ -341,6 +354,9 @@ async function figureConcurrent(server: Child, echo: Child): Promise<void> {
 
 // ------------------------------------------------------- figure 3: scale
 
+const HELLO_LINE = encoder.encode(
+  JSON.stringify({ jsonrpc: "2.0", id: 0, method: "hello", params: { token: TOKEN } }) + "\n",
+);
 const START_LINE = encoder.encode(
   JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tasks.start", params: { id: "t" } }) + "\n",
 );
@@ -368,16 +384,18 @@ interface Held {
   buf: Uint8Array;
 }
 
-/** Opens `n` raw connections, each sending `line` and reading one reply. */
-async function openHeld(port: number, n: number, line: Uint8Array): Promise<(Held | null)[]> {
+/** Opens `n` raw connections, each sending `lines` and reading one reply to each. */
+async function openHeld(port: number, n: number, lines: Uint8Array[]): Promise<(Held | null)[]> {
   return await pool(Array.from({ length: n }, (_, i) => i), 500, async () => {
     let conn: Deno.TcpConn | null = null;
     try {
       conn = await Deno.connect({ hostname: "127.0.0.1", port });
-      const buf = new Uint8Array(512);
-      await writeAll(conn, line);
-      const reply = await readLine(conn, buf);
-      if (reply === null) throw new Error("closed");
+      const buf = new Uint8Array(1024);
+      for (const line of lines) {
+        await writeAll(conn, line);
+        const reply = await readLine(conn, buf);
+        if (reply === null) throw new Error("closed");
+      }
       return { conn, buf };
     } catch {
       conn?.close();
@@ -391,7 +409,7 @@ async function figureScale(sizes: number[]): Promise<void> {
     // Floor: a bare Deno echo server holding n connections that did one trip.
     const echo = await spawnChild("_echo.ts", ["lines"]);
     const echoIdle = await settledRss(echo.pid);
-    const echoHeld = await openHeld(echo.port, n, ECHO_LINE);
+    const echoHeld = await openHeld(echo.port, n, [ECHO_LINE]);
     const echoRss = await settledRss(echo.pid);
     const echoFds = openFds(echo.pid);
     for (const h of echoHeld) h?.conn.close();
@@ -400,7 +418,7 @@ async function figureScale(sizes: number[]): Promise<void> {
     const server = await spawnChild("_serve_env.ts");
     const idleRss = await settledRss(server.pid);
     const t0 = performance.now();
-    const held = await openHeld(server.port, n, START_LINE);
+    const held = await openHeld(server.port, n, [HELLO_LINE, START_LINE]);
     const openSecs = (performance.now() - t0) / 1000;
     const heldRss = await settledRss(server.pid);
     const fds = openFds(server.pid);
@@ -488,7 +506,7 @@ async function figureTunnel(): Promise<void> {
   const daemon = await spawnChild("_echo.ts", ["bytes"]);
   const server = await spawnChild("_serve_env.ts", [], { ECHO_PORT: String(daemon.port) });
   try {
-    await using client = await connect(`tcp://127.0.0.1:${server.port}`, {
+    await using client = await connect(controlUrl(server.port), {
       heartbeatInterval: 0,
     });
     const local = Number(new URL(client.binding("echo").url).port);
@@ -623,10 +641,15 @@ async function figureStartup(): Promise<void> {
  * Floor for a rollout over the protocol: connect (hello), start, grade,
  * close, `concurrency` at a time; tasks per second.
  */
-async function protocolFloor(port: number, count: number, concurrency: number): Promise<number> {
+async function protocolFloor(
+  port: number,
+  count: number,
+  concurrency: number,
+  url: string = controlUrl(port),
+): Promise<number> {
   const t0 = performance.now();
   await pool(Array.from({ length: count }, (_, i) => i), concurrency, async () => {
-    await using client = await connect(`tcp://127.0.0.1:${port}`, {
+    await using client = await connect(url, {
       heartbeatInterval: 0,
       forward: false,
     });
@@ -653,7 +676,7 @@ async function figureRollouts(): Promise<void> {
     const rate = count / ((performance.now() - t0) / 1000);
     const ok = job.runs.filter((r) => r?.reward === 1).length;
     await benchEnv.start();
-    const server = bind(benchEnv);
+    const server = bind(benchEnv, { token: TOKEN });
     let floor: number;
     try {
       await protocolFloor(server.addr.port, 200, maxConcurrent);
@@ -721,6 +744,51 @@ async function softFdLimit(): Promise<[number, number]> {
     s === "unlimited" ? Infinity : Number(s)
   );
   return [soft, hard];
+}
+
+// ----------------------------------------------------- figure 7: the token
+
+/**
+ * What requiring the token costs a rollout's protocol work: connect (hello,
+ * where the token is checked), start, grade, close, against the same with
+ * `--no-auth`, in interleaved rounds; one client at a time and 50 at a time.
+ */
+async function figureAuthCost(): Promise<void> {
+  const count = QUICK ? 200 : 1_000;
+  const rounds = 5;
+  const on = await spawnChild("_serve_env.ts");
+  const off = await spawnChild("_serve_env.ts", [], { AUTH: "0" });
+  const plain = (port: number) => `tcp://127.0.0.1:${port}`;
+  try {
+    for (const concurrency of [1, 50]) {
+      await protocolFloor(on.port, 100, concurrency);
+      await protocolFloor(off.port, 100, concurrency, plain(off.port));
+      const withToken: number[] = [];
+      const without: number[] = [];
+      for (let i = 0; i < rounds; i++) {
+        withToken.push(await protocolFloor(on.port, count, concurrency));
+        without.push(await protocolFloor(off.port, count, concurrency, plain(off.port)));
+      }
+      const ours = median(withToken);
+      const floor = median(without);
+      report({
+        figure: "7",
+        name: `connect + start + grade + close, ${concurrency} at a time, token required`,
+        value: Math.round(ours),
+        unit: "tasks/s",
+        baseline: "the same against serve --no-auth",
+        baselineValue: Math.round(floor),
+        baselineUnit: "tasks/s",
+        ratio: round(ours / floor, 3),
+        target: "none set (reported)",
+        met: null,
+        us_per_task_added: round(1e6 / ours - 1e6 / floor, 1),
+      });
+    }
+  } finally {
+    await on.stop();
+    await off.stop();
+  }
 }
 
 function want(id: string): boolean {
@@ -798,6 +866,7 @@ async function main(): Promise<void> {
   if (want("4")) await figureTunnel();
   if (want("5")) await figureStartup();
   if (want("6")) await figureRollouts();
+  if (want("7")) await figureAuthCost();
 
   printTable();
   console.log(

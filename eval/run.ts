@@ -214,7 +214,7 @@ export interface RunStartOptions {
  *   yield answer === "ok" ? 1 : 0;
  * });
  * await using server = bind(env);
- * await using client = await connect(`tcp://127.0.0.1:${server.addr.port}`);
+ * await using client = await connect(server);
  * const run = await Run.start(client, echo());
  * run.answer = "ok";
  * await run.finish();

@@ -25,7 +25,7 @@ import {
   parseLine,
   replyResult,
 } from "../_internal/framing.ts";
-import { closeQuietly, isPeerGone, writeAll } from "../_internal/io.ts";
+import { closeQuietly, isPeerGone, prefixed, writeAll } from "../_internal/io.ts";
 import { abortable, Deadline, delay } from "../_internal/async.ts";
 import {
   type AdvanceResult,
@@ -68,6 +68,14 @@ export interface FileTrackerOptions {
    * @default 0
    */
   port?: number;
+  /**
+   * Listen on a TCP port. `false` serves only the connections handed to
+   * {@linkcode FileTracker.serveConnection} (as the control server's tunnel
+   * does), so that the tracker has no port of its own; its `url` is then
+   * the placeholder `tcp://127.0.0.1:0`.
+   * @default true
+   */
+  listen?: boolean;
   /** Shuts the tracker down when aborted. */
   signal?: AbortSignal;
   /** Called once listening, with the bound address. */
@@ -116,10 +124,15 @@ export interface FileTrackerOptions {
 
 /** A running file tracker; shaped like the handle `Deno.serve` returns. */
 export interface FileTracker extends AsyncDisposable {
-  /** The bound address. */
+  /** The bound address (port 0 when not listening). */
   readonly addr: Deno.NetAddr;
   /** `tcp://host:port` of the bound address. */
   readonly url: string;
+  /**
+   * Serves one already-open connection until it ends; `head` holds bytes
+   * already read from it. The connection is closed afterwards.
+   */
+  serveConnection(conn: Deno.Conn, head?: Uint8Array): Promise<void>;
   /** The tracked directory, resolved. */
   readonly root: string;
   /** Resolves once the tracker has shut down. */
@@ -193,7 +206,7 @@ export async function startFileTracker(
     maxCaptureTotal: positive("maxCaptureTotal", options.maxCaptureTotal, 15 * MIB),
   });
   options.signal?.throwIfAborted();
-  const listener = Deno.listen({
+  const listener = options.listen === false ? null : Deno.listen({
     hostname: options.hostname ?? "127.0.0.1",
     port: options.port ?? 0,
     transport: "tcp",
@@ -207,13 +220,13 @@ const METHODS = ["snapshot", "diff", "setup", "advance", "flush"] as const;
 type Method = typeof METHODS[number];
 
 class FileTrackerServer implements FileTracker {
-  readonly #listener: Deno.Listener<Deno.TcpConn, Deno.NetAddr>;
+  readonly #listener: Deno.Listener<Deno.TcpConn, Deno.NetAddr> | null;
   readonly #tracker: Tracker;
   readonly #root: string;
   readonly #setupDiff: boolean;
   readonly #onError: (error: unknown) => void;
   readonly #signal: AbortSignal | undefined;
-  readonly #conns = new Set<Deno.TcpConn>();
+  readonly #conns = new Set<Deno.Conn>();
   readonly #tasks = new Set<Promise<void>>();
   readonly #accepting: Promise<void>;
   readonly #finished: Promise<void>;
@@ -222,7 +235,7 @@ class FileTrackerServer implements FileTracker {
   readonly #onAbort = () => void this.shutdown();
 
   constructor(
-    listener: Deno.Listener<Deno.TcpConn, Deno.NetAddr>,
+    listener: Deno.Listener<Deno.TcpConn, Deno.NetAddr> | null,
     tracker: Tracker,
     root: string,
     options: FileTrackerOptions,
@@ -239,7 +252,7 @@ class FileTrackerServer implements FileTracker {
   }
 
   get addr(): Deno.NetAddr {
-    return this.#listener.addr;
+    return this.#listener?.addr ?? { transport: "tcp", hostname: "127.0.0.1", port: 0 };
   }
 
   get url(): string {
@@ -275,7 +288,7 @@ class FileTrackerServer implements FileTracker {
 
   async #close(): Promise<void> {
     this.#signal?.removeEventListener("abort", this.#onAbort);
-    closeQuietly(this.#listener);
+    if (this.#listener) closeQuietly(this.#listener);
     await this.#accepting;
     for (const conn of this.#conns) closeQuietly(conn);
     await Promise.allSettled(this.#tasks);
@@ -283,6 +296,7 @@ class FileTrackerServer implements FileTracker {
   }
 
   async #accept(): Promise<void> {
+    if (this.#listener === null) return;
     while (true) {
       let conn: Deno.TcpConn;
       try {
@@ -291,18 +305,27 @@ class FileTrackerServer implements FileTracker {
         if (!isPeerGone(err)) this.#onError(err);
         return;
       }
-      this.#conns.add(conn);
-      const task = this.#serve(conn).catch((err) => this.#onError(err)).finally(() => {
-        this.#conns.delete(conn);
-        closeQuietly(conn);
-        this.#tasks.delete(task);
-      });
-      this.#tasks.add(task);
+      void this.serveConnection(conn);
     }
   }
 
-  async #serve(conn: Deno.TcpConn): Promise<void> {
-    const reader = new LineReader(conn, MAX_REQUEST);
+  serveConnection(conn: Deno.Conn, head: Uint8Array = new Uint8Array()): Promise<void> {
+    if (this.#shutdown) {
+      closeQuietly(conn);
+      return Promise.resolve();
+    }
+    this.#conns.add(conn);
+    const task = this.#serve(conn, head).catch((err) => this.#onError(err)).finally(() => {
+      this.#conns.delete(conn);
+      closeQuietly(conn);
+      this.#tasks.delete(task);
+    });
+    this.#tasks.add(task);
+    return task;
+  }
+
+  async #serve(conn: Deno.Conn, head: Uint8Array): Promise<void> {
+    const reader = new LineReader(prefixed(conn, head), MAX_REQUEST);
     // Each connection observes from its own position (see TrackerCursor).
     const cursor = this.#tracker.cursor();
     const send = (frame: unknown) => writeAll(conn, encodeFrame(frame));

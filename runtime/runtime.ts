@@ -22,6 +22,7 @@ import {
   type RuntimeProvider,
 } from "../client.ts";
 import { NotReadyError } from "../errors.ts";
+import { generateToken, withToken } from "../_internal/auth.ts";
 
 /**
  * An environment served elsewhere, at a known address. Placing it does
@@ -87,7 +88,8 @@ export interface LocalRuntimeOptions {
 }
 
 /**
- * An environment served in this process on 127.0.0.1 port 0.
+ * An environment served in this process on 127.0.0.1 port 0, with a fresh
+ * token per server that the placement's url carries.
  *
  * Given an {@linkcode Environment}, every placement shares one server, and
  * the hooks run on the first placement and the shutdown hooks after the
@@ -190,7 +192,7 @@ export class LocalRuntime implements RuntimeProvider {
       throw err;
     }
     try {
-      return bind(env, { onError: this.#options.onError });
+      return bind(env, { onError: this.#options.onError, token: generateToken() });
     } catch (err) {
       await env.stop().catch(() => {});
       throw err;
@@ -200,7 +202,7 @@ export class LocalRuntime implements RuntimeProvider {
 
 function placement(server: HudServer, release: () => Promise<void>): Placement {
   return {
-    url: `tcp://127.0.0.1:${server.addr.port}`,
+    url: server.url,
     params: Object.freeze({ port: server.addr.port }),
     [Symbol.asyncDispose]: release,
   };
@@ -272,7 +274,9 @@ function absolutePath(path: string): string {
 /**
  * An environment module served in a child process, one child per placement:
  * `deno run -A cli.ts serve <path> --port 0 [--env NAME]` in a process group
- * (session) of its own. Placing waits for the child's `HUD_SERVE_PORT=` line;
+ * (session) of its own. Each child gets a fresh token through its
+ * environment (`HUD_SERVE_TOKEN`, never its arguments), and the placement's
+ * url carries it. Placing waits for the child's `HUD_SERVE_PORT=` line;
  * releasing the placement ends the child's whole process group: SIGTERM
  * (the child stops serving and runs its shutdown hooks), SIGKILL after the
  * grace period, and SIGKILL for any process of the group still there when
@@ -338,8 +342,8 @@ export class SubprocessRuntime implements RuntimeProvider {
   /**
    * Spawns a child serving the environment and waits for its port.
    *
-   * @returns the placement: `url` is `tcp://127.0.0.1:<port>`, `params`
-   *   holds the child's `pid` and `port`
+   * @returns the placement: `url` is `tcp://:TOKEN@127.0.0.1:<port>`,
+   *   `params` holds the child's `pid` and `port`
    * @throws {Error} when the child exits before serving (the message gives
    *   the exit code and the last lines of output)
    * @throws {NotReadyError} when the child does not announce a port within
@@ -352,6 +356,8 @@ export class SubprocessRuntime implements RuntimeProvider {
     options.signal?.throwIfAborted();
     const timeout = this.#options.readyTimeout ?? 60_000;
     const grace = this.#options.killGrace ?? 5_000;
+    // The author's own HUD_SERVE_TOKEN wins; otherwise one per child.
+    const token = this.#options.env?.HUD_SERVE_TOKEN ?? generateToken();
     const args = [
       "run",
       ...(this.#options.denoArgs ?? ["-A"]),
@@ -368,7 +374,7 @@ export class SubprocessRuntime implements RuntimeProvider {
     const child = new ServerProcess(
       new Deno.Command(Deno.execPath(), {
         args,
-        env: this.#options.env,
+        env: { ...this.#options.env, HUD_SERVE_TOKEN: token },
         stdin: "piped",
         stdout: "piped",
         stderr: "piped",
@@ -408,7 +414,7 @@ export class SubprocessRuntime implements RuntimeProvider {
     }
     const port = outcome.port;
     return {
-      url: `tcp://127.0.0.1:${port}`,
+      url: withToken(`tcp://127.0.0.1:${port}`, token),
       params: Object.freeze({ pid: child.pid, port }),
       [Symbol.asyncDispose]: () => child.stop(grace),
     };
@@ -491,7 +497,9 @@ class ServerProcess {
   }
 
   #line(raw: string, which: "stdout" | "stderr"): void {
-    const line = raw.endsWith("\r") ? raw.slice(0, -1) : raw;
+    let line = raw.endsWith("\r") ? raw.slice(0, -1) : raw;
+    // A child that made its own token announces it; it goes no further.
+    if (which === "stdout" && line.startsWith("HUD_SERVE_TOKEN=")) line = "HUD_SERVE_TOKEN=***";
     if (which === "stdout") {
       const m = ANNOUNCE.exec(line);
       if (m) this.#announced.resolve(Number(m[1]));

@@ -23,6 +23,20 @@ export class RawPeer implements AsyncDisposable {
     return new RawPeer(await Deno.connect({ hostname: "127.0.0.1", port }));
   }
 
+  /**
+   * Opens a control session on a bound server and authenticates it with a
+   * first `hello` carrying the server's token (when it has one).
+   */
+  static async login(
+    server: { addr: Deno.NetAddr; token: string | null },
+  ): Promise<RawPeer> {
+    const peer = await RawPeer.open(server.addr.port);
+    if (server.token === null) return peer;
+    const reply = await peer.call("hello", { token: server.token });
+    if (!reply.result) throw new Error(`login refused: ${JSON.stringify(reply.error)}`);
+    return peer;
+  }
+
   /** Sends a raw line (a `\n` is added) or an object as compact JSON. */
   async send(frame: string | Record<string, unknown>): Promise<void> {
     const text = typeof frame === "string" ? frame : JSON.stringify(frame);

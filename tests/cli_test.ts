@@ -167,10 +167,12 @@ Deno.test("main() serve runs until its signal aborts, and tasks reaches it by ur
     onStdout: (text) => announced += text,
   });
   try {
-    await waitFor(() => announced.includes("\n"), 10_000);
-    const port = /^HUD_SERVE_PORT=(\d+)\n$/.exec(announced)?.[1];
-    assert.ok(port, announced);
-    const ran = await run(["tasks", "--url", `tcp://127.0.0.1:${port}`, "--json"]);
+    await waitFor(() => announced.includes("HUD_SERVE_PORT="), 10_000);
+    // The generated token comes first, on its own line, then the port.
+    const m = /^HUD_SERVE_TOKEN=([0-9a-f]{64})\nHUD_SERVE_PORT=(\d+)\n$/.exec(announced);
+    assert.ok(m, announced);
+    const [, token, port] = m;
+    const ran = await run(["tasks", "--url", `tcp://:${token}@127.0.0.1:${port}`, "--json"]);
     assert.equal(ran.code, 0, ran.stderr);
     assert.deepEqual(JSON.parse(ran.stdout).map((t: { id: string }) => t.id), ["add", "echo"]);
   } finally {
@@ -205,7 +207,7 @@ Deno.test("cli.ts end to end in child processes: serve, tasks, start, then grade
     assert.equal(started.code, 0, started.stderr);
     const frame = JSON.parse(started.stdout);
     assert.equal(frame.prompt, "What is 2 + 3?");
-    assert.match(frame.session_id, /^sess-[0-9a-f]{8}$/);
+    assert.match(frame.session_id, /^sess-[0-9a-f]{32}$/);
 
     const graded = await spawnCli(
       "grade",
@@ -231,7 +233,7 @@ Deno.test("cli.ts end to end in child processes: serve, tasks, start, then grade
       const started = await spawnCli("start", "add", "--args", '{"a":40}', "--url", url);
       assert.equal(started.code, 0, started.stderr);
       assert.equal(started.stdout, "What is 40 + 2?\n");
-      assert.match(started.stderr, /Session sess-[0-9a-f]{8} holds the task/);
+      assert.match(started.stderr, /Session sess-[0-9a-f]{32} holds the task/);
       assert.match(started.stderr, /hud grade add --url tcp:\/\/127.0.0.1:\d+ --session sess-/);
 
       const wrongTemplate = await spawnCli("grade", "nope", "--answer", "42", "--url", url);
@@ -256,7 +258,7 @@ Deno.test("cli.ts end to end in child processes: serve, tasks, start, then grade
       "sess-00000000",
     );
     assert.equal(ran.code, 1);
-    assert.match(ran.stderr, /unknown session: sess-00000000/);
+    assert.match(ran.stderr, /unknown session/);
   });
 
   await t.step("bad flags exit 2 from a real process", async () => {
@@ -346,6 +348,56 @@ Deno.test("main() eval runs an external agent, streams results and resumes", asy
         await run(["eval", BASIC, "--agent", "x", "--bogus"]),
         /unknown option "--bogus"/,
       );
+    });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("main() serve takes its token from --token-file and prints it nowhere", async (t) => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const file = `${dir}/token`;
+    const token = "f".repeat(64);
+    await Deno.writeTextFile(file, token + "\n", { mode: 0o600 });
+    await t.step("--token-file: only the port line, and the token works", async () => {
+      const controller = new AbortController();
+      let announced = "";
+      const serving = run(["serve", BASIC, "--port", "0", "--token-file", file], {
+        signal: controller.signal,
+        onStdout: (text) => announced += text,
+      });
+      try {
+        await waitFor(() => announced.includes("\n"), 10_000);
+        const port = /^HUD_SERVE_PORT=(\d+)\n$/.exec(announced)?.[1];
+        assert.ok(port, announced);
+        const refused = await run(["tasks", "--url", `tcp://127.0.0.1:${port}`]);
+        assert.equal(refused.code, 1);
+        assert.match(refused.stderr, /unauthorized/);
+        const ran = await run(["tasks", "--url", `tcp://:${token}@127.0.0.1:${port}`, "--json"]);
+        assert.equal(ran.code, 0, ran.stderr);
+      } finally {
+        controller.abort();
+      }
+      const served = await serving;
+      assert.equal(served.code, 0, served.stderr);
+      assert.ok(!served.stdout.includes(token) && !served.stderr.includes(token));
+    });
+    await t.step("bad combinations are usage errors", async () => {
+      assertUsageError(
+        await run(["serve", BASIC, "--no-auth", "--host", "0.0.0.0"]),
+        /--no-auth on "0.0.0.0".*--insecure-listen/,
+      );
+      assertUsageError(await run(["serve", BASIC, "--insecure-listen"]), /needs --no-auth/);
+      assertUsageError(
+        await run(["serve", BASIC, "--no-auth", "--token-file", file]),
+        /--token-file or --no-auth/,
+      );
+      assertUsageError(
+        await run(["serve", BASIC, "--token-file", `${dir}/missing`]),
+        /cannot read --token-file/,
+      );
+      assertUsageError(await run(["serve", BASIC, "--parked-ttl", "-1"]), /--parked-ttl/);
     });
   } finally {
     await Deno.remove(dir, { recursive: true });

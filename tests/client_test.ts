@@ -10,7 +10,7 @@ import {
 } from "../mod.ts";
 import { parseControlUrl } from "../client.ts";
 import { LineReader, parseLine } from "../_internal/framing.ts";
-import { demoEnv, echoServer, tcpServer } from "./_helpers.ts";
+import { demoEnv, echoServer, tcpServer, waitFor } from "./_helpers.ts";
 
 function freePort(): number {
   const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
@@ -54,13 +54,32 @@ Deno.test("parseControlUrl() accepts tcp:// and host:port only", () => {
   assert.throws(() => parseControlUrl("127.0.0.1"), TypeError);
 });
 
+Deno.test("parseControlUrl() takes the token from the url's password, and never shows it", () => {
+  assert.deepEqual(parseControlUrl("tcp://:s3cr%2Ft@127.0.0.1:8765"), {
+    hostname: "127.0.0.1",
+    port: 8765,
+    token: "s3cr/t",
+  });
+  assert.deepEqual(parseControlUrl("tcp://me:abc@[::1]:9").token, "abc");
+  assert.throws(() => parseControlUrl("tcp://abc@127.0.0.1:1"), {
+    name: "TypeError",
+    message: /after a colon in "tcp:\/\/127.0.0.1:1"/,
+  });
+  assert.throws(() => parseControlUrl("http://:hidden@127.0.0.1:80"), (e: unknown) => {
+    assert.ok(e instanceof TypeError);
+    assert.doesNotMatch(e.message, /hidden/);
+    return true;
+  });
+});
+
 Deno.test("connect() retries until a late server answers", async () => {
   const port = freePort();
   const env = demoEnv();
   let server: ReturnType<typeof bind> | null = null;
-  const timer = setTimeout(() => server = bind(env, { port }), 300);
+  const token = "t".repeat(40);
+  const timer = setTimeout(() => server = bind(env, { port, token }), 300);
   try {
-    await using client = await connect(`tcp://127.0.0.1:${port}`, {
+    await using client = await connect(`tcp://:${token}@127.0.0.1:${port}`, {
       retryInterval: 50,
       readyTimeout: 10_000,
     });
@@ -134,7 +153,7 @@ Deno.test("HudClient heartbeat surfaces a dead server as an error", async () => 
 
 Deno.test("HudClient heartbeat keeps a healthy session", async () => {
   await using server = bind(demoEnv());
-  await using client = await connect(`tcp://127.0.0.1:${server.addr.port}`, {
+  await using client = await connect(server, {
     heartbeatInterval: 20,
     heartbeatTimeout: 1000,
   });
@@ -172,7 +191,7 @@ Deno.test("HudClient refuses protocol violations", async (t) => {
   });
   await t.step("error frames become HudProtocolError with code and message", async () => {
     await using server = bind(demoEnv());
-    await using client = await connect(`tcp://127.0.0.1:${server.addr.port}`);
+    await using client = await connect(server);
     await assert.rejects(client.startTask("nope"), (e: unknown) => {
       assert.ok(e instanceof HudProtocolError);
       assert.equal(e.code, -32602);
@@ -186,7 +205,7 @@ Deno.test("HudClient refuses protocol violations", async (t) => {
 
 Deno.test("HudClient calls are serialised on one connection", async () => {
   await using server = bind(demoEnv());
-  await using client = await connect(`tcp://127.0.0.1:${server.addr.port}`);
+  await using client = await connect(server);
   const results = await Promise.all([
     client.startTask("add", { a: 1 }),
     client.grade({ answer: 3 }),
@@ -200,7 +219,7 @@ Deno.test("HudClient calls are serialised on one connection", async () => {
 
 Deno.test("HudClient resumes a parked session and grades it", async () => {
   await using server = bind(demoEnv());
-  const url = `tcp://127.0.0.1:${server.addr.port}`;
+  const url = server.url;
   const first = await connect(url);
   await first.startTask("add", { a: 4 });
   const sid = first.sessionId;
@@ -212,11 +231,11 @@ Deno.test("HudClient resumes a parked session and grades it", async () => {
 
 Deno.test("HudClient.bye() cancels the task and ends the session", async () => {
   await using server = bind(demoEnv());
-  const client = await connect(`tcp://127.0.0.1:${server.addr.port}`);
+  const client = await connect(server);
   await client.startTask("add", { a: 4 });
   await client.bye();
   assert.equal(client.closed, true);
-  await using other = await connect(`tcp://127.0.0.1:${server.addr.port}`);
+  await using other = await connect(server);
   await assert.rejects(other.grade({ answer: 6 }), { code: -32600 });
 });
 
@@ -235,7 +254,7 @@ Deno.test("HudClient.binding() resolves refs and forwards through the control po
     ],
   });
   await using server = bind(env);
-  const client = await connect(`tcp://127.0.0.1:${server.addr.port}`);
+  const client = await connect(server);
   let forwardedPort = 0;
 
   await t.step("by name, full protocol and family, with the url rewritten", () => {
@@ -322,7 +341,7 @@ Deno.test("HudClient forwarder closes the local side when the tunnel is refused"
   });
   await using server = bind(env);
   const errors: unknown[] = [];
-  await using client = await connect(`tcp://127.0.0.1:${server.addr.port}`, {
+  await using client = await connect(server, {
     onError: (e) => errors.push(e),
   });
   const local = new URL(client.binding("down").url.replace("tcp://", "http://"));
@@ -345,4 +364,77 @@ Deno.test("HudClient call aborted by its signal rejects and closes the connectio
   await assert.rejects(client.listTasks(), ConnectionClosedError);
   await client.close();
   await server.close();
+});
+
+Deno.test("connect() takes the token from the option, the url, or HUD_SERVE_TOKEN", async (t) => {
+  const token = "a".repeat(64);
+  await using server = bind(demoEnv(), { token });
+  const plain = `tcp://127.0.0.1:${server.addr.port}`;
+  await t.step("without one: the server's error at once, naming the way out", async () => {
+    await assert.rejects(connect(plain, { readyTimeout: 10_000 }), (e: unknown) => {
+      assert.ok(e instanceof HudProtocolError);
+      assert.equal(e.code, -32001);
+      assert.match(e.message, /HUD_SERVE_TOKEN/);
+      return true;
+    });
+  });
+  await t.step("from the option", async () => {
+    await using client = await connect(plain, { token, readyTimeout: 10_000 });
+    assert.equal(client.manifest.env.name, "demo");
+  });
+  await t.step("from the url; client.url does not show it", async () => {
+    await using client = await connect(server, { readyTimeout: 10_000 });
+    assert.equal(client.url, plain);
+  });
+  await t.step("from HUD_SERVE_TOKEN", async () => {
+    Deno.env.set("HUD_SERVE_TOKEN", token);
+    try {
+      await using client = await connect(plain, { readyTimeout: 10_000 });
+      assert.equal(client.manifest.env.name, "demo");
+    } finally {
+      Deno.env.delete("HUD_SERVE_TOKEN");
+    }
+  });
+  await t.step("a wrong one in the url is refused; messages never show it", async () => {
+    const secret = "b".repeat(64);
+    await assert.rejects(
+      connect(`tcp://:${secret}@127.0.0.1:${server.addr.port}`, { readyTimeout: 10_000 }),
+      (e: unknown) => {
+        assert.ok(e instanceof HudProtocolError && e.code === -32001);
+        assert.doesNotMatch(e.message, /bbbb/);
+        return true;
+      },
+    );
+    const port = freePort();
+    await assert.rejects(
+      connect(`tcp://:${secret}@127.0.0.1:${port}`, { readyTimeout: 100, retryInterval: 20 }),
+      (e: unknown) => {
+        assert.ok(e instanceof NotReadyError);
+        assert.doesNotMatch(e.message, /bbbb/);
+        assert.match(e.message, new RegExp(`tcp://127.0.0.1:${port}`));
+        return true;
+      },
+    );
+  });
+});
+
+Deno.test("HudClient sends the token in every hello, heartbeats included", async () => {
+  const seen: unknown[] = [];
+  const server = scriptedServer((req) => {
+    if (req.method === "hello") seen.push((req.params as Record<string, unknown>).token);
+    return HELLO(req.id);
+  });
+  const token = "c".repeat(64);
+  const client = await connect(`tcp://:${token}@127.0.0.1:${server.port}`, {
+    heartbeatInterval: 20,
+    heartbeatTimeout: 1000,
+  });
+  try {
+    await waitFor(() => seen.length >= 3);
+    await client.hello();
+    assert.ok(seen.every((t) => t === token), JSON.stringify(seen));
+  } finally {
+    await client.close();
+    await server.close();
+  }
 });

@@ -13,7 +13,7 @@ const python = await new Deno.Command("python3", {
   .output().then((o) => o.success, () => false);
 
 Deno.test({
-  name: "serve() is driven by a Python client that follows PROTOCOL.md",
+  name: "serve() with auth: false is driven by a Python client that follows PROTOCOL.md",
   ignore: !python,
   async fn() {
     const echo = echoServer();
@@ -22,7 +22,12 @@ Deno.test({
       new Capability({ name: "echo", protocol: "tcp/1", url: `tcp://127.0.0.1:${echo.port}` }),
     );
     const lines: string[] = [];
-    const server = await serve(env, { announce: (l) => lines.push(l), handleSignals: false });
+    // --no-auth: HUD's Python clients send no token.
+    const server = await serve(env, {
+      auth: false,
+      announce: (l) => lines.push(l),
+      handleSignals: false,
+    });
     try {
       const port = Number(lines[0].split("=")[1]);
       const script = new URL("./fixtures/py_client.py", import.meta.url).pathname;

@@ -48,9 +48,11 @@ export interface WorkspaceOptions {
    */
   writeKeyFile?: boolean;
   /**
-   * Also serve a `filetracking/1` tracker of the root on 127.0.0.1 and
-   * publish it as the `filetracking` capability, so that rollouts record
-   * what the agent changed as unified diffs in their traces.
+   * Also serve a `filetracking/1` tracker of the root and publish it as the
+   * `filetracking` capability, so that rollouts record what the agent
+   * changed as unified diffs in their traces. The tracker has no port of
+   * its own: it is attached to the environment, so only the control
+   * server's authenticated `tunnel.open` reaches it.
    * @default true
    */
   trackFiles?: boolean;
@@ -147,8 +149,11 @@ export function addWorkspace(
       isolation: "none",
     }));
     if (options.trackFiles ?? true) {
-      tracker = await startFileTracker(cwd, { onError: options.onError });
-      env.addCapability(tracker.capability());
+      const t = await startFileTracker(cwd, { onError: options.onError, listen: false });
+      tracker = t;
+      env.addCapability(t.capability(), {
+        attach: (conn, head) => t.serveConnection(conn, head),
+      });
     }
   });
 

@@ -19,6 +19,13 @@ Deno.test("LocalRuntime shares one server per environment and stops after the la
   const a = await runtime.place();
   const b = await runtime.place();
   assert.equal(a.url, b.url);
+  const token = /^tcp:\/\/:([0-9a-f]{64})@127\.0\.0\.1:(\d+)$/.exec(a.url);
+  assert.ok(token, "the placement's url carries a fresh token");
+  await assert.rejects(
+    connect(`tcp://127.0.0.1:${token[2]}`, { readyTimeout: 5_000 }),
+    { code: -32001 },
+    "the server requires it",
+  );
   {
     await using client = await connect(a);
     await client.startTask("add", { a: 1 });

@@ -42,10 +42,22 @@ Deno.test({
     const placed = await runtime("ok", lines).place();
     const pid = placed.params.pid as number;
     try {
-      assert.match(placed.url, /^tcp:\/\/127\.0\.0\.1:\d+$/);
-      assert.equal(placed.url, `tcp://127.0.0.1:${placed.params.port}`);
+      const token = /^tcp:\/\/:([0-9a-f]{64})@127\.0\.0\.1:\d+$/.exec(placed.url)?.[1];
+      assert.ok(token, "the url carries a fresh 256-bit token");
+      assert.equal(placed.url, `tcp://:${token}@127.0.0.1:${placed.params.port}`);
       assert.ok(alive(pid));
       assert.ok(lines.includes(`HUD_SERVE_PORT=${placed.params.port}`));
+      // Passed through the child's environment: not in its arguments, not in its output.
+      const argv = await Deno.readTextFile(`/proc/${pid}/cmdline`);
+      assert.ok(!argv.includes(token), "not in the child's argv");
+      assert.ok(!lines.some((l) => l.includes(token)), "not in the child's output");
+      const environ = await Deno.readTextFile(`/proc/${pid}/environ`);
+      assert.ok(environ.split("\0").includes(`HUD_SERVE_TOKEN=${token}`), "in the child's env");
+      // Without it, the child's server lets nobody in.
+      await assert.rejects(
+        connect(`tcp://127.0.0.1:${placed.params.port}`, { readyTimeout: 5_000 }),
+        { code: -32001 },
+      );
       await using client = await connect(placed, { readyTimeout: 5_000 });
       assert.equal(client.manifest.env.name, "subprocess-fixture");
       assert.equal((await client.startTask("add", { a: 2, b: 3 })).prompt, "What is 2 + 3?");
