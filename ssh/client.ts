@@ -17,7 +17,7 @@ import type { Capability } from "../capability.ts";
 import { parseHostPort } from "../capability.ts";
 import type { Channel, ChannelHandlers } from "./_channel.ts";
 import { ClientConnection } from "./_connection.ts";
-import { SshAuthError, SshCommandError, SshError, SshHostKeyError } from "./_errors.ts";
+import { DISCONNECT, SshAuthError, SshCommandError, SshError, SshHostKeyError } from "./_errors.ts";
 import { Ed25519Signer, parsePrivateKey, parsePublicKey } from "./_keys.ts";
 import { concat, fromUtf8, type SshReader, utf8 } from "./_wire.ts";
 import { delay } from "../_internal/async.ts";
@@ -162,6 +162,18 @@ export interface SshDirEntry {
 }
 
 const RETRY_DELAYS = [100, 400];
+
+/**
+ * Whether another connection attempt might succeed: not after a failed
+ * negotiation or login (ours or reported by the peer), which would only
+ * fail the same way again.
+ */
+function isTransient(err: unknown): boolean {
+  if (!(err instanceof SshError)) return true;
+  return err.reason !== DISCONNECT.KEY_EXCHANGE_FAILED &&
+    err.reason !== DISCONNECT.NO_MORE_AUTH_METHODS_AVAILABLE &&
+    err.reason !== DISCONNECT.HOST_KEY_NOT_VERIFIABLE;
+}
 
 function shellQuote(s: string): string {
   return `'${s.replace(/'/g, `'\\''`)}'`;
@@ -358,7 +370,7 @@ export class SshClient {
         if (err instanceof SshHostKeyError || err instanceof SshAuthError || sig?.aborted) {
           throw err;
         }
-        if (err instanceof TypeError) throw err;
+        if (err instanceof TypeError || !isTransient(err)) throw err;
         last = err;
       }
       if (attempt < RETRY_DELAYS.length) await delay(RETRY_DELAYS[attempt], sig);

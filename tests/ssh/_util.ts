@@ -3,6 +3,7 @@
 import { generateSshKeyPair, type SshKeyPair } from "../../ssh/mod.ts";
 
 export const CIPHERS = [
+  "chacha20-poly1305@openssh.com",
   "aes128-ctr",
   "aes256-ctr",
   "aes128-gcm@openssh.com",
