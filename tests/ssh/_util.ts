@@ -312,3 +312,121 @@ export class TcpProxy implements AsyncDisposable {
     await Promise.allSettled([...this.#tasks]);
   }
 }
+
+/** Our server on a temporary root, with a key file and known_hosts for OpenSSH tools. */
+export interface TestServer extends AsyncDisposable {
+  root: string;
+  home: string;
+  port: number;
+  host: SshKeyPair;
+  key: SshKeyPair;
+  keyPath: string;
+  knownHosts: string;
+  /** OpenSSH options logging in to it (add -p/-P yourself). */
+  sshOptions: string[];
+  /** Errors the server reported through onError. */
+  errors: unknown[];
+}
+
+/** Starts startSshServer() on a fresh root directory. */
+export async function startTestServer(
+  options: { sftp?: boolean; rekeyLimit?: number } = {},
+): Promise<TestServer> {
+  const { startSshServer } = await import("../../ssh/server.ts");
+  const root = await Deno.realPath(await Deno.makeTempDir({ prefix: "ssh-root-" }));
+  const home = await Deno.makeTempDir({ prefix: "ssh-home-" });
+  const host = await generateSshKeyPair();
+  const key = await generateSshKeyPair();
+  const errors: unknown[] = [];
+  const server = startSshServer({
+    hostKey: host.privateKey,
+    authorizedKeys: [key.publicKey],
+    cwd: root,
+    env: { HOME: home },
+    user: "agent",
+    onError: (e) => errors.push(e),
+    ...options,
+  });
+  const port = server.addr.port;
+  const keyPath = `${home}/id_ed25519`;
+  await Deno.writeTextFile(keyPath, key.privateKey, { mode: 0o600 });
+  const knownHosts = `${home}/known_hosts`;
+  await Deno.writeTextFile(knownHosts, `[127.0.0.1]:${port} ${host.publicKey}\n`);
+  return {
+    root,
+    home,
+    port,
+    host,
+    key,
+    keyPath,
+    knownHosts,
+    errors,
+    sshOptions: [
+      "-F",
+      "/dev/null",
+      "-o",
+      "StrictHostKeyChecking=yes",
+      "-o",
+      `UserKnownHostsFile=${knownHosts}`,
+      "-o",
+      "GlobalKnownHostsFile=/dev/null",
+      "-o",
+      "BatchMode=yes",
+      "-o",
+      "IdentitiesOnly=yes",
+      "-o",
+      "LogLevel=ERROR",
+      "-i",
+      keyPath,
+    ],
+    async [Symbol.asyncDispose]() {
+      await server.shutdown();
+      await Deno.remove(root, { recursive: true });
+      await Deno.remove(home, { recursive: true });
+    },
+  };
+}
+
+/** Runs a program to completion with a deadline; stdout and stderr as text. */
+export async function run(
+  program: string,
+  args: string[],
+  options: {
+    stdin?: string | Uint8Array;
+    cwd?: string;
+    timeout?: number;
+    env?: Record<string, string>;
+  } = {},
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  const child = new Deno.Command(program, {
+    args,
+    cwd: options.cwd,
+    env: options.env,
+    stdin: options.stdin === undefined ? "null" : "piped",
+    stdout: "piped",
+    stderr: "piped",
+    signal: AbortSignal.timeout(options.timeout ?? 60_000),
+  }).spawn();
+  const output = child.output();
+  if (options.stdin !== undefined) {
+    const w = child.stdin.getWriter();
+    const data = typeof options.stdin === "string"
+      ? new TextEncoder().encode(options.stdin)
+      : options.stdin;
+    await w.write(data).catch(() => {});
+    await w.close().catch(() => {});
+  }
+  const out = await output;
+  const dec = new TextDecoder();
+  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
+}
+
+/** Whether a program is on PATH. */
+export function have(program: string): boolean {
+  try {
+    return new Deno.Command("sh", { args: ["-c", `command -v ${program}`], stdout: "null" })
+      .outputSync().success;
+  } catch {
+    return false;
+  }
+}
