@@ -8,6 +8,7 @@ import {
   SshClient,
   SshCommandError,
   SshError,
+  SshFileError,
   SshHostKeyError,
   type SshKeyPair,
   sshPublicKeyOf,
@@ -150,7 +151,10 @@ Deno.test("SshClient and startSshServer() interoperate", async (t) => {
     assert.equal(await Deno.readTextFile(`${f.root}/a b.txt`), "it's\n");
     const names = (await client.listDir(".")).map((e) => e.name);
     assert.deepEqual(names, ["a b.txt", "dir"]);
-    await assert.rejects(client.readText("missing.txt"), SshCommandError);
+    await assert.rejects(
+      client.readText("missing.txt"),
+      (e: Error) => e instanceof SshFileError && e.code === 2 && /missing\.txt/.test(e.message),
+    );
   });
 
   await t.step("refuses a host key mismatch", async () => {
