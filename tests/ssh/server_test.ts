@@ -6,7 +6,6 @@ import {
   generateSshKeyPair,
   SshAuthError,
   SshClient,
-  SshCommandError,
   SshError,
   SshFileError,
   SshHostKeyError,
