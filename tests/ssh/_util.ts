@@ -430,3 +430,95 @@ export function have(program: string): boolean {
     return false;
   }
 }
+
+/** Dropbear's server on a loopback port (see startDropbear()). */
+export interface Dropbear extends AsyncDisposable {
+  port: number;
+  user: string;
+  host: SshKeyPair;
+  client: SshKeyPair;
+}
+
+/**
+ * Whether startDropbear() can run here: Dropbear reads only
+ * ~/.ssh/authorized_keys, so it runs in a private mount namespace with a
+ * temporary directory bound over ~/.ssh (which needs root and unshare).
+ */
+export const CAN_RUN_DROPBEAR = (() => {
+  try {
+    if (!Deno.statSync("/usr/sbin/dropbear").isFile) return false;
+    return new Deno.Command("unshare", {
+      args: ["-m", "sh", "-c", `mount --bind /tmp /tmp`],
+      stdout: "null",
+      stderr: "null",
+    }).outputSync().success;
+  } catch {
+    return false;
+  }
+})();
+
+/** Starts Dropbear; resolves once it accepts connections. */
+export async function startDropbear(): Promise<Dropbear> {
+  const dir = await Deno.makeTempDir({ prefix: "dropbear-test-" });
+  const host = await generateSshKeyPair({ comment: "dropbear-host" });
+  const client = await generateSshKeyPair({ comment: "dropbear-client" });
+  await Deno.writeTextFile(`${dir}/host_openssh`, host.privateKey, { mode: 0o600 });
+  const conv = await new Deno.Command("dropbearconvert", {
+    args: ["openssh", "dropbear", `${dir}/host_openssh`, `${dir}/host_dropbear`],
+    stdout: "null",
+    stderr: "piped",
+  }).output();
+  if (!conv.success) {
+    throw new Error(`Cannot convert host key: ${new TextDecoder().decode(conv.stderr)}`);
+  }
+  await Deno.mkdir(`${dir}/dotssh`, { mode: 0o700 });
+  await Deno.writeTextFile(`${dir}/dotssh/authorized_keys`, `${client.publicKey}\n`, {
+    mode: 0o600,
+  });
+  const user = new TextDecoder().decode(
+    new Deno.Command("id", { args: ["-un"] }).outputSync().stdout,
+  ).trim();
+  const home = new TextDecoder().decode(
+    new Deno.Command("getent", { args: ["passwd", user] }).outputSync().stdout,
+  ).trim().split(":")[5];
+  const port = freePort();
+  const proc = new Deno.Command("unshare", {
+    args: [
+      "-m",
+      "sh",
+      "-c",
+      `mkdir -p "$1/.ssh" && mount --bind "$2/dotssh" "$1/.ssh" && exec /usr/sbin/dropbear -F -E -s -r "$2/host_dropbear" -p "127.0.0.1:$3"`,
+      "sh",
+      home,
+      dir,
+      String(port),
+    ],
+    stdin: "null",
+    stdout: "null",
+    stderr: "null",
+  }).spawn();
+  let up = false;
+  for (let i = 0; i < 100 && !up; i++) {
+    try {
+      const c = await Deno.connect({ hostname: "127.0.0.1", port });
+      c.close();
+      up = true;
+    } catch {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+  const stop = async () => {
+    try {
+      proc.kill("SIGTERM");
+    } catch {
+      // already gone
+    }
+    await proc.status;
+    await Deno.remove(dir, { recursive: true });
+  };
+  if (!up) {
+    await stop();
+    throw new Error(`Cannot start dropbear on port ${port}`);
+  }
+  return { port, user, host, client, [Symbol.asyncDispose]: stop };
+}
