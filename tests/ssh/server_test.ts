@@ -527,3 +527,35 @@ Deno.test("SshClient reports a failed negotiation at once, naming both lists", a
       ),
   );
 });
+
+Deno.test("SshClient.spawn() with a pty, resized while it runs", async () => {
+  await using f = await fixture();
+  await using client = await SshClient.connect(f.options());
+  await using proc = await client.spawn(
+    "trap 'stty size; exit 0' WINCH; stty size; echo ready; " +
+      "for i in $(seq 100); do sleep 0.1; done; echo no-resize",
+    { pty: { cols: 100, rows: 30 } },
+  );
+  proc.stderr.cancel();
+  const reader = proc.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  let text = "";
+  let resized = false;
+  const deadline = Date.now() + 15_000;
+  while (Date.now() < deadline) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    text += value;
+    if (!resized && text.includes("ready")) {
+      proc.resize(120, 50);
+      resized = true;
+    }
+  }
+  reader.releaseLock();
+  assert.equal((await proc.status).code, 0, text);
+  const sizes = text.split(/\r?\n/).map((l) => l.trim()).filter((l) => /^\d+ \d+$/.test(l));
+  assert.deepEqual(sizes, ["30 100", "50 120"], text);
+  await assert.rejects(
+    client.spawn("true", { pty: { cols: 0, rows: 10 } }),
+    RangeError,
+  );
+});
