@@ -204,6 +204,7 @@ export interface SftpSink {
 /** One SFTP session over one channel. */
 export class SftpServer {
   readonly #root: string;
+  readonly #alias: string;
   readonly #sink: SftpSink;
   #chunks: Uint8Array[] = [];
   #buffered = 0;
@@ -215,9 +216,15 @@ export class SftpServer {
   #tasks = new Set<Promise<void>>();
   #closed = false;
 
-  /** `root` must be a real path (no symbolic links in it). */
-  constructor(root: string, sink: SftpSink) {
-    this.#root = root.length > 1 ? root.replace(/\/+$/, "") : root;
+  /**
+   * `root` must be a real path (no symbolic links in it); `alias` is the
+   * same directory as the commands see it (their working directory, which
+   * may go through links), accepted in paths too.
+   */
+  constructor(root: string, sink: SftpSink, alias: string = root) {
+    const trim = (p: string) => p.length > 1 ? p.replace(/\/+$/, "") : p;
+    this.#root = trim(root);
+    this.#alias = trim(alias);
     this.#sink = sink;
   }
 
@@ -377,8 +384,13 @@ export class SftpServer {
 
   // ---- paths ----
 
-  #inRoot(p: string): boolean {
-    return p === this.#root || p.startsWith(this.#root === "/" ? "/" : `${this.#root}/`);
+  #inRoot(p: string, root = this.#root): boolean {
+    return p === root || p.startsWith(root === "/" ? "/" : `${root}/`);
+  }
+
+  /** Before links are resolved: under the root or its alias. */
+  #inRootLexical(p: string): boolean {
+    return this.#inRoot(p) || this.#inRoot(p, this.#alias);
   }
 
   /** The client's path made absolute and normalised (no symbolic links resolved). */
@@ -397,7 +409,7 @@ export class SftpServer {
   /** The real path of `path` with every symbolic link followed; must exist. */
   async #followed(path: string): Promise<string> {
     const abs = this.#absolute(path);
-    if (!this.#inRoot(abs)) throw denied();
+    if (!this.#inRootLexical(abs)) throw denied();
     const real = await Deno.realPath(abs);
     if (!this.#inRoot(real)) throw denied();
     return real;
@@ -411,8 +423,8 @@ export class SftpServer {
    */
   async #parentChecked(path: string, follow = false): Promise<string> {
     const abs = this.#absolute(path);
-    if (!this.#inRoot(abs)) throw denied();
-    if (abs === this.#root) return abs;
+    if (!this.#inRootLexical(abs)) throw denied();
+    if (abs === this.#root || abs === this.#alias) return this.#root;
     const slash = abs.lastIndexOf("/");
     const dir = await Deno.realPath(abs.slice(0, slash) || "/");
     if (!this.#inRoot(dir)) throw denied();
@@ -565,7 +577,7 @@ export class SftpServer {
       case FXP.REALPATH: {
         const path = r.text();
         const abs = this.#absolute(path === "" ? "." : path);
-        if (!this.#inRoot(abs)) throw denied();
+        if (!this.#inRootLexical(abs)) throw denied();
         let real = abs;
         try {
           real = await Deno.realPath(abs);
@@ -573,7 +585,7 @@ export class SftpServer {
           // A path that does not exist yet is returned normalised (as OpenSSH does).
           if (!(err instanceof Deno.errors.NotFound)) throw err;
         }
-        if (!this.#inRoot(real)) throw denied();
+        if (!this.#inRootLexical(real)) throw denied();
         return this.#names(id, [{ name: real, longname: real, attrs: {} }]);
       }
       case FXP.RENAME: {
@@ -667,7 +679,9 @@ export class SftpServer {
     if (h.iter === null) {
       h.iter = Deno.readDir(h.path)[Symbol.asyncIterator]();
       for (const name of [".", ".."]) {
-        const info = await Deno.stat(`${h.path}/${name}`).catch(() => null);
+        // The root's parent is not shown: its ".." describes the root itself.
+        const of = name === ".." && h.path === this.#root ? "." : name;
+        const info = await Deno.stat(`${h.path}/${of}`).catch(() => null);
         if (info === null) continue;
         const a = attrsOf(info);
         entries.push({ name, longname: longName(name, a, info.nlink ?? 1), attrs: a });

@@ -279,7 +279,7 @@ class Session {
       write: (data) => ch.write(data, 0, true),
       consumed: (n) => ch.consumed(n),
       close: () => this.#endSftp(),
-    });
+    }, this.#config.cwd);
     return true;
   }
 

@@ -330,7 +330,7 @@ export interface TestServer extends AsyncDisposable {
 
 /** Starts startSshServer() on a fresh root directory. */
 export async function startTestServer(
-  options: { sftp?: boolean; rekeyLimit?: number } = {},
+  options: { sftp?: boolean; rekeyLimit?: number; viaLink?: boolean } = {},
 ): Promise<TestServer> {
   const { startSshServer } = await import("../../ssh/server.ts");
   const root = await Deno.realPath(await Deno.makeTempDir({ prefix: "ssh-root-" }));
@@ -338,14 +338,20 @@ export async function startTestServer(
   const host = await generateSshKeyPair();
   const key = await generateSshKeyPair();
   const errors: unknown[] = [];
+  const { viaLink, ...serverOptions } = options;
+  let cwd = root;
+  if (viaLink) {
+    cwd = `${home}/root-link`;
+    await Deno.symlink(root, cwd);
+  }
   const server = startSshServer({
     hostKey: host.privateKey,
     authorizedKeys: [key.publicKey],
-    cwd: root,
+    cwd,
     env: { HOME: home },
     user: "agent",
     onError: (e) => errors.push(e),
-    ...options,
+    ...serverOptions,
   });
   const port = server.addr.port;
   const keyPath = `${home}/id_ed25519`;

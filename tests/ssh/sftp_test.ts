@@ -100,6 +100,19 @@ Deno.test("SshClient file methods use SFTP against startSshServer()", async (t) 
   assert.deepEqual(s.errors, []);
 });
 
+Deno.test("startSshServer() accepts paths through a link to its root", async () => {
+  await using s = await startTestServer({ viaLink: true });
+  await using client = await clientOf(s);
+  const pwd = `${s.home}/root-link`; // the commands' working directory
+  await client.writeText(`${pwd}/via.txt`, "via link");
+  assert.equal(await Deno.readTextFile(`${s.root}/via.txt`), "via link");
+  assert.deepEqual((await client.listDir(pwd)).map((e) => e.name), ["via.txt"]);
+  await assert.rejects(
+    client.readFile(`${s.home}/id_ed25519`),
+    (e: Error) => e instanceof SshFileError && e.code === FX.PERMISSION_DENIED,
+  );
+});
+
 Deno.test("SshClient file methods fall back to commands where SFTP is off", async () => {
   await using s = await startTestServer({ sftp: false });
   await using client = await clientOf(s);
