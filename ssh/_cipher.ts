@@ -1,6 +1,8 @@
 // The binary packet protocol (RFC 4253 section 6) with the ciphers and MACs
 // OpenSSH 9 offers that WebCrypto can do: aes{128,256}-ctr with hmac-sha2-256
-// (plain or -etm) and aes{128,256}-gcm@openssh.com.
+// (plain or -etm) and aes{128,256}-gcm@openssh.com; and
+// chacha20-poly1305@openssh.com, which WebCrypto lacks, in TypeScript
+// (_chacha.ts), synchronous.
 //
 // WebCrypto calls are asynchronous and cost tens of microseconds each, so:
 // CTR runs from a keystream made in large chunks ahead of time (AES-CTR over
@@ -9,17 +11,20 @@
 // writer seals a whole batch of queued packets at once, starting every MAC or
 // GCM call before awaiting any of them, and writes the batch in one go.
 
+import { ChaChaPolyOpenSsh } from "./_chacha.ts";
 import { SshError } from "./_errors.ts";
 import { bs, bytesEqual } from "./_wire.ts";
 
 /** Largest packet_length accepted (OpenSSH's PACKET_MAX_SIZE). */
 export const MAX_PACKET = 256 * 1024;
 
-export const CIPHERS: Record<string, { keyLen: number; ivLen: number; gcm: boolean }> = {
-  "aes128-gcm@openssh.com": { keyLen: 16, ivLen: 12, gcm: true },
-  "aes256-gcm@openssh.com": { keyLen: 32, ivLen: 12, gcm: true },
-  "aes128-ctr": { keyLen: 16, ivLen: 16, gcm: false },
-  "aes256-ctr": { keyLen: 32, ivLen: 16, gcm: false },
+/** Ciphers by name; `aead` ones carry their own tag and use no MAC. */
+export const CIPHERS: Record<string, { keyLen: number; ivLen: number; aead: boolean }> = {
+  "chacha20-poly1305@openssh.com": { keyLen: 64, ivLen: 0, aead: true },
+  "aes128-gcm@openssh.com": { keyLen: 16, ivLen: 12, aead: true },
+  "aes256-gcm@openssh.com": { keyLen: 32, ivLen: 12, aead: true },
+  "aes128-ctr": { keyLen: 16, ivLen: 16, aead: false },
+  "aes256-ctr": { keyLen: 32, ivLen: 16, aead: false },
 };
 
 export const MACS: Record<string, { keyLen: number; etm: boolean }> = {
@@ -30,7 +35,7 @@ export const MACS: Record<string, { keyLen: number; etm: boolean }> = {
 /** Keys for one direction, as derived by the key exchange. */
 export interface DirectionKeys {
   cipher: string;
-  /** Ignored for GCM. */
+  /** Ignored for AEAD ciphers. */
   mac: string;
   key: Uint8Array;
   iv: Uint8Array;
@@ -136,7 +141,8 @@ function importHmac(key: Uint8Array): Promise<CryptoKey> {
 }
 
 interface Mode {
-  kind: "plain" | "ctr" | "etm" | "gcm";
+  kind: "plain" | "ctr" | "etm" | "gcm" | "chacha";
+  chacha?: ChaChaPolyOpenSsh;
   ks: Keystream | null;
   aes: CryptoKey | null;
   hmac: CryptoKey | null;
@@ -152,7 +158,18 @@ function plainMode(): Mode {
 async function makeMode(keys: DirectionKeys | null): Promise<Mode> {
   if (keys === null) return plainMode();
   const c = CIPHERS[keys.cipher];
-  if (c.gcm) {
+  if (keys.cipher === "chacha20-poly1305@openssh.com") {
+    return {
+      kind: "chacha",
+      chacha: new ChaChaPolyOpenSsh(keys.key.subarray(0, 64)),
+      ks: null,
+      aes: null,
+      hmac: null,
+      iv: new Uint8Array(0),
+      macLen: 16,
+    };
+  }
+  if (c.aead) {
     const aes = await importAes("AES-GCM", keys.key.subarray(0, c.keyLen));
     return { kind: "gcm", ks: null, aes, hmac: null, iv: keys.iv.slice(0, 12), macLen: 16 };
   }
@@ -218,8 +235,8 @@ export class PacketSealer {
   /** Seals payloads into one buffer of consecutive packets. */
   async seal(payloads: readonly Payload[]): Promise<Uint8Array> {
     const mode = this.#mode;
-    const block = mode.kind === "plain" ? 8 : 16;
-    const lenOutside = mode.kind === "etm" || mode.kind === "gcm";
+    const block = mode.kind === "plain" || mode.kind === "chacha" ? 8 : 16;
+    const lenOutside = mode.kind === "etm" || mode.kind === "gcm" || mode.kind === "chacha";
     const sizes = new Array<number>(payloads.length);
     let total = 4;
     let streamBytes = 0;
@@ -280,6 +297,9 @@ export class PacketSealer {
             ),
           );
           incrementGcmIv(mode.iv);
+          break;
+        case "chacha":
+          mode.chacha!.sealInPlace(this.#seq, out.subarray(off, end + 16));
           break;
       }
       this.#seq = (this.#seq + 1) >>> 0;
@@ -464,6 +484,23 @@ export class PacketOpener {
         if (wait !== null) await wait;
         packet = buf.subarray(8);
         mode.ks!.xor(packet);
+        break;
+      }
+      case "chacha": {
+        const len = mode.chacha!.decryptLength(this.#seq, r.peek(4));
+        this.#checkLength(len, 8, true);
+        if (!(await r.fill(4 + len + 16))) throw packetError("truncated packet");
+        const all = r.peek(4 + len + 16);
+        const body = mode.chacha!.openBody(
+          this.#seq,
+          all.subarray(0, 4 + len),
+          all.subarray(4 + len),
+        );
+        r.consume(4 + len + 16);
+        if (body === null) {
+          throw new SshError("Cannot read packet: authentication tag mismatch", { reason: 5 });
+        }
+        packet = body;
         break;
       }
       case "gcm": {

@@ -69,6 +69,30 @@ export class SshCommandError extends SshError {
   }
 }
 
+/**
+ * An SFTP request failed: `code` is the SFTP status (2 no such file,
+ * 3 permission denied, 4 failure, 8 unsupported...).
+ */
+export class SshFileError extends SshError {
+  /** The SFTP status code. */
+  readonly code: number;
+  /** The remote path concerned. */
+  readonly path: string;
+
+  /**
+   * Creates a file error.
+   * @param message what failed
+   * @param code the SFTP status code
+   * @param path the remote path
+   */
+  constructor(message: string, code: number, path: string) {
+    super(message);
+    this.name = "SshFileError";
+    this.code = code;
+    this.path = path;
+  }
+}
+
 /** Disconnect reason codes (RFC 4253 section 11.1). */
 export const DISCONNECT = {
   PROTOCOL_ERROR: 2,

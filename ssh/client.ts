@@ -1,13 +1,15 @@
 /**
  * {@linkcode SshClient}, an SSH client on Deno's WebCrypto with no
- * dependencies: it verifies the server's host key and runs commands. Keys
- * are in `keys.ts`, the server in `server.ts`.
+ * dependencies: it verifies the server's host key, runs commands (with a
+ * terminal when asked) and moves files over SFTP (falling back to commands
+ * where a server has no SFTP). Keys are in `keys.ts`, the server in
+ * `server.ts`.
  *
  * Both ends speak what OpenSSH 9 speaks, checked against its `ssh` and
  * `sshd`: key exchange `curve25519-sha256` (and `@libssh.org`) with strict
  * key exchange (`kex-strict-*-v00@openssh.com`), host keys and user keys
  * `ssh-ed25519`, ciphers `aes128-gcm@openssh.com`, `aes256-gcm@openssh.com`,
- * `aes128-ctr` and `aes256-ctr`, MACs `hmac-sha2-256-etm@openssh.com` and
+ * `chacha20-poly1305@openssh.com`, `aes128-ctr` and `aes256-ctr`, MACs `hmac-sha2-256-etm@openssh.com` and
  * `hmac-sha2-256`, `ext-info` with `server-sig-algs`, rekeying either way.
  *
  * @module
@@ -17,12 +19,21 @@ import type { Capability } from "../capability.ts";
 import { parseHostPort } from "../capability.ts";
 import type { Channel, ChannelHandlers } from "./_channel.ts";
 import { ClientConnection } from "./_connection.ts";
-import { SshAuthError, SshCommandError, SshError, SshHostKeyError } from "./_errors.ts";
+import {
+  DISCONNECT,
+  SshAuthError,
+  SshCommandError,
+  SshError,
+  SshFileError,
+  SshHostKeyError,
+} from "./_errors.ts";
+import { S_IFDIR, S_IFLNK, S_IFMT, S_IFREG, SftpClient } from "./_sftp_client.ts";
+import type { SftpAttrs } from "./_sftp.ts";
 import { Ed25519Signer, parsePrivateKey, parsePublicKey } from "./_keys.ts";
 import { concat, fromUtf8, type SshReader, utf8 } from "./_wire.ts";
 import { delay } from "../_internal/async.ts";
 
-export { SshAuthError, SshCommandError, SshError, SshHostKeyError };
+export { SshAuthError, SshCommandError, SshError, SshFileError, SshHostKeyError };
 
 /** Options for {@linkcode SshClient}. */
 export interface SshClientOptions {
@@ -59,8 +70,9 @@ export interface SshClientOptions {
   connectTimeout?: number;
   /**
    * Ciphers we offer, in order of preference: `aes128-gcm@openssh.com`,
-   * `aes256-gcm@openssh.com`, `aes128-ctr`, `aes256-ctr`.
-   * @default all four, in that order
+   * `aes256-gcm@openssh.com`, `chacha20-poly1305@openssh.com`, `aes128-ctr`,
+   * `aes256-ctr`.
+   * @default all five, in that order
    */
   ciphers?: readonly string[];
   /**
@@ -109,6 +121,49 @@ export interface SshExecOptions {
    * @default {}
    */
   env?: Record<string, string>;
+  /**
+   * A terminal of this size for the command (`spawn` only): stdout then
+   * carries stdout and stderr as the terminal shows them.
+   * @default no terminal
+   */
+  pty?: SshPtyOptions;
+}
+
+/** The terminal asked for with {@linkcode SshExecOptions.pty}. */
+export interface SshPtyOptions {
+  /** Columns. */
+  cols: number;
+  /** Rows. */
+  rows: number;
+  /**
+   * The TERM value.
+   * @default "xterm-256color"
+   */
+  term?: string;
+}
+
+/** Options for the file methods of {@linkcode SshClient}. */
+export interface SshFileOptions {
+  /** Abandons the call when aborted. */
+  signal?: AbortSignal;
+  /** Milliseconds after which the call rejects. */
+  timeout?: number;
+}
+
+/** What {@linkcode SshClient.stat} returns. */
+export interface SshFileInfo {
+  /** Size in bytes. */
+  readonly size: number;
+  /** Permission bits (`0o644`...). */
+  readonly mode: number;
+  /** Whether it is a regular file. */
+  readonly isFile: boolean;
+  /** Whether it is a directory. */
+  readonly isDirectory: boolean;
+  /** Whether it is a symbolic link (only when not followed). */
+  readonly isSymlink: boolean;
+  /** Last modification, or null when the server did not say. */
+  readonly mtime: Date | null;
 }
 
 /** How a remote command ended. */
@@ -145,6 +200,11 @@ export interface SshProcess {
   readonly status: Promise<SshExitStatus>;
   /** Kills the command's process group and closes the channel. */
   kill(): void;
+  /**
+   * Tells the command's terminal its new size (a `window-change`); does
+   * nothing without a terminal.
+   */
+  resize(cols: number, rows: number): void;
   /** Kills the command if still running and waits for the channel to close. */
   [Symbol.asyncDispose](): Promise<void>;
 }
@@ -162,6 +222,18 @@ export interface SshDirEntry {
 }
 
 const RETRY_DELAYS = [100, 400];
+
+/**
+ * Whether another connection attempt might succeed: not after a failed
+ * negotiation or login (ours or reported by the peer), which would only
+ * fail the same way again.
+ */
+function isTransient(err: unknown): boolean {
+  if (!(err instanceof SshError)) return true;
+  return err.reason !== DISCONNECT.KEY_EXCHANGE_FAILED &&
+    err.reason !== DISCONNECT.NO_MORE_AUTH_METHODS_AVAILABLE &&
+    err.reason !== DISCONNECT.HOST_KEY_NOT_VERIFIABLE;
+}
 
 function shellQuote(s: string): string {
   return `'${s.replace(/'/g, `'\\''`)}'`;
@@ -245,6 +317,7 @@ export class SshClient {
   #connecting: Promise<ClientConnection> | null = null;
   #closed = false;
   readonly #processes = new Set<Promise<unknown>>();
+  #sftp: { conn: ClientConnection; session: Promise<SftpClient | null> } | null = null;
 
   /**
    * Creates a client; it connects on first use. Use
@@ -358,7 +431,7 @@ export class SshClient {
         if (err instanceof SshHostKeyError || err instanceof SshAuthError || sig?.aborted) {
           throw err;
         }
-        if (err instanceof TypeError) throw err;
+        if (err instanceof TypeError || !isTransient(err)) throw err;
         last = err;
       }
       if (attempt < RETRY_DELAYS.length) await delay(RETRY_DELAYS[attempt], sig);
@@ -415,6 +488,13 @@ export class SshClient {
     if (timeout !== undefined && !(timeout >= 0)) {
       throw new RangeError(`Cannot run command: invalid timeout "${timeout}"`);
     }
+    const pty = options.pty;
+    if (
+      pty !== undefined &&
+      !(Number.isInteger(pty.cols) && Number.isInteger(pty.rows) && pty.cols > 0 && pty.rows > 0)
+    ) {
+      throw new RangeError(`Cannot run command: invalid pty size "${pty.cols}x${pty.rows}"`);
+    }
     const conn = await this.#ensure(signal);
     const status = { code: -1, signal: null as string | null, received: false };
     const outs = [new StreamSink(), new StreamSink(), new StreamSink()];
@@ -429,6 +509,19 @@ export class SshClient {
     outs.forEach((s) => s.attach(channel));
     for (const [name, value] of Object.entries(options.env ?? {})) {
       channel.request("env", false, (w) => w.string(name).string(value));
+    }
+    if (pty !== undefined) {
+      const ok = await channel.request(
+        "pty-req",
+        true,
+        (w) =>
+          w.string(pty.term ?? "xterm-256color").uint32(pty.cols).uint32(pty.rows).uint32(0)
+            .uint32(0).string(new Uint8Array([0])),
+      );
+      if (!ok) {
+        channel.close();
+        throw new SshError("Cannot run command: the server refused a terminal");
+      }
     }
     if (!(await channel.request("exec", true, (w) => w.string(command)))) {
       channel.close();
@@ -486,6 +579,14 @@ export class SshClient {
       stderr: outs[1].stream,
       status: done,
       kill: () => kill(),
+      resize: (cols: number, rows: number) => {
+        if (pty === undefined || channel.isClosing) return;
+        channel.request(
+          "window-change",
+          false,
+          (w) => w.uint32(cols).uint32(rows).uint32(0).uint32(0),
+        );
+      },
       [Symbol.asyncDispose]: async () => {
         kill();
         await channel.closed;
@@ -544,46 +645,152 @@ export class SshClient {
   }
 
   /**
-   * Reads a remote text file (relative paths start in the server's working directory).
+   * The connection's SFTP session, opened on first use; null when the
+   * server refuses the subsystem (then the file methods run commands).
+   */
+  async #sftpSession(signal?: AbortSignal): Promise<SftpClient | null> {
+    const conn = await this.#ensure(signal);
+    const cached = this.#sftp;
+    if (cached !== null && cached.conn === conn) {
+      const s = await cached.session;
+      if (s === null || s.usable) return s;
+    }
+    const session = SftpClient.open(conn.mux);
+    this.#sftp = { conn, session };
+    session.catch(() => {
+      if (this.#sftp?.session === session) this.#sftp = null;
+    });
+    return await session;
+  }
+
+  /** Runs `work` under the options' signal and timeout. */
+  async #file<T>(
+    what: string,
+    options: SshFileOptions,
+    work: (sftp: SftpClient | null) => Promise<T>,
+  ): Promise<T> {
+    const { signal, timeout } = options;
+    if (signal?.aborted) throw abortReason(signal);
+    if (timeout !== undefined && !(timeout >= 0)) {
+      throw new RangeError(`Cannot ${what}: invalid timeout "${timeout}"`);
+    }
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let onAbort: (() => void) | undefined;
+    const stop = new Promise<never>((_, reject) => {
+      if (timeout !== undefined) {
+        timer = setTimeout(
+          () => reject(new DOMException(`Timed out after ${timeout} ms: ${what}`, "TimeoutError")),
+          timeout,
+        );
+      }
+      if (signal !== undefined) {
+        onAbort = () => reject(abortReason(signal));
+        signal.addEventListener("abort", onAbort, { once: true });
+      }
+    });
+    stop.catch(() => {});
+    const task = (async () => work(await this.#sftpSession(signal)))();
+    task.catch(() => {});
+    this.#processes.add(task);
+    task.finally(() => this.#processes.delete(task)).catch(() => {});
+    try {
+      return await Promise.race([task, stop]);
+    } finally {
+      clearTimeout(timer);
+      if (onAbort !== undefined) signal?.removeEventListener("abort", onAbort);
+    }
+  }
+
+  /**
+   * Reads a remote file, binary-safe, over SFTP (relative paths start in the
+   * server's working directory, or the login directory of an OpenSSH server).
+   * @param path the file
+   * @param options signal, timeout
+   * @returns its bytes
+   * @throws {SshFileError} when it cannot be read (`code` 2: no such file)
+   */
+  readFile(path: string, options: SshFileOptions = {}): Promise<Uint8Array> {
+    return this.#file(`read "${path}"`, options, async (sftp) => {
+      if (sftp !== null) return await sftp.readFile(path);
+      const r = await this.#checked(`cat -- ${shellQuote(path)}`, `read "${path}"`, {});
+      return r.stdout;
+    });
+  }
+
+  /**
+   * Writes a remote file, creating or replacing it, streaming over SFTP.
+   * @param path the file
+   * @param data its content: bytes, text, or a stream of bytes
+   * @param options signal, timeout
+   * @throws {SshFileError} when it cannot be written
+   */
+  writeFile(
+    path: string,
+    data: Uint8Array | string | ReadableStream<Uint8Array>,
+    options: SshFileOptions = {},
+  ): Promise<void> {
+    const bytes = typeof data === "string" ? utf8(data) : data;
+    return this.#file(`write "${path}"`, options, async (sftp) => {
+      if (sftp !== null) return await sftp.writeFile(path, bytes);
+      const input = bytes instanceof Uint8Array ? bytes : await collectStream(bytes);
+      await this.#checked(`cat > ${shellQuote(path)}`, `write "${path}"`, { stdin: input });
+    });
+  }
+
+  /**
+   * Reads a remote text file (UTF-8).
    * @param path the file
    * @param options signal, timeout
    * @returns its text
-   * @throws {SshCommandError} when it cannot be read
+   * @throws {SshFileError} when it cannot be read
    */
-  async readText(path: string, options: SshExecOptions = {}): Promise<string> {
-    const r = await this.#checked(`cat -- ${shellQuote(path)}`, `read "${path}"`, {
-      ...options,
-      stdin: undefined,
-    });
-    return r.stdoutText;
+  async readText(path: string, options: SshFileOptions = {}): Promise<string> {
+    return fromUtf8(await this.readFile(path, options));
   }
 
   /**
-   * Writes a remote text file, replacing it.
+   * Writes a remote text file (UTF-8), replacing it.
    * @param path the file
    * @param text its new content
    * @param options signal, timeout
-   * @throws {SshCommandError} when it cannot be written
+   * @throws {SshFileError} when it cannot be written
    */
-  async writeText(path: string, text: string, options: SshExecOptions = {}): Promise<void> {
-    await this.#checked(`cat > ${shellQuote(path)}`, `write "${path}"`, {
-      ...options,
-      stdin: text,
-    });
+  writeText(path: string, text: string, options: SshFileOptions = {}): Promise<void> {
+    return this.writeFile(path, text, options);
   }
 
   /**
-   * Lists a remote directory, sorted by name.
+   * Lists a remote directory, sorted by name, without `.` and `..`.
    * @param path the directory
    * @param options signal, timeout
    * @returns its entries
-   * @throws {SshCommandError} when it cannot be listed
+   * @throws {SshFileError} when it cannot be listed
    */
-  async listDir(path: string, options: SshExecOptions = {}): Promise<SshDirEntry[]> {
+  listDir(path: string, options: SshFileOptions = {}): Promise<SshDirEntry[]> {
+    return this.#file(`list "${path}"`, options, async (sftp) => {
+      let entries: SshDirEntry[];
+      if (sftp !== null) {
+        entries = (await sftp.listDir(path)).map(({ name, attrs }) => {
+          const type = (attrs.permissions ?? 0) & S_IFMT;
+          return {
+            name,
+            isFile: type === S_IFREG,
+            isDirectory: type === S_IFDIR,
+            isSymlink: type === S_IFLNK,
+          };
+        });
+      } else {
+        entries = await this.#listByCommand(path);
+      }
+      return entries.sort((a, b) => a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+    });
+  }
+
+  async #listByCommand(path: string): Promise<SshDirEntry[]> {
     const r = await this.#checked(
       `cd -- ${shellQuote(path)} && find . -mindepth 1 -maxdepth 1 -printf '%y\\t%f\\0'`,
       `list "${path}"`,
-      { ...options, stdin: undefined },
+      {},
     );
     const entries: SshDirEntry[] = [];
     for (const item of r.stdoutText.split("\0")) {
@@ -596,7 +803,88 @@ export class SshClient {
         isSymlink: type === "l",
       });
     }
-    return entries.sort((a, b) => a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+    return entries;
+  }
+
+  /**
+   * Describes a remote file.
+   * @param path the file
+   * @param options signal, timeout; `followSymlinks` false describes a link itself
+   * @returns size, mode, type and modification time
+   * @throws {SshFileError} when it does not exist or cannot be reached
+   */
+  stat(
+    path: string,
+    options: SshFileOptions & { followSymlinks?: boolean } = {},
+  ): Promise<SshFileInfo> {
+    const follow = options.followSymlinks ?? true;
+    return this.#file(`stat "${path}"`, options, async (sftp) => {
+      let attrs: SftpAttrs;
+      if (sftp !== null) {
+        attrs = await sftp.stat(path, follow);
+      } else {
+        const r = await this.#checked(
+          `stat ${follow ? "-L " : ""}-c '%s %f %Y' -- ${shellQuote(path)}`,
+          `stat "${path}"`,
+          {},
+        );
+        const [size, mode, mtime] = r.stdoutText.trim().split(" ");
+        attrs = { size: Number(size), permissions: parseInt(mode, 16), mtime: Number(mtime) };
+      }
+      const type = (attrs.permissions ?? 0) & S_IFMT;
+      return {
+        size: attrs.size ?? 0,
+        mode: (attrs.permissions ?? 0) & 0o7777,
+        isFile: type === S_IFREG,
+        isDirectory: type === S_IFDIR,
+        isSymlink: type === S_IFLNK,
+        mtime: attrs.mtime === undefined ? null : new Date(attrs.mtime * 1000),
+      };
+    });
+  }
+
+  /**
+   * Removes a remote file (or, with `recursive`, a directory and what it holds
+   * when SFTP is not available; over SFTP, an empty directory).
+   * @param path the file or empty directory
+   * @param options signal, timeout
+   * @throws {SshFileError} when it cannot be removed
+   */
+  remove(path: string, options: SshFileOptions = {}): Promise<void> {
+    return this.#file(`remove "${path}"`, options, async (sftp) => {
+      if (sftp === null) {
+        await this.#checked(
+          `if [ -d ${shellQuote(path)} ] && [ ! -L ${shellQuote(path)} ]; then rmdir -- ${
+            shellQuote(path)
+          }; else rm -- ${shellQuote(path)}; fi`,
+          `remove "${path}"`,
+          {},
+        );
+        return;
+      }
+      const info = await sftp.stat(path, false);
+      if (((info.permissions ?? 0) & S_IFMT) === S_IFDIR) await sftp.rmdir(path);
+      else await sftp.remove(path);
+    });
+  }
+
+  /**
+   * Renames a remote file, replacing `to` where the server allows it
+   * (OpenSSH's and ours do).
+   * @param from the current path
+   * @param to the new path
+   * @param options signal, timeout
+   * @throws {SshFileError} when it cannot be renamed
+   */
+  rename(from: string, to: string, options: SshFileOptions = {}): Promise<void> {
+    return this.#file(`rename "${from}"`, options, async (sftp) => {
+      if (sftp !== null) return await sftp.rename(from, to);
+      await this.#checked(
+        `mv -f -- ${shellQuote(from)} ${shellQuote(to)}`,
+        `rename "${from}"`,
+        {},
+      );
+    });
   }
 
   /** Closes the connection (killing running commands); idempotent. */
@@ -606,6 +894,7 @@ export class SshClient {
     if (connecting !== null) await connecting.catch(() => {});
     const conn = this.#conn;
     this.#conn = null;
+    this.#sftp = null;
     if (conn !== null) {
       await conn.transport.disconnect(11, "closed by client");
       await conn.transport.wait();
@@ -617,6 +906,12 @@ export class SshClient {
   [Symbol.asyncDispose](): Promise<void> {
     return this.close();
   }
+}
+
+async function collectStream(stream: ReadableStream<Uint8Array>): Promise<Uint8Array> {
+  const parts: Uint8Array[] = [];
+  for await (const part of stream) parts.push(part);
+  return concat(parts);
 }
 
 /** A ReadableStream fed by channel data; window returned as chunks are read. */

@@ -1,14 +1,15 @@
 /**
  * SSH with no dependencies, on Deno's WebCrypto: Ed25519 keys in OpenSSH's
  * formats, {@linkcode SshClient} (verifies the host key, runs commands,
- * reads and writes files) and {@linkcode startSshServer} (a server whose
- * commands run in a directory, for an agent's workspace).
+ * with a terminal when asked, moves files over SFTP) and
+ * {@linkcode startSshServer} (a server whose commands run in a directory,
+ * for an agent's workspace, with SFTP and `scp` confined to it).
  *
  * Both ends speak what OpenSSH 9 speaks, checked against its `ssh` and
  * `sshd`: key exchange `curve25519-sha256` (and `@libssh.org`) with strict
  * key exchange (`kex-strict-*-v00@openssh.com`), host keys and user keys
  * `ssh-ed25519`, ciphers `aes128-gcm@openssh.com`, `aes256-gcm@openssh.com`,
- * `aes128-ctr` and `aes256-ctr`, MACs `hmac-sha2-256-etm@openssh.com` and
+ * `chacha20-poly1305@openssh.com`, `aes128-ctr` and `aes256-ctr`, MACs `hmac-sha2-256-etm@openssh.com` and
  * `hmac-sha2-256`, `ext-info` with `server-sig-algs`, rekeying either way.
  *
  * @example Generate keys, serve a directory, run a command in it
@@ -55,7 +56,11 @@ export {
   type SshExecOptions,
   type SshExecResult,
   type SshExitStatus,
+  SshFileError,
+  type SshFileInfo,
+  type SshFileOptions,
   SshHostKeyError,
   type SshProcess,
+  type SshPtyOptions,
 } from "./client.ts";
 export { type SshServer, type SshServerOptions, startSshServer } from "./server.ts";

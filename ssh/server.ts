@@ -4,7 +4,11 @@
  * channels that run `bash -lc <command>` (or `bash -l`) in a working
  * directory with a clean environment, each in its own process group, killed
  * when its channel or connection goes. A `pty-req` is served through
- * util-linux `script` where it is installed, and refused otherwise.
+ * util-linux `script` where it is installed, and refused otherwise;
+ * `window-change` resizes that terminal (coreutils `stty -F` on it, which
+ * also signals SIGWINCH). The `sftp` subsystem (SFTP version 3, see
+ * `_sftp.ts`) serves files under the working directory, in this process,
+ * refusing paths whose real location leaves it; OpenSSH's `scp` uses it.
  *
  * @module
  */
@@ -24,6 +28,7 @@ import {
 } from "./_keys.ts";
 import { MSG, SshTransport } from "./_transport.ts";
 import { bytesEqual, SshReader, SshWriter } from "./_wire.ts";
+import { SftpServer } from "./_sftp.ts";
 
 /** Options for {@linkcode startSshServer}. */
 export interface SshServerOptions {
@@ -87,6 +92,12 @@ export interface SshServerOptions {
    * @default 1073741824 (1 GiB)
    */
   rekeyLimit?: number;
+  /**
+   * Whether to serve the `sftp` subsystem (also what `scp` uses), confined
+   * to `cwd`: paths whose real location leaves it are refused.
+   * @default true
+   */
+  sftp?: boolean;
 }
 
 /** A running SSH server, as returned by {@linkcode startSshServer}. */
@@ -125,6 +136,27 @@ function shellQuote(s: string): string {
   return `'${s.replace(/'/g, `'\\''`)}'`;
 }
 
+/**
+ * The terminal of the first process under `pid` (breadth first, a few
+ * levels: `script`, or a sandbox wrapping it) that has one as stdin.
+ */
+async function findTerminal(pid: number): Promise<string | null> {
+  let level = [pid];
+  for (let depth = 0; depth < 5 && level.length > 0; depth++) {
+    const next: number[] = [];
+    for (const p of level) {
+      if (p !== pid) {
+        const tty = await Deno.readLink(`/proc/${p}/fd/0`).catch(() => "");
+        if (tty.startsWith("/dev/pts/")) return tty;
+      }
+      const kids = await Deno.readTextFile(`/proc/${p}/task/${p}/children`).catch(() => "");
+      for (const k of kids.trim().split(/\s+/)) if (/^\d+$/.test(k)) next.push(Number(k));
+    }
+    level = next;
+  }
+  return null;
+}
+
 function hostEnv(name: string): string | undefined {
   try {
     return Deno.env.get(name);
@@ -141,6 +173,8 @@ interface ServerConfig {
   maxAuthTries: number;
   rekeyLimit: number | undefined;
   onError: (error: unknown) => void;
+  /** The real path of `cwd` when SFTP is on, else null. */
+  sftpRoot: Promise<string> | null;
 }
 
 /** One exec/shell session channel. */
@@ -156,6 +190,8 @@ class Session {
   #stdinEof = false;
   #killed = false;
   #done: Promise<void> = Promise.resolve();
+  #sftp: SftpServer | null = null;
+  #resizing: Promise<void> = Promise.resolve();
 
   constructor(channel: Channel, config: ServerConfig) {
     this.#channel = channel;
@@ -163,22 +199,29 @@ class Session {
   }
 
   get done(): Promise<void> {
-    return this.#done;
+    return Promise.all([this.#done, this.#resizing]).then(() => {});
   }
 
   handlers(): ChannelHandlers {
     return {
       onData: (data, ext) => this.#onData(data, ext),
       onEof: () => {
+        if (this.#sftp !== null) return this.#endSftp();
         this.#stdinEof = true;
         this.#pumpStdin();
       },
-      onClose: () => this.#kill(),
+      onClose: () => {
+        this.#kill();
+        if (this.#sftp !== null) {
+          const before = this.#done;
+          this.#done = Promise.all([before, this.#sftp.close()]).then(() => {});
+        }
+      },
       onRequest: (type, wantReply, r) => this.#onRequest(type, wantReply, r),
     };
   }
 
-  #onRequest(type: string, _wantReply: boolean, r: SshReader): boolean {
+  #onRequest(type: string, _wantReply: boolean, r: SshReader): boolean | Promise<boolean> {
     switch (type) {
       case "env": {
         const name = r.text();
@@ -199,6 +242,16 @@ class Session {
         return this.#spawn(["-lc", r.text()]);
       case "shell":
         return this.#spawn(["-l"]);
+      case "subsystem":
+        return this.#subsystem(r.text());
+      case "window-change": {
+        if (this.#pty === null) return false;
+        const cols = Math.min(r.uint32(), 9999);
+        const rows = Math.min(r.uint32(), 9999);
+        this.#pty = { ...this.#pty, cols, rows };
+        if (this.#proc !== null) this.#resize(cols, rows);
+        return true;
+      }
       case "signal": {
         const name = r.text();
         if (this.#proc === null || !SIGNALS.has(name)) return false;
@@ -206,13 +259,69 @@ class Session {
         return true;
       }
       default:
-        // x11-req, subsystem, auth-agent-req, window-change...: refused.
+        // x11-req, auth-agent-req...: refused.
         return false;
     }
   }
 
+  async #subsystem(name: string): Promise<boolean> {
+    const rootP = this.#config.sftpRoot;
+    if (name !== "sftp" || rootP === null) return false;
+    if (this.#proc !== null || this.#sftp !== null || this.#channel.isClosing) return false;
+    let root: string;
+    try {
+      root = await rootP;
+    } catch {
+      return false;
+    }
+    const ch = this.#channel;
+    this.#sftp = new SftpServer(root, {
+      write: (data) => ch.write(data, 0, true),
+      consumed: (n) => ch.consumed(n),
+      close: () => this.#endSftp(),
+    }, this.#config.cwd);
+    return true;
+  }
+
+  #endSftp(): void {
+    const sftp = this.#sftp!;
+    const ch = this.#channel;
+    this.#done = (async () => {
+      await sftp.close();
+      if (ch.isClosing) return;
+      await ch.flush().catch(() => {});
+      ch.eof();
+      ch.request("exit-status", false, (w) => w.uint32(0));
+      ch.close();
+    })();
+  }
+
+  /**
+   * Sets the terminal's size. Deno has no ioctl(): `stty -F` on the
+   * terminal `script` made (its child's stdin) does TIOCSWINSZ, and the
+   * kernel sends SIGWINCH to the terminal's foreground process group.
+   */
+  #resize(cols: number, rows: number): void {
+    const pid = this.#proc?.pid;
+    if (pid === undefined) return;
+    this.#resizing = this.#resizing.then(async () => {
+      try {
+        const tty = await findTerminal(pid);
+        if (tty === null) return;
+        await new Deno.Command("stty", {
+          args: ["-F", tty, "cols", String(cols), "rows", String(rows)],
+          stdin: "null",
+          stdout: "null",
+          stderr: "null",
+        }).output();
+      } catch {
+        // The program is gone, or has no terminal any more.
+      }
+    });
+  }
+
   #spawn(args: string[]): boolean {
-    if (this.#proc !== null || this.#channel.isClosing) return false;
+    if (this.#proc !== null || this.#sftp !== null || this.#channel.isClosing) return false;
     const env: Record<string, string> = {
       PATH: hostEnv("PATH") ?? DEFAULT_PATH,
       HOME: hostEnv("HOME") ?? "/",
@@ -296,6 +405,7 @@ class Session {
   }
 
   #onData(data: Uint8Array, ext: number): void {
+    if (this.#sftp !== null && ext === 0) return this.#sftp.receive(data);
     if (ext !== 0 || this.#stdin === null || this.#stdinEof) {
       this.#channel.consumed(data.length);
       return;
@@ -506,7 +616,12 @@ class Server implements SshServer {
       maxAuthTries,
       rekeyLimit: options.rekeyLimit,
       onError: options.onError ?? (() => {}),
+      sftpRoot: null,
     };
+    if (options.sftp ?? true) {
+      this.#config.sftpRoot = Deno.realPath(this.#config.cwd);
+      this.#config.sftpRoot.catch(() => {});
+    }
     this.#finished = new Promise((resolve) => this.#finishedResolve = resolve);
     this.#listener = Deno.listen({
       hostname: options.hostname ?? "127.0.0.1",

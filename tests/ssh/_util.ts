@@ -3,6 +3,7 @@
 import { generateSshKeyPair, type SshKeyPair } from "../../ssh/mod.ts";
 
 export const CIPHERS = [
+  "chacha20-poly1305@openssh.com",
   "aes128-ctr",
   "aes256-ctr",
   "aes128-gcm@openssh.com",
@@ -310,4 +311,220 @@ export class TcpProxy implements AsyncDisposable {
     this.cut();
     await Promise.allSettled([...this.#tasks]);
   }
+}
+
+/** Our server on a temporary root, with a key file and known_hosts for OpenSSH tools. */
+export interface TestServer extends AsyncDisposable {
+  root: string;
+  home: string;
+  port: number;
+  host: SshKeyPair;
+  key: SshKeyPair;
+  keyPath: string;
+  knownHosts: string;
+  /** OpenSSH options logging in to it (add -p/-P yourself). */
+  sshOptions: string[];
+  /** Errors the server reported through onError. */
+  errors: unknown[];
+}
+
+/** Starts startSshServer() on a fresh root directory. */
+export async function startTestServer(
+  options: { sftp?: boolean; rekeyLimit?: number; viaLink?: boolean } = {},
+): Promise<TestServer> {
+  const { startSshServer } = await import("../../ssh/server.ts");
+  const root = await Deno.realPath(await Deno.makeTempDir({ prefix: "ssh-root-" }));
+  const home = await Deno.makeTempDir({ prefix: "ssh-home-" });
+  const host = await generateSshKeyPair();
+  const key = await generateSshKeyPair();
+  const errors: unknown[] = [];
+  const { viaLink, ...serverOptions } = options;
+  let cwd = root;
+  if (viaLink) {
+    cwd = `${home}/root-link`;
+    await Deno.symlink(root, cwd);
+  }
+  const server = startSshServer({
+    hostKey: host.privateKey,
+    authorizedKeys: [key.publicKey],
+    cwd,
+    env: { HOME: home },
+    user: "agent",
+    onError: (e) => errors.push(e),
+    ...serverOptions,
+  });
+  const port = server.addr.port;
+  const keyPath = `${home}/id_ed25519`;
+  await Deno.writeTextFile(keyPath, key.privateKey, { mode: 0o600 });
+  const knownHosts = `${home}/known_hosts`;
+  await Deno.writeTextFile(knownHosts, `[127.0.0.1]:${port} ${host.publicKey}\n`);
+  return {
+    root,
+    home,
+    port,
+    host,
+    key,
+    keyPath,
+    knownHosts,
+    errors,
+    sshOptions: [
+      "-F",
+      "/dev/null",
+      "-o",
+      "StrictHostKeyChecking=yes",
+      "-o",
+      `UserKnownHostsFile=${knownHosts}`,
+      "-o",
+      "GlobalKnownHostsFile=/dev/null",
+      "-o",
+      "BatchMode=yes",
+      "-o",
+      "IdentitiesOnly=yes",
+      "-o",
+      "LogLevel=ERROR",
+      "-i",
+      keyPath,
+    ],
+    async [Symbol.asyncDispose]() {
+      await server.shutdown();
+      await Deno.remove(root, { recursive: true });
+      await Deno.remove(home, { recursive: true });
+    },
+  };
+}
+
+/** Runs a program to completion with a deadline; stdout and stderr as text. */
+export async function run(
+  program: string,
+  args: string[],
+  options: {
+    stdin?: string | Uint8Array;
+    cwd?: string;
+    timeout?: number;
+    env?: Record<string, string>;
+  } = {},
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  const child = new Deno.Command(program, {
+    args,
+    cwd: options.cwd,
+    env: options.env,
+    stdin: options.stdin === undefined ? "null" : "piped",
+    stdout: "piped",
+    stderr: "piped",
+    signal: AbortSignal.timeout(options.timeout ?? 60_000),
+  }).spawn();
+  const output = child.output();
+  if (options.stdin !== undefined) {
+    const w = child.stdin.getWriter();
+    const data = typeof options.stdin === "string"
+      ? new TextEncoder().encode(options.stdin)
+      : options.stdin;
+    await w.write(data).catch(() => {});
+    await w.close().catch(() => {});
+  }
+  const out = await output;
+  const dec = new TextDecoder();
+  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
+}
+
+/** Whether a program is on PATH. */
+export function have(program: string): boolean {
+  try {
+    return new Deno.Command("sh", { args: ["-c", `command -v ${program}`], stdout: "null" })
+      .outputSync().success;
+  } catch {
+    return false;
+  }
+}
+
+/** Dropbear's server on a loopback port (see startDropbear()). */
+export interface Dropbear extends AsyncDisposable {
+  port: number;
+  user: string;
+  host: SshKeyPair;
+  client: SshKeyPair;
+}
+
+/**
+ * Whether startDropbear() can run here: Dropbear reads only
+ * ~/.ssh/authorized_keys, so it runs in a private mount namespace with a
+ * temporary directory bound over ~/.ssh (which needs root and unshare).
+ */
+export const CAN_RUN_DROPBEAR = (() => {
+  try {
+    if (!Deno.statSync("/usr/sbin/dropbear").isFile) return false;
+    return new Deno.Command("unshare", {
+      args: ["-m", "sh", "-c", `mount --bind /tmp /tmp`],
+      stdout: "null",
+      stderr: "null",
+    }).outputSync().success;
+  } catch {
+    return false;
+  }
+})();
+
+/** Starts Dropbear; resolves once it accepts connections. */
+export async function startDropbear(): Promise<Dropbear> {
+  const dir = await Deno.makeTempDir({ prefix: "dropbear-test-" });
+  const host = await generateSshKeyPair({ comment: "dropbear-host" });
+  const client = await generateSshKeyPair({ comment: "dropbear-client" });
+  await Deno.writeTextFile(`${dir}/host_openssh`, host.privateKey, { mode: 0o600 });
+  const conv = await new Deno.Command("dropbearconvert", {
+    args: ["openssh", "dropbear", `${dir}/host_openssh`, `${dir}/host_dropbear`],
+    stdout: "null",
+    stderr: "piped",
+  }).output();
+  if (!conv.success) {
+    throw new Error(`Cannot convert host key: ${new TextDecoder().decode(conv.stderr)}`);
+  }
+  await Deno.mkdir(`${dir}/dotssh`, { mode: 0o700 });
+  await Deno.writeTextFile(`${dir}/dotssh/authorized_keys`, `${client.publicKey}\n`, {
+    mode: 0o600,
+  });
+  const user = new TextDecoder().decode(
+    new Deno.Command("id", { args: ["-un"] }).outputSync().stdout,
+  ).trim();
+  const home = new TextDecoder().decode(
+    new Deno.Command("getent", { args: ["passwd", user] }).outputSync().stdout,
+  ).trim().split(":")[5];
+  const port = freePort();
+  const proc = new Deno.Command("unshare", {
+    args: [
+      "-m",
+      "sh",
+      "-c",
+      `mkdir -p "$1/.ssh" && mount --bind "$2/dotssh" "$1/.ssh" && exec /usr/sbin/dropbear -F -E -s -r "$2/host_dropbear" -p "127.0.0.1:$3"`,
+      "sh",
+      home,
+      dir,
+      String(port),
+    ],
+    stdin: "null",
+    stdout: "null",
+    stderr: "null",
+  }).spawn();
+  let up = false;
+  for (let i = 0; i < 100 && !up; i++) {
+    try {
+      const c = await Deno.connect({ hostname: "127.0.0.1", port });
+      c.close();
+      up = true;
+    } catch {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+  const stop = async () => {
+    try {
+      proc.kill("SIGTERM");
+    } catch {
+      // already gone
+    }
+    await proc.status;
+    await Deno.remove(dir, { recursive: true });
+  };
+  if (!up) {
+    await stop();
+    throw new Error(`Cannot start dropbear on port ${port}`);
+  }
+  return { port, user, host, client, [Symbol.asyncDispose]: stop };
 }

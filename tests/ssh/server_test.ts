@@ -6,8 +6,8 @@ import {
   generateSshKeyPair,
   SshAuthError,
   SshClient,
-  SshCommandError,
   SshError,
+  SshFileError,
   SshHostKeyError,
   type SshKeyPair,
   sshPublicKeyOf,
@@ -150,7 +150,10 @@ Deno.test("SshClient and startSshServer() interoperate", async (t) => {
     assert.equal(await Deno.readTextFile(`${f.root}/a b.txt`), "it's\n");
     const names = (await client.listDir(".")).map((e) => e.name);
     assert.deepEqual(names, ["a b.txt", "dir"]);
-    await assert.rejects(client.readText("missing.txt"), SshCommandError);
+    await assert.rejects(
+      client.readText("missing.txt"),
+      (e: Error) => e instanceof SshFileError && e.code === 2 && /missing\.txt/.test(e.message),
+    );
   });
 
   await t.step("refuses a host key mismatch", async () => {
@@ -337,17 +340,25 @@ Deno.test("startSshServer() ends only the connection that sends bad input", asyn
     // Drive the handshake with a cipher the server does not have.
     const bad = new ClientConnection(
       await Deno.connect({ hostname: "127.0.0.1", port: f.port }),
-      { hostPubkey: f.host.publicKey, ciphers: ["chacha20-poly1305@openssh.com"] },
+      { hostPubkey: f.host.publicKey, ciphers: ["3des-cbc"] },
       parsePublicKey(f.host.publicKey).blob,
     );
-    await assert.rejects(bad.transport.handshake(), SshError);
+    await assert.rejects(
+      bad.transport.handshake(),
+      (e: Error) =>
+        e instanceof SshError &&
+        /no common cipher algorithm \(client offers "3des-cbc", server offers "aes128-gcm@openssh\.com,/
+          .test(e.message),
+    );
     assert.equal(await disconnectReason(bad), 3);
     tcp.close();
     await tcp.wait();
   });
 
   await t.step("a MAC or tag failure", async () => {
-    for (const cipher of ["aes128-gcm@openssh.com", "aes128-ctr"]) {
+    for (
+      const cipher of ["aes128-gcm@openssh.com", "aes128-ctr", "chacha20-poly1305@openssh.com"]
+    ) {
       await using proxy = new TcpProxy(f.port, { flipAt: 4000 });
       await using c = await SshClient.connect({ ...f.options(proxy.port), ciphers: [cipher] });
       await assert.rejects(c.exec("cat", { stdin: new Uint8Array(20000) }), SshError);
@@ -355,11 +366,22 @@ Deno.test("startSshServer() ends only the connection that sends bad input", asyn
     }
   });
 
-  await t.step("an unknown message before login", async () => {
+  const answersUnimplemented = async (conn: ClientConnection) => {
+    conn.transport.post(new Uint8Array([200, 1, 2, 3]));
+    const end = Date.now() + 5000;
+    while (conn.transport.peerUnimplemented.length === 0 && Date.now() < end) {
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    assert.equal(conn.transport.peerUnimplemented.length, 1, "waited for UNIMPLEMENTED");
+    assert.equal(conn.transport.isClosed, false);
+  };
+
+  await t.step("an unknown message before login: UNIMPLEMENTED, and it goes on", async () => {
     const conn = await rawConnection(f);
     await conn.transport.handshake();
-    conn.transport.post(new Uint8Array([200, 1, 2, 3]));
-    assert.equal(await disconnectReason(conn), 2);
+    await answersUnimplemented(conn);
+    conn.transport.close();
+    await conn.transport.wait();
   });
 
   await t.step("a channel message before login", async () => {
@@ -375,11 +397,20 @@ Deno.test("startSshServer() ends only the connection that sends bad input", asyn
   const signer = await Ed25519Signer.fromParsed(parsePrivateKey(f.key.privateKey));
   assert.equal(sshPublicKeyOf(f.key.privateKey), f.key.publicKey);
 
-  await t.step("an unknown message after login", async () => {
+  await t.step("an unknown message after login: UNIMPLEMENTED, and it goes on", async () => {
     const conn = await rawConnection(f);
     await conn.login("agent", signer);
-    conn.transport.post(new Uint8Array([150]));
-    assert.equal(await disconnectReason(conn), 2);
+    await answersUnimplemented(conn);
+    const ch = await conn.mux.open("session", {
+      onData() {},
+      onEof() {},
+      onClose() {},
+      onRequest: () => false,
+    });
+    ch.close();
+    await ch.closed;
+    conn.transport.close();
+    await conn.transport.wait();
   });
 
   await t.step("an unexpected channel id", async () => {
@@ -483,4 +514,48 @@ Deno.test("SshClient gives up after three connection attempts", async () => {
   );
   // Two backoff pauses (100 ms and 400 ms) lie between the three tries.
   assert.ok(Date.now() - started >= 500);
+});
+
+Deno.test("SshClient reports a failed negotiation at once, naming both lists", async () => {
+  await using f = await fixture();
+  await assert.rejects(
+    SshClient.connect({ ...f.options(), ciphers: ["3des-cbc"] }),
+    (e: Error) =>
+      e instanceof SshError && e.reason === 3 && !/three times/.test(e.message) &&
+      /client offers "3des-cbc", server offers "[^"]*chacha20-poly1305@openssh\.com/.test(
+        e.message,
+      ),
+  );
+});
+
+Deno.test("SshClient.spawn() with a pty, resized while it runs", async () => {
+  await using f = await fixture();
+  await using client = await SshClient.connect(f.options());
+  await using proc = await client.spawn(
+    "trap 'stty size; exit 0' WINCH; stty size; echo ready; " +
+      "for i in $(seq 100); do sleep 0.1; done; echo no-resize",
+    { pty: { cols: 100, rows: 30 } },
+  );
+  proc.stderr.cancel();
+  const reader = proc.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  let text = "";
+  let resized = false;
+  const deadline = Date.now() + 15_000;
+  while (Date.now() < deadline) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    text += value;
+    if (!resized && text.includes("ready")) {
+      proc.resize(120, 50);
+      resized = true;
+    }
+  }
+  reader.releaseLock();
+  assert.equal((await proc.status).code, 0, text);
+  const sizes = text.split(/\r?\n/).map((l) => l.trim()).filter((l) => /^\d+ \d+$/.test(l));
+  assert.deepEqual(sizes, ["30 100", "50 120"], text);
+  await assert.rejects(
+    client.spawn("true", { pty: { cols: 0, rows: 10 } }),
+    RangeError,
+  );
 });

@@ -2,8 +2,17 @@
 // config and keys.
 
 import assert from "node:assert/strict";
-import { generateSshKeyPair, SshClient, SshHostKeyError } from "../../ssh/mod.ts";
-import { bigData, CIPHERS, HAVE_SSHD, MACS, sha256Hex, startSshd } from "./_util.ts";
+import { generateSshKeyPair, SshClient, SshFileError, SshHostKeyError } from "../../ssh/mod.ts";
+import {
+  bigData,
+  CAN_RUN_DROPBEAR,
+  CIPHERS,
+  HAVE_SSHD,
+  MACS,
+  sha256Hex,
+  startDropbear,
+  startSshd,
+} from "./_util.ts";
 
 Deno.test({
   name: "SshClient talks to OpenSSH's sshd",
@@ -98,5 +107,78 @@ Deno.test({
         SshHostKeyError,
       );
     });
+  },
+});
+
+/** SshClient's file methods, checked against the local file system. */
+async function fileRoundTrip(client: SshClient, dir: string, label: string, size: number) {
+  const data = bigData(size);
+  await client.writeFile(`${dir}/f.bin`, data);
+  assert.equal(
+    await sha256Hex(await Deno.readFile(`${dir}/f.bin`)),
+    await sha256Hex(data),
+    `${label}: write`,
+  );
+  const back = await client.readFile(`${dir}/f.bin`);
+  assert.equal(await sha256Hex(back), await sha256Hex(data), `${label}: read`);
+  assert.equal((await client.stat(`${dir}/f.bin`)).size, size, label);
+  await client.rename(`${dir}/f.bin`, `${dir}/g.bin`);
+  assert.deepEqual((await client.listDir(dir)).map((e) => [e.name, e.isFile]), [["g.bin", true]]);
+  await client.remove(`${dir}/g.bin`);
+  assert.deepEqual(await client.listDir(dir), [], label);
+}
+
+Deno.test({
+  name: "SshClient moves files over SFTP with OpenSSH's sshd, each cipher",
+  ignore: !HAVE_SSHD && Deno.env.get("CI") !== "true",
+  async fn() {
+    await using sshd = await startSshd("Subsystem sftp internal-sftp");
+    const base = {
+      port: sshd.port,
+      user: sshd.user,
+      hostPubkey: sshd.host.publicKey,
+      privateKey: sshd.client.privateKey,
+    };
+    const dir = `${sshd.dir}/sftp`;
+    await Deno.mkdir(dir);
+    {
+      await using client = await SshClient.connect(base);
+      await fileRoundTrip(client, dir, "default", 16 * 1024 * 1024);
+      await assert.rejects(
+        client.readFile(`${dir}/missing`),
+        (e: Error) => e instanceof SshFileError && e.code === 2,
+      );
+    }
+    for (const cipher of CIPHERS) {
+      await using c = await SshClient.connect({ ...base, ciphers: [cipher] });
+      await fileRoundTrip(c, dir, cipher, 300_000);
+    }
+  },
+});
+
+Deno.test({
+  name: "SshClient talks to Dropbear's server, each cipher, SFTP included",
+  ignore: !CAN_RUN_DROPBEAR,
+  async fn() {
+    await using db = await startDropbear();
+    const dir = await Deno.makeTempDir({ prefix: "dropbear-files-" });
+    try {
+      for (const cipher of ["chacha20-poly1305@openssh.com", "aes128-ctr", "aes256-ctr"]) {
+        await using c = await SshClient.connect({
+          port: db.port,
+          user: db.user,
+          hostPubkey: db.host.publicKey,
+          privateKey: db.client.privateKey,
+          ciphers: [cipher],
+        });
+        const r = await c.exec("echo $((6*7)); cat >&2", { stdin: "err\n" });
+        assert.equal(r.stdoutText, "42\n", cipher);
+        // The login shell's rc files may add to stderr; ours comes last.
+        assert.ok(r.stderrText.endsWith("err\n"), `${cipher}: ${r.stderrText}`);
+        await fileRoundTrip(c, dir, cipher, 1024 * 1024);
+      }
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
   },
 });
