@@ -23,22 +23,45 @@ export interface SandboxConfig {
   user: { uid: number; gid: number } | null;
 }
 
-const BWRAP = "bwrap";
-const UNSHARE = "unshare";
-const SETPRIV = "setpriv";
+const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/**
+ * The absolute path of `program` on this process's PATH, or null. Looked up
+ * here, not on the command's PATH, which the agent's `env` requests set.
+ */
+export function findProgram(program: string): string | null {
+  let path: string | undefined;
+  try {
+    path = Deno.env.get("PATH");
+  } catch {
+    path = undefined;
+  }
+  for (const dir of (path ?? DEFAULT_PATH).split(":")) {
+    if (!dir.startsWith("/")) continue;
+    try {
+      const info = Deno.statSync(`${dir}/${program}`);
+      if (info.isFile && (info.mode ?? 0) & 0o111) return `${dir}/${program}`;
+    } catch {
+      // not there
+    }
+  }
+  return null;
+}
 
 function isUnder(path: string, dir: string): boolean {
   return path === dir || path.startsWith(`${dir}/`);
 }
 
-/** `setpriv` switching to `user` with no capabilities and no supplementary groups. */
+/**
+ * As root: `setpriv` switching to `user` (if any) with no supplementary
+ * groups and no capabilities (an empty bounding set keeps even root from
+ * regaining them at exec). As anyone else: nothing.
+ */
 function dropArgv(user: { uid: number; gid: number } | null): string[] {
-  if (user === null) return [];
+  if (Deno.uid() !== 0) return [];
   return [
-    SETPRIV,
-    `--reuid=${user.uid}`,
-    `--regid=${user.gid}`,
-    "--clear-groups",
+    "setpriv",
+    ...(user === null ? [] : [`--reuid=${user.uid}`, `--regid=${user.gid}`, "--clear-groups"]),
     "--inh-caps=-all",
     "--bounding-set=-all",
     "--no-new-privs",
@@ -48,7 +71,7 @@ function dropArgv(user: { uid: number; gid: number } | null): string[] {
 
 function bwrapArgv(argv: readonly string[], cwd: string, config: SandboxConfig): string[] {
   const args = [
-    BWRAP,
+    "bwrap",
     "--die-with-parent",
     "--unshare-pid",
     "--unshare-ipc",
@@ -60,8 +83,12 @@ function bwrapArgv(argv: readonly string[], cwd: string, config: SandboxConfig):
     "/dev",
     "--proc",
     "/proc",
+    "--perms",
+    "1777",
     "--tmpfs",
     "/tmp",
+    "--perms",
+    "1777",
     "--tmpfs",
     "/dev/shm",
   ];
@@ -76,14 +103,10 @@ function bwrapArgv(argv: readonly string[], cwd: string, config: SandboxConfig):
     }
     args.push("--bind", dir, dir);
   }
-  if (config.user === null && Deno.uid() === 0) {
-    // Root by the author's choice: still no capabilities, so the read-only
-    // mounts and namespaces stay as they are.
-    args.push("--cap-drop", "ALL");
-  }
   // No --new-session: Deno's `detached` already gave the sandbox a session
   // without a terminal, and staying in one process group lets the server
-  // signal the command itself, not only bwrap.
+  // signal the command itself, not only bwrap. Root keeps its capabilities
+  // in bwrap until setpriv drops them with the uid.
   args.push("--chdir", cwd, "--", ...dropArgv(config.user), ...argv);
   return args;
 }
@@ -91,11 +114,10 @@ function bwrapArgv(argv: readonly string[], cwd: string, config: SandboxConfig):
 // unshare(1) has no bind or read-only options: a small script does the
 // mounts inside the new namespaces, then drops privileges and runs argv.
 const UNSHARE_SETUP = `set -e
-cwd=$1 drop=$2; shift 2
+cwd=$1; shift
 n=0; while [ "$1" != -- ]; do eval "w$n=\\$1; exec $((n + 3))<\\"\\$1\\""; n=$((n + 1)); shift; done; shift
 awk '{print $5}' /proc/self/mountinfo | while IFS= read -r mp; do
-  mp=$(printf '%b' "$(printf '%s' "$mp" | sed 's/\\\\/\\\\0/g')")
-  mount -o remount,bind,ro "$mp" 2>/dev/null || true
+  mount -o remount,bind,ro "$(printf '%b' "$mp")" 2>/dev/null || true
 done
 case $(awk '$5 == "/" {o = $6} END {print o}' /proc/self/mountinfo) in ro,* | ro) ;; *)
   echo "Cannot sandbox: / stayed writable" >&2; exit 126 ;; esac
@@ -103,19 +125,17 @@ mount -t tmpfs -o mode=1777 tmpfs /tmp
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm 2>/dev/null || true
 i=0; while [ $i -lt $n ]; do
   eval "d=\\$w$i"; mkdir -p -m 0755 "$d"
-  mount --bind "/proc/self/fd/$((i + 3))" "$d"; mount -o remount,bind,rw "$d"
+  mount --no-canonicalize --bind "/proc/self/fd/$((i + 3))" "$d"; mount -o remount,bind,rw "$d"
   eval "exec $((i + 3))<&-"; i=$((i + 1))
 done
 cd "$cwd"
-if [ "$drop" = - ]; then exec "$@"; fi
-exec setpriv --reuid="\${drop%:*}" --regid="\${drop#*:}" --clear-groups --inh-caps=-all \\
-  --bounding-set=-all --no-new-privs -- "$@"
+exec "$@"
 `;
 
 function unshareArgv(argv: readonly string[], cwd: string, config: SandboxConfig): string[] {
   const root = Deno.uid() === 0;
   return [
-    UNSHARE,
+    "unshare",
     ...(root ? [] : ["--user", "--map-root-user"]),
     "--mount",
     "--propagation",
@@ -134,9 +154,9 @@ function unshareArgv(argv: readonly string[], cwd: string, config: SandboxConfig
     UNSHARE_SETUP,
     "hud-sandbox",
     cwd,
-    config.user === null ? "-" : `${config.user.uid}:${config.user.gid}`,
     ...config.writable,
     "--",
+    ...dropArgv(config.user),
     ...argv,
   ];
 }
@@ -175,7 +195,11 @@ export function spawnInSandbox(
   argv: readonly string[],
   options: SshSpawnOptions & { sandbox: SandboxConfig },
 ): Deno.ChildProcess {
-  const [program, ...args] = sandboxArgv(argv, options.cwd, options.sandbox);
+  const [name, ...args] = sandboxArgv(argv, options.cwd, options.sandbox);
+  // The sandbox's own tools come from this process's PATH.
+  const wrapped = options.sandbox.isolation !== "none" || Deno.uid() === 0;
+  const program = wrapped ? findProgram(name) : name;
+  if (program === null) throw new Deno.errors.NotFound(`Cannot sandbox: "${name}" not found`);
   return new Deno.Command(program, {
     args,
     // bwrap and unshare chdir inside; the host side starts from a directory
@@ -210,7 +234,7 @@ export async function probeSandbox(config: SandboxConfig, cwd: string): Promise<
     return text || `exit status ${out.code}`;
   } catch (err) {
     return err instanceof Deno.errors.NotFound
-      ? `"${config.isolation === "bwrap" ? BWRAP : UNSHARE}" is not installed`
+      ? `"${config.isolation}" is not installed`
       : String(err instanceof Error ? err.message : err);
   }
 }
