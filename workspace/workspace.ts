@@ -19,6 +19,9 @@ import { type Isolation, probeSandbox, type SandboxConfig, spawnInSandbox } from
 /** How commands are isolated: a mechanism, or "auto" for the first that works. */
 export type WorkspaceIsolation = "auto" | Isolation;
 
+/** Unauthenticated SSH connections: random early drop from 32, all from 128. */
+const WORKSPACE_STARTUPS = { start: 32, rate: 30, full: 128 };
+
 /** The uid (and gid) commands run as when this process is root: `nobody`. */
 const NOBODY = 65534;
 
@@ -250,6 +253,9 @@ export function addWorkspace(
       cwd,
       env: { HOME: home, USER: user, ...options.env },
       spawn: (argv, o) => spawnInSandbox(argv, { ...o, sandbox }),
+      // Rollouts in parallel log in at once: OpenSSH's 10:30:100 would drop
+      // some of a burst of twenty.
+      maxStartups: WORKSPACE_STARTUPS,
       onError: options.onError,
     });
     const addr = server.addr;

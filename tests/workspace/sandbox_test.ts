@@ -99,7 +99,10 @@ for (
             await Deno.writeTextFile(`${root}/given`, "x");
             await Deno.chown(`${root}/given`, 65534, 65534);
             assert.equal(await sh(shell, "echo y >> given && cat given"), "xy\n");
-            assert.equal(await sh(shell, "cat /root/.profile /etc/shadow 2>/dev/null; echo $?"), "1\n");
+            assert.equal(
+              await sh(shell, "cat /root/.profile /etc/shadow 2>/dev/null; echo $?"),
+              "1\n",
+            );
           });
         }
 
@@ -146,7 +149,8 @@ Deno.test("addWorkspace() runs nothing one episode plants in HOME in the next", 
   if (IS_ROOT) await Deno.chown(scratch, 65534, 65534);
   const saved = Deno.env.get("HOME");
   Deno.env.set("HOME", scratch);
-  const plant = `for f in ~/.bash_profile ~/.bashrc ~/.profile; do echo 'echo PLANTED' >> "$f"; done; echo $HOME`;
+  const plant =
+    `for f in ~/.bash_profile ~/.bashrc ~/.profile; do echo 'echo PLANTED' >> "$f"; done; echo $HOME`;
   try {
     const homes: string[] = [];
     const root = await Deno.makeTempDir({ prefix: "ws-sandbox-" });
@@ -176,7 +180,7 @@ Deno.test("addWorkspace() runs nothing one episode plants in HOME in the next", 
   }
 });
 
-Deno.test("addWorkspace() isolation \"none\" says so in the binding and in one warning", async () => {
+Deno.test('addWorkspace() isolation "none" says so in the binding and in one warning', async () => {
   const warnings: string[] = [];
   await withWorkspace(
     { isolation: "none", onError: (e) => warnings.push(String(e)) },
