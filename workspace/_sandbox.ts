@@ -69,6 +69,36 @@ function dropArgv(user: { uid: number; gid: number } | null): string[] {
   ];
 }
 
+// Files this process (root) adds to the workspace after start would be
+// read-only for the agent's uid: before each command, still root but inside
+// the sandbox, where everything but the writable directories is mounted
+// read-only (so no link can lead chown anywhere else), hand root's entries
+// there to the agent.
+const HANDOVER = `owner=$1; shift; n=0
+for d in "$@"; do [ "$d" = -- ] && break; n=$((n + 1)); done
+chown -R -P -h --from=0 "$owner" -- "\${@:1:$n}" 2>/dev/null || :
+shift $((n + 1)); exec "$@"
+`;
+
+/** As root switching to a user: hand the writable directories over first, then drop. */
+function enterArgv(config: SandboxConfig): string[] {
+  const drop = dropArgv(config.user);
+  if (config.user === null || drop.length === 0) return drop;
+  const { uid, gid } = config.user;
+  return [
+    "bash",
+    "--noprofile",
+    "--norc",
+    "-c",
+    HANDOVER,
+    "hud-handover",
+    `${uid}:${gid}`,
+    ...config.writable,
+    "--",
+    ...drop,
+  ];
+}
+
 function bwrapArgv(argv: readonly string[], cwd: string, config: SandboxConfig): string[] {
   const args = [
     "bwrap",
@@ -107,7 +137,7 @@ function bwrapArgv(argv: readonly string[], cwd: string, config: SandboxConfig):
   // without a terminal, and staying in one process group lets the server
   // signal the command itself, not only bwrap. Root keeps its capabilities
   // in bwrap until setpriv drops them with the uid.
-  args.push("--chdir", cwd, "--", ...dropArgv(config.user), ...argv);
+  args.push("--chdir", cwd, "--", ...enterArgv(config), ...argv);
   return args;
 }
 
@@ -156,7 +186,7 @@ function unshareArgv(argv: readonly string[], cwd: string, config: SandboxConfig
     cwd,
     ...config.writable,
     "--",
-    ...dropArgv(config.user),
+    ...enterArgv(config),
     ...argv,
   ];
 }
@@ -195,9 +225,15 @@ export function spawnInSandbox(
   argv: readonly string[],
   options: SshSpawnOptions & { sandbox: SandboxConfig },
 ): Deno.ChildProcess {
-  const [name, ...args] = sandboxArgv(argv, options.cwd, options.sandbox);
-  // The sandbox's own tools come from this process's PATH.
   const wrapped = options.sandbox.isolation !== "none" || Deno.uid() === 0;
+  // The command's environment holds what the client sent (LD_PRELOAD, PATH,
+  // BASH_ENV...): the wrappers, which may run as root, get a fixed one, and
+  // env(1) sets the command's only at the end, after privileges are gone.
+  const inner = wrapped
+    ? ["env", "-i", "--", ...Object.entries(options.env).map(([k, v]) => `${k}=${v}`), ...argv]
+    : argv;
+  const [name, ...args] = sandboxArgv(inner, options.cwd, options.sandbox);
+  // The sandbox's own tools come from this process's PATH.
   const program = wrapped ? findProgram(name) : name;
   if (program === null) throw new Deno.errors.NotFound(`Cannot sandbox: "${name}" not found`);
   return new Deno.Command(program, {
@@ -205,7 +241,7 @@ export function spawnInSandbox(
     // bwrap and unshare chdir inside; the host side starts from a directory
     // that exists for certain.
     cwd: options.sandbox.isolation === "none" ? options.cwd : "/",
-    env: options.env,
+    env: wrapped ? { PATH: DEFAULT_PATH } : options.env,
     clearEnv: true,
     // setsid(): the sandbox leads its own process group, which we kill; with
     // the PID namespace, killing its first process ends every process in it.

@@ -106,6 +106,23 @@ for (
           });
         }
 
+        await t.step("client-sent variables reach only the command", async () => {
+          // BASH_ENV, PATH and LD_PRELOAD from the client must not steer the
+          // sandbox's own tools, which start as root.
+          const log = `${root}/ran-as`;
+          await sh(
+            shell,
+            `mkdir -p bin; for p in env chown setpriv bash mount; do printf '#!/bin/sh\\nid -u >> ${log}\\n' > bin/$p; chmod +x bin/$p; done; printf 'id -u >> ${log}\\n' > evil.sh`,
+          );
+          const r = await shell.exec("true", {
+            timeout: 20_000,
+            env: { BASH_ENV: `${root}/evil.sh`, PATH: `${root}/bin:/usr/bin:/bin` },
+          });
+          assert.equal(r.code, 0, r.stderrText);
+          const ran = await Deno.readTextFile(log).catch(() => "");
+          assert.equal(ran, `${IS_ROOT ? 65534 : Deno.uid()}\n`, "who ran the planted files");
+        });
+
         await t.step("has no network by default", async () => {
           const port = new URL(env.capability("shell")!.url).port;
           const out = await sh(
