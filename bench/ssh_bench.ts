@@ -5,8 +5,8 @@
 //
 // Figures: exec("true") round trips per second (one ssh process, hence one
 // connection and key exchange, per command) and the throughput of a large
-// stdout (MB/s) per cipher. Ours runs `bash -lc`, sshd runs the login user's
-// shell with -c; both start from the same HOME, so both read its rc files.
+// stdout (MB/s) per cipher. Ours runs `bash --noprofile --norc -c` (no
+// sandbox: the bare server), sshd runs the login user's shell with -c.
 
 import { generateSshKeyPair, SshClient } from "../ssh/mod.ts";
 import { startSshServer } from "../ssh/server.ts";

@@ -147,7 +147,8 @@ const UNSHARE_SETUP = `set -e
 cwd=$1; shift
 n=0; while [ "$1" != -- ]; do eval "w$n=\\$1; exec $((n + 3))<\\"\\$1\\""; n=$((n + 1)); shift; done; shift
 awk '{print $5}' /proc/self/mountinfo | while IFS= read -r mp; do
-  mount -o remount,bind,ro "$(printf '%b' "$mp")" 2>/dev/null || true
+  case $mp in *\\*) mp=$(printf '%b' "$mp") ;; esac
+  mount -o remount,bind,ro "$mp" 2>/dev/null || true
 done
 case $(awk '$5 == "/" {o = $6} END {print o}' /proc/self/mountinfo) in ro,* | ro) ;; *)
   echo "Cannot sandbox: / stayed writable" >&2; exit 126 ;; esac
