@@ -58,4 +58,11 @@ export {
   SshHostKeyError,
   type SshProcess,
 } from "./client.ts";
-export { type SshServer, type SshServerOptions, startSshServer } from "./server.ts";
+export {
+  type SshServer,
+  type SshServerOptions,
+  type SshSpawner,
+  type SshSpawnOptions,
+  type SshStartupLimits,
+  startSshServer,
+} from "./server.ts";

@@ -14,10 +14,13 @@ import type { Environment } from "../env.ts";
 import { generateSshKeyPair } from "../ssh/keys.ts";
 import { type SshServer, startSshServer } from "../ssh/server.ts";
 import { type FileTracker, startFileTracker } from "../filetracking/tracker.ts";
-import { type Isolation, probeSandbox, type SandboxConfig, spawnInSandbox } from "./_sandbox.ts";
+import { probeSandbox, type SandboxConfig, spawnInSandbox } from "./_sandbox.ts";
 
-/** How commands are isolated: a mechanism, or "auto" for the first that works. */
-export type WorkspaceIsolation = "auto" | Isolation;
+/**
+ * How commands are isolated: bubblewrap, util-linux `unshare`, nothing, or
+ * "auto" for the first of bubblewrap and `unshare` that works here.
+ */
+export type WorkspaceIsolation = "auto" | "bwrap" | "unshare" | "none";
 
 /** Unauthenticated SSH connections: random early drop from 32, all from 128. */
 const WORKSPACE_STARTUPS = { start: 32, rate: 30, full: 128 };
