@@ -55,10 +55,11 @@ function isUnder(path: string, dir: string): boolean {
 /**
  * As root: `setpriv` switching to `user` (if any) with no supplementary
  * groups and no capabilities (an empty bounding set keeps even root from
- * regaining them at exec). As anyone else: nothing.
+ * regaining them at exec). As anyone else: nothing, unless the sandbox made
+ * us root of a user namespace (`userNs`), whose capabilities go too.
  */
-function dropArgv(user: { uid: number; gid: number } | null): string[] {
-  if (Deno.uid() !== 0) return [];
+function dropArgv(user: { uid: number; gid: number } | null, userNs = false): string[] {
+  if (Deno.uid() !== 0 && !userNs) return [];
   return [
     "setpriv",
     ...(user === null ? [] : [`--reuid=${user.uid}`, `--regid=${user.gid}`, "--clear-groups"]),
@@ -187,7 +188,7 @@ function unshareArgv(argv: readonly string[], cwd: string, config: SandboxConfig
     cwd,
     ...config.writable,
     "--",
-    ...enterArgv(config),
+    ...(root ? enterArgv(config) : dropArgv(null, true)),
     ...argv,
   ];
 }

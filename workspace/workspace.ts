@@ -66,9 +66,10 @@ export interface WorkspaceOptions {
   network?: boolean;
   /**
    * Uid commands run as when this process is root; 0 keeps root (without
-   * capabilities in a sandbox). The root's tree is given to this uid at
-   * start so the agent can edit it; files added later as root must be given
-   * to it as well (`Deno.chown`). Ignored when this process is not root.
+   * capabilities). The root's tree is given to this uid at start so the
+   * agent can edit it, and in a sandbox what this process adds there as
+   * root is handed over before each command. Ignored when this process is
+   * not root.
    * @default 65534 (nobody)
    */
   uid?: number;
