@@ -11,8 +11,9 @@
 // connection and key exchange, per command), the throughput of a large
 // stdout (MB/s) per cipher, SFTP get and put with OpenSSH's sftp (ours
 // against sshd running OpenSSH's sftp-server), SshClient.readFile and
-// writeFile, and the ciphers' own speed on 32 KiB packets in this process. Ours runs `bash -lc`, sshd runs the login user's
-// shell with -c; both start from the same HOME, so both read its rc files.
+// writeFile, and the ciphers' own speed on 32 KiB packets in this process.
+// Ours runs `bash --noprofile --norc -c` (no sandbox: the bare server), sshd
+// runs the login user's shell with -c.
 
 import { generateSshKeyPair, SshClient } from "../ssh/mod.ts";
 import { startSshServer } from "../ssh/server.ts";

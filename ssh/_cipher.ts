@@ -365,14 +365,16 @@ export class ByteReader {
   }
 
   /**
-   * Reads a CR LF (or LF) terminated line of at most `max` bytes; null at end
-   * of stream; throws SshError when the line is longer.
+   * Reads a CR LF (or LF) terminated line of at most `max` bytes counting its
+   * terminator, however the bytes were split into reads; null at end of
+   * stream; throws SshError when the line is longer.
    */
   async readLine(max: number): Promise<string | null> {
     let scanned = 0;
     while (true) {
       const view = this.#buf.subarray(this.#start, this.#end);
       const nl = view.indexOf(10, scanned);
+      if (nl >= max) throw new SshError("Cannot read version: line too long", { reason: 2 });
       if (nl >= 0) {
         let line = view.subarray(0, nl);
         if (line.length > 0 && line[line.length - 1] === 13) line = line.subarray(0, -1);

@@ -258,7 +258,8 @@ export class SshTransport {
   async #readVersion(): Promise<void> {
     const server = this.#opts.role === "server";
     for (let lines = 0; lines < (server ? 1 : 64); lines++) {
-      const line = await this.#reader.readLine(server ? 257 : 1024);
+      // RFC 4253 section 4.2: at most 255 bytes with CR LF.
+      const line = await this.#reader.readLine(server ? 255 : 1024);
       if (line === null) {
         throw new SshError("Cannot connect: connection closed during version exchange", {
           reason: DISCONNECT.CONNECTION_LOST,

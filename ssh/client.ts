@@ -91,10 +91,18 @@ export interface SshClientOptions {
 /** Options for {@linkcode SshClient.fromBinding}. */
 export interface SshBindingOptions {
   /**
-   * Our private key; defaults to the binding's `client_key`, else the file at
-   * its `client_key_path`.
+   * Our private key; defaults to the binding's `client_key` (and, with
+   * `allowKeyPath`, else the file at its `client_key_path`).
    */
   privateKey?: string;
+  /**
+   * Read the key from the binding's `client_key_path` when it has no inline
+   * `client_key`. Off by default: an environment must not make us read a
+   * file of its choosing (such as our own `~/.ssh/id_ed25519`) and log in
+   * with it.
+   * @default false
+   */
+  allowKeyPath?: boolean;
   /** Aborts connecting. */
   signal?: AbortSignal;
   /**
@@ -383,10 +391,16 @@ export class SshClient {
     }
     const privateKey = options.privateKey ??
       (typeof p.client_key === "string" ? p.client_key : undefined);
-    const privateKeyPath = typeof p.client_key_path === "string" ? p.client_key_path : undefined;
+    const privateKeyPath = options.allowKeyPath === true && typeof p.client_key_path === "string"
+      ? p.client_key_path
+      : undefined;
     if (privateKey === undefined && privateKeyPath === undefined) {
       throw new TypeError(
-        `Cannot create SSH client: binding "${capability.name}" has no client_key or client_key_path`,
+        `Cannot create SSH client: binding "${capability.name}" has no client_key${
+          typeof p.client_key_path === "string"
+            ? " (pass allowKeyPath: true to read its client_key_path)"
+            : ""
+        }`,
       );
     }
     return new SshClient({

@@ -63,4 +63,11 @@ export {
   type SshProcess,
   type SshPtyOptions,
 } from "./client.ts";
-export { type SshServer, type SshServerOptions, startSshServer } from "./server.ts";
+export {
+  type SshServer,
+  type SshServerOptions,
+  type SshSpawner,
+  type SshSpawnOptions,
+  type SshStartupLimits,
+  startSshServer,
+} from "./server.ts";

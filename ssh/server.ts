@@ -30,6 +30,32 @@ import { MSG, SshTransport } from "./_transport.ts";
 import { bytesEqual, SshReader, SshWriter } from "./_wire.ts";
 import { SftpServer } from "./_sftp.ts";
 
+/** What a {@linkcode SshSpawner} is asked to run. */
+export interface SshSpawnOptions {
+  /** Working directory. */
+  cwd: string;
+  /** The complete environment of the command (nothing else may leak in). */
+  env: Record<string, string>;
+}
+
+/**
+ * Starts a session's command: `argv[0]` is the program (`bash`, util-linux
+ * `script`...), the rest its arguments. It must return a child with piped
+ * stdin, stdout and stderr that leads its own process group (signals and the
+ * final SIGKILL go to the group).
+ */
+export type SshSpawner = (argv: readonly string[], options: SshSpawnOptions) => Deno.ChildProcess;
+
+/** Limits on connections that have not logged in yet, as OpenSSH's `MaxStartups`. */
+export interface SshStartupLimits {
+  /** Unauthenticated connections accepted before random early drop begins. */
+  start: number;
+  /** Percent chance of dropping a new connection when `start` are pending. */
+  rate: number;
+  /** Unauthenticated connections at which every new one is dropped. */
+  full: number;
+}
+
 /** Options for {@linkcode startSshServer}. */
 export interface SshServerOptions {
   /**
@@ -87,6 +113,23 @@ export interface SshServerOptions {
    * @default 256
    */
   maxConnections?: number;
+  /**
+   * Cap on connections that have not logged in: from `start` pending, a new
+   * one is dropped with a chance growing from `rate` percent to 100 at
+   * `full` (OpenSSH's `MaxStartups 10:30:100`).
+   * @default { start: 10, rate: 30, full: 100 }
+   */
+  maxStartups?: SshStartupLimits;
+  /**
+   * Milliseconds a connection may take to send its version line.
+   * @default 10000
+   */
+  versionTimeout?: number;
+  /**
+   * Starts each session's command.
+   * @default runs `argv` directly with `clearEnv` in a new session
+   */
+  spawn?: SshSpawner;
   /**
    * Bytes sent plus received after which a connection renews its keys.
    * @default 1073741824 (1 GiB)
@@ -147,7 +190,9 @@ async function findTerminal(pid: number): Promise<string | null> {
     for (const p of level) {
       if (p !== pid) {
         const tty = await Deno.readLink(`/proc/${p}/fd/0`).catch(() => "");
-        if (tty.startsWith("/dev/pts/")) return tty;
+        // Through the process's own root: in a sandbox with a private /dev,
+        // /dev/pts/N here would name another terminal.
+        if (tty.startsWith("/dev/pts/")) return `/proc/${p}/root${tty}`;
       }
       const kids = await Deno.readTextFile(`/proc/${p}/task/${p}/children`).catch(() => "");
       for (const k of kids.trim().split(/\s+/)) if (/^\d+$/.test(k)) next.push(Number(k));
@@ -165,7 +210,23 @@ function hostEnv(name: string): string | undefined {
   }
 }
 
+/** The default {@linkcode SshSpawner}: `argv` as is, in its own session. */
+function spawnDirect(argv: readonly string[], options: SshSpawnOptions): Deno.ChildProcess {
+  return new Deno.Command(argv[0], {
+    args: argv.slice(1),
+    cwd: options.cwd,
+    env: options.env,
+    clearEnv: true,
+    // setsid(): the command leads its own process group, which we kill.
+    detached: true,
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+}
+
 interface ServerConfig {
+  spawn: SshSpawner;
   cwd: string;
   env: Record<string, string>;
   user: string | undefined;
@@ -239,9 +300,9 @@ class Session {
         return true;
       }
       case "exec":
-        return this.#spawn(["-lc", r.text()]);
+        return this.#spawn(["-c", r.text()]);
       case "shell":
-        return this.#spawn(["-l"]);
+        return this.#spawn([]);
       case "subsystem":
         return this.#subsystem(r.text());
       case "window-change": {
@@ -330,28 +391,19 @@ class Session {
       ...this.#config.env,
       ...this.#env,
     };
-    let program = "bash";
+    // No profile or rc file: what one session plants there must not run in
+    // the next.
+    let argv = ["bash", "--noprofile", "--norc", ...args];
     if (this.#pty !== null) {
       const { term, cols, rows } = this.#pty;
       env.TERM = term || "xterm";
-      const inner = `stty cols ${cols} rows ${rows} 2>/dev/null; exec bash ${
-        args.map(shellQuote).join(" ")
+      const inner = `stty cols ${cols} rows ${rows} 2>/dev/null; exec ${
+        argv.map(shellQuote).join(" ")
       }`;
-      program = SCRIPT;
-      args = ["-q", "-e", "-c", inner, "/dev/null"];
+      argv = [SCRIPT, "-q", "-e", "-c", inner, "/dev/null"];
     }
     try {
-      this.#proc = new Deno.Command(program, {
-        args,
-        cwd: this.#config.cwd,
-        env,
-        clearEnv: true,
-        // setsid(): the command leads its own process group, which we kill.
-        detached: true,
-        stdin: "piped",
-        stdout: "piped",
-        stderr: "piped",
-      }).spawn();
+      this.#proc = this.#config.spawn(argv, { cwd: this.#config.cwd, env });
     } catch (err) {
       this.#config.onError(err);
       return false;
@@ -482,11 +534,15 @@ class ServerConnection {
     });
   }
 
-  async run(graceMs: number): Promise<void> {
+  async run(graceMs: number, versionMs: number): Promise<void> {
     const timer = setTimeout(() => {
       this.transport.disconnect(DISCONNECT.PROTOCOL_ERROR, "login grace time exceeded")
         .catch(() => {});
     }, graceMs);
+    // A silent peer gets no binary DISCONNECT: it has not spoken SSH yet.
+    const versionTimer = setTimeout(() => {
+      if (this.transport.peerVersion === "") this.transport.close();
+    }, versionMs);
     try {
       await this.transport.handshake();
       await Promise.race([this.authed, this.transport.closed]);
@@ -494,6 +550,7 @@ class ServerConnection {
       // Handshake failures only end this connection.
     } finally {
       clearTimeout(timer);
+      clearTimeout(versionTimer);
     }
     const err = await this.transport.closed;
     this.#mux.abortAll(err ?? new SshError("Connection closed"));
@@ -577,13 +634,29 @@ class ServerConnection {
   }
 }
 
+function checkStartups(limits: SshStartupLimits): SshStartupLimits {
+  const { start, rate, full } = limits ?? {};
+  const ok = Number.isInteger(start) && Number.isInteger(rate) && Number.isInteger(full) &&
+    start >= 1 && start <= full && rate >= 0 && rate <= 100;
+  if (!ok) {
+    throw new RangeError(
+      `Cannot start SSH server: invalid maxStartups "${start}:${rate}:${full}" (want start:rate:full with 1 <= start <= full, 0 <= rate <= 100)`,
+    );
+  }
+  return { start, rate, full };
+}
+
 class Server implements SshServer {
   readonly #listener: Deno.TcpListener;
   readonly #hostKey: Promise<Signer>;
   readonly #config: ServerConfig;
   readonly #grace: number;
+  readonly #versionTimeout: number;
   readonly #maxConnections: number;
+  readonly #startups: SshStartupLimits;
   readonly #conns = new Map<ServerConnection, Promise<void>>();
+  /** Connections that have not logged in yet. */
+  readonly #unauthed = new Set<ServerConnection>();
   readonly #hostPublicKey: string;
   readonly #finished: Promise<void>;
   #finishedResolve!: () => void;
@@ -604,11 +677,22 @@ class Server implements SshServer {
       throw new RangeError(`Cannot start SSH server: invalid maxAuthTries "${maxAuthTries}"`);
     }
     this.#grace = options.loginGraceTime ?? 30_000;
+    this.#versionTimeout = options.versionTimeout ?? 10_000;
+    if (!(this.#versionTimeout > 0)) {
+      throw new RangeError(
+        `Cannot start SSH server: invalid versionTimeout "${this.#versionTimeout}"`,
+      );
+    }
     this.#maxConnections = options.maxConnections ?? 256;
+    this.#startups = checkStartups(options.maxStartups ?? { start: 10, rate: 30, full: 100 });
+    if (options.spawn !== undefined && typeof options.spawn !== "function") {
+      throw new TypeError("Cannot start SSH server: spawn must be a function");
+    }
     this.#hostKey = Ed25519Signer.fromParsed(parsed);
     this.#hostKey.catch(() => {});
     this.#hostPublicKey = formatPublicKey(parsed.publicKey);
     this.#config = {
+      spawn: options.spawn ?? spawnDirect,
       cwd: options.cwd ?? Deno.cwd(),
       env: { ...(options.env ?? {}) },
       user: options.user,
@@ -661,17 +745,32 @@ class Server implements SshServer {
         if (this.#shuttingDown !== null || err instanceof Deno.errors.BadResource) return;
         continue;
       }
-      if (this.#conns.size >= this.#maxConnections) {
+      if (this.#conns.size >= this.#maxConnections || this.#dropStartup()) {
         closeQuietly(conn);
         continue;
       }
       conn.setNoDelay(true);
       const c = new ServerConnection(conn, this.#hostKey, this.#config);
-      const task = c.run(this.#grace).catch((err) => this.#config.onError(err)).finally(() =>
-        this.#conns.delete(c)
-      );
+      this.#unauthed.add(c);
+      c.authed.then(() => this.#unauthed.delete(c));
+      const task = c.run(this.#grace, this.#versionTimeout).catch((err) =>
+        this.#config.onError(err)
+      ).finally(() => {
+        this.#unauthed.delete(c);
+        this.#conns.delete(c);
+      });
       this.#conns.set(c, task);
     }
+  }
+
+  /** OpenSSH's random early drop: whether to refuse a new connection. */
+  #dropStartup(): boolean {
+    const { start, rate, full } = this.#startups;
+    const n = this.#unauthed.size;
+    if (n >= full) return true;
+    if (n < start) return false;
+    const p = rate + ((100 - rate) * (n - start)) / (full - start);
+    return Math.random() * 100 < p;
   }
 
   shutdown(): Promise<void> {
@@ -694,8 +793,8 @@ class Server implements SshServer {
 }
 
 /**
- * Starts an SSH server. Commands run as this process's user; only the keys in
- * `authorizedKeys` may log in.
+ * Starts an SSH server. Commands run as this process's user (or however the
+ * `spawn` hook starts them); only the keys in `authorizedKeys` may log in.
  *
  * @example Serve a directory over SSH
  * ```ts

@@ -7,4 +7,4 @@
  * @module
  */
 
-export { addWorkspace, type WorkspaceOptions } from "./workspace.ts";
+export { addWorkspace, type WorkspaceIsolation, type WorkspaceOptions } from "./workspace.ts";

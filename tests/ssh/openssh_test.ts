@@ -112,6 +112,39 @@ Deno.test("addWorkspace() serves OpenSSH's ssh client", async (t) => {
       assert.ok(lines[1].length > 0);
     });
 
+    await t.step("copies files both ways with scp's legacy protocol", async () => {
+      const scp = (args: string[]) =>
+        new Deno.Command("scp", {
+          args: [
+            "-O",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            `UserKnownHostsFile=${knownHosts}`,
+            "-o",
+            "BatchMode=yes",
+            "-F",
+            "/dev/null",
+            "-i",
+            keyPath,
+            "-P",
+            String(port),
+            ...args,
+          ],
+          stdin: "null",
+          stdout: "piped",
+          stderr: "piped",
+        }).output();
+      const data = bigData(256 * 1024);
+      await Deno.writeFile(`${home}/up.bin`, data);
+      const up = await scp([`${home}/up.bin`, "agent@127.0.0.1:up.bin"]);
+      assert.equal(up.code, 0, new TextDecoder().decode(up.stderr));
+      assert.equal(await sha256Hex(await Deno.readFile(`${root}/up.bin`)), await sha256Hex(data));
+      const down = await scp(["agent@127.0.0.1:up.bin", `${home}/down.bin`]);
+      assert.equal(down.code, 0, new TextDecoder().decode(down.stderr));
+      assert.equal(await sha256Hex(await Deno.readFile(`${home}/down.bin`)), await sha256Hex(data));
+    });
+
     await t.step("refuses a wrong key and a wrong user", async () => {
       const other = await generateSshKeyPair();
       const otherPath = `${home}/other_key`;

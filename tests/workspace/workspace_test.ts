@@ -17,7 +17,7 @@ Deno.test("addWorkspace() publishes a shell and removes its keys at stop", async
     assert.match(cap.url, /^ssh:\/\/127\.0\.0\.1:\d+$/);
     assert.equal(cap.params.user, "bot");
     assert.equal(cap.params.cwd, root);
-    assert.equal(cap.params.isolation, "none");
+    assert.match(cap.params.isolation as string, /^(bwrap|unshare)$/);
     assert.match(cap.params.host_pubkey as string, /^ssh-ed25519 /);
     assert.match(cap.params.client_key as string, /BEGIN OPENSSH PRIVATE KEY/);
     keyPath = cap.params.client_key_path as string;
@@ -25,10 +25,11 @@ Deno.test("addWorkspace() publishes a shell and removes its keys at stop", async
     await using shell = SshClient.fromBinding(cap);
     const r = await shell.exec("echo $MARK; pwd");
     assert.equal(r.stdoutText, `set\n${root}\n`);
-    // A binding that only names the key file works too.
+    // A binding that only names the key file works when the caller allows it.
     const { client_key: _, ...params } = cap.params;
     const byPath = Capability.fromManifest({ ...cap.toManifest(), params });
-    await using shell2 = SshClient.fromBinding(byPath);
+    assert.throws(() => SshClient.fromBinding(byPath), /has no client_key .*allowKeyPath/);
+    await using shell2 = SshClient.fromBinding(byPath, { allowKeyPath: true });
     assert.equal((await shell2.exec("echo ok")).stdoutText, "ok\n");
   } finally {
     await env.stop();
