@@ -8,6 +8,10 @@
  * - {@linkcode SubprocessRuntime}: an environment module served by the
  *   command line's `serve` in a child process, one per placement.
  *
+ * - {@linkcode ContainerRuntime}: an environment image in a Docker or Podman
+ *   container, one per placement; {@linkcode buildEnvironmentImage} makes
+ *   the image, {@linkcode removeStaleContainers} cleans up after a killed run.
+ *
  * {@linkcode loadEnvironment} imports an environment module by path.
  *
  * @module
@@ -22,3 +26,15 @@ export {
   type SubprocessRuntimeOptions,
 } from "./runtime.ts";
 export { loadEnvironment, type LoadEnvironmentOptions } from "./loader.ts";
+export {
+  buildEnvironmentImage,
+  type BuildImageOptions,
+  CONTAINER_PORT,
+  ContainerRuntime,
+  type ContainerRuntimeOptions,
+  EngineError,
+  ENV_LABEL,
+  OWNER_LABEL,
+  removeStaleContainers,
+  type RemoveStaleOptions,
+} from "./container.ts";
