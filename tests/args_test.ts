@@ -36,7 +36,7 @@ function errorOf(reply: Record<string, unknown>): { code: number; message: strin
 Deno.test("tasks.start refuses mistyped arguments with -32000, naming them", async (t) => {
   const ran: string[] = [];
   await using server = bind(argsEnv(ran));
-  await using peer = await RawPeer.open(server.addr.port);
+  await using peer = await RawPeer.login(server);
   await t.step("integer() refuses text and fractions", async () => {
     assert.deepEqual(
       errorOf(await peer.call("tasks.start", { id: "job", args: { n: "abc", lang: "shell" } })),
@@ -103,7 +103,7 @@ Deno.test("tasks.start refuses mistyped arguments with -32000, naming them", asy
 
 Deno.test("tasks.grade reports a template that ends without grading", async () => {
   await using server = bind(argsEnv([]));
-  await using peer = await RawPeer.open(server.addr.port);
+  await using peer = await RawPeer.login(server);
   await peer.call("tasks.start", { id: "forgot" });
   assert.deepEqual(errorOf(await peer.call("tasks.grade", { answer: "x" })), {
     code: -32000,
