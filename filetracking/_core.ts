@@ -3,7 +3,9 @@
 
 import { unifiedDiff } from "./_diff.ts";
 import { artifactType, isCredentialPath } from "./_rules.ts";
-import { type Entry, sameContent, type Scan, Scanner, sha256Hex } from "./_scan.ts";
+import { type Entry, sameContent, type Scan, type ScanIssue, Scanner, sha256Hex } from "./_scan.ts";
+
+export type { ScanIssue };
 
 // Wire payloads keep the protocol's snake_case names: they are recorded in
 // traces as they are, so a camelCase copy would only add a conversion.
@@ -26,6 +28,11 @@ export interface FileSnapshot {
   files_scanned: number;
   /** Present and `true` when the list or a hash was cut short by a limit. */
   truncated?: boolean;
+  /**
+   * Present when the scan skipped paths it could not track (unreadable,
+   * replaced while read, too deep): each with the reason. At most 100.
+   */
+  skipped_paths?: ScanIssue[];
 }
 
 /** How a file changed. */
@@ -63,6 +70,11 @@ export interface FileDiff {
   patches: FilePatch[];
   /** Present and `true` when a limit left content unread or patches omitted. */
   truncated?: boolean;
+  /**
+   * Present when the scan skipped paths it could not track (unreadable,
+   * replaced while read, too deep): each with the reason. At most 100.
+   */
+  skipped_paths?: ScanIssue[];
 }
 
 /** Result of `advance`: the new reference point. */
@@ -75,6 +87,11 @@ export interface AdvanceResult {
   files_scanned: number;
   /** Present and `true` when the content budget left files unread. */
   truncated?: boolean;
+  /**
+   * Present when the scan skipped paths it could not track (unreadable,
+   * replaced while read, too deep): each with the reason. At most 100.
+   */
+  skipped_paths?: ScanIssue[];
 }
 
 /** An artifact file captured by `flush`. */
@@ -193,6 +210,7 @@ export class Tracker {
       }
       const result: FileSnapshot = { files, files_scanned: scan.files.size };
       if (truncated) result.truncated = true;
+      if (scan.issues.length > 0) result.skipped_paths = [...scan.issues];
       return result;
     });
   }
@@ -228,6 +246,7 @@ export class Tracker {
         files_scanned: scan.files.size,
       };
       if (scan.truncated) result.truncated = true;
+      if (scan.issues.length > 0) result.skipped_paths = [...scan.issues];
       return result;
     });
   }
@@ -286,6 +305,7 @@ export class Tracker {
       patches,
     };
     if (truncated) result.truncated = true;
+    if (to.issues.length > 0) result.skipped_paths = [...to.issues];
     return result;
   }
 

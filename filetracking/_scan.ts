@@ -2,6 +2,7 @@
 // rules, stat every file, and read only the files whose size, times or inode
 // changed since the previous scan.
 
+import { redactSecrets } from "./_redact.ts";
 import {
   type IgnoreRule,
   isCredentialPath,
@@ -29,10 +30,20 @@ export interface Entry {
   readonly racy: boolean;
 }
 
+/** A path a scan could not track, and why. */
+export interface ScanIssue {
+  /** Path relative to the root, `/`-separated (cut short when very long). */
+  readonly path: string;
+  /** What went wrong, one line. */
+  readonly reason: string;
+}
+
 /** One scan of the workspace. */
 export interface Scan {
   /** Path (relative, `/`-separated) to entry. */
   readonly files: ReadonlyMap<string, Entry>;
+  /** Paths skipped because they failed (at most {@linkcode MAX_ISSUES}). */
+  readonly issues: readonly ScanIssue[];
   readonly timestamp: Date;
   readonly durationMs: number;
   /** Some files were left unread because the content budget ran out. */
@@ -54,6 +65,10 @@ const YIELD_EVERY_MS = 25;
 const READERS = 64;
 const SYNC_READ_MAX = 256 * 1024;
 const BINARY_PROBE = 8_000;
+/** Issues kept per scan: a tree of a million broken entries reports the first ones. */
+export const MAX_ISSUES = 100;
+/** Deeper paths are reported, not walked: past this, system calls fail with ENAMETOOLONG. */
+const MAX_PATH_LENGTH = 3_500;
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 const encoder = new TextEncoder();
 
@@ -110,7 +125,8 @@ export class Scanner {
   async scan(): Promise<Scan> {
     const started = performance.now();
     const timestamp = new Date();
-    const found = await this.#walk();
+    const issues: ScanIssue[] = [];
+    const found = await this.#walk(issues);
     const racyAfter = timestamp.getTime() - RACY_WINDOW_MS;
     found.sort((x, y) => x.path < y.path ? -1 : x.path > y.path ? 1 : 0);
     // Entries in path order: reused from the last scan, or read below.
@@ -137,7 +153,8 @@ export class Scanner {
       try {
         entries[index] = await this.#read(found[index], budgeted, racyAfter);
       } catch (err) {
-        if (!isVanished(err)) throw err;
+        // An entry that fails is skipped and reported; it never fails the scan.
+        if (!isVanished(err)) addIssue(issues, found[index].path, err);
       }
     });
     const files = new Map<string, Entry>();
@@ -146,7 +163,7 @@ export class Scanner {
       if (entry) files.set(found[i].path, entry);
     }
     this.#cache = files;
-    return { files, timestamp, durationMs: performance.now() - started, truncated };
+    return { files, issues, timestamp, durationMs: performance.now() - started, truncated };
   }
 
   async #read(f: Found, budgeted: boolean, racyAfter: number): Promise<Entry> {
@@ -177,16 +194,16 @@ export class Scanner {
     if (!budgeted) {
       return { ...base, kind: large ? "large" : "binary", hash: null, text: null, racy };
     }
-    // Small files read synchronously: the async op costs more than the read.
     const bytes = info.size <= SYNC_READ_MAX
-      ? Deno.readFileSync(f.abs)
-      : await Deno.readFile(f.abs);
+      ? readSameFileSync(f.abs, info)
+      : await readSameFile(f.abs, info);
     const hash = await sha256Hex(bytes);
     const size = bytes.length;
     if (large || size > this.#limits.maxFileSize) {
       return { ...base, size, kind: "large", hash, text: null, racy };
     }
-    const text = decodeText(bytes);
+    const decoded = decodeText(bytes);
+    const text = decoded === null ? null : redactSecrets(decoded);
     return { ...base, size, kind: text === null ? "binary" : "text", hash, text, racy };
   }
 
@@ -195,7 +212,7 @@ export class Scanner {
    * faster than their async forms for many small directories (measured on
    * Deno 2.9), and the loop yields to the event loop every few milliseconds.
    */
-  async #walk(): Promise<Found[]> {
+  async #walk(issues: ScanIssue[]): Promise<Found[]> {
     const found: Found[] = [];
     const stack: { dir: string; rules: IgnoreRule[] }[] = [{ dir: "", rules: [] }];
     let lastYield = performance.now();
@@ -206,8 +223,8 @@ export class Scanner {
       try {
         entries = [...Deno.readDirSync(absDir)];
       } catch (err) {
-        if (isVanished(err)) continue;
-        throw err;
+        if (!isVanished(err)) addIssue(issues, dir, err);
+        continue;
       }
       let rules = parentRules;
       if (entries.some((e) => e.name === ".gitignore" && e.isFile)) {
@@ -215,11 +232,15 @@ export class Scanner {
           const text = Deno.readTextFileSync(`${absDir}/.gitignore`);
           rules = [...parentRules, ...parseGitignore(text, dir)];
         } catch (err) {
-          if (!isVanished(err)) throw err;
+          if (!isVanished(err)) addIssue(issues, `${dir === "" ? "" : dir + "/"}.gitignore`, err);
         }
       }
       for (const e of entries) {
         const path = dir === "" ? e.name : `${dir}/${e.name}`;
+        if (path.length > MAX_PATH_LENGTH) {
+          addIssue(issues, path, `path longer than ${MAX_PATH_LENGTH} characters: not tracked`);
+          continue;
+        }
         if (e.isDirectory) {
           if (NOISE_DIRS.has(e.name) || isIgnored(rules, path, e.name, true)) continue;
           stack.push({ dir: path, rules });
@@ -230,8 +251,8 @@ export class Scanner {
           try {
             info = Deno.lstatSync(abs);
           } catch (err) {
-            if (isVanished(err)) continue;
-            throw err;
+            if (!isVanished(err)) addIssue(issues, path, err);
+            continue;
           }
           found.push({ path, abs, symlink: e.isSymlink, info });
         }
@@ -245,10 +266,62 @@ export class Scanner {
   }
 }
 
-/** A file that went away, or that the tracker may not read: skipped. */
+/** A file that went away between listing and reading: skipped silently. */
 function isVanished(err: unknown): boolean {
-  return err instanceof Deno.errors.NotFound || err instanceof Deno.errors.PermissionDenied ||
-    err instanceof Deno.errors.NotADirectory;
+  return err instanceof Deno.errors.NotFound || err instanceof Deno.errors.NotADirectory;
+}
+
+function addIssue(issues: ScanIssue[], path: string, err: unknown): void {
+  if (issues.length >= MAX_ISSUES) return;
+  const reason = typeof err === "string"
+    ? err
+    : err instanceof Error
+    ? `${err.name}: ${err.message.split("\n")[0]}`
+    : String(err);
+  issues.push({ path: path.length > 300 ? `${path.slice(0, 300)}…` : path, reason });
+}
+
+/**
+ * The file `lstat` saw is replaced (by a symlink to a file outside the
+ * root, say) between the walk and the read: opening follows the new link.
+ * Reading through the opened handle and checking that it is the same inode
+ * on the same device closes that window; at most the size seen is read.
+ */
+class FileChanged extends Error {
+  constructor(path: string) {
+    super(`${path} was replaced while being read: skipped`);
+    this.name = "FileChanged";
+  }
+}
+
+function sameFile(seen: Deno.FileInfo, opened: Deno.FileInfo): boolean {
+  return opened.isFile && seen.ino === opened.ino && seen.dev === opened.dev;
+}
+
+export function readSameFileSync(path: string, seen: Deno.FileInfo): Uint8Array<ArrayBuffer> {
+  using file = Deno.openSync(path, { read: true });
+  if (!sameFile(seen, file.statSync())) throw new FileChanged(path);
+  const out = new Uint8Array(seen.size);
+  let n = 0;
+  while (n < out.length) {
+    const r = file.readSync(out.subarray(n));
+    if (r === null || r === 0) break;
+    n += r;
+  }
+  return n === out.length ? out : out.slice(0, n);
+}
+
+async function readSameFile(path: string, seen: Deno.FileInfo): Promise<Uint8Array<ArrayBuffer>> {
+  using file = await Deno.open(path, { read: true });
+  if (!sameFile(seen, await file.stat())) throw new FileChanged(path);
+  const out = new Uint8Array(seen.size);
+  let n = 0;
+  while (n < out.length) {
+    const r = await file.read(out.subarray(n));
+    if (r === null || r === 0) break;
+    n += r;
+  }
+  return n === out.length ? out : out.slice(0, n);
 }
 
 function unchanged(cached: Entry, info: Deno.FileInfo, symlink: boolean): boolean {

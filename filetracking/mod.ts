@@ -25,6 +25,7 @@ export {
   observeFiles,
   type ObserveFilesOptions,
   type PatchStatus,
+  type ScanIssue,
   type SkippedArtifact,
   type SnapshotFile,
   startFileTracker,

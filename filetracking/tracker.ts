@@ -45,6 +45,7 @@ export type {
   FileSnapshot,
   FlushResult,
   PatchStatus,
+  ScanIssue,
   SkippedArtifact,
   SnapshotFile,
 } from "./_core.ts";
@@ -601,9 +602,16 @@ export interface ObserveFilesOptions {
   onResult?: (event: FileTrackingEvent) => void;
   /**
    * Receives tracker failures (connection refused, error replies, timeouts).
-   * After one, tracking stops; the run goes on.
+   * Tracking goes on: after an error reply on the same connection, after a
+   * lost connection on a new one (changes made while it was down may be
+   * missing from the trace); the run goes on in any case.
    */
   onError?: (error: unknown) => void;
+  /**
+   * Consecutive failed reconnections after which tracking stops.
+   * @default 3
+   */
+  maxReconnects?: number;
   /** Stops tracking (not the run) when aborted. */
   signal?: AbortSignal;
 }
@@ -613,7 +621,7 @@ export interface ObserveFilesOptions {
  * `setup` (or `advance` when the capability's `setup_diff` is not `true`) and
  * `snapshot`; while it runs, `diff` every `pollInterval`; after it (even when
  * it throws), `flush`. Tracker failures never fail the run: they go to
- * `onError` and tracking stops.
+ * `onError`, and tracking goes on (see {@linkcode ObserveFilesOptions.onError}).
  *
  * @example Observe a run
  * ```ts
@@ -671,15 +679,21 @@ export async function observeFiles<T>(
     using deadline = new Deadline(callTimeout, signal, `filetracking ${what}`);
     return await fn(client!, deadline.signal);
   };
+  // An error reply leaves the connection usable: the next poll tries again.
+  // Anything else (a timeout, a lost connection) drops it for a new one.
   const fail = (err: unknown) => {
     report(err);
+    if (err instanceof HudProtocolError) return;
     client?.close();
     client = null;
   };
-
-  try {
+  const open = async () => {
     using deadline = new Deadline(callTimeout, signal, "filetracking connect");
     client = await FileTrackerClient.connect(capability.url, { signal: deadline.signal });
+  };
+
+  try {
+    await open();
   } catch (err) {
     fail(err);
   }
@@ -698,14 +712,28 @@ export async function observeFiles<T>(
     }
   }
 
+  const maxReconnects = options.maxReconnects ?? 3;
+  let reconnectFailures = client ? 0 : maxReconnects; // never connected: do not retry
   const stop = new AbortController();
   const pollSignal = signal ? AbortSignal.any([stop.signal, signal]) : stop.signal;
   const poll = async () => {
-    while (client) {
+    while (client || reconnectFailures < maxReconnects) {
       try {
         await delay(pollInterval, pollSignal);
       } catch {
         return; // the run ended or tracking was cancelled
+      }
+      if (!client) {
+        try {
+          await open();
+          // A new connection starts at the tracker's baseline: move it to now.
+          await call("advance", (c, s) => c.advance({ signal: s }));
+          reconnectFailures = 0;
+        } catch (err) {
+          reconnectFailures++;
+          fail(err);
+          continue;
+        }
       }
       try {
         // Not tied to `stop`: a diff in flight when the run ends completes.
