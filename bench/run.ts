@@ -755,7 +755,7 @@ async function softFdLimit(): Promise<[number, number]> {
  */
 async function figureAuthCost(): Promise<void> {
   const count = QUICK ? 200 : 1_000;
-  const rounds = 5;
+  const rounds = 6;
   const on = await spawnChild("_serve_env.ts");
   const off = await spawnChild("_serve_env.ts", [], { AUTH: "0" });
   const plain = (port: number) => `tcp://127.0.0.1:${port}`;
@@ -765,9 +765,15 @@ async function figureAuthCost(): Promise<void> {
       await protocolFloor(off.port, 100, concurrency, plain(off.port));
       const withToken: number[] = [];
       const without: number[] = [];
+      // Which goes first alternates: the second of a pair runs warmer.
       for (let i = 0; i < rounds; i++) {
+        if (i % 2 === 1) {
+          without.push(await protocolFloor(off.port, count, concurrency, plain(off.port)));
+        }
         withToken.push(await protocolFloor(on.port, count, concurrency));
-        without.push(await protocolFloor(off.port, count, concurrency, plain(off.port)));
+        if (i % 2 === 0) {
+          without.push(await protocolFloor(off.port, count, concurrency, plain(off.port)));
+        }
       }
       const ours = median(withToken);
       const floor = median(without);

@@ -44,7 +44,9 @@ export class Runtime implements RuntimeProvider, Placement {
 
   /**
    * Points at an environment served at `url`.
-   * @param url `tcp://host:port` or `host:port`
+   * @param url `tcp://host:port` or `host:port`; `tcp://:TOKEN@host:port`
+   *   when the environment requires a token (clients also read
+   *   `HUD_SERVE_TOKEN`)
    * @param params data about the placement
    * @throws {TypeError} for a malformed address
    */
