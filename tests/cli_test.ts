@@ -264,7 +264,7 @@ Deno.test("cli.ts end to end in child processes: serve, tasks, start, then grade
     assertUsageError(ran, /--args is not valid JSON/);
     const help = await spawnCli("grade", "--help");
     assert.equal(help.code, 0);
-    assert.match(help.stdout, /^Usage: hud grade TASK --answer TEXT/);
+    assert.match(help.stdout, /^Usage: hud grade TASK \(--answer TEXT \| --answer-file PATH\)/);
   });
 });
 
@@ -297,9 +297,10 @@ Deno.test("main() eval runs an external agent, streams results and resumes", asy
         out,
       ]);
       assert.equal(ran.code, 0, ran.stderr);
-      assert.match(ran.stdout, /^task +runs +graded +errored +mean reward +failures$/m);
-      assert.match(ran.stdout, /^add-5-5 +2 +2 +0 +1\.000 +-$/m);
-      assert.match(ran.stdout, /mean reward 1\.000 over 6 graded runs, 0 errored/);
+      assert.match(ran.stdout, /^task +args +runs +graded +errored +mean reward +failures$/m);
+      assert.match(ran.stdout, /^add-5-5 +\{"a":5,"b":5\} +2 +2 +0 +1\.000 ± 0\.000 +-$/m);
+      assert.match(ran.stdout, /mean reward 1\.000 ± 0\.000 over 6 graded runs, 0 errored/);
+      assert.match(ran.stdout, /^pass@1 1\.000  pass@2 1\.000$/m);
       assert.match(ran.stderr, /add-1-2: 1 +\(done \d\/6/);
       const lines = (await Deno.readTextFile(out)).trim().split("\n");
       assert.equal(lines.length, 6);
@@ -319,7 +320,7 @@ Deno.test("main() eval runs an external agent, streams results and resumes", asy
         "--resume",
       ]);
       assert.equal(ran.code, 0, ran.stderr);
-      assert.match(ran.stdout, /mean reward 1\.000 over 6 graded runs, 0 errored/);
+      assert.match(ran.stdout, /mean reward 1\.000 ± 0\.000 over 6 graded runs, 0 errored/);
     });
     await t.step("a failing agent is recorded and what it wrote is still graded", async () => {
       const ran = await run([
@@ -333,7 +334,8 @@ Deno.test("main() eval runs an external agent, streams results and resumes", asy
         "30",
       ]);
       assert.equal(ran.code, 0, "a failing agent is still graded");
-      assert.match(ran.stdout, /mean reward 0\.000 over 3 graded runs/);
+      assert.match(ran.stdout, /mean reward 0\.000 ± 0\.000 over 3 graded runs/);
+      assert.match(ran.stdout, /^add-1-2: agent: Agent command exited with code 3$/m);
     });
     await t.step("bad flags are usage errors", async () => {
       assertUsageError(await run(["eval", BASIC]), /missing --agent/);
