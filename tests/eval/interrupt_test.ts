@@ -277,3 +277,92 @@ async function rowsFile(dir: string, n: number): Promise<string> {
   );
   return path;
 }
+
+/** Runs `hud ARGS` with a private TMPDIR until its first stdout line, sends `signals`, returns the exit code. */
+async function interruptAfterFirstLine(
+  args: string[],
+  tmp: string,
+  signals: Deno.Signal[],
+): Promise<{ code: number; firstLine: string; stderr: string }> {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", CLI, ...args],
+    env: { TMPDIR: tmp, NO_COLOR: "1" },
+    stdin: "piped", // held open: start --source waits for an answer on it
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const stderr = new Response(child.stderr).text();
+  const timer = setTimeout(() => child.kill("SIGKILL"), 60_000);
+  let text = "";
+  let sent = false;
+  try {
+    const decoder = new TextDecoder();
+    for await (const chunk of child.stdout) {
+      text += decoder.decode(chunk, { stream: true });
+      if (!sent && text.includes("\n")) {
+        sent = true;
+        for (const s of signals) {
+          child.kill(s);
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      }
+    }
+  } finally {
+    clearTimeout(timer);
+    await child.stdin.close().catch(() => {});
+  }
+  const { code } = await child.status;
+  assert.ok(sent, `printed a first line within 60 s: ${text}`);
+  return { code, firstLine: text.split("\n")[0], stderr: await stderr };
+}
+
+Deno.test({
+  name: "hud start --source and hud serve: a signal removes every key file and temp dir",
+  ignore: !linux,
+}, async (t) => {
+  const cases: { name: string; args: string[]; signals: Deno.Signal[]; code: number }[] = [
+    {
+      name: "start --source, SIGINT",
+      args: ["start", "echo", "--args", '{"n":1}', "--source", WORKSPACE],
+      signals: ["SIGINT"],
+      code: 130,
+    },
+    {
+      name: "start --source, SIGHUP",
+      args: ["start", "echo", "--args", '{"n":1}', "--source", WORKSPACE],
+      signals: ["SIGHUP"],
+      code: 130,
+    },
+    {
+      name: "serve, SIGTERM",
+      args: ["serve", WORKSPACE, "--port", "0"],
+      signals: ["SIGTERM"],
+      code: 0,
+    },
+    {
+      name: "serve, SIGHUP",
+      args: ["serve", WORKSPACE, "--port", "0"],
+      signals: ["SIGHUP"],
+      code: 0,
+    },
+    {
+      name: "serve, SIGINT twice",
+      args: ["serve", WORKSPACE, "--port", "0"],
+      signals: ["SIGINT", "SIGINT"],
+      code: -1,
+    },
+  ];
+  for (const c of cases) {
+    await t.step(c.name, async () => {
+      const tmp = await Deno.makeTempDir({ prefix: "evaltrust-" });
+      try {
+        const ran = await interruptAfterFirstLine(c.args, tmp, c.signals);
+        if (c.code >= 0) assert.equal(ran.code, c.code, ran.stderr);
+        else assert.ok(ran.code === 0 || ran.code === 130, `exit ${ran.code}: ${ran.stderr}`);
+        assert.deepEqual([...Deno.readDirSync(tmp)].map((e) => e.name), [], "TMPDIR is empty");
+      } finally {
+        await Deno.remove(tmp, { recursive: true });
+      }
+    });
+  }
+});
