@@ -359,7 +359,8 @@ Deno.test({
         const ran = await interruptAfterFirstLine(c.args, tmp, c.signals);
         if (c.code >= 0) assert.equal(ran.code, c.code, ran.stderr);
         else assert.ok(ran.code === 0 || ran.code === 130, `exit ${ran.code}: ${ran.stderr}`);
-        assert.deepEqual([...Deno.readDirSync(tmp)].map((e) => e.name), [], "TMPDIR is empty");
+        const left = [...Deno.readDirSync(tmp)].map((e) => e.name);
+        assert.deepEqual(left, [], `TMPDIR is empty (exit ${ran.code}): ${ran.stderr}`);
       } finally {
         await Deno.remove(tmp, { recursive: true });
       }
