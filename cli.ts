@@ -9,13 +9,16 @@
  * deno run -A jsr:@hud/sdk/cli grade add --answer 5 --url tcp://127.0.0.1:8765
  * ```
  *
- * Exit codes: 0 on success, 1 when the command fails, 2 for bad usage.
+ * Exit codes: 0 on success, 1 when the command fails (for `eval`: when any
+ * rollout was not graded), 2 for bad usage, 130 when interrupted (SIGINT,
+ * SIGTERM or SIGHUP).
  *
  * @module
  */
 
 import { parseArgs } from "node:util";
 import { connect, type HudClient } from "./client.ts";
+import { HudProtocolError, NotReadyError } from "./errors.ts";
 import {
   type Environment,
   environmentOf,
@@ -24,13 +27,13 @@ import {
   type TaskRow,
 } from "./env.ts";
 import type { JsonSchema } from "./schema.ts";
-import { loadEnvironment } from "./runtime/loader.ts";
+import { loadEnvironment, moduleUrl } from "./runtime/loader.ts";
 import { serve } from "./server.ts";
 import { abortable } from "./_internal/async.ts";
-import { CommandAgent } from "./eval/command_agent.ts";
+import { CommandAgent, parseEnvFile } from "./eval/command_agent.ts";
 import { formatJobTable, formatProgress } from "./eval/report.ts";
 import { LocalRuntime } from "./runtime/runtime.ts";
-import { type JobProgress, Taskset } from "./eval/taskset.ts";
+import { firstError, type Job, type JobProgress, prepareResults, Taskset } from "./eval/taskset.ts";
 import { errorMessage } from "./_internal/util.ts";
 import { redactUrl } from "./_internal/auth.ts";
 
@@ -57,19 +60,26 @@ export interface MainOptions {
 
 /** The program name shown in usage texts. */
 const PROGRAM = "hud";
+/** The SDK's version, as in deno.json (a test keeps them equal). */
+export const VERSION = "0.1.0";
 const DEFAULT_URL = "tcp://127.0.0.1:8765";
 const DEFAULT_PORT = 8765;
 /** How long `tasks`, `start` and `grade` keep trying to reach a served environment. */
-const CONNECT_TIMEOUT_MS = 10_000;
+const CONNECT_TIMEOUT_S = 10;
 
-/** Signals that stop `serve` (Windows has no SIGTERM listener). */
+/** Signals that stop a command, all alike (Windows has only SIGINT). */
 const STOP_SIGNALS: Deno.Signal[] = Deno.build.os === "windows"
   ? ["SIGINT"]
-  : ["SIGINT", "SIGTERM"];
+  : ["SIGINT", "SIGTERM", "SIGHUP"];
 
 const EXIT_OK = 0;
 const EXIT_FAILURE = 1;
 const EXIT_USAGE = 2;
+const EXIT_INTERRUPTED = 130;
+
+/** Colour and cursor escapes (Deno's import errors carry them). */
+// deno-lint-ignore no-control-regex
+const ANSI = /\x1b\[[0-9;?]*[A-Za-z]/g;
 
 /** Bad usage: reported on one line, exit code 2. */
 class UsageError extends Error {
@@ -87,6 +97,31 @@ interface Io {
   signal: AbortSignal | undefined;
   /** Whether progress may redraw one line (standard error is a terminal). */
   live: boolean;
+  /** Called on a second interrupting signal: stop now, skipping grace periods. */
+  onHurry?: () => void;
+}
+
+/**
+ * SIGINT, SIGTERM and SIGHUP, handled alike while a command runs: the first
+ * aborts the returned signal, the second calls `io.onHurry`. Dispose it to
+ * remove the listeners.
+ */
+function trapSignals(io: Io): Disposable & { signal: AbortSignal; interrupted(): boolean } {
+  const stopped = new AbortController();
+  let received = 0;
+  const onSignal = () => {
+    if (++received === 1) stopped.abort(new DOMException("Interrupted by a signal", "AbortError"));
+    else io.onHurry?.();
+  };
+  for (const s of STOP_SIGNALS) Deno.addSignalListener(s, onSignal);
+  const signal = io.signal ? AbortSignal.any([io.signal, stopped.signal]) : stopped.signal;
+  return {
+    signal,
+    interrupted: () => signal.aborted,
+    [Symbol.dispose]() {
+      for (const s of STOP_SIGNALS) Deno.removeSignalListener(s, onSignal);
+    },
+  };
 }
 
 /** A command of the table: its one-line summary, its help, and its body. */
@@ -96,8 +131,11 @@ interface Command {
   run(args: string[], io: Io): Promise<number>;
 }
 
-type OptionSpec = Record<string, { type: "string" | "boolean"; short?: string }>;
-type Values = Record<string, string | boolean | undefined>;
+type OptionSpec = Record<
+  string,
+  { type: "string" | "boolean"; short?: string; multiple?: boolean }
+>;
+type Values = Record<string, string | boolean | string[] | undefined>;
 
 /**
  * Parses a command's arguments. Returns `null` when `--help` was given (the
@@ -192,16 +230,51 @@ function checkUrl(url: string): string {
   return url;
 }
 
-function connectTo(url: string, io: Io, sessionId?: string): Promise<HudClient> {
-  return connect(url, {
-    readyTimeout: CONNECT_TIMEOUT_MS,
-    retryInterval: 200,
-    heartbeatInterval: 0,
-    // Forwarders would die with this process; nobody could use them.
-    forward: false,
-    signal: io.signal,
-    sessionId,
-  });
+function readyTimeoutMs(values: Values): number {
+  const text = stringOption(values, "ready-timeout");
+  if (text === undefined) return CONNECT_TIMEOUT_S * 1000;
+  if (!/^\d+(\.\d+)?$/.test(text) || !(Number(text) > 0)) {
+    throw new UsageError(`--ready-timeout must be a positive number of seconds, got "${text}"`);
+  }
+  return Number(text) * 1000;
+}
+
+async function connectTo(
+  url: string,
+  io: Io,
+  values: Values,
+  sessionId?: string,
+): Promise<HudClient> {
+  try {
+    return await connect(url, {
+      readyTimeout: readyTimeoutMs(values),
+      retryInterval: 200,
+      heartbeatInterval: 0,
+      // Forwarders would die with this process; nobody could use them.
+      forward: false,
+      signal: io.signal,
+      sessionId,
+    });
+  } catch (err) {
+    // Say why it was not ready: refused, reset, closed before hello...
+    if (err instanceof NotReadyError && err.cause !== undefined) {
+      const cause = errorMessage(err.cause).replace(/ \(os error \d+\)$/, "");
+      throw new NotReadyError(
+        `${err.message}: ${cause.charAt(0).toLowerCase()}${
+          cause.slice(1)
+        } (wait longer with --ready-timeout S)`,
+        { cause: err },
+      );
+    }
+    throw err;
+  }
+}
+
+/** The --ready-timeout lines of a help text whose descriptions start at `column`. */
+function readyTimeoutHelp(column: number): string {
+  const pad = " ".repeat(column);
+  return `  --ready-timeout S`.padEnd(column) +
+    `seconds to keep trying to reach the\n${pad}environment (default: ${CONNECT_TIMEOUT_S})`;
 }
 
 function promptText(prompt: unknown): string {
@@ -268,8 +341,9 @@ const serveCommand: Command = {
 
 Loads the environment from FILE (a TypeScript module), runs its initialize
 hooks, binds the control port and prints HUD_SERVE_PORT=<port> on standard
-output. Serves until SIGINT or SIGTERM, then closes every connection,
-cancels held tasks and runs the shutdown hooks.
+output. Serves until SIGINT, SIGTERM or SIGHUP, then closes every
+connection, cancels held tasks and runs the shutdown hooks (a second signal
+skips waiting for connections, but the shutdown hooks still run).
 
 Clients must present a token: the one in --token-file, else the one in
 HUD_SERVE_TOKEN, else a fresh random one, printed as HUD_SERVE_TOKEN=<token>
@@ -329,12 +403,18 @@ Options:
     // port: a SIGTERM that arrives while the module loads or the initialize
     // hooks run then still ends in the shutdown hooks, and one sent right
     // after the announcement cannot kill the process before its handler is
-    // in place. A second signal exits at once.
+    // in place. A second signal exits sooner, once the shutdown hooks have
+    // removed what must not stay on disk (key files).
     const stopped = new AbortController();
     const signal = io.signal ? AbortSignal.any([io.signal, stopped.signal]) : stopped.signal;
     let received = 0;
+    let loaded: Environment | null = null;
     const onSignal = () => {
-      if (++received > 1) Deno.exit(130);
+      if (++received > 1) {
+        const stopping = loaded ? loaded.stop().catch(() => {}) : Promise.resolve();
+        void stopping.then(() => Deno.exit(EXIT_INTERRUPTED));
+        return;
+      }
       stopped.abort(new Error("Stopped by a signal before serving"));
     };
     for (const s of STOP_SIGNALS) Deno.addSignalListener(s, onSignal);
@@ -350,6 +430,7 @@ Options:
     })();
     try {
       const env = await loadEnvironment(file, { name: stringOption(values, "env") });
+      loaded = env;
       const server = await serve(env, {
         hostname,
         port,
@@ -359,6 +440,14 @@ Options:
         handleSignals: false,
         announce: (line) => io.out(line + "\n"),
         onError: (err) => io.err(`warning: ${errorMessage(err)}\n`),
+      }).catch((err) => {
+        if (err instanceof Deno.errors.AddrInUse) {
+          throw new Error(
+            `Cannot serve: address ${hostname}:${port} is already in use; pick another with --port`,
+            { cause: err },
+          );
+        }
+        throw err;
       });
       if (!signal.aborted) {
         io.err(
@@ -431,13 +520,19 @@ Options:
   --url URL      a served environment (default: ${DEFAULT_URL})
   --env NAME     with FILE: the environment, by export or environment name
   --json         print the tasks.list entries as JSON
+${readyTimeoutHelp(21)}
   -h, --help     show this help
 `,
   async run(args, io) {
     const parsed = parseCommand(
       "tasks",
       args,
-      { url: { type: "string" }, env: { type: "string" }, json: { type: "boolean" } },
+      {
+        url: { type: "string" },
+        env: { type: "string" },
+        json: { type: "boolean" },
+        "ready-timeout": { type: "string" },
+      },
       { names: ["FILE"], min: 0 },
       io,
     );
@@ -455,7 +550,7 @@ Options:
       const env = await loadEnvironment(file, { name: stringOption(values, "env") });
       tasks = env.listTasks();
     } else {
-      await using client = await connectTo(checkUrl(url ?? DEFAULT_URL), io);
+      await using client = await connectTo(checkUrl(url ?? DEFAULT_URL), io, values);
       tasks = await client.listTasks();
     }
     io.out(values.json ? JSON.stringify(tasks) + "\n" : taskTable(tasks));
@@ -464,6 +559,11 @@ Options:
 };
 
 // ---------------------------------------------------------------- start
+
+function unknownTemplate(verb: string, taskId: string, templates: TaskEntry[]): RangeError {
+  const known = templates.map((t) => `"${t.id}"`).join(", ") || "none";
+  return new RangeError(`Cannot ${verb}: unknown template "${taskId}" (available: ${known})`);
+}
 
 /** Reads one line (without its newline); `null` when the stream ends first with nothing. */
 async function readLine(stream: ReadableStream<Uint8Array>): Promise<string | null> {
@@ -496,6 +596,7 @@ async function startSource(
 ): Promise<number> {
   const env: Environment = await loadEnvironment(file, { name: stringOption(values, "env") });
   const json = values.json === true;
+  if (!env.hasTemplate(taskId)) throw unknownTemplate("start", taskId, env.listTasks());
   await env.start();
   try {
     const task = await env.startTask(taskId, taskArgs);
@@ -544,6 +645,7 @@ Options:
   --answer TEXT   with --source: the answer, instead of reading standard input
   --json          print the prompt frame as JSON (with "session_id" when
                   served), then with --source the grade
+${readyTimeoutHelp(21)}
   -h, --help      show this help
 `,
   async run(args, io) {
@@ -557,6 +659,7 @@ Options:
         env: { type: "string" },
         answer: { type: "string" },
         json: { type: "boolean" },
+        "ready-timeout": { type: "string" },
       },
       { names: ["TASK"], min: 1 },
       io,
@@ -575,8 +678,16 @@ Options:
       throw new UsageError(`--answer needs --source; with --url, answer with "${PROGRAM} grade"`);
     }
     const target = checkUrl(url ?? DEFAULT_URL);
-    await using client = await connectTo(target, io);
-    const prompt: PromptFrame = await client.startTask(taskId, taskArgs);
+    await using client = await connectTo(target, io, values);
+    let prompt: PromptFrame;
+    try {
+      prompt = await client.startTask(taskId, taskArgs);
+    } catch (err) {
+      if (err instanceof HudProtocolError && /unknown task/.test(err.message)) {
+        throw unknownTemplate("start", taskId, await client.listTasks());
+      }
+      throw err;
+    }
     const sessionId = client.sessionId;
     if (values.json) {
       io.out(JSON.stringify({ ...prompt, session_id: sessionId }) + "\n");
@@ -597,7 +708,8 @@ Options:
 
 const gradeCommand: Command = {
   summary: "Grade a parked task (the split start/grade flow)",
-  usage: `Usage: ${PROGRAM} grade TASK --answer TEXT [--url URL] [--session ID]
+  usage:
+    `Usage: ${PROGRAM} grade TASK (--answer TEXT | --answer-file PATH) [--url URL] [--session ID]
 
 Grades a task that "${PROGRAM} start --url" left parked, and prints the grade
 as JSON. With --session, resumes that session and grades its task; without,
@@ -608,32 +720,53 @@ TASK is the template the task was started from; it is checked to exist
 (the protocol does not say which template a parked task came from).
 
 Options:
-  --answer TEXT   the answer (required)
-  --url URL       the served environment (default: ${DEFAULT_URL})
-  --session ID    the session id "${PROGRAM} start" printed
-  -h, --help      show this help
+  --answer TEXT       the answer
+  --answer-file PATH  read the answer from a file, or from standard input
+                      with "-" (one trailing newline is dropped)
+  --url URL           the served environment (default: ${DEFAULT_URL})
+  --session ID        the session id "${PROGRAM} start" printed
+${readyTimeoutHelp(22)}
+  -h, --help          show this help
 `,
   async run(args, io) {
     const parsed = parseCommand(
       "grade",
       args,
-      { answer: { type: "string" }, url: { type: "string" }, session: { type: "string" } },
+      {
+        answer: { type: "string" },
+        "answer-file": { type: "string" },
+        url: { type: "string" },
+        session: { type: "string" },
+        "ready-timeout": { type: "string" },
+      },
       { names: ["TASK"], min: 1 },
       io,
     );
     if (parsed === null) return EXIT_OK;
     const { values, positionals: [taskId] } = parsed;
-    const answer = stringOption(values, "answer");
-    if (answer === undefined) {
-      throw new UsageError(`missing --answer (see "${PROGRAM} grade --help")`);
+    let answer = stringOption(values, "answer");
+    const answerFile = stringOption(values, "answer-file");
+    if (answer !== undefined && answerFile !== undefined) {
+      throw new UsageError("give --answer or --answer-file, not both");
+    }
+    if (answer === undefined && answerFile === undefined) {
+      throw new UsageError(`missing --answer or --answer-file (see "${PROGRAM} grade --help")`);
     }
     const target = checkUrl(stringOption(values, "url") ?? DEFAULT_URL);
-    await using client = await connectTo(target, io, stringOption(values, "session"));
-    const templates = await client.listTasks();
-    if (!templates.some((t) => t.id === taskId)) {
-      const known = templates.map((t) => `"${t.id}"`).join(", ") || "none";
-      throw new RangeError(`Cannot grade: unknown template "${taskId}" (available: ${known})`);
+    readyTimeoutMs(values); // a bad value is a usage error before anything is read
+    if (answerFile !== undefined) {
+      const text = answerFile === "-"
+        ? await abortable(new Response(io.stdin()).text(), io.signal)
+        : await Deno.readTextFile(answerFile).catch((err) => {
+          throw new Error(`Cannot read answer file "${answerFile}": ${errorMessage(err)}`, {
+            cause: err,
+          });
+        });
+      answer = text.endsWith("\n") ? text.slice(0, -1).replace(/\r$/, "") : text;
     }
+    await using client = await connectTo(target, io, values, stringOption(values, "session"));
+    const templates = await client.listTasks();
+    if (!templates.some((t) => t.id === taskId)) throw unknownTemplate("grade", taskId, templates);
     const grade = await client.grade({ answer });
     io.out(JSON.stringify(grade) + "\n");
     return EXIT_OK;
@@ -668,8 +801,8 @@ async function evalRows(
     }
     return [...set.rows];
   }
-  const url = new URL(file, `file://${Deno.cwd()}/`);
-  const mod = await import(url.href) as Record<string, unknown>;
+  // The module is in the cache already: loadEnvironment imported it.
+  const mod = await import(moduleUrl(file).href) as Record<string, unknown>;
   const exported = mod.tasks instanceof Taskset ? [...mod.tasks.rows] : mod.tasks;
   if (Array.isArray(exported)) {
     return (exported as TaskRow[]).filter((r) => environmentOf(r) === env || r.env === env.name);
@@ -683,32 +816,73 @@ async function evalRows(
   return free.map((t) => ({ env: env.name, id: t.id, args: {}, slug: t.id }));
 }
 
+/** What is safe to echo of an agent command: its program, never its arguments or assignments. */
+function commandShown(command: string): string {
+  const words = command.trim().split(/\s+/);
+  const program = words.find((w) => !/^[A-Za-z_][A-Za-z0-9_]*=/.test(w)) ?? "";
+  const hidden = words.length - 1;
+  return hidden > 0 ? `${program} (+${hidden} more words, not shown)` : program;
+}
+
+function seconds(flag: string, text: string | undefined): number | undefined {
+  if (text === undefined) return undefined;
+  if (!/^\d+(\.\d+)?$/.test(text) || !(Number(text) > 0)) {
+    throw new UsageError(`${flag} must be a positive number of seconds, got "${text}"`);
+  }
+  return Number(text);
+}
+
 const evalCommand: Command = {
   summary: "Run an external agent against an environment's tasks",
   usage: `Usage: ${PROGRAM} eval FILE --agent CMD [--env NAME] [--tasks ROWS] [--group N]
-            [--max-concurrent N] [--timeout S] [--out results.jsonl] [--resume]
+            [--max-concurrent N] [--timeout S] [--agent-timeout S]
+            [--pass-env NAME]... [--env-file PATH] [--max-output BYTES]
+            [--out results.jsonl [--resume | --force]] [--json]
 
 Serves the environment module FILE in this process and runs the agent
 command CMD once per task and repeat, grading each answer. The tasks are
-the rows in ROWS (a .json or .jsonl taskset), else the module's "tasks"
-export, else every template that needs no arguments.
+the rows in ROWS (a .json or .jsonl taskset; a row without "slug" gets the
+Python SDK's), else the module's "tasks" export, else every template that
+needs no arguments.
 
-CMD follows the command agent contract: prompt on stdin and in HUD_PROMPT,
-capability urls in HUD_CAP_<NAME>_URL, the answer on stdout.
+CMD follows the command agent contract: prompt on stdin and in the file
+named by HUD_PROMPT_FILE (and in HUD_PROMPT when under 64 KiB), capability
+urls in HUD_CAP_<NAME>_URL, the answer on stdout. It gets only PATH, HOME
+and the HUD_* variables, plus what --pass-env and --env-file give it. The
+command itself is not echoed: it may hold secrets.
 
 On a terminal the progress is one live line; otherwise one line per
-finished rollout. A table per task closes the run. The exit code is 1 when
-any rollout was not graded.
+finished rollout. A table per task closes the run, then the first error of
+each failing task. Results are only ever appended to the --out file, one
+synced line per rollout; --resume runs only what is not graded there.
+
+SIGINT, SIGTERM or SIGHUP stop the job: running agents get SIGTERM, then
+SIGKILL after 2 s (a second signal kills them at once), the environment's
+shutdown hooks run, and key files are removed.
+
+Exit codes: 0 when every rollout was graded, 1 when any was not (or the
+environment could not start), 2 for bad usage, 130 when interrupted.
 
 Options:
   --agent CMD           the agent command, run with bash -c (required)
   --env NAME            the environment, by export or environment name
   --tasks ROWS          a taskset file to run instead of the module's tasks
-  --group N             rollouts per task (default: 1)
+  --group N             rollouts per task (default: 1); the table then
+                        shows mean ± standard error, and pass@1 and pass@N
   --max-concurrent N    rollouts at once (default: 4)
   --timeout S           seconds each rollout may take (default: 600)
-  --out FILE            write one JSON line per finished rollout
-  --resume              with --out: keep graded rollouts found in FILE
+  --agent-timeout S     seconds the agent may take; what it answered by
+                        then is still graded (default: the rollout's)
+  --pass-env NAME       pass this variable of ours to the agent; a glob
+                        such as "OPENAI_*" passes all that match (repeatable)
+  --env-file PATH       NAME=value lines for the agent's environment
+  --max-output BYTES    the most an agent may write on stdout; past it the
+                        rollout errors, ungraded (default: 16777216)
+  --out FILE            append one JSON line per finished rollout
+  --resume              with --out: keep what FILE holds, run the rest
+  --force               with --out: rename an existing FILE aside and
+                        start over
+  --json                print a JSON summary instead of the table
   -h, --help            show this help
 `,
   async run(args, io) {
@@ -722,8 +896,14 @@ Options:
         group: { type: "string" },
         "max-concurrent": { type: "string" },
         timeout: { type: "string" },
+        "agent-timeout": { type: "string" },
+        "pass-env": { type: "string", multiple: true },
+        "env-file": { type: "string" },
+        "max-output": { type: "string" },
         out: { type: "string" },
         resume: { type: "boolean" },
+        force: { type: "boolean" },
+        json: { type: "boolean" },
       },
       { names: ["FILE"], min: 1 },
       io,
@@ -740,36 +920,116 @@ Options:
       stringOption(values, "max-concurrent"),
       4,
     );
-    const timeout = positiveInt("--timeout", stringOption(values, "timeout"), 600);
+    const timeout = seconds("--timeout", stringOption(values, "timeout")) ?? 600;
+    const agentTimeout = seconds("--agent-timeout", stringOption(values, "agent-timeout"));
+    if (agentTimeout !== undefined && agentTimeout >= timeout) {
+      throw new UsageError(
+        `--agent-timeout (${agentTimeout} s) must be less than --timeout (${timeout} s)`,
+      );
+    }
+    const maxOutput = positiveInt(
+      "--max-output",
+      stringOption(values, "max-output"),
+      16 * 1024 * 1024,
+    );
+    const passEnv = (values["pass-env"] ?? []) as unknown as string[];
+    for (const name of passEnv) {
+      if (!/^[A-Za-z_*][A-Za-z0-9_*]*$/.test(name)) {
+        throw new UsageError(`--pass-env takes a variable name or glob, got "${name}"`);
+      }
+    }
+    const envFile = stringOption(values, "env-file");
     const out = stringOption(values, "out");
-    if (values.resume === true && out === undefined) {
+    const resume = values.resume === true;
+    const force = values.force === true;
+    if (resume && out === undefined) {
       throw new UsageError(`--resume needs --out (see "${PROGRAM} eval --help")`);
     }
+    if (force && out === undefined) {
+      throw new UsageError(`--force needs --out (see "${PROGRAM} eval --help")`);
+    }
+    if (resume && force) throw new UsageError("give --resume or --force, not both");
+    // Everything that can be refused is refused before the environment loads.
+    if (envFile !== undefined) {
+      const text = await Deno.readTextFile(envFile).catch((err) => {
+        throw new Error(`Cannot read env file "${envFile}": ${errorMessage(err)}`, { cause: err });
+      });
+      parseEnvFile(text, `env file "${envFile}"`);
+    }
+    if (out !== undefined) {
+      const aside = await prepareResults(out, { resume, force });
+      if (aside !== null) io.err(`eval: moved the old results to ${aside}\n`);
+    }
+    if (io.signal?.aborted) return interrupted(io, 0, 0);
+
     const env = await loadEnvironment(file, { name: stringOption(values, "env") });
     const rows = await evalRows(file, env, stringOption(values, "tasks"));
+    const total = rows.length * group;
+    // Start the environment once, up front: when it cannot start, that is
+    // one error with its message, not one per rollout. The held placement
+    // keeps it up between rollouts.
+    const runtime = new LocalRuntime(env);
+    let held: AsyncDisposable;
+    try {
+      held = await runtime.place({ signal: io.signal });
+    } catch (err) {
+      await env.stop().catch(() => {});
+      if (io.signal?.aborted) return interrupted(io, 0, total);
+      throw new Error(`Cannot start environment "${env.name}": ${errorMessage(err)}`, {
+        cause: err,
+      });
+    }
+    const agent = new CommandAgent(command, {
+      passEnv,
+      envFile,
+      maxOutputBytes: maxOutput,
+    });
+    io.onHurry = () => agent.kill();
     const live = io.live;
-    io.err(`eval: ${rows.length} tasks x ${group} from "${env.name}", agent: ${command}\n`);
+    io.err(
+      `eval: ${rows.length} tasks x ${group} from "${env.name}", agent: ${commandShown(command)}\n`,
+    );
     const show = (p: JobProgress) => {
       if (live) io.err(`\r\x1b[2K${formatProgress(p)}`);
       else if (p.last) {
-        io.err(`${p.last.task.slug}: ${p.last.reward ?? p.last.status}  (${formatProgress(p)})\n`);
+        const what = p.last.reward ?? `${p.last.status} (${firstError([p.last]) ?? "-"})`;
+        io.err(`${p.last.task.slug}: ${what}  (${formatProgress(p)})\n`);
       }
     };
-    const job = await new Taskset(rows).run(new CommandAgent(command), {
-      runtime: new LocalRuntime(env),
-      group,
-      maxConcurrent,
-      rolloutTimeout: timeout * 1000,
-      out,
-      resume: values.resume === true,
-      signal: io.signal,
-      onProgress: show,
-    });
-    if (live) io.err("\n");
-    io.out(formatJobTable(job));
+    let job: Job;
+    try {
+      job = await new Taskset(rows).run(agent, {
+        runtime,
+        group,
+        maxConcurrent,
+        rolloutTimeout: timeout * 1000,
+        agentTimeout: agentTimeout === undefined ? undefined : agentTimeout * 1000,
+        out,
+        resume,
+        signal: io.signal,
+        onProgress: show,
+      });
+    } finally {
+      // Nothing of the run may outlive it: agents' process groups, key and
+      // prompt files, the environment (its shutdown hooks remove its keys).
+      await agent.whenIdle();
+      await Promise.resolve(held[Symbol.asyncDispose]()).catch(() => {});
+      await env.stop().catch((err) => io.err(`warning: ${errorMessage(err)}\n`));
+      if (live) io.err("\n");
+    }
+    if (io.signal?.aborted) {
+      const done = job.runs.filter((r) => r.status !== "cancelled").length;
+      return interrupted(io, done, total);
+    }
+    io.out(values.json ? JSON.stringify(job.summary()) + "\n" : formatJobTable(job));
     return job.errored.length === 0 ? EXIT_OK : EXIT_FAILURE;
   },
 };
+
+function interrupted(io: Io, done: number, total: number): number {
+  io.err(`interrupted: ${done} of ${total} rollouts done; rerun with --resume to finish\n`);
+  return EXIT_INTERRUPTED;
+}
 
 // ---------------------------------------------------------------- main
 
@@ -795,20 +1055,37 @@ Serve HUD environments and run their tasks. Run it with
 Commands:
 ${list}
 
-Run "${PROGRAM} <command> --help" for a command's options.
+Run "${PROGRAM} <command> --help" for a command's options, "${PROGRAM} --version"
+for the version.
+
+Exit codes: 0 on success, 1 when the command fails (eval: when any rollout
+was not graded), 2 for bad usage, 130 when interrupted.
 `;
 }
 
-function writeAllSync(w: { writeSync(p: Uint8Array): number }, text: string): void {
-  const data = new TextEncoder().encode(text);
-  let off = 0;
-  while (off < data.length) off += w.writeSync(data.subarray(off));
+/** Writes all of `text`; after a broken pipe, later writes are dropped. */
+function streamWriter(w: { writeSync(p: Uint8Array): number }): (text: string) => void {
+  let broken = false;
+  return (text) => {
+    if (broken) return;
+    const data = new TextEncoder().encode(text);
+    let off = 0;
+    try {
+      while (off < data.length) off += w.writeSync(data.subarray(off));
+    } catch {
+      // A closed pipe (`| head`) must not kill the run halfway: whatever
+      // it started still has to be stopped and cleaned up.
+      broken = true;
+    }
+  };
 }
 
 /**
  * Runs the command line with `args` (without the program name) and returns
- * the exit code: 0 on success, 1 when the command fails, 2 for bad usage.
- * Errors are reported on one line on standard error; nothing is thrown.
+ * the exit code: 0 on success, 1 when the command fails, 2 for bad usage,
+ * 130 when interrupted by SIGINT, SIGTERM or SIGHUP (which every command
+ * handles: it stops, cleans up, then returns). Errors are reported on one
+ * line on standard error; nothing is thrown.
  *
  * @example
  * ```ts
@@ -824,25 +1101,34 @@ function writeAllSync(w: { writeSync(p: Uint8Array): number }, text: string): vo
  * @returns the exit code
  */
 export async function main(args: string[], options: MainOptions = {}): Promise<number> {
+  const live = options.stderr === undefined && Deno.stderr.isTerminal() &&
+    !Deno.env.get("NO_COLOR");
+  const rawErr = options.stderr ?? streamWriter(Deno.stderr);
   const io: Io = {
-    out: options.stdout ?? ((t) => writeAllSync(Deno.stdout, t)),
-    err: options.stderr ?? ((t) => writeAllSync(Deno.stderr, t)),
+    out: options.stdout ?? streamWriter(Deno.stdout),
+    // Colour codes only on a live terminal (progress redraws); never in
+    // messages that go to a pipe or a file.
+    err: live ? rawErr : (t) => rawErr(t.replace(ANSI, "")),
     stdin: () => options.stdin ?? Deno.stdin.readable,
     signal: options.signal,
-    live: options.stderr === undefined && Deno.stderr.isTerminal(),
+    live,
   };
   const [name, ...rest] = args;
   if (name === undefined) {
     io.err(topUsage());
     return EXIT_USAGE;
   }
+  if (name === "--version" || name === "-V") {
+    io.out(`${PROGRAM} ${VERSION}\n`);
+    return EXIT_OK;
+  }
   if (name === "--help" || name === "-h" || name === "help") {
     const topic = name === "help" ? rest[0] : undefined;
-    if (topic !== undefined && Object.hasOwn(COMMANDS, topic)) {
-      io.out(COMMANDS[topic].usage);
-    } else {
-      io.out(topUsage());
+    if (topic !== undefined && !Object.hasOwn(COMMANDS, topic)) {
+      io.err(`error: unknown command "${topic}" (see "${PROGRAM} --help")\n`);
+      return EXIT_USAGE;
     }
+    io.out(topic !== undefined ? COMMANDS[topic].usage : topUsage());
     return EXIT_OK;
   }
   if (!Object.hasOwn(COMMANDS, name)) {
@@ -850,6 +1136,9 @@ export async function main(args: string[], options: MainOptions = {}): Promise<n
     io.err(`error: ${what} (see "${PROGRAM} --help")\n`);
     return EXIT_USAGE;
   }
+  // serve handles its signals itself: they end a normal run.
+  using trap = name === "serve" ? null : trapSignals(io);
+  if (trap) io.signal = trap.signal;
   try {
     return await COMMANDS[name].run(rest, io);
   } catch (err) {
@@ -857,7 +1146,11 @@ export async function main(args: string[], options: MainOptions = {}): Promise<n
       io.err(`error: ${err.message}\n`);
       return EXIT_USAGE;
     }
-    io.err(`error: ${errorMessage(err)}\n`);
+    if (trap?.interrupted()) {
+      io.err("interrupted\n");
+      return EXIT_INTERRUPTED;
+    }
+    io.err(`error: ${errorMessage(err).replace(ANSI, "").split("\n")[0]}\n`);
     return EXIT_FAILURE;
   }
 }

@@ -262,6 +262,15 @@ export function parseLine(line: Uint8Array, maxDepth: number = MAX_JSON_DEPTH): 
  *   for a reply that does not match the request or has no result object
  */
 export function replyResult(reply: unknown, id: number, method: string): Record<string, unknown> {
+  // An error with id null answers a request the peer could not read (too
+  // large, not JSON): it is the reply to ours, and its message says why.
+  if (isRecord(reply) && reply.id === null && isRecord(reply.error)) {
+    const code = typeof reply.error.code === "number" ? reply.error.code : ErrorCode.SERVER_ERROR;
+    throw new HudProtocolError(
+      code,
+      `"${method}" refused: ${String(reply.error.message ?? "unknown error")}`,
+    );
+  }
   if (!isRecord(reply) || reply.id !== id) {
     const got = JSON.stringify(isRecord(reply) ? reply.id : reply);
     throw new HudProtocolError(

@@ -15,6 +15,7 @@ export {
   functionAgent,
   type Grade,
   gradeFromFrame,
+  NotGradedError,
   type Phase,
   rollout,
   type RolloutObserver,
@@ -23,6 +24,7 @@ export {
   type RunStartOptions,
   Trace,
   type TraceError,
+  type TraceJson,
   type TraceStatus,
   type TraceStep,
 } from "./run.ts";
@@ -34,6 +36,7 @@ export {
 export {
   Job,
   type JobProgress,
+  type JobSummary,
   type RowSelector,
   type RunRecord,
   Shared,
@@ -42,4 +45,4 @@ export {
   Taskset,
   type TasksetRunOptions,
 } from "./taskset.ts";
-export { formatJobTable, formatProgress } from "./report.ts";
+export { formatDuration, formatJobTable, formatProgress } from "./report.ts";

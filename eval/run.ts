@@ -61,6 +61,37 @@ export interface TraceError {
   name: string;
 }
 
+/** A trace as JSON (the results file's `trace`), with the HUD SDK's field names. */
+export interface TraceJson {
+  /** How the run ended. */
+  status: TraceStatus;
+  /** Why it stopped (`graded`, `agent_error`, `timeout`...). */
+  stop_reason: string | null;
+  /** The agent's answer. */
+  content: unknown;
+  /** ISO-8601 UTC. */
+  started_at: string;
+  /** ISO-8601 UTC, or `null` while running. */
+  ended_at: string | null;
+  /** Failures, in order. */
+  errors: TraceError[];
+  /** Steps, in order. */
+  steps: TraceStep[];
+}
+
+/**
+ * An agent failure after which nothing may be graded: the agent could not
+ * start (a command not found or not executable), or its output went over
+ * its cap. {@linkcode rollout} cancels the task and records an error.
+ */
+export class NotGradedError extends Error {
+  /** Makes one; `cause` as for `Error`. */
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "NotGradedError";
+  }
+}
+
 /** The result of grading, shaped like the HUD SDK's evaluation result. */
 export interface Grade {
   /** The score the environment gave. */
@@ -177,7 +208,7 @@ export class Trace {
   }
 
   /** The JSON form, with the HUD SDK's field names. */
-  toJSON(): Record<string, unknown> {
+  toJSON(): TraceJson {
     return {
       status: this.#status,
       stop_reason: this.#stopReason,
@@ -329,6 +360,14 @@ export class Run implements AsyncDisposable {
     this.#trace.record("agent", this.#answer ?? null);
     try {
       const frame = await this.client.grade({ answer: this.#answer ?? null }, options);
+      // JSON has no NaN or Infinity: a non-finite score arrives as null.
+      if (typeof frame.score !== "number" || !Number.isFinite(frame.score)) {
+        throw new RangeError(
+          `Cannot grade: the environment's score is not a finite number, got ${
+            JSON.stringify(frame.score) ?? String(frame.score)
+          }`,
+        );
+      }
       this.#grade = gradeFromFrame(frame);
       this.#trace.record("evaluate", frame);
     } catch (err) {
@@ -645,6 +684,14 @@ export async function rollout(
         }
       } catch (err) {
         if (interrupted()) return await endInterrupted();
+        if (err instanceof NotGradedError) {
+          // Nothing to grade: the agent never ran, or its answer is unusable.
+          trace.fail("agent", err);
+          trace.finish("error", "agent_error");
+          using bound = new Deadline(CANCEL_BOUND_MS, undefined, "cancel");
+          await abortable(run.cancel({ signal: bound.signal }), bound.signal).catch(() => {});
+          return run;
+        }
         trace.fail(
           "agent",
           agentDeadline.signal.aborted ? timeoutError("agent", agentTimeout!) : err,

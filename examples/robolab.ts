@@ -215,19 +215,27 @@ function pad(s: string, n: number): string {
 
 /** Runs the taskset and prints progress and a per-task table; returns the job. */
 export async function main(args: string[] = Deno.args): Promise<number> {
-  const { values } = parseArgs({
-    args,
-    options: {
-      agent: { type: "string" },
-      group: { type: "string", default: "1" },
-      "max-concurrent": { type: "string", default: "3" },
-      help: { type: "boolean", short: "h" },
-    },
-  });
+  const usage =
+    "Usage: deno run -A examples/robolab.ts [--agent CMD] [--group N] [--max-concurrent N]";
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args,
+      options: {
+        agent: { type: "string" },
+        group: { type: "string", default: "1" },
+        "max-concurrent": { type: "string", default: "3" },
+        help: { type: "boolean", short: "h" },
+      },
+    }));
+  } catch (err) {
+    // node:util's message spans lines; one is enough, with the way out.
+    const first = (err as Error).message.split("\n")[0].replace(/\. .*$/, "");
+    console.error(`error: ${first} (see --help)`);
+    return 2;
+  }
   if (values.help) {
-    console.log(
-      "Usage: deno run -A examples/robolab.ts [--agent CMD] [--group N] [--max-concurrent N]",
-    );
+    console.log(usage);
     return 0;
   }
   const group = Number(values.group);

@@ -19,8 +19,11 @@ export interface LoadEnvironmentOptions {
 // A Windows drive ("C:\") is a path, not a URL scheme.
 const URL_SCHEME = /^[a-zA-Z][a-zA-Z0-9+.-]+:/;
 
-/** The module specifier for `path`: a URL as is, a file path relative to the cwd. */
-function moduleUrl(path: string | URL): URL {
+/**
+ * The module URL for `path`: a URL as is, a file path relative to the cwd,
+ * each segment encoded so that `#`, `?` and `%` in names survive.
+ */
+export function moduleUrl(path: string | URL): URL {
   if (path instanceof URL) return path;
   if (URL_SCHEME.test(path)) return new URL(path);
   const windows = Deno.build.os === "windows";

@@ -266,7 +266,7 @@ Deno.test("cli.ts end to end in child processes: serve, tasks, start, then grade
     assertUsageError(ran, /--args is not valid JSON/);
     const help = await spawnCli("grade", "--help");
     assert.equal(help.code, 0);
-    assert.match(help.stdout, /^Usage: hud grade TASK --answer TEXT/);
+    assert.match(help.stdout, /^Usage: hud grade TASK \(--answer TEXT \| --answer-file PATH\)/);
   });
 });
 
@@ -299,9 +299,10 @@ Deno.test("main() eval runs an external agent, streams results and resumes", asy
         out,
       ]);
       assert.equal(ran.code, 0, ran.stderr);
-      assert.match(ran.stdout, /^task +runs +graded +errored +mean reward +failures$/m);
-      assert.match(ran.stdout, /^add-5-5 +2 +2 +0 +1\.000 +-$/m);
-      assert.match(ran.stdout, /mean reward 1\.000 over 6 graded runs, 0 errored/);
+      assert.match(ran.stdout, /^task +args +runs +graded +errored +mean reward +failures$/m);
+      assert.match(ran.stdout, /^add-5-5 +\{"a":5,"b":5\} +2 +2 +0 +1\.000 ± 0\.000 +-$/m);
+      assert.match(ran.stdout, /mean reward 1\.000 ± 0\.000 over 6 graded runs, 0 errored/);
+      assert.match(ran.stdout, /^pass@1 1\.000 {2}pass@2 1\.000$/m);
       assert.match(ran.stderr, /add-1-2: 1 +\(done \d\/6/);
       const lines = (await Deno.readTextFile(out)).trim().split("\n");
       assert.equal(lines.length, 6);
@@ -321,7 +322,7 @@ Deno.test("main() eval runs an external agent, streams results and resumes", asy
         "--resume",
       ]);
       assert.equal(ran.code, 0, ran.stderr);
-      assert.match(ran.stdout, /mean reward 1\.000 over 6 graded runs, 0 errored/);
+      assert.match(ran.stdout, /mean reward 1\.000 ± 0\.000 over 6 graded runs, 0 errored/);
     });
     await t.step("a failing agent is recorded and what it wrote is still graded", async () => {
       const ran = await run([
@@ -335,7 +336,8 @@ Deno.test("main() eval runs an external agent, streams results and resumes", asy
         "30",
       ]);
       assert.equal(ran.code, 0, "a failing agent is still graded");
-      assert.match(ran.stdout, /mean reward 0\.000 over 3 graded runs/);
+      assert.match(ran.stdout, /mean reward 0\.000 ± 0\.000 over 3 graded runs/);
+      assert.match(ran.stdout, /^add-1-2: agent: Agent command exited with code 3$/m);
     });
     await t.step("bad flags are usage errors", async () => {
       assertUsageError(await run(["eval", BASIC]), /missing --agent/);
@@ -402,4 +404,297 @@ Deno.test("main() serve takes its token from --token-file and prints it nowhere"
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+});
+const FAST = decodeURIComponent(new URL("./fixtures/fast_env.ts", import.meta.url).pathname);
+const FAILING = decodeURIComponent(
+  new URL("./fixtures/failing_init_env.ts", import.meta.url).pathname,
+);
+
+/** Rows of the fast fixture (no slugs: eval computes them). */
+async function fastRows(dir: string, n: number): Promise<string> {
+  const path = `${dir}/rows.jsonl`;
+  await Deno.writeTextFile(
+    path,
+    Array.from({ length: n }, (_, i) => JSON.stringify({ env: "fast", id: "echo", args: { n: i } }))
+      .join("\n") + "\n",
+  );
+  return path;
+}
+
+Deno.test("main() eval never loses a results file", async (t) => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const rows = await fastRows(dir, 2);
+    const out = `${dir}/r.jsonl`;
+    const old = '{"an":"old result"}\nnot even JSON\n';
+    await Deno.writeTextFile(out, old);
+    await t.step("--out onto a non-empty file refuses, before the environment loads", async () => {
+      const ran = await run(["eval", `${dir}/no_such_env.ts`, "--agent", "cat", "--out", out]);
+      assert.equal(ran.code, 1);
+      assert.match(ran.stderr, /^error: [^\n]+\n$/);
+      assert.match(ran.stderr, /r\.jsonl" already holds results.*--resume.*--force/);
+      assert.equal(await Deno.readTextFile(out), old);
+    });
+    await t.step(
+      "--resume keeps every line in place, foreign and unparsable ones too",
+      async () => {
+        const ran = await run([
+          "eval",
+          FAST,
+          "--agent",
+          "cat",
+          "--tasks",
+          rows,
+          "--out",
+          out,
+          "--resume",
+        ]);
+        assert.equal(ran.code, 0, ran.stderr);
+        const text = await Deno.readTextFile(out);
+        assert.ok(text.startsWith(old));
+        assert.equal(text.split("\n").length - 1, 4);
+      },
+    );
+    await t.step("a different --group on resume adds, keeping the first group's rows", async () => {
+      const ran = await run([
+        "eval",
+        FAST,
+        "--agent",
+        "cat",
+        "--tasks",
+        rows,
+        "--group",
+        "3",
+        "--out",
+        out,
+        "--resume",
+      ]);
+      assert.equal(ran.code, 0, ran.stderr);
+      assert.match(ran.stdout, /over 6 graded runs/);
+      assert.equal((await Deno.readTextFile(out)).split("\n").length - 1, 8);
+    });
+    await t.step("--force renames the old file aside and starts over", async () => {
+      const before = await Deno.readTextFile(out);
+      const ran = await run([
+        "eval",
+        FAST,
+        "--agent",
+        "cat",
+        "--tasks",
+        rows,
+        "--out",
+        out,
+        "--force",
+      ]);
+      assert.equal(ran.code, 0, ran.stderr);
+      const aside = /moved the old results to (\S+)/.exec(ran.stderr)?.[1];
+      assert.ok(aside, ran.stderr);
+      assert.equal(await Deno.readTextFile(aside), before);
+      assert.equal((await Deno.readTextFile(out)).split("\n").length - 1, 2);
+    });
+    await t.step("a missing directory is made; one that cannot be is named", async () => {
+      const deep = `${dir}/a/b/r.jsonl`;
+      const ran = await run(["eval", FAST, "--agent", "cat", "--tasks", rows, "--out", deep]);
+      assert.equal(ran.code, 0, ran.stderr);
+      assert.equal((await Deno.readTextFile(deep)).split("\n").length - 1, 2);
+      const blocked = await run(["eval", FAST, "--agent", "cat", "--out", `${out}/x/r.jsonl`]);
+      assert.equal(blocked.code, 1);
+      assert.match(
+        blocked.stderr,
+        /^error: Cannot write results: cannot create directory ".*r\.jsonl\/x"/,
+      );
+    });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("main() eval counts and explains every failure", async (t) => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const rows = await fastRows(dir, 2);
+    await t.step("an agent that cannot start: errored, exit 1, first error shown", async () => {
+      const out = `${dir}/typo.jsonl`;
+      const ran = await run(["eval", FAST, "--agent", "./agnet.sh", "--tasks", rows, "--out", out]);
+      assert.equal(ran.code, 1, ran.stderr);
+      assert.match(ran.stdout, /^echo-\S+ +\{"n":0\} +1 +0 +1 +- +agent$/m);
+      assert.match(ran.stdout, /over 0 graded runs, 2 errored/);
+      assert.match(
+        ran.stdout,
+        /^echo-\S+: agent: Agent command could not start \(exit code 127\): .*agnet\.sh/m,
+      );
+      const row = JSON.parse((await Deno.readTextFile(out)).split("\n")[0]);
+      assert.equal(row.reward, null);
+      assert.equal(row.status, "error");
+      assert.match(row.trace.errors[0].message, /No such file or directory/);
+      const again = await run([
+        "eval",
+        FAST,
+        "--agent",
+        "cat",
+        "--tasks",
+        rows,
+        "--out",
+        out,
+        "--resume",
+      ]);
+      assert.equal(again.code, 0, again.stderr);
+      assert.match(again.stdout, /over 2 graded runs, 0 errored/);
+    });
+    await t.step("an environment that cannot start fails fast, with its message", async () => {
+      const out = `${dir}/failing.jsonl`;
+      const ran = await run(["eval", FAILING, "--agent", "cat", "--group", "5", "--out", out]);
+      assert.equal(ran.code, 1);
+      assert.equal(
+        ran.stderr,
+        'error: Cannot start environment "failing": database unreachable at db:5432\n',
+      );
+      assert.equal(await Deno.readTextFile(out).catch(() => ""), "");
+    });
+    await t.step(
+      "--json prints a summary; secrets on the command line are not echoed",
+      async () => {
+        const ran = await run([
+          "eval",
+          FAST,
+          "--agent",
+          "API_KEY=sk-very-secret cat",
+          "--tasks",
+          rows,
+          "--group",
+          "2",
+          "--json",
+        ]);
+        assert.equal(ran.code, 0, ran.stderr);
+        assert.doesNotMatch(ran.stderr + ran.stdout, /sk-very-secret/);
+        const summary = JSON.parse(ran.stdout);
+        assert.equal(summary.total, 4);
+        assert.equal(summary.mean_reward, 1);
+        assert.deepEqual(summary.pass_at, { "1": 1, "2": 1 });
+        assert.deepEqual(summary.tasks.map((x: { args: unknown }) => x.args), [{ n: 0 }, { n: 1 }]);
+      },
+    );
+    await t.step("usage errors exit 2", async () => {
+      assertUsageError(
+        await run(["eval", FAST, "--agent", "cat", "--agent-timeout", "9", "--timeout", "5"]),
+        /--agent-timeout \(9 s\) must be less than --timeout/,
+      );
+      assertUsageError(
+        await run(["eval", FAST, "--agent", "cat", "--force"]),
+        /--force needs --out/,
+      );
+      assertUsageError(
+        await run(["eval", FAST, "--agent", "cat", "--pass-env", "A=B"]),
+        /--pass-env takes a variable name/,
+      );
+    });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("main() behaves like a Unix tool", async (t) => {
+  await t.step("--version matches deno.json", async () => {
+    const config = JSON.parse(
+      await Deno.readTextFile(new URL("../deno.json", import.meta.url)),
+    );
+    const ran = await run(["--version"]);
+    assert.equal(ran.code, 0);
+    assert.equal(ran.stdout, `hud ${config.version}\n`);
+  });
+  await t.step("help for an unknown command is a usage error", async () => {
+    assertUsageError(await run(["help", "bogus"]), /unknown command "bogus"/);
+  });
+  await t.step("start with an unknown template lists the templates", async () => {
+    const ran = await run(["start", "nosuch", "--source", BASIC, "--answer", "1"]);
+    assert.equal(ran.code, 1);
+    assert.match(ran.stderr, /unknown template "nosuch" \(available: "add", "echo"\)/);
+  });
+  await t.step("a refused connection says so, within --ready-timeout", async () => {
+    const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    const port = listener.addr.port;
+    listener.close();
+    const ran = await run(["tasks", "--url", `tcp://127.0.0.1:${port}`, "--ready-timeout", "0.3"]);
+    assert.equal(ran.code, 1);
+    assert.match(ran.stderr, /not ready after 300 ms .*: connection refused/i);
+  });
+  await t.step("a port in use names the address", async () => {
+    using listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    const ran = await run(["serve", BASIC, "--port", String(listener.addr.port)]);
+    assert.equal(ran.code, 1);
+    assert.match(
+      ran.stderr,
+      new RegExp(`address 127\\.0\\.0\\.1:${listener.addr.port} is already in use`),
+    );
+  });
+  await t.step("grade --answer-file - and a path", async () => {
+    const { bind } = await import("../mod.ts");
+    const { env } = await import("./fixtures/basic_env.ts");
+    await using server = bind(env);
+    const started = await run(["start", "add", "--args", '{"a":1,"b":2}', "--url", server.url]);
+    assert.equal(started.code, 0, started.stderr);
+    const graded = await run(["grade", "add", "--answer-file", "-", "--url", server.url], {
+      stdin: "3\n",
+    });
+    assert.equal(graded.code, 0, graded.stderr);
+    assert.equal(JSON.parse(graded.stdout).score, 1);
+    const file = await Deno.makeTempFile();
+    try {
+      await Deno.writeTextFile(file, "4\n");
+      await run(["start", "add", "--args", '{"a":1,"b":2}', "--url", server.url]);
+      const wrong = await run(["grade", "add", "--answer-file", file, "--url", server.url]);
+      assert.equal(wrong.code, 0, wrong.stderr);
+      assert.equal(JSON.parse(wrong.stdout).score, 0);
+    } finally {
+      await Deno.remove(file);
+    }
+    assertUsageError(
+      await run(["grade", "add", "--answer", "1", "--answer-file", "-"]),
+      /--answer or --answer-file, not both/,
+    );
+  });
+  await t.step("paths with # and % load, for tasks and eval", async () => {
+    const dir = await Deno.makeTempDir();
+    try {
+      const weird = `${dir}/a#b%20c`;
+      await Deno.mkdir(weird);
+      const sdk = new URL("../mod.ts", import.meta.url).href;
+      await Deno.writeTextFile(
+        `${weird}/env%1.ts`,
+        `import { Environment } from "${sdk}";
+export const env = new Environment("weird");
+env.template({ id: "hi" }, async function* () {
+  const answer = yield "hi";
+  yield answer === "hi" ? 1 : 0;
+});
+`,
+      );
+      const listed = await run(["tasks", `${weird}/env%1.ts`]);
+      assert.equal(listed.code, 0, listed.stderr);
+      assert.match(listed.stdout, /^hi /m);
+      const ran = await run(["eval", `${weird}/env%1.ts`, "--agent", "cat"]);
+      assert.equal(ran.code, 0, ran.stderr);
+      assert.match(ran.stdout, /over 1 graded runs, 0 errored/);
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  });
+  await t.step("no colour codes in errors that go to a pipe", async () => {
+    const dir = await Deno.makeTempDir();
+    try {
+      await Deno.writeTextFile(`${dir}/bad.ts`, "export const = ;\n");
+      const out = await new Deno.Command(Deno.execPath(), {
+        args: ["run", "-A", CLI, "tasks", `${dir}/bad.ts`],
+        stdin: "null",
+        env: { NO_COLOR: "" },
+      }).output();
+      const stderr = new TextDecoder().decode(out.stderr);
+      assert.equal(out.code, 1, stderr);
+      assert.match(stderr, /^error: Cannot load environment from/);
+      assert.ok(!stderr.includes("\x1b["), "no escape codes");
+      assert.equal(stderr.split("\n").length, 2, "one line");
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  });
 });

@@ -61,7 +61,10 @@ Deno.test("Taskset keys rows by slug and refuses duplicates", async (t) => {
   });
   await t.step("malformed input is refused with the line", () => {
     assert.throws(() => Taskset.parse('{"env":"e","id":"i","args":{},"slug":"s"}\n{bad'), /line 2/);
-    assert.throws(() => Taskset.parse('[{"id":"x"}]'), /expected \{ env, id, args, slug \}/);
+    assert.throws(
+      () => Taskset.parse('[{"id":"x"}]'),
+      /expected \{ env, id, args \} and an optional slug/,
+    );
   });
 });
 
@@ -146,8 +149,13 @@ Deno.test("Taskset.run() streams results to JSONL and resumes only what was not 
     assert.equal(second.id, first.id, "the job id is kept");
     assert.deepEqual(calls.sort(), ["3"], "only the missing rollout ran again");
     assert.equal(second.runs.length, 6);
-    const after = (await Deno.readTextFile(out)).trim().split("\n").map((l) => JSON.parse(l));
-    assert.equal(after.length, 6);
+    // Appended, never rewritten: the old lines, the cut one, then the new attempt.
+    const after = (await Deno.readTextFile(out)).trim().split("\n");
+    assert.equal(after.length, 7);
+    assert.deepEqual(after.slice(0, 5).map((l) => JSON.parse(l)), kept);
+    assert.equal(after[5], '{"job_id":"cut');
+    const appended = JSON.parse(after[6]);
+    assert.deepEqual([appended.task.args.a, appended.repeat, appended.reward], [3, 1, 1]);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

@@ -67,3 +67,43 @@ Deno.test("robolab: examples/ssh_agent.sh, an external agent using OpenSSH's ssh
   }
   assert.deepEqual(job.runs.map((r) => r.reward), [1, 0]);
 });
+
+Deno.test("examples/robolab.ts: a bad flag is one usage line, exit 2", async () => {
+  const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", example, "--bogus"],
+    stdin: "null",
+  }).output();
+  const err = new TextDecoder().decode(stderr);
+  assert.equal(code, 2, err);
+  assert.equal(new TextDecoder().decode(stdout), "");
+  assert.match(err, /^error: Unknown option '--bogus' \(see --help\)\n$/);
+});
+
+Deno.test("cli.ts serve examples/robolab.ts announces one port and stops on SIGTERM", async () => {
+  const cli = new URL("../../cli.ts", import.meta.url).pathname;
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", cli, "serve", example, "--port", "0"],
+    stdin: "null",
+    stdout: "piped",
+    stderr: "null",
+  }).spawn();
+  const decoder = new TextDecoder();
+  let text = "";
+  let killed = false;
+  const timer = setTimeout(() => child.kill("SIGKILL"), 30_000);
+  try {
+    for await (const chunk of child.stdout) {
+      text += decoder.decode(chunk, { stream: true });
+      if (!killed && text.includes("\n")) {
+        killed = true;
+        child.kill("SIGTERM");
+      }
+    }
+  } finally {
+    clearTimeout(timer);
+  }
+  const { code } = await child.status;
+  assert.ok(killed, `announced the port within 30 s; stdout: ${text}`);
+  assert.equal(code, 0);
+  assert.equal(text.split("\n").filter((l) => l.startsWith("HUD_SERVE_PORT=")).length, 1, text);
+});
