@@ -302,7 +302,11 @@ async function interruptAfterFirstLine(
       if (!sent && text.includes("\n")) {
         sent = true;
         for (const s of signals) {
-          child.kill(s);
+          try {
+            child.kill(s);
+          } catch {
+            break; // it finished on the first signal already
+          }
           await new Promise((r) => setTimeout(r, 50));
         }
       }
