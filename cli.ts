@@ -33,6 +33,7 @@ import { abortable } from "./_internal/async.ts";
 import { CommandAgent, parseEnvFile } from "./eval/command_agent.ts";
 import { formatJobTable, formatProgress } from "./eval/report.ts";
 import { LocalRuntime } from "./runtime/runtime.ts";
+import { buildEnvironmentImage, removeStaleContainers } from "./runtime/container.ts";
 import { firstError, type Job, type JobProgress, prepareResults, Taskset } from "./eval/taskset.ts";
 import { errorMessage } from "./_internal/util.ts";
 import { redactUrl } from "./_internal/auth.ts";
@@ -1034,12 +1035,101 @@ function interrupted(io: Io, done: number, total: number): number {
 // ---------------------------------------------------------------- main
 
 /** Every command, by name, in the order `--help` lists them. */
+const imageCommand: Command = {
+  summary: "Build a container image of an environment module (Docker or Podman)",
+  usage: `Usage: ${PROGRAM} image FILE --tag NAME [--env NAME] [--from IMAGE] [--socket PATH]
+
+Builds an OCI image of the environment in FILE with the local engine, with no
+registry: Deno's binary and the libraries it links, FILE and its local
+imports, and this command line, serving on 0.0.0.0:8765 with the token the
+runtime passes in HUD_SERVE_TOKEN. Labels: dev.hud.env, dev.hud.env.version.
+
+Options:
+  --tag NAME      the image name (required)
+  --env NAME      the environment, by export or environment name
+  --from IMAGE    base image (one with bash and coreutils, for workspaces);
+                  default: scratch (Deno and its libraries only)
+  --socket PATH   the engine's socket (default: DOCKER_HOST, then
+                  /var/run/docker.sock, then Podman's)
+  -h, --help      show this help
+`,
+  async run(args, io) {
+    const parsed = parseCommand(
+      "image",
+      args,
+      {
+        tag: { type: "string" },
+        env: { type: "string" },
+        from: { type: "string" },
+        socket: { type: "string" },
+      },
+      { names: ["FILE"], min: 1 },
+      io,
+    );
+    if (parsed === null) return EXIT_OK;
+    const { values, positionals: [file] } = parsed;
+    const tag = stringOption(values, "tag");
+    if (tag === undefined) {
+      throw new UsageError(`--tag is required (see "${PROGRAM} image --help")`);
+    }
+    const env = await loadEnvironment(file, { name: stringOption(values, "env") });
+    const id = await buildEnvironmentImage(file, tag, {
+      envName: env.name,
+      envVersion: env.version,
+      from: stringOption(values, "from"),
+      socket: stringOption(values, "socket"),
+      signal: io.signal,
+    });
+    io.out(`${tag} ${id}\n`);
+    return EXIT_OK;
+  },
+};
+
+const gcCommand: Command = {
+  summary: "Remove containers that killed runs left behind",
+  usage: `Usage: ${PROGRAM} gc [--older-than SECONDS] [--socket PATH]
+
+Removes the containers ContainerRuntime started whose creating process is
+gone, and with --older-than also those older than that, and prints their ids.
+
+Options:
+  --older-than SECONDS  also remove containers of live runs this old
+  --socket PATH         the engine's socket
+  -h, --help            show this help
+`,
+  async run(args, io) {
+    const parsed = parseCommand(
+      "gc",
+      args,
+      { "older-than": { type: "string" }, socket: { type: "string" } },
+      { names: [], min: 0 },
+      io,
+    );
+    if (parsed === null) return EXIT_OK;
+    const { values } = parsed;
+    const olderText = stringOption(values, "older-than");
+    const olderThan = olderText === undefined ? undefined : Number(olderText);
+    if (olderThan !== undefined && (!Number.isFinite(olderThan) || olderThan < 0)) {
+      throw new UsageError(`--older-than must be a number of seconds, got "${olderText}"`);
+    }
+    const removed = await removeStaleContainers({
+      socket: stringOption(values, "socket"),
+      olderThan: olderThan === undefined ? undefined : olderThan * 1000,
+    });
+    for (const id of removed) io.out(`${id}\n`);
+    io.err(`gc: removed ${removed.length} container${removed.length === 1 ? "" : "s"}\n`);
+    return EXIT_OK;
+  },
+};
+
 const COMMANDS: Record<string, Command> = {
   serve: serveCommand,
   tasks: tasksCommand,
   start: startCommand,
   grade: gradeCommand,
   eval: evalCommand,
+  image: imageCommand,
+  gc: gcCommand,
 };
 
 function topUsage(): string {

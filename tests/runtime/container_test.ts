@@ -175,3 +175,20 @@ Deno.test({
     assert.deepEqual(await containersOf(child.pid), []);
   },
 });
+
+Deno.test({
+  name: "hud gc and hud image: usage errors, and gc against the engine",
+  ignore,
+  async fn() {
+    const { main } = await import("../../cli.ts");
+    let err = "";
+    const quiet = { stdout: () => {}, stderr: (t: string) => err += t };
+    assert.equal(await main(["gc", "--older-than", "soon"], quiet), 2);
+    assert.match(err, /--older-than must be a number of seconds, got "soon"/);
+    assert.equal(await main(["image", fixture("basic_env.ts")], quiet), 2);
+    assert.match(err, /--tag is required/);
+    err = "";
+    assert.equal(await main(["gc"], quiet), 0);
+    assert.match(err, /gc: removed \d+ containers?/);
+  },
+});
