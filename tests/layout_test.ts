@@ -21,6 +21,7 @@ const LAYERS: readonly (readonly string[])[] = [
   ["server.ts", "client.ts"],
   ["workspace/", "runtime/"],
   ["eval/"],
+  ["agents/"],
   ["cli.ts", "mod.ts"],
 ];
 const CORE_FILES = ["schema.ts", "capability.ts", "env.ts"];
@@ -35,6 +36,7 @@ const ENTRY_POINTS = [
   "workspace/mod.ts",
   "runtime/mod.ts",
   "eval/mod.ts",
+  "agents/mod.ts",
 ];
 
 interface Dependency {
