@@ -67,9 +67,15 @@ export interface ChatAgentOptions {
   shell?: ShellToolsOptions;
   /** Sampling options, passed through. */
   sampling?: SamplingOptions;
-  /** @default "auto" */
+  /**
+   * Which tools the model may or must call.
+   * @default "auto"
+   */
   toolChoice?: ToolChoice;
-  /** @default true */
+  /**
+   * Whether the model may call several tools at once.
+   * @default true
+   */
   parallelToolCalls?: boolean;
   /**
    * The most model calls per run.

@@ -61,7 +61,10 @@ export interface ModelRequest {
   messages: ChatMessage[];
   /** The tools on offer. */
   tools: ToolSpec[];
-  /** @default "auto" */
+  /**
+   * Which tools the model may or must call.
+   * @default "auto"
+   */
   toolChoice?: ToolChoice;
   /** Whether the model may call several tools at once. @default true */
   parallelToolCalls?: boolean;
