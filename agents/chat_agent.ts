@@ -301,8 +301,11 @@ export class ChatAgent implements Agent {
                 // Over the window: cut harder and try again, while there is
                 // tool output left to cut.
                 if (err instanceof ModelHttpError && err.contextOverflow) {
-                  budget = Math.floor(budget / 2);
-                  if (trimToolResults(messages, budget, 0) > 0) {
+                  const size = messages.reduce((n, m) => n + messageChars(m), 0);
+                  budget = Math.min(budget, Math.floor(size * 0.6));
+                  const cut = trimToolResults(messages, budget, Math.min(keep, 1)) ||
+                    trimToolResults(messages, budget, 0);
+                  if (cut > 0) {
                     retries.push("context_overflow");
                     return await this.#backend.complete({
                       messages,
