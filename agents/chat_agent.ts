@@ -360,9 +360,12 @@ export class ChatAgent implements Agent {
           run.answer = reply.content;
           return;
         }
-        const results = await Promise.all(
-          reply.toolCalls.map((call) => this.#callTool(call, tools, toolContext)),
-        );
+        // One after the other, in the model's order: shell commands have
+        // side effects, and the model wrote them expecting that order.
+        const results = [];
+        for (const call of reply.toolCalls) {
+          results.push(await this.#callTool(call, tools, toolContext));
+        }
         for (const [i, call] of reply.toolCalls.entries()) {
           const r = results[i];
           messages.push({
