@@ -28,6 +28,7 @@ import { loadEnvironment } from "./runtime/loader.ts";
 import { serve } from "./server.ts";
 import { abortable } from "./_internal/async.ts";
 import { CommandAgent } from "./eval/command_agent.ts";
+import { MODEL_FLAGS, MODEL_FLAGS_HELP, modelAgentFromFlags } from "./agents/_cli.ts";
 import { formatJobTable, formatProgress } from "./eval/report.ts";
 import { LocalRuntime } from "./runtime/runtime.ts";
 import { type JobProgress, Taskset } from "./eval/taskset.ts";
@@ -601,8 +602,8 @@ async function evalRows(
 
 const evalCommand: Command = {
   summary: "Run an external agent against an environment's tasks",
-  usage: `Usage: ${PROGRAM} eval FILE --agent CMD [--env NAME] [--tasks ROWS] [--group N]
-            [--max-concurrent N] [--timeout S] [--out results.jsonl] [--resume]
+  usage: `Usage: ${PROGRAM} eval FILE (--agent CMD | --model NAME) [--env NAME] [--tasks ROWS]
+            [--group N] [--max-concurrent N] [--timeout S] [--out results.jsonl] [--resume]
 
 Serves the environment module FILE in this process and runs the agent
 command CMD once per task and repeat, grading each answer. The tasks are
@@ -617,7 +618,7 @@ finished rollout. A table per task closes the run. The exit code is 1 when
 any rollout was not graded.
 
 Options:
-  --agent CMD           the agent command, run with bash -c (required)
+  --agent CMD           the agent command, run with bash -c
   --env NAME            the environment, by export or environment name
   --tasks ROWS          a taskset file to run instead of the module's tasks
   --group N             rollouts per task (default: 1)
@@ -625,7 +626,7 @@ Options:
   --timeout S           seconds each rollout may take (default: 600)
   --out FILE            write one JSON line per finished rollout
   --resume              with --out: keep graded rollouts found in FILE
-  -h, --help            show this help
+${MODEL_FLAGS_HELP}  -h, --help            show this help
 `,
   async run(args, io) {
     const parsed = parseCommand(
@@ -640,6 +641,7 @@ Options:
         timeout: { type: "string" },
         out: { type: "string" },
         resume: { type: "boolean" },
+        ...MODEL_FLAGS,
       },
       { names: ["FILE"], min: 1 },
       io,
@@ -647,8 +649,11 @@ Options:
     if (parsed === null) return EXIT_OK;
     const { values, positionals: [file] } = parsed;
     const command = stringOption(values, "agent");
-    if (command === undefined || command.trim() === "") {
-      throw new UsageError(`missing --agent (see "${PROGRAM} eval --help")`);
+    // A model agent (--model ...) or an external one (--agent CMD).
+    const model = modelAgentFromFlags(values, (m) => new UsageError(m));
+    if (model && command !== undefined) throw new UsageError("pass --agent or --model, not both");
+    if (!model && (command === undefined || command.trim() === "")) {
+      throw new UsageError(`missing --agent or --model (see "${PROGRAM} eval --help")`);
     }
     const group = positiveInt("--group", stringOption(values, "group"), 1);
     const maxConcurrent = positiveInt(
@@ -664,14 +669,18 @@ Options:
     const env = await loadEnvironment(file, { name: stringOption(values, "env") });
     const rows = await evalRows(file, env, stringOption(values, "tasks"));
     const live = io.live;
-    io.err(`eval: ${rows.length} tasks x ${group} from "${env.name}", agent: ${command}\n`);
+    io.err(
+      `eval: ${rows.length} tasks x ${group} from "${env.name}", agent: ${
+        model?.label ?? command
+      }\n`,
+    );
     const show = (p: JobProgress) => {
       if (live) io.err(`\r\x1b[2K${formatProgress(p)}`);
       else if (p.last) {
         io.err(`${p.last.task.slug}: ${p.last.reward ?? p.last.status}  (${formatProgress(p)})\n`);
       }
     };
-    const job = await new Taskset(rows).run(new CommandAgent(command), {
+    const job = await new Taskset(rows).run(model?.agent ?? new CommandAgent(command!), {
       runtime: new LocalRuntime(env),
       group,
       maxConcurrent,
