@@ -11,6 +11,7 @@
 
 import type { Agent, AgentContext, Run } from "../eval/run.ts";
 import type { SshClient } from "../ssh/client.ts";
+import { McpClient, resultText as mcpText } from "../mcp/client.ts";
 import { string as stringSchema } from "../schema.ts";
 import { Deadline } from "../_internal/async.ts";
 import {
@@ -229,7 +230,7 @@ export class ChatAgent implements Agent {
   async run(run: Run, context: AgentContext): Promise<void> {
     const o = this.#options;
     const trace = run.trace;
-    const opened: SshClient[] = [];
+    const opened: (SshClient | McpClient)[] = [];
     try {
       const tools = new Map<string, AgentTool>();
       for (const t of o.tools ?? []) tools.set(t.name, t);
@@ -240,6 +241,30 @@ export class ChatAgent implements Agent {
           const ssh = run.client.open(shell.name);
           opened.push(ssh);
           for (const t of shellTools(ssh, o.shell)) if (!tools.has(t.name)) tools.set(t.name, t);
+        }
+      }
+      if (o.capabilityTools !== false) {
+        // Each streamable-HTTP MCP server's tools, reached through the forwarder.
+        for (const cap of run.capabilities) {
+          if (cap.family !== "mcp" || cap.params.transport === "websocket") continue;
+          const mcp = await McpClient.fromBinding(cap, { signal: context.signal });
+          opened.push(mcp);
+          for (const info of await mcp.listTools(context.signal)) {
+            const name = tools.has(info.name) || info.name === SUBMIT
+              ? `${cap.name}_${info.name}`
+              : info.name;
+            tools.set(name, {
+              name,
+              description: info.description ?? "",
+              parameters: info.inputSchema,
+              async call(args, { signal }) {
+                const result = await mcp.callTool(info.name, args, signal);
+                const text = mcpText(result);
+                if (result.isError) throw new Error(text);
+                return text;
+              },
+            });
+          }
         }
       }
       let submitted: { answer: unknown } | null = null;
@@ -393,7 +418,7 @@ export class ChatAgent implements Agent {
         }
       }
     } finally {
-      for (const ssh of opened) await ssh.close().catch(() => {});
+      for (const client of opened) await client.close().catch(() => {});
     }
   }
 

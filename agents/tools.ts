@@ -14,6 +14,7 @@ import {
   string as stringSchema,
 } from "../schema.ts";
 import type { Run } from "../eval/run.ts";
+import { checkArgs } from "../mcp/server.ts";
 import type { SshClient } from "../ssh/client.ts";
 import { isRecord } from "../_internal/util.ts";
 
@@ -75,23 +76,7 @@ export function defineTool<S extends ArgsShape>(definition: ToolDefinition<S>): 
     description: description ?? "",
     parameters: shapeToJsonSchema(shape, false),
     async call(input, context) {
-      const checked: Record<string, unknown> = {};
-      for (const [key, schema] of Object.entries(shape)) {
-        if (input[key] === undefined) {
-          if (schema.hasDefault) checked[key] = schema.defaultValue;
-          else if (!schema.optional) throw new TypeError(`missing argument "${key}"`);
-          continue;
-        }
-        const value = schema.coerce(input[key]);
-        if (!schema.accepts(value)) {
-          throw new TypeError(
-            `argument "${key}" must be ${schema.kind}, got ${JSON.stringify(input[key])}`,
-          );
-        }
-        checked[key] = value;
-      }
-      const extra = Object.keys(input).filter((k) => !(k in shape));
-      if (extra.length > 0) throw new TypeError(`unknown argument "${extra[0]}"`);
+      const checked = checkArgs(shape, input);
       return await run(checked as InferArgs<S>, context);
     },
   };

@@ -17,7 +17,7 @@ const LAYERS: readonly (readonly string[])[] = [
   ["errors.ts"],
   ["_internal/"],
   ["schema.ts", "capability.ts", "env.ts"],
-  ["ssh/", "filetracking/"],
+  ["ssh/", "filetracking/", "mcp/"],
   ["server.ts", "client.ts"],
   ["workspace/", "runtime/"],
   ["eval/"],
@@ -37,6 +37,7 @@ const ENTRY_POINTS = [
   "runtime/mod.ts",
   "eval/mod.ts",
   "agents/mod.ts",
+  "mcp/mod.ts",
 ];
 
 interface Dependency {

@@ -7,7 +7,7 @@ import { addWorkspace, Environment, rollout } from "../../mod.ts";
 import { ChatAgent } from "../../agents/mod.ts";
 import { anthropicReply, completion, delta, scriptedServer, stream } from "./_scripted.ts";
 
-async function labTask(root: string) {
+function labTask(root: string) {
   const env = new Environment("lab");
   addWorkspace(env, root, { env: { HOME: root } });
   return env.template({ id: "fix" }, async function* () {
@@ -21,7 +21,7 @@ async function labTask(root: string) {
 Deno.test("ChatAgent rollout: bash and file tools over a real SSH workspace, submit graded", async () => {
   const root = await Deno.makeTempDir({ prefix: "agents-e2e-" });
   try {
-    const task = await labTask(root);
+    const task = labTask(root);
     await using model = scriptedServer([
       stream([
         delta({
@@ -105,7 +105,7 @@ Deno.test("ChatAgent rollout: bash and file tools over a real SSH workspace, sub
 Deno.test("ChatAgent rollout: bash output over the limit is cut with a note", async () => {
   const root = await Deno.makeTempDir({ prefix: "agents-e2e-" });
   try {
-    const task = await labTask(root);
+    const task = labTask(root);
     await using model = scriptedServer([
       completion({ tool_calls: [["bash", '{"command": "seq 1 5000"}']] }),
       completion({ content: "hello" }),
@@ -134,7 +134,7 @@ Deno.test("ChatAgent rollout: bash output over the limit is cut with a note", as
 Deno.test("ChatAgent rollout over the Anthropic Messages API: tool_use, tool_result, graded", async () => {
   const root = await Deno.makeTempDir({ prefix: "agents-e2e-" });
   try {
-    const task = await labTask(root);
+    const task = labTask(root);
     await using model = scriptedServer([
       anthropicReply([
         { type: "text", text: "Fixing." },
