@@ -31,9 +31,15 @@ import { loadEnvironment, moduleUrl } from "./runtime/loader.ts";
 import { serve } from "./server.ts";
 import { abortable } from "./_internal/async.ts";
 import { CommandAgent, parseEnvFile } from "./eval/command_agent.ts";
+import { MODEL_FLAGS, MODEL_FLAGS_HELP, modelAgentFromFlags } from "./agents/_cli.ts";
 import { formatJobTable, formatProgress } from "./eval/report.ts";
 import { LocalRuntime } from "./runtime/runtime.ts";
-import { buildEnvironmentImage, removeStaleContainers } from "./runtime/container.ts";
+import {
+  buildEnvironmentImage,
+  ContainerRuntime,
+  removeStaleContainers,
+} from "./runtime/container.ts";
+import type { RuntimeProvider } from "./client.ts";
 import { firstError, type Job, type JobProgress, prepareResults, Taskset } from "./eval/taskset.ts";
 import { errorMessage } from "./_internal/util.ts";
 import { redactUrl } from "./_internal/auth.ts";
@@ -835,7 +841,8 @@ function seconds(flag: string, text: string | undefined): number | undefined {
 
 const evalCommand: Command = {
   summary: "Run an external agent against an environment's tasks",
-  usage: `Usage: ${PROGRAM} eval FILE --agent CMD [--env NAME] [--tasks ROWS] [--group N]
+  usage:
+    `Usage: ${PROGRAM} eval FILE (--agent CMD | --model NAME) [--env NAME] [--tasks ROWS] [--group N]
             [--max-concurrent N] [--timeout S] [--agent-timeout S]
             [--pass-env NAME]... [--env-file PATH] [--max-output BYTES]
             [--out results.jsonl [--resume | --force]] [--json]
@@ -865,7 +872,7 @@ Exit codes: 0 when every rollout was graded, 1 when any was not (or the
 environment could not start), 2 for bad usage, 130 when interrupted.
 
 Options:
-  --agent CMD           the agent command, run with bash -c (required)
+  --agent CMD           the agent command, run with bash -c
   --env NAME            the environment, by export or environment name
   --tasks ROWS          a taskset file to run instead of the module's tasks
   --group N             rollouts per task (default: 1); the table then
@@ -884,7 +891,10 @@ Options:
   --force               with --out: rename an existing FILE aside and
                         start over
   --json                print a JSON summary instead of the table
-  -h, --help            show this help
+  --runtime WHERE       "local" (this process, the default) or
+                        "container:IMAGE" (a container per rollout, from an
+                        image made by "${PROGRAM} image")
+${MODEL_FLAGS_HELP}  -h, --help            show this help
 `,
   async run(args, io) {
     const parsed = parseCommand(
@@ -905,6 +915,8 @@ Options:
         resume: { type: "boolean" },
         force: { type: "boolean" },
         json: { type: "boolean" },
+        ...MODEL_FLAGS,
+        runtime: { type: "string" },
       },
       { names: ["FILE"], min: 1 },
       io,
@@ -912,8 +924,20 @@ Options:
     if (parsed === null) return EXIT_OK;
     const { values, positionals: [file] } = parsed;
     const command = stringOption(values, "agent");
-    if (command === undefined || command.trim() === "") {
-      throw new UsageError(`missing --agent (see "${PROGRAM} eval --help")`);
+    const runtimeSpec = stringOption(values, "runtime") ?? "local";
+    if (runtimeSpec !== "local" && !/^container:\S+$/.test(runtimeSpec)) {
+      throw new UsageError(
+        `--runtime must be "local" or "container:IMAGE", got "${runtimeSpec}"`,
+      );
+    }
+    const containerImage = runtimeSpec === "local"
+      ? undefined
+      : runtimeSpec.slice("container:".length);
+    // A model agent (--model ...) or an external one (--agent CMD).
+    const model = modelAgentFromFlags(values, (m) => new UsageError(m));
+    if (model && command !== undefined) throw new UsageError("pass --agent or --model, not both");
+    if (!model && (command === undefined || command.trim() === "")) {
+      throw new UsageError(`missing --agent or --model (see "${PROGRAM} eval --help")`);
     }
     const group = positiveInt("--group", stringOption(values, "group"), 1);
     const maxConcurrent = positiveInt(
@@ -969,7 +993,9 @@ Options:
     // Start the environment once, up front: when it cannot start, that is
     // one error with its message, not one per rollout. The held placement
     // keeps it up between rollouts.
-    const runtime = new LocalRuntime(env);
+    const runtime: RuntimeProvider = containerImage === undefined
+      ? new LocalRuntime(env)
+      : new ContainerRuntime(containerImage);
     let held: AsyncDisposable;
     try {
       held = await runtime.place({ signal: io.signal });
@@ -980,15 +1006,18 @@ Options:
         cause: err,
       });
     }
-    const agent = new CommandAgent(command, {
+    const commandAgent = model ? null : new CommandAgent(command!, {
       passEnv,
       envFile,
       maxOutputBytes: maxOutput,
     });
-    io.onHurry = () => agent.kill();
+    const agent = model?.agent ?? commandAgent!;
+    io.onHurry = () => commandAgent?.kill();
     const live = io.live;
     io.err(
-      `eval: ${rows.length} tasks x ${group} from "${env.name}", agent: ${commandShown(command)}\n`,
+      `eval: ${rows.length} tasks x ${group} from "${env.name}", agent: ${
+        model?.label ?? commandShown(command!)
+      }\n`,
     );
     const show = (p: JobProgress) => {
       if (live) io.err(`\r\x1b[2K${formatProgress(p)}`);
@@ -1013,7 +1042,7 @@ Options:
     } finally {
       // Nothing of the run may outlive it: agents' process groups, key and
       // prompt files, the environment (its shutdown hooks remove its keys).
-      await agent.whenIdle();
+      await commandAgent?.whenIdle();
       await Promise.resolve(held[Symbol.asyncDispose]()).catch(() => {});
       await env.stop().catch((err) => io.err(`warning: ${errorMessage(err)}\n`));
       if (live) io.err("\n");

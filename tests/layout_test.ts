@@ -17,10 +17,11 @@ const LAYERS: readonly (readonly string[])[] = [
   ["errors.ts"],
   ["_internal/"],
   ["schema.ts", "capability.ts", "env.ts"],
-  ["ssh/", "filetracking/"],
+  ["ssh/", "filetracking/", "mcp/"],
   ["server.ts", "client.ts"],
   ["workspace/", "runtime/"],
   ["eval/"],
+  ["agents/"],
   ["cli.ts", "mod.ts"],
 ];
 const CORE_FILES = ["schema.ts", "capability.ts", "env.ts"];
@@ -35,6 +36,8 @@ const ENTRY_POINTS = [
   "workspace/mod.ts",
   "runtime/mod.ts",
   "eval/mod.ts",
+  "agents/mod.ts",
+  "mcp/mod.ts",
 ];
 
 interface Dependency {

@@ -187,6 +187,11 @@ Deno.test({
     assert.match(err, /--older-than must be a number of seconds, got "soon"/);
     assert.equal(await main(["image", fixture("basic_env.ts")], quiet), 2);
     assert.match(err, /--tag is required/);
+    assert.equal(
+      await main(["eval", fixture("basic_env.ts"), "--agent", "cat", "--runtime", "vm:x"], quiet),
+      2,
+    );
+    assert.match(err, /--runtime must be "local" or "container:IMAGE", got "vm:x"/);
     err = "";
     assert.equal(await main(["gc"], quiet), 0);
     assert.match(err, /gc: removed \d+ containers?/);

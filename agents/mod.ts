@@ -1,0 +1,45 @@
+/**
+ * Model agents: {@linkcode ChatAgent} drives a run with a model over an
+ * OpenAI-compatible Chat Completions endpoint ({@linkcode OpenAiBackend}:
+ * OpenAI, vLLM, SGLang, llama.cpp's `llama-server`, Ollama) or the
+ * Anthropic Messages API ({@linkcode AnthropicBackend}), with tools from the
+ * run's capabilities ({@linkcode shellTools}) and the author's own
+ * ({@linkcode defineTool}). Only `fetch`: no SDK.
+ *
+ * @module
+ */
+
+export {
+  AgentLimitError,
+  ChatAgent,
+  type ChatAgentOptions,
+  trimToolResults,
+} from "./chat_agent.ts";
+export {
+  type ChatMessage,
+  isRetryable,
+  type ModelBackend,
+  ModelHttpError,
+  type ModelReply,
+  type ModelRequest,
+  ModelStreamError,
+  parseRetryAfter,
+  type RetryOptions,
+  type SamplingOptions,
+  type TokenUsage,
+  type ToolCall,
+  type ToolChoice,
+  type ToolSpec,
+  withRetries,
+} from "./model.ts";
+export { OpenAiBackend, type OpenAiBackendOptions, openAiBody } from "./openai.ts";
+export { AnthropicBackend, type AnthropicBackendOptions, anthropicBody } from "./anthropic.ts";
+export {
+  type AgentTool,
+  defineTool,
+  shellTools,
+  type ShellToolsOptions,
+  type ToolContext,
+  type ToolDefinition,
+  truncate,
+} from "./tools.ts";

@@ -1,0 +1,276 @@
+/**
+ * The model side of a chat agent: the messages a loop keeps, the
+ * {@linkcode ModelBackend} interface every API format implements, and the
+ * errors and retry rule they share.
+ *
+ * @module
+ */
+
+import type { JsonSchema } from "../schema.ts";
+import { delay } from "../_internal/async.ts";
+
+/** A tool call the model asked for. */
+export interface ToolCall {
+  /** The call's id, echoed back with its result. */
+  id: string;
+  /** The tool's name. */
+  name: string;
+  /** The arguments as JSON text, exactly as the model wrote them. */
+  arguments: string;
+}
+
+/** One message of a conversation, in a format-neutral shape. */
+export type ChatMessage =
+  | { role: "system"; content: string }
+  | { role: "user"; content: string }
+  | { role: "assistant"; content: string; toolCalls?: ToolCall[] }
+  | { role: "tool"; toolCallId: string; name: string; content: string; isError?: boolean };
+
+/** A tool as the model sees it. */
+export interface ToolSpec {
+  /** The tool's name: letters, digits, `_` and `-`. */
+  name: string;
+  /** What it does, for the model. */
+  description: string;
+  /** JSON Schema of its arguments object. */
+  parameters: JsonSchema;
+}
+
+/** Sampling options, passed through to the API as given. */
+export interface SamplingOptions {
+  /** Sampling temperature. */
+  temperature?: number;
+  /** Nucleus sampling. */
+  topP?: number;
+  /** The most tokens one reply may have. */
+  maxTokens?: number;
+  /** Stop sequences. */
+  stop?: string[];
+  /** Seed, for backends that honour it. */
+  seed?: number;
+  /** Extra body fields, merged into every request as is (`top_k`, `min_p`...). */
+  extra?: Record<string, unknown>;
+}
+
+/** Which tools the model may or must call. */
+export type ToolChoice = "auto" | "required" | "none" | { name: string };
+
+/** One request to a model. */
+export interface ModelRequest {
+  /** The conversation so far. */
+  messages: ChatMessage[];
+  /** The tools on offer. */
+  tools: ToolSpec[];
+  /**
+   * Which tools the model may or must call.
+   * @default "auto"
+   */
+  toolChoice?: ToolChoice;
+  /** Whether the model may call several tools at once. @default true */
+  parallelToolCalls?: boolean;
+  /** Sampling options. */
+  sampling?: SamplingOptions;
+}
+
+/** Token counts of one model call, as the server reported them. */
+export interface TokenUsage {
+  /** Prompt tokens. */
+  inputTokens: number;
+  /** Completion tokens. */
+  outputTokens: number;
+}
+
+/** What a model answered. */
+export interface ModelReply {
+  /** The text of the reply (may be empty when it only calls tools). */
+  content: string;
+  /** The tools it called, in order. */
+  toolCalls: ToolCall[];
+  /** Why it stopped, as the API said (`stop`, `tool_calls`, `end_turn`, `length`...). */
+  finishReason: string;
+  /** Token counts, when the server reported them. */
+  usage: TokenUsage | null;
+  /** The model's refusal text, when it refused. */
+  refusal?: string;
+}
+
+/** An API format: turns a {@linkcode ModelRequest} into one HTTP exchange. */
+export interface ModelBackend {
+  /** `openai` or `anthropic`. */
+  readonly format: string;
+  /** The model's name. */
+  readonly model: string;
+  /**
+   * Sends one request.
+   * @throws {ModelHttpError} for an HTTP error status
+   * @throws {ModelStreamError} for a reply cut short or unreadable
+   */
+  complete(request: ModelRequest, signal: AbortSignal): Promise<ModelReply>;
+}
+
+/** An HTTP error status from a model API. */
+export class ModelHttpError extends Error {
+  /** The HTTP status. */
+  readonly status: number;
+  /** Seconds the server asked to wait (`Retry-After`), if it did. */
+  readonly retryAfter: number | null;
+  /** Whether the server said the request is over the context window. */
+  readonly contextOverflow: boolean;
+
+  /** Makes an error for `status` with the server's message. */
+  constructor(
+    message: string,
+    status: number,
+    options: { retryAfter?: number | null; contextOverflow?: boolean } = {},
+  ) {
+    super(message);
+    this.name = "ModelHttpError";
+    this.status = status;
+    this.retryAfter = options.retryAfter ?? null;
+    this.contextOverflow = options.contextOverflow ?? false;
+  }
+}
+
+/** A reply that was cut short or could not be read. */
+export class ModelStreamError extends Error {
+  /** Makes the error. */
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "ModelStreamError";
+  }
+}
+
+const OVERFLOW =
+  /context[_ ]length|context window|maximum context|too many tokens|prompt is too long|exceeds the context/i;
+
+/** Reads an HTTP error reply into a {@linkcode ModelHttpError}. */
+export async function httpError(response: Response, what: string): Promise<ModelHttpError> {
+  const text = await response.text().catch(() => "");
+  let message = text.trim().slice(0, 500);
+  let code = "";
+  try {
+    const body = JSON.parse(text);
+    const err = body?.error;
+    if (typeof err?.message === "string") message = err.message;
+    else if (typeof err === "string") message = err;
+    if (typeof err?.code === "string") code = err.code;
+    if (typeof err?.type === "string" && code === "") code = err.type;
+  } catch {
+    // Not JSON: keep the text.
+  }
+  return new ModelHttpError(
+    `${what} failed: HTTP ${response.status}${message ? `: ${message}` : ""}`,
+    response.status,
+    {
+      retryAfter: parseRetryAfter(response.headers.get("retry-after")),
+      contextOverflow: response.status === 400 || response.status === 413
+        ? code === "context_length_exceeded" || OVERFLOW.test(message)
+        : false,
+    },
+  );
+}
+
+/** `Retry-After` as seconds (delta or HTTP date), or `null`. */
+export function parseRetryAfter(value: string | null): number | null {
+  if (value === null || value.trim() === "") return null;
+  const seconds = Number(value);
+  if (Number.isFinite(seconds)) return Math.max(0, seconds);
+  const date = Date.parse(value);
+  return Number.isNaN(date) ? null : Math.max(0, (date - Date.now()) / 1000);
+}
+
+/** Whether an error is worth another try: 408, 429, 5xx, a broken connection or stream. */
+export function isRetryable(err: unknown): boolean {
+  if (err instanceof ModelHttpError) {
+    return err.status === 408 || err.status === 429 || err.status >= 500;
+  }
+  if (err instanceof ModelStreamError) return true;
+  // fetch() rejects with a TypeError when the connection fails.
+  return err instanceof TypeError || err instanceof Deno.errors.ConnectionRefused ||
+    err instanceof Deno.errors.ConnectionReset;
+}
+
+/** Options for {@linkcode withRetries}. */
+export interface RetryOptions {
+  /** Tries after the first. @default 4 */
+  maxRetries?: number;
+  /** The first backoff, in ms; it doubles each try. @default 500 */
+  baseDelay?: number;
+  /** The longest wait, in ms, including `Retry-After`. @default 30_000 */
+  maxDelay?: number;
+  /** Called before each wait. */
+  onRetry?: (err: unknown, attempt: number, waitMs: number) => void;
+}
+
+/**
+ * Runs `fn` until it succeeds, retrying what {@linkcode isRetryable} allows
+ * with exponential backoff (and `Retry-After` when the server sends one).
+ * @throws the last error, or the abort reason
+ */
+export async function withRetries<T>(
+  fn: (attempt: number) => Promise<T>,
+  signal: AbortSignal,
+  options: RetryOptions = {},
+): Promise<T> {
+  const maxRetries = options.maxRetries ?? 4;
+  const base = options.baseDelay ?? 500;
+  const max = options.maxDelay ?? 30_000;
+  for (let attempt = 0;; attempt++) {
+    signal.throwIfAborted();
+    try {
+      return await fn(attempt);
+    } catch (err) {
+      if (signal.aborted) throw signal.reason;
+      if (attempt >= maxRetries || !isRetryable(err)) throw err;
+      const hinted = err instanceof ModelHttpError && err.retryAfter !== null
+        ? err.retryAfter * 1000
+        : null;
+      const wait = Math.min(max, hinted ?? base * 2 ** attempt * (0.75 + Math.random() * 0.5));
+      options.onRetry?.(err, attempt + 1, wait);
+      await delay(wait, signal);
+    }
+  }
+}
+
+/**
+ * Reads a `text/event-stream` body into its events' `data` fields (joined
+ * lines), one per event.
+ */
+export async function* sseData(
+  body: ReadableStream<Uint8Array>,
+): AsyncGenerator<{ event: string; data: string }> {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  let data: string[] = [];
+  let event = "";
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += value;
+      let nl: number;
+      while ((nl = buffer.search(/\r\n|\r|\n/)) >= 0) {
+        const line = buffer.slice(0, nl);
+        buffer = buffer.slice(nl + (buffer.startsWith("\r\n", nl) ? 2 : 1));
+        if (line === "") {
+          if (data.length > 0) yield { event, data: data.join("\n") };
+          data = [];
+          event = "";
+        } else if (line.startsWith(":")) {
+          continue;
+        } else {
+          const colon = line.indexOf(":");
+          const field = colon < 0 ? line : line.slice(0, colon);
+          let value = colon < 0 ? "" : line.slice(colon + 1);
+          if (value.startsWith(" ")) value = value.slice(1);
+          if (field === "data") data.push(value);
+          else if (field === "event") event = value;
+        }
+      }
+    }
+    if (data.length > 0) yield { event, data: data.join("\n") };
+  } finally {
+    await reader.cancel().catch(() => {});
+    reader.releaseLock();
+  }
+}

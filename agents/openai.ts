@@ -1,0 +1,280 @@
+/**
+ * OpenAI-compatible Chat Completions (`POST {baseUrl}/chat/completions`):
+ * OpenAI itself, vLLM, SGLang, llama.cpp's `llama-server`, Ollama. Function
+ * calling with `tools`, parallel calls, `tool_choice`, and streaming with
+ * the text and tool-call deltas assembled.
+ *
+ * @module
+ */
+
+import {
+  type ChatMessage,
+  httpError,
+  type ModelBackend,
+  type ModelReply,
+  type ModelRequest,
+  ModelStreamError,
+  sseData,
+  type TokenUsage,
+  type ToolCall,
+} from "./model.ts";
+import { isRecord } from "../_internal/util.ts";
+
+/** Options for {@linkcode OpenAiBackend}. */
+export interface OpenAiBackendOptions {
+  /** The model's name, as the server knows it. */
+  model: string;
+  /**
+   * The API's base url, up to and including `/v1`.
+   * @default the `OPENAI_BASE_URL` environment variable, else "https://api.openai.com/v1"
+   */
+  baseUrl?: string;
+  /**
+   * The API key, sent as a bearer token.
+   * @default the `OPENAI_API_KEY` environment variable, else none
+   */
+  apiKey?: string;
+  /**
+   * Whether to stream the reply (server-sent events).
+   * @default true
+   */
+  stream?: boolean;
+  /** Extra request headers. */
+  headers?: Record<string, string>;
+}
+
+function envVar(name: string): string | undefined {
+  try {
+    return Deno.env.get(name) || undefined;
+  } catch {
+    return undefined; // No --allow-env: as if unset.
+  }
+}
+
+function wireMessage(m: ChatMessage): Record<string, unknown> {
+  switch (m.role) {
+    case "assistant": {
+      const out: Record<string, unknown> = { role: "assistant", content: m.content || null };
+      if (m.toolCalls && m.toolCalls.length > 0) {
+        out.tool_calls = m.toolCalls.map((c) => ({
+          id: c.id,
+          type: "function",
+          function: { name: c.name, arguments: c.arguments },
+        }));
+      }
+      return out;
+    }
+    case "tool":
+      return { role: "tool", tool_call_id: m.toolCallId, content: m.content };
+    default:
+      return { role: m.role, content: m.content };
+  }
+}
+
+function usageOf(value: unknown): TokenUsage | null {
+  if (!isRecord(value)) return null;
+  const input = Number(value.prompt_tokens ?? 0);
+  const output = Number(value.completion_tokens ?? 0);
+  return { inputTokens: input, outputTokens: output };
+}
+
+/** The Chat Completions request body for `request`. */
+export function openAiBody(
+  model: string,
+  request: ModelRequest,
+  stream: boolean,
+): Record<string, unknown> {
+  const s = request.sampling ?? {};
+  const body: Record<string, unknown> = {
+    model,
+    messages: request.messages.map(wireMessage),
+  };
+  if (request.tools.length > 0) {
+    body.tools = request.tools.map((t) => ({
+      type: "function",
+      function: { name: t.name, description: t.description, parameters: t.parameters },
+    }));
+    const choice = request.toolChoice ?? "auto";
+    body.tool_choice = typeof choice === "string"
+      ? choice
+      : { type: "function", function: { name: choice.name } };
+    body.parallel_tool_calls = request.parallelToolCalls ?? true;
+  }
+  if (s.temperature !== undefined) body.temperature = s.temperature;
+  if (s.topP !== undefined) body.top_p = s.topP;
+  if (s.maxTokens !== undefined) body.max_tokens = s.maxTokens;
+  if (s.stop !== undefined) body.stop = s.stop;
+  if (s.seed !== undefined) body.seed = s.seed;
+  if (stream) {
+    body.stream = true;
+    body.stream_options = { include_usage: true };
+  }
+  return { ...body, ...s.extra };
+}
+
+/** An OpenAI-compatible Chat Completions endpoint as a {@linkcode ModelBackend}. */
+export class OpenAiBackend implements ModelBackend {
+  /** Always `openai`. */
+  readonly format: string = "openai";
+  /** The model's name. */
+  readonly model: string;
+  readonly #url: string;
+  readonly #headers: Record<string, string>;
+  readonly #stream: boolean;
+
+  /**
+   * Makes a backend; nothing is sent until {@linkcode OpenAiBackend.complete}.
+   * @throws {TypeError} for a missing model or a bad base url
+   */
+  constructor(options: OpenAiBackendOptions) {
+    if (typeof options?.model !== "string" || options.model === "") {
+      throw new TypeError("Cannot make OpenAI backend: model is required (pass --model NAME)");
+    }
+    const base = options.baseUrl ?? envVar("OPENAI_BASE_URL") ?? "https://api.openai.com/v1";
+    let url: URL;
+    try {
+      url = new URL(base.replace(/\/+$/, "") + "/chat/completions");
+    } catch {
+      throw new TypeError(`Cannot make OpenAI backend: bad base url "${base}"`);
+    }
+    if (url.protocol !== "http:" && url.protocol !== "https:") {
+      throw new TypeError(`Cannot make OpenAI backend: base url "${base}" is not http(s)`);
+    }
+    this.model = options.model;
+    this.#url = url.href;
+    this.#stream = options.stream ?? true;
+    const key = options.apiKey ?? envVar("OPENAI_API_KEY");
+    this.#headers = {
+      "content-type": "application/json",
+      ...(key ? { authorization: `Bearer ${key}` } : {}),
+      ...options.headers,
+    };
+  }
+
+  /** The endpoint's url. */
+  get url(): string {
+    return this.#url;
+  }
+
+  /**
+   * Sends one Chat Completions request.
+   * @throws {ModelHttpError} for an HTTP error status
+   * @throws {ModelStreamError} for a reply cut short or unreadable
+   */
+  async complete(request: ModelRequest, signal: AbortSignal): Promise<ModelReply> {
+    const response = await fetch(this.#url, {
+      method: "POST",
+      headers: this.#headers,
+      body: JSON.stringify(openAiBody(this.model, request, this.#stream)),
+      signal,
+    });
+    if (!response.ok) throw await httpError(response, "Chat completion");
+    const type = response.headers.get("content-type") ?? "";
+    if (type.includes("text/event-stream")) return await readStream(response.body!);
+    let body: unknown;
+    try {
+      body = await response.json();
+    } catch (err) {
+      throw new ModelStreamError("Cannot read chat completion: the body is not JSON", {
+        cause: err,
+      });
+    }
+    return readCompletion(body);
+  }
+}
+
+function readCompletion(body: unknown): ModelReply {
+  const choice = isRecord(body) && Array.isArray(body.choices) ? body.choices[0] : undefined;
+  if (!isRecord(choice) || !isRecord(choice.message)) {
+    throw new ModelStreamError("Cannot read chat completion: it has no choices[0].message");
+  }
+  const m = choice.message;
+  const toolCalls: ToolCall[] = [];
+  for (const c of Array.isArray(m.tool_calls) ? m.tool_calls : []) {
+    if (!isRecord(c) || !isRecord(c.function)) continue;
+    const args = c.function.arguments;
+    toolCalls.push({
+      id: String(c.id ?? `call_${toolCalls.length}`),
+      name: String(c.function.name ?? ""),
+      arguments: typeof args === "string" ? args : JSON.stringify(args ?? {}),
+    });
+  }
+  const reply: ModelReply = {
+    content: typeof m.content === "string" ? m.content : "",
+    toolCalls,
+    finishReason: String(choice.finish_reason ?? "stop"),
+    usage: usageOf((body as Record<string, unknown>).usage),
+  };
+  if (typeof m.refusal === "string" && m.refusal !== "") reply.refusal = m.refusal;
+  return reply;
+}
+
+async function readStream(body: ReadableStream<Uint8Array>): Promise<ModelReply> {
+  let content = "";
+  let refusal = "";
+  let finishReason: string | null = null;
+  let usage: TokenUsage | null = null;
+  let done = false;
+  const calls = new Map<number, ToolCall>();
+  try {
+    for await (const { data } of sseData(body)) {
+      if (data.trim() === "[DONE]") {
+        done = true;
+        break;
+      }
+      let chunk: unknown;
+      try {
+        chunk = JSON.parse(data);
+      } catch (err) {
+        throw new ModelStreamError(`Cannot read stream: bad event "${data.slice(0, 80)}"`, {
+          cause: err,
+        });
+      }
+      if (!isRecord(chunk)) continue;
+      if (isRecord(chunk.error)) {
+        throw new ModelStreamError(`Chat completion failed mid-stream: ${chunk.error.message}`);
+      }
+      if (chunk.usage) usage = usageOf(chunk.usage);
+      const choice = Array.isArray(chunk.choices) ? chunk.choices[0] : undefined;
+      if (!isRecord(choice)) continue;
+      const delta = isRecord(choice.delta) ? choice.delta : {};
+      if (typeof delta.content === "string") content += delta.content;
+      if (typeof delta.refusal === "string") refusal += delta.refusal;
+      for (const d of Array.isArray(delta.tool_calls) ? delta.tool_calls : []) {
+        if (!isRecord(d)) continue;
+        const index = typeof d.index === "number" ? d.index : calls.size;
+        let call = calls.get(index);
+        if (!call) {
+          call = { id: "", name: "", arguments: "" };
+          calls.set(index, call);
+        }
+        if (typeof d.id === "string" && d.id !== "") call.id = d.id;
+        const fn = isRecord(d.function) ? d.function : {};
+        if (typeof fn.name === "string") call.name += fn.name;
+        if (typeof fn.arguments === "string") call.arguments += fn.arguments;
+      }
+      if (typeof choice.finish_reason === "string") finishReason = choice.finish_reason;
+    }
+  } catch (err) {
+    if (err instanceof ModelStreamError) throw err;
+    if (err instanceof DOMException && err.name === "AbortError") throw err;
+    throw new ModelStreamError("Chat completion stream broke", { cause: err });
+  }
+  // A stream that ends without `[DONE]` or a finish reason was cut short:
+  // what it carried (a half-written tool call) must not be acted on.
+  if (!done && finishReason === null) {
+    throw new ModelStreamError("Chat completion stream ended early: no finish_reason nor [DONE]");
+  }
+  const toolCalls = [...calls.entries()].sort((a, b) => a[0] - b[0]).map(([i, c]) => ({
+    ...c,
+    id: c.id || `call_${i}`,
+  }));
+  const reply: ModelReply = {
+    content,
+    toolCalls,
+    finishReason: finishReason ?? "stop",
+    usage,
+  };
+  if (refusal !== "") reply.refusal = refusal;
+  return reply;
+}

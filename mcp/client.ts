@@ -1,0 +1,342 @@
+/**
+ * An MCP client for the streamable HTTP transport: JSON-RPC over `POST`,
+ * replies as JSON or as a `text/event-stream`, the `Mcp-Session-Id` the
+ * server hands out, and the protocol version negotiated at `initialize`.
+ *
+ * @module
+ */
+
+import type { Capability } from "../capability.ts";
+import { isRecord } from "../_internal/util.ts";
+import { Deadline } from "../_internal/async.ts";
+
+/** Protocol versions this package speaks, newest first. */
+export const MCP_PROTOCOL_VERSIONS: readonly string[] = ["2025-11-25", "2025-06-18"];
+
+/** A tool an MCP server offers. */
+export interface McpToolInfo {
+  /** The tool's name. */
+  name: string;
+  /** What it does. */
+  description?: string;
+  /** JSON Schema of its arguments. */
+  inputSchema: Record<string, unknown>;
+}
+
+/** The result of `tools/call`. */
+export interface McpToolResult {
+  /** Content blocks (`{ type: "text", text }`...). */
+  content: Record<string, unknown>[];
+  /** Whether the tool failed. */
+  isError: boolean;
+  /** Structured output, when the tool gave one. */
+  structuredContent?: unknown;
+}
+
+/** An error reply from an MCP server. */
+export class McpError extends Error {
+  /** The JSON-RPC error code, or the HTTP status for a transport error. */
+  readonly code: number;
+  /** Makes the error. */
+  constructor(message: string, code: number) {
+    super(message);
+    this.name = "McpError";
+    this.code = code;
+  }
+}
+
+/** Options for {@linkcode McpClient.connect}. */
+export interface McpClientOptions {
+  /** Bearer token for the server. */
+  authToken?: string;
+  /** Aborts connecting and every later request. */
+  signal?: AbortSignal;
+  /**
+   * The version to offer first.
+   * @default "2025-11-25"
+   */
+  protocolVersion?: string;
+  /** The name this client gives at `initialize`. @default "hud-sdk" */
+  clientName?: string;
+}
+
+async function* sseMessages(body: ReadableStream<Uint8Array>): AsyncGenerator<unknown> {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  let data: string[] = [];
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += value;
+      let nl: number;
+      while ((nl = buffer.search(/\r\n|\r|\n/)) >= 0) {
+        const line = buffer.slice(0, nl);
+        buffer = buffer.slice(nl + (buffer.startsWith("\r\n", nl) ? 2 : 1));
+        if (line === "") {
+          if (data.length > 0) yield JSON.parse(data.join("\n"));
+          data = [];
+        } else if (line.startsWith("data:")) {
+          data.push(line.slice(line.startsWith("data: ") ? 6 : 5));
+        }
+      }
+    }
+  } finally {
+    await reader.cancel().catch(() => {});
+    reader.releaseLock();
+  }
+}
+
+/**
+ * A connected MCP session over streamable HTTP.
+ *
+ * @example
+ * ```ts ignore
+ * await using mcp = await McpClient.connect("http://127.0.0.1:8000/mcp");
+ * const tools = await mcp.listTools();
+ * const result = await mcp.callTool("add", { a: 2, b: 3 });
+ * ```
+ */
+export class McpClient implements AsyncDisposable {
+  readonly #url: string;
+  readonly #headers: Record<string, string>;
+  readonly #signal: AbortSignal | undefined;
+  #sessionId: string | null = null;
+  #protocolVersion = "";
+  #serverInfo: Record<string, unknown> = {};
+  #nextId = 1;
+  #closed = false;
+
+  private constructor(url: string, options: McpClientOptions) {
+    this.#url = url;
+    this.#signal = options.signal;
+    this.#headers = {
+      "content-type": "application/json",
+      accept: "application/json, text/event-stream",
+      ...(options.authToken ? { authorization: `Bearer ${options.authToken}` } : {}),
+    };
+  }
+
+  /**
+   * Connects: `initialize`, then `notifications/initialized`.
+   * @param url the server's endpoint (`http://host:port/mcp`)
+   * @throws {McpError} when the server refuses or offers no version we speak
+   * @throws {TypeError} for a url that is not http(s)
+   */
+  static async connect(url: string, options: McpClientOptions = {}): Promise<McpClient> {
+    let parsed: URL;
+    try {
+      parsed = new URL(url);
+    } catch {
+      throw new TypeError(`Cannot connect to MCP server: bad url "${url}"`);
+    }
+    if (parsed.protocol !== "http:" && parsed.protocol !== "https:") {
+      throw new TypeError(
+        `Cannot connect to MCP server "${url}": only http(s) (streamable HTTP) is supported`,
+      );
+    }
+    const client = new McpClient(parsed.href, options);
+    const offered = options.protocolVersion ?? MCP_PROTOCOL_VERSIONS[0];
+    const result = await client.request("initialize", {
+      protocolVersion: offered,
+      capabilities: {},
+      clientInfo: { name: options.clientName ?? "hud-sdk", version: "0.1.0" },
+    });
+    const version = String(result.protocolVersion ?? "");
+    if (!MCP_PROTOCOL_VERSIONS.includes(version)) {
+      await client.close();
+      throw new McpError(
+        `Cannot connect to MCP server "${url}": it speaks protocol "${version}", we speak ${
+          MCP_PROTOCOL_VERSIONS.map((v) => `"${v}"`).join(", ")
+        }`,
+        -32602,
+      );
+    }
+    client.#protocolVersion = version;
+    client.#serverInfo = isRecord(result.serverInfo) ? result.serverInfo : {};
+    await client.notify("notifications/initialized");
+    return client;
+  }
+
+  /**
+   * An MCP client for a `mcp` capability (its url already pointing at the
+   * local forwarder when it comes from `HudClient.binding()`).
+   * @throws {TypeError} when the capability is not a streamable HTTP MCP server
+   */
+  static fromBinding(
+    capability: Capability,
+    options: Omit<McpClientOptions, "authToken"> = {},
+  ): Promise<McpClient> {
+    if (capability.family !== "mcp") {
+      throw new TypeError(
+        `Cannot open binding "${capability.name}": expected an mcp binding, got "${capability.protocol}"`,
+      );
+    }
+    const token = capability.params.auth_token;
+    return McpClient.connect(capability.url, {
+      ...options,
+      authToken: typeof token === "string" ? token : undefined,
+    });
+  }
+
+  /** The negotiated protocol version. */
+  get protocolVersion(): string {
+    return this.#protocolVersion;
+  }
+  /** The session id the server gave, if any. */
+  get sessionId(): string | null {
+    return this.#sessionId;
+  }
+  /** The server's `serverInfo`. */
+  get serverInfo(): Record<string, unknown> {
+    return this.#serverInfo;
+  }
+
+  #requestHeaders(): Record<string, string> {
+    const h = { ...this.#headers };
+    if (this.#sessionId) h["mcp-session-id"] = this.#sessionId;
+    if (this.#protocolVersion) h["mcp-protocol-version"] = this.#protocolVersion;
+    return h;
+  }
+
+  #signalFor(signal?: AbortSignal): AbortSignal | undefined {
+    const all = [signal, this.#signal].filter((s): s is AbortSignal => s !== undefined);
+    return all.length === 0 ? undefined : all.length === 1 ? all[0] : AbortSignal.any(all);
+  }
+
+  /**
+   * Sends one request and returns its result.
+   * @throws {McpError} for an error reply or an HTTP error
+   */
+  async request(
+    method: string,
+    params: Record<string, unknown> = {},
+    signal?: AbortSignal,
+  ): Promise<Record<string, unknown>> {
+    if (this.#closed) throw new McpError(`Cannot call "${method}": the MCP client is closed`, -1);
+    const id = this.#nextId++;
+    const response = await fetch(this.#url, {
+      method: "POST",
+      headers: this.#requestHeaders(),
+      body: JSON.stringify({ jsonrpc: "2.0", id, method, params }),
+      signal: this.#signalFor(signal),
+    });
+    const session = response.headers.get("mcp-session-id");
+    if (session && method === "initialize") this.#sessionId = session;
+    if (!response.ok) {
+      const text = await response.text().catch(() => "");
+      throw new McpError(
+        `MCP "${method}" failed: HTTP ${response.status}${text ? `: ${text.slice(0, 300)}` : ""}`,
+        response.status,
+      );
+    }
+    const type = response.headers.get("content-type") ?? "";
+    let reply: unknown = undefined;
+    if (type.includes("text/event-stream")) {
+      for await (const message of sseMessages(response.body!)) {
+        // Server requests and notifications may come first; the reply ends it.
+        if (isRecord(message) && message.id === id && ("result" in message || "error" in message)) {
+          reply = message;
+          break;
+        }
+      }
+    } else {
+      reply = await response.json().catch(() => undefined);
+    }
+    if (!isRecord(reply)) {
+      throw new McpError(`MCP "${method}" failed: no reply to request ${id}`, -32603);
+    }
+    if (isRecord(reply.error)) {
+      throw new McpError(
+        `MCP "${method}" failed: ${reply.error.message ?? "error"}`,
+        Number(reply.error.code ?? -32603),
+      );
+    }
+    return isRecord(reply.result) ? reply.result : {};
+  }
+
+  /** Sends a notification (no reply). */
+  async notify(method: string, params?: Record<string, unknown>): Promise<void> {
+    const response = await fetch(this.#url, {
+      method: "POST",
+      headers: this.#requestHeaders(),
+      body: JSON.stringify({ jsonrpc: "2.0", method, ...(params ? { params } : {}) }),
+      signal: this.#signalFor(),
+    });
+    await response.body?.cancel();
+    if (!response.ok) {
+      throw new McpError(
+        `MCP notification "${method}" failed: HTTP ${response.status}`,
+        response.status,
+      );
+    }
+  }
+
+  /** Every tool the server offers (following `nextCursor`). */
+  async listTools(signal?: AbortSignal): Promise<McpToolInfo[]> {
+    const tools: McpToolInfo[] = [];
+    let cursor: string | undefined;
+    do {
+      const result = await this.request("tools/list", cursor ? { cursor } : {}, signal);
+      for (const t of Array.isArray(result.tools) ? result.tools : []) {
+        if (!isRecord(t) || typeof t.name !== "string") continue;
+        tools.push({
+          name: t.name,
+          ...(typeof t.description === "string" ? { description: t.description } : {}),
+          inputSchema: isRecord(t.inputSchema) ? t.inputSchema : { type: "object" },
+        });
+      }
+      cursor = typeof result.nextCursor === "string" ? result.nextCursor : undefined;
+    } while (cursor);
+    return tools;
+  }
+
+  /** Calls a tool. A tool's own failure comes back with `isError`, not thrown. */
+  async callTool(
+    name: string,
+    args: Record<string, unknown>,
+    signal?: AbortSignal,
+  ): Promise<McpToolResult> {
+    const result = await this.request("tools/call", { name, arguments: args }, signal);
+    const out: McpToolResult = {
+      content: Array.isArray(result.content) ? result.content.filter(isRecord) : [],
+      isError: result.isError === true,
+    };
+    if (result.structuredContent !== undefined) out.structuredContent = result.structuredContent;
+    return out;
+  }
+
+  /** Ends the session (a `DELETE`, best effort). */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    if (this.#sessionId === null) return;
+    using bound = new Deadline(2_000, undefined, "MCP session close");
+    try {
+      const r = await fetch(this.#url, {
+        method: "DELETE",
+        headers: this.#requestHeaders(),
+        signal: bound.signal,
+      });
+      await r.body?.cancel();
+    } catch {
+      // The server may be gone already.
+    }
+  }
+
+  /** Same as {@linkcode McpClient.close}. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+
+/** The text of a tool result's content blocks. */
+export function resultText(result: McpToolResult): string {
+  const parts = result.content.map((b) =>
+    b.type === "text" && typeof b.text === "string" ? b.text : JSON.stringify(b)
+  );
+  if (parts.length === 0 && result.structuredContent !== undefined) {
+    return JSON.stringify(result.structuredContent);
+  }
+  return parts.join("\n");
+}
