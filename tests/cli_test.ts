@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { main } from "../cli.ts";
 import { SubprocessRuntime } from "../mod.ts";
-import { waitFor } from "./_helpers.ts";
+import { waitForLine } from "./_helpers.ts";
+import { testSignal } from "./_deadline.ts";
 
 const CLI = new URL("../cli.ts", import.meta.url).href;
 const BASIC = decodeURIComponent(new URL("./fixtures/basic_env.ts", import.meta.url).pathname);
@@ -38,6 +39,7 @@ async function spawnCli(...args: string[]): Promise<Ran> {
   const out = await new Deno.Command(Deno.execPath(), {
     args: ["run", "-A", CLI, ...args],
     stdin: "null",
+    signal: testSignal(),
   }).output();
   const text = new TextDecoder();
   return { code: out.code, stdout: text.decode(out.stdout), stderr: text.decode(out.stderr) };
@@ -167,9 +169,17 @@ Deno.test("main() serve runs until its signal aborts, and tasks reaches it by ur
     onStdout: (text) => announced += text,
   });
   try {
-    await waitFor(() => announced.includes("\n"), 10_000);
-    const port = /^HUD_SERVE_PORT=(\d+)\n$/.exec(announced)?.[1];
-    assert.ok(port, announced);
+    let ended: string | null = null;
+    serving.then(
+      (r) => ended = `serve ended with code ${r.code}: ${r.stderr}`,
+      (e) => ended = `serve failed: ${e}`,
+    );
+    const [, port] = await waitForLine(() => announced, /^HUD_SERVE_PORT=(\d+)$/, {
+      what: "HUD_SERVE_PORT line from serve",
+      ms: 10_000,
+      ended: () => ended,
+    });
+    assert.equal(announced, `HUD_SERVE_PORT=${port}\n`);
     const ran = await run(["tasks", "--url", `tcp://127.0.0.1:${port}`, "--json"]);
     assert.equal(ran.code, 0, ran.stderr);
     assert.deepEqual(JSON.parse(ran.stdout).map((t: { id: string }) => t.id), ["add", "echo"]);
