@@ -6,12 +6,18 @@ import { serve } from "../server.ts";
 import { ChildProcess, demoEnv, echoServer } from "./_helpers.ts";
 import { testSignal, waitingFor, withDeadline } from "./_deadline.ts";
 
+// The interpreter itself, not a launcher: pyenv's `python3` is a chain of
+// bash scripts that takes seconds to start on a loaded machine.
 const python = await new Deno.Command("python3", {
-  args: ["--version"],
-  stdout: "null",
+  args: ["-c", "import sys; print(sys.executable)"],
+  stdout: "piped",
   stderr: "null",
+  signal: AbortSignal.timeout(30_000),
 })
-  .output().then((o) => o.success, () => false);
+  .output().then((o) => o.success ? new TextDecoder().decode(o.stdout).trim() : "", () => "");
+// Isolated (-I) and without site packages (-S): the fixtures use only the
+// standard library, and start faster without site's .pth imports.
+const PY_FLAGS = ["-I", "-S"];
 
 Deno.test({
   name: "serve() is driven by a Python client that follows PROTOCOL.md",
@@ -30,8 +36,8 @@ Deno.test({
       const script = new URL("./fixtures/py_client.py", import.meta.url).pathname;
       const { code, stdout, stderr } = await waitingFor(
         "the Python client to finish",
-        new Deno.Command("python3", {
-          args: [script, String(port)],
+        new Deno.Command(python, {
+          args: [...PY_FLAGS, script, String(port)],
           stdout: "piped",
           stderr: "piped",
           // Ends the client when the test's deadline passes.
@@ -59,11 +65,13 @@ Deno.test({
 Deno.test({
   name: "connect() drives a Python server that follows PROTOCOL.md",
   ignore: !python,
-  fn: withDeadline(30_000, async () => {
+  fn: withDeadline(40_000, async () => {
     const echo = echoServer();
     const script = new URL("./fixtures/py_server.py", import.meta.url).pathname;
     // Its standard error is kept: a failure below prints it.
-    await using server = new ChildProcess("python3", { args: [script, String(echo.port)] });
+    await using server = new ChildProcess(python, {
+      args: [...PY_FLAGS, script, String(echo.port)],
+    });
     try {
       const [, port] = await server.waitForLine(/^HUD_SERVE_PORT=(\d+)$/, "control port");
       const url = `tcp://127.0.0.1:${port}`;
