@@ -3,7 +3,7 @@
 // time, and its slowest test. Every child is bounded in time and ended at
 // the end, also on Ctrl-C.
 //
-//   deno task stress-tests [--runs 3] [--hogs 2] [--limit 1500]
+//   deno task stress-tests [--runs 3] [--hogs 2] [--limit 1500] [--bound MS]
 //
 // Logs go to a fresh temporary directory, printed at the end. Exits 0 when
 // every run passed.
@@ -17,6 +17,8 @@ const { values } = parseArgs({
     hogs: { type: "string", default: "2" },
     // Seconds after which a run (and the hogs) are killed.
     limit: { type: "string", default: "1500" },
+    // Each test's bound in ms (HUD_TEST_BOUND_MS); the suite's default is 45 s.
+    bound: { type: "string", default: "" },
   },
 });
 const runs = Number(values.runs);
@@ -74,7 +76,7 @@ async function suite(run: number): Promise<Outcome> {
       log,
     ],
     cwd: root,
-    env: { NO_COLOR: "1" },
+    env: { NO_COLOR: "1", ...(values.bound ? { HUD_TEST_BOUND_MS: values.bound } : {}) },
     stdin: "null",
   }).spawn();
   children.add(child);
