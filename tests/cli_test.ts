@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { main } from "../cli.ts";
 import { SubprocessRuntime } from "../mod.ts";
-import { waitFor } from "./_helpers.ts";
+import { waitForLine } from "./_helpers.ts";
+import { testSignal } from "./_deadline.ts";
 
 const CLI = new URL("../cli.ts", import.meta.url).href;
 const BASIC = decodeURIComponent(new URL("./fixtures/basic_env.ts", import.meta.url).pathname);
@@ -38,6 +39,7 @@ async function spawnCli(...args: string[]): Promise<Ran> {
   const out = await new Deno.Command(Deno.execPath(), {
     args: ["run", "-A", CLI, ...args],
     stdin: "null",
+    signal: testSignal(),
   }).output();
   const text = new TextDecoder();
   return { code: out.code, stdout: text.decode(out.stdout), stderr: text.decode(out.stderr) };
@@ -167,7 +169,16 @@ Deno.test("main() serve runs until its signal aborts, and tasks reaches it by ur
     onStdout: (text) => announced += text,
   });
   try {
-    await waitFor(() => announced.includes("HUD_SERVE_PORT="), 10_000);
+    let ended: string | null = null;
+    serving.then(
+      (r) => ended = `serve ended with code ${r.code}: ${r.stderr}`,
+      (e) => ended = `serve failed: ${e}`,
+    );
+    await waitForLine(() => announced, /^HUD_SERVE_PORT=(\d+)$/, {
+      what: "HUD_SERVE_PORT line from serve",
+      ms: 10_000,
+      ended: () => ended,
+    });
     // The generated token comes first, on its own line, then the port.
     const m = /^HUD_SERVE_TOKEN=([0-9a-f]{64})\nHUD_SERVE_PORT=(\d+)\n$/.exec(announced);
     assert.ok(m, announced);

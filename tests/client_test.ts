@@ -96,7 +96,10 @@ Deno.test("connect() treats accept-then-close as not ready, then succeeds", asyn
     attempts++;
     return attempts < 3 ? "close" : HELLO(req.id);
   });
-  await using client = await connect(`127.0.0.1:${server.port}`, { retryInterval: 20 });
+  await using client = await connect(`127.0.0.1:${server.port}`, {
+    retryInterval: 20,
+    readyTimeout: 10_000,
+  });
   assert.equal(client.sessionId, "sess-0000abcd");
   assert.equal(attempts, 3);
   await client.close();
@@ -144,6 +147,7 @@ Deno.test("HudClient heartbeat surfaces a dead server as an error", async () => 
   await using client = await connect(`tcp://127.0.0.1:${server.port}`, {
     heartbeatInterval: 50,
     heartbeatTimeout: 100,
+    readyTimeout: 10_000,
   });
   await new Promise((r) => setTimeout(r, 400));
   assert.equal(client.closed, true);
@@ -156,6 +160,7 @@ Deno.test("HudClient heartbeat keeps a healthy session", async () => {
   await using client = await connect(server, {
     heartbeatInterval: 20,
     heartbeatTimeout: 1000,
+    readyTimeout: 10_000,
   });
   await new Promise((r) => setTimeout(r, 150));
   assert.equal(client.closed, false);
@@ -169,7 +174,9 @@ Deno.test("HudClient refuses protocol violations", async (t) => {
       const server = scriptedServer((req, n) =>
         n === 0 ? HELLO(req.id) : { jsonrpc: "2.0", id: req.id, result: { score } }
       );
-      await using client = await connect(`tcp://127.0.0.1:${server.port}`);
+      await using client = await connect(`tcp://127.0.0.1:${server.port}`, {
+        readyTimeout: 10_000,
+      });
       await assert.rejects(
         client.grade({ answer: 1 }),
         (e: unknown) => e instanceof HudProtocolError && e.code === -32603,
@@ -182,7 +189,7 @@ Deno.test("HudClient refuses protocol violations", async (t) => {
     const server = scriptedServer((req, n) =>
       n === 0 ? HELLO(req.id) : { jsonrpc: "2.0", id: 999, result: { tasks: [] } }
     );
-    await using client = await connect(`tcp://127.0.0.1:${server.port}`);
+    await using client = await connect(`tcp://127.0.0.1:${server.port}`, { readyTimeout: 10_000 });
     await assert.rejects(client.listTasks(), /mismatch/);
     assert.equal(client.closed, true);
     await assert.rejects(client.listTasks(), ConnectionClosedError);
@@ -191,7 +198,7 @@ Deno.test("HudClient refuses protocol violations", async (t) => {
   });
   await t.step("error frames become HudProtocolError with code and message", async () => {
     await using server = bind(demoEnv());
-    await using client = await connect(server);
+    await using client = await connect(server, { readyTimeout: 10_000 });
     await assert.rejects(client.startTask("nope"), (e: unknown) => {
       assert.ok(e instanceof HudProtocolError);
       assert.equal(e.code, -32602);
@@ -205,7 +212,7 @@ Deno.test("HudClient refuses protocol violations", async (t) => {
 
 Deno.test("HudClient calls are serialised on one connection", async () => {
   await using server = bind(demoEnv());
-  await using client = await connect(server);
+  await using client = await connect(server, { readyTimeout: 10_000 });
   const results = await Promise.all([
     client.startTask("add", { a: 1 }),
     client.grade({ answer: 3 }),
@@ -220,22 +227,22 @@ Deno.test("HudClient calls are serialised on one connection", async () => {
 Deno.test("HudClient resumes a parked session and grades it", async () => {
   await using server = bind(demoEnv());
   const url = server.url;
-  const first = await connect(url);
+  const first = await connect(url, { readyTimeout: 10_000 });
   await first.startTask("add", { a: 4 });
   const sid = first.sessionId;
   await first.close();
-  await using second = await connect(url, { sessionId: sid });
+  await using second = await connect(url, { sessionId: sid, readyTimeout: 10_000 });
   assert.equal(second.sessionId, sid);
   assert.equal((await second.grade({ answer: 6 })).score, 1);
 });
 
 Deno.test("HudClient.bye() cancels the task and ends the session", async () => {
   await using server = bind(demoEnv());
-  const client = await connect(server);
+  const client = await connect(server, { readyTimeout: 10_000 });
   await client.startTask("add", { a: 4 });
   await client.bye();
   assert.equal(client.closed, true);
-  await using other = await connect(server);
+  await using other = await connect(server, { readyTimeout: 10_000 });
   await assert.rejects(other.grade({ answer: 6 }), { code: -32600 });
 });
 
@@ -254,7 +261,7 @@ Deno.test("HudClient.binding() resolves refs and forwards through the control po
     ],
   });
   await using server = bind(env);
-  const client = await connect(server);
+  const client = await connect(server, { readyTimeout: 10_000 });
   let forwardedPort = 0;
 
   await t.step("by name, full protocol and family, with the url rewritten", () => {
@@ -343,6 +350,7 @@ Deno.test("HudClient forwarder closes the local side when the tunnel is refused"
   const errors: unknown[] = [];
   await using client = await connect(server, {
     onError: (e) => errors.push(e),
+    readyTimeout: 10_000,
   });
   const local = new URL(client.binding("down").url.replace("tcp://", "http://"));
   const conn = await Deno.connect({ hostname: "127.0.0.1", port: Number(local.port) });
@@ -354,7 +362,10 @@ Deno.test("HudClient forwarder closes the local side when the tunnel is refused"
 
 Deno.test("HudClient call aborted by its signal rejects and closes the connection", async () => {
   const server = scriptedServer((req, n) => (n === 0 ? HELLO(req.id) : "hang"));
-  await using client = await connect(`tcp://127.0.0.1:${server.port}`, { heartbeatInterval: 0 });
+  await using client = await connect(`tcp://127.0.0.1:${server.port}`, {
+    heartbeatInterval: 0,
+    readyTimeout: 10_000,
+  });
   const controller = new AbortController();
   setTimeout(() => controller.abort(new Error("gave up")), 50);
   await assert.rejects(client.startTask("add", {}, { signal: controller.signal }), {

@@ -3,14 +3,21 @@
 import assert from "node:assert/strict";
 import { Capability, connect } from "../mod.ts";
 import { serve } from "../server.ts";
-import { demoEnv, echoServer } from "./_helpers.ts";
+import { ChildProcess, demoEnv, echoServer } from "./_helpers.ts";
+import { testSignal, waitingFor, withDeadline } from "./_deadline.ts";
 
+// The interpreter itself, not a launcher: pyenv's `python3` is a chain of
+// bash scripts that takes seconds to start on a loaded machine.
 const python = await new Deno.Command("python3", {
-  args: ["--version"],
-  stdout: "null",
+  args: ["-c", "import sys; print(sys.executable)"],
+  stdout: "piped",
   stderr: "null",
+  signal: AbortSignal.timeout(30_000),
 })
-  .output().then((o) => o.success, () => false);
+  .output().then((o) => o.success ? new TextDecoder().decode(o.stdout).trim() : "", () => "");
+// Isolated (-I) and without site packages (-S): the fixtures use only the
+// standard library, and start faster without site's .pth imports.
+const PY_FLAGS = ["-I", "-S"];
 
 Deno.test({
   name: "serve() with auth: false is driven by a Python client that follows PROTOCOL.md",
@@ -29,13 +36,19 @@ Deno.test({
       handleSignals: false,
     });
     try {
-      const port = Number(lines[0].split("=")[1]);
+      const port = Number(lines.map((l) => /^HUD_SERVE_PORT=(\d+)$/.exec(l)?.[1]).find(Boolean));
+      assert.ok(port, `no HUD_SERVE_PORT line among ${JSON.stringify(lines)}`);
       const script = new URL("./fixtures/py_client.py", import.meta.url).pathname;
-      const { code, stdout, stderr } = await new Deno.Command("python3", {
-        args: [script, String(port)],
-        stdout: "piped",
-        stderr: "piped",
-      }).output();
+      const { code, stdout, stderr } = await waitingFor(
+        "the Python client to finish",
+        new Deno.Command(python, {
+          args: [...PY_FLAGS, script, String(port)],
+          stdout: "piped",
+          stderr: "piped",
+          // Ends the client when the test's deadline passes.
+          signal: testSignal(),
+        }).output(),
+      );
       assert.equal(code, 0, new TextDecoder().decode(stderr));
       const steps = new TextDecoder().decode(stdout).trim().split("\n").map((l) => JSON.parse(l));
       assert.deepEqual(steps, [
@@ -57,22 +70,19 @@ Deno.test({
 Deno.test({
   name: "connect() drives a Python server that follows PROTOCOL.md",
   ignore: !python,
-  async fn() {
+  fn: withDeadline(40_000, async () => {
     const echo = echoServer();
     const script = new URL("./fixtures/py_server.py", import.meta.url).pathname;
-    const child = new Deno.Command("python3", {
-      args: [script, String(echo.port)],
-      stdout: "piped",
-      stderr: "null",
-    }).spawn();
+    // Its standard error is kept: a failure below prints it.
+    await using server = new ChildProcess(python, {
+      args: [...PY_FLAGS, script, String(echo.port)],
+    });
     try {
-      const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
-      const { value } = await reader.read();
-      await reader.cancel();
-      const port = Number(/HUD_SERVE_PORT=(\d+)/.exec(value ?? "")?.[1]);
+      const [, port] = await server.waitForLine(/^HUD_SERVE_PORT=(\d+)$/, "control port");
       const url = `tcp://127.0.0.1:${port}`;
+      const options = { readyTimeout: 10_000, signal: testSignal() };
       {
-        await using client = await connect(url);
+        await using client = await connect(url, options);
         assert.deepEqual(client.manifest.env, { name: "pyenv", version: "0.6.0" });
         assert.deepEqual((await client.listTasks()).map((t) => t.id), ["add"]);
         assert.deepEqual(await client.startTask("add", { a: 3 }), { prompt: "add:3:2" });
@@ -81,24 +91,30 @@ Deno.test({
         // The capability is reached through our forwarder and the Python tunnel.
         const local = new URL(client.binding("echo").url.replace("tcp:", "http:"));
         const conn = await Deno.connect({ hostname: "127.0.0.1", port: Number(local.port) });
-        await conn.write(new TextEncoder().encode("through python"));
-        await conn.closeWrite();
-        let got = "";
-        const buf = new Uint8Array(256);
-        for (let n = await conn.read(buf); n !== null; n = await conn.read(buf)) {
-          got += new TextDecoder().decode(buf.subarray(0, n));
+        try {
+          await conn.write(new TextEncoder().encode("through python"));
+          await conn.closeWrite();
+          const got = await waitingFor(
+            "the echo through the Python tunnel",
+            new Response(conn.readable).text(),
+            { onTimeout: () => conn.close() },
+          );
+          assert.equal(got, "through python");
+        } catch (err) {
+          try {
+            conn.close();
+          } catch { /* closed by the read to the end */ }
+          throw err;
         }
-        conn.close();
-        assert.equal(got, "through python");
         // Start here, leave the task parked, grade it from a second client.
         await client.startTask("add", { a: 10, b: 5 });
       }
-      await using grader = await connect(url);
+      await using grader = await connect(url, options);
       assert.deepEqual(await grader.grade({ answer: 15 }), { score: 1 });
+    } catch (err) {
+      throw new Error(`${(err as Error).message}\n${server.describe()}`, { cause: err });
     } finally {
-      child.kill("SIGTERM");
-      await child.status;
       await echo.close();
     }
-  },
+  }),
 });

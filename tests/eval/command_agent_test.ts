@@ -160,7 +160,10 @@ Deno.test("rollout(): a non-finite score is a grading error, never a null reward
   assert.equal(run.reward, null);
   assert.equal(run.trace.status, "error");
   assert.equal(run.trace.failedPhase, "grading");
-  assert.match(run.trace.errors[0].message, /score (must be a (finite )?number|is not a finite number)/);
+  assert.match(
+    run.trace.errors[0].message,
+    /score (must be a (finite )?number|is not a finite number)/,
+  );
 });
 
 Deno.test("rollout(): an answer over the server's frame limit reports the limit", async () => {

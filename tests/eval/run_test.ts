@@ -40,7 +40,7 @@ function arithEnv(log: string[] = []): Environment {
 Deno.test("Run records setup, user, agent and evaluate steps", async () => {
   const env = arithEnv();
   await using server = bind(env);
-  await using client = await connect(server);
+  await using client = await connect(server, { readyTimeout: 10_000 });
   const row = { env: "arith", id: "add", args: { a: 2, b: 3 }, slug: "x" };
   const run = await Run.start(client, row);
   assert.equal(run.prompt, "2+3");
@@ -65,7 +65,7 @@ Deno.test("Run records setup, user, agent and evaluate steps", async () => {
 Deno.test("Run disposal grades an unfinished run", async () => {
   const env = arithEnv();
   await using server = bind(env);
-  await using client = await connect(server);
+  await using client = await connect(server, { readyTimeout: 10_000 });
   let run: Run;
   {
     await using r = await Run.start(client, {

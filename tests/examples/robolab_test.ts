@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { CommandAgent, type FileDiff, Taskset } from "../../mod.ts";
 import { fixBug, scriptedAgent, tasks } from "../../examples/robolab.ts";
+import { testSignal } from "../_deadline.ts";
 
 const example = new URL("../../examples/robolab.ts", import.meta.url).pathname;
 
@@ -9,6 +10,7 @@ Deno.test("examples/robolab.ts runs to completion with every task graded", async
     args: ["run", "-A", example],
     stdout: "piped",
     stderr: "piped",
+    signal: testSignal(),
   }).output();
   const out = new TextDecoder().decode(stdout);
   assert.equal(code, 0, out + new TextDecoder().decode(stderr));

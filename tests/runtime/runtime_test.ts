@@ -27,7 +27,7 @@ Deno.test("LocalRuntime shares one server per environment and stops after the la
     "the server requires it",
   );
   {
-    await using client = await connect(a);
+    await using client = await connect(a, { readyTimeout: 10_000 });
     await client.startTask("add", { a: 1 });
     assert.equal((await client.grade({ answer: 3 })).score, 1);
   }
@@ -84,7 +84,7 @@ Deno.test("connect() places a runtime provider and releases it on close", async 
   const env = demoEnv();
   env.initialize(() => void log.push("init"));
   env.shutdown(() => void log.push("down"));
-  const client = await connect(new LocalRuntime(env));
+  const client = await connect(new LocalRuntime(env), { readyTimeout: 10_000 });
   await client.startTask("add", { a: 1 });
   assert.equal((await client.grade({ answer: 3 })).score, 1);
   assert.deepEqual(log, ["init"]);

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { connect, NotReadyError, SubprocessRuntime } from "../../mod.ts";
-import { waitFor } from "../_helpers.ts";
+import { ChildProcess, waitFor } from "../_helpers.ts";
 
 const FIXTURE = decodeURIComponent(
   new URL("../fixtures/subprocess_env.ts", import.meta.url).pathname,
@@ -209,27 +209,20 @@ Deno.test({
   name: "SubprocessRuntime's child stops serving when the process that placed it dies",
   ignore,
   async fn() {
-    const parent = new Deno.Command(Deno.execPath(), {
+    const parent = new ChildProcess(Deno.execPath(), {
       args: ["run", "-A", new URL("../fixtures/orphaning_parent.ts", import.meta.url).href],
-      stdin: "null",
-      stdout: "piped",
-      stderr: "null",
-    }).spawn();
-    const reader = parent.stdout.pipeThrough(new TextDecoderStream()).getReader();
-    let text = "";
+    });
     let server = 0;
     try {
-      while (!server) {
-        const { value, done } = await reader.read();
-        if (done) throw new Error(`parent ended early: ${text}`);
-        text += value;
-        server = Number(/SERVER_PID=(\d+)\n/.exec(text)?.[1] ?? 0);
-      }
+      const [, pid] = await parent.waitForLine(
+        /^SERVER_PID=(\d+)$/,
+        "the placed server's pid",
+        30_000,
+      );
+      server = Number(pid);
       assert.ok(alive(server));
     } finally {
-      parent.kill("SIGKILL");
-      await parent.status;
-      await reader.cancel();
+      await parent.stop("SIGKILL");
     }
     await waitFor(() => !alive(server), 10_000);
   },

@@ -1,0 +1,198 @@
+// Test deadlines: every test body runs under a bound, and a test that runs
+// out of time fails naming what it was waiting for, instead of hanging the
+// suite until CI's own limit.
+//
+// Importing this module (tests/_helpers.ts does; `deno task test` preloads
+// it) wraps `Deno.test` so that every test gets TEST_BOUND_MS unless it
+// declares its own with withDeadline(). Inside a test, `waitingFor(what, p)`
+// names a pending operation and rejects when the test's deadline passes, and
+// `testSignal()` is the signal to hand to library calls that take one.
+// Sanitizers stay on: the deadline's timer is cleared before the test ends.
+
+/**
+ * The bound for a test that declares none, in ms: 45 s, well under a
+ * minute. `HUD_TEST_BOUND_MS` overrides it (up to 10 minutes), for a
+ * machine known to be overloaded; declared bounds scale with it.
+ */
+export const TEST_BOUND_MS: number = boundFromEnv() ?? 45_000;
+
+function boundFromEnv(): number | undefined {
+  let text: string | undefined;
+  try {
+    text = Deno.env.get("HUD_TEST_BOUND_MS");
+  } catch {
+    return undefined; // no --allow-env
+  }
+  if (text === undefined || text === "") return undefined;
+  const ms = Number(text);
+  if (!(Number.isInteger(ms) && ms > 0 && ms <= 600_000)) {
+    throw new RangeError(`Invalid HUD_TEST_BOUND_MS: "${text}" (expected ms, up to 600000)`);
+  }
+  return ms;
+}
+
+/** How much longer than 45 s the default bound is; declared bounds follow. */
+const SCALE = TEST_BOUND_MS / 45_000;
+
+/** How long a timed-out test gets to run its `finally` blocks, in ms. */
+const GRACE_MS = 5_000;
+
+/** What a running test is waiting for, and the signal that ends it. */
+interface Running {
+  name: string;
+  ms: number;
+  controller: AbortController;
+  pending: Map<number, string>;
+}
+
+let current: Running | null = null;
+let nextId = 0;
+const BOUNDED = Symbol("bounded");
+
+type TestFn = (t: Deno.TestContext) => void | Promise<void>;
+
+/** A timeout of a test or of one operation in it. */
+export class DeadlineError extends Error {
+  /** Creates the error; the message names what the test waited for. */
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "DeadlineError";
+  }
+}
+
+function describePending(run: Running): string {
+  const pending = [...run.pending.values()];
+  return pending.length
+    ? `waiting for ${pending.map((p) => `"${p}"`).join(", ")}`
+    : "waiting on nothing named (wrap the slow call in waitingFor())";
+}
+
+async function runBounded(name: string, ms: number, fn: TestFn, t: Deno.TestContext) {
+  const outer = current;
+  const run: Running = { name, ms, controller: new AbortController(), pending: new Map() };
+  current = run;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let grace: ReturnType<typeof setTimeout> | undefined;
+  const body = (async () => await fn(t))();
+  const timedOut = new Promise<"timeout">((resolve) => {
+    timer = setTimeout(() => resolve("timeout"), ms);
+  });
+  try {
+    const first = await Promise.race([body.then(() => "done" as const), timedOut]);
+    if (first === "done") return;
+    const error = new DeadlineError(
+      `Test "${name}" ran out of its ${ms} ms bound, ${describePending(run)}`,
+    );
+    run.controller.abort(error);
+    // Let the body's finally blocks end its children and sockets.
+    const settled = await Promise.race([
+      body.then(() => true, () => true),
+      new Promise<boolean>((resolve) => grace = setTimeout(() => resolve(false), GRACE_MS)),
+    ]);
+    if (!settled) error.message += ` (and it did not wind down within ${GRACE_MS} ms)`;
+    throw error;
+  } finally {
+    clearTimeout(timer);
+    clearTimeout(grace);
+    current = outer;
+  }
+}
+
+/**
+ * Bounds a test body: after `ms` it fails, naming the operations it was
+ * waiting for. Use for tests that should finish well before TEST_BOUND_MS.
+ */
+export function withDeadline(ms: number, fn: TestFn): TestFn {
+  if (!(ms > 0 && ms < 60_000)) throw new RangeError(`Invalid test bound: ${ms} ms`);
+  const scaled = Math.max(ms, Math.round(ms * SCALE));
+  const bounded = (t: Deno.TestContext) => runBounded(t.name, scaled, fn, t);
+  return Object.assign(bounded, { [BOUNDED]: true });
+}
+
+/**
+ * The running test's deadline as a signal (aborts with a DeadlineError),
+ * for library calls that take `signal`. Outside a test, never aborts.
+ */
+export function testSignal(): AbortSignal {
+  return current?.controller.signal ?? new AbortController().signal;
+}
+
+/**
+ * Awaits `promise` as the named operation: if the test's deadline or
+ * `ms` passes first, rejects with an error naming `what`. `onTimeout` runs
+ * then (close what the promise waits on, so it settles too).
+ */
+export function waitingFor<T>(
+  what: string,
+  promise: Promise<T>,
+  options: { ms?: number; onTimeout?: () => void } = {},
+): Promise<T> {
+  const run = current;
+  const id = ++nextId;
+  run?.pending.set(id, what);
+  const signal = run?.controller.signal;
+  return new Promise<T>((resolve, reject) => {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+      run?.pending.delete(id);
+    };
+    const fail = (error: Error) => {
+      done();
+      promise.catch(() => {});
+      try {
+        options.onTimeout?.();
+      } finally {
+        reject(error);
+      }
+    };
+    const onAbort = () => fail(new DeadlineError(`Timed out waiting for ${what}`));
+    if (signal?.aborted) return onAbort();
+    signal?.addEventListener("abort", onAbort, { once: true });
+    if (options.ms !== undefined) {
+      timer = setTimeout(
+        () => fail(new DeadlineError(`Timed out after ${options.ms} ms waiting for ${what}`)),
+        options.ms,
+      );
+    }
+    promise.then((v) => {
+      done();
+      resolve(v);
+    }, (e) => {
+      done();
+      reject(e);
+    });
+  });
+}
+
+/** Wraps a test function with the default bound unless it has its own. */
+function bound(name: string, fn: TestFn): TestFn {
+  if ((fn as { [BOUNDED]?: boolean })[BOUNDED]) return fn;
+  return (t) => runBounded(name, TEST_BOUND_MS, fn, t);
+}
+
+/** Puts every test declared after this call under a bound. Idempotent. */
+function installDeadlines(): void {
+  const g = globalThis as { [BOUNDED]?: boolean };
+  if (g[BOUNDED]) return;
+  g[BOUNDED] = true;
+  const original = Deno.test;
+  // deno-lint-ignore no-explicit-any
+  const wrapped = function (this: unknown, ...args: any[]) {
+    // The overloads: (name, fn), (name, options, fn), (options), (fn), (options, fn).
+    const last = args.length - 1;
+    if (typeof args[last] === "function") {
+      const fn = args[last] as TestFn;
+      const name = typeof args[0] === "string" ? args[0] : args[0]?.name ?? fn.name;
+      args[last] = bound(name, fn);
+    } else if (args[0] && typeof args[0].fn === "function") {
+      args[0] = { ...args[0], fn: bound(args[0].name, args[0].fn) };
+    }
+    // deno-lint-ignore no-explicit-any
+    return (original as any).apply(this, args);
+  };
+  Object.defineProperty(Deno, "test", { value: Object.assign(wrapped, original) });
+}
+
+installDeadlines();
