@@ -17,10 +17,11 @@ const LAYERS: readonly (readonly string[])[] = [
   ["errors.ts"],
   ["_internal/"],
   ["schema.ts", "capability.ts", "env.ts"],
-  ["ssh/", "filetracking/"],
+  ["ssh/", "filetracking/", "cdp/"],
   ["server.ts", "client.ts"],
   ["workspace/", "runtime/"],
   ["eval/"],
+  ["viewer/"],
   ["cli.ts", "mod.ts"],
 ];
 const CORE_FILES = ["schema.ts", "capability.ts", "env.ts"];
@@ -35,6 +36,8 @@ const ENTRY_POINTS = [
   "workspace/mod.ts",
   "runtime/mod.ts",
   "eval/mod.ts",
+  "cdp/mod.ts",
+  "viewer/mod.ts",
 ];
 
 interface Dependency {
