@@ -66,6 +66,28 @@ export function summarize(record: RunRecord, i: number): RowSummary {
   };
 }
 
+/** The fields of {@linkcode RowSummary}, in the order {@linkcode packRow} writes them. */
+export const ROW_FIELDS: readonly (keyof RowSummary)[] = [
+  "i",
+  "task",
+  "id",
+  "args",
+  "group",
+  "repeat",
+  "reward",
+  "status",
+  "phase",
+  "duration",
+  "started",
+  "ended",
+  "error",
+];
+
+/** A summary as an array (a third smaller on the wire than an object). */
+export function packRow(row: RowSummary): unknown[] {
+  return ROW_FIELDS.map((k) => row[k]);
+}
+
 /** Parses one results line; `null` for a blank or unreadable one. */
 export function parseRecord(line: string): RunRecord | null {
   if (line.trim() === "") return null;

@@ -87,7 +87,9 @@ function hashOfScript(): Promise<string> {
 /** What the page starts with. */
 export interface PageData {
   /** Files, each with its rows (and, for a static report, its records). */
-  files: { name: string; rows?: unknown[]; records?: unknown[] }[];
+  files: { name: string; rows?: unknown[]; records?: unknown[]; generation?: number }[];
+  /** The names of the fields of each row array. */
+  fields: readonly string[];
   /** Whether the page polls the server for new rows. */
   live: boolean;
   /** Poll interval in ms. */

@@ -9,7 +9,7 @@
  */
 
 import type { RunRecord } from "../eval/taskset.ts";
-import { parseRecord, ResultsFile, summarize } from "./_data.ts";
+import { packRow, parseRecord, ResultsFile, ROW_FIELDS, summarize } from "./_data.ts";
 import { renderPage } from "./_page.ts";
 
 /** Options for {@linkcode renderReport}. */
@@ -81,9 +81,13 @@ export async function renderReport(paths: string[], options: ReportOptions = {})
       const record = parseRecord(line);
       if (record !== null) records.push(record);
     }
-    files.push({ name: names[f], rows: records.map(summarize), records });
+    files.push({ name: names[f], rows: records.map((r, i) => packRow(summarize(r, i))), records });
   }
-  return await renderPage(options.title ?? "HUD results", { files, live: false });
+  return await renderPage(options.title ?? "HUD results", {
+    files,
+    fields: ROW_FIELDS,
+    live: false,
+  });
 }
 
 /** Options for {@linkcode serveViewer}. */
@@ -167,12 +171,13 @@ export async function serveViewer(
   const names = namesOf(paths);
   const files = paths.map((p) => new ResultsFile(p));
   const title = options.title ?? "HUD results";
-  let page: Promise<string> | null = null;
   const loopback = ["127.0.0.1", "localhost", "::1"].includes(options.hostname ?? "127.0.0.1");
   const fileOf = (url: URL): ResultsFile | null => {
     const f = Number(url.searchParams.get("file") ?? "0");
     return Number.isInteger(f) && f >= 0 && f < files.length ? files[f] : null;
   };
+  // Read what is there before listening, so that the first page is quick.
+  await Promise.all(files.map((f) => f.refresh()));
   const handler = async (request: Request, info: Deno.ServeHandlerInfo): Promise<Response> => {
     void info;
     const host = (request.headers.get("host") ?? "").replace(/:\d+$/, "");
@@ -182,12 +187,19 @@ export async function serveViewer(
     const url = new URL(request.url);
     if (request.method !== "GET") return new Response("Method not allowed\n", { status: 405 });
     if (url.pathname === "/") {
-      page ??= renderPage(title, {
-        files: names.map((name) => ({ name })),
+      // The rows so far ride in the page: one round trip to a full table.
+      await Promise.all(files.map((f) => f.refresh()));
+      const page = await renderPage(title, {
+        files: files.map((f, i) => ({
+          name: names[i],
+          rows: f.rows.map(packRow),
+          generation: f.generation,
+        })),
+        fields: ROW_FIELDS,
         live: true,
         pollInterval: options.pollInterval ?? 1000,
       });
-      return new Response(await page, {
+      return new Response(page, {
         headers: {
           "content-type": "text/html; charset=utf-8",
           "cache-control": "no-store",
@@ -204,7 +216,7 @@ export async function serveViewer(
         ? Math.max(0, Number(url.searchParams.get("from") ?? "0") || 0)
         : 0;
       return jsonResponse(
-        JSON.stringify({ generation: file.generation, rows: file.rows.slice(from) }),
+        JSON.stringify({ generation: file.generation, rows: file.rows.slice(from).map(packRow) }),
       );
     }
     if (url.pathname === "/api/record") {
