@@ -7,6 +7,8 @@
 // about 3 KB each). Prints, as medians of several page loads: cold (first
 // load after the server started, so it includes reading the file) and warm,
 // both read from the page's own clock (`performance.mark` at first render).
+// The floor is the same page over an empty results file, loaded in the same
+// rounds: what the shared machine charges for any page load at that moment.
 
 import { serveViewer } from "../viewer/mod.ts";
 import { CdpClient } from "../cdp/mod.ts";
@@ -95,19 +97,29 @@ const lines: string[] = [];
 for (let i = 0; i < N; i++) lines.push(JSON.stringify(record(i)));
 await Deno.writeTextFile(file, lines.join("\n") + "\n");
 const bytes = (await Deno.stat(file)).size;
+const empty = `${dir}/empty.jsonl`;
+await Deno.writeTextFile(empty, "");
 
 const browser = await launchChromium({ signal: AbortSignal.timeout(60_000) });
 try {
   const cold: number[] = [];
   const warm: number[] = [];
+  const floor: number[] = [];
   for (let run = 0; run < RUNS; run++) {
     // A new server per run, so that each first load reads the file afresh.
     await using viewer = await serveViewer([file]);
+    await using floorViewer = await serveViewer([empty]);
     await using cdp = await CdpClient.connect(browser.wsUrl);
-    for (const into of [cold, warm]) {
+    for (
+      const [into, target, n] of [[cold, viewer, N], [warm, viewer, N], [
+        floor,
+        floorViewer,
+        0,
+      ]] as const
+    ) {
       await using page = await cdp.newPage("about:blank");
       const signal = AbortSignal.timeout(60_000);
-      await page.navigate(viewer.url, { signal });
+      await page.navigate(target.url, { signal });
       let at: number | null = null;
       for (let i = 0; i < 600 && at === null; i++) {
         at = await page.evaluate<number | null>(
@@ -118,10 +130,14 @@ try {
       }
       if (at === null) throw new Error("the table never rendered");
       const shown = await page.evaluate<string>("document.getElementById('count').textContent");
-      if (shown !== `Showing ${N} of ${N} rollouts`) throw new Error(`unexpected: ${shown}`);
+      if (shown !== `Showing ${n} of ${n} rollouts`) throw new Error(`unexpected: ${shown}`);
       into.push(at);
       if (Deno.env.get("VIEWER_BENCH_DEBUG")) {
-        console.error(await page.evaluate("JSON.stringify(performance.getEntries().filter((e) => e.entryType !== 'resource' || true).map((e) => [e.name.slice(-30), e.entryType, Math.round(e.startTime), Math.round(e.duration)]))"));
+        console.error(
+          await page.evaluate(
+            "JSON.stringify(performance.getEntries().filter((e) => e.entryType !== 'resource' || true).map((e) => [e.name.slice(-30), e.entryType, Math.round(e.startTime), Math.round(e.duration)]))",
+          ),
+        );
       }
     }
   }
@@ -131,8 +147,11 @@ try {
     file_mb: +(bytes / 1e6).toFixed(1),
     cold_ms: Math.round(median(cold)),
     warm_ms: Math.round(median(warm)),
+    floor_ms: Math.round(median(floor)),
+    cold_over_floor: +(median(cold) / median(floor)).toFixed(2),
     cold_all: cold.map(Math.round),
     warm_all: warm.map(Math.round),
+    floor_all: floor.map(Math.round),
     target_ms: 1000,
   }));
 } finally {

@@ -34,12 +34,12 @@ export const CLIENT_JS: string = String.raw`
         else el.setAttribute(k, String(attrs[k]));
       }
     }
-    for (var i = 2; i < arguments.length; i++) {
-      var c = arguments[i];
-      if (c === null || c === undefined || c === false) continue;
-      if (Array.isArray(c)) c.forEach(function (x) { if (x) el.appendChild(typeof x === "string" ? document.createTextNode(x) : x); });
+    function add(c) {
+      if (c === null || c === undefined || c === false) return;
+      if (Array.isArray(c)) c.forEach(add);
       else el.appendChild(typeof c === "string" || typeof c === "number" ? document.createTextNode(String(c)) : c);
     }
+    for (var i = 2; i < arguments.length; i++) add(arguments[i]);
     return el;
   }
   function fmtReward(r) { return r === null || r === undefined ? "\u2013" : r.toFixed(2); }
@@ -278,7 +278,7 @@ export const CLIENT_JS: string = String.raw`
           h("dt", null, "Duration"), h("dd", null, fmtMs(row.duration)),
           h("dt", null, "Args"), h("dd", null, h("code", null, JSON.stringify(rec.task.args))),
           h("dt", null, "Group"), h("dd", null, String(rec.group_id))),
-        errors.length ? h("section", { "aria-labelledby": "err-h" }, h("h3", { id: "err-h" }, "Errors"), h("ul", { class: "errors" }, errors)) : null,
+        errors.length ? h("section", { "aria-labelledby": "err-h" }, h("h3", { id: "err-h" }, "Errors"), h("ul", { class: "errors" }, errors)) : "",
         h("section", { "aria-labelledby": "steps-h" }, h("h3", { id: "steps-h" }, "Steps"), h("ol", { class: "steps" }, steps)));
       document.body.setAttribute("data-ready", "rollout");
     }, function (err) {

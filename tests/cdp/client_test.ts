@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { addBrowser, CdpClient, CdpError, discoverBrowserWsUrl } from "../cdp/mod.ts";
+import { addBrowser, CdpClient, CdpError, discoverBrowserWsUrl } from "../../cdp/mod.ts";
 import {
   bind,
   connect,
@@ -8,8 +8,8 @@ import {
   LocalRuntime,
   rollout,
   type Run,
-} from "../mod.ts";
-import { launchChromium, liveProcessGroupMembers } from "../cdp/_chromium.ts";
+} from "../../mod.ts";
+import { launchChromium, liveProcessGroupMembers } from "../../cdp/_chromium.ts";
 
 const PAGE = `<!doctype html><html><head><title>cdp test</title></head>
 <body><h1 id="greeting">Hello from Deno</h1>
@@ -260,7 +260,7 @@ Deno.test("launchChromium() reports an early exit with stderr", async () => {
 
 Deno.test("launchChromium() watchdog kills the browser group when Deno dies", async () => {
   const script = `import { launchChromium } from ${
-    JSON.stringify(import.meta.resolve("../cdp/_chromium.ts"))
+    JSON.stringify(import.meta.resolve("../../cdp/_chromium.ts"))
   };
 const b = await launchChromium({ signal: AbortSignal.timeout(20_000) });
 console.log(JSON.stringify({ pid: b.pid, dir: b.userDataDir }));

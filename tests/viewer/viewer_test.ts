@@ -3,12 +3,12 @@
 // shows checked through the DOM.
 
 import assert from "node:assert/strict";
-import { main } from "../cli.ts";
-import { type Agent, functionAgent, Taskset } from "../mod.ts";
-import { CdpClient, type CdpSession } from "../cdp/mod.ts";
-import { launchChromium } from "../cdp/_chromium.ts";
-import { renderReport, serveViewer } from "../viewer/mod.ts";
-import { fixBug, scriptedAgent } from "../examples/robolab.ts";
+import { main } from "../../cli.ts";
+import { type Agent, functionAgent, Taskset } from "../../mod.ts";
+import { CdpClient, type CdpSession } from "../../cdp/mod.ts";
+import { launchChromium } from "../../cdp/_chromium.ts";
+import { renderReport, serveViewer } from "../../viewer/mod.ts";
+import { fixBug, scriptedAgent } from "../../examples/robolab.ts";
 
 /** The diff line the scripted agent's repair of count.sh leaves. */
 const FIXED_LINE = '+while [ "$i" -le "$n" ]; do';
@@ -71,12 +71,12 @@ Deno.test("cli.ts view shows robolab results in Chromium", async (t) => {
     const jobA = await new Taskset(TASKS).run(agentA, {
       out: fileA,
       maxConcurrent: 3,
-      rolloutTimeout: 240_000,
+      rolloutTimeout: 420_000,
     });
     const jobB = await new Taskset(TASKS).run(agentB, {
       out: fileB,
       maxConcurrent: 3,
-      rolloutTimeout: 240_000,
+      rolloutTimeout: 420_000,
     });
     assert.equal(jobA.runs.length, 3);
     assert.equal(jobB.runs.length, 3);
@@ -220,7 +220,7 @@ Deno.test("cli.ts view shows robolab results in Chromium", async (t) => {
       await shoot(page, `${dir}/rollout.png`);
       if (Deno.env.get("HUD_UPDATE_SCREENSHOT")) {
         await page.evaluate("scrollTo(0, document.querySelector('pre.diff').offsetTop - 350)");
-        await shoot(page, new URL("../docs/viewer.png", import.meta.url).pathname);
+        await shoot(page, new URL("../../docs/viewer.png", import.meta.url).pathname);
       }
     });
 
