@@ -219,7 +219,9 @@ Deno.test("cli.ts view shows robolab results in Chromium", async (t) => {
       assert.match(subscores, /check1/);
       await shoot(page, `${dir}/rollout.png`);
       if (Deno.env.get("HUD_UPDATE_SCREENSHOT")) {
-        await page.evaluate("scrollTo(0, document.querySelector('pre.diff').offsetTop - 350)");
+        await page.evaluate(
+          "scrollTo(0, document.querySelector('li.step-filetracking-diff').offsetTop - 120)",
+        );
         await shoot(page, new URL("../../docs/viewer.png", import.meta.url).pathname);
       }
     });
