@@ -40,9 +40,17 @@ import {
   removeStaleContainers,
 } from "./runtime/container.ts";
 import type { RuntimeProvider } from "./client.ts";
-import { firstError, type Job, type JobProgress, prepareResults, Taskset } from "./eval/taskset.ts";
+import {
+  firstError,
+  Job,
+  type JobProgress,
+  prepareResults,
+  type RunRecord,
+  Taskset,
+} from "./eval/taskset.ts";
 import { errorMessage } from "./_internal/util.ts";
 import { redactUrl } from "./_internal/auth.ts";
+import { renderReport, serveViewer } from "./viewer/mod.ts";
 
 /** Where {@linkcode main} reads and writes; the process's standard streams by default. */
 export interface MainOptions {
@@ -1061,6 +1069,93 @@ function interrupted(io: Io, done: number, total: number): number {
   return EXIT_INTERRUPTED;
 }
 
+// ---------------------------------------------------------------- view and report
+
+const viewCommand: Command = {
+  summary: "Show results files in a local web page",
+  usage: `Usage: ${PROGRAM} view FILE [FILE...] [--port PORT]
+
+Serves a page over the results files (the JSONL that "eval --out" writes)
+on 127.0.0.1 and prints its url. The page shows each job's summary, a
+sortable, filterable table of rollouts, each rollout's steps with the
+file diffs and the grade, and, with two files or more, a comparison of
+rewards task by task. Rollouts appended to a file while the page is open
+appear as they arrive. Serves until SIGINT or SIGTERM.
+
+Options:
+  --port PORT    port to listen on, 0 for any free port (default: 0)
+  -h, --help     show this help
+`,
+  async run(args, io) {
+    const parsed = parseCommand(
+      "view",
+      args,
+      { port: { type: "string" } },
+      { names: ["FILE", ...Array(64).fill("FILE")], min: 1 },
+      io,
+    );
+    if (parsed === null) return EXIT_OK;
+    const port = parsePort(stringOption(parsed.values, "port") ?? "0");
+    const stopped = new AbortController();
+    const signal = io.signal ? AbortSignal.any([io.signal, stopped.signal]) : stopped.signal;
+    const onSignal = () => stopped.abort();
+    for (const s of STOP_SIGNALS) Deno.addSignalListener(s, onSignal);
+    try {
+      const viewer = await serveViewer(parsed.positionals, { port, signal });
+      io.out(`Viewing ${parsed.positionals.length} results file(s) at ${viewer.url}\n`);
+      await viewer.finished;
+    } finally {
+      for (const s of STOP_SIGNALS) Deno.removeSignalListener(s, onSignal);
+    }
+    return EXIT_OK;
+  },
+};
+
+const reportCommand: Command = {
+  summary: "Summarise results files, as text or as one HTML page",
+  usage: `Usage: ${PROGRAM} report FILE [FILE...] [--html OUT]
+
+Prints a table per task of the results file (the JSONL that "eval --out"
+writes). With --html, writes instead one self-contained HTML page (inline
+CSS and script, no network) that shows what "view" shows, to attach to a
+review or open from disk.
+
+Options:
+  --html OUT     write the page to OUT
+  -h, --help     show this help
+`,
+  async run(args, io) {
+    const parsed = parseCommand(
+      "report",
+      args,
+      { html: { type: "string" } },
+      { names: ["FILE", ...Array(64).fill("FILE")], min: 1 },
+      io,
+    );
+    if (parsed === null) return EXIT_OK;
+    const html = stringOption(parsed.values, "html");
+    if (html !== undefined) {
+      await Deno.writeTextFile(html, await renderReport(parsed.positionals));
+      io.err(`Wrote ${html}\n`);
+      return EXIT_OK;
+    }
+    for (const path of parsed.positionals) {
+      const records: RunRecord[] = [];
+      for (const line of (await Deno.readTextFile(path)).split("\n")) {
+        if (line.trim() === "") continue;
+        try {
+          records.push(JSON.parse(line));
+        } catch {
+          // A line cut short by a crash.
+        }
+      }
+      if (parsed.positionals.length > 1) io.out(`${path}\n`);
+      io.out(formatJobTable(new Job(records[0]?.job_id ?? "-", records, records.map(() => null))));
+    }
+    return EXIT_OK;
+  },
+};
+
 // ---------------------------------------------------------------- main
 
 /** Every command, by name, in the order `--help` lists them. */
@@ -1159,6 +1254,8 @@ const COMMANDS: Record<string, Command> = {
   eval: evalCommand,
   image: imageCommand,
   gc: gcCommand,
+  view: viewCommand,
+  report: reportCommand,
 };
 
 function topUsage(): string {

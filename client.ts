@@ -26,6 +26,7 @@
 
 import { Capability } from "./capability.ts";
 import { type SshBindingOptions, SshClient } from "./ssh/client.ts";
+import { type CdpBindingOptions, CdpClient } from "./cdp/client.ts";
 import type { GradeFrame, PromptFrame, TaskEntry } from "./env.ts";
 import { ConnectionClosedError, ErrorCode, HudProtocolError, NotReadyError } from "./errors.ts";
 import { encodeFrame, LineReader, parseLine, replyResult } from "./_internal/framing.ts";
@@ -594,21 +595,46 @@ export class HudClient implements AsyncDisposable {
   }
 
   /**
+   * A CDP client for the `cdp/1.3` binding: `open("cdp")` is
+   * {@linkcode HudClient.openCdp}; see there.
+   */
+  open(ref: "cdp" | `cdp/${string}`, options?: CdpBindingOptions): Promise<CdpClient>;
+  /**
    * An SSH client for an `ssh/2` binding, connected (lazily) through its
    * local forwarder, that checks the server's host key against the
-   * binding's `host_pubkey` and logs in with its `client_key`.
+   * binding's `host_pubkey` and logs in with its `client_key`. With `"cdp"`
+   * or a `cdp/` protocol as the ref, a CDP client instead (see
+   * {@linkcode HudClient.openCdp}).
    * @param ref a name, protocol or family, as for {@linkcode HudClient.binding}
    * @throws {RangeError} when the ref matches nothing or several bindings
    * @throws {TypeError} when the binding is not `ssh/2` or has no key to log in with
    */
-  open(ref = "shell", options: SshBindingOptions = {}): SshClient {
+  open(ref?: string, options?: SshBindingOptions): SshClient;
+  open(
+    ref = "shell",
+    options: SshBindingOptions | CdpBindingOptions = {},
+  ): SshClient | Promise<CdpClient> {
+    if (ref === "cdp" || ref.startsWith("cdp/")) return this.openCdp(ref, options);
     const capability = this.binding(ref);
     if (capability.family !== "ssh") {
+      const hint = capability.family === "cdp" ? `; use openCdp("${capability.name}")` : "";
       throw new TypeError(
-        `Cannot open binding "${capability.name}": expected an ssh binding, got "${capability.protocol}"`,
+        `Cannot open binding "${capability.name}": expected an ssh binding, got "${capability.protocol}"${hint}`,
       );
     }
     return SshClient.fromBinding(capability, options);
+  }
+
+  /**
+   * A connected CDP client for a `cdp/1.3` binding (a browser), reached
+   * through the binding's local forwarder: the WebSocket url's host and
+   * port are the forwarder's. Close it before the client.
+   * @param ref a name (`browser`), protocol or family, as for {@linkcode HudClient.binding}
+   * @throws {RangeError} when the ref matches nothing or several bindings
+   * @throws {TypeError} when the binding is not `cdp` or the browser cannot be reached
+   */
+  async openCdp(ref = "cdp", options: CdpBindingOptions = {}): Promise<CdpClient> {
+    return await CdpClient.fromBinding(this.binding(ref), options);
   }
 
   /**

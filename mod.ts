@@ -120,3 +120,4 @@ export * from "./eval/mod.ts";
 export * from "./ssh/mod.ts";
 export * from "./filetracking/mod.ts";
 export * from "./workspace/mod.ts";
+export * from "./cdp/mod.ts";

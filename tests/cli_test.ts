@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { main } from "../cli.ts";
 import { SubprocessRuntime } from "../mod.ts";
-import { waitForLine } from "./_helpers.ts";
+import { waitFor, waitForLine } from "./_helpers.ts";
 import { testSignal } from "./_deadline.ts";
 
 const CLI = new URL("../cli.ts", import.meta.url).href;

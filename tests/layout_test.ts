@@ -17,11 +17,11 @@ const LAYERS: readonly (readonly string[])[] = [
   ["errors.ts"],
   ["_internal/"],
   ["schema.ts", "capability.ts", "env.ts"],
-  ["ssh/", "filetracking/", "mcp/"],
+  ["ssh/", "filetracking/", "mcp/", "cdp/"],
   ["server.ts", "client.ts"],
   ["workspace/", "runtime/"],
   ["eval/"],
-  ["agents/"],
+  ["agents/", "viewer/"],
   ["cli.ts", "mod.ts"],
 ];
 const CORE_FILES = ["schema.ts", "capability.ts", "env.ts"];
@@ -38,6 +38,8 @@ const ENTRY_POINTS = [
   "eval/mod.ts",
   "agents/mod.ts",
   "mcp/mod.ts",
+  "cdp/mod.ts",
+  "viewer/mod.ts",
 ];
 
 interface Dependency {

@@ -1,0 +1,743 @@
+/**
+ * A small Chrome DevTools Protocol client over the built-in `WebSocket`:
+ * commands with `send(method, params)`, events (`on`, `waitFor`, `events`),
+ * flat target sessions (`Target.attachToTarget` with `flatten: true`), and
+ * page helpers (`navigate`, `evaluate`, `screenshot`). Every wait takes an
+ * `AbortSignal`.
+ *
+ * @module
+ */
+
+import type { Capability } from "../capability.ts";
+
+/** JSON object as sent/received over CDP. */
+export type CdpParams = Record<string, unknown>;
+
+/** A protocol event as delivered to listeners. */
+export interface CdpEvent {
+  /** Event name, e.g. `Page.loadEventFired`. */
+  readonly method: string;
+  /** Event parameters (empty object if none were sent). */
+  readonly params: CdpParams;
+  /** Session the event belongs to; `undefined` for browser-level events. */
+  readonly sessionId: string | undefined;
+}
+
+/** Listener for {@linkcode CdpClient.on}. */
+export type CdpEventHandler = (params: CdpParams, event: CdpEvent) => void;
+
+/** What produced a {@linkcode CdpError}. */
+export type CdpErrorKind = "protocol" | "closed" | "exception";
+
+/** Options for constructing a {@linkcode CdpError}. */
+export interface CdpErrorOptions extends ErrorOptions {
+  /** Origin of the error. */
+  kind: CdpErrorKind;
+  /** JSON-RPC error code (only for `kind: "protocol"`). */
+  code?: number;
+  /** Method whose call failed, if any. */
+  method?: string;
+  /** Extra `data` string from the protocol error. */
+  data?: string;
+  /** `Runtime.ExceptionDetails` (only for `kind: "exception"`). */
+  exceptionDetails?: CdpParams;
+}
+
+/**
+ * Error raised by the client.
+ *
+ * - `kind: "protocol"`: the browser answered with a JSON-RPC error (`code` is set).
+ * - `kind: "closed"`: the connection closed before an answer arrived.
+ * - `kind: "exception"`: evaluated JavaScript threw (`exceptionDetails` is set).
+ */
+export class CdpError extends Error {
+  /** Origin of the error. */
+  readonly kind: CdpErrorKind;
+  /** JSON-RPC error code; `undefined` unless `kind` is `"protocol"`. */
+  readonly code: number | undefined;
+  /** Method whose call failed, if known. */
+  readonly method: string | undefined;
+  /** Extra protocol `data`, if any. */
+  readonly data: string | undefined;
+  /** `Runtime.ExceptionDetails` for `kind: "exception"`. */
+  readonly exceptionDetails: CdpParams | undefined;
+
+  /** Creates a new CdpError. */
+  constructor(message: string, options: CdpErrorOptions) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = "CdpError";
+    this.kind = options.kind;
+    this.code = options.code;
+    this.method = options.method;
+    this.data = options.data;
+    this.exceptionDetails = options.exceptionDetails;
+  }
+}
+
+/** Options for {@linkcode CdpClient.connect}. */
+export interface CdpConnectOptions {
+  /** Aborts the connection attempt. */
+  signal?: AbortSignal;
+}
+
+/** Options for {@linkcode CdpClient.send}. */
+export interface CdpSendOptions {
+  /** Route the command to a flat target session. */
+  sessionId?: string;
+  /** Stops waiting for the answer (the command may still run in the browser). */
+  signal?: AbortSignal;
+}
+
+/** Options for {@linkcode CdpClient.waitFor}. */
+export interface CdpWaitForOptions {
+  /** Only match events of this session (`undefined` = any session). */
+  sessionId?: string;
+  /** Stops waiting. */
+  signal?: AbortSignal;
+}
+
+interface Pending {
+  method: string;
+  resolve: (value: CdpParams) => void;
+  reject: (reason: unknown) => void;
+}
+
+function isObject(value: unknown): value is CdpParams {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function abortReason(signal: AbortSignal): unknown {
+  return signal.reason ?? new DOMException("Aborted", "AbortError");
+}
+
+/** Options for {@linkcode CdpClient.fromBinding}. */
+export interface CdpBindingOptions {
+  /** Aborts connecting. */
+  signal?: AbortSignal;
+}
+
+/**
+ * Client for one CDP WebSocket connection (usually the browser endpoint).
+ *
+ * @example Drive a page in a browser published by an environment
+ * ```ts ignore
+ * import { connect } from "../mod.ts";
+ *
+ * await using client = await connect("tcp://127.0.0.1:8765");
+ * await using browser = await client.openCdp("browser");
+ * await using page = await browser.newPage();
+ * await page.navigate("http://127.0.0.1:8080/");
+ * console.log(await page.evaluate("document.title"));
+ * ```
+ */
+export class CdpClient implements AsyncDisposable {
+  #ws: WebSocket;
+  #nextId = 1;
+  #pending = new Map<number, Pending>();
+  #handlers = new Map<string, Set<CdpEventHandler>>();
+  #closeError: CdpError | undefined;
+  #closed: Promise<void>;
+
+  private constructor(ws: WebSocket, closed: Promise<void>) {
+    this.#ws = ws;
+    this.#closed = closed;
+    ws.addEventListener("message", (ev) => this.#onMessage(ev));
+  }
+
+  /**
+   * Opens a WebSocket to `wsUrl` (e.g. `ws://127.0.0.1:9222/devtools/browser/<id>`).
+   * Rejects with a `TypeError` if the socket fails to open, or with the signal's reason.
+   */
+  static async connect(wsUrl: string | URL, options: CdpConnectOptions = {}): Promise<CdpClient> {
+    const { signal } = options;
+    signal?.throwIfAborted();
+    const url = new URL(wsUrl);
+    if (url.protocol !== "ws:" && url.protocol !== "wss:") {
+      throw new TypeError(`CDP endpoint must be a ws:// or wss:// URL, got ${url.href}`);
+    }
+    const ws = new WebSocket(url);
+    let client: CdpClient | undefined;
+    const closed = new Promise<void>((resolve) => {
+      ws.addEventListener("close", (ev) => {
+        if (client !== undefined) client.#onClose(ev.code, ev.reason);
+        resolve();
+      }, { once: true });
+    });
+    return await new Promise<CdpClient>((resolve, reject) => {
+      const cleanup = () => {
+        signal?.removeEventListener("abort", onAbort);
+        ws.removeEventListener("open", onOpen);
+        ws.removeEventListener("close", onFail);
+      };
+      const onOpen = () => {
+        cleanup();
+        client = new CdpClient(ws, closed);
+        resolve(client);
+      };
+      const onFail = (ev: CloseEvent) => {
+        cleanup();
+        reject(new TypeError(`Failed to open CDP WebSocket ${url.href} (close code ${ev.code})`));
+      };
+      const onAbort = () => {
+        cleanup();
+        ws.close();
+        // Settle only after the socket is fully closed so no resource leaks.
+        closed.then(() => reject(abortReason(signal!)));
+      };
+      ws.addEventListener("open", onOpen);
+      ws.addEventListener("close", onFail);
+      signal?.addEventListener("abort", onAbort, { once: true });
+    });
+  }
+
+  /**
+   * Connects to a `cdp/1.3` capability. A url with a path
+   * (`ws://host:port/devtools/browser/<id>`) is used as it is; a bare
+   * `ws://host:port` is resolved through `/json/version` on that address.
+   * @throws {TypeError} when the capability is not `cdp` or cannot be reached
+   */
+  static async fromBinding(
+    capability: Capability,
+    options: CdpBindingOptions = {},
+  ): Promise<CdpClient> {
+    if (capability.family !== "cdp") {
+      throw new TypeError(
+        `Cannot open binding "${capability.name}": expected a cdp binding, got "${capability.protocol}"`,
+      );
+    }
+    const url = new URL(capability.url);
+    const wsUrl = url.pathname === "/" || url.pathname === ""
+      ? await discoverBrowserWsUrl(`${url.protocol === "wss:" ? "https" : "http"}://${url.host}`, {
+        signal: options.signal,
+      })
+      : url.href;
+    return await CdpClient.connect(wsUrl, { signal: options.signal });
+  }
+
+  /** `true` once the socket has closed or {@linkcode close} was called. */
+  get isClosed(): boolean {
+    return this.#closeError !== undefined || this.#ws.readyState >= WebSocket.CLOSING;
+  }
+
+  /** Resolves when the underlying socket has closed (for any reason). */
+  get closed(): Promise<void> {
+    return this.#closed;
+  }
+
+  /**
+   * Sends a command and resolves with its `result` object.
+   * Rejects with {@linkcode CdpError} (`kind: "protocol"` or `"closed"`) or the signal's reason.
+   */
+  send<T extends object = CdpParams>(
+    method: string,
+    params?: CdpParams,
+    options: CdpSendOptions = {},
+  ): Promise<T> {
+    const { sessionId, signal } = options;
+    if (typeof method !== "string" || method === "") {
+      return Promise.reject(new TypeError("CDP method must be a non-empty string"));
+    }
+    if (signal?.aborted) return Promise.reject(abortReason(signal));
+    if (this.isClosed) {
+      return Promise.reject(
+        new CdpError(`Cannot send ${method}: CDP connection is closed`, {
+          kind: "closed",
+          method,
+          cause: this.#closeError,
+        }),
+      );
+    }
+    const id = this.#nextId++;
+    const message: CdpParams = { id, method, params: params ?? {} };
+    if (sessionId !== undefined) message.sessionId = sessionId;
+    return new Promise<T>((resolve, reject) => {
+      const onAbort = () => {
+        this.#pending.delete(id);
+        reject(abortReason(signal!));
+      };
+      this.#pending.set(id, {
+        method,
+        resolve: (value) => {
+          signal?.removeEventListener("abort", onAbort);
+          resolve(value as T);
+        },
+        reject: (reason) => {
+          signal?.removeEventListener("abort", onAbort);
+          reject(reason);
+        },
+      });
+      signal?.addEventListener("abort", onAbort, { once: true });
+      this.#ws.send(JSON.stringify(message));
+    });
+  }
+
+  /**
+   * Subscribes to an event (`"*"` receives every event). Returns an unsubscribe function.
+   * Handler exceptions are reported via `reportError` and do not affect other handlers.
+   */
+  on(method: string, handler: CdpEventHandler): () => void {
+    let set = this.#handlers.get(method);
+    if (set === undefined) {
+      set = new Set();
+      this.#handlers.set(method, set);
+    }
+    // Wrap so the same function can be registered twice and removed independently.
+    const entry: CdpEventHandler = (params, event) => handler(params, event);
+    set.add(entry);
+    return () => {
+      const current = this.#handlers.get(method);
+      current?.delete(entry);
+      if (current?.size === 0) this.#handlers.delete(method);
+    };
+  }
+
+  /**
+   * Async iterator over events (all, or only `methods`). Ends when the client closes or
+   * `signal` aborts (abort ends iteration quietly). Events are buffered while not consumed.
+   */
+  async *events(
+    options: { methods?: readonly string[]; sessionId?: string; signal?: AbortSignal } = {},
+  ): AsyncGenerator<CdpEvent, void, undefined> {
+    const { methods, sessionId, signal } = options;
+    const queue: CdpEvent[] = [];
+    let wake: (() => void) | undefined;
+    let done = false;
+    const notify = () => {
+      const w = wake;
+      wake = undefined;
+      w?.();
+    };
+    const offs = (methods ?? ["*"]).map((m) =>
+      this.on(m, (_params, event) => {
+        if (sessionId === undefined || event.sessionId === sessionId) {
+          queue.push(event);
+          notify();
+        }
+      })
+    );
+    const stop = () => {
+      done = true;
+      notify();
+    };
+    signal?.addEventListener("abort", stop, { once: true });
+    this.#closed.then(stop);
+    try {
+      while (true) {
+        const next = queue.shift();
+        if (next !== undefined) {
+          yield next;
+          continue;
+        }
+        if (done || signal?.aborted || this.isClosed) return;
+        await new Promise<void>((resolve) => (wake = resolve));
+      }
+    } finally {
+      for (const off of offs) off();
+      signal?.removeEventListener("abort", stop);
+    }
+  }
+
+  /**
+   * Resolves with the params of the next `method` event matching `predicate`.
+   * Subscribe *before* triggering the action that emits the event.
+   * Rejects with the signal's reason or a `CdpError` (`kind: "closed"`).
+   */
+  waitFor(
+    method: string,
+    predicate?: (params: CdpParams, event: CdpEvent) => boolean,
+    options: CdpWaitForOptions = {},
+  ): Promise<CdpParams> {
+    const { sessionId, signal } = options;
+    if (signal?.aborted) return Promise.reject(abortReason(signal));
+    if (this.isClosed) {
+      return Promise.reject(
+        new CdpError(`Cannot wait for ${method}: CDP connection is closed`, {
+          kind: "closed",
+          method,
+        }),
+      );
+    }
+    return new Promise<CdpParams>((resolve, reject) => {
+      const finish = () => {
+        off();
+        signal?.removeEventListener("abort", onAbort);
+        this.#ws.removeEventListener("close", onClose);
+      };
+      const onAbort = () => {
+        finish();
+        reject(abortReason(signal!));
+      };
+      const onClose = () => {
+        finish();
+        reject(
+          new CdpError(`CDP connection closed while waiting for ${method}`, {
+            kind: "closed",
+            method,
+            cause: this.#closeError,
+          }),
+        );
+      };
+      const off = this.on(method, (params, event) => {
+        if (sessionId !== undefined && event.sessionId !== sessionId) return;
+        let ok: boolean;
+        try {
+          ok = predicate === undefined || predicate(params, event);
+        } catch (error) {
+          finish();
+          reject(error);
+          return;
+        }
+        if (ok) {
+          finish();
+          resolve(params);
+        }
+      });
+      signal?.addEventListener("abort", onAbort, { once: true });
+      this.#ws.addEventListener("close", onClose, { once: true });
+    });
+  }
+
+  /** Returns a {@linkcode CdpSession} view for an already attached flat session. */
+  session(sessionId: string, targetId?: string): CdpSession {
+    return new CdpSession(this, sessionId, targetId);
+  }
+
+  /** Attaches to `targetId` with `flatten: true` and returns the session. */
+  async attachToTarget(targetId: string, options: { signal?: AbortSignal } = {}): Promise<
+    CdpSession
+  > {
+    const { sessionId } = await this.send<{ sessionId: string }>(
+      "Target.attachToTarget",
+      { targetId, flatten: true },
+      options,
+    );
+    return new CdpSession(this, sessionId, targetId);
+  }
+
+  /**
+   * Creates a new page target (`Target.createTarget`), attaches to it and enables the
+   * `Page` and `Runtime` domains. Close it with {@linkcode CdpSession.close}.
+   */
+  async newPage(
+    url = "about:blank",
+    options: { signal?: AbortSignal } = {},
+  ): Promise<CdpSession> {
+    const { targetId } = await this.send<{ targetId: string }>(
+      "Target.createTarget",
+      { url },
+      options,
+    );
+    try {
+      const session = await this.attachToTarget(targetId, options);
+      await Promise.all([
+        session.send("Page.enable", undefined, options),
+        session.send("Page.setLifecycleEventsEnabled", { enabled: true }, options),
+        session.send("Runtime.enable", undefined, options),
+      ]);
+      return session;
+    } catch (error) {
+      if (!this.isClosed) await this.send("Target.closeTarget", { targetId }).catch(() => {});
+      throw error;
+    }
+  }
+
+  /**
+   * Closes the socket (idempotent). Pending calls reject with `CdpError` (`kind: "closed"`).
+   * Resolves once the socket is fully closed.
+   */
+  close(): Promise<void> {
+    if (this.#closeError === undefined) {
+      this.#failPending(new CdpError("CDP client was closed", { kind: "closed" }));
+    }
+    if (this.#ws.readyState < WebSocket.CLOSING) this.#ws.close();
+    return this.#closed;
+  }
+
+  /** Same as {@linkcode close}. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
+  #onClose(code: number, reason: string) {
+    if (this.#closeError !== undefined) return;
+    this.#failPending(
+      new CdpError(
+        `CDP connection closed (code ${code}${reason ? `, reason: ${reason}` : ""})`,
+        { kind: "closed" },
+      ),
+    );
+  }
+
+  #failPending(error: CdpError) {
+    this.#closeError = error;
+    const pending = [...this.#pending.values()];
+    this.#pending.clear();
+    for (const p of pending) {
+      p.reject(
+        new CdpError(`${p.method} failed: ${error.message}`, {
+          kind: "closed",
+          method: p.method,
+          cause: error,
+        }),
+      );
+    }
+  }
+
+  #onMessage(ev: MessageEvent) {
+    if (typeof ev.data !== "string") return;
+    let msg: unknown;
+    try {
+      msg = JSON.parse(ev.data);
+    } catch {
+      return;
+    }
+    if (!isObject(msg)) return;
+    if (typeof msg.id === "number") {
+      const pending = this.#pending.get(msg.id);
+      if (pending === undefined) return; // aborted or unknown
+      this.#pending.delete(msg.id);
+      if (isObject(msg.error)) {
+        const code = typeof msg.error.code === "number" ? msg.error.code : undefined;
+        const text = typeof msg.error.message === "string" ? msg.error.message : "Unknown error";
+        const data = typeof msg.error.data === "string" ? msg.error.data : undefined;
+        pending.reject(
+          new CdpError(`${pending.method}: ${text}${data ? ` (${data})` : ""} [${code}]`, {
+            kind: "protocol",
+            code,
+            method: pending.method,
+            data,
+          }),
+        );
+      } else {
+        pending.resolve(isObject(msg.result) ? msg.result : {});
+      }
+      return;
+    }
+    if (typeof msg.method === "string") {
+      const event: CdpEvent = {
+        method: msg.method,
+        params: isObject(msg.params) ? msg.params : {},
+        sessionId: typeof msg.sessionId === "string" ? msg.sessionId : undefined,
+      };
+      for (const key of [event.method, "*"]) {
+        const set = this.#handlers.get(key);
+        if (set === undefined) continue;
+        for (const handler of [...set]) {
+          try {
+            handler(event.params, event);
+          } catch (error) {
+            reportError(error);
+          }
+        }
+      }
+    }
+  }
+}
+
+/** Options for {@linkcode CdpSession.navigate}. */
+export interface CdpNavigateOptions {
+  /** Lifecycle event to wait for; `"none"` returns right after `Page.navigate`. */
+  waitUntil?: "load" | "DOMContentLoaded" | "none";
+  /** Stops waiting. */
+  signal?: AbortSignal;
+}
+
+/** Result of {@linkcode CdpSession.navigate}. */
+export interface CdpNavigateResult {
+  /** Frame that navigated. */
+  frameId: string;
+  /** Loader id; absent for same-document navigations. */
+  loaderId: string | undefined;
+}
+
+/** A flat target session on a {@linkcode CdpClient}. */
+export class CdpSession implements AsyncDisposable {
+  #client: CdpClient;
+  #sessionId: string;
+  #targetId: string | undefined;
+
+  /** Wraps an attached session; prefer {@linkcode CdpClient.attachToTarget}. */
+  constructor(client: CdpClient, sessionId: string, targetId?: string) {
+    this.#client = client;
+    this.#sessionId = sessionId;
+    this.#targetId = targetId;
+  }
+
+  /** The CDP session id. */
+  get sessionId(): string {
+    return this.#sessionId;
+  }
+
+  /** The target id, if known. */
+  get targetId(): string | undefined {
+    return this.#targetId;
+  }
+
+  /** The owning client. */
+  get client(): CdpClient {
+    return this.#client;
+  }
+
+  /** Sends a command to this session. See {@linkcode CdpClient.send}. */
+  send<T extends object = CdpParams>(
+    method: string,
+    params?: CdpParams,
+    options: { signal?: AbortSignal } = {},
+  ): Promise<T> {
+    return this.#client.send<T>(method, params, { ...options, sessionId: this.#sessionId });
+  }
+
+  /** Subscribes to events of this session only. Returns an unsubscribe function. */
+  on(method: string, handler: CdpEventHandler): () => void {
+    return this.#client.on(method, (params, event) => {
+      if (event.sessionId === this.#sessionId) handler(params, event);
+    });
+  }
+
+  /** Waits for an event of this session. See {@linkcode CdpClient.waitFor}. */
+  waitFor(
+    method: string,
+    predicate?: (params: CdpParams, event: CdpEvent) => boolean,
+    options: { signal?: AbortSignal } = {},
+  ): Promise<CdpParams> {
+    return this.#client.waitFor(method, predicate, { ...options, sessionId: this.#sessionId });
+  }
+
+  /**
+   * Navigates the main frame and waits for its `load` (default) lifecycle event.
+   *
+   * Uses `Page.lifecycleEvent` matched on the returned `loaderId` instead of bare
+   * `Page.loadEventFired`, so a late load event from a previous document cannot be mistaken
+   * for this one. Requires `Page.enable` + `Page.setLifecycleEventsEnabled` (done by
+   * {@linkcode CdpClient.newPage}). Throws `CdpError` if navigation fails (`errorText`).
+   */
+  async navigate(url: string, options: CdpNavigateOptions = {}): Promise<CdpNavigateResult> {
+    const { signal, waitUntil = "load" } = options;
+    const seen = new Set<string>();
+    const abort = new AbortController();
+    const combined = signal ? AbortSignal.any([signal, abort.signal]) : abort.signal;
+    let wanted: string | undefined;
+    const lifecycle = waitUntil === "none" ? undefined : this.waitFor(
+      "Page.lifecycleEvent",
+      (p) => {
+        if (p.name !== waitUntil || typeof p.loaderId !== "string") return false;
+        seen.add(p.loaderId);
+        return wanted !== undefined && seen.has(wanted);
+      },
+      { signal: combined },
+    );
+    lifecycle?.catch(() => {}); // handled below; avoid unhandled rejection when aborted early
+    try {
+      const result = await this.send<{ frameId: string; loaderId?: string; errorText?: string }>(
+        "Page.navigate",
+        { url },
+        { signal },
+      );
+      if (result.errorText) {
+        throw new CdpError(`Navigation to ${url} failed: ${result.errorText}`, {
+          kind: "protocol",
+          method: "Page.navigate",
+          data: result.errorText,
+        });
+      }
+      const out: CdpNavigateResult = { frameId: result.frameId, loaderId: result.loaderId };
+      if (lifecycle === undefined || result.loaderId === undefined) return out;
+      wanted = result.loaderId;
+      if (seen.has(wanted)) return out;
+      await lifecycle;
+      return out;
+    } finally {
+      abort.abort();
+    }
+  }
+
+  /**
+   * Evaluates `expression` in the page (`Runtime.evaluate`, `returnByValue`, `awaitPromise`)
+   * and returns the JSON value. A thrown exception becomes `CdpError` with
+   * `kind: "exception"`; values that cannot be serialized come back as `undefined`.
+   */
+  async evaluate<T = unknown>(
+    expression: string,
+    options: { signal?: AbortSignal; awaitPromise?: boolean } = {},
+  ): Promise<T> {
+    const { signal, awaitPromise = true } = options;
+    const res = await this.send<{ result: CdpParams; exceptionDetails?: CdpParams }>(
+      "Runtime.evaluate",
+      { expression, returnByValue: true, awaitPromise },
+      { signal },
+    );
+    if (res.exceptionDetails !== undefined) {
+      const d = res.exceptionDetails;
+      const exc = isObject(d.exception) ? d.exception : undefined;
+      const description = typeof exc?.description === "string"
+        ? exc.description
+        : typeof d.text === "string"
+        ? d.text
+        : "Uncaught exception";
+      throw new CdpError(`Evaluation failed: ${description}`, {
+        kind: "exception",
+        method: "Runtime.evaluate",
+        exceptionDetails: d,
+      });
+    }
+    return res.result.value as T;
+  }
+
+  /** Captures a PNG screenshot (`Page.captureScreenshot`) and returns its bytes. */
+  async screenshot(
+    options: { signal?: AbortSignal; fullPage?: boolean } = {},
+  ): Promise<Uint8Array<ArrayBuffer>> {
+    const { signal, fullPage = false } = options;
+    const { data } = await this.send<{ data: string }>(
+      "Page.captureScreenshot",
+      { format: "png", captureBeyondViewport: fullPage },
+      { signal },
+    );
+    return Uint8Array.fromBase64(data);
+  }
+
+  /** Closes the target (`Target.closeTarget`); no-op if the client is already closed. */
+  async close(options: { signal?: AbortSignal } = {}): Promise<void> {
+    if (this.#client.isClosed) return;
+    if (this.#targetId !== undefined) {
+      await this.#client.send("Target.closeTarget", { targetId: this.#targetId }, options);
+    } else {
+      await this.#client.send("Target.detachFromTarget", { sessionId: this.#sessionId }, options);
+    }
+  }
+
+  /** Same as {@linkcode close}, ignoring errors. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close().catch(() => {});
+  }
+}
+
+/**
+ * Fetches `http://<address>/json/version` and returns the browser `webSocketDebuggerUrl`.
+ *
+ * The host:port of the returned URL is rewritten to `address`, because Chromium reports its
+ * own listening address, which is wrong when reached through a TCP forwarder or proxy.
+ * Note: Chromium rejects HTTP requests whose `Host` header is not an IP or `localhost`.
+ */
+export async function discoverBrowserWsUrl(
+  address: string,
+  options: { signal?: AbortSignal } = {},
+): Promise<string> {
+  const base = new URL(/^[a-z]+:\/\//i.test(address) ? address : `http://${address}`);
+  if (base.protocol !== "http:" && base.protocol !== "https:") {
+    throw new TypeError(`Expected an http(s) address or host:port, got ${address}`);
+  }
+  const res = await fetch(new URL("/json/version", base), { signal: options.signal });
+  if (!res.ok) {
+    await res.body?.cancel();
+    throw new TypeError(`GET ${base.host}/json/version failed: HTTP ${res.status}`);
+  }
+  const body: unknown = await res.json();
+  if (!isObject(body) || typeof body.webSocketDebuggerUrl !== "string") {
+    throw new TypeError(`No webSocketDebuggerUrl in ${base.host}/json/version`);
+  }
+  const ws = new URL(body.webSocketDebuggerUrl);
+  ws.host = base.host;
+  ws.protocol = base.protocol === "https:" ? "wss:" : "ws:";
+  return ws.href;
+}

@@ -1,0 +1,392 @@
+// The viewer, in a real headless Chromium driven by the CDP client: results
+// files made by real robolab runs, served by `cli.ts view`, and the page it
+// shows checked through the DOM.
+
+import assert from "node:assert/strict";
+import { main } from "../../cli.ts";
+import { type Agent, functionAgent, Taskset } from "../../mod.ts";
+import { CdpClient, type CdpSession } from "../../cdp/mod.ts";
+import { launchChromium } from "../../cdp/_chromium.ts";
+import { renderReport, serveViewer } from "../../viewer/mod.ts";
+import { fixBug, scriptedAgent } from "../../examples/robolab.ts";
+
+/** The diff line the scripted agent's repair of count.sh leaves. */
+const FIXED_LINE = '+while [ "$i" -le "$n" ]; do';
+const XSS_ANSWER = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">';
+const GAVE_UP = "no repair known for total.sh";
+
+const TASKS = [
+  fixBug({ difficulty: 1, seed: 1 }),
+  fixBug({ difficulty: 3, seed: 1 }),
+  fixBug({ difficulty: 3, seed: 2 }),
+];
+
+/**
+ * The scripted agent on count.sh; on total.sh it gives up with seed 2 (an
+ * agent-phase error) and answers with markup with seed 1.
+ */
+const agentA: Agent = {
+  async run(run, context) {
+    const { difficulty, seed } = run.task.args as { difficulty: number; seed: number };
+    if (difficulty === 3 && seed === 2) throw new Error(GAVE_UP);
+    if (difficulty === 3) run.answer = XSS_ANSWER;
+    else await scriptedAgent.run(run, context);
+  },
+};
+/** An agent that changes nothing and answers nothing useful. */
+const agentB: Agent = functionAgent(() => "no idea");
+
+/** Evaluates `expression` until it is truthy, or fails naming `what`. */
+async function until<T>(
+  page: CdpSession,
+  expression: string,
+  what: string,
+  timeout = 15_000,
+): Promise<T> {
+  const deadline = Date.now() + timeout;
+  let last: unknown;
+  while (Date.now() < deadline) {
+    last = await page.evaluate(expression, { signal: AbortSignal.timeout(10_000) });
+    if (last) return last as T;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`Timed out after ${timeout} ms waiting for ${what} (last: ${String(last)})`);
+}
+
+async function shoot(page: CdpSession, path: string): Promise<void> {
+  await Deno.writeFile(path, await page.screenshot({ signal: AbortSignal.timeout(15_000) }));
+}
+
+const ROWS_JS = "[...document.querySelectorAll('#rollouts tbody tr.row')]";
+
+Deno.test("cli.ts view shows robolab results in Chromium", async (t) => {
+  const dir = await Deno.makeTempDir({ prefix: "viewer-test-" });
+  const fileA = `${dir}/a.jsonl`;
+  const fileB = `${dir}/b.jsonl`;
+  const stop = new AbortController();
+  let viewing: Promise<number> | null = null;
+  let browser: Awaited<ReturnType<typeof launchChromium>> | null = null;
+  let cdp: CdpClient | null = null;
+  try {
+    const jobA = await new Taskset(TASKS).run(agentA, {
+      out: fileA,
+      maxConcurrent: 3,
+      rolloutTimeout: 420_000,
+    });
+    const jobB = await new Taskset(TASKS).run(agentB, {
+      out: fileB,
+      maxConcurrent: 3,
+      rolloutTimeout: 420_000,
+    });
+    assert.equal(jobA.runs.length, 3);
+    assert.equal(jobB.runs.length, 3);
+    // Keep the last line of A back, to append while the page is open.
+    const linesA = (await Deno.readTextFile(fileA)).trimEnd().split("\n");
+    const held = linesA.pop()!;
+    await Deno.writeTextFile(fileA, linesA.join("\n") + "\n");
+
+    let printed = "";
+    let announced: (url: string) => void;
+    const url = new Promise<string>((resolve) => announced = resolve);
+    viewing = main(["view", fileA, fileB, "--port", "0"], {
+      stdout: (text) => {
+        printed += text;
+        const m = /http:\/\/\S+/.exec(printed);
+        if (m) announced(m[0]);
+      },
+      stderr: () => {},
+      signal: stop.signal,
+    });
+    const signal = AbortSignal.timeout(60_000);
+    browser = await launchChromium({ signal });
+    cdp = await CdpClient.connect(browser.wsUrl, { signal });
+    const page = await cdp.newPage("about:blank", { signal });
+    await page.send("Emulation.setDeviceMetricsOverride", {
+      width: 1100,
+      height: 700,
+      deviceScaleFactor: 1,
+      mobile: false,
+    }, { signal });
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const viewUrl = await Promise.race([
+      url,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error("view printed no url within 10 s")), 10_000);
+      }),
+    ]).finally(() => clearTimeout(timer));
+    await page.navigate(viewUrl, { signal });
+
+    await t.step("the table lists every rollout, with the failing task's error", async () => {
+      await until(page, `${ROWS_JS}.length === 2`, "2 rows in the table");
+      assert.equal(
+        await page.evaluate("document.getElementById('count').textContent"),
+        "Showing 2 of 2 rollouts",
+      );
+      const errors = await page.evaluate<string[]>(
+        `${ROWS_JS}.map((tr) => tr.querySelector('.error').textContent)`,
+      );
+      const statuses = await page.evaluate<string[]>(
+        `${ROWS_JS}.map((tr) => tr.querySelector('.status').textContent)`,
+      );
+      const gaveUp = jobA.runs.findIndex((r) => r.failed_phase === "agent");
+      assert.ok(gaveUp >= 0);
+      // The held-back line may be any of the three; count what is shown.
+      const shown = linesA.map((l) => JSON.parse(l).failed_phase);
+      if (shown.includes("agent")) {
+        assert.ok(errors.includes(GAVE_UP), `no "${GAVE_UP}" in ${JSON.stringify(errors)}`);
+        assert.ok(statuses.includes("error (agent)"));
+      }
+    });
+
+    await t.step("new rows appear while the file is written", async () => {
+      await Deno.writeTextFile(fileA, held + "\n", { append: true });
+      await until(page, `${ROWS_JS}.length === 3`, "the appended row");
+      assert.equal(
+        await page.evaluate("document.getElementById('count').textContent"),
+        "Showing 3 of 3 rollouts",
+      );
+      const errors = await page.evaluate<string[]>(
+        `${ROWS_JS}.map((tr) => tr.querySelector('.error').textContent)`,
+      );
+      assert.ok(errors.includes(GAVE_UP), `no "${GAVE_UP}" in ${JSON.stringify(errors)}`);
+      assert.match(
+        await page.evaluate<string>("document.getElementById('s-errored').textContent"),
+        /agent 1/,
+      );
+      await shoot(page, `${dir}/table.png`);
+    });
+
+    await t.step("sorting by reward orders the rows", async () => {
+      const rewards = () =>
+        page.evaluate<string[]>(`${ROWS_JS}.map((tr) => tr.querySelector('.reward').textContent)`);
+      await page.evaluate("document.querySelector('th[data-key=reward] button').click()");
+      await until(
+        page,
+        "document.querySelector('th[data-key=reward]').getAttribute('aria-sort') === 'ascending'",
+        "ascending sort",
+      );
+      const up = (await rewards()).map(Number);
+      assert.deepEqual(up, [...up].sort((a, b) => a - b));
+      await page.evaluate("document.querySelector('th[data-key=reward] button').click()");
+      await until(
+        page,
+        "document.querySelector('th[data-key=reward]').getAttribute('aria-sort') === 'descending'",
+        "descending sort",
+      );
+      const down = (await rewards()).map(Number);
+      assert.deepEqual(down, [...down].sort((a, b) => b - a));
+      assert.equal(down[0], 1);
+    });
+
+    await t.step("the filter narrows the rows", async () => {
+      await page.evaluate(
+        "const f = document.getElementById('filter'); f.value = 'seed\":2'; " +
+          "f.dispatchEvent(new Event('input'))",
+      );
+      await until(page, `${ROWS_JS}.length === 1`, "one row after filtering");
+      await page.evaluate(
+        "const g = document.getElementById('filter'); g.value = ''; " +
+          "g.dispatchEvent(new Event('input'))",
+      );
+      await until(page, `${ROWS_JS}.length === 3`, "three rows again");
+    });
+
+    await t.step("a rollout shows its steps and the agent's diff", async () => {
+      const slug = TASKS[0].slug;
+      await page.evaluate(
+        `[...document.querySelectorAll('#rollouts a')].find((a) => a.textContent === ${
+          JSON.stringify(slug)
+        }).click()`,
+      );
+      await until(page, "document.body.dataset.ready === 'rollout'", "the rollout view");
+      const added = await page.evaluate<string[]>(
+        "[...document.querySelectorAll('pre.diff .line.add')].map((l) => l.textContent.trimEnd())",
+      );
+      assert.ok(added.includes(FIXED_LINE), `no ${FIXED_LINE} in ${JSON.stringify(added)}`);
+      const removed = await page.evaluate<string[]>(
+        "[...document.querySelectorAll('pre.diff .line.del')].map((l) => l.textContent.trimEnd())",
+      );
+      assert.ok(removed.includes('-while [ "$i" -lt "$n" ]; do'));
+      const steps = await page.evaluate<string[]>(
+        "[...document.querySelectorAll('ol.steps > li > h3')].map((h) => h.firstChild.textContent)",
+      );
+      assert.equal(steps[0], "setup");
+      assert.ok(steps.includes("user") && steps.includes("agent") && steps.includes("evaluate"));
+      assert.ok(steps.indexOf("filetracking.diff") < steps.indexOf("evaluate"));
+      const subscores = await page.evaluate<string>(
+        "document.querySelector('table.subscores').textContent",
+      );
+      assert.match(subscores, /check1/);
+      await shoot(page, `${dir}/rollout.png`);
+      if (Deno.env.get("HUD_UPDATE_SCREENSHOT")) {
+        await page.evaluate(
+          "scrollTo(0, document.querySelector('li.step-filetracking-diff').offsetTop - 120)",
+        );
+        await shoot(page, new URL("../../docs/viewer.png", import.meta.url).pathname);
+      }
+    });
+
+    await t.step("agent output is shown as text, never run as markup", async () => {
+      const i = jobA.runs.findIndex((r) => r.trace.content === XSS_ANSWER);
+      assert.ok(i >= 0, "no rollout answered with markup");
+      const slug = jobA.runs[i].task.slug;
+      await page.evaluate("location.hash = '#/f/0'");
+      await until(page, "document.body.dataset.ready === 'table'", "the table");
+      await page.evaluate(
+        `[...document.querySelectorAll('#rollouts a')].find((a) => a.textContent === ${
+          JSON.stringify(slug)
+        }).click()`,
+      );
+      await until(page, "document.body.dataset.ready === 'rollout'", "the rollout view");
+      const texts = await page.evaluate<string[]>(
+        "[...document.querySelectorAll('li.step-agent pre.content')].map((p) => p.textContent)",
+      );
+      assert.deepEqual(texts, [XSS_ANSWER]);
+      assert.equal(await page.evaluate("typeof window.__xss"), "undefined");
+      assert.equal(
+        await page.evaluate("document.querySelectorAll('main img, main script').length"),
+        0,
+      );
+    });
+
+    await t.step("the comparison lines up the tasks of two files", async () => {
+      await page.evaluate("location.hash = '#/compare/0/1'");
+      await until(page, "document.body.dataset.ready === 'compare'", "the comparison view");
+      const rows = await page.evaluate<string[][]>(
+        "[...document.querySelectorAll('#compare tbody tr')].map((tr) => " +
+          "[...tr.children].map((c) => c.textContent))",
+      );
+      assert.equal(rows.length, 3);
+      const bySlug = new Map(rows.map((r) => [r[0], r]));
+      for (const task of TASKS) {
+        const a = jobA.runs.find((r) => r.task.slug === task.slug)!.reward!;
+        const b = jobB.runs.find((r) => r.task.slug === task.slug)!.reward!;
+        const row = bySlug.get(task.slug)!;
+        assert.deepEqual(row.slice(2), [
+          a.toFixed(2),
+          b.toFixed(2),
+          (b > a ? "+" : b < a ? "\u2212" : "\u00b1") + Math.abs(b - a).toFixed(2),
+        ]);
+      }
+      // The fixed task scored 1 in A and 0 in B: the largest change comes first.
+      assert.equal(rows[0][0], TASKS[0].slug);
+      assert.equal(rows[0][4], "\u22121.00");
+      await shoot(page, `${dir}/compare.png`);
+    });
+
+    for (const name of ["table", "rollout", "compare"]) {
+      const png = await Deno.readFile(`${dir}/${name}.png`);
+      assert.deepEqual([...png.subarray(1, 4)], [0x50, 0x4e, 0x47]);
+    }
+    await page.close({ signal });
+  } finally {
+    await cdp?.close();
+    await browser?.close();
+    stop.abort();
+    const code = await viewing;
+    await Deno.remove(dir, { recursive: true });
+    if (code !== null) assert.equal(code, 0);
+  }
+});
+
+Deno.test("cli.ts report --html writes a page that works from disk", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "viewer-report-" });
+  let browser: Awaited<ReturnType<typeof launchChromium>> | null = null;
+  try {
+    const file = `${dir}/r.jsonl`;
+    const records = [0, 1, 2].map((i) => ({
+      job_id: "job",
+      group_id: `job:t${i % 2}`,
+      task: { env: "e", id: "t", args: { i }, slug: `t-${i}` },
+      repeat: i,
+      status: i === 2 ? "error" : "completed",
+      reward: i === 2 ? null : i,
+      failed_phase: i === 2 ? "start" : null,
+      trace: {
+        started_at: "2026-01-01T00:00:00.000Z",
+        ended_at: "2026-01-01T00:00:01.500Z",
+        errors: i === 2 ? [{ phase: "start", message: "</script><b>boom</b>", name: "Error" }] : [],
+        steps: [{ type: "user", timestamp: "2026-01-01T00:00:00.000Z", content: "<!-- hi" }],
+      },
+    }));
+    await Deno.writeTextFile(file, records.map((r) => JSON.stringify(r)).join("\n") + "\n");
+    const out = `${dir}/report.html`;
+    let stderr = "";
+    const code = await main(["report", file, "--html", out], {
+      stdout: () => {},
+      stderr: (t) => stderr += t,
+    });
+    assert.equal(code, 0, stderr);
+    const html = await Deno.readTextFile(out);
+    assert.ok(!html.includes("</script><b>"), "record text ends the data block");
+    assert.doesNotMatch(html, /(src|href)=["']?(https?:)?\/\//, "the page loads nothing");
+
+    const signal = AbortSignal.timeout(45_000);
+    browser = await launchChromium({ signal });
+    await using cdp = await CdpClient.connect(browser.wsUrl, { signal });
+    await using page = await cdp.newPage("about:blank", { signal });
+    await page.navigate(`file://${out}`, { signal });
+    await until(page, `${ROWS_JS}.length === 3`, "3 rows from disk");
+    assert.equal(
+      await page.evaluate("document.getElementById('s-mean').textContent"),
+      "0.500 \u00b1 0.500",
+    );
+    assert.match(
+      await page.evaluate<string>("document.getElementById('s-errored').textContent"),
+      /start 1/,
+    );
+    assert.equal(await page.evaluate("document.getElementById('s-duration').textContent"), "1.5 s");
+    const errors = await page.evaluate<string[]>(
+      `${ROWS_JS}.map((tr) => tr.querySelector('.error').textContent)`,
+    );
+    assert.ok(errors.includes("</script><b>boom</b>"));
+    assert.equal(await page.evaluate("document.querySelectorAll('main b').length"), 0);
+  } finally {
+    await browser?.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("serveViewer() refuses a foreign Host header and unknown records", async () => {
+  const file = await Deno.makeTempFile({ suffix: ".jsonl" });
+  try {
+    await using viewer = await serveViewer([file]);
+    // fetch() sets Host itself: speak HTTP by hand.
+    const conn = await Deno.connect({ hostname: "127.0.0.1", port: viewer.addr.port });
+    try {
+      await conn.write(
+        new TextEncoder().encode(
+          "GET / HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n",
+        ),
+      );
+      const head = new Uint8Array(64);
+      const n = await conn.read(head);
+      assert.match(new TextDecoder().decode(head.subarray(0, n ?? 0)), /^HTTP\/1\.1 403/);
+    } finally {
+      conn.close();
+    }
+    const missing = await fetch(new URL("api/record?file=0&i=0", viewer.url));
+    await missing.body?.cancel();
+    assert.equal(missing.status, 404);
+    const page = await fetch(viewer.url);
+    assert.match(await page.text(), /Content-Security-Policy/);
+  } finally {
+    await Deno.remove(file);
+  }
+});
+
+Deno.test("renderReport() and cli.ts view name a missing file in one line", async () => {
+  await assert.rejects(renderReport(["/nonexistent/r.jsonl"]), {
+    name: "TypeError",
+    message:
+      'Cannot write report: "/nonexistent/r.jsonl" is not a file (run a job with --out first)',
+  });
+  let stderr = "";
+  const code = await main(["view", "/nonexistent/r.jsonl"], {
+    stdout: () => {},
+    stderr: (t) => stderr += t,
+  });
+  assert.equal(code, 1);
+  assert.equal(stderr.trim().split("\n").length, 1);
+  assert.match(stderr, /"\/nonexistent\/r\.jsonl" is not a file/);
+});

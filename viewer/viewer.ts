@@ -1,0 +1,256 @@
+/**
+ * The trace viewer: {@linkcode serveViewer} serves a page over one or more
+ * results files (the JSONL that `Taskset.run({ out })` writes) on
+ * 127.0.0.1 and shows new rollouts as a job appends them;
+ * {@linkcode renderReport} makes the same page as one self-contained HTML
+ * file.
+ *
+ * @module
+ */
+
+import type { RunRecord } from "../eval/taskset.ts";
+import { packRow, parseRecord, ResultsFile, ROW_FIELDS, summarize } from "./_data.ts";
+import { renderPage } from "./_page.ts";
+
+/** Options for {@linkcode renderReport}. */
+export interface ReportOptions {
+  /**
+   * The page title.
+   * @default "HUD results"
+   */
+  title?: string;
+}
+
+function baseName(path: string): string {
+  return path.slice(path.lastIndexOf("/") + 1) || path;
+}
+
+/** Names for the files: base names, or the full paths when two share one. */
+function namesOf(paths: string[]): string[] {
+  const bases = paths.map(baseName);
+  return bases.map((b, i) => bases.indexOf(b) !== bases.lastIndexOf(b) ? paths[i] : b);
+}
+
+async function checkFiles(paths: string[], what: string): Promise<void> {
+  if (!Array.isArray(paths) || paths.length === 0) {
+    throw new TypeError(`Cannot ${what}: give at least one results file`);
+  }
+  for (const path of paths) {
+    if (typeof path !== "string" || path === "") {
+      throw new TypeError(`Cannot ${what}: a results file path must be a non-empty string`);
+    }
+    const info = await Deno.stat(path).catch(() => null);
+    if (info === null || !info.isFile) {
+      throw new TypeError(`Cannot ${what}: "${path}" is not a file (run a job with --out first)`);
+    }
+  }
+}
+
+/**
+ * One self-contained HTML page (inline CSS and script, data included, no
+ * network) showing the results files: the job summary, the rollouts table,
+ * each rollout's steps, and a comparison when there are two or more files.
+ *
+ * @example
+ * ```ts
+ * import { renderReport } from "./viewer.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const file = await Deno.makeTempFile({ suffix: ".jsonl" });
+ * const record = {
+ *   job_id: "j", group_id: "j:t", task: { env: "e", id: "t", args: {}, slug: "t" },
+ *   repeat: 0, status: "completed", reward: 1, failed_phase: null,
+ *   trace: { steps: [{ type: "agent", timestamp: "", content: "</script><b>hi</b>" }] },
+ * };
+ * await Deno.writeTextFile(file, JSON.stringify(record) + "\n");
+ * const html = await renderReport([file]);
+ * assert.ok(!html.includes("</script><b>"));
+ * await Deno.remove(file);
+ * ```
+ *
+ * @param paths results files (JSONL), the first one shown first
+ * @throws {TypeError} when no file is given or one does not exist
+ */
+export async function renderReport(paths: string[], options: ReportOptions = {}): Promise<string> {
+  await checkFiles(paths, "write report");
+  const names = namesOf(paths);
+  const files = [];
+  for (let f = 0; f < paths.length; f++) {
+    const records: RunRecord[] = [];
+    for (const line of (await Deno.readTextFile(paths[f])).split("\n")) {
+      const record = parseRecord(line);
+      if (record !== null) records.push(record);
+    }
+    files.push({ name: names[f], rows: records.map((r, i) => packRow(summarize(r, i))), records });
+  }
+  return await renderPage(options.title ?? "HUD results", {
+    files,
+    fields: ROW_FIELDS,
+    live: false,
+  });
+}
+
+/** Options for {@linkcode serveViewer}. */
+export interface ViewerOptions {
+  /**
+   * Interface to listen on.
+   * @default "127.0.0.1"
+   */
+  hostname?: string;
+  /**
+   * Port to listen on; 0 picks a free one.
+   * @default 0
+   */
+  port?: number;
+  /** Aborting it shuts the server down. */
+  signal?: AbortSignal;
+  /** Called once listening, with the address. */
+  onListen?: (addr: Deno.NetAddr) => void;
+  /**
+   * How often the page asks for new rows, in ms.
+   * @default 1000
+   */
+  pollInterval?: number;
+  /**
+   * The page title.
+   * @default "HUD results"
+   */
+  title?: string;
+}
+
+/** A running viewer, shaped like `Deno.serve`'s handle. */
+export interface ViewerServer extends AsyncDisposable {
+  /** Where it listens. */
+  readonly addr: Deno.NetAddr;
+  /** The page's url, `http://127.0.0.1:<port>/`. */
+  readonly url: string;
+  /** Settles when the server has shut down. */
+  readonly finished: Promise<void>;
+  /** Stops serving; idempotent. */
+  shutdown(): Promise<void>;
+}
+
+function jsonResponse(body: string, status = 200): Response {
+  return new Response(body, {
+    status,
+    headers: {
+      "content-type": "application/json; charset=utf-8",
+      "cache-control": "no-store",
+      "x-content-type-options": "nosniff",
+    },
+  });
+}
+
+/**
+ * Serves the viewer over results files on 127.0.0.1: the page at `/`, new
+ * rows at `/api/rows?file=F&from=N`, one record at `/api/record?file=F&i=N`.
+ * Files are read incrementally, so a job that is still writing one shows
+ * its rollouts as they finish. Requests whose `Host` is not a loopback
+ * name are refused (no DNS rebinding).
+ *
+ * @example
+ * ```ts
+ * import { serveViewer } from "./viewer.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const file = await Deno.makeTempFile({ suffix: ".jsonl" });
+ * await using viewer = await serveViewer([file]);
+ * const res = await fetch(new URL("api/rows?file=0&from=0", viewer.url));
+ * assert.deepEqual((await res.json()).rows, []);
+ * await Deno.remove(file);
+ * ```
+ *
+ * @param paths results files (JSONL)
+ * @throws {TypeError} when no file is given or one does not exist
+ */
+export async function serveViewer(
+  paths: string[],
+  options: ViewerOptions = {},
+): Promise<ViewerServer> {
+  await checkFiles(paths, "view results");
+  const names = namesOf(paths);
+  const files = paths.map((p) => new ResultsFile(p));
+  const title = options.title ?? "HUD results";
+  const loopback = ["127.0.0.1", "localhost", "::1"].includes(options.hostname ?? "127.0.0.1");
+  const fileOf = (url: URL): ResultsFile | null => {
+    const f = Number(url.searchParams.get("file") ?? "0");
+    return Number.isInteger(f) && f >= 0 && f < files.length ? files[f] : null;
+  };
+  // Read what is there before listening, so that the first page is quick.
+  await Promise.all(files.map((f) => f.refresh()));
+  const handler = async (request: Request, info: Deno.ServeHandlerInfo): Promise<Response> => {
+    void info;
+    const host = (request.headers.get("host") ?? "").replace(/:\d+$/, "");
+    if (loopback && !["127.0.0.1", "localhost", "[::1]"].includes(host)) {
+      return new Response("Forbidden: unexpected Host header\n", { status: 403 });
+    }
+    const url = new URL(request.url);
+    if (request.method !== "GET") return new Response("Method not allowed\n", { status: 405 });
+    if (url.pathname === "/") {
+      // The rows so far ride in the page: one round trip to a full table.
+      await Promise.all(files.map((f) => f.refresh()));
+      const page = await renderPage(title, {
+        files: files.map((f, i) => ({
+          name: names[i],
+          rows: f.rows.map(packRow),
+          generation: f.generation,
+        })),
+        fields: ROW_FIELDS,
+        live: true,
+        pollInterval: options.pollInterval ?? 1000,
+      });
+      return new Response(page, {
+        headers: {
+          "content-type": "text/html; charset=utf-8",
+          "cache-control": "no-store",
+          "x-content-type-options": "nosniff",
+        },
+      });
+    }
+    const file = fileOf(url);
+    if (url.pathname === "/api/rows") {
+      if (file === null) return jsonResponse('{"error":"unknown file"}', 404);
+      await file.refresh();
+      const generation = Number(url.searchParams.get("generation") ?? file.generation);
+      const from = generation === file.generation
+        ? Math.max(0, Number(url.searchParams.get("from") ?? "0") || 0)
+        : 0;
+      return jsonResponse(
+        JSON.stringify({ generation: file.generation, rows: file.rows.slice(from).map(packRow) }),
+      );
+    }
+    if (url.pathname === "/api/record") {
+      if (file === null) return jsonResponse('{"error":"unknown file"}', 404);
+      const i = Number(url.searchParams.get("i"));
+      if (!Number.isInteger(i) || i < 0 || i >= file.lines.length) {
+        return jsonResponse('{"error":"no such record"}', 404);
+      }
+      return jsonResponse(file.lines[i]);
+    }
+    return new Response("Not found\n", { status: 404 });
+  };
+  let listened: (addr: Deno.NetAddr) => void;
+  const listening = new Promise<Deno.NetAddr>((resolve) => listened = resolve);
+  const server = Deno.serve({
+    hostname: options.hostname ?? "127.0.0.1",
+    port: options.port ?? 0,
+    signal: options.signal,
+    onListen: (addr) => listened(addr as Deno.NetAddr),
+    onError: (err) =>
+      new Response(`Internal error: ${err instanceof Error ? err.message : String(err)}\n`, {
+        status: 500,
+      }),
+  }, handler);
+  const addr = await listening;
+  options.onListen?.(addr);
+  const host = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
+  let stopping: Promise<void> | null = null;
+  const shutdown = () => stopping ??= server.shutdown();
+  return {
+    addr,
+    url: `http://${host}:${addr.port}/`,
+    finished: server.finished,
+    shutdown,
+    [Symbol.asyncDispose]: shutdown,
+  };
+}
