@@ -128,8 +128,8 @@ export function shellTools(ssh: SshClient, options: ShellToolsOptions = {}): Age
         return out.join("\n");
       },
     }),
-    // On main the SSH client reads and writes files with cat; once SFTP
-    // lands these become readFile/writeFile with the same tool faces.
+    // readText/writeText/listDir go over SFTP (commands only where a server
+    // refuses SFTP): binary-safe, no shell quoting of paths.
     defineTool({
       name: "read_file",
       description: "Read a text file in the workspace.",
