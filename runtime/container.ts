@@ -234,7 +234,11 @@ async function removeContainer(engine: EngineClient, id: string, stopTimeout: nu
   try {
     await engine.call("DELETE", `/containers/${id}?force=true`);
   } catch (err) {
-    if (!(err instanceof EngineError) || err.status !== 404) throw err;
+    // 404: already gone; 409 "already in progress": another cleaner (a
+    // second `gc`, the runtime releasing it) is removing it right now.
+    const gone = err instanceof EngineError &&
+      (err.status === 404 || (err.status === 409 && /already in progress/.test(err.message)));
+    if (!gone) throw err;
   }
 }
 

@@ -197,3 +197,21 @@ Deno.test({
     assert.match(err, /gc: removed \d+ containers?/);
   },
 });
+
+Deno.test({
+  name: "removeStaleContainers() run by several cleaners at once: each succeeds",
+  ignore,
+  async fn() {
+    await buildImages();
+    using engine = await EngineClient.open();
+    // Owned by a pid that cannot be alive (above this machine's pid_max).
+    const created = await engine.call("POST", "/containers/create", {
+      Image: TAG,
+      Labels: { [OWNER_LABEL]: "4194305" },
+    }) as { Id: string };
+    await engine.call("POST", `/containers/${created.Id}/start`);
+    const results = await Promise.allSettled([1, 2, 3].map(() => removeStaleContainers()));
+    assert.deepEqual(results.map((r) => r.status), ["fulfilled", "fulfilled", "fulfilled"]);
+    assert.deepEqual(await containersOf(4194305), []);
+  },
+});
