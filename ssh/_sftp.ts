@@ -206,8 +206,7 @@ export class SftpServer {
   readonly #root: string;
   readonly #alias: string;
   readonly #sink: SftpSink;
-  #chunks: Uint8Array[] = [];
-  #buffered = 0;
+  readonly #queue = new ByteQueue();
   #version = 0;
   readonly #handles = new Map<string, Handle>();
   #nextHandle = 1;
@@ -234,10 +233,9 @@ export class SftpServer {
       this.#sink.consumed(data.length);
       return;
     }
-    this.#chunks.push(data);
-    this.#buffered += data.length;
-    while (this.#buffered >= 4) {
-      const head = this.#take(4, false);
+    this.#queue.push(data);
+    while (this.#queue.length >= 4) {
+      const head = this.#queue.take(4, false);
       const len = new DataView(head.buffer, head.byteOffset, 4).getUint32(0);
       if (len < 5 || len > MAX_MESSAGE + 1024) {
         // The framing is lost: say so, and end the session.
@@ -246,47 +244,15 @@ export class SftpServer {
             .string(`Bad message length "${len}"`).string(""),
         );
         this.#closed = true;
-        this.#sink.consumed(this.#buffered);
-        this.#chunks = [];
-        this.#buffered = 0;
+        this.#sink.consumed(this.#queue.length);
+        this.#queue.clear();
         this.#out.finally(() => this.#sink.close());
         return;
       }
-      if (this.#buffered < 4 + len) return;
-      this.#take(4, true);
-      this.#dispatch(this.#take(len, true));
+      if (this.#queue.length < 4 + len) return;
+      this.#queue.take(4, true);
+      this.#dispatch(this.#queue.take(len, true));
     }
-  }
-
-  /** Takes (or, without consuming, peeks at) the next `n` buffered bytes. */
-  #take(n: number, consume: boolean): Uint8Array {
-    let out: Uint8Array;
-    const first = this.#chunks[0];
-    if (first.length >= n) {
-      out = first.subarray(0, n);
-      if (consume) {
-        if (first.length === n) this.#chunks.shift();
-        else this.#chunks[0] = first.subarray(n);
-      }
-    } else {
-      out = new Uint8Array(n);
-      let off = 0;
-      let i = 0;
-      while (off < n) {
-        const c = this.#chunks[i];
-        const m = Math.min(c.length, n - off);
-        out.set(c.subarray(0, m), off);
-        off += m;
-        if (consume && m === c.length) {
-          this.#chunks.shift();
-        } else {
-          if (consume) this.#chunks[0] = c.subarray(m);
-          i++;
-        }
-      }
-    }
-    if (consume) this.#buffered -= n;
-    return out;
   }
 
   /** Waits for requests under way, then closes every handle. */
@@ -756,5 +722,63 @@ async function exists(path: string): Promise<boolean> {
   } catch (err) {
     if (err instanceof Deno.errors.NotFound) return false;
     throw err;
+  }
+}
+
+/**
+ * Bytes received in chunks, taken off the front without copying when a
+ * request lies within one chunk: the SFTP server and client frame packets
+ * from it.
+ */
+export class ByteQueue {
+  #chunks: Uint8Array[] = [];
+  #buffered = 0;
+
+  /** Bytes held. */
+  get length(): number {
+    return this.#buffered;
+  }
+
+  /** Appends a chunk. */
+  push(data: Uint8Array): void {
+    this.#chunks.push(data);
+    this.#buffered += data.length;
+  }
+
+  /** Drops everything held. */
+  clear(): void {
+    this.#chunks = [];
+    this.#buffered = 0;
+  }
+
+  /** Takes (or, without consuming, peeks at) the next `n` bytes; `n` must be held. */
+  take(n: number, consume: boolean): Uint8Array {
+    let out: Uint8Array;
+    const first = this.#chunks[0];
+    if (first.length >= n) {
+      out = first.subarray(0, n);
+      if (consume) {
+        if (first.length === n) this.#chunks.shift();
+        else this.#chunks[0] = first.subarray(n);
+      }
+    } else {
+      out = new Uint8Array(n);
+      let off = 0;
+      let i = 0;
+      while (off < n) {
+        const c = this.#chunks[i];
+        const m = Math.min(c.length, n - off);
+        out.set(c.subarray(0, m), off);
+        off += m;
+        if (consume && m === c.length) {
+          this.#chunks.shift();
+        } else {
+          if (consume) this.#chunks[0] = c.subarray(m);
+          i++;
+        }
+      }
+    }
+    if (consume) this.#buffered -= n;
+    return out;
   }
 }

@@ -4,7 +4,16 @@
 
 import type { Channel, ChannelMux } from "./_channel.ts";
 import { SshError, SshFileError } from "./_errors.ts";
-import { FX, FXP, MAX_DATA, OPEN_FLAGS, readAttrs, type SftpAttrs, writeAttrs } from "./_sftp.ts";
+import {
+  ByteQueue,
+  FX,
+  FXP,
+  MAX_DATA,
+  OPEN_FLAGS,
+  readAttrs,
+  type SftpAttrs,
+  writeAttrs,
+} from "./_sftp.ts";
 import { SshReader, SshWriter } from "./_wire.ts";
 
 /** Requests in flight per transfer. */
@@ -29,8 +38,7 @@ export class SftpClient {
   readonly #channel: Channel;
   readonly #pending = new Map<number, { resolve(r: Reply): void; reject(e: Error): void }>();
   #nextId = 1;
-  #chunks: Uint8Array[] = [];
-  #buffered = 0;
+  readonly #queue = new ByteQueue();
   #out: Promise<void> = Promise.resolve();
   #closedErr: Error | null = null;
   #version: ((r: Reply) => void) | null = null;
@@ -116,52 +124,21 @@ export class SftpClient {
   }
 
   #receive(data: Uint8Array): void {
-    this.#chunks.push(data);
-    this.#buffered += data.length;
-    while (this.#buffered >= 4) {
-      const head = this.#take(4, false);
+    this.#queue.push(data);
+    while (this.#queue.length >= 4) {
+      const head = this.#queue.take(4, false);
       const len = new DataView(head.buffer, head.byteOffset, 4).getUint32(0);
       if (len < 5 || len > MAX_REPLY) {
         this.#fail(new SshError(`Cannot use SFTP: bad reply length "${len}"`));
         this.#channel.close();
         return;
       }
-      if (this.#buffered < 4 + len) return;
-      this.#take(4, true);
-      const msg = this.#take(len, true);
+      if (this.#queue.length < 4 + len) return;
+      this.#queue.take(4, true);
+      const msg = this.#queue.take(len, true);
       this.#channel.consumed(4 + len);
       this.#dispatch(msg);
     }
-  }
-
-  #take(n: number, consume: boolean): Uint8Array {
-    const first = this.#chunks[0];
-    let out: Uint8Array;
-    if (first.length >= n) {
-      out = first.subarray(0, n);
-      if (consume) {
-        if (first.length === n) this.#chunks.shift();
-        else this.#chunks[0] = first.subarray(n);
-      }
-    } else {
-      out = new Uint8Array(n);
-      let off = 0;
-      let i = 0;
-      while (off < n) {
-        const c = this.#chunks[i];
-        const m = Math.min(c.length, n - off);
-        out.set(c.subarray(0, m), off);
-        off += m;
-        if (consume && m === c.length) {
-          this.#chunks.shift();
-        } else {
-          if (consume) this.#chunks[0] = c.subarray(m);
-          i++;
-        }
-      }
-    }
-    if (consume) this.#buffered -= n;
-    return out;
   }
 
   #dispatch(msg: Uint8Array): void {
