@@ -436,19 +436,57 @@ class Session {
     ch.close();
   }
 
+  /**
+   * Sends a child's output as full packets: the part of a read past the last
+   * whole packet waits for the next read if that comes within a timer tick
+   * (bulk output, already in the pipe), else goes alone. Pipe reads end at
+   * arbitrary sizes, and every packet costs a cipher call or two.
+   */
   async #pumpOut(stream: ReadableStream<Uint8Array>, ext: number): Promise<void> {
     const reader = stream.getReader();
-    try {
-      while (true) {
-        const { value, done } = await reader.read();
-        if (done) return;
-        if (this.#channel.isClosing) continue; // drain so the pipe closes
-        try {
-          await this.#channel.write(value, ext, true);
-        } catch {
-          // Channel gone: keep draining, the process is being killed.
-        }
+    const send = async (data: Uint8Array) => {
+      if (this.#channel.isClosing) return; // drain so the pipe closes
+      try {
+        await this.#channel.write(data, ext, true);
+      } catch {
+        // Channel gone: keep draining, the process is being killed.
       }
+    };
+    let tail: Uint8Array | null = null;
+    try {
+      let next = reader.read();
+      while (true) {
+        let result: ReadableStreamReadResult<Uint8Array> | null;
+        if (tail === null) {
+          result = await next;
+        } else {
+          let timer: ReturnType<typeof setTimeout> | undefined;
+          const tick = new Promise<null>((resolve) => timer = setTimeout(() => resolve(null), 0));
+          result = await Promise.race([next, tick]);
+          clearTimeout(timer);
+          if (result === null) {
+            const t = tail;
+            tail = null;
+            await send(t);
+            continue;
+          }
+        }
+        if (result.done) break;
+        next = reader.read();
+        let data = result.value;
+        if (tail !== null) {
+          const joined = new Uint8Array(tail.length + data.length);
+          joined.set(tail);
+          joined.set(data, tail.length);
+          data = joined;
+          tail = null;
+        }
+        const max = this.#channel.maxPacket;
+        const whole = data.length - (data.length % max);
+        if (whole < data.length) tail = data.subarray(whole);
+        if (whole > 0) await send(whole === data.length ? data : data.subarray(0, whole));
+      }
+      if (tail !== null) await send(tail);
     } catch (err) {
       if (!isPeerGone(err)) this.#config.onError(err);
     } finally {
