@@ -92,16 +92,51 @@ async function roundTrips(t: Target): Promise<number> {
   return ROUNDS / ((performance.now() - start) / 1000);
 }
 
-/** MB/s of a large stdout, less the time of the same session with no output. */
+/**
+ * MB/s of a large stdout, timed by the reader from its first byte to its
+ * last: ssh's stdout goes to a shell that stamps the time after `head -c1`
+ * and again after `cat` has read the rest. Connection set-up and the login
+ * shell, which both servers pay and which swing by seconds under load, stay
+ * out of it.
+ */
 async function throughput(t: Target, cipher: string): Promise<number> {
   const forced = cipher === "default" ? [] : ["-c", cipher];
-  let start = performance.now();
-  await ssh(t, forced, "head -c 0 /dev/zero");
-  const empty = performance.now() - start;
-  start = performance.now();
-  await ssh(t, forced, `head -c ${BYTES} /dev/zero`);
-  const full = performance.now() - start;
-  return BYTES / 1e6 / ((full - empty) / 1000);
+  const ssh = [
+    "ssh",
+    "-F",
+    "/dev/null",
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    "StrictHostKeyChecking=yes",
+    "-o",
+    `UserKnownHostsFile=${t.knownHosts}`,
+    "-o",
+    "IdentitiesOnly=yes",
+    "-i",
+    t.keyPath,
+    "-p",
+    String(t.port),
+    ...forced,
+    `${t.user}@127.0.0.1`,
+    `head -c ${BYTES} /dev/zero`,
+  ];
+  const out = await new Deno.Command("bash", {
+    args: [
+      "-c",
+      '"$@" | { head -c1 >/dev/null; date +%s%N; cat >/dev/null; date +%s%N; }',
+      "bash",
+      ...ssh,
+    ],
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const stamps = new TextDecoder().decode(out.stdout).trim().split("\n").map(Number);
+  if (!out.success || stamps.length !== 2) {
+    throw new Error(`ssh to ${t.name} failed: ${new TextDecoder().decode(out.stderr)}`);
+  }
+  return (BYTES - 1) / 1e6 / ((stamps[1] - stamps[0]) / 1e9);
 }
 
 function sftpArgs(t: Target): string[] {
