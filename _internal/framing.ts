@@ -77,15 +77,21 @@ export class LineReader {
   #taken = 0;
   readonly #initial: number;
 
+  /**
+   * `initial` is the buffer's starting (and resting) size: a server holding
+   * thousands of idle connections whose frames are short passes a small one,
+   * and the buffer grows for a long frame and shrinks back after it.
+   */
   constructor(
     reader: { read(p: Uint8Array): Promise<number | null> },
     maxLine: number,
     budget?: ByteBudget,
+    initial: number = INITIAL_BUFFER,
   ) {
     this.#reader = reader;
     this.#maxLine = maxLine;
     this.#budget = budget;
-    this.#initial = Math.min(INITIAL_BUFFER, maxLine + 1);
+    this.#initial = Math.max(1, Math.min(initial, maxLine + 1));
     this.#buf = new Uint8Array(this.#initial);
   }
 
@@ -187,7 +193,10 @@ export class LineReader {
 
   /** After a long line: back to a small buffer, so idle readers hold little. */
   #shrink(): void {
-    if (this.#buf.length <= SHRINK_ABOVE) return;
+    // A reader that starts small goes back to its size after any frame
+    // that grew it past the default; others only after a very long one.
+    const above = this.#initial < INITIAL_BUFFER ? INITIAL_BUFFER : SHRINK_ABOVE;
+    if (this.#buf.length <= above) return;
     const pending = this.#end - this.#start;
     if (pending > INITIAL_BUFFER) return;
     this.#resize(Math.max(this.#initial, pending));
