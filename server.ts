@@ -533,7 +533,11 @@ class ControlServer implements HudServer {
     let deadline = true;
     try {
       while (true) {
-        const frame = await c.reader.read();
+        let frame = c.reader.next();
+        while (frame === undefined) {
+          c.reader.filled(await conn.read(c.reader.space()));
+          frame = c.reader.next();
+        }
         if (deadline) {
           // Past its deadline, the sweeper has answered and closed it.
           if (!this.#firstFrameArrived(conn)) return;

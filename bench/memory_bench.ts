@@ -5,7 +5,9 @@
 // after N connections are opened, the child runs two full GCs and reports
 // Deno.memoryUsage() and /proc/self/smaps_rollup (bench/_mem.ts).
 //
-//   deno run -A bench/memory_bench.ts [--n=10000] [--only=serve,echo,...]
+//   deno run -A bench/memory_bench.ts [--n=10000] [--only=serve,echo,...] [--idle=S]
+//
+// `--idle=S` waits S seconds with every connection held before measuring.
 //
 // Servers: `serve` (bench/_serve_env.ts: hello + tasks.start on each
 // connection), `echo` (bench/_echo.ts lines: one round trip), and the bare
@@ -15,6 +17,7 @@
 
 const N = Number(Deno.args.find((a) => a.startsWith("--n="))?.slice(4) ?? 10_000);
 const ONLY = Deno.args.find((a) => a.startsWith("--only="))?.slice(7).split(",");
+const IDLE_S = Number(Deno.args.find((a) => a.startsWith("--idle="))?.slice(7) ?? 0);
 const BENCH_DIR = new URL(".", import.meta.url).pathname;
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -155,6 +158,7 @@ for (const kind of KINDS) {
     const port = await child.port();
     const before = await child.memory();
     const conns = await openConns(port, kind.lines);
+    await new Promise((r) => setTimeout(r, IDLE_S * 1000));
     const after = await child.memory();
     for (const c of conns) c.close();
     const row = {
@@ -171,7 +175,14 @@ for (const kind of KINDS) {
         after.rss - after.heapTotal - after.external,
       ),
     };
-    console.log(JSON.stringify(row));
+    console.log(JSON.stringify({
+      ...row,
+      new_space_mib: [before.spaces.new_space.size / 2 ** 20, after.spaces.new_space.size / 2 ** 20],
+      old_space_used_mib: [
+        before.spaces.old_space.used / 2 ** 20,
+        after.spaces.old_space.used / 2 ** 20,
+      ],
+    }));
     rows.push(Object.values(row).map(String));
   } finally {
     await child.stop();
