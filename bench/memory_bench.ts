@@ -31,6 +31,8 @@ interface Kind {
   script: string;
   args: string[];
   lines: Uint8Array[];
+  /** V8 flags besides --expose-gc. */
+  v8?: string;
 }
 
 const line = (v: unknown) => encoder.encode(JSON.stringify(v) + "\n");
@@ -43,6 +45,22 @@ const KINDS: Kind[] = [
       line({ jsonrpc: "2.0", id: 0, method: "hello", params: { token: TOKEN } }),
       line({ jsonrpc: "2.0", id: 1, method: "tasks.start", params: { id: "t" } }),
     ],
+  },
+  {
+    name: "serve-semi1",
+    script: "_serve_env.ts",
+    args: [],
+    v8: "--max-semi-space-size=1",
+    lines: [
+      line({ jsonrpc: "2.0", id: 0, method: "hello", params: { token: TOKEN } }),
+      line({ jsonrpc: "2.0", id: 1, method: "tasks.start", params: { id: "t" } }),
+    ],
+  },
+  {
+    name: "serve-hello",
+    script: "_serve_env.ts",
+    args: [],
+    lines: [line({ jsonrpc: "2.0", id: 0, method: "hello", params: { token: TOKEN } })],
   },
   {
     name: "echo",
@@ -80,7 +98,7 @@ class Child {
         Deno.execPath(),
         "run",
         "-A",
-        "--v8-flags=--expose-gc",
+        `--v8-flags=--expose-gc${kind.v8 ? "," + kind.v8 : ""}`,
         BENCH_DIR + kind.script,
         ...kind.args,
       ],
