@@ -133,6 +133,8 @@ export class LineReader {
   next(): LineResult | null | undefined {
     if (this.#fresh) {
       this.#fresh = false;
+      // Everything read was returned: read into the whole buffer again.
+      if (this.#start === this.#end) this.#start = this.#end = 0;
       this.#shrink();
       this.#scanFrom = this.#start;
     }
@@ -174,7 +176,8 @@ export class LineReader {
 
   /** Where the next read goes, after {@linkcode next} returned `undefined`. */
   space(): Uint8Array {
-    return this.#buf.subarray(this.#end);
+    // The buffer itself when empty: an idle reader holds no extra view.
+    return this.#end === 0 ? this.#buf : this.#buf.subarray(this.#end);
   }
 
   /** Counts the bytes a read put into {@linkcode space}; `null` is end of stream. */

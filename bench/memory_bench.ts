@@ -195,7 +195,10 @@ for (const kind of KINDS) {
     };
     console.log(JSON.stringify({
       ...row,
-      new_space_mib: [before.spaces.new_space.size / 2 ** 20, after.spaces.new_space.size / 2 ** 20],
+      new_space_mib: [
+        before.spaces.new_space.size / 2 ** 20,
+        after.spaces.new_space.size / 2 ** 20,
+      ],
       old_space_used_mib: [
         before.spaces.old_space.used / 2 ** 20,
         after.spaces.old_space.used / 2 ** 20,
