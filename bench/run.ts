@@ -35,6 +35,12 @@ const QUICK = ARGS.has("--quick");
 const ONLY = Deno.args.find((a) => a.startsWith("--only="))?.slice(7).split(",");
 const BENCH_DIR = new URL(".", import.meta.url).pathname;
 const FD_HEADROOM = 12_000;
+/**
+ * V8 flags for every child started without flags of its own (servers and
+ * floors alike), to see what a flag costs elsewhere:
+ * `HUD_BENCH_V8_FLAGS=--max-semi-space-size=1 deno run -A bench/run.ts --only=1,2`.
+ */
+const SERVER_V8_FLAGS = Deno.env.get("HUD_BENCH_V8_FLAGS") ?? "";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -119,7 +125,7 @@ async function spawnChild(
   script: string,
   args: string[] = [],
   env: Record<string, string> = {},
-  denoFlags: string[] = [],
+  denoFlags: string[] = SERVER_V8_FLAGS ? [`--v8-flags=${SERVER_V8_FLAGS}`] : [],
 ): Promise<Child> {
   const process = new Deno.Command("bash", {
     args: [
@@ -419,7 +425,7 @@ async function figureScale(sizes: number[]): Promise<void> {
     for (const h of echoHeld) h?.conn.close();
     await echo.stop();
 
-    const runs: [string, string[]][] = [["", []]];
+    const runs: [string, string[] | undefined][] = [[SERVER_V8_FLAGS, undefined]];
     // What the V8 flag for a small young generation gives (a deployment
     // choice, not a default): measured at the largest size only.
     if (n === Math.max(...sizes)) runs.push([SEMI_SPACE_FLAG, [`--v8-flags=${SEMI_SPACE_FLAG}`]]);
@@ -437,7 +443,7 @@ const MAX_KIB_PER_SESSION = 8;
 async function heldSessions(
   n: number,
   flag: string,
-  denoFlags: string[],
+  denoFlags: string[] | undefined,
   echoBytes: number,
   echoRss: number,
   echoFds: number,
