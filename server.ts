@@ -184,6 +184,27 @@ interface Session {
   expiry: ReturnType<typeof setTimeout> | undefined;
 }
 
+/**
+ * What a connection's read loop keeps between frames. Held sessions are
+ * mostly this, a pending read and the task's suspended generator, so it
+ * stays a plain record: no closures, no timers of its own.
+ */
+interface Connection {
+  conn: Deno.Conn;
+  reader: LineReader;
+  session: Session | null;
+  authenticated: boolean;
+  /** No frame has been served yet (a `tunnel.open` must come first). */
+  first: boolean;
+}
+
+/**
+ * The read buffer a connection starts with and returns to: a `hello` or
+ * `tasks.start` is 100 to 200 bytes, and 10,000 idle sessions with 4 KiB
+ * each held 40 MiB of buffers. Longer frames grow it on demand.
+ */
+const CONNECTION_READ_BUFFER = 256;
+
 type Reply = { result: Record<string, unknown> } | { error: HudProtocolError };
 
 /**
@@ -301,8 +322,17 @@ class ControlServer implements HudServer {
   readonly #sessions = new Map<string, Session>();
   /** Sessions holding a task with no live connection, for O(1) adoption. */
   readonly #parked = new Set<Session>();
-  readonly #conns = new Set<Deno.Conn>();
+  /** Open connections, each with its handler once it has one. */
+  readonly #conns = new Map<Deno.Conn, Promise<void> | undefined>();
+  /** Handlers of refused connections (their one error line). */
   readonly #handlers = new Set<Promise<void>>();
+  /**
+   * Connections still owing their first frame, with their deadlines: in
+   * deadline order, since every connection gets the same time. One timer
+   * sweeps them, rather than one timer and one race per connection.
+   */
+  readonly #awaitingFirst = new Map<Deno.Conn, number>();
+  #sweepTimer: ReturnType<typeof setTimeout> | undefined;
   readonly #finished: PromiseWithResolvers<void> = Promise.withResolvers();
   readonly #signal: AbortSignal | undefined;
   readonly #onAbort = () => void this.shutdown();
@@ -385,11 +415,17 @@ class ControlServer implements HudServer {
   async #shutdown(): Promise<void> {
     this.#signal?.removeEventListener("abort", this.#onAbort);
     closeQuietly(this.#listener);
-    for (const conn of this.#conns) closeQuietly(conn);
+    clearTimeout(this.#sweepTimer);
+    this.#awaitingFirst.clear();
+    const handlers = [...this.#handlers];
+    for (const [conn, handler] of this.#conns) {
+      closeQuietly(conn);
+      if (handler !== undefined) handlers.push(handler);
+    }
     // Task code that never returns must not hold shutdown forever: one
     // deadline bounds both waits.
     const deadline = Date.now() + this.#shutdownTimeout;
-    await this.#settle([...this.#handlers], deadline, "connections still in task code");
+    await this.#settle(handlers, deadline, "connections still in task code");
     const tasks: Promise<void>[] = [];
     for (const session of this.#sessions.values()) {
       clearTimeout(session.expiry);
@@ -438,7 +474,11 @@ class ControlServer implements HudServer {
         continue;
       }
       this.#full = false;
-      this.#track(conn, this.#handle(conn));
+      this.#conns.set(conn, undefined);
+      const handler = this.#handle(conn);
+      // The handler removes its connection when it ends, which cannot be
+      // before its first read.
+      if (this.#conns.has(conn)) this.#conns.set(conn, handler);
     }
   }
 
@@ -472,93 +512,134 @@ class ControlServer implements HudServer {
     this.#handlers.add(done);
   }
 
-  #track(conn: Deno.Conn, handler: Promise<void>): void {
-    this.#conns.add(conn);
-    const done = handler.catch((err) => {
-      if (!isPeerGone(err)) this.#onError(err);
-    }).finally(() => {
-      this.#conns.delete(conn);
-      this.#handlers.delete(done);
-      closeQuietly(conn);
-    });
-    this.#handlers.add(done);
-  }
-
+  /**
+   * Serves one connection until it ends. Never rejects: what is not a peer
+   * going away goes to `onError`.
+   */
   async #handle(conn: Deno.Conn): Promise<void> {
-    const reader = new LineReader(
+    const c: Connection = {
       conn,
-      this.#verifier ? Math.min(PRE_AUTH_MAX_FRAME_BYTES, this.#maxFrame) : this.#maxFrame,
-      this.#budget,
-    );
-    let session: Session | null = null;
+      reader: new LineReader(
+        conn,
+        this.#verifier ? Math.min(PRE_AUTH_MAX_FRAME_BYTES, this.#maxFrame) : this.#maxFrame,
+        this.#budget,
+        CONNECTION_READ_BUFFER,
+      ),
+      session: null,
+      authenticated: this.#verifier === null,
+      first: true,
+    };
+    this.#expectFirstFrame(conn);
+    let deadline = true;
     try {
-      let frame = await this.#firstFrame(conn, reader);
-      let first = true;
-      let authenticated = this.#verifier === null;
-      while (frame !== null) {
-        const request = await this.#request(conn, frame, authenticated);
-        if (request === "close") return;
-        if (request !== "skip") {
-          const method = request.method;
-          const params = isRecord(request.params) ? request.params : {};
-          // The first frame authenticates the connection; a later hello that
-          // carries a token must carry the right one too.
-          if (
-            this.#verifier && (!authenticated || (method === "hello" && "token" in params))
-          ) {
-            const ok = (method === "hello" || method === "tunnel.open") &&
-              this.#verifier.verify(params.token);
-            if (!ok) return await this.#unauthorized(conn, request);
-            authenticated = true;
-            reader.maxLine = this.#maxFrame;
-          }
-          if (first && method === "tunnel.open") {
-            return await this.#tunnel(conn, request, reader);
-          }
-          first = false;
-          if (session === null) {
-            session = { id: newSessionId(), conn, task: null, expiry: undefined };
-            this.#sessions.set(session.id, session);
-          }
-          const hasId = "id" in request;
-          const id = request.id ?? null;
-          const reply = await this.#dispatch(session, request, (next) => session = next);
-          if (hasId) await this.#send(conn, id, reply);
-          if (method === "bye") return;
+      while (true) {
+        let frame = c.reader.next();
+        while (frame === undefined) {
+          c.reader.filled(await conn.read(c.reader.space()));
+          frame = c.reader.next();
         }
-        frame = await reader.read();
+        if (deadline) {
+          // Past its deadline, the sweeper has answered and closed it.
+          if (!this.#firstFrameArrived(conn)) return;
+          deadline = false;
+        }
+        if (frame === null || !(await this.#serveFrame(c, frame))) return;
       }
+    } catch (err) {
+      if (!isPeerGone(err)) this.#onError(err);
     } finally {
-      reader.release();
-      if (session !== null) this.#release(session);
+      if (deadline) this.#firstFrameArrived(conn);
+      c.reader.release();
+      if (c.session !== null) this.#release(c.session);
+      this.#conns.delete(conn);
+      closeQuietly(conn);
     }
   }
 
   /**
-   * The connection's first frame, or `null` at EOF. A connection that sends
-   * no complete frame within the deadline gets one error and is closed.
+   * Answers one frame; `false` when the connection is done. Kept apart from
+   * the read loop so that a held connection does not keep its last request
+   * and reply alive while it waits.
    */
-  async #firstFrame(conn: Deno.Conn, reader: LineReader): Promise<LineResult | null> {
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const expired = new Promise<"expired">((resolve) => {
-      timer = setTimeout(() => resolve("expired"), this.#firstFrameTimeout);
-    });
-    const reading = reader.read();
-    try {
-      const first = await Promise.race([reading, expired]);
-      if (first !== "expired") return first;
-    } finally {
-      clearTimeout(timer);
+  async #serveFrame(c: Connection, frame: LineResult): Promise<boolean> {
+    const conn = c.conn;
+    const request = await this.#request(conn, frame, c.authenticated);
+    if (request === "close") return false;
+    if (request === "skip") return true;
+    const method = request.method;
+    const params = isRecord(request.params) ? request.params : {};
+    // The first frame authenticates the connection; a later hello that
+    // carries a token must carry the right one too.
+    if (this.#verifier && (!c.authenticated || (method === "hello" && "token" in params))) {
+      const ok = (method === "hello" || method === "tunnel.open") &&
+        this.#verifier.verify(params.token);
+      if (!ok) {
+        await this.#unauthorized(conn, request);
+        return false;
+      }
+      c.authenticated = true;
+      c.reader.maxLine = this.#maxFrame;
     }
-    reading.catch(() => {});
-    await this.#send(conn, null, {
-      error: new HudProtocolError(
+    if (c.first && method === "tunnel.open") {
+      await this.#tunnel(conn, request, c.reader);
+      return false;
+    }
+    c.first = false;
+    if (c.session === null) {
+      c.session = { id: newSessionId(), conn, task: null, expiry: undefined };
+      this.#sessions.set(c.session.id, c.session);
+    }
+    const hasId = "id" in request;
+    const id = request.id ?? null;
+    const reply = await this.#dispatch(c, request);
+    if (hasId) await this.#send(conn, id, reply);
+    return method !== "bye";
+  }
+
+  /** Starts the first-frame deadline of a new connection. */
+  #expectFirstFrame(conn: Deno.Conn): void {
+    this.#awaitingFirst.set(conn, Date.now() + this.#firstFrameTimeout);
+    if (this.#sweepTimer === undefined) this.#armSweep(this.#firstFrameTimeout);
+  }
+
+  /**
+   * Ends the first-frame deadline of `conn`; `false` when it had already
+   * expired (or the server is closing).
+   */
+  #firstFrameArrived(conn: Deno.Conn): boolean {
+    if (!this.#awaitingFirst.delete(conn)) return false;
+    if (this.#awaitingFirst.size === 0) {
+      clearTimeout(this.#sweepTimer);
+      this.#sweepTimer = undefined;
+    }
+    return true;
+  }
+
+  #armSweep(ms: number): void {
+    this.#sweepTimer = setTimeout(() => this.#sweep(), ms);
+  }
+
+  /**
+   * Each connection past its first-frame deadline gets one error and is
+   * closed; its pending read then ends its handler.
+   */
+  #sweep(): void {
+    this.#sweepTimer = undefined;
+    const now = Date.now();
+    for (const [conn, deadline] of this.#awaitingFirst) {
+      if (deadline > now) {
+        this.#armSweep(deadline - now);
+        return;
+      }
+      this.#awaitingFirst.delete(conn);
+      const error = new HudProtocolError(
         ErrorCode.INVALID_REQUEST,
         `no request within ${this.#firstFrameTimeout} ms of connecting; closing`,
-      ),
-    });
-    closeQuietly(conn);
-    return null;
+      );
+      this.#send(conn, null, { error }).catch((err) => {
+        if (!isPeerGone(err)) this.#onError(err);
+      }).finally(() => closeQuietly(conn));
+    }
   }
 
   /**
@@ -666,11 +747,8 @@ class ControlServer implements HudServer {
     await writeAll(conn, encodeFrame(frame));
   }
 
-  async #dispatch(
-    session: Session,
-    request: Record<string, unknown>,
-    switchTo: (s: Session) => void,
-  ): Promise<Reply> {
+  async #dispatch(c: Connection, request: Record<string, unknown>): Promise<Reply> {
+    const session = c.session!;
     const method = request.method;
     const params = request.params ?? {};
     try {
@@ -685,7 +763,7 @@ class ControlServer implements HudServer {
       }
       switch (method) {
         case "hello":
-          return { result: this.#hello(session, params, switchTo) };
+          return { result: this.#hello(c, params) };
         case "tasks.list":
           return { result: { tasks: this.#env.listTasks() } };
         case "tasks.start":
@@ -730,11 +808,8 @@ class ControlServer implements HudServer {
     };
   }
 
-  #hello(
-    session: Session,
-    params: Record<string, unknown>,
-    switchTo: (s: Session) => void,
-  ): Record<string, unknown> {
+  #hello(c: Connection, params: Record<string, unknown>): Record<string, unknown> {
+    const session = c.session!;
     const wanted = params.session_id;
     if (wanted === undefined || wanted === null || wanted === session.id) {
       return this.#manifest(session);
@@ -760,7 +835,7 @@ class ControlServer implements HudServer {
     this.#parked.delete(target);
     target.conn = session.conn;
     this.#release(session);
-    switchTo(target);
+    c.session = target;
     return this.#manifest(target);
   }
 
@@ -870,7 +945,7 @@ class ControlServer implements HudServer {
         `cannot reach capability ${name}: ${(err as Error).message}`,
       );
     }
-    this.#conns.add(backend);
+    this.#conns.set(backend, undefined);
     try {
       await this.#send(conn, id, { result: { capability: name } });
       await splice(conn, backend, reader.takeBuffered());

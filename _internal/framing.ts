@@ -72,20 +72,30 @@ export class LineReader {
   #start = 0;
   #end = 0;
   #eof = false;
+  /** Where the search for `\n` goes on: bytes before it were scanned. */
+  #scanFrom = 0;
+  /** The next call starts a new line. */
+  #fresh = true;
   readonly #budget: ByteBudget | undefined;
   /** Bytes taken from the budget: the buffer's size beyond the initial one. */
   #taken = 0;
   readonly #initial: number;
 
+  /**
+   * `initial` is the buffer's starting (and resting) size: a server holding
+   * thousands of idle connections whose frames are short passes a small one,
+   * and the buffer grows for a long frame and shrinks back after it.
+   */
   constructor(
     reader: { read(p: Uint8Array): Promise<number | null> },
     maxLine: number,
     budget?: ByteBudget,
+    initial: number = INITIAL_BUFFER,
   ) {
     this.#reader = reader;
     this.#maxLine = maxLine;
     this.#budget = budget;
-    this.#initial = Math.min(INITIAL_BUFFER, maxLine + 1);
+    this.#initial = Math.max(1, Math.min(initial, maxLine + 1));
     this.#buf = new Uint8Array(this.#initial);
   }
 
@@ -106,48 +116,81 @@ export class LineReader {
 
   /** Next line, or `null` at end of stream. A final line without `\n` counts. */
   async read(): Promise<LineResult | null> {
-    this.#shrink();
-    let scanFrom = this.#start;
     while (true) {
-      const nl = this.#buf.subarray(scanFrom, this.#end).indexOf(NEWLINE);
-      if (nl >= 0) {
-        const lineEnd = scanFrom + nl;
-        const line = this.#buf.subarray(this.#start, lineEnd);
-        this.#start = lineEnd + 1;
-        if (line.length > this.#maxLine) return { kind: "oversized", size: line.length };
-        return { kind: "line", line };
-      }
-      const pending = this.#end - this.#start;
-      if (this.#eof) {
-        if (pending === 0) return null;
-        const line = this.#buf.subarray(this.#start, this.#end);
-        this.#start = this.#end;
-        if (line.length > this.#maxLine) return { kind: "oversized", size: line.length };
-        return { kind: "line", line };
-      }
-      if (pending > this.#maxLine) {
-        // Report at once rather than reading the rest of a line of unknown
-        // length; the stream is mid-line afterwards, so callers close it.
-        this.#start = this.#end = 0;
-        return { kind: "oversized", size: pending };
-      }
-      // Only the bytes about to arrive need scanning; makeRoom may move the
-      // pending bytes, so keep the offset relative to the line start.
-      if (!this.#makeRoom()) {
-        this.#start = this.#end = 0;
-        return { kind: "oversized", size: pending, overBudget: true };
-      }
-      scanFrom = this.#end;
-      const n = await this.#reader.read(this.#buf.subarray(this.#end));
-      if (n === null) this.#eof = true;
-      else this.#end += n;
+      const line = this.next();
+      if (line !== undefined) return line;
+      this.filled(await this.#reader.read(this.space()));
     }
+  }
+
+  /**
+   * The next line if the bytes read so far hold one (or `null` at end of
+   * stream, as {@linkcode read}), else `undefined`: then read into
+   * {@linkcode space} and pass the count to {@linkcode filled}. For a caller
+   * that reads the stream itself, so that a connection waiting for its next
+   * frame holds one suspended function (its own) rather than two.
+   */
+  next(): LineResult | null | undefined {
+    if (this.#fresh) {
+      this.#fresh = false;
+      // Everything read was returned: read into the whole buffer again.
+      if (this.#start === this.#end) this.#start = this.#end = 0;
+      this.#shrink();
+      this.#scanFrom = this.#start;
+    }
+    const nl = this.#buf.subarray(this.#scanFrom, this.#end).indexOf(NEWLINE);
+    if (nl >= 0) {
+      const lineEnd = this.#scanFrom + nl;
+      const line = this.#buf.subarray(this.#start, lineEnd);
+      this.#start = lineEnd + 1;
+      this.#fresh = true;
+      if (line.length > this.#maxLine) return { kind: "oversized", size: line.length };
+      return { kind: "line", line };
+    }
+    const pending = this.#end - this.#start;
+    if (this.#eof) {
+      if (pending === 0) return null;
+      const line = this.#buf.subarray(this.#start, this.#end);
+      this.#start = this.#end;
+      this.#fresh = true;
+      if (line.length > this.#maxLine) return { kind: "oversized", size: line.length };
+      return { kind: "line", line };
+    }
+    if (pending > this.#maxLine) {
+      // Report at once rather than reading the rest of a line of unknown
+      // length; the stream is mid-line afterwards, so callers close it.
+      this.#start = this.#end = 0;
+      this.#fresh = true;
+      return { kind: "oversized", size: pending };
+    }
+    // Only the bytes about to arrive need scanning; makeRoom may move the
+    // pending bytes, so keep the offset relative to the line start.
+    if (!this.#makeRoom()) {
+      this.#start = this.#end = 0;
+      this.#fresh = true;
+      return { kind: "oversized", size: pending, overBudget: true };
+    }
+    this.#scanFrom = this.#end;
+    return undefined;
+  }
+
+  /** Where the next read goes, after {@linkcode next} returned `undefined`. */
+  space(): Uint8Array {
+    // The buffer itself when empty: an idle reader holds no extra view.
+    return this.#end === 0 ? this.#buf : this.#buf.subarray(this.#end);
+  }
+
+  /** Counts the bytes a read put into {@linkcode space}; `null` is end of stream. */
+  filled(n: number | null): void {
+    if (n === null) this.#eof = true;
+    else this.#end += n;
   }
 
   /** Bytes read past the last returned line; clears them from the reader. */
   takeBuffered(): Uint8Array {
     const rest = this.#buf.slice(this.#start, this.#end);
     this.#start = this.#end = 0;
+    this.#fresh = true;
     return rest;
   }
 
@@ -187,7 +230,10 @@ export class LineReader {
 
   /** After a long line: back to a small buffer, so idle readers hold little. */
   #shrink(): void {
-    if (this.#buf.length <= SHRINK_ABOVE) return;
+    // A reader that starts small goes back to its size after any frame
+    // that grew it past the default; others only after a very long one.
+    const above = this.#initial < INITIAL_BUFFER ? INITIAL_BUFFER : SHRINK_ABOVE;
+    if (this.#buf.length <= above) return;
     const pending = this.#end - this.#start;
     if (pending > INITIAL_BUFFER) return;
     this.#resize(Math.max(this.#initial, pending));

@@ -4,6 +4,9 @@
 //   deno run -A bench/_echo.ts lines   NDJSON echo: each complete line back
 //   deno run -A bench/_echo.ts bytes   byte echo with half-close (the tunnel daemon)
 
+import { probeMemoryOnSignal } from "./_mem.ts";
+
+probeMemoryOnSignal();
 const mode = Deno.args[0] ?? "bytes";
 const CHUNK = 64 * 1024;
 const NEWLINE = 10;

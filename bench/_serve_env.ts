@@ -7,5 +7,8 @@
 
 import { serve } from "../mod.ts";
 import { env } from "./_bench_env.ts";
+import { probeMemoryOnSignal } from "./_mem.ts";
+
+probeMemoryOnSignal();
 
 await serve(env, { auth: Deno.env.get("AUTH") !== "0", maxConnections: 20_000 });

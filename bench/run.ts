@@ -9,7 +9,9 @@
 //
 // Figures: 1 control round trips, 2 concurrent clients, 3 held sessions at
 // scale, 4 tunnel throughput, 5 start-up, 6 taskset rollouts, 7 the cost of
-// the token (auth on against --no-auth). Servers require the token, as they
+// the token (auth on against --no-auth), 8 SSH throughput (to come, from the
+// SSH work). Issue 16's bounds: figure 3 at most 8 KiB per held session at
+// 10,000, figure 4 at least 0.65 of direct, figure 8 at least 0.8 of OpenSSH. Servers require the token, as they
 // do by default; the benchmark hands its own to every server child through
 // HUD_SERVE_TOKEN. `--quick`
 // shrinks the loops. Loopback only, bounded loops. When the soft open-files
@@ -33,6 +35,12 @@ const QUICK = ARGS.has("--quick");
 const ONLY = Deno.args.find((a) => a.startsWith("--only="))?.slice(7).split(",");
 const BENCH_DIR = new URL(".", import.meta.url).pathname;
 const FD_HEADROOM = 12_000;
+/**
+ * V8 flags for every child started without flags of its own (servers and
+ * floors alike), to see what a flag costs elsewhere:
+ * `HUD_BENCH_V8_FLAGS=--max-semi-space-size=1 deno run -A bench/run.ts --only=1,2`.
+ */
+const SERVER_V8_FLAGS = Deno.env.get("HUD_BENCH_V8_FLAGS") ?? "";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -117,6 +125,7 @@ async function spawnChild(
   script: string,
   args: string[] = [],
   env: Record<string, string> = {},
+  denoFlags: string[] = SERVER_V8_FLAGS ? [`--v8-flags=${SERVER_V8_FLAGS}`] : [],
 ): Promise<Child> {
   const process = new Deno.Command("bash", {
     args: [
@@ -125,6 +134,7 @@ async function spawnChild(
       Deno.execPath(),
       "run",
       "-A",
+      ...denoFlags,
       BENCH_DIR + script,
       ...args,
     ],
@@ -415,7 +425,31 @@ async function figureScale(sizes: number[]): Promise<void> {
     for (const h of echoHeld) h?.conn.close();
     await echo.stop();
 
-    const server = await spawnChild("_serve_env.ts");
+    const runs: [string, string[] | undefined][] = [[SERVER_V8_FLAGS, undefined]];
+    // What the V8 flag for a small young generation gives (a deployment
+    // choice, not a default): measured at the largest size only.
+    if (n === Math.max(...sizes)) runs.push([SEMI_SPACE_FLAG, [`--v8-flags=${SEMI_SPACE_FLAG}`]]);
+    for (const [flag, denoFlags] of runs) {
+      await heldSessions(n, flag, denoFlags, echoRss - echoIdle, echoRss, echoFds);
+    }
+  }
+}
+
+/** The V8 flag of figure 3's second run at the largest size. */
+const SEMI_SPACE_FLAG = "--max-semi-space-size=1";
+/** Issue 16's bound on memory per held session at 10,000 sessions. */
+const MAX_KIB_PER_SESSION = 8;
+
+async function heldSessions(
+  n: number,
+  flag: string,
+  denoFlags: string[] | undefined,
+  echoBytes: number,
+  echoRss: number,
+  echoFds: number,
+): Promise<void> {
+  {
+    const server = await spawnChild("_serve_env.ts", [], {}, denoFlags);
     const idleRss = await settledRss(server.pid);
     const t0 = performance.now();
     const held = await openHeld(server.port, n, [HELLO_LINE, START_LINE]);
@@ -446,11 +480,12 @@ async function figureScale(sizes: number[]): Promise<void> {
     latencies.sort((a, b) => a - b);
 
     const perSession = (heldRss - idleRss) / n;
-    const perConnFloor = (echoRss - echoIdle) / n;
+    const perConnFloor = echoBytes / n;
     const target = n === 10_000;
+    const kib = perSession / 1024;
     report({
-      figure: `3 (N=${n})`,
-      name: `scale: ${n} held sessions, then all graded`,
+      figure: `3 (N=${n}${flag ? ", " + flag : ""})`,
+      name: `scale: ${n} held sessions, then all graded${flag ? ` (server run with ${flag})` : ""}`,
       value: round((ok / n) * 100, 2),
       unit: "% graded ok",
       summary: `${round((ok / n) * 100, 2)}% ok, ${mib(heldRss)} MiB RSS (${
@@ -474,8 +509,11 @@ async function figureScale(sizes: number[]): Promise<void> {
       baseline_rss_mib: mib(echoRss),
       baseline_open_fds: echoFds,
       ratio: round(perConnFloor / perSession, 3),
-      target: target ? "100% ok and < 300 MiB RSS" : "reported",
-      met: target ? ok === n && heldRss < 300 * 1024 * 1024 : null,
+      target: target
+        ? `100% ok, <= ${MAX_KIB_PER_SESSION} KiB/session (issue 16; Python SDK 10.5)`
+        : "reported",
+      met: target ? ok === n && kib <= MAX_KIB_PER_SESSION : null,
+      v8_flags: flag || null,
     });
   }
 }
@@ -499,6 +537,9 @@ async function transfer(port: number, total: number): Promise<Transfer> {
   if (!out.success || !result.ok) throw new Error(`transfer to ${port} lost bytes`);
   return result;
 }
+
+/** Issue 16's bound on the tunnel against the direct transfer. */
+const MIN_TUNNEL_RATIO = 0.65;
 
 async function figureTunnel(): Promise<void> {
   const total = (QUICK ? 64 : 256) * 1024 * 1024;
@@ -557,8 +598,8 @@ async function figureTunnel(): Promise<void> {
         },
       },
       ratio: round(ratio, 3),
-      target: ">= 0.60 of direct",
-      met: ratio >= 0.6,
+      target: `>= ${MIN_TUNNEL_RATIO} of direct (issue 16; Python SDK 0.50)`,
+      met: ratio >= MIN_TUNNEL_RATIO,
       rounds,
     });
   } finally {
@@ -903,6 +944,8 @@ async function main(): Promise<void> {
     await figureScale(sizes);
   }
   if (want("4")) await figureTunnel();
+  // Figure 8, SSH stdout throughput against OpenSSH (issue 16: >= 0.8 of
+  // OpenSSH), belongs here: the SSH work adds it from bench/ssh_bench.ts.
   if (want("5")) await figureStartup();
   if (want("6")) await figureRollouts();
   if (want("7")) await figureAuthCost();

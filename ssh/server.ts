@@ -13,7 +13,7 @@
  * @module
  */
 
-import { closeQuietly, isPeerGone } from "../_internal/io.ts";
+import { closeQuietly, isPeerGone, prefixed } from "../_internal/io.ts";
 import { trySignalGroup } from "../_internal/process.ts";
 import { type Channel, type ChannelHandlers, ChannelMux } from "./_channel.ts";
 import { DISCONNECT, SshError } from "./_errors.ts";
@@ -161,6 +161,12 @@ export interface SshServer {
   readonly hostPublicKey: string;
   /** Resolves once the server has shut down. */
   readonly finished: Promise<void>;
+  /**
+   * Serves one connection accepted elsewhere (a control server's
+   * `tunnel.open`) as if it had come to the listener, with the same limits;
+   * `head` holds bytes already read from it. Resolves when it ends.
+   */
+  serveConnection(conn: Deno.Conn, head?: Uint8Array): Promise<void>;
   /** Stops listening, ends every connection (killing its commands) and waits. */
   shutdown(): Promise<void>;
   /** Same as `shutdown()`. */
@@ -813,22 +819,43 @@ class Server implements SshServer {
         if (this.#shuttingDown !== null || err instanceof Deno.errors.BadResource) return;
         continue;
       }
-      if (this.#conns.size >= this.#maxConnections || this.#dropStartup()) {
-        closeQuietly(conn);
-        continue;
-      }
-      conn.setNoDelay(true);
-      const c = new ServerConnection(conn, this.#hostKey, this.#config);
-      this.#unauthed.add(c);
-      c.authed.then(() => this.#unauthed.delete(c));
-      const task = c.run(this.#grace, this.#versionTimeout).catch((err) =>
-        this.#config.onError(err)
-      ).finally(() => {
+      void this.#serve(conn);
+    }
+  }
+
+  serveConnection(conn: Deno.Conn, head?: Uint8Array): Promise<void> {
+    if (this.#shuttingDown !== null) {
+      closeQuietly(conn);
+      return Promise.resolve();
+    }
+    if (head === undefined || head.length === 0) return this.#serve(conn);
+    const from = prefixed(conn, head);
+    // The transport reads, writes and closes; nothing else of a Conn.
+    const joined = {
+      read: (p: Uint8Array) => from.read(p),
+      write: (p: Uint8Array) => conn.write(p),
+      closeWrite: () => conn.closeWrite(),
+      close: () => conn.close(),
+    } as unknown as Deno.Conn;
+    return this.#serve(joined);
+  }
+
+  #serve(conn: Deno.Conn): Promise<void> {
+    if (this.#conns.size >= this.#maxConnections || this.#dropStartup()) {
+      closeQuietly(conn);
+      return Promise.resolve();
+    }
+    if ("setNoDelay" in conn) (conn as Deno.TcpConn).setNoDelay(true);
+    const c = new ServerConnection(conn, this.#hostKey, this.#config);
+    this.#unauthed.add(c);
+    c.authed.then(() => this.#unauthed.delete(c));
+    const task = c.run(this.#grace, this.#versionTimeout).catch((err) => this.#config.onError(err))
+      .finally(() => {
         this.#unauthed.delete(c);
         this.#conns.delete(c);
       });
-      this.#conns.set(c, task);
-    }
+    this.#conns.set(c, task);
+    return task;
   }
 
   /** OpenSSH's random early drop: whether to refuse a new connection. */

@@ -833,6 +833,22 @@ Deno.test("bind() closes a connection that sends no first frame in time", async 
   assert.ok((await ok.call("tasks.list")).result);
 });
 
+Deno.test("bind() sweeps first-frame deadlines as connections come, sparing those that spoke", async () => {
+  // One timer sweeps every deadline: it must re-arm for connections that
+  // come after a sweep, and never touch one that has spoken.
+  await using server = bind(demoEnv(), { firstFrameTimeout: 200 });
+  await using early = await RawPeer.open(server.addr.port);
+  await using spoke = await RawPeer.login(server);
+  const earlyError = await within(early.recv(), 10_000, "the early connection's deadline error");
+  assert.match((earlyError!.error as { message: string }).message, /no request within 200 ms/);
+  assert.equal(await within(early.atEof(), 10_000, "the early connection's close"), true);
+  await using late = await RawPeer.open(server.addr.port);
+  const lateError = await within(late.recv(), 10_000, "the late connection's deadline error");
+  assert.match((lateError!.error as { message: string }).message, /no request within 200 ms/);
+  assert.equal(await within(late.atEof(), 10_000, "the late connection's close"), true);
+  assert.ok((await spoke.call("tasks.list")).result, "the connection that spoke was not swept");
+});
+
 Deno.test("bind() bounds the bytes buffered across connections", async () => {
   // The observation: 40 connections each holding 15 MiB of an unfinished
   // line; here 6 × 900 KiB against a 2 MiB budget.

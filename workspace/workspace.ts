@@ -266,16 +266,22 @@ export function addWorkspace(
     });
     const addr = server.addr;
     const hostname = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
-    env.addCapability(Capability.ssh({
-      name,
-      url: `ssh://${hostname}:${addr.port}`,
-      user,
-      hostPubkey: server.hostPublicKey,
-      clientKey: client.privateKey,
-      clientKeyPath,
-      cwd,
-      isolation: sandbox.isolation,
-    }));
+    const ssh = server;
+    // A tunnel.open for the shell hands the control connection to the SSH
+    // server in this process: no loopback hop, one copy fewer each way.
+    env.addCapability(
+      Capability.ssh({
+        name,
+        url: `ssh://${hostname}:${addr.port}`,
+        user,
+        hostPubkey: server.hostPublicKey,
+        clientKey: client.privateKey,
+        clientKeyPath,
+        cwd,
+        isolation: sandbox.isolation,
+      }),
+      { attach: (conn, head) => ssh.serveConnection(conn, head) },
+    );
     if (options.trackFiles ?? true) {
       const t = await startFileTracker(cwd, { onError: options.onError, listen: false });
       tracker = t;

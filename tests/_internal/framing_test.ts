@@ -75,3 +75,44 @@ Deno.test("encodeFrame() and parseLine() round-trip compact JSON", () => {
   assert.throws(() => parseLine(new Uint8Array([0xff])), SyntaxError);
   assert.throws(() => parseLine(enc("{")), SyntaxError);
 });
+
+Deno.test("LineReader with a small initial buffer grows for a long line and shrinks back", async (t) => {
+  const long = `{"pad":"${"z".repeat(20_000)}"}`;
+  const text = `{"a":1}\n${long}\n{"b":2}\n`;
+  await t.step("read()", async () => {
+    const reader = new LineReader(chunked([enc(text)]), 1 << 20, undefined, 64);
+    const lines: string[] = [];
+    for (let r = await reader.read(); r !== null; r = await reader.read()) {
+      if (r.kind === "line") lines.push(dec(r.line));
+    }
+    assert.deepEqual(lines, ['{"a":1}', long, '{"b":2}']);
+  });
+  await t.step(
+    "next(), space() and filled(): the same lines, and the buffer back at 64",
+    async () => {
+      const source = chunked([enc(text)]);
+      const reader = new LineReader(source, 1 << 20, undefined, 64);
+      const lines: string[] = [];
+      const sizes: number[] = [];
+      while (true) {
+        let r = reader.next();
+        while (r === undefined) {
+          sizes.push(reader.space().length);
+          reader.filled(await source.read(reader.space()));
+          r = reader.next();
+        }
+        if (r === null) break;
+        if (r.kind === "line") lines.push(dec(r.line));
+      }
+      assert.deepEqual(lines, ['{"a":1}', long, '{"b":2}']);
+      assert.equal(sizes[0], 64, "the first read goes into the 64-byte buffer");
+      assert.ok(Math.max(...sizes) >= 4096, "the buffer grew for the long line");
+      // After the last line, with nothing pending, the reader rests small again.
+      assert.equal(reader.next(), null);
+      assert.ok(
+        sizes.at(-1)! <= 64,
+        `the last read went into ${sizes.at(-1)} bytes, not 64 or fewer`,
+      );
+    },
+  );
+});

@@ -160,6 +160,11 @@ export async function startSshd(extraConfig = ""): Promise<Sshd> {
         "MaxSessions 64",
         "MaxStartups 64",
         "LogLevel ERROR",
+        // Sessions get an empty home: the shell sshd starts for a command
+        // reads ~/.bashrc (Debian's bash does so even without a terminal),
+        // and this machine's root profile runs pyenv, whose rehash lock
+        // makes 20 logins at once wait up to a minute each.
+        `SetEnv HOME=${dir}`,
         extraConfig,
       ].join("\n") + "\n",
     );

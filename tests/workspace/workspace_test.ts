@@ -1,6 +1,8 @@
 import assert from "node:assert/strict";
 import { Capability } from "../../capability.ts";
+import { connect } from "../../client.ts";
 import { Environment } from "../../env.ts";
+import { bind } from "../../server.ts";
 import { SshClient } from "../../ssh/mod.ts";
 import { addWorkspace } from "../../workspace/workspace.ts";
 
@@ -44,4 +46,60 @@ Deno.test("addWorkspace() rejects a root that is not a directory", async () => {
   assert.throws(() => addWorkspace(env, ""), TypeError);
   addWorkspace(env, "/nonexistent/dir/for/test");
   await assert.rejects(env.start(), TypeError);
+});
+
+Deno.test("addWorkspace() serves its shell's tunnel in-process, with the bytes sent early", async (t) => {
+  const root = await Deno.makeTempDir({ prefix: "ws-attach-" });
+  const env = new Environment("ws");
+  addWorkspace(env, root, { writeKeyFile: false, trackFiles: false, env: { MARK: "tunnelled" } });
+  await env.start();
+  try {
+    assert.ok(env.capabilityHandler("shell"), "the shell is attached to the environment");
+    await using server = bind(env);
+    await t.step("a login through the client's tunnel runs commands", async () => {
+      await using client = await connect(server, { readyTimeout: 10_000 });
+      await using shell = SshClient.fromBinding(client.binding("shell"));
+      assert.equal((await shell.exec("echo $MARK")).stdoutText, "tunnelled\n");
+    });
+    await t.step("bytes that came with tunnel.open reach the SSH server", async () => {
+      // The identification line rides in the same write as tunnel.open: the
+      // SSH server answers a bad one in text, so it must have seen it.
+      const conn = await Deno.connect({ hostname: "127.0.0.1", port: server.addr.port });
+      try {
+        const open = JSON.stringify({
+          jsonrpc: "2.0",
+          id: 1,
+          method: "tunnel.open",
+          params: { capability: "shell", token: server.token },
+        });
+        await conn.write(new TextEncoder().encode(`${open}\nNOT-SSH\r\n`));
+        // Bounded: the SSH server would close a silent peer after 10 s anyway.
+        const timer = setTimeout(() => conn.close(), 10_000);
+        let text = "";
+        try {
+          const buf = new Uint8Array(4096);
+          while (!text.includes("Invalid SSH identification string")) {
+            const n = await conn.read(buf);
+            if (n === null) break;
+            text += new TextDecoder().decode(buf.subarray(0, n));
+          }
+        } catch (err) {
+          throw new Error(`no text reply to a bad identification line within 10 s: ${text}`, {
+            cause: err,
+          });
+        } finally {
+          clearTimeout(timer);
+        }
+        assert.match(text, /"result":\{"capability":"shell"\}/);
+        assert.match(text, /Invalid SSH identification string/);
+      } finally {
+        try {
+          conn.close();
+        } catch { /* closed by the timer */ }
+      }
+    });
+  } finally {
+    await env.stop();
+    await Deno.remove(root, { recursive: true });
+  }
 });
