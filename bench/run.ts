@@ -838,6 +838,39 @@ async function figureAuthCost(): Promise<void> {
   }
 }
 
+// ---------------------------------------- figure 8: SSH stdout vs OpenSSH
+
+/**
+ * Our SSH server's stdout throughput against OpenSSH's sshd, both read by
+ * OpenSSH's ssh with its default cipher, from bench/ssh_bench.ts (interleaved
+ * rounds; the median of the per-round ratios).
+ */
+async function figureSsh(): Promise<void> {
+  const args = ["run", "-A", BENCH_DIR + "ssh_bench.ts", "--stdout", "--json"];
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: QUICK ? [...args, "--quick"] : args,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const line = decoder.decode(out.stdout).trim().split("\n").at(-1) ?? "";
+  if (!out.success || !line.startsWith("{")) {
+    throw new Error(`ssh_bench.ts failed: ${decoder.decode(out.stderr).trim().slice(-500)}`);
+  }
+  const r = JSON.parse(line);
+  report({
+    figure: "8",
+    name: `SSH stdout vs OpenSSH (${r.bytes >> 20} MiB, ${r.rounds} rounds, ours ${r.ours_cipher})`,
+    value: r.median_ours,
+    unit: "MB/s",
+    baseline: `sshd, ${r.sshd_cipher}`,
+    baselineValue: r.median_sshd,
+    ratio: r.median_ratio,
+    ratios: r.ratios,
+    target: ">= 0.80 of sshd's MB/s",
+    met: r.median_ratio >= 0.8,
+  });
+}
+
 function want(id: string): boolean {
   return ONLY === undefined || ONLY.includes(id);
 }
@@ -916,6 +949,7 @@ async function main(): Promise<void> {
   if (want("5")) await figureStartup();
   if (want("6")) await figureRollouts();
   if (want("7")) await figureAuthCost();
+  if (want("8")) await figureSsh();
 
   printTable();
   console.log(

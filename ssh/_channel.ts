@@ -90,6 +90,11 @@ export class Channel {
     return this.#gotEof;
   }
 
+  /** Largest data packet we send on this channel. */
+  get maxPacket(): number {
+    return this.#remoteMax;
+  }
+
   /**
    * Sends data (ext 1: stderr), waiting for window as needed. Resolves once
    * all but the last few packets have reached the socket. `owned` data is

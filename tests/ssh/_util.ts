@@ -335,7 +335,12 @@ export interface TestServer extends AsyncDisposable {
 
 /** Starts startSshServer() on a fresh root directory. */
 export async function startTestServer(
-  options: { sftp?: boolean; rekeyLimit?: number; viaLink?: boolean } = {},
+  options: {
+    sftp?: boolean;
+    rekeyLimit?: number;
+    viaLink?: boolean;
+    ciphers?: readonly string[];
+  } = {},
 ): Promise<TestServer> {
   const { startSshServer } = await import("../../ssh/server.ts");
   const root = await Deno.realPath(await Deno.makeTempDir({ prefix: "ssh-root-" }));

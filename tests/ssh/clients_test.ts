@@ -4,7 +4,15 @@
 // where not installed (.ci/run installs them).
 
 import assert from "node:assert/strict";
-import { bigData, have, run, sha256Hex, startTestServer, type TestServer } from "./_util.ts";
+import {
+  bigData,
+  CIPHERS,
+  have,
+  run,
+  sha256Hex,
+  startTestServer,
+  type TestServer,
+} from "./_util.ts";
 
 const SYSTEM_PYTHON = "/usr/bin/python3";
 
@@ -254,7 +262,7 @@ Deno.test({
   name: "startSshServer() serves Dropbear's dbclient with each cipher it offers",
   ignore: !have("dbclient") || !have("dropbearconvert"),
   fn: async () => {
-    await using s = await startTestServer();
+    await using s = await startTestServer({ ciphers: CIPHERS });
     const env = { HOME: s.home, PATH: Deno.env.get("PATH") ?? "/usr/bin:/bin" };
     const key = `${s.home}/key.dropbear`;
     const conv = await run("dropbearconvert", ["openssh", "dropbear", s.keyPath, key], { env });
@@ -277,6 +285,33 @@ Deno.test({
       assert.equal(r.stdout, "42\npiped in\n", cipher);
       assert.ok(r.stderr.includes(fp), `${cipher}: host key fingerprint ${fp} not in ${r.stderr}`);
     }
+  },
+});
+
+Deno.test({
+  name: "startSshServer() has OpenSSH's ssh pick aes128-ctr, chacha20-poly1305 only when offered",
+  ignore: !have("ssh"),
+  fn: async (t) => {
+    // ssh -v names what it negotiated; a 1 MiB round trip checks it works.
+    const negotiate = async (s: TestServer) => {
+      const data = "0123456789abcdef\n".repeat(65536);
+      const r = await run(
+        "ssh",
+        [...s.sshOptions, "-v", "-p", String(s.port), "agent@127.0.0.1", "cat"],
+        { stdin: data },
+      );
+      assert.equal(r.code, 0, r.stderr);
+      assert.ok(r.stdout === data, `1 MiB through cat came back as ${r.stdout.length} bytes`);
+      return /server->client cipher: (\S+) MAC: (\S+)/.exec(r.stderr)?.slice(1).join(" ");
+    };
+    await t.step("by default: aes128-ctr with hmac-sha2-256-etm", async () => {
+      await using s = await startTestServer();
+      assert.equal(await negotiate(s), "aes128-ctr hmac-sha2-256-etm@openssh.com");
+    });
+    await t.step("when offered: chacha20-poly1305, its first choice", async () => {
+      await using s = await startTestServer({ ciphers: CIPHERS });
+      assert.equal(await negotiate(s), "chacha20-poly1305@openssh.com <implicit>");
+    });
   },
 });
 

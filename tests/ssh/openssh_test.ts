@@ -76,7 +76,9 @@ Deno.test("addWorkspace() serves OpenSSH's ssh client", async (t) => {
 
     await t.step("works with each cipher and MAC forced", async () => {
       const data = bigData(1024 * 1024);
-      for (const cipher of CIPHERS) {
+      // The workspace offers what startSshServer() does by default: no
+      // chacha20-poly1305 (clients_test.ts forces it through OpenSSH).
+      for (const cipher of CIPHERS.filter((c) => !c.startsWith("chacha20"))) {
         for (const mac of MACS) {
           const r = await runSsh(ssh, ["-c", cipher, "-m", mac, "cat; echo done >&2"], data);
           assert.equal(r.code, 0, `${cipher} ${mac}: ${r.stderr}`);

@@ -31,7 +31,9 @@ interface Fixture extends AsyncDisposable {
   };
 }
 
-async function fixture(serverOptions: { rekeyLimit?: number } = {}): Promise<Fixture> {
+async function fixture(
+  serverOptions: { rekeyLimit?: number; ciphers?: readonly string[] } = {},
+): Promise<Fixture> {
   const root = await Deno.makeTempDir({ prefix: "ssh-server-test-" });
   const host = await generateSshKeyPair();
   const key = await generateSshKeyPair();
@@ -43,6 +45,14 @@ async function fixture(serverOptions: { rekeyLimit?: number } = {}): Promise<Fix
     env: { HOME: root },
     user: "agent",
     onError: (e) => errors.push(e),
+    // Every cipher, chacha20-poly1305 included (not offered by default).
+    ciphers: [
+      "aes128-gcm@openssh.com",
+      "aes256-gcm@openssh.com",
+      "chacha20-poly1305@openssh.com",
+      "aes128-ctr",
+      "aes256-ctr",
+    ],
     ...serverOptions,
   });
   return {
@@ -525,6 +535,26 @@ Deno.test("SshClient reports a failed negotiation at once, naming both lists", a
       /client offers "3des-cbc", server offers "[^"]*chacha20-poly1305@openssh\.com/.test(
         e.message,
       ),
+  );
+});
+
+Deno.test("startSshServer() offers no chacha20-poly1305 unless told, and checks cipher names", async () => {
+  await using f = await fixture({ ciphers: undefined });
+  await assert.rejects(
+    SshClient.connect({ ...f.options(), ciphers: ["chacha20-poly1305@openssh.com"] }),
+    (e: Error) =>
+      e instanceof SshError &&
+      /server offers "aes128-gcm@openssh\.com,aes256-gcm@openssh\.com,aes128-ctr,aes256-ctr"/
+        .test(e.message),
+  );
+  const host = await generateSshKeyPair();
+  assert.throws(
+    () => startSshServer({ hostKey: host.privateKey, authorizedKeys: [], ciphers: ["3des-cbc"] }),
+    /^RangeError: Cannot start SSH server: unknown cipher "3des-cbc" \(known: /,
+  );
+  assert.throws(
+    () => startSshServer({ hostKey: host.privateKey, authorizedKeys: [], ciphers: [] }),
+    TypeError,
   );
 });
 
