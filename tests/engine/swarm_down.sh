@@ -34,7 +34,11 @@ for pf in "$STATE"/dockerd-sw*.pid; do
   ns=$(basename "$pf" .pid); ns=${ns#dockerd-}
   stop_pid "$pf"
   ctr_ns_rm "$ns"; ctr_ns_rm "$ns-plugins"
-  for m in $(awk -v r="/run/docker-$ns/" -v d="/var/lib/docker-$ns/" '$2 ~ "^"r || $2 ~ "^"d {print $2}' /proc/mounts | sort -r); do umount -l "$m" 2>/dev/null; done
+  # A killed dockerd leaves its mounts, the data root itself among them.
+  for m in $(awk -v r="/run/docker-$ns" -v d="/var/lib/docker-$ns" \
+    '$2 == r || $2 == d || index($2, r "/") == 1 || index($2, d "/") == 1 {print $2}' /proc/mounts | sort -r); do
+    umount -l "$m" 2>/dev/null
+  done
   rm -rf "/var/lib/docker-$ns" "/run/docker-$ns" "/run/docker-$ns.sock" "/run/docker-$ns.pid"
   ip link del "$ns-h" 2>/dev/null
   ip netns del "$ns" 2>/dev/null
