@@ -224,12 +224,17 @@ function lastLines(logs: string): string {
   return lines.length === 0 ? "" : `; last output: ${lines.join(" | ")}`;
 }
 
+/** 404, or Podman's 500 for a container another call removed meanwhile. */
+function isGone(err: EngineError): boolean {
+  return err.status === 404 || (err.status === 500 && /no such container/i.test(err.message));
+}
+
 async function removeContainer(engine: EngineClient, id: string, stopTimeout: number) {
   try {
     await engine.call("POST", `/containers/${id}/stop?t=${stopTimeout}`);
   } catch (err) {
-    // 304: already stopped; 404: already gone.
-    if (!(err instanceof EngineError) || (err.status !== 304 && err.status !== 404)) throw err;
+    // 304: already stopped; 404 (or Podman's 500 "no such container"): already gone.
+    if (!(err instanceof EngineError) || (err.status !== 304 && !isGone(err))) throw err;
   }
   try {
     await engine.call("DELETE", `/containers/${id}?force=true`);
@@ -237,7 +242,7 @@ async function removeContainer(engine: EngineClient, id: string, stopTimeout: nu
     // 404: already gone; 409 "already in progress": another cleaner (a
     // second `gc`, the runtime releasing it) is removing it right now.
     const gone = err instanceof EngineError &&
-      (err.status === 404 || (err.status === 409 && /already in progress/.test(err.message)));
+      (isGone(err) || (err.status === 409 && /already in progress/.test(err.message)));
     if (!gone) throw err;
   }
 }
