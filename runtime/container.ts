@@ -60,7 +60,7 @@ export interface ContainerRuntimeOptions {
 }
 
 interface ContainerInfo {
-  State?: { Running?: boolean; ExitCode?: number; Status?: string };
+  State?: { Running?: boolean; ExitCode?: number; Status?: string; OOMKilled?: boolean };
   NetworkSettings?: { Ports?: Record<string, { HostIp: string; HostPort: string }[] | null> };
 }
 
@@ -70,7 +70,8 @@ interface ContainerInfo {
  * port on 127.0.0.1 at a random host port, and waits for the protocol
  * handshake (the engine's proxy accepts connections before the server
  * listens, so a TCP connect proves nothing). Releasing the placement stops
- * and removes the container.
+ * and removes the container; when the container died while placed, the
+ * release rejects with its exit code and last output (a rollout records it).
  *
  * @example
  * ```ts ignore
@@ -145,7 +146,10 @@ export class ContainerRuntime implements RuntimeProvider {
         [Symbol.asyncDispose]: () => {
           released ??= (async () => {
             try {
+              // A container that died while placed: say how, after removing it.
+              const died = await this.#deathNote(engine, containerId);
               await removeContainer(engine, containerId, opts.stopTimeout ?? 5);
+              if (died !== null) throw new Error(died);
             } finally {
               engine.close();
             }
@@ -158,6 +162,24 @@ export class ContainerRuntime implements RuntimeProvider {
       engine.close();
       throw err;
     }
+  }
+
+  /** null while the container runs; else how it ended, with its last output. */
+  async #deathNote(engine: EngineClient, id: string): Promise<string | null> {
+    let info: ContainerInfo;
+    try {
+      info = await engine.call("GET", `/containers/${id}/json`) as ContainerInfo;
+    } catch (err) {
+      if (err instanceof EngineError && err.status === 404) {
+        return `Container ${id.slice(0, 12)} of "${this.#image}" was removed while placed`;
+      }
+      throw err;
+    }
+    if (info.State?.Running) return null;
+    const logs = await engine.logs(id).catch(() => "");
+    return `Container ${id.slice(0, 12)} of "${this.#image}" died while placed: ${
+      info.State?.OOMKilled ? "out of memory, " : ""
+    }exit code ${info.State?.ExitCode ?? "?"}${lastLines(logs)}`;
   }
 
   async #hostPort(engine: EngineClient, id: string): Promise<number> {
