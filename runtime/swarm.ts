@@ -375,7 +375,12 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
     if (this.#closed || this.#timer !== null) return;
     this.#timer = setTimeout(() => {
       this.#timer = null;
-      this.#poll().catch(() => {}).finally(() => this.#schedule());
+      this.#poll().catch((err) => {
+        // Said by the next place() that times out.
+        this.#lastTaskError = `reading the service's tasks: ${
+          err instanceof Error ? err.message : err
+        }`;
+      }).finally(() => this.#schedule());
     }, this.#pollMs());
   }
 
