@@ -72,8 +72,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
   }
 
   Deno.test({
-    name:
-      `buildEnvironmentImage() makes an image with the env's label from no registry (${label})`,
+    name: `buildEnvironmentImage() makes an image with the env's label from no registry (${label})`,
     ignore,
     async fn() {
       await buildImages();
