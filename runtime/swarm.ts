@@ -240,24 +240,30 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
    * `place()` starts the service by itself; call this to wait for the pool.
    *
    * @param n replicas to wait for
-   * @throws {NotReadyError} when they are not ready within `readyTimeout`
+   * @param options `timeout` in ms (default `readyTimeout`), `signal`
+   * @throws {NotReadyError} when they are not ready in time, with the last task error
    */
-  async ready(n: number = this.#desired, options: PlaceOptions = {}): Promise<void> {
+  async ready(
+    n: number = this.#desired,
+    options: { signal?: AbortSignal; timeout?: number } = {},
+  ): Promise<void> {
     await this.#start(options.signal);
-    const timeout = this.#options.readyTimeout ?? 120_000;
+    const timeout = options.timeout ?? this.#options.readyTimeout ?? 120_000;
     using deadline = new Deadline(timeout, options.signal, "swarm replicas ready");
     while (this.#readyCount() < n) {
       if (this.#closed) throw this.#closedError();
-      try {
-        await this.#poll();
-        await delay(this.#pollMs(), deadline.signal);
-      } catch (err) {
+      if (deadline.signal.aborted) {
         if (options.signal?.aborted) throw options.signal.reason;
         throw new NotReadyError(
           `Cannot ready service "${this.#name}": ${this.#readyCount()} of ${n} replicas ready after ${timeout} ms${this.#lastErrorText()}`,
-          { cause: err },
         );
       }
+      await this.#poll().catch((err) => {
+        this.#lastTaskError = `reading the service's tasks: ${
+          err instanceof Error ? err.message : err
+        }`;
+      });
+      await delay(this.#pollMs(), deadline.signal).catch(() => {});
     }
   }
 

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { connect, type Placement, type PlaceOptions } from "../../client.ts";
 import { buildEnvironmentImage, OWNER_LABEL } from "../../runtime/container.ts";
 import { SwarmRuntime } from "../../runtime/swarm.ts";
-import { EngineClient } from "../../runtime/_engine.ts";
+import { EngineClient, findEngineSocket } from "../../runtime/_engine.ts";
 import { Taskset } from "../../eval/taskset.ts";
 import { functionAgent } from "../../eval/run.ts";
 import { taskSlug } from "../../env.ts";
@@ -164,7 +164,7 @@ Deno.test({
           maxReplicas: 6,
           readyTimeout: 60_000,
         });
-        await runtime.ready(6, { signal: AbortSignal.timeout(120_000) });
+        await runtime.ready(6, { timeout: 120_000 });
         assert.deepEqual(Object.keys(runtime.readyByNode).sort(), NODES);
 
         const servedBy: string[] = [];
@@ -239,7 +239,7 @@ Deno.test({
           scaleDownAfter: 1_000,
           readyTimeout: 60_000,
         });
-        await runtime.ready(1, { signal: AbortSignal.timeout(60_000) });
+        await runtime.ready(1, { timeout: 60_000 });
         assert.equal(runtime.desiredReplicas, 1);
         const held = await Promise.all([1, 2, 3].map(() => runtime.place()));
         assert.equal(runtime.desiredReplicas, 3);
@@ -254,10 +254,65 @@ Deno.test({
         while (runtime.desiredReplicas !== 1 && !until.aborted) await delay(200);
         assert.equal(runtime.desiredReplicas, 1, "scaled back down when idle");
       });
+      await t.step("width: one replica serves two rollouts at once, not three", async () => {
+        await using runtime = new SwarmRuntime(tag, {
+          socket: socketOf("sw1"),
+          minReplicas: 1,
+          maxReplicas: 1,
+          width: 2,
+          readyTimeout: 3_000,
+        });
+        await runtime.ready(1, { timeout: 60_000 });
+        await using a = await runtime.place();
+        await using b = await runtime.place();
+        assert.equal(a.params.taskId, b.params.taskId);
+        const err = await runtime.place().catch((e) => e);
+        assert.match(
+          String(err),
+          /no free ready replica after 3000 ms \(1 ready, 1 wanted, at most 1\)/,
+        );
+        await using c1 = await connect(a, { readyTimeout: 10_000 });
+        await using c2 = await connect(b, { readyTimeout: 10_000 });
+        assert.equal((await c1.startTask("add", { a: 2, b: 2 })).prompt, "What is 2 + 2?");
+        assert.equal((await c2.startTask("add", { a: 3, b: 3 })).prompt, "What is 3 + 3?");
+      });
     } finally {
       // Bounded, and run even after a failure: daemons, namespaces, bridge, rules.
       await sh("swarm_down.sh", env, 120_000).catch((err) => console.error(String(err)));
       if (shared === undefined) await Deno.remove(state, { recursive: true }).catch(() => {});
     }
   }),
+});
+
+Deno.test("SwarmRuntime rejects replica counts and width out of range", () => {
+  assert.throws(() => new SwarmRuntime(""), /image must be a non-empty string/);
+  assert.throws(
+    () => new SwarmRuntime("x", { minReplicas: 0 }),
+    /minReplicas must be a positive integer, got "0"/,
+  );
+  assert.throws(() => new SwarmRuntime("x", { width: 1.5 }), /width must be a positive integer/);
+  assert.throws(
+    () => new SwarmRuntime("x", { minReplicas: 4, maxReplicas: 2 }),
+    /need minReplicas <= replicas <= maxReplicas, got "4", "4", "2"/,
+  );
+});
+
+Deno.test({
+  name: "SwarmRuntime.place() on an engine that is not a swarm manager says how to make one",
+  ignore: (() => {
+    try {
+      findEngineSocket();
+      return false;
+    } catch {
+      return true;
+    }
+  })(),
+  async fn() {
+    using engine = await EngineClient.open();
+    const info = await engine.call("GET", "/info") as { Swarm?: { LocalNodeState?: string } };
+    if (info.Swarm?.LocalNodeState === "active") return; // a manager here: nothing to check
+    await using runtime = new SwarmRuntime("hud-test-fixture:latest");
+    const err = await runtime.place().catch((e) => e);
+    assert.match(String(err), /is not a swarm manager; run `docker swarm init` there/);
+  },
 });
