@@ -220,8 +220,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
   });
 
   Deno.test({
-    name:
-      `removeStaleContainers({ socket }) run by several cleaners at once: each succeeds (${label})`,
+    name: `removeStaleContainers() run by several cleaners at once: each succeeds (${label})`,
     ignore,
     async fn() {
       await buildImages();
