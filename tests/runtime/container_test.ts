@@ -212,7 +212,10 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
         await main(["eval", fixture("basic_env.ts"), "--agent", "cat", "--runtime", "vm:x"], quiet),
         2,
       );
-      assert.match(err, /--runtime must be "local" or "container:IMAGE", got "vm:x"/);
+      assert.match(
+        err,
+        /--runtime must be "local", "container:IMAGE" or "swarm:IMAGE", got "vm:x"/,
+      );
       err = "";
       assert.equal(await main(["gc"], quiet), 0);
       assert.match(err, /gc: removed \d+ containers?/);

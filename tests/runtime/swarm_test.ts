@@ -276,6 +276,49 @@ Deno.test({
         assert.equal((await c1.startTask("add", { a: 2, b: 2 })).prompt, "What is 2 + 2?");
         assert.equal((await c2.startTask("add", { a: 3, b: 3 })).prompt, "What is 3 + 3?");
       });
+      await t.step("hud eval --runtime swarm:IMAGE runs a taskset on the swarm", async () => {
+        const dir = await Deno.makeTempDir();
+        try {
+          const rows = `${dir}/rows.jsonl`;
+          await Deno.writeTextFile(
+            rows,
+            [1, 2, 3, 4].map((a) =>
+              JSON.stringify({ env: "fixture", id: "add", args: { a, b: 1 }, slug: `add-${a}-1` })
+            ).join("\n") + "\n",
+          );
+          const { main } = await import("../../cli.ts");
+          let out = "";
+          let err = "";
+          const io = { stdout: (t: string) => out += t, stderr: (t: string) => err += t };
+          // The agent reads "What is A + B?" on stdin and computes it.
+          const agent = `read -r q; set -- $q; echo $(( $3 + \${5%?} ))`;
+          const before = Deno.env.get("DOCKER_HOST");
+          Deno.env.set("DOCKER_HOST", `unix://${socketOf("sw1")}`);
+          let code: number;
+          try {
+            code = await main([
+              "eval",
+              FIXTURE,
+              "--agent",
+              agent,
+              "--tasks",
+              rows,
+              "--runtime",
+              `swarm:${tag}`,
+              "--max-concurrent",
+              "2",
+            ], io);
+          } finally {
+            if (before === undefined) Deno.env.delete("DOCKER_HOST");
+            else Deno.env.set("DOCKER_HOST", before);
+          }
+          assert.equal(code, 0, err);
+          assert.match(out, /mean reward 1\.000 ± 0\.000 over 4 graded runs, 0 errored/);
+          for (const node of ["sw1", "sw2"]) assert.equal(await runningOwned(node), 0, node);
+        } finally {
+          await Deno.remove(dir, { recursive: true });
+        }
+      });
     } finally {
       // Bounded, and run even after a failure: daemons, namespaces, bridge, rules.
       await sh("swarm_down.sh", env, 120_000).catch((err) => console.error(String(err)));
