@@ -34,6 +34,7 @@ import { CommandAgent, parseEnvFile } from "./eval/command_agent.ts";
 import { MODEL_FLAGS, MODEL_FLAGS_HELP, modelAgentFromFlags } from "./agents/_cli.ts";
 import { formatJobTable, formatProgress } from "./eval/report.ts";
 import { LocalRuntime } from "./runtime/runtime.ts";
+import { SwarmRuntime } from "./runtime/swarm.ts";
 import {
   buildEnvironmentImage,
   ContainerRuntime,
@@ -899,9 +900,11 @@ Options:
   --force               with --out: rename an existing FILE aside and
                         start over
   --json                print a JSON summary instead of the table
-  --runtime WHERE       "local" (this process, the default) or
+  --runtime WHERE       "local" (this process, the default),
                         "container:IMAGE" (a container per rollout, from an
-                        image made by "${PROGRAM} image")
+                        image made by "${PROGRAM} image") or "swarm:IMAGE"
+                        (a pool of replicas on the Docker Swarm whose
+                        manager DOCKER_HOST names, removed at the end)
 ${MODEL_FLAGS_HELP}  -h, --help            show this help
 `,
   async run(args, io) {
@@ -933,14 +936,13 @@ ${MODEL_FLAGS_HELP}  -h, --help            show this help
     const { values, positionals: [file] } = parsed;
     const command = stringOption(values, "agent");
     const runtimeSpec = stringOption(values, "runtime") ?? "local";
-    if (runtimeSpec !== "local" && !/^container:\S+$/.test(runtimeSpec)) {
+    if (runtimeSpec !== "local" && !/^(container|swarm):\S+$/.test(runtimeSpec)) {
       throw new UsageError(
-        `--runtime must be "local" or "container:IMAGE", got "${runtimeSpec}"`,
+        `--runtime must be "local", "container:IMAGE" or "swarm:IMAGE", got "${runtimeSpec}"`,
       );
     }
-    const containerImage = runtimeSpec === "local"
-      ? undefined
-      : runtimeSpec.slice("container:".length);
+    const runtimeKind = runtimeSpec.split(":")[0];
+    const image = runtimeSpec.slice(runtimeKind.length + 1);
     // A model agent (--model ...) or an external one (--agent CMD).
     const model = modelAgentFromFlags(values, (m) => new UsageError(m));
     if (model && command !== undefined) throw new UsageError("pass --agent or --model, not both");
@@ -1001,13 +1003,18 @@ ${MODEL_FLAGS_HELP}  -h, --help            show this help
     // Start the environment once, up front: when it cannot start, that is
     // one error with its message, not one per rollout. The held placement
     // keeps it up between rollouts.
-    const runtime: RuntimeProvider = containerImage === undefined
+    // A swarm pool: one replica per concurrent rollout, and one for the held placement.
+    const swarm = runtimeKind === "swarm"
+      ? new SwarmRuntime(image, { maxReplicas: maxConcurrent + 1 })
+      : null;
+    const runtime: RuntimeProvider = runtimeKind === "local"
       ? new LocalRuntime(env)
-      : new ContainerRuntime(containerImage);
+      : swarm ?? new ContainerRuntime(image);
     let held: AsyncDisposable;
     try {
       held = await runtime.place({ signal: io.signal });
     } catch (err) {
+      await swarm?.close().catch(() => {});
       await env.stop().catch(() => {});
       if (io.signal?.aborted) return interrupted(io, 0, total);
       throw new Error(`Cannot start environment "${env.name}": ${errorMessage(err)}`, {
@@ -1052,6 +1059,7 @@ ${MODEL_FLAGS_HELP}  -h, --help            show this help
       // prompt files, the environment (its shutdown hooks remove its keys).
       await commandAgent?.whenIdle();
       await Promise.resolve(held[Symbol.asyncDispose]()).catch(() => {});
+      await swarm?.close().catch((err) => io.err(`warning: ${errorMessage(err)}\n`));
       await env.stop().catch((err) => io.err(`warning: ${errorMessage(err)}\n`));
       if (live) io.err("\n");
     }

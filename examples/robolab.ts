@@ -118,7 +118,16 @@ env.initialize(async () => {
 env.shutdown(async () => {
   await Deno.remove(root, { recursive: true }).catch(() => {});
 });
-addWorkspace(env, root);
+// In a container, the container is the sandbox (its seccomp profile forbids
+// the namespaces bwrap and unshare need): ROBOLAB_ISOLATION=none says so.
+// Without a sandbox there is no safe hand-over of the directories each task
+// makes (as root) to another uid, so the agent is the container's root,
+// with every capability dropped.
+addWorkspace(
+  env,
+  root,
+  Deno.env.get("ROBOLAB_ISOLATION") === "none" ? { isolation: "none", uid: 0 } : {},
+);
 
 async function bash(script: string, cwd: string): Promise<{ code: number; out: string }> {
   const { code, stdout, stderr } = await new Deno.Command("bash", {

@@ -60,7 +60,7 @@ export interface ContainerRuntimeOptions {
 }
 
 interface ContainerInfo {
-  State?: { Running?: boolean; ExitCode?: number; Status?: string };
+  State?: { Running?: boolean; ExitCode?: number; Status?: string; OOMKilled?: boolean };
   NetworkSettings?: { Ports?: Record<string, { HostIp: string; HostPort: string }[] | null> };
 }
 
@@ -70,7 +70,8 @@ interface ContainerInfo {
  * port on 127.0.0.1 at a random host port, and waits for the protocol
  * handshake (the engine's proxy accepts connections before the server
  * listens, so a TCP connect proves nothing). Releasing the placement stops
- * and removes the container.
+ * and removes the container; when the container died while placed, the
+ * release rejects with its exit code and last output (a rollout records it).
  *
  * @example
  * ```ts ignore
@@ -145,7 +146,10 @@ export class ContainerRuntime implements RuntimeProvider {
         [Symbol.asyncDispose]: () => {
           released ??= (async () => {
             try {
+              // A container that died while placed: say how, after removing it.
+              const died = await this.#deathNote(engine, containerId);
               await removeContainer(engine, containerId, opts.stopTimeout ?? 5);
+              if (died !== null) throw new Error(died);
             } finally {
               engine.close();
             }
@@ -158,6 +162,24 @@ export class ContainerRuntime implements RuntimeProvider {
       engine.close();
       throw err;
     }
+  }
+
+  /** null while the container runs; else how it ended, with its last output. */
+  async #deathNote(engine: EngineClient, id: string): Promise<string | null> {
+    let info: ContainerInfo;
+    try {
+      info = await engine.call("GET", `/containers/${id}/json`) as ContainerInfo;
+    } catch (err) {
+      if (err instanceof EngineError && err.status === 404) {
+        return `Container ${id.slice(0, 12)} of "${this.#image}" was removed while placed`;
+      }
+      throw err;
+    }
+    if (info.State?.Running) return null;
+    const logs = await engine.logs(id).catch(() => "");
+    return `Container ${id.slice(0, 12)} of "${this.#image}" died while placed: ${
+      info.State?.OOMKilled ? "out of memory, " : ""
+    }exit code ${info.State?.ExitCode ?? "?"}${lastLines(logs)}`;
   }
 
   async #hostPort(engine: EngineClient, id: string): Promise<number> {
@@ -224,12 +246,17 @@ function lastLines(logs: string): string {
   return lines.length === 0 ? "" : `; last output: ${lines.join(" | ")}`;
 }
 
+/** 404, or Podman's 500 for a container another call removed meanwhile. */
+function isGone(err: EngineError): boolean {
+  return err.status === 404 || (err.status === 500 && /no such container/i.test(err.message));
+}
+
 async function removeContainer(engine: EngineClient, id: string, stopTimeout: number) {
   try {
     await engine.call("POST", `/containers/${id}/stop?t=${stopTimeout}`);
   } catch (err) {
-    // 304: already stopped; 404: already gone.
-    if (!(err instanceof EngineError) || (err.status !== 304 && err.status !== 404)) throw err;
+    // 304: already stopped; 404 (or Podman's 500 "no such container"): already gone.
+    if (!(err instanceof EngineError) || (err.status !== 304 && !isGone(err))) throw err;
   }
   try {
     await engine.call("DELETE", `/containers/${id}?force=true`);
@@ -237,7 +264,7 @@ async function removeContainer(engine: EngineClient, id: string, stopTimeout: nu
     // 404: already gone; 409 "already in progress": another cleaner (a
     // second `gc`, the runtime releasing it) is removing it right now.
     const gone = err instanceof EngineError &&
-      (err.status === 404 || (err.status === 409 && /already in progress/.test(err.message)));
+      (isGone(err) || (err.status === 409 && /already in progress/.test(err.message)));
     if (!gone) throw err;
   }
 }

@@ -11,6 +11,9 @@
  * - {@linkcode ContainerRuntime}: an environment image in a Docker or Podman
  *   container, one per placement; {@linkcode buildEnvironmentImage} makes
  *   the image, {@linkcode removeStaleContainers} cleans up after a killed run.
+ * - {@linkcode SwarmRuntime}: a pool of replicas of an environment image on a
+ *   Docker Swarm across hosts, each leased to one rollout at a time, scaled
+ *   with demand.
  *
  * {@linkcode loadEnvironment} imports an environment module by path.
  *
@@ -38,3 +41,4 @@ export {
   removeStaleContainers,
   type RemoveStaleOptions,
 } from "./container.ts";
+export { SwarmRuntime, type SwarmRuntimeOptions } from "./swarm.ts";
