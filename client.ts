@@ -27,6 +27,7 @@
 import { Capability } from "./capability.ts";
 import { type SshBindingOptions, SshClient } from "./ssh/client.ts";
 import { type CdpBindingOptions, CdpClient } from "./cdp/client.ts";
+import { McpClient, type McpClientOptions } from "./mcp/client.ts";
 import type { GradeFrame, PromptFrame, TaskEntry } from "./env.ts";
 import { ConnectionClosedError, ErrorCode, HudProtocolError, NotReadyError } from "./errors.ts";
 import { encodeFrame, LineReader, parseLine, replyResult } from "./_internal/framing.ts";
@@ -600,6 +601,14 @@ export class HudClient implements AsyncDisposable {
    */
   open(ref: "cdp" | `cdp/${string}`, options?: CdpBindingOptions): Promise<CdpClient>;
   /**
+   * An MCP client for the `mcp` binding (a tool server): `open("mcp")` is
+   * {@linkcode HudClient.openMcp}; see there.
+   */
+  open(
+    ref: "mcp" | `mcp/${string}`,
+    options?: Omit<McpClientOptions, "authToken">,
+  ): Promise<McpClient>;
+  /**
    * An SSH client for an `ssh/2` binding, connected (lazily) through its
    * local forwarder, that checks the server's host key against the
    * binding's `host_pubkey` and logs in with its `client_key`. With `"cdp"`
@@ -612,12 +621,21 @@ export class HudClient implements AsyncDisposable {
   open(ref?: string, options?: SshBindingOptions): SshClient;
   open(
     ref = "shell",
-    options: SshBindingOptions | CdpBindingOptions = {},
-  ): SshClient | Promise<CdpClient> {
-    if (ref === "cdp" || ref.startsWith("cdp/")) return this.openCdp(ref, options);
+    options: SshBindingOptions | CdpBindingOptions | Omit<McpClientOptions, "authToken"> = {},
+  ): SshClient | Promise<CdpClient> | Promise<McpClient> {
+    if (ref === "cdp" || ref.startsWith("cdp/")) {
+      return this.openCdp(ref, options as CdpBindingOptions);
+    }
+    if (ref === "mcp" || ref.startsWith("mcp/")) {
+      return this.openMcp(ref, options as Omit<McpClientOptions, "authToken">);
+    }
     const capability = this.binding(ref);
     if (capability.family !== "ssh") {
-      const hint = capability.family === "cdp" ? `; use openCdp("${capability.name}")` : "";
+      const hint = capability.family === "cdp"
+        ? `; use openCdp("${capability.name}")`
+        : capability.family === "mcp"
+        ? `; use openMcp("${capability.name}")`
+        : "";
       throw new TypeError(
         `Cannot open binding "${capability.name}": expected an ssh binding, got "${capability.protocol}"${hint}`,
       );
@@ -635,6 +653,22 @@ export class HudClient implements AsyncDisposable {
    */
   async openCdp(ref = "cdp", options: CdpBindingOptions = {}): Promise<CdpClient> {
     return await CdpClient.fromBinding(this.binding(ref), options);
+  }
+
+  /**
+   * An initialized MCP client (streamable HTTP) for an `mcp` binding, reached
+   * through the binding's local forwarder, with the binding's `auth_token`
+   * if it has one. Close it before the client.
+   * @param ref a name (`tools`), protocol or family, as for {@linkcode HudClient.binding}
+   * @throws {RangeError} when the ref matches nothing or several bindings
+   * @throws {TypeError} when the binding is not `mcp`
+   * @throws {McpError} when the server cannot be initialized
+   */
+  async openMcp(
+    ref = "mcp",
+    options: Omit<McpClientOptions, "authToken"> = {},
+  ): Promise<McpClient> {
+    return await McpClient.fromBinding(this.binding(ref), options);
   }
 
   /**

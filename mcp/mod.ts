@@ -1,7 +1,7 @@
 /**
  * MCP over the streamable HTTP transport: {@linkcode McpClient} talks to any
  * MCP server (protocol 2025-06-18 or 2025-11-25), reached directly or
- * through a `HudClient`'s forwarder (`McpClient.fromBinding(client.binding("tools"))`);
+ * through a `HudClient`'s forwarder (`await client.open("mcp")`);
  * {@linkcode addMcpServer} serves typed tools ({@linkcode mcpTool}) from an
  * environment and publishes an `mcp` capability.
  *

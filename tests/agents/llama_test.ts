@@ -10,7 +10,11 @@ import { ChatAgent } from "../../agents/mod.ts";
 
 const DIR = Deno.env.get("HUD_LLAMA_DIR") ?? "/var/cache/hud-sdk/llama";
 const SERVER = `${DIR}/bin/llama-server`;
-const MODEL = `${DIR}/tiny-toolcall.gguf`;
+/** The committed fixture; its recipe is beside it (tests/fixtures/llama/README.md). */
+const MODEL = Deno.env.get("HUD_LLAMA_MODEL") ??
+  new URL("../fixtures/llama/tiny-toolcall.gguf", import.meta.url).pathname;
+/** Set by .ci/run, which builds llama-server: there a missing binary is a failure, not a skip. */
+const REQUIRED = Deno.env.get("HUD_REQUIRE_LLAMA") === "1";
 
 function exists(path: string): boolean {
   try {
@@ -21,8 +25,11 @@ function exists(path: string): boolean {
 }
 
 const missing = [SERVER, MODEL].filter((p) => !exists(p));
-if (missing.length > 0) {
-  console.log(`llama_test: skipped: ${missing.join(" and ")} not found (.ci/run builds them)`);
+if (missing.length > 0 && !REQUIRED) {
+  console.log(
+    `llama_test: skipped: ${missing.join(" and ")} not found ` +
+      "(build it: bash tests/fixtures/llama/build_llama_server.sh /var/cache/hud-sdk/llama)",
+  );
 }
 
 function freePort(): number {
@@ -34,8 +41,9 @@ function freePort(): number {
 
 Deno.test({
   name: "ChatAgent against llama-server with the tiny tool-calling model",
-  ignore: missing.length > 0,
+  ignore: missing.length > 0 && !REQUIRED,
   async fn() {
+    assert.deepEqual(missing, [], "HUD_REQUIRE_LLAMA=1 but llama-server or the model is missing");
     const port = freePort();
     const child = new Deno.Command(SERVER, {
       args: [

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { Environment, integer, rollout, string } from "../../mod.ts";
+import { bind, connect, Environment, integer, rollout, string } from "../../mod.ts";
 import { addMcpServer, McpClient, McpError, mcpTool, resultText } from "../../mcp/mod.ts";
 import { ChatAgent } from "../../agents/mod.ts";
 import { completion, scriptedServer } from "../agents/_scripted.ts";
@@ -112,6 +112,32 @@ Deno.test("ChatAgent takes an mcp capability's tools and calls them through the 
   const results = run.trace.steps.filter((s) => s.type === "tool")
     .map((s) => (s.content as { result: string }).result);
   assert.deepEqual(results, ['{"word":"hud","meaning":"the meaning of hud"}', "3"]);
+});
+
+Deno.test('HudClient.open("mcp") and openMcp(name) reach the server through the forwarder', async () => {
+  const calls: string[] = [];
+  const env = new Environment("mcp-open");
+  addMcpServer(env, { tools: tools(calls) });
+  await env.start();
+  await using _stopped = { [Symbol.asyncDispose]: () => env.stop() };
+  await using server = bind(env);
+  await using client = await connect(server, { readyTimeout: 10_000 });
+  const binding = client.binding("tools");
+  // The binding is the client's forwarder, not the server's own port.
+  assert.notEqual(binding.url, env.capability("tools")!.url);
+  {
+    await using mcp = await client.open("mcp");
+    assert.equal(mcp.protocolVersion, "2025-11-25");
+    assert.equal(resultText(await mcp.callTool("add", { a: 40, b: 2 })), "42");
+  }
+  {
+    await using mcp = await client.openMcp("tools", { protocolVersion: "2025-06-18" });
+    assert.equal(mcp.protocolVersion, "2025-06-18");
+    assert.deepEqual((await mcp.listTools()).map((t) => t.name), ["add", "lookup"]);
+  }
+  assert.deepEqual(calls, ["add 40 2"]);
+  // An mcp binding opened as a shell names the way out.
+  assert.throws(() => client.open("tools"), /expected an ssh binding.*use openMcp\("tools"\)/);
 });
 
 // ---- against the official TypeScript SDK, installed from npm for this test only
