@@ -208,7 +208,7 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
     this.#max = max;
     this.#width = width;
     this.#desired = initial;
-    this.#name = options.name ?? `hud-${Deno.pid}-${this.#token.slice(0, 8)}`;
+    this.#name = options.name ?? `hud-${Deno.pid}-${crypto.randomUUID().slice(0, 8)}`;
   }
 
   /** The image placed. */
