@@ -18,6 +18,28 @@ export function signalGroup(pid: number, signal: Deno.Signal): boolean {
   }
 }
 
+/**
+ * Live (not zombie) process ids whose process group is `pgid`, read from
+ * `/proc` (Linux only: elsewhere, an empty list).
+ */
+export function liveGroupMembers(pgid: number): number[] {
+  if (Deno.build.os !== "linux") return [];
+  const found: number[] = [];
+  for (const entry of Deno.readDirSync("/proc")) {
+    if (!/^\d+$/.test(entry.name)) continue;
+    let stat: string;
+    try {
+      stat = Deno.readTextFileSync(`/proc/${entry.name}/stat`);
+    } catch {
+      continue; // exited meanwhile
+    }
+    // pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+    const [state, , pgrp] = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    if (Number(pgrp) === pgid && state !== "Z" && state !== "X") found.push(Number(entry.name));
+  }
+  return found;
+}
+
 /** {@linkcode signalGroup} that never throws: teardown is often fire-and-forget. */
 export function trySignalGroup(pid: number, signal: Deno.Signal): boolean {
   try {

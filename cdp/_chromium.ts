@@ -2,6 +2,7 @@
 // (Linux). Private to cdp/: addBrowser() is the public face.
 
 import { delay } from "../_internal/async.ts";
+import { liveGroupMembers } from "../_internal/process.ts";
 
 /** Default flags for a quiet, offline, headless Chromium. */
 export const DEFAULT_CHROMIUM_ARGS: readonly string[] = [
@@ -70,26 +71,6 @@ export function parseDevToolsActivePort(
   return { port, path: m[2] };
 }
 
-/** Live (non-zombie) PIDs whose process group is `pgid`, read from `/proc`. */
-export function liveProcessGroupMembers(pgid: number): number[] {
-  const out: number[] = [];
-  for (const entry of Deno.readDirSync("/proc")) {
-    if (!/^\d+$/.test(entry.name)) continue;
-    let stat: string;
-    try {
-      stat = Deno.readTextFileSync(`/proc/${entry.name}/stat`);
-    } catch {
-      continue; // exited meanwhile
-    }
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    // fields[0] = state, fields[2] = pgrp
-    if (Number(fields[2]) === pgid && fields[0] !== "Z" && fields[0] !== "X") {
-      out.push(Number(entry.name));
-    }
-  }
-  return out;
-}
-
 /**
  * Starts Chromium with `--remote-debugging-port=0` in a new session (`detached: true`, i.e.
  * setsid, so pid == pgid), waits for `<userDataDir>/DevToolsActivePort` and returns the
@@ -156,7 +137,7 @@ export async function launchChromium(options: LaunchOptions = {}): Promise<Chrom
       await stdin?.close().catch(() => {});
       await drained;
       // Children are reparented to PID 1 and may linger as zombies; only wait for live ones.
-      for (let i = 0; i < 200 && liveProcessGroupMembers(pid).length > 0; i++) await delay(10);
+      for (let i = 0; i < 200 && liveGroupMembers(pid).length > 0; i++) await delay(10);
       for (let i = 0;; i++) {
         try {
           await Deno.remove(userDataDir, { recursive: true });

@@ -45,7 +45,7 @@
 
 import type { AgentContext, Run } from "./run.ts";
 import { type Agent, NotGradedError } from "./run.ts";
-import { killProcessGroup, trySignalGroup } from "../_internal/process.ts";
+import { killProcessGroup, liveGroupMembers, trySignalGroup } from "../_internal/process.ts";
 import { delay } from "../_internal/async.ts";
 import { concat } from "../_internal/io.ts";
 
@@ -136,19 +136,7 @@ export function parseEnvFile(text: string, path = "env file"): Record<string, st
 function groupAlive(pgid: number): boolean {
   if (!trySignalGroup(pgid, "SIGKILL")) return false;
   if (Deno.build.os !== "linux") return true;
-  for (const entry of Deno.readDirSync("/proc")) {
-    if (!/^\d+$/.test(entry.name)) continue;
-    let stat: string;
-    try {
-      stat = Deno.readTextFileSync(`/proc/${entry.name}/stat`);
-    } catch {
-      continue; // gone meanwhile
-    }
-    // pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
-    const [state, , pgrp] = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    if (Number(pgrp) === pgid && state !== "Z" && state !== "X") return true;
-  }
-  return false;
+  return liveGroupMembers(pgid).length > 0;
 }
 
 /** An external program as an {@linkcode Agent}; see the module docs for its contract. */

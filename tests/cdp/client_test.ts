@@ -9,7 +9,8 @@ import {
   rollout,
   type Run,
 } from "../../mod.ts";
-import { launchChromium, liveProcessGroupMembers } from "../../cdp/_chromium.ts";
+import { launchChromium } from "../../cdp/_chromium.ts";
+import { liveGroupMembers } from "../../_internal/process.ts";
 
 const PAGE = `<!doctype html><html><head><title>cdp test</title></head>
 <body><h1 id="greeting">Hello from Deno</h1>
@@ -72,7 +73,7 @@ Deno.test("CdpClient drives headless Chromium end to end", async (t) => {
   let client: CdpClient | undefined;
   try {
     assert.match(browser.wsUrl, /^ws:\/\/127\.0\.0\.1:\d+\/devtools\/browser\/[\w-]+$/);
-    assert.deepEqual(liveProcessGroupMembers(browser.pid).includes(browser.pid), true);
+    assert.deepEqual(liveGroupMembers(browser.pid).includes(browser.pid), true);
 
     await t.step("discovery via /json/version matches DevToolsActivePort", async () => {
       const url = await discoverBrowserWsUrl(`127.0.0.1:${browser.port}`, { signal });
@@ -212,7 +213,7 @@ Deno.test("CdpClient drives headless Chromium end to end", async (t) => {
     await server.shutdown();
     await browser.close();
   }
-  assert.deepEqual(liveProcessGroupMembers(browser.pid), []);
+  assert.deepEqual(liveGroupMembers(browser.pid), []);
   await assertDirGone(browser.userDataDir);
 });
 
@@ -238,7 +239,7 @@ Deno.test("CdpClient rejects pending calls when the browser dies", async () => {
   } finally {
     await browser.close();
   }
-  assert.deepEqual(liveProcessGroupMembers(browser.pid), []);
+  assert.deepEqual(liveGroupMembers(browser.pid), []);
   await assertDirGone(browser.userDataDir);
 });
 
@@ -276,10 +277,10 @@ Deno.exit(0); // no close()`;
     pid: number;
     dir: string;
   };
-  for (let i = 0; i < 200 && liveProcessGroupMembers(pid).length > 0; i++) {
+  for (let i = 0; i < 200 && liveGroupMembers(pid).length > 0; i++) {
     await new Promise((r) => setTimeout(r, 10));
   }
-  assert.deepEqual(liveProcessGroupMembers(pid), []);
+  assert.deepEqual(liveGroupMembers(pid), []);
   await Deno.remove(dir, { recursive: true }); // profile is left behind in this case
 });
 

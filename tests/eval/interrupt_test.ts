@@ -1,6 +1,7 @@
 // `hud eval` under interruption, in child processes: no graded result is
 // lost or re-run, and no process, key file or temp dir of the run is left.
 import assert from "node:assert/strict";
+import { liveGroupMembers } from "../../_internal/process.ts";
 
 const CLI = new URL("../../cli.ts", import.meta.url).href;
 const fixture = (name: string) =>
@@ -60,23 +61,6 @@ async function waitUntil(what: string, predicate: () => Promise<boolean>, ms = 6
 async function lineCount(path: string): Promise<number> {
   const text = await Deno.readTextFile(path).catch(() => "");
   return text.split("\n").length - 1;
-}
-
-/** Process ids of live (not zombie) processes in process group `pgid`, from /proc. */
-function groupMembers(pgid: number): number[] {
-  const found: number[] = [];
-  for (const entry of Deno.readDirSync("/proc")) {
-    if (!/^\d+$/.test(entry.name)) continue;
-    let stat: string;
-    try {
-      stat = Deno.readTextFileSync(`/proc/${entry.name}/stat`);
-    } catch {
-      continue;
-    }
-    const [state, , pgrp] = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    if (Number(pgrp) === pgid && state !== "Z" && state !== "X") found.push(Number(entry.name));
-  }
-  return found;
 }
 
 /** Kills what a failed test left, so the next one starts clean. */
@@ -143,7 +127,7 @@ Deno.test({
           );
           // Nothing of the run is alive, nothing private is left.
           for (const g of await pgidsIn(pgids)) {
-            assert.deepEqual(groupMembers(g), [], `agent group ${g} is gone ${where}`);
+            assert.deepEqual(liveGroupMembers(g), [], `agent group ${g} is gone ${where}`);
           }
           const left = [...Deno.readDirSync(tmp)].map((e) => e.name).sort();
           assert.deepEqual(left, ["out", "pgids"], `nothing else in TMPDIR ${where}`);
@@ -222,7 +206,7 @@ Deno.test({
         assert.equal(ran.code, 130, ran.stderr);
         assert.match(ran.stderr, /^interrupted: 0 of 8 rollouts done; rerun with --resume/m);
         for (const g of await pgidsIn(pgids)) {
-          assert.deepEqual(groupMembers(g), [], `agent group ${g} is gone`);
+          assert.deepEqual(liveGroupMembers(g), [], `agent group ${g} is gone`);
         }
         const left = [...Deno.readDirSync(tmp)].map((e) => e.name);
         assert.deepEqual(left, ["pgids"], "no key file or temp dir is left");
@@ -260,7 +244,7 @@ Deno.test({
     assert.match(ran.stdout, /agent: agent timed out after 1000 ms/);
     const groups = await pgidsIn(pgids);
     assert.equal(groups.length, 2);
-    for (const g of groups) assert.deepEqual(groupMembers(g), [], `agent group ${g} is gone`);
+    for (const g of groups) assert.deepEqual(liveGroupMembers(g), [], `agent group ${g} is gone`);
   } finally {
     killGroups(await pgidsIn(pgids));
     await Deno.remove(tmp, { recursive: true });
