@@ -12,6 +12,7 @@
 // over the model calls. Loopback only; llama-server is stopped at the end.
 
 import { parseArgs } from "node:util";
+import { LLAMA_BUILD_HINT, missingLlama, startLlamaServer } from "../tests/agents/_llama.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
@@ -36,29 +37,12 @@ for (
   }
 }
 
-const DIR = Deno.env.get("HUD_LLAMA_DIR") ?? "/var/cache/hud-sdk/llama";
-const SERVER = `${DIR}/bin/llama-server`;
-const MODEL = Deno.env.get("HUD_LLAMA_MODEL") ??
-  new URL("../tests/fixtures/llama/tiny-toolcall.gguf", import.meta.url).pathname;
 const ROOT = new URL("..", import.meta.url).pathname;
 
-for (const path of [SERVER, MODEL]) {
-  try {
-    Deno.statSync(path);
-  } catch {
-    console.error(
-      `llama_bench: ${path} not found; build llama-server with ` +
-        "bash tests/fixtures/llama/build_llama_server.sh /var/cache/hud-sdk/llama",
-    );
-    Deno.exit(1);
-  }
-}
-
-function freePort(): number {
-  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (l.addr as Deno.NetAddr).port;
-  l.close();
-  return port;
+const missing = missingLlama();
+if (missing.length > 0) {
+  console.error(`llama_bench: ${missing.join(" and ")} not found; ${LLAMA_BUILD_HINT}`);
+  Deno.exit(1);
 }
 
 function median(xs: number[]): number {
@@ -71,28 +55,13 @@ function rssKiB(pid: number): number {
   return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? NaN);
 }
 
-const port = freePort();
-const server = new Deno.Command(SERVER, {
-  args: [
-    ...["-m", MODEL, "--jinja", "--temp", "0", "--host", "127.0.0.1", "--port", String(port)],
-    ...["-np", String(CONCURRENCY), "-c", String(4096 * CONCURRENCY), "-t", "2"],
-  ],
-  stdout: "null",
-  stderr: "null",
-}).spawn();
+const server = await startLlamaServer(
+  ["-np", String(CONCURRENCY), "-c", String(4096 * CONCURRENCY), "-t", "2"],
+  60_000,
+);
 const work = await Deno.makeTempDir({ prefix: "llama-bench-" });
 try {
-  const base = `http://127.0.0.1:${port}`;
-  const until = Date.now() + 60_000;
-  for (;;) {
-    const ok = await fetch(`${base}/health`).then(async (r) => {
-      await r.body?.cancel();
-      return r.ok;
-    }, () => false);
-    if (ok) break;
-    if (Date.now() > until) throw new Error(`llama-server on ${base} not healthy after 60 s`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
+  const base = server.base;
   const out = `${work}/results.jsonl`;
   const t0 = performance.now();
   const job = await new Deno.Command(Deno.execPath(), {
@@ -153,7 +122,6 @@ try {
     Deno.exitCode = 1;
   }
 } finally {
-  server.kill("SIGTERM");
-  await server.status;
+  await server[Symbol.asyncDispose]();
   await Deno.remove(work, { recursive: true });
 }

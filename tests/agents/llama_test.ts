@@ -7,36 +7,14 @@
 import assert from "node:assert/strict";
 import { addWorkspace, Environment, rollout } from "../../mod.ts";
 import { ChatAgent } from "../../agents/mod.ts";
+import { LLAMA_BUILD_HINT, missingLlama, startLlamaServer } from "./_llama.ts";
 
-const DIR = Deno.env.get("HUD_LLAMA_DIR") ?? "/var/cache/hud-sdk/llama";
-const SERVER = `${DIR}/bin/llama-server`;
-/** The committed fixture; its recipe is beside it (tests/fixtures/llama/README.md). */
-const MODEL = Deno.env.get("HUD_LLAMA_MODEL") ??
-  new URL("../fixtures/llama/tiny-toolcall.gguf", import.meta.url).pathname;
 /** Set by .ci/run, which builds llama-server: there a missing binary is a failure, not a skip. */
 const REQUIRED = Deno.env.get("HUD_REQUIRE_LLAMA") === "1";
 
-function exists(path: string): boolean {
-  try {
-    return Deno.statSync(path).isFile;
-  } catch {
-    return false;
-  }
-}
-
-const missing = [SERVER, MODEL].filter((p) => !exists(p));
+const missing = missingLlama();
 if (missing.length > 0 && !REQUIRED) {
-  console.log(
-    `llama_test: skipped: ${missing.join(" and ")} not found ` +
-      "(build it: bash tests/fixtures/llama/build_llama_server.sh /var/cache/hud-sdk/llama)",
-  );
-}
-
-function freePort(): number {
-  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (l.addr as Deno.NetAddr).port;
-  l.close();
-  return port;
+  console.log(`llama_test: skipped: ${missing.join(" and ")} not found (${LLAMA_BUILD_HINT})`);
 }
 
 Deno.test({
@@ -44,39 +22,10 @@ Deno.test({
   ignore: missing.length > 0 && !REQUIRED,
   async fn() {
     assert.deepEqual(missing, [], "HUD_REQUIRE_LLAMA=1 but llama-server or the model is missing");
-    const port = freePort();
-    const child = new Deno.Command(SERVER, {
-      args: [
-        "-m",
-        MODEL,
-        "--jinja",
-        "--temp",
-        "0",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        String(port),
-        "-c",
-        "4096",
-        "-np",
-        "1",
-      ],
-      stdout: "null",
-      stderr: "null",
-    }).spawn();
+    await using llama = await startLlamaServer(["-c", "4096", "-np", "1"], 40_000);
     const root = await Deno.makeTempDir({ prefix: "agents-llama-" });
     try {
-      const base = `http://127.0.0.1:${port}`;
-      const until = Date.now() + 40_000;
-      for (;;) {
-        const ok = await fetch(`${base}/health`).then(async (r) => {
-          await r.body?.cancel();
-          return r.ok;
-        }, () => false);
-        if (ok) break;
-        if (Date.now() > until) throw new Error(`llama-server on ${base} not healthy after 40 s`);
-        await new Promise((r) => setTimeout(r, 200));
-      }
+      const base = llama.base;
       const env = new Environment("lab");
       addWorkspace(env, root, { env: { HOME: root } });
       const task = env.template({ id: "hello" }, async function* () {
@@ -108,8 +57,6 @@ Deno.test({
       }
       for (const s of models) assert.equal(typeof s.info?.latency_ms, "number");
     } finally {
-      child.kill("SIGTERM");
-      await child.status;
       await Deno.remove(root, { recursive: true });
     }
   },
