@@ -14,10 +14,10 @@ import {
   type ModelReply,
   type ModelRequest,
   ModelStreamError,
-  sseData,
   type TokenUsage,
   type ToolCall,
 } from "./model.ts";
+import { sseData } from "../_internal/sse.ts";
 import { isRecord } from "../_internal/util.ts";
 
 /** Options for {@linkcode OpenAiBackend}. */

@@ -9,6 +9,7 @@
 import type { Capability } from "../capability.ts";
 import { isRecord } from "../_internal/util.ts";
 import { Deadline } from "../_internal/async.ts";
+import { sseData } from "../_internal/sse.ts";
 
 /** Protocol versions this package speaks, newest first. */
 export const MCP_PROTOCOL_VERSIONS: readonly string[] = ["2025-11-25", "2025-06-18"];
@@ -58,33 +59,6 @@ export interface McpClientOptions {
   protocolVersion?: string;
   /** The name this client gives at `initialize`. @default "hud-sdk" */
   clientName?: string;
-}
-
-async function* sseMessages(body: ReadableStream<Uint8Array>): AsyncGenerator<unknown> {
-  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
-  let buffer = "";
-  let data: string[] = [];
-  try {
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buffer += value;
-      let nl: number;
-      while ((nl = buffer.search(/\r\n|\r|\n/)) >= 0) {
-        const line = buffer.slice(0, nl);
-        buffer = buffer.slice(nl + (buffer.startsWith("\r\n", nl) ? 2 : 1));
-        if (line === "") {
-          if (data.length > 0) yield JSON.parse(data.join("\n"));
-          data = [];
-        } else if (line.startsWith("data:")) {
-          data.push(line.slice(line.startsWith("data: ") ? 6 : 5));
-        }
-      }
-    }
-  } finally {
-    await reader.cancel().catch(() => {});
-    reader.releaseLock();
-  }
 }
 
 /**
@@ -233,7 +207,8 @@ export class McpClient implements AsyncDisposable {
     const type = response.headers.get("content-type") ?? "";
     let reply: unknown = undefined;
     if (type.includes("text/event-stream")) {
-      for await (const message of sseMessages(response.body!)) {
+      for await (const { data } of sseData(response.body!, { dropUnterminated: true })) {
+        const message = JSON.parse(data);
         // Server requests and notifications may come first; the reply ends it.
         if (isRecord(message) && message.id === id && ("result" in message || "error" in message)) {
           reply = message;
