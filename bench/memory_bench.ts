@@ -15,16 +15,15 @@
 // `read256`, `read64` (one read pending into a buffer of that size),
 // `shared4096` (all pending reads into one buffer).
 
+import { generateToken } from "../_internal/auth.ts";
+
 const N = Number(Deno.args.find((a) => a.startsWith("--n="))?.slice(4) ?? 10_000);
 const ONLY = Deno.args.find((a) => a.startsWith("--only="))?.slice(7).split(",");
 const IDLE_S = Number(Deno.args.find((a) => a.startsWith("--idle="))?.slice(7) ?? 0);
 const BENCH_DIR = new URL(".", import.meta.url).pathname;
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
-const TOKEN = Array.from(
-  crypto.getRandomValues(new Uint8Array(32)),
-  (b) => b.toString(16).padStart(2, "0"),
-).join("");
+const TOKEN = generateToken();
 
 interface Kind {
   name: string;

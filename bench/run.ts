@@ -19,6 +19,7 @@
 // shell that raises it to the hard limit (Deno cannot raise its own), and
 // every server child is started the same way.
 
+import { generateToken } from "../_internal/auth.ts";
 import {
   bind,
   connect,
@@ -45,10 +46,7 @@ const SERVER_V8_FLAGS = Deno.env.get("HUD_BENCH_V8_FLAGS") ?? "";
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 /** The token of every server this benchmark starts. */
-const TOKEN = Array.from(
-  crypto.getRandomValues(new Uint8Array(32)),
-  (b) => b.toString(16).padStart(2, "0"),
-).join("");
+const TOKEN = generateToken();
 
 /** The control url of a server on `port`, with the token. */
 function controlUrl(port: number): string {
