@@ -67,7 +67,25 @@ function describePending(run: Running): string {
     : "waiting on nothing named (wrap the slow call in waitingFor())";
 }
 
-async function runBounded(name: string, ms: number, fn: TestFn, t: Deno.TestContext) {
+/**
+ * What a bounded test must undo whatever happens to its body (daemons,
+ * namespaces, firewall rules): run after the body settles, or at once when
+ * the deadline passes, before the test reports, within its own bound.
+ */
+export interface Teardown {
+  /** Undoes what the test set up; must itself be bounded and idempotent. */
+  teardown: () => Promise<void>;
+  /** How long the teardown may take, in ms. */
+  teardownMs: number;
+}
+
+async function runBounded(
+  name: string,
+  ms: number,
+  fn: TestFn,
+  t: Deno.TestContext,
+  teardown?: Teardown,
+) {
   const outer = current;
   const run: Running = { name, ms, controller: new AbortController(), pending: new Map() };
   current = run;
@@ -95,17 +113,36 @@ async function runBounded(name: string, ms: number, fn: TestFn, t: Deno.TestCont
     clearTimeout(timer);
     clearTimeout(grace);
     current = outer;
+    if (teardown) await runTeardown(name, teardown);
+  }
+}
+
+async function runTeardown(name: string, { teardown, teardownMs }: Teardown): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    const ended = await Promise.race([
+      teardown().then(() => true),
+      new Promise<boolean>((resolve) => timer = setTimeout(() => resolve(false), teardownMs)),
+    ]);
+    if (!ended) {
+      throw new DeadlineError(`Test "${name}": its teardown did not end within ${teardownMs} ms`);
+    }
+  } finally {
+    clearTimeout(timer);
   }
 }
 
 /**
  * Bounds a test body: after `ms` it fails, naming the operations it was
  * waiting for. Use for tests that should finish well before TEST_BOUND_MS.
+ * `teardown` runs after the body, or as soon as the deadline has passed and
+ * the body had its grace, so that what the test started outside this process
+ * is undone before the test (and perhaps the run) ends.
  */
-export function withDeadline(ms: number, fn: TestFn): TestFn {
+export function withDeadline(ms: number, fn: TestFn, teardown?: Teardown): TestFn {
   if (!(ms > 0 && ms < 60_000)) throw new RangeError(`Invalid test bound: ${ms} ms`);
   const scaled = Math.max(ms, Math.round(ms * SCALE));
-  const bounded = (t: Deno.TestContext) => runBounded(t.name, scaled, fn, t);
+  const bounded = (t: Deno.TestContext) => runBounded(t.name, scaled, fn, t, teardown);
   return Object.assign(bounded, { [BOUNDED]: true });
 }
 

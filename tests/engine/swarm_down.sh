@@ -28,12 +28,27 @@ ctr_ns_rm() { # kill and delete what a containerd namespace holds, then the name
   ctr -n "$n" snapshots ls 2>/dev/null | awk 'NR>1{print $1}' | tac | xargs -r ctr -n "$n" snapshots rm >/dev/null 2>&1
   ctr namespaces rm "$n" >/dev/null 2>&1 || echo "warn: containerd namespace $n not removed"
 }
+ns_pids() { # PIDs of the processes in the network namespaces a dockerd (exec root $1) made
+  local f ino p
+  for f in "$1"/netns/*; do
+    [ -e "$f" ] || continue
+    ino=$(stat -L -c %i "$f" 2>/dev/null) || continue
+    for p in /proc/[0-9]*; do
+      [ "$(readlink "$p/ns/net" 2>/dev/null)" = "net:[$ino]" ] && echo "${p#/proc/}"
+    done
+  done
+}
 stop_pid "$STATE/registry.pid"
-for pf in "$STATE"/dockerd-sw*.pid; do
-  [ -e "$pf" ] || continue
-  ns=$(basename "$pf" .pid); ns=${ns#dockerd-}
-  stop_pid "$pf"
+# The nodes: those this state recorded, and any /run/docker-swN an earlier run left behind.
+nodes=$({
+  for pf in "$STATE"/dockerd-sw*.pid; do [ -e "$pf" ] && basename "$pf" .pid | sed 's/^dockerd-//'; done
+  for d in /run/docker-sw[0-9]*; do [ -d "$d" ] && basename "$d" | sed 's/^docker-//'; done
+} | sort -u)
+for ns in $nodes; do
+  stop_pid "$STATE/dockerd-$ns.pid"
   ctr_ns_rm "$ns"; ctr_ns_rm "$ns-plugins"
+  # Containers whose shim is gone (containerd killed) run on, reparented to init: end them by PID.
+  for p in $(ns_pids "/run/docker-$ns"); do kill -KILL "$p" 2>/dev/null; done
   # A killed dockerd leaves its mounts, the data root itself among them.
   for m in $(awk -v r="/run/docker-$ns" -v d="/var/lib/docker-$ns" \
     '$2 == r || $2 == d || index($2, r "/") == 1 || index($2, d "/") == 1 {print $2}' /proc/mounts | sort -r); do
@@ -44,6 +59,10 @@ for pf in "$STATE"/dockerd-sw*.pid; do
   ip netns del "$ns" 2>/dev/null
 done
 for ns in $(ip netns list | awk '/^sw[0-9]+/{print $1}'); do ip netns del "$ns"; done
+# Host ends of the veths, also of a run whose state is gone (a namespace kept alive by a container).
+for l in $(ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E '^sw[0-9]+-h$'); do
+  ip link del "$l" 2>/dev/null
+done
 for n in $(ctr namespaces ls -q 2>/dev/null | grep -E '^sw[0-9]+(-plugins)?$'); do ctr_ns_rm "$n"; done
 ip link del brswarm 2>/dev/null
 while iptables -w -D FORWARD -i brswarm -o brswarm -j ACCEPT 2>/dev/null; do :; done

@@ -33,7 +33,11 @@ iptables -w -C FORWARD -i $BR -o $BR -j ACCEPT 2>/dev/null || iptables -w -I FOR
 "$HERE/guard.sh" add   # keep the guard's jump first
 for i in $(seq 1 "$N"); do
   ns=sw$i
-  [ -e /run/netns/$ns ] || ip netns add $ns
+  if [ ! -e /run/netns/$ns ]; then
+    ip netns add $ns
+    # A host end left from an earlier run leads into another namespace: replace it.
+    ip link del ${ns}-h 2>/dev/null || true
+  fi
   if ! ip link show ${ns}-h >/dev/null 2>&1; then
     ip link add ${ns}-h type veth peer name eth0 netns $ns
     ip link set ${ns}-h master $BR up

@@ -126,17 +126,38 @@ async function crash(node: string, state: string): Promise<void> {
   }
 }
 
+const shared = Deno.env.get("ENGINE_STATE");
+/** The scripts' environment, once the test has made its state directory. */
+let env: Record<string, string> | null = null;
+
+let down: Promise<void> | null = null;
+
+/**
+ * Bounded, and run once however often it is called (the body's `finally` and
+ * the teardown both call it): daemons (by PID), namespaces, bridge, rules,
+ * state.
+ */
+function swarmDown(): Promise<void> {
+  if (env === null) return Promise.resolve();
+  const scripts = env;
+  return down ??= (async () => {
+    await sh("swarm_down.sh", scripts, 120_000).catch((err) => console.error(String(err)));
+    if (shared === undefined) {
+      await Deno.remove(scripts.ENGINE_STATE, { recursive: true }).catch(() => {});
+    }
+  })();
+}
+
 Deno.test({
   name: "SwarmRuntime serves 60 rollouts on 3 nodes and survives a node's crash",
   ignore,
   fn: withDeadline(59_000, async (t) => {
     if (SKIP !== null) throw new Error(`swarm test cannot run in CI: ${SKIP}`);
-    const shared = Deno.env.get("ENGINE_STATE");
-    const state = shared ?? await Deno.makeTempDir({ prefix: "hud-swarm-" });
-    const env = {
-      ENGINE_STATE: state,
+    env = {
+      ENGINE_STATE: shared ?? await Deno.makeTempDir({ prefix: "hud-swarm-" }),
       SWARM_REGISTRY: which("docker-registry") ? "1" : "0",
     };
+    const state = env.ENGINE_STATE;
     try {
       await sh("swarm_up.sh", env, 180_000);
       let registry: string | null = null;
@@ -320,10 +341,13 @@ Deno.test({
         }
       });
     } finally {
-      // Bounded, and run even after a failure: daemons, namespaces, bridge, rules.
-      await sh("swarm_down.sh", env, 120_000).catch((err) => console.error(String(err)));
-      if (shared === undefined) await Deno.remove(state, { recursive: true }).catch(() => {});
+      await swarmDown();
     }
+  }, {
+    // Also when the deadline passes while the body still waits: the daemons,
+    // namespaces, bridge and rules must not outlive the test run.
+    teardown: swarmDown,
+    teardownMs: 150_000,
   }),
 });
 
