@@ -1,8 +1,8 @@
 // The binary packet protocol (RFC 4253 section 6) with the ciphers and MACs
 // OpenSSH 9 offers that WebCrypto can do: aes{128,256}-ctr with hmac-sha2-256
 // (plain or -etm) and aes{128,256}-gcm@openssh.com; and
-// chacha20-poly1305@openssh.com, which WebCrypto lacks, in TypeScript
-// (_chacha.ts), synchronous.
+// chacha20-poly1305@openssh.com, which WebCrypto lacks, in WebAssembly
+// (_chacha.ts), synchronous: one call seals or opens a packet.
 //
 // WebCrypto calls are asynchronous and cost tens of microseconds each, so:
 // CTR runs from a keystream made in large chunks ahead of time (AES-CTR over
