@@ -165,6 +165,30 @@ export class ChaChaPolyOpenSsh {
   }
 
   /**
+   * Room in the module's memory for an `n`-byte plaintext packet (4-byte length || rest) and
+   * its tag, to fill and then seal with sealPacket(): saves a copy of the packet. Valid until
+   * the next call on this cipher.
+   */
+  packetBuffer(n: number): Uint8Array {
+    if (n < 4) throw new RangeError("Cannot seal packet: it must include the 4-byte length");
+    return this.#room(n, "seal").subarray(PACKET_AT, PACKET_AT + n + OPENSSH_CHACHA_TAG_LENGTH);
+  }
+
+  /**
+   * Seals the `n`-byte packet written into packetBuffer(n) in place, tag after it, with
+   * sequence number `seq`.
+   */
+  sealPacket(seq: number, n: number): void {
+    if (n < 4 || PACKET_AT + n + OPENSSH_CHACHA_TAG_LENGTH > this.#mem.length) {
+      throw new RangeError(
+        `Cannot seal packet: "${n}" bytes is not what packetBuffer() made room for`,
+      );
+    }
+    checkSeq(seq);
+    this.#wasm.seal(n, nonceHi(seq), nonceLo(seq));
+  }
+
+  /**
    * Verifies `tag` over `sealed` (encrypted length || ciphertext) and returns the decrypted
    * part after the length in a new array, or null if authentication fails.
    */

@@ -230,6 +230,32 @@ function payloadLength(p: Payload): number {
   return p instanceof Uint8Array ? p.length : p[0].length + p[1].length;
 }
 
+/** Writes packet_length || padding_length || payload || padding at `dst[at..]`. */
+function writePacket(
+  dst: Uint8Array,
+  at: number,
+  payload: Payload,
+  packetLen: number,
+  random: Uint8Array,
+): void {
+  let size: number;
+  if (payload instanceof Uint8Array) {
+    dst.set(payload, at + 5);
+    size = payload.length;
+  } else {
+    dst.set(payload[0], at + 5);
+    dst.set(payload[1], at + 5 + payload[0].length);
+    size = payload[0].length + payload[1].length;
+  }
+  const pad = packetLen - 1 - size;
+  dst[at] = packetLen >>> 24;
+  dst[at + 1] = packetLen >>> 16;
+  dst[at + 2] = packetLen >>> 8;
+  dst[at + 3] = packetLen;
+  dst[at + 4] = pad;
+  dst.set(random.subarray(0, pad), at + 5 + size);
+}
+
 /** Turns payloads into wire packets for one direction. */
 export class PacketSealer {
   #mode: Mode;
@@ -287,22 +313,19 @@ export class PacketSealer {
     const pending: Promise<ArrayBuffer>[] = [];
     let off = 4;
     for (let i = 0; i < payloads.length; i++) {
-      const payload = payloads[i];
       const packetLen = sizes[i];
-      let size: number;
-      if (payload instanceof Uint8Array) {
-        out.set(payload, off + 5);
-        size = payload.length;
-      } else {
-        out.set(payload[0], off + 5);
-        out.set(payload[1], off + 5 + payload[0].length);
-        size = payload[0].length + payload[1].length;
-      }
-      const pad = packetLen - 1 - size;
-      view.setUint32(off, packetLen);
-      out[off + 4] = pad;
-      out.set(random.subarray(0, pad), off + 5 + size);
       const end = off + 4 + packetLen;
+      if (mode.kind === "chacha") {
+        // Built and sealed in the module's memory: one copy in, one copy out.
+        const buf = mode.chacha!.packetBuffer(4 + packetLen);
+        writePacket(buf, 0, payloads[i], packetLen, random);
+        mode.chacha!.sealPacket(this.#seq, 4 + packetLen);
+        out.set(buf, off);
+        this.#seq = (this.#seq + 1) >>> 0;
+        off = end + mode.macLen;
+        continue;
+      }
+      writePacket(out, off, payloads[i], packetLen, random);
       switch (mode.kind) {
         case "ctr":
           // The MAC is over the plaintext; sign() copies its input at once.
@@ -324,9 +347,6 @@ export class PacketSealer {
             ),
           );
           incrementGcmIv(mode.iv);
-          break;
-        case "chacha":
-          mode.chacha!.sealInPlace(this.#seq, out.subarray(off, end + 16));
           break;
       }
       this.#seq = (this.#seq + 1) >>> 0;
