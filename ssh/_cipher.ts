@@ -256,6 +256,9 @@ function writePacket(
   dst.set(random.subarray(0, pad), at + 5 + size);
 }
 
+/** Largest batch sealed into a reused buffer (two per direction). */
+const OUTPUT_REUSE = 128 * 1024;
+
 /** Turns payloads into wire packets for one direction. */
 export class PacketSealer {
   #mode: Mode;
@@ -285,7 +288,28 @@ export class PacketSealer {
     await this.#mode.ks?.drain();
   }
 
-  /** Seals payloads into one buffer of consecutive packets. */
+  /**
+   * Two output buffers, used in turn: a fresh one per batch costs page faults
+   * (BENCHMARKS.md). Only batches up to OUTPUT_REUSE bytes reuse them.
+   */
+  #outputs: Uint8Array<ArrayBuffer>[] = [new Uint8Array(0), new Uint8Array(0)];
+  #turn = 0;
+
+  #output(total: number): Uint8Array<ArrayBuffer> {
+    if (total > OUTPUT_REUSE) return new Uint8Array(total);
+    this.#turn ^= 1;
+    let out = this.#outputs[this.#turn];
+    if (out.length < total) {
+      out = new Uint8Array(Math.min(OUTPUT_REUSE, Math.max(total, 2 * out.length)));
+      this.#outputs[this.#turn] = out;
+    }
+    return out.subarray(0, total);
+  }
+
+  /**
+   * Seals payloads into one buffer of consecutive packets, valid until the
+   * next-but-one call (the write loop writes a batch while sealing the next).
+   */
   async seal(payloads: readonly Payload[]): Promise<Uint8Array> {
     const mode = this.#mode;
     const block = mode.kind === "plain" || mode.kind === "chacha" ? 8 : 16;
@@ -303,7 +327,7 @@ export class PacketSealer {
       total += 4 + packetLen + mode.macLen;
       streamBytes += lenOutside ? packetLen : 4 + packetLen;
     }
-    const out = new Uint8Array(total);
+    const out = this.#output(total);
     const view = new DataView(out.buffer);
     if (mode.ks !== null) {
       const wait = mode.ks.ensure(streamBytes);

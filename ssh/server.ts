@@ -241,6 +241,51 @@ function spawnDirect(argv: readonly string[], options: SshSpawnOptions): Deno.Ch
   }).spawn();
 }
 
+/** Reads a stream chunk by chunk; a chunk is valid until the next read(). */
+interface ChunkReader {
+  /** The next chunk, null at the end. */
+  read(): Promise<Uint8Array | null>;
+  release(): void;
+}
+
+/** Size of the buffer a byte stream is read into: a pipe's default capacity. */
+const PUMP_BUFFER = 65536;
+
+/**
+ * A byte stream (a child's pipe) is read into one reused buffer; any other
+ * stream (a custom spawner's) chunk by chunk as it comes.
+ */
+function chunkReader(stream: ReadableStream<Uint8Array>): ChunkReader {
+  let byob: ReadableStreamBYOBReader | null = null;
+  try {
+    byob = stream.getReader({ mode: "byob" });
+  } catch {
+    // Not a byte stream.
+  }
+  if (byob !== null) {
+    const reader = byob;
+    let buffer = new Uint8Array(PUMP_BUFFER);
+    return {
+      async read() {
+        const { value, done } = await reader.read(buffer);
+        if (done || value === undefined) return null;
+        // The read moved the buffer into `value`'s; keep reading into that memory.
+        buffer = new Uint8Array(value.buffer);
+        return value;
+      },
+      release: () => reader.releaseLock(),
+    };
+  }
+  const reader = stream.getReader();
+  return {
+    async read() {
+      const { value, done } = await reader.read();
+      return done ? null : value;
+    },
+    release: () => reader.releaseLock(),
+  };
+}
+
 function checkCiphers(ciphers: readonly string[] | undefined): readonly string[] | undefined {
   if (ciphers === undefined) return undefined;
   if (!Array.isArray(ciphers) || ciphers.length === 0) {
@@ -474,10 +519,11 @@ class Session {
    * Sends a child's output as full packets: the part of a read past the last
    * whole packet waits for the next read if that comes within a timer tick
    * (bulk output, already in the pipe), else goes alone. Pipe reads end at
-   * arbitrary sizes, and every packet costs a cipher call or two.
+   * arbitrary sizes, and every packet costs a cipher call or two. Reads go
+   * into one reused buffer (a byte stream's BYOB reader) and are copied out:
+   * a fresh 64 KiB buffer per read cost three times the CPU (BENCHMARKS.md).
    */
   async #pumpOut(stream: ReadableStream<Uint8Array>, ext: number): Promise<void> {
-    const reader = stream.getReader();
     const send = async (data: Uint8Array) => {
       if (this.#channel.isClosing) return; // drain so the pipe closes
       try {
@@ -486,45 +532,56 @@ class Session {
         // Channel gone: keep draining, the process is being killed.
       }
     };
-    let tail: Uint8Array | null = null;
+    const reader = chunkReader(stream);
+    const max = this.#channel.maxPacket;
+    // Bytes past the last whole packet, waiting to fill one.
+    let tail = new Uint8Array(max);
+    let tailLength = 0;
     try {
       let next = reader.read();
       while (true) {
-        let result: ReadableStreamReadResult<Uint8Array> | null;
-        if (tail === null) {
-          result = await next;
+        let chunk: Uint8Array | null;
+        if (tailLength === 0) {
+          chunk = await next;
         } else {
           let timer: ReturnType<typeof setTimeout> | undefined;
-          const tick = new Promise<null>((resolve) => timer = setTimeout(() => resolve(null), 0));
-          result = await Promise.race([next, tick]);
+          const tick = new Promise<"tick">((resolve) =>
+            timer = setTimeout(() => resolve("tick"), 0)
+          );
+          const first = await Promise.race([next, tick]);
           clearTimeout(timer);
-          if (result === null) {
-            const t = tail;
-            tail = null;
+          if (first === "tick") {
+            const t = tail.subarray(0, tailLength);
+            tail = new Uint8Array(max);
+            tailLength = 0;
             await send(t);
             continue;
           }
+          chunk = first;
         }
-        if (result.done) break;
+        if (chunk === null) break;
+        // Copy out whole packets (tail first) and the new tail before the next read reuses chunk.
+        const total = tailLength + chunk.length;
+        const whole = total - (total % max);
+        let out: Uint8Array | null = null;
+        if (whole > 0) {
+          out = new Uint8Array(whole);
+          out.set(tail.subarray(0, tailLength));
+          out.set(chunk.subarray(0, whole - tailLength), tailLength);
+          tail.set(chunk.subarray(whole - tailLength));
+          tailLength = total - whole;
+        } else {
+          tail.set(chunk, tailLength);
+          tailLength = total;
+        }
         next = reader.read();
-        let data = result.value;
-        if (tail !== null) {
-          const joined = new Uint8Array(tail.length + data.length);
-          joined.set(tail);
-          joined.set(data, tail.length);
-          data = joined;
-          tail = null;
-        }
-        const max = this.#channel.maxPacket;
-        const whole = data.length - (data.length % max);
-        if (whole < data.length) tail = data.subarray(whole);
-        if (whole > 0) await send(whole === data.length ? data : data.subarray(0, whole));
+        if (out !== null) await send(out);
       }
-      if (tail !== null) await send(tail);
+      if (tailLength > 0) await send(tail.subarray(0, tailLength));
     } catch (err) {
       if (!isPeerGone(err)) this.#config.onError(err);
     } finally {
-      reader.releaseLock();
+      reader.release();
     }
   }
 
