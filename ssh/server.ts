@@ -520,8 +520,10 @@ class Session {
    * whole packet waits for the next read if that comes within a timer tick
    * (bulk output, already in the pipe), else goes alone. Pipe reads end at
    * arbitrary sizes, and every packet costs a cipher call or two. Reads go
-   * into one reused buffer (a byte stream's BYOB reader) and are copied out:
-   * a fresh 64 KiB buffer per read cost three times the CPU (BENCHMARKS.md).
+   * into one reused buffer (a byte stream's BYOB reader) and are copied out
+   * (sliced) a packet or more at a time: a fresh 64 KiB buffer per read cost
+   * three times the CPU (BENCHMARKS.md). Sending only two or more packets at
+   * once, to write fewer and larger batches, did not help.
    */
   async #pumpOut(stream: ReadableStream<Uint8Array>, ext: number): Promise<void> {
     const send = async (data: Uint8Array) => {
@@ -534,14 +536,14 @@ class Session {
     };
     const reader = chunkReader(stream);
     const max = this.#channel.maxPacket;
-    // Bytes past the last whole packet, waiting to fill one.
-    let tail = new Uint8Array(max);
-    let tailLength = 0;
+    // Read bytes not sent yet: less than a packet between reads.
+    let pending = new Uint8Array(max + PUMP_BUFFER);
+    let pendingLength = 0;
     try {
       let next = reader.read();
       while (true) {
         let chunk: Uint8Array | null;
-        if (tailLength === 0) {
+        if (pendingLength === 0) {
           chunk = await next;
         } else {
           let timer: ReturnType<typeof setTimeout> | undefined;
@@ -551,33 +553,32 @@ class Session {
           const first = await Promise.race([next, tick]);
           clearTimeout(timer);
           if (first === "tick") {
-            const t = tail.subarray(0, tailLength);
-            tail = new Uint8Array(max);
-            tailLength = 0;
+            const t = pending.slice(0, pendingLength);
+            pendingLength = 0;
             await send(t);
             continue;
           }
           chunk = first;
         }
         if (chunk === null) break;
-        // Copy out whole packets (tail first) and the new tail before the next read reuses chunk.
-        const total = tailLength + chunk.length;
-        const whole = total - (total % max);
-        let out: Uint8Array | null = null;
-        if (whole > 0) {
-          out = new Uint8Array(whole);
-          out.set(tail.subarray(0, tailLength));
-          out.set(chunk.subarray(0, whole - tailLength), tailLength);
-          tail.set(chunk.subarray(whole - tailLength));
-          tailLength = total - whole;
-        } else {
-          tail.set(chunk, tailLength);
-          tailLength = total;
+        if (pendingLength + chunk.length > pending.length) {
+          const grown = new Uint8Array(pendingLength + chunk.length);
+          grown.set(pending.subarray(0, pendingLength));
+          pending = grown;
         }
+        pending.set(chunk, pendingLength);
+        pendingLength += chunk.length;
         next = reader.read();
-        if (out !== null) await send(out);
+        if (pendingLength >= max) {
+          // slice(): a copy in memory not zeroed first, cheaper than new + set.
+          const whole = pendingLength - (pendingLength % max);
+          const out = pending.slice(0, whole);
+          pending.copyWithin(0, whole, pendingLength);
+          pendingLength -= whole;
+          await send(out);
+        }
       }
-      if (tailLength > 0) await send(tail.subarray(0, tailLength));
+      if (pendingLength > 0) await send(pending.slice(0, pendingLength));
     } catch (err) {
       if (!isPeerGone(err)) this.#config.onError(err);
     } finally {
