@@ -137,12 +137,12 @@ export interface SshServerOptions {
    */
   rekeyLimit?: number;
   /**
-   * Ciphers offered, from `aes128-gcm@openssh.com`, `aes256-gcm@openssh.com`,
-   * `aes128-ctr`, `aes256-ctr` and `chacha20-poly1305@openssh.com`. The
-   * client's order decides among them, so chacha20-poly1305 (TypeScript here,
-   * a quarter of aes128-ctr's speed, and OpenSSH's first choice) is left out
-   * unless listed.
-   * @default ["aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "aes128-ctr", "aes256-ctr"]
+   * Ciphers offered, from `chacha20-poly1305@openssh.com`,
+   * `aes128-gcm@openssh.com`, `aes256-gcm@openssh.com`, `aes128-ctr` and
+   * `aes256-ctr`. The client's order decides among them; OpenSSH's `ssh`
+   * and Dropbear's pick chacha20-poly1305 (WebAssembly here, the cheapest
+   * per packet), PuTTY aes256-ctr.
+   * @default ["chacha20-poly1305@openssh.com", "aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "aes128-ctr", "aes256-ctr"]
    */
   ciphers?: readonly string[];
   /**

@@ -45,7 +45,7 @@ async function fixture(
     env: { HOME: root },
     user: "agent",
     onError: (e) => errors.push(e),
-    // Every cipher, chacha20-poly1305 included (not offered by default).
+    // Every cipher.
     ciphers: [
       "aes128-gcm@openssh.com",
       "aes256-gcm@openssh.com",
@@ -538,15 +538,20 @@ Deno.test("SshClient reports a failed negotiation at once, naming both lists", a
   );
 });
 
-Deno.test("startSshServer() offers no chacha20-poly1305 unless told, and checks cipher names", async () => {
+Deno.test("startSshServer() offers chacha20-poly1305 first, and checks cipher names", async () => {
   await using f = await fixture({ ciphers: undefined });
   await assert.rejects(
-    SshClient.connect({ ...f.options(), ciphers: ["chacha20-poly1305@openssh.com"] }),
+    SshClient.connect({ ...f.options(), ciphers: ["aes192-ctr"] }),
     (e: Error) =>
       e instanceof SshError &&
-      /server offers "aes128-gcm@openssh\.com,aes256-gcm@openssh\.com,aes128-ctr,aes256-ctr"/
+      /server offers "chacha20-poly1305@openssh\.com,aes128-gcm@openssh\.com,aes256-gcm@openssh\.com,aes128-ctr,aes256-ctr"/
         .test(e.message),
   );
+  await using client = await SshClient.connect({
+    ...f.options(),
+    ciphers: ["chacha20-poly1305@openssh.com"],
+  });
+  assert.equal(new TextDecoder().decode((await client.exec("echo hi")).stdout), "hi\n");
   const host = await generateSshKeyPair();
   assert.throws(
     () => startSshServer({ hostKey: host.privateKey, authorizedKeys: [], ciphers: ["3des-cbc"] }),
