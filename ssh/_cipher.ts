@@ -256,8 +256,12 @@ function writePacket(
   dst.set(random.subarray(0, pad), at + 5 + size);
 }
 
-/** Largest batch sealed into a reused buffer (two per direction). */
-const OUTPUT_REUSE = 128 * 1024;
+/**
+ * Largest batch sealed into a reused buffer (two per direction, grown on
+ * demand): a full batch of 32 KiB packets fits. Writing into fresh memory
+ * costs a page fault per 4 KiB here, more than sealing it.
+ */
+const OUTPUT_REUSE = 4 * 1024 * 1024;
 
 /** Turns payloads into wire packets for one direction. */
 export class PacketSealer {
@@ -289,7 +293,7 @@ export class PacketSealer {
   }
 
   /**
-   * Two output buffers, used in turn: a fresh one per batch costs page faults
+   * Two output buffers, used in turn, instead of a fresh one per batch
    * (BENCHMARKS.md). Only batches up to OUTPUT_REUSE bytes reuse them.
    */
   #outputs: Uint8Array<ArrayBuffer>[] = [new Uint8Array(0), new Uint8Array(0)];

@@ -250,6 +250,8 @@ interface ChunkReader {
 
 /** Size of the buffer a byte stream is read into: a pipe's default capacity. */
 const PUMP_BUFFER = 65536;
+/** Send buffers per output stream, each a packet plus PUMP_BUFFER. */
+const PUMP_SLOTS = 4;
 
 /**
  * A byte stream (a child's pipe) is read into one reused buffer; any other
@@ -520,10 +522,11 @@ class Session {
    * whole packet waits for the next read if that comes within a timer tick
    * (bulk output, already in the pipe), else goes alone. Pipe reads end at
    * arbitrary sizes, and every packet costs a cipher call or two. Reads go
-   * into one reused buffer (a byte stream's BYOB reader) and are copied out
-   * (sliced) a packet or more at a time: a fresh 64 KiB buffer per read cost
-   * three times the CPU (BENCHMARKS.md). Sending only two or more packets at
-   * once, to write fewer and larger batches, did not help.
+   * into one reused buffer (a byte stream's BYOB reader) and are copied into
+   * a few reused send buffers: fresh memory costs a page fault per 4 KiB
+   * here, and a fresh 64 KiB buffer per read tripled the pipe's CPU cost
+   * (BENCHMARKS.md). Sending only two or more packets at once, to write fewer
+   * and larger batches, did not help.
    */
   async #pumpOut(stream: ReadableStream<Uint8Array>, ext: number): Promise<void> {
     const send = async (data: Uint8Array) => {
@@ -536,8 +539,15 @@ class Session {
     };
     const reader = chunkReader(stream);
     const max = this.#channel.maxPacket;
-    // Read bytes not sent yet: less than a packet between reads.
+    // Read bytes go into the current slot; its whole packets are sent from
+    // it, and it is used again once the channel has flushed them.
+    const slots = Array.from({ length: PUMP_SLOTS }, () => ({
+      bytes: new Uint8Array(0),
+      flushed: Promise.resolve(),
+    }));
+    let slot = 0;
     let pending = new Uint8Array(max + PUMP_BUFFER);
+    slots[0].bytes = pending;
     let pendingLength = 0;
     try {
       let next = reader.read();
@@ -564,18 +574,26 @@ class Session {
         if (pendingLength + chunk.length > pending.length) {
           const grown = new Uint8Array(pendingLength + chunk.length);
           grown.set(pending.subarray(0, pendingLength));
-          pending = grown;
+          pending = slots[slot].bytes = grown;
         }
         pending.set(chunk, pendingLength);
         pendingLength += chunk.length;
         next = reader.read();
         if (pendingLength >= max) {
-          // slice(): a copy in memory not zeroed first, cheaper than new + set.
           const whole = pendingLength - (pendingLength % max);
-          const out = pending.slice(0, whole);
-          pending.copyWithin(0, whole, pendingLength);
-          pendingLength -= whole;
+          const out = pending.subarray(0, whole);
+          const full = slots[slot];
+          slot = (slot + 1) % PUMP_SLOTS;
+          await slots[slot].flushed;
+          if (slots[slot].bytes.length < max + PUMP_BUFFER) {
+            slots[slot].bytes = new Uint8Array(max + PUMP_BUFFER);
+          }
+          const rest = pending.subarray(whole, pendingLength);
+          pending = slots[slot].bytes;
+          pending.set(rest);
+          pendingLength = rest.length;
           await send(out);
+          full.flushed = this.#channel.flush().catch(() => {});
         }
       }
       if (pendingLength > 0) await send(pending.slice(0, pendingLength));
