@@ -1,7 +1,7 @@
 // Assembles ssh/_wasm/chacha_poly.wat with wabt from npm (this script only:
 // the library imports the result) and writes the embedded module
 // ssh/_wasm/chacha_poly.ts; with --check, only says whether the committed
-// module is the assembled .wat (tests/ssh/chacha_wasm_test.ts runs that).
+// module is the assembled .wat (tests/ssh/chacha_test.ts runs that).
 //
 //   deno run -A --no-lock tests/ssh/_wasm_build.ts [--check]
 //
