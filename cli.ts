@@ -815,13 +815,25 @@ async function evalRows(
         } are not for environment "${env.name}"`,
       );
     }
+    if (set.rows.length === 0) {
+      throw new UsageError(`${tasksFile} holds no rows: add tasks to it, or leave out --tasks`);
+    }
     return [...set.rows];
   }
   // The module is in the cache already: loadEnvironment imported it.
   const mod = await import(moduleUrl(file).href) as Record<string, unknown>;
   const exported = mod.tasks instanceof Taskset ? [...mod.tasks.rows] : mod.tasks;
   if (Array.isArray(exported)) {
-    return (exported as TaskRow[]).filter((r) => environmentOf(r) === env || r.env === env.name);
+    const rows = (exported as TaskRow[]).filter((r) =>
+      environmentOf(r) === env || r.env === env.name
+    );
+    if (rows.length === 0) {
+      throw new UsageError(
+        `${file} exports "tasks" with no rows for environment "${env.name}"; ` +
+          `add some, or pass --tasks`,
+      );
+    }
+    return rows;
   }
   const free = env.listTasks().filter((t) => !Array.isArray(t.args.required));
   if (free.length === 0) {

@@ -16,6 +16,7 @@ import { EngineClient, EngineError } from "./_engine.ts";
 
 export { EngineError };
 import { TarWriter } from "./_tar.ts";
+import { checkV8Flags, SERVER_V8_FLAGS } from "./runtime.ts";
 
 /** The port an environment image serves on inside its container. */
 export const CONTAINER_PORT = 8765;
@@ -339,6 +340,11 @@ export interface BuildImageOptions {
   envName: string;
   /** The environment's version, for the `dev.hud.env.version` label. */
   envVersion: string;
+  /**
+   * V8 flags the image's server starts with; `[]` keeps V8's defaults.
+   * @default {@linkcode SERVER_V8_FLAGS}
+   */
+  v8Flags?: readonly string[];
   /** Aborts the build. */
   signal?: AbortSignal;
 }
@@ -391,6 +397,8 @@ export async function buildEnvironmentImage(
   tag: string,
   options: BuildImageOptions,
 ): Promise<string> {
+  checkV8Flags("image", options.v8Flags);
+  const v8Flags = options.v8Flags ?? SERVER_V8_FLAGS;
   const modulePathAbs = await Deno.realPath(modulePath);
   const cli = new URL("cli.ts", SDK_ROOT).pathname;
   const files = [...new Set([...await localModules(modulePathAbs), ...await localModules(cli)])];
@@ -430,6 +438,7 @@ export async function buildEnvironmentImage(
     "/usr/local/bin/deno",
     "run",
     "-A",
+    ...(v8Flags.length === 0 ? [] : [`--v8-flags=${v8Flags.join(",")}`]),
     `/app/${rel(cli)}`,
     "serve",
     `/app/${rel(modulePathAbs)}`,

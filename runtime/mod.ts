@@ -25,6 +25,7 @@ export {
   LocalRuntime,
   type LocalRuntimeOptions,
   Runtime,
+  SERVER_V8_FLAGS,
   SubprocessRuntime,
   type SubprocessRuntimeOptions,
 } from "./runtime.ts";

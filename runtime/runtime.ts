@@ -210,6 +210,37 @@ function placement(server: HudServer, release: () => Promise<void>): Placement {
   };
 }
 
+/**
+ * The V8 flags that {@linkcode SubprocessRuntime} and the image of
+ * `buildEnvironmentImage` start servers with: a young generation capped at
+ * 1 MiB a semi-space. V8 otherwise grows it to 48 MiB while thousands of
+ * sessions arrive and keeps it resident, 4.8 KiB a session at 10,000 held
+ * sessions (11 KiB in all, against 7 KiB with the cap); the benchmarks
+ * measured no cost to request throughput or SSH (BENCHMARKS.md, "Memory per
+ * held session"). V8 sizes its heap at start-up, so the flag is for whoever
+ * starts the process: `deno run -A --v8-flags=--max-semi-space-size=1 ...`.
+ */
+export const SERVER_V8_FLAGS: readonly string[] = Object.freeze(["--max-semi-space-size=1"]);
+
+/**
+ * Checks a `v8Flags` option: an array of `--name[=value]` strings without
+ * commas (they are joined with commas on the command line).
+ */
+export function checkV8Flags(owner: string, flags: unknown): void {
+  if (flags === undefined) return;
+  if (!Array.isArray(flags)) {
+    throw new TypeError(`Cannot create ${owner}: "v8Flags" must be an array of strings`);
+  }
+  for (const f of flags) {
+    if (typeof f !== "string" || !/^--[A-Za-z0-9_-]+(=[^,\s]*)?$/.test(f)) {
+      throw new TypeError(
+        `Cannot create ${owner}: v8Flags entry ${JSON.stringify(f)} is not a V8 flag ` +
+          `(write it as "--name" or "--name=value", without commas or spaces)`,
+      );
+    }
+  }
+}
+
 /** Options for {@linkcode SubprocessRuntime}. */
 export interface SubprocessRuntimeOptions {
   /**
@@ -239,6 +270,13 @@ export interface SubprocessRuntimeOptions {
    * @default ["-A"]
    */
   denoArgs?: string[];
+  /**
+   * V8 flags for the child (`deno run --v8-flags=...`); `[]` keeps V8's
+   * defaults. A `--v8-flags` in `denoArgs` comes later and wins where the
+   * two set the same flag.
+   * @default {@linkcode SERVER_V8_FLAGS}
+   */
+  v8Flags?: readonly string[];
   /**
    * Called with every line the child writes, for as long as it runs (the
    * runtime itself never prints).
@@ -334,6 +372,7 @@ export class SubprocessRuntime implements RuntimeProvider {
     if (options.denoArgs !== undefined && !Array.isArray(options.denoArgs)) {
       throw new TypeError('Cannot create SubprocessRuntime: "denoArgs" must be an array');
     }
+    checkV8Flags("SubprocessRuntime", options.v8Flags);
     checkTimeout("readyTimeout", options.readyTimeout, true);
     checkTimeout("killGrace", options.killGrace, false);
     this.#path = path;
@@ -360,8 +399,10 @@ export class SubprocessRuntime implements RuntimeProvider {
     const grace = this.#options.killGrace ?? 5_000;
     // The author's own HUD_SERVE_TOKEN wins; otherwise one per child.
     const token = this.#options.env?.HUD_SERVE_TOKEN ?? generateToken();
+    const v8Flags = this.#options.v8Flags ?? SERVER_V8_FLAGS;
     const args = [
       "run",
+      ...(v8Flags.length === 0 ? [] : [`--v8-flags=${v8Flags.join(",")}`]),
       ...(this.#options.denoArgs ?? ["-A"]),
       new URL("../cli.ts", import.meta.url).href,
       "serve",

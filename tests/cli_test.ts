@@ -524,6 +524,14 @@ Deno.test("main() eval counts and explains every failure", async (t) => {
   const dir = await Deno.makeTempDir();
   try {
     const rows = await fastRows(dir, 2);
+    await t.step("an empty --tasks file is refused, not run as nothing", async () => {
+      const empty = `${dir}/empty.jsonl`;
+      await Deno.writeTextFile(empty, "");
+      const ran = await run(["eval", FAST, "--agent", "cat", "--tasks", empty]);
+      assert.equal(ran.code, 2, ran.stderr);
+      assert.match(ran.stderr, /^error: [^\n]*empty\.jsonl holds no rows[^\n]*--tasks\n$/);
+      assert.equal(ran.stdout, "");
+    });
     await t.step("an agent that cannot start: errored, exit 1, first error shown", async () => {
       const out = `${dir}/typo.jsonl`;
       const ran = await run(["eval", FAST, "--agent", "./agnet.sh", "--tasks", rows, "--out", out]);

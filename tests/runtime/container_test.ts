@@ -78,9 +78,14 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
       await buildImages();
       using engine = await EngineClient.open(socket);
       const info = await engine.call("GET", `/images/${encodeURIComponent(TAG)}/json`) as {
-        Config: { Labels: Record<string, string> };
+        Config: { Labels: Record<string, string>; Cmd: string[] };
       };
       assert.equal(info.Config.Labels["dev.hud.env"], "fixture");
+      // The server starts with a small young generation (SERVER_V8_FLAGS).
+      assert.ok(
+        info.Config.Cmd.includes("--v8-flags=--max-semi-space-size=1"),
+        info.Config.Cmd.join(" "),
+      );
       assert.equal(info.Config.Labels["dev.hud.env.version"], "0.3.0");
     },
   });

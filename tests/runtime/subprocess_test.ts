@@ -50,6 +50,8 @@ Deno.test({
       // Passed through the child's environment: not in its arguments, not in its output.
       const argv = await Deno.readTextFile(`/proc/${pid}/cmdline`);
       assert.ok(!argv.includes(token), "not in the child's argv");
+      // Started with the server's V8 flags (a small young generation).
+      assert.ok(argv.split("\0").includes("--v8-flags=--max-semi-space-size=1"), argv);
       assert.ok(!lines.some((l) => l.includes(token)), "not in the child's output");
       const environ = await Deno.readTextFile(`/proc/${pid}/environ`);
       assert.ok(environ.split("\0").includes(`HUD_SERVE_TOKEN=${token}`), "in the child's env");
@@ -228,6 +230,27 @@ Deno.test({
   },
 });
 
+Deno.test({
+  name: "SubprocessRuntime v8Flags reach the child's V8, and [] passes none",
+  ignore,
+  async fn() {
+    for (const [v8Flags, exposed] of [[["--expose-gc"], true], [[], false]] as const) {
+      const lines: string[] = [];
+      const placed = await runtime("ok", lines, { v8Flags }).place();
+      try {
+        const argv = (await Deno.readTextFile(`/proc/${placed.params.pid}/cmdline`)).split("\0");
+        assert.deepEqual(
+          argv.filter((a) => a.startsWith("--v8-flags")),
+          v8Flags.length ? [`--v8-flags=${v8Flags.join(",")}`] : [],
+        );
+        assert.ok(lines.includes(`GC_EXPOSED=${exposed}`), lines.join("\n"));
+      } finally {
+        await placed[Symbol.asyncDispose]();
+      }
+    }
+  },
+});
+
 Deno.test("SubprocessRuntime() refuses bad options", () => {
   assert.throws(() => new SubprocessRuntime(""), TypeError);
   assert.throws(
@@ -238,4 +261,12 @@ Deno.test("SubprocessRuntime() refuses bad options", () => {
   assert.throws(() => new SubprocessRuntime("env.ts", { readyTimeout: -1 }), RangeError);
   assert.throws(() => new SubprocessRuntime("env.ts", { killGrace: NaN }), RangeError);
   assert.throws(() => new SubprocessRuntime("env.ts", { killGrace: Infinity }), RangeError);
+  assert.throws(
+    () => new SubprocessRuntime("env.ts", { v8Flags: ["--a,--b"] }),
+    { name: "TypeError", message: /v8Flags entry "--a,--b" is not a V8 flag/ },
+  );
+  assert.throws(
+    () => new SubprocessRuntime("env.ts", { v8Flags: "--expose-gc" as unknown as string[] }),
+    { name: "TypeError", message: /"v8Flags" must be an array/ },
+  );
 });
