@@ -9,7 +9,8 @@
 // (what `ssh host cmd` negotiates with each server) and each cipher forced,
 // in --rounds interleaved rounds (which server goes first alternates), and
 // prints the median and best of each; --json prints one JSON line instead
-// (the default cipher's figures, for bench/run.ts).
+// (the default cipher's figures, for bench/run.ts). The table adds our
+// server's CPU seconds per GiB (it runs in this process), median of the rounds.
 //
 // --seal measures our sending path alone, in this process: PacketSealer
 // sealing 128 MiB of 32 KiB channel-data packets, 32 per batch as the
@@ -346,10 +347,23 @@ async function negotiated(t: Target): Promise<string> {
 }
 
 /** Stdout throughput only: interleaved rounds, median and best. */
+/** This process's user + system CPU time in seconds (Linux `/proc/self/stat`; NaN elsewhere). */
+function processCpuSeconds(): number {
+  try {
+    const fields = Deno.readTextFileSync("/proc/self/stat").split(") ")[1].split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / 100; // clock ticks, USER_HZ = 100
+  } catch {
+    return NaN;
+  }
+}
+
 async function stdoutRounds(): Promise<void> {
   const ciphers = quick || json ? ["default"] : ["default", ...CIPHERS];
   const names = [await negotiated(targets[0]), await negotiated(targets[1])];
-  const results: Record<string, { ours: number[]; sshd: number[]; ratios: number[] }> = {};
+  const results: Record<
+    string,
+    { ours: number[]; sshd: number[]; ratios: number[]; cpu: number[] }
+  > = {};
   for (const cipher of ciphers) {
     const pair = cipher === "default" ? targets : targetsAll;
     await throughput(pair[0], cipher); // warm-up (JIT, page cache)
@@ -357,15 +371,23 @@ async function stdoutRounds(): Promise<void> {
       ours: [] as number[],
       sshd: [] as number[],
       ratios: [] as number[],
+      cpu: [] as number[],
+    };
+    // Our server runs in this process: its CPU per GiB, session set-up included.
+    const ours = async () => {
+      const before = processCpuSeconds();
+      const mbs = await throughput(pair[0], cipher);
+      r.cpu.push((processCpuSeconds() - before) / (BYTES / 2 ** 30));
+      return mbs;
     };
     for (let i = 0; i < STDOUT_ROUNDS; i++) {
       let a: number, b: number;
       if (i % 2 === 0) {
-        a = await throughput(pair[0], cipher);
+        a = await ours();
         b = await throughput(pair[1], cipher);
       } else {
         b = await throughput(pair[1], cipher);
-        a = await throughput(pair[0], cipher);
+        a = await ours();
       }
       r.ours.push(a);
       r.sshd.push(b);
@@ -393,15 +415,16 @@ async function stdoutRounds(): Promise<void> {
   console.log(`default cipher: ours ${names[0]}, sshd ${names[1]}; ${STDOUT_ROUNDS} rounds`);
   console.log(
     `${"stdout MB/s".padEnd(34)}${"ours med".padStart(10)}${"best".padStart(8)}` +
-      `${"sshd med".padStart(10)}${"best".padStart(8)}${"ratio med".padStart(11)}  ratios`,
+      `${"sshd med".padStart(10)}${"best".padStart(8)}${"ratio med".padStart(11)}` +
+      `${"CPU s/GiB".padStart(11)}  ratios`,
   );
   for (const cipher of ciphers) {
     const r = results[cipher];
     console.log(
       `${cipher.padEnd(34)}${med(r.ours).toFixed(0).padStart(10)}` +
         `${Math.max(...r.ours).toFixed(0).padStart(8)}${med(r.sshd).toFixed(0).padStart(10)}` +
-        `${Math.max(...r.sshd).toFixed(0).padStart(8)}${med(r.ratios).toFixed(2).padStart(11)}  ` +
-        r.ratios.map((x) => x.toFixed(2)).join(" "),
+        `${Math.max(...r.sshd).toFixed(0).padStart(8)}${med(r.ratios).toFixed(2).padStart(11)}` +
+        `${med(r.cpu).toFixed(2).padStart(11)}  ${r.ratios.map((x) => x.toFixed(2)).join(" ")}`,
     );
   }
   console.log(`load average ${Deno.loadavg().map((x) => x.toFixed(2)).join(" ")}`);

@@ -1,8 +1,8 @@
 // The binary packet protocol (RFC 4253 section 6) with the ciphers and MACs
 // OpenSSH 9 offers that WebCrypto can do: aes{128,256}-ctr with hmac-sha2-256
 // (plain or -etm) and aes{128,256}-gcm@openssh.com; and
-// chacha20-poly1305@openssh.com, which WebCrypto lacks, in TypeScript
-// (_chacha.ts), synchronous.
+// chacha20-poly1305@openssh.com, which WebCrypto lacks, in WebAssembly
+// (_chacha.ts), synchronous: one call seals or opens a packet.
 //
 // WebCrypto calls are asynchronous and cost tens of microseconds each, so:
 // CTR runs from a keystream made in large chunks ahead of time (AES-CTR over
@@ -230,6 +230,39 @@ function payloadLength(p: Payload): number {
   return p instanceof Uint8Array ? p.length : p[0].length + p[1].length;
 }
 
+/** Writes packet_length || padding_length || payload || padding at `dst[at..]`. */
+function writePacket(
+  dst: Uint8Array,
+  at: number,
+  payload: Payload,
+  packetLen: number,
+  random: Uint8Array,
+): void {
+  let size: number;
+  if (payload instanceof Uint8Array) {
+    dst.set(payload, at + 5);
+    size = payload.length;
+  } else {
+    dst.set(payload[0], at + 5);
+    dst.set(payload[1], at + 5 + payload[0].length);
+    size = payload[0].length + payload[1].length;
+  }
+  const pad = packetLen - 1 - size;
+  dst[at] = packetLen >>> 24;
+  dst[at + 1] = packetLen >>> 16;
+  dst[at + 2] = packetLen >>> 8;
+  dst[at + 3] = packetLen;
+  dst[at + 4] = pad;
+  dst.set(random.subarray(0, pad), at + 5 + size);
+}
+
+/**
+ * Largest batch sealed into a reused buffer (two per direction, grown on
+ * demand): a full batch of 32 KiB packets fits. Writing into fresh memory
+ * costs a page fault per 4 KiB here, more than sealing it.
+ */
+const OUTPUT_REUSE = 4 * 1024 * 1024;
+
 /** Turns payloads into wire packets for one direction. */
 export class PacketSealer {
   #mode: Mode;
@@ -259,7 +292,28 @@ export class PacketSealer {
     await this.#mode.ks?.drain();
   }
 
-  /** Seals payloads into one buffer of consecutive packets. */
+  /**
+   * Two output buffers, used in turn, instead of a fresh one per batch
+   * (BENCHMARKS.md). Only batches up to OUTPUT_REUSE bytes reuse them.
+   */
+  #outputs: Uint8Array<ArrayBuffer>[] = [new Uint8Array(0), new Uint8Array(0)];
+  #turn = 0;
+
+  #output(total: number): Uint8Array<ArrayBuffer> {
+    if (total > OUTPUT_REUSE) return new Uint8Array(total);
+    this.#turn ^= 1;
+    let out = this.#outputs[this.#turn];
+    if (out.length < total) {
+      out = new Uint8Array(Math.min(OUTPUT_REUSE, Math.max(total, 2 * out.length)));
+      this.#outputs[this.#turn] = out;
+    }
+    return out.subarray(0, total);
+  }
+
+  /**
+   * Seals payloads into one buffer of consecutive packets, valid until the
+   * next-but-one call (the write loop writes a batch while sealing the next).
+   */
   async seal(payloads: readonly Payload[]): Promise<Uint8Array> {
     const mode = this.#mode;
     const block = mode.kind === "plain" || mode.kind === "chacha" ? 8 : 16;
@@ -277,7 +331,7 @@ export class PacketSealer {
       total += 4 + packetLen + mode.macLen;
       streamBytes += lenOutside ? packetLen : 4 + packetLen;
     }
-    const out = new Uint8Array(total);
+    const out = this.#output(total);
     const view = new DataView(out.buffer);
     if (mode.ks !== null) {
       const wait = mode.ks.ensure(streamBytes);
@@ -287,22 +341,19 @@ export class PacketSealer {
     const pending: Promise<ArrayBuffer>[] = [];
     let off = 4;
     for (let i = 0; i < payloads.length; i++) {
-      const payload = payloads[i];
       const packetLen = sizes[i];
-      let size: number;
-      if (payload instanceof Uint8Array) {
-        out.set(payload, off + 5);
-        size = payload.length;
-      } else {
-        out.set(payload[0], off + 5);
-        out.set(payload[1], off + 5 + payload[0].length);
-        size = payload[0].length + payload[1].length;
-      }
-      const pad = packetLen - 1 - size;
-      view.setUint32(off, packetLen);
-      out[off + 4] = pad;
-      out.set(random.subarray(0, pad), off + 5 + size);
       const end = off + 4 + packetLen;
+      if (mode.kind === "chacha") {
+        // Built and sealed in the module's memory: one copy in, one copy out.
+        const buf = mode.chacha!.packetBuffer(4 + packetLen);
+        writePacket(buf, 0, payloads[i], packetLen, random);
+        mode.chacha!.sealPacket(this.#seq, 4 + packetLen);
+        out.set(buf, off);
+        this.#seq = (this.#seq + 1) >>> 0;
+        off = end + mode.macLen;
+        continue;
+      }
+      writePacket(out, off, payloads[i], packetLen, random);
       switch (mode.kind) {
         case "ctr":
           // The MAC is over the plaintext; sign() copies its input at once.
@@ -324,9 +375,6 @@ export class PacketSealer {
             ),
           );
           incrementGcmIv(mode.iv);
-          break;
-        case "chacha":
-          mode.chacha!.sealInPlace(this.#seq, out.subarray(off, end + 16));
           break;
       }
       this.#seq = (this.#seq + 1) >>> 0;

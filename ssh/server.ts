@@ -137,12 +137,12 @@ export interface SshServerOptions {
    */
   rekeyLimit?: number;
   /**
-   * Ciphers offered, from `aes128-gcm@openssh.com`, `aes256-gcm@openssh.com`,
-   * `aes128-ctr`, `aes256-ctr` and `chacha20-poly1305@openssh.com`. The
-   * client's order decides among them, so chacha20-poly1305 (TypeScript here,
-   * a quarter of aes128-ctr's speed, and OpenSSH's first choice) is left out
-   * unless listed.
-   * @default ["aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "aes128-ctr", "aes256-ctr"]
+   * Ciphers offered, from `chacha20-poly1305@openssh.com`,
+   * `aes128-gcm@openssh.com`, `aes256-gcm@openssh.com`, `aes128-ctr` and
+   * `aes256-ctr`. The client's order decides among them; OpenSSH's `ssh`
+   * and Dropbear's pick chacha20-poly1305 (WebAssembly here, the cheapest
+   * per packet), PuTTY aes256-ctr.
+   * @default ["chacha20-poly1305@openssh.com", "aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "aes128-ctr", "aes256-ctr"]
    */
   ciphers?: readonly string[];
   /**
@@ -239,6 +239,53 @@ function spawnDirect(argv: readonly string[], options: SshSpawnOptions): Deno.Ch
     stdout: "piped",
     stderr: "piped",
   }).spawn();
+}
+
+/** Reads a stream chunk by chunk; a chunk is valid until the next read(). */
+interface ChunkReader {
+  /** The next chunk, null at the end. */
+  read(): Promise<Uint8Array | null>;
+  release(): void;
+}
+
+/** Size of the buffer a byte stream is read into: a pipe's default capacity. */
+const PUMP_BUFFER = 65536;
+/** Send buffers per output stream, each a packet plus PUMP_BUFFER. */
+const PUMP_SLOTS = 4;
+
+/**
+ * A byte stream (a child's pipe) is read into one reused buffer; any other
+ * stream (a custom spawner's) chunk by chunk as it comes.
+ */
+function chunkReader(stream: ReadableStream<Uint8Array>): ChunkReader {
+  let byob: ReadableStreamBYOBReader | null = null;
+  try {
+    byob = stream.getReader({ mode: "byob" });
+  } catch {
+    // Not a byte stream.
+  }
+  if (byob !== null) {
+    const reader = byob;
+    let buffer = new Uint8Array(PUMP_BUFFER);
+    return {
+      async read() {
+        const { value, done } = await reader.read(buffer);
+        if (done || value === undefined) return null;
+        // The read moved the buffer into `value`'s; keep reading into that memory.
+        buffer = new Uint8Array(value.buffer);
+        return value;
+      },
+      release: () => reader.releaseLock(),
+    };
+  }
+  const reader = stream.getReader();
+  return {
+    async read() {
+      const { value, done } = await reader.read();
+      return done ? null : value;
+    },
+    release: () => reader.releaseLock(),
+  };
 }
 
 function checkCiphers(ciphers: readonly string[] | undefined): readonly string[] | undefined {
@@ -474,10 +521,14 @@ class Session {
    * Sends a child's output as full packets: the part of a read past the last
    * whole packet waits for the next read if that comes within a timer tick
    * (bulk output, already in the pipe), else goes alone. Pipe reads end at
-   * arbitrary sizes, and every packet costs a cipher call or two.
+   * arbitrary sizes, and every packet costs a cipher call or two. Reads go
+   * into one reused buffer (a byte stream's BYOB reader) and are copied into
+   * a few reused send buffers: fresh memory costs a page fault per 4 KiB
+   * here, and a fresh 64 KiB buffer per read tripled the pipe's CPU cost
+   * (BENCHMARKS.md). Sending only two or more packets at once, to write fewer
+   * and larger batches, did not help.
    */
   async #pumpOut(stream: ReadableStream<Uint8Array>, ext: number): Promise<void> {
-    const reader = stream.getReader();
     const send = async (data: Uint8Array) => {
       if (this.#channel.isClosing) return; // drain so the pipe closes
       try {
@@ -486,45 +537,70 @@ class Session {
         // Channel gone: keep draining, the process is being killed.
       }
     };
-    let tail: Uint8Array | null = null;
+    const reader = chunkReader(stream);
+    const max = this.#channel.maxPacket;
+    // Read bytes go into the current slot; its whole packets are sent from
+    // it, and it is used again once the channel has flushed them.
+    const slots = Array.from({ length: PUMP_SLOTS }, () => ({
+      bytes: new Uint8Array(0),
+      flushed: Promise.resolve(),
+    }));
+    let slot = 0;
+    let pending = new Uint8Array(max + PUMP_BUFFER);
+    slots[0].bytes = pending;
+    let pendingLength = 0;
     try {
       let next = reader.read();
       while (true) {
-        let result: ReadableStreamReadResult<Uint8Array> | null;
-        if (tail === null) {
-          result = await next;
+        let chunk: Uint8Array | null;
+        if (pendingLength === 0) {
+          chunk = await next;
         } else {
           let timer: ReturnType<typeof setTimeout> | undefined;
-          const tick = new Promise<null>((resolve) => timer = setTimeout(() => resolve(null), 0));
-          result = await Promise.race([next, tick]);
+          const tick = new Promise<"tick">((resolve) =>
+            timer = setTimeout(() => resolve("tick"), 0)
+          );
+          const first = await Promise.race([next, tick]);
           clearTimeout(timer);
-          if (result === null) {
-            const t = tail;
-            tail = null;
+          if (first === "tick") {
+            const t = pending.slice(0, pendingLength);
+            pendingLength = 0;
             await send(t);
             continue;
           }
+          chunk = first;
         }
-        if (result.done) break;
+        if (chunk === null) break;
+        if (pendingLength + chunk.length > pending.length) {
+          const grown = new Uint8Array(pendingLength + chunk.length);
+          grown.set(pending.subarray(0, pendingLength));
+          pending = slots[slot].bytes = grown;
+        }
+        pending.set(chunk, pendingLength);
+        pendingLength += chunk.length;
         next = reader.read();
-        let data = result.value;
-        if (tail !== null) {
-          const joined = new Uint8Array(tail.length + data.length);
-          joined.set(tail);
-          joined.set(data, tail.length);
-          data = joined;
-          tail = null;
+        if (pendingLength >= max) {
+          const whole = pendingLength - (pendingLength % max);
+          const out = pending.subarray(0, whole);
+          const full = slots[slot];
+          slot = (slot + 1) % PUMP_SLOTS;
+          await slots[slot].flushed;
+          if (slots[slot].bytes.length < max + PUMP_BUFFER) {
+            slots[slot].bytes = new Uint8Array(max + PUMP_BUFFER);
+          }
+          const rest = pending.subarray(whole, pendingLength);
+          pending = slots[slot].bytes;
+          pending.set(rest);
+          pendingLength = rest.length;
+          await send(out);
+          full.flushed = this.#channel.flush().catch(() => {});
         }
-        const max = this.#channel.maxPacket;
-        const whole = data.length - (data.length % max);
-        if (whole < data.length) tail = data.subarray(whole);
-        if (whole > 0) await send(whole === data.length ? data : data.subarray(0, whole));
       }
-      if (tail !== null) await send(tail);
+      if (pendingLength > 0) await send(pending.slice(0, pendingLength));
     } catch (err) {
       if (!isPeerGone(err)) this.#config.onError(err);
     } finally {
-      reader.releaseLock();
+      reader.release();
     }
   }
 

@@ -3,10 +3,18 @@ import {
   chacha20Block,
   chacha20Xor,
   chacha20XorOriginal,
+  chachaSetKey,
   constantTimeEqual,
   poly1305,
 } from "../../ssh/_chacha20.ts";
-import { ChaChaPolyOpenSsh } from "../../ssh/_chacha.ts";
+import {
+  ChaChaPolyOpenSsh,
+  chachaXorWasm,
+  OPENSSH_CHACHA_MAX_PACKET,
+  poly1305Wasm,
+} from "../../ssh/_chacha.ts";
+
+const canRun = (await Deno.permissions.query({ name: "run" })).state === "granted";
 
 function hex(s: string): Uint8Array {
   const clean = s.replace(/[^0-9a-fA-F]/g, "");
@@ -67,6 +75,63 @@ Deno.test("RFC 8439 §2.4.2 encryption, and in-place decryption", () => {
   );
   chacha20Xor(KEY_00_1F, nonce, 1, ct, ct);
   assert.deepEqual(ct, SUNSCREEN);
+});
+
+/** The RFC 8439 state for (key, 12-byte nonce, 32-bit counter), as the WebAssembly module takes it. */
+function rfcState(key: Uint8Array, nonce: Uint8Array, counter: number): Uint32Array {
+  const state = new Uint32Array(16);
+  const k = new DataView(key.buffer, key.byteOffset);
+  const n = new DataView(nonce.buffer, nonce.byteOffset);
+  state.set([0x61707865, 0x3320646e, 0x79622d32, 0x6b206574]);
+  for (let i = 0; i < 8; i++) state[4 + i] = k.getUint32(4 * i, true);
+  state[12] = counter;
+  for (let i = 0; i < 3; i++) state[13 + i] = n.getUint32(4 * i, true);
+  return state;
+}
+
+Deno.test("chachaXorWasm: RFC 8439 §2.3.2, A.1 #1 and §2.4.2 vectors", () => {
+  const nonce = hex("000000090000004a00000000");
+  assert.equal(
+    toHex(chachaXorWasm(rfcState(KEY_00_1F, nonce, 1), new Uint8Array(64))),
+    toHex(chacha20Block(KEY_00_1F, nonce, 1)),
+  );
+  assert.equal(
+    toHex(chachaXorWasm(rfcState(KEY_00_1F, nonce, 1), new Uint8Array(64))).slice(0, 32),
+    "10f1e7e4d13b5915500fdd1fa32071c4",
+  );
+  assert.equal(
+    toHex(chachaXorWasm(rfcState(new Uint8Array(32), new Uint8Array(12), 0), new Uint8Array(64))),
+    "76b8e0ada0f13d90405d6ae55386bd28bdd219b8a08ded1aa836efcc8b770dc7" +
+      "da41597c5157488d7724e03fb8d84a376a43b8f41518a11cc387b669b2ee6586",
+  );
+  const state = rfcState(KEY_00_1F, hex("000000000000004a00000000"), 1);
+  assert.equal(
+    toHex(chachaXorWasm(state, SUNSCREEN)),
+    "6e2e359a2568f98041ba0728dd0d6981e97e7aec1d4360c20a27afccfd9fae0b" +
+      "f91b65c5524733ab8f593dabcd62b3571639d624e65152ab8f530c359f0861d8" +
+      "07ca0dbf500d6a6156a38e088a22b65e52bc514d16ccf806818ce91ab7793736" +
+      "5af90bbf74a35be6b40b8eedf2785e42874d",
+  );
+});
+
+Deno.test("chachaXorWasm equals the TypeScript ChaCha20 on many lengths and counters", () => {
+  for (const len of [0, 1, 15, 63, 64, 65, 255, 256, 257, 511, 512, 513, 1000, 4099, 35000]) {
+    for (const counter of [0, 1, 0xfffffffd, 0xffffffff, 2 ** 40 + 3]) {
+      const key = random(32);
+      const n8 = random(8);
+      const data = random(len);
+      const state = new Uint32Array(16);
+      chachaSetKey(state, key);
+      state[12] = counter >>> 0;
+      state[13] = Math.floor(counter / 2 ** 32);
+      state.set(new Uint32Array(n8.buffer), 14);
+      assert.deepEqual(
+        chachaXorWasm(state, data),
+        chacha20XorOriginal(key, n8, counter, data),
+        `len ${len} counter ${counter}`,
+      );
+    }
+  }
 });
 
 Deno.test("original variant equals RFC variant when counter < 2^32 and nonce = 0 || n8", () => {
@@ -188,6 +253,7 @@ const POLY_VECTORS: [string, string, Uint8Array, string][] = [
 for (const [name, key, msg, tag] of POLY_VECTORS) {
   Deno.test(`Poly1305 RFC 8439 ${name}`, () => {
     assert.equal(toHex(poly1305(hex(key), msg)), tag);
+    assert.equal(toHex(poly1305Wasm(hex(key), msg)), tag, "WebAssembly");
   });
 }
 
@@ -212,14 +278,16 @@ function poly1305Reference(key: Uint8Array, msg: Uint8Array): Uint8Array {
   return out;
 }
 
-Deno.test("Poly1305 matches a BigInt reference on 2000 random and extreme inputs", () => {
+Deno.test("Poly1305 (TypeScript, WebAssembly) matches a BigInt reference on 2000 inputs", () => {
   for (let i = 0; i < 2000; i++) {
     const key = random(32);
     const len = i < 300 ? i : Math.floor(Math.random() * 2000);
     const msg = random(len);
     if (i % 4 === 1) msg.fill(0xff); // all-ones limbs exercise the carry bounds
     if (i % 8 === 3) key.fill(0xff); // maximal clamped r and s
-    assert.deepEqual(poly1305(key, msg), poly1305Reference(key, msg), `case ${i} len ${len}`);
+    const expected = poly1305Reference(key, msg);
+    assert.deepEqual(poly1305(key, msg), expected, `case ${i} len ${len}`);
+    assert.deepEqual(poly1305Wasm(key, msg), expected, `WebAssembly case ${i} len ${len}`);
   }
 });
 
@@ -315,6 +383,90 @@ Deno.test("OpenSSH construction: K_2 = first half (payload + poly key), K_1 = se
   assert.deepEqual(sealed, new Uint8Array([...body, ...poly1305(polyKey, body)]));
 });
 
+/** The OpenSSH construction from the TypeScript primitives: the reference for the module. */
+function referenceSeal(key: Uint8Array, seq: number, pkt: Uint8Array): Uint8Array {
+  const nonce = new Uint8Array(8);
+  new DataView(nonce.buffer).setUint32(0, Math.floor(seq / 2 ** 32));
+  new DataView(nonce.buffer).setUint32(4, seq >>> 0);
+  const k2 = key.subarray(0, 32);
+  const body = new Uint8Array(pkt.length);
+  body.set(chacha20XorOriginal(key.subarray(32, 64), nonce, 0, pkt.subarray(0, 4)));
+  body.set(chacha20XorOriginal(k2, nonce, 1, pkt.subarray(4)), 4);
+  const polyKey = chacha20XorOriginal(k2, nonce, 0, new Uint8Array(32));
+  return new Uint8Array([...body, ...poly1305(polyKey, body)]);
+}
+
+Deno.test("ChaChaPolyOpenSsh equals the TypeScript construction on many lengths and seqs", () => {
+  const lengths = [0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 129, 251, 252, 253, 255, 256, 257];
+  lengths.push(1000, 4095, 4096, 4097, 32768, 32780, 35000);
+  const seqs = [0, 1, 0xfffffffe, 0xffffffff, 2 ** 32, 2 ** 32 + 1, 2 ** 53 - 1];
+  const key = random(64);
+  const sender = new ChaChaPolyOpenSsh(key);
+  const receiver = new ChaChaPolyOpenSsh(key);
+  for (const len of lengths) {
+    for (const seq of seqs) {
+      const pkt = sshPacket(len);
+      const sealed = sender.seal(seq, pkt);
+      const what = `len ${len} seq ${seq}`;
+      assert.deepEqual(sealed, referenceSeal(key, seq, pkt), what);
+      const inPlace = new Uint8Array(pkt.length + 16);
+      inPlace.set(pkt);
+      sender.sealInPlace(seq, inPlace);
+      assert.deepEqual(inPlace, sealed, `sealInPlace ${what}`);
+      assert.equal(receiver.decryptLength(seq, sealed), len, what);
+      assert.deepEqual(receiver.open(seq, sealed), pkt, what);
+      const n = pkt.length;
+      assert.deepEqual(
+        receiver.openBody(seq, sealed.subarray(0, n), sealed.subarray(n)),
+        pkt.subarray(4),
+        `openBody ${what}`,
+      );
+      const bad = sealed.slice();
+      bad[n + (len % 16)] ^= 0x40;
+      assert.equal(receiver.open(seq, bad), null, `tampered tag ${what}`);
+      assert.equal(receiver.openBody(seq, bad.subarray(0, n), bad.subarray(n)), null, what);
+    }
+  }
+});
+
+Deno.test("ChaChaPolyOpenSsh grows for large packets and rejects oversized ones", () => {
+  const key = random(64);
+  const cipher = new ChaChaPolyOpenSsh(key);
+  for (const len of [12, OPENSSH_CHACHA_MAX_PACKET - 4, 28]) {
+    const pkt = sshPacket(len);
+    const sealed = cipher.seal(7, pkt);
+    assert.deepEqual(sealed, referenceSeal(key, 7, pkt), `len ${len}`);
+    assert.deepEqual(cipher.open(7, sealed), pkt, `len ${len}`);
+  }
+  const over = new Uint8Array(OPENSSH_CHACHA_MAX_PACKET + 1);
+  assert.throws(() => cipher.seal(0, over), RangeError);
+  assert.throws(() => cipher.open(0, new Uint8Array(over.length + 16)), RangeError);
+  assert.throws(() => cipher.seal(-1, new Uint8Array(8)), RangeError);
+  assert.throws(() => cipher.seal(0, new Uint8Array(3)), RangeError);
+  assert.throws(() => new ChaChaPolyOpenSsh(new Uint8Array(32)), RangeError);
+});
+
+Deno.test("ssh/_wasm/chacha_poly.ts is chacha_poly.wat assembled (wabt from npm)", {
+  ignore: !canRun,
+}, async () => {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "-A",
+      "--no-lock",
+      new URL("./_wasm_build.ts", import.meta.url).pathname,
+      "--check",
+    ],
+    stdout: "piped",
+    stderr: "piped",
+    env: { NO_COLOR: "1" },
+    signal: AbortSignal.timeout(60_000),
+  }).output();
+  const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
+  assert.ok(out.success, `tests/ssh/_wasm_build.ts --check failed: ${text}`);
+  assert.match(text, /is the assembled \.wat/);
+});
+
 Deno.test("constantTimeEqual", () => {
   assert.equal(constantTimeEqual(hex("0102"), hex("0102")), true);
   assert.equal(constantTimeEqual(hex("0102"), hex("0103")), false);
@@ -374,8 +526,6 @@ async function pythonsWithCryptography(): Promise<string[]> {
   }
   return found;
 }
-
-const canRun = (await Deno.permissions.query({ name: "run" })).state === "granted";
 
 Deno.test({
   name: "interop: keystream, Poly1305 and OpenSSH packets vs Python cryptography/asyncssh",

@@ -12,7 +12,7 @@ import {
   type SshKeyPair,
   sshPublicKeyOf,
 } from "../../ssh/mod.ts";
-import { startSshServer } from "../../ssh/server.ts";
+import { type SshSpawner, type SshSpawnOptions, startSshServer } from "../../ssh/server.ts";
 import { ClientConnection } from "../../ssh/_connection.ts";
 import { Ed25519Signer, parsePrivateKey, parsePublicKey } from "../../ssh/_keys.ts";
 import { MSG } from "../../ssh/_transport.ts";
@@ -32,7 +32,7 @@ interface Fixture extends AsyncDisposable {
 }
 
 async function fixture(
-  serverOptions: { rekeyLimit?: number; ciphers?: readonly string[] } = {},
+  serverOptions: { rekeyLimit?: number; ciphers?: readonly string[]; spawn?: SshSpawner } = {},
 ): Promise<Fixture> {
   const root = await Deno.makeTempDir({ prefix: "ssh-server-test-" });
   const host = await generateSshKeyPair();
@@ -45,7 +45,7 @@ async function fixture(
     env: { HOME: root },
     user: "agent",
     onError: (e) => errors.push(e),
-    // Every cipher, chacha20-poly1305 included (not offered by default).
+    // Every cipher.
     ciphers: [
       "aes128-gcm@openssh.com",
       "aes256-gcm@openssh.com",
@@ -71,6 +71,40 @@ async function fixture(
       assert.deepEqual(errors, []);
     },
   };
+}
+
+/**
+ * Runs `argv` as the default spawner does, but hands the server stdout and
+ * stderr as plain streams (not byte streams, so no BYOB reads), with chunks
+ * split at odd sizes.
+ */
+function plainStreamSpawner(argv: readonly string[], o: SshSpawnOptions): Deno.ChildProcess {
+  const child = new Deno.Command(argv[0], {
+    args: argv.slice(1),
+    cwd: o.cwd,
+    env: o.env,
+    clearEnv: true,
+    detached: true,
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const resplit = () =>
+    new TransformStream<Uint8Array, Uint8Array>({
+      transform(chunk, controller) {
+        for (let i = 0; i < chunk.length; i += 5000) controller.enqueue(chunk.slice(i, i + 5000));
+      },
+    });
+  const stdout = child.stdout.pipeThrough(resplit());
+  const stderr = child.stderr.pipeThrough(resplit());
+  return new Proxy(child, {
+    get(target, key) {
+      if (key === "stdout") return stdout;
+      if (key === "stderr") return stderr;
+      const value = Reflect.get(target, key, target);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
 }
 
 /** Reads the pids a command printed on its first line. */
@@ -538,15 +572,30 @@ Deno.test("SshClient reports a failed negotiation at once, naming both lists", a
   );
 });
 
-Deno.test("startSshServer() offers no chacha20-poly1305 unless told, and checks cipher names", async () => {
+Deno.test("startSshServer() sends a spawner's plain (not byte) streams intact", async () => {
+  await using f = await fixture({ spawn: plainStreamSpawner });
+  await using client = await SshClient.connect(f.options());
+  const data = bigData(3 * 1024 * 1024 + 4).subarray(3); // not a whole number of packets
+  const r = await client.exec("cat; echo err >&2", { stdin: data });
+  assert.equal(r.stdout.length, data.length);
+  assert.equal(await sha256Hex(r.stdout), await sha256Hex(data));
+  assert.equal(r.stderrText, "err\n");
+});
+
+Deno.test("startSshServer() offers chacha20-poly1305 first, and checks cipher names", async () => {
   await using f = await fixture({ ciphers: undefined });
   await assert.rejects(
-    SshClient.connect({ ...f.options(), ciphers: ["chacha20-poly1305@openssh.com"] }),
+    SshClient.connect({ ...f.options(), ciphers: ["aes192-ctr"] }),
     (e: Error) =>
       e instanceof SshError &&
-      /server offers "aes128-gcm@openssh\.com,aes256-gcm@openssh\.com,aes128-ctr,aes256-ctr"/
+      /server offers "chacha20-poly1305@openssh\.com,aes128-gcm@openssh\.com,aes256-gcm@openssh\.com,aes128-ctr,aes256-ctr"/
         .test(e.message),
   );
+  await using client = await SshClient.connect({
+    ...f.options(),
+    ciphers: ["chacha20-poly1305@openssh.com"],
+  });
+  assert.equal(new TextDecoder().decode((await client.exec("echo hi")).stdout), "hi\n");
   const host = await generateSshKeyPair();
   assert.throws(
     () => startSshServer({ hostKey: host.privateKey, authorizedKeys: [], ciphers: ["3des-cbc"] }),
