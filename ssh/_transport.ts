@@ -54,12 +54,14 @@ export const VERSION = "SSH-2.0-HudSdk_0.1";
 const KEX_ALGS = ["curve25519-sha256", "curve25519-sha256@libssh.org"];
 const STRICT_C = "kex-strict-c-v00@openssh.com";
 const STRICT_S = "kex-strict-s-v00@openssh.com";
-// AES-GCM first: WebCrypto runs it natively. A server's list only matters
-// where the client's order does not decide, so it lists the same.
+// What our client offers, in its order of preference: chacha20-poly1305
+// first, as OpenSSH's `ssh` does. Ours runs in WebAssembly, one call per
+// packet; AES-GCM and AES-CTR go through WebCrypto calls that cost tens of
+// microseconds each, whatever their size (BENCHMARKS.md).
 export const DEFAULT_CIPHERS: readonly string[] = [
+  "chacha20-poly1305@openssh.com",
   "aes128-gcm@openssh.com",
   "aes256-gcm@openssh.com",
-  "chacha20-poly1305@openssh.com",
   "aes128-ctr",
   "aes256-ctr",
 ];
