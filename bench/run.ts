@@ -9,9 +9,10 @@
 //
 // Figures: 1 control round trips, 2 concurrent clients, 3 held sessions at
 // scale, 4 tunnel throughput, 5 start-up, 6 taskset rollouts, 7 the cost of
-// the token (auth on against --no-auth), 8 SSH throughput (to come, from the
-// SSH work). Issue 16's bounds: figure 3 at most 8 KiB per held session at
-// 10,000, figure 4 at least 0.65 of direct, figure 8 at least 0.8 of OpenSSH. Servers require the token, as they
+// the token (auth on against --no-auth), 8 SSH stdout throughput against
+// OpenSSH's sshd. Issue 16's bounds: figure 3 at most 8 KiB per held session
+// at 10,000 (for the server as SubprocessRuntime starts it), figure 4 at
+// least 0.65 of direct, figure 8 at least 0.8 of OpenSSH. Servers require the token, as they
 // do by default; the benchmark hands its own to every server child through
 // HUD_SERVE_TOKEN. `--quick`
 // shrinks the loops. Loopback only, bounded loops. When the soft open-files
