@@ -397,7 +397,7 @@ export async function buildEnvironmentImage(
   tag: string,
   options: BuildImageOptions,
 ): Promise<string> {
-  checkV8Flags("image", options.v8Flags);
+  checkV8Flags("the image", options.v8Flags);
   const v8Flags = options.v8Flags ?? SERVER_V8_FLAGS;
   const modulePathAbs = await Deno.realPath(modulePath);
   const cli = new URL("cli.ts", SDK_ROOT).pathname;
