@@ -1,7 +1,7 @@
 /**
  * The SSH cipher `chacha20-poly1305@openssh.com` (OpenSSH PROTOCOL.chacha20poly1305), run by a
  * WebAssembly module (_wasm/chacha_poly.wat: SIMD ChaCha20, 64-bit-limb Poly1305) that seals or
- * opens a whole packet in one call. Several times faster than TypeScript (_chacha20.ts, which
+ * opens a whole packet in one call. Several times faster than TypeScript (tests/ssh/_chacha20_reference.ts, which
  * the tests keep as the reference) and than WebCrypto's AES-CTR + HMAC here, which cost tens of
  * microseconds per call (BENCHMARKS.md).
  * @module

@@ -6,7 +6,7 @@ import {
   chachaSetKey,
   constantTimeEqual,
   poly1305,
-} from "../../ssh/_chacha20.ts";
+} from "./_chacha20_reference.ts";
 import {
   ChaChaPolyOpenSsh,
   chachaXorWasm,

@@ -1,6 +1,7 @@
 /**
- * ChaCha20 (RFC 8439 and the original 64-bit-nonce variant) and Poly1305.
- * Dependency-free; web standards only.
+ * ChaCha20 (RFC 8439 and the original 64-bit-nonce variant) and Poly1305 in
+ * TypeScript: the reference the WebAssembly cipher (ssh/_chacha.ts) is
+ * checked against. The library itself no longer uses it.
  * @module
  */
 
