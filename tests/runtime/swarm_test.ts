@@ -130,22 +130,13 @@ const shared = Deno.env.get("ENGINE_STATE");
 /** The scripts' environment, once the test has made its state directory. */
 let env: Record<string, string> | null = null;
 
-let down: Promise<void> | null = null;
-
-/**
- * Bounded, and run once however often it is called (the body's `finally` and
- * the teardown both call it): daemons (by PID), namespaces, bridge, rules,
- * state.
- */
-function swarmDown(): Promise<void> {
-  if (env === null) return Promise.resolve();
-  const scripts = env;
-  return down ??= (async () => {
-    await sh("swarm_down.sh", scripts, 120_000).catch((err) => console.error(String(err)));
-    if (shared === undefined) {
-      await Deno.remove(scripts.ENGINE_STATE, { recursive: true }).catch(() => {});
-    }
-  })();
+/** Bounded: daemons (by PID), namespaces, bridge, rules, state. */
+async function swarmDown(): Promise<void> {
+  if (env === null) return;
+  await sh("swarm_down.sh", env, 120_000).catch((err) => console.error(String(err)));
+  if (shared === undefined) {
+    await Deno.remove(env.ENGINE_STATE, { recursive: true }).catch(() => {});
+  }
 }
 
 Deno.test({
@@ -158,194 +149,190 @@ Deno.test({
       SWARM_REGISTRY: which("docker-registry") ? "1" : "0",
     };
     const state = env.ENGINE_STATE;
+    await sh("swarm_up.sh", env, 180_000);
+    let registry: string | null = null;
     try {
-      await sh("swarm_up.sh", env, 180_000);
-      let registry: string | null = null;
-      try {
-        registry = (await Deno.readTextFile(`${state}/registry.addr`)).trim();
-      } catch {
-        // no registry: save|load
-      }
-      const tag = registry === null
-        ? "hud-swarm-fixture:latest"
-        : `${registry}/hud-swarm-fixture:latest`;
-      await buildEnvironmentImage(FIXTURE, tag, {
+      registry = (await Deno.readTextFile(`${state}/registry.addr`)).trim();
+    } catch {
+      // no registry: save|load
+    }
+    const tag = registry === null
+      ? "hud-swarm-fixture:latest"
+      : `${registry}/hud-swarm-fixture:latest`;
+    await buildEnvironmentImage(FIXTURE, tag, {
+      socket: socketOf("sw1"),
+      envName: "fixture",
+      envVersion: "0.3.0",
+      signal: AbortSignal.timeout(240_000),
+    });
+    const how = await distribute(tag, registry);
+    console.log(`swarm_test: image ${tag} distributed by ${how}`);
+
+    await t.step("60 rollouts, each node used, one node crashes mid-job", async () => {
+      await using runtime = new SwarmRuntime(tag, {
         socket: socketOf("sw1"),
-        envName: "fixture",
-        envVersion: "0.3.0",
+        minReplicas: 6,
+        maxReplicas: 6,
+        readyTimeout: 60_000,
+      });
+      await runtime.ready(6, { timeout: 120_000 });
+      assert.deepEqual(Object.keys(runtime.readyByNode).sort(), NODES);
+
+      const servedBy: string[] = [];
+      let crashed: Promise<void> | null = null;
+      const recording = {
+        async place(options?: PlaceOptions): Promise<Placement> {
+          const p = await runtime.place(options);
+          servedBy.push(String(p.params.node));
+          // Crash sw3 (a worker) a third of the way in, with rollouts on it.
+          if (servedBy.length === 20) crashed = crash("sw3", state);
+          return p;
+        },
+      };
+      const rows = Array.from({ length: 60 }, (_, i) => ({
+        env: "fixture",
+        id: "add",
+        args: { a: i, b: 1 },
+        slug: taskSlug("add", { a: i, b: 1 }),
+      }));
+      const agent = functionAgent(async (prompt) => {
+        await delay(200);
+        const [a, b] = String(prompt).match(/\d+/g)!.map(Number);
+        return String(a + b);
+      });
+      const job = await new Taskset(rows).run(agent, {
+        runtime: recording,
+        maxConcurrent: 6,
+        rolloutTimeout: 60_000,
+        connect: { readyTimeout: 10_000 },
         signal: AbortSignal.timeout(240_000),
       });
-      const how = await distribute(tag, registry);
-      console.log(`swarm_test: image ${tag} distributed by ${how}`);
+      await crashed;
+      const before = servedBy.slice(0, 20);
+      for (const node of NODES) assert.ok(before.includes(node), `${node} served no rollout`);
+      assert.equal(job.runs.length, 60);
+      const good = job.runs.filter((r) => r.reward === 1).length;
+      const errored = job.runs.filter((r) => r.status === "error");
+      console.log(
+        `swarm_test: ${good} of 60 rewarded, ${errored.length} errored (${
+          [...new Set(errored.map((r) => r.failed_phase))].join(", ")
+        }); served by ${
+          NODES.map((n) => `${n} ${servedBy.filter((s) => s === n).length}`).join(", ")
+        }`,
+      );
+      assert.equal(good + errored.length, 60, "every rollout finished or errored");
+      assert.ok(good >= 40, `only ${good} of 60 rollouts rewarded`);
+      for (const r of errored) assert.ok(r.failed_phase, "an errored rollout names its phase");
 
-      await t.step("60 rollouts, each node used, one node crashes mid-job", async () => {
-        await using runtime = new SwarmRuntime(tag, {
-          socket: socketOf("sw1"),
-          minReplicas: 6,
-          maxReplicas: 6,
-          readyTimeout: 60_000,
-        });
-        await runtime.ready(6, { timeout: 120_000 });
-        assert.deepEqual(Object.keys(runtime.readyByNode).sort(), NODES);
-
-        const servedBy: string[] = [];
-        let crashed: Promise<void> | null = null;
-        const recording = {
-          async place(options?: PlaceOptions): Promise<Placement> {
-            const p = await runtime.place(options);
-            servedBy.push(String(p.params.node));
-            // Crash sw3 (a worker) a third of the way in, with rollouts on it.
-            if (servedBy.length === 20) crashed = crash("sw3", state);
-            return p;
-          },
-        };
-        const rows = Array.from({ length: 60 }, (_, i) => ({
-          env: "fixture",
-          id: "add",
-          args: { a: i, b: 1 },
-          slug: taskSlug("add", { a: i, b: 1 }),
-        }));
-        const agent = functionAgent(async (prompt) => {
-          await delay(200);
-          const [a, b] = String(prompt).match(/\d+/g)!.map(Number);
-          return String(a + b);
-        });
-        const job = await new Taskset(rows).run(agent, {
-          runtime: recording,
-          maxConcurrent: 6,
-          rolloutTimeout: 60_000,
-          connect: { readyTimeout: 10_000 },
-          signal: AbortSignal.timeout(240_000),
-        });
-        await crashed;
-        const before = servedBy.slice(0, 20);
-        for (const node of NODES) assert.ok(before.includes(node), `${node} served no rollout`);
-        assert.equal(job.runs.length, 60);
-        const good = job.runs.filter((r) => r.reward === 1).length;
-        const errored = job.runs.filter((r) => r.status === "error");
-        console.log(
-          `swarm_test: ${good} of 60 rewarded, ${errored.length} errored (${
-            [...new Set(errored.map((r) => r.failed_phase))].join(", ")
-          }); served by ${
-            NODES.map((n) => `${n} ${servedBy.filter((s) => s === n).length}`).join(", ")
-          }`,
-        );
-        assert.equal(good + errored.length, 60, "every rollout finished or errored");
-        assert.ok(good >= 40, `only ${good} of 60 rollouts rewarded`);
-        for (const r of errored) assert.ok(r.failed_phase, "an errored rollout names its phase");
-
-        // The pool recovers: sw3's replicas are replaced on the other nodes.
-        const until = AbortSignal.timeout(90_000);
-        while (!until.aborted) {
-          const ready = runtime.readyByNode;
-          if (!("sw3" in ready) && (ready.sw1 ?? 0) + (ready.sw2 ?? 0) >= 6) break;
-          await delay(500);
-        }
+      // The pool recovers: sw3's replicas are replaced on the other nodes.
+      const until = AbortSignal.timeout(90_000);
+      while (!until.aborted) {
         const ready = runtime.readyByNode;
-        assert.ok(!("sw3" in ready), `sw3 still in the pool: ${JSON.stringify(ready)}`);
-        assert.equal((ready.sw1 ?? 0) + (ready.sw2 ?? 0), 6, JSON.stringify(ready));
-        await using client = await connect(runtime, { readyTimeout: 10_000 });
-        assert.equal((await client.startTask("add", { a: 1, b: 1 })).prompt, "What is 1 + 1?");
-      });
+        if (!("sw3" in ready) && (ready.sw1 ?? 0) + (ready.sw2 ?? 0) >= 6) break;
+        await delay(500);
+      }
+      const ready = runtime.readyByNode;
+      assert.ok(!("sw3" in ready), `sw3 still in the pool: ${JSON.stringify(ready)}`);
+      assert.equal((ready.sw1 ?? 0) + (ready.sw2 ?? 0), 6, JSON.stringify(ready));
+      await using client = await connect(runtime, { readyTimeout: 10_000 });
+      assert.equal((await client.startTask("add", { a: 1, b: 1 })).prompt, "What is 1 + 1?");
+    });
 
-      await t.step("the service is gone after close()", async () => {
-        for (const node of ["sw1", "sw2"]) assert.equal(await runningOwned(node), 0, node);
-      });
+    await t.step("the service is gone after close()", async () => {
+      for (const node of ["sw1", "sw2"]) assert.equal(await runningOwned(node), 0, node);
+    });
 
-      await t.step("demand scales the service up to maxReplicas and back down", async () => {
-        await using runtime = new SwarmRuntime(tag, {
-          socket: socketOf("sw1"),
-          minReplicas: 1,
-          maxReplicas: 3,
-          scaleDownAfter: 1_000,
-          readyTimeout: 60_000,
-        });
-        await runtime.ready(1, { timeout: 60_000 });
-        assert.equal(runtime.desiredReplicas, 1);
-        const held = await Promise.all([1, 2, 3].map(() => runtime.place()));
-        assert.equal(runtime.desiredReplicas, 3);
-        assert.equal(new Set(held.map((p) => p.params.taskId)).size, 3, "three replicas");
-        // A fourth waits for a free one: it gets the first released.
-        const fourth = runtime.place({ signal: AbortSignal.timeout(30_000) });
-        await held[0][Symbol.asyncDispose]();
-        assert.equal((await fourth).params.taskId, held[0].params.taskId);
-        await (await fourth)[Symbol.asyncDispose]();
-        for (const p of held.slice(1)) await p[Symbol.asyncDispose]();
-        const until = AbortSignal.timeout(30_000);
-        while (runtime.desiredReplicas !== 1 && !until.aborted) await delay(200);
-        assert.equal(runtime.desiredReplicas, 1, "scaled back down when idle");
+    await t.step("demand scales the service up to maxReplicas and back down", async () => {
+      await using runtime = new SwarmRuntime(tag, {
+        socket: socketOf("sw1"),
+        minReplicas: 1,
+        maxReplicas: 3,
+        scaleDownAfter: 1_000,
+        readyTimeout: 60_000,
       });
-      await t.step("width: one replica serves two rollouts at once, not three", async () => {
-        await using runtime = new SwarmRuntime(tag, {
-          socket: socketOf("sw1"),
-          minReplicas: 1,
-          maxReplicas: 1,
-          width: 2,
-          readyTimeout: 3_000,
-        });
-        await runtime.ready(1, { timeout: 60_000 });
-        await using a = await runtime.place();
-        await using b = await runtime.place();
-        assert.equal(a.params.taskId, b.params.taskId);
-        const err = await runtime.place().catch((e) => e);
-        assert.match(
-          String(err),
-          /no free ready replica after 3000 ms \(1 ready, 1 wanted, at most 1\)/,
+      await runtime.ready(1, { timeout: 60_000 });
+      assert.equal(runtime.desiredReplicas, 1);
+      const held = await Promise.all([1, 2, 3].map(() => runtime.place()));
+      assert.equal(runtime.desiredReplicas, 3);
+      assert.equal(new Set(held.map((p) => p.params.taskId)).size, 3, "three replicas");
+      // A fourth waits for a free one: it gets the first released.
+      const fourth = runtime.place({ signal: AbortSignal.timeout(30_000) });
+      await held[0][Symbol.asyncDispose]();
+      assert.equal((await fourth).params.taskId, held[0].params.taskId);
+      await (await fourth)[Symbol.asyncDispose]();
+      for (const p of held.slice(1)) await p[Symbol.asyncDispose]();
+      const until = AbortSignal.timeout(30_000);
+      while (runtime.desiredReplicas !== 1 && !until.aborted) await delay(200);
+      assert.equal(runtime.desiredReplicas, 1, "scaled back down when idle");
+    });
+    await t.step("width: one replica serves two rollouts at once, not three", async () => {
+      await using runtime = new SwarmRuntime(tag, {
+        socket: socketOf("sw1"),
+        minReplicas: 1,
+        maxReplicas: 1,
+        width: 2,
+        readyTimeout: 3_000,
+      });
+      await runtime.ready(1, { timeout: 60_000 });
+      await using a = await runtime.place();
+      await using b = await runtime.place();
+      assert.equal(a.params.taskId, b.params.taskId);
+      const err = await runtime.place().catch((e) => e);
+      assert.match(
+        String(err),
+        /no free ready replica after 3000 ms \(1 ready, 1 wanted, at most 1\)/,
+      );
+      await using c1 = await connect(a, { readyTimeout: 10_000 });
+      await using c2 = await connect(b, { readyTimeout: 10_000 });
+      assert.equal((await c1.startTask("add", { a: 2, b: 2 })).prompt, "What is 2 + 2?");
+      assert.equal((await c2.startTask("add", { a: 3, b: 3 })).prompt, "What is 3 + 3?");
+    });
+    await t.step("hud eval --runtime swarm:IMAGE runs a taskset on the swarm", async () => {
+      const dir = await Deno.makeTempDir();
+      try {
+        const rows = `${dir}/rows.jsonl`;
+        await Deno.writeTextFile(
+          rows,
+          [1, 2, 3, 4].map((a) =>
+            JSON.stringify({ env: "fixture", id: "add", args: { a, b: 1 }, slug: `add-${a}-1` })
+          ).join("\n") + "\n",
         );
-        await using c1 = await connect(a, { readyTimeout: 10_000 });
-        await using c2 = await connect(b, { readyTimeout: 10_000 });
-        assert.equal((await c1.startTask("add", { a: 2, b: 2 })).prompt, "What is 2 + 2?");
-        assert.equal((await c2.startTask("add", { a: 3, b: 3 })).prompt, "What is 3 + 3?");
-      });
-      await t.step("hud eval --runtime swarm:IMAGE runs a taskset on the swarm", async () => {
-        const dir = await Deno.makeTempDir();
+        const { main } = await import("../../cli.ts");
+        let out = "";
+        let err = "";
+        const io = { stdout: (t: string) => out += t, stderr: (t: string) => err += t };
+        // The agent reads "What is A + B?" on stdin and computes it.
+        const agent = `read -r q; set -- $q; echo $(( $3 + \${5%?} ))`;
+        const before = Deno.env.get("DOCKER_HOST");
+        Deno.env.set("DOCKER_HOST", `unix://${socketOf("sw1")}`);
+        let code: number;
         try {
-          const rows = `${dir}/rows.jsonl`;
-          await Deno.writeTextFile(
+          code = await main([
+            "eval",
+            FIXTURE,
+            "--agent",
+            agent,
+            "--tasks",
             rows,
-            [1, 2, 3, 4].map((a) =>
-              JSON.stringify({ env: "fixture", id: "add", args: { a, b: 1 }, slug: `add-${a}-1` })
-            ).join("\n") + "\n",
-          );
-          const { main } = await import("../../cli.ts");
-          let out = "";
-          let err = "";
-          const io = { stdout: (t: string) => out += t, stderr: (t: string) => err += t };
-          // The agent reads "What is A + B?" on stdin and computes it.
-          const agent = `read -r q; set -- $q; echo $(( $3 + \${5%?} ))`;
-          const before = Deno.env.get("DOCKER_HOST");
-          Deno.env.set("DOCKER_HOST", `unix://${socketOf("sw1")}`);
-          let code: number;
-          try {
-            code = await main([
-              "eval",
-              FIXTURE,
-              "--agent",
-              agent,
-              "--tasks",
-              rows,
-              "--runtime",
-              `swarm:${tag}`,
-              "--max-concurrent",
-              "2",
-            ], io);
-          } finally {
-            if (before === undefined) Deno.env.delete("DOCKER_HOST");
-            else Deno.env.set("DOCKER_HOST", before);
-          }
-          assert.equal(code, 0, err);
-          assert.match(out, /mean reward 1\.000 ± 0\.000 over 4 graded runs, 0 errored/);
-          for (const node of ["sw1", "sw2"]) assert.equal(await runningOwned(node), 0, node);
+            "--runtime",
+            `swarm:${tag}`,
+            "--max-concurrent",
+            "2",
+          ], io);
         } finally {
-          await Deno.remove(dir, { recursive: true });
+          if (before === undefined) Deno.env.delete("DOCKER_HOST");
+          else Deno.env.set("DOCKER_HOST", before);
         }
-      });
-    } finally {
-      await swarmDown();
-    }
+        assert.equal(code, 0, err);
+        assert.match(out, /mean reward 1\.000 ± 0\.000 over 4 graded runs, 0 errored/);
+        for (const node of ["sw1", "sw2"]) assert.equal(await runningOwned(node), 0, node);
+      } finally {
+        await Deno.remove(dir, { recursive: true });
+      }
+    });
   }, {
-    // Also when the deadline passes while the body still waits: the daemons,
-    // namespaces, bridge and rules must not outlive the test run.
+    // After the body, and also when the deadline passes while the body still
+    // waits: the daemons, namespaces, bridge and rules must not outlive the run.
     teardown: swarmDown,
     teardownMs: 150_000,
   }),
