@@ -8,6 +8,7 @@
 
 import { Environment } from "../env.ts";
 import { addWorkspace, type WorkspaceIsolation } from "../workspace/mod.ts";
+import { opensshOptions } from "../tests/ssh/_util.ts";
 
 const runsArg = Deno.args.find((a) => a.startsWith("--runs="));
 const RUNS = runsArg ? Number(runsArg.slice(7)) : 40;
@@ -36,18 +37,7 @@ for (const kind of kinds) {
   const knownHosts = `${root}.known_hosts`;
   await Deno.writeTextFile(knownHosts, `[127.0.0.1]:${port} ${cap.params.host_pubkey}\n`);
   const args = [
-    "-F",
-    "/dev/null",
-    "-o",
-    "BatchMode=yes",
-    "-o",
-    "StrictHostKeyChecking=yes",
-    "-o",
-    `UserKnownHostsFile=${knownHosts}`,
-    "-o",
-    "IdentitiesOnly=yes",
-    "-i",
-    cap.params.client_key_path as string,
+    ...opensshOptions(knownHosts, cap.params.client_key_path as string),
     "-p",
     port,
     "agent@127.0.0.1",

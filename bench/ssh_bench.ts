@@ -30,7 +30,7 @@
 
 import { generateSshKeyPair, SshClient } from "../ssh/mod.ts";
 import { startSshServer } from "../ssh/server.ts";
-import { bigData, startSshd } from "../tests/ssh/_util.ts";
+import { bigData, opensshOptions, startSshd } from "../tests/ssh/_util.ts";
 import { ChaChaPolyOpenSsh } from "../ssh/_chacha.ts";
 import { PacketSealer } from "../ssh/_cipher.ts";
 
@@ -60,18 +60,7 @@ interface Target {
 async function ssh(t: Target, extra: string[], command: string): Promise<number> {
   const out = await new Deno.Command("ssh", {
     args: [
-      "-F",
-      "/dev/null",
-      "-o",
-      "BatchMode=yes",
-      "-o",
-      "StrictHostKeyChecking=yes",
-      "-o",
-      `UserKnownHostsFile=${t.knownHosts}`,
-      "-o",
-      "IdentitiesOnly=yes",
-      "-i",
-      t.keyPath,
+      ...opensshOptions(t.knownHosts, t.keyPath),
       "-p",
       String(t.port),
       ...extra,
@@ -109,18 +98,7 @@ async function throughput(t: Target, cipher: string): Promise<number> {
     : ["-c", cipher];
   const ssh = [
     "ssh",
-    "-F",
-    "/dev/null",
-    "-o",
-    "BatchMode=yes",
-    "-o",
-    "StrictHostKeyChecking=yes",
-    "-o",
-    `UserKnownHostsFile=${t.knownHosts}`,
-    "-o",
-    "IdentitiesOnly=yes",
-    "-i",
-    t.keyPath,
+    ...opensshOptions(t.knownHosts, t.keyPath),
     "-p",
     String(t.port),
     ...forced,
@@ -147,18 +125,7 @@ async function throughput(t: Target, cipher: string): Promise<number> {
 
 function sftpArgs(t: Target): string[] {
   return [
-    "-F",
-    "/dev/null",
-    "-o",
-    "BatchMode=yes",
-    "-o",
-    "StrictHostKeyChecking=yes",
-    "-o",
-    `UserKnownHostsFile=${t.knownHosts}`,
-    "-o",
-    "IdentitiesOnly=yes",
-    "-i",
-    t.keyPath,
+    ...opensshOptions(t.knownHosts, t.keyPath),
     "-P",
     String(t.port),
   ];
@@ -322,16 +289,7 @@ async function negotiated(t: Target): Promise<string> {
   const out = await new Deno.Command("ssh", {
     args: [
       "-v",
-      "-F",
-      "/dev/null",
-      "-o",
-      "BatchMode=yes",
-      "-o",
-      `UserKnownHostsFile=${t.knownHosts}`,
-      "-o",
-      "IdentitiesOnly=yes",
-      "-i",
-      t.keyPath,
+      ...opensshOptions(t.knownHosts, t.keyPath),
       "-p",
       String(t.port),
       `${t.user}@127.0.0.1`,

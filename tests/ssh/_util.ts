@@ -17,6 +17,29 @@ export interface SshRun {
   stderr: string;
 }
 
+/**
+ * OpenSSH client options that read no config file, trust only the host keys
+ * in `knownHosts`, offer only `key`, and never prompt.
+ */
+export function opensshOptions(knownHosts: string, key: string): string[] {
+  return [
+    "-F",
+    "/dev/null",
+    "-o",
+    "StrictHostKeyChecking=yes",
+    "-o",
+    `UserKnownHostsFile=${knownHosts}`,
+    "-o",
+    "GlobalKnownHostsFile=/dev/null",
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    "IdentitiesOnly=yes",
+    "-i",
+    key,
+  ];
+}
+
 /** Runs OpenSSH's `ssh` with a private known_hosts file and key. */
 export async function runSsh(
   opts: { port: number; key: string; knownHosts: string; user?: string },
@@ -25,22 +48,9 @@ export async function runSsh(
 ): Promise<SshRun> {
   const cmd = new Deno.Command("ssh", {
     args: [
-      "-o",
-      "StrictHostKeyChecking=yes",
-      "-o",
-      `UserKnownHostsFile=${opts.knownHosts}`,
-      "-o",
-      "GlobalKnownHostsFile=/dev/null",
-      "-o",
-      "BatchMode=yes",
-      "-o",
-      "IdentitiesOnly=yes",
+      ...opensshOptions(opts.knownHosts, opts.key),
       "-o",
       "LogLevel=ERROR",
-      "-F",
-      "/dev/null",
-      "-i",
-      opts.key,
       "-p",
       String(opts.port),
       ...args.slice(0, -1),
@@ -377,24 +387,7 @@ export async function startTestServer(
     keyPath,
     knownHosts,
     errors,
-    sshOptions: [
-      "-F",
-      "/dev/null",
-      "-o",
-      "StrictHostKeyChecking=yes",
-      "-o",
-      `UserKnownHostsFile=${knownHosts}`,
-      "-o",
-      "GlobalKnownHostsFile=/dev/null",
-      "-o",
-      "BatchMode=yes",
-      "-o",
-      "IdentitiesOnly=yes",
-      "-o",
-      "LogLevel=ERROR",
-      "-i",
-      keyPath,
-    ],
+    sshOptions: [...opensshOptions(knownHosts, keyPath), "-o", "LogLevel=ERROR"],
     async [Symbol.asyncDispose]() {
       await server.shutdown();
       await Deno.remove(root, { recursive: true });
