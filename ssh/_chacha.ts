@@ -151,20 +151,6 @@ export class ChaChaPolyOpenSsh {
   }
 
   /**
-   * Seals in place: `buf` holds the plaintext packet (4-byte length || rest) followed by 16
-   * bytes of room for the tag.
-   */
-  sealInPlace(seq: number, buf: Uint8Array): void {
-    const n = buf.length - OPENSSH_CHACHA_TAG_LENGTH;
-    if (n < 4) throw new RangeError("Cannot seal packet: it must include the 4-byte length");
-    checkSeq(seq);
-    const mem = this.#room(n, "seal");
-    mem.set(buf.subarray(0, n), PACKET_AT);
-    this.#wasm.seal(n, nonceHi(seq), nonceLo(seq));
-    buf.set(mem.subarray(PACKET_AT, PACKET_AT + n + OPENSSH_CHACHA_TAG_LENGTH));
-  }
-
-  /**
    * Room in the module's memory for an `n`-byte plaintext packet (4-byte length || rest) and
    * its tag, to fill and then seal with sealPacket(): saves a copy of the packet. Valid until
    * the next call on this cipher.
