@@ -22,7 +22,6 @@ import { type FileTracker, startFileTracker } from "../filetracking/tracker.ts";
 import {
   DEFAULT_PATH,
   findProgram,
-  type Isolation,
   probeSandbox,
   type SandboxConfig,
   type SandboxMount,
@@ -294,7 +293,7 @@ export interface Workspace {
   /** The root, absolute. */
   readonly root: string;
   /** The mechanism in force, once started; null before. */
-  readonly isolation: Isolation | null;
+  readonly isolation: Exclude<WorkspaceIsolation, "auto"> | null;
   /** The uid commands run as, when this process is root and started; else null. */
   readonly uid: number | null;
   /** The limits in force, once started; null before. */
@@ -534,7 +533,7 @@ class WorkspaceHandle implements Workspace {
     return this.#root;
   }
 
-  get isolation(): Isolation | null {
+  get isolation(): Exclude<WorkspaceIsolation, "auto"> | null {
     return this.#episode?.sandbox.isolation ?? null;
   }
 

@@ -9,6 +9,7 @@ import { SshClient } from "../../ssh/mod.ts";
 import { addWorkspace, type Workspace, type WorkspaceOptions } from "../../workspace/workspace.ts";
 
 const IS_ROOT = Deno.uid() === 0;
+const DEFAULT_PATH_FOR_TESTS = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 function installed(path: string): boolean {
   try {
@@ -397,3 +398,102 @@ Deno.test(
     }
   },
 );
+
+/** A user that is not root, for running a workspace's server as one. */
+const OTHER_UID = 58777;
+
+/** Runs tests/fixtures/workspace_probe.ts under `wrapper` (argv before deno). */
+async function probe(
+  wrapper: string[],
+  root: string,
+  command: string,
+  env: Record<string, string>,
+): Promise<{ stdout?: string; error?: string }> {
+  const fixture = new URL("../fixtures/workspace_probe.ts", import.meta.url).pathname;
+  const out = await new Deno.Command(wrapper[0], {
+    args: [...wrapper.slice(1), Deno.execPath(), "run", "-A", "--no-lock", fixture, root, command],
+    env,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+    signal: AbortSignal.timeout(120_000),
+  }).output();
+  const text = new TextDecoder().decode(out.stdout).trim();
+  assert.equal(out.code, 0, text + new TextDecoder().decode(out.stderr));
+  return JSON.parse(text.split("\n").pop()!);
+}
+
+Deno.test("addWorkspace() run by an ordinary user reaches none of that user's own sockets", {
+  ignore: !IS_ROOT || !installed("/usr/bin/bwrap") || !installed("/usr/bin/curl"),
+}, async () => {
+  // The server's user holds a 0600 socket outside /tmp (as D-Bus, systemd
+  // --user or ssh-agent would); the agent's commands run as that user too.
+  const dir = await Deno.makeTempDir({ dir: "/var/tmp", prefix: "hud-usersock-" });
+  const home = await Deno.makeTempDir({ prefix: "hud-user-home-" });
+  const root = await Deno.makeTempDir({ prefix: "ws-user-" });
+  for (const d of [dir, home, root]) await Deno.chown(d, OTHER_UID, OTHER_UID);
+  await Deno.chmod(dir, 0o700);
+  const path = `${dir}/agent.sock`;
+  const listener = Deno.listen({ transport: "unix", path });
+  await Deno.chown(path, OTHER_UID, OTHER_UID);
+  await Deno.chmod(path, 0o600);
+  let reached = 0;
+  const serving = (async () => {
+    for await (const conn of listener) {
+      reached++;
+      conn.close();
+    }
+  })();
+  try {
+    const r = await probe(
+      ["setpriv", `--reuid=${OTHER_UID}`, `--regid=${OTHER_UID}`, "--clear-groups"],
+      root,
+      `curl -s -m 5 --unix-socket ${path} http://x/; echo "curl $?"; id -u`,
+      { PATH: DEFAULT_PATH_FOR_TESTS, HOME: home, DENO_DIR: `${home}/deno` },
+    );
+    assert.equal(r.error, undefined, r.error);
+    assert.match(r.stdout!, new RegExp(`^curl [1-9]\\d*\\n${OTHER_UID}\\n$`), r.stdout);
+    assert.equal(reached, 0, "the sandbox connected to the user's socket");
+  } finally {
+    listener.close();
+    await serving.catch(() => {});
+    for (const d of [dir, home, root]) await Deno.remove(d, { recursive: true });
+  }
+});
+
+Deno.test("addWorkspace() without user namespaces refuses in one line that names the way out", {
+  ignore: !IS_ROOT || !installed("/usr/bin/unshare"),
+}, async () => {
+  // A user namespace that may make exactly one more, spent on the one this
+  // probe runs in as an ordinary user: bwrap and unshare can make none.
+  const root = await Deno.makeTempDir({ prefix: "ws-nouserns-" });
+  try {
+    const r = await probe(
+      [
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "--",
+        "sh",
+        "-c",
+        `echo 1 > /proc/sys/user/max_user_namespaces && exec unshare --user --map-user=${OTHER_UID} --map-group=${OTHER_UID} -- "$@"`,
+        "hud-nouserns",
+      ],
+      root,
+      "true",
+      {
+        PATH: DEFAULT_PATH_FOR_TESTS,
+        HOME: Deno.env.get("HOME")!,
+        DENO_DIR: Deno.env.get("DENO_DIR")!,
+      },
+    );
+    assert.equal(r.stdout, undefined);
+    assert.match(
+      r.error!,
+      /^Cannot start workspace: no sandbox works here: this user may not create user namespaces \(.*\); run as root, allow unprivileged user namespaces .*, or set isolation: "none" to run commands unconfined$/,
+    );
+    assert.doesNotMatch(r.error!, /\n/);
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});
