@@ -22,6 +22,7 @@ const LAYERS: readonly (readonly string[])[] = [
   ["workspace/", "runtime/"],
   ["eval/"],
   ["agents/", "viewer/"],
+  ["harbor/"],
   ["cli.ts", "mod.ts"],
 ];
 const CORE_FILES = ["schema.ts", "capability.ts", "env.ts"];
@@ -40,6 +41,7 @@ const ENTRY_POINTS = [
   "mcp/mod.ts",
   "cdp/mod.ts",
   "viewer/mod.ts",
+  "harbor/mod.ts",
 ];
 
 interface Dependency {
