@@ -22,6 +22,7 @@ const LAYERS: readonly (readonly string[])[] = [
   ["workspace/", "runtime/"],
   ["eval/"],
   ["agents/", "viewer/"],
+  ["graders/"],
   ["harbor/"],
   ["cli.ts", "mod.ts"],
 ];
@@ -42,6 +43,7 @@ const ENTRY_POINTS = [
   "cdp/mod.ts",
   "viewer/mod.ts",
   "harbor/mod.ts",
+  "graders/mod.ts",
 ];
 
 interface Dependency {
