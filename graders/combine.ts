@@ -35,6 +35,8 @@
  * @module
  */
 
+import { setOwn } from "../schema.ts";
+
 /** One node of a grade's breakdown. */
 export interface SubScore {
   /** What it measures; names are made unique among siblings (`tests`, `tests-1`...). */
@@ -162,7 +164,7 @@ async function resolve(items: Iterable<SubScoreInput>, where: string): Promise<S
 function flatten(into: Record<string, number>, prefix: string, items: readonly SubScore[]): void {
   for (const s of items) {
     const name = prefix + s.name;
-    into[name] = s.value;
+    setOwn(into, name, s.value);
     if (s.children) flatten(into, `${name}/`, s.children);
   }
 }
