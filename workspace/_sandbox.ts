@@ -309,7 +309,7 @@ while [ $i -lt \${#ops[@]} ]; do
         ln -s pts/ptmx "$d/ptmx"
       ln -s /proc/self/fd "$d/fd"
       ln -s /proc/self/fd/0 "$d/stdin"; ln -s /proc/self/fd/1 "$d/stdout"; ln -s /proc/self/fd/2 "$d/stderr" ;;
-    remount-ro) mount -o remount,ro "$r\${ops[i+1]%/}"; i=$((i + 2)) ;;
+    remount-ro) mount -o remount,bind,ro "$r\${ops[i+1]%/}"; i=$((i + 2)) ;;
   esac
 done
 for fd in "\${fds[@]}"; do exec {fd}<&-; done

@@ -284,6 +284,12 @@ export interface WorkspaceSpawnOptions {
    * @default {}
    */
   env?: Record<string, string>;
+  /**
+   * More host paths this process sees, read-only, at the same place (a
+   * browser's install directory, say), on top of the workspace's `mounts`.
+   * @default []
+   */
+  mounts?: readonly string[];
 }
 
 /** The handle {@linkcode addWorkspace} returns. */
@@ -823,12 +829,17 @@ class WorkspaceHandle implements Workspace {
   #spawnAgent(
     argv: readonly string[],
     o: SshSpawnOptions,
+    extra: readonly string[] = [],
   ): Deno.ChildProcess | Promise<Deno.ChildProcess> {
-    if (this.#phases > 0) return this.#gate.then(() => this.#spawnAgent(argv, o));
+    if (this.#phases > 0) return this.#gate.then(() => this.#spawnAgent(argv, o, extra));
     const ep = this.#episode;
     if (ep === null) throw new Error(`Cannot run in workspace "${this.#name}": it is stopped`);
     const real = argv.length === 1 && argv[0] === SFTP_MARKER ? this.#sftpArgv(ep) : argv;
-    const child = spawnInSandbox(real, { ...o, sandbox: ep.sandbox });
+    const sandbox = extra.length === 0 ? ep.sandbox : {
+      ...ep.sandbox,
+      mounts: [...(ep.sandbox.mounts ?? []), ...extra.map((p) => ({ src: p, dest: p }))],
+    };
+    const child = spawnInSandbox(real, { ...o, sandbox });
     const pid = child.pid;
     const exited = child.status.then(() => {}, () => {});
     this.#agent.set(pid, exited);
@@ -841,6 +852,13 @@ class WorkspaceHandle implements Workspace {
     options: WorkspaceSpawnOptions = {},
   ): Promise<Deno.ChildProcess> {
     checkArgv("spawn in", this.#name, argv);
+    for (const p of options.mounts ?? []) {
+      if (typeof p !== "string" || !p.startsWith("/")) {
+        throw new TypeError(
+          `Cannot spawn in workspace "${this.#name}": mounts must be absolute paths, got "${p}"`,
+        );
+      }
+    }
     while (this.#phases > 0) await this.#gate;
     const ep = this.#episode;
     if (ep === null) {
@@ -854,7 +872,7 @@ class WorkspaceHandle implements Workspace {
         ...ep.commandEnv,
         ...options.env,
       },
-    });
+    }, options.mounts ?? []);
   }
 
   async grading(): Promise<WorkspaceGrading> {

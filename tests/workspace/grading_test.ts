@@ -5,6 +5,7 @@
 
 import assert from "node:assert/strict";
 import { Environment } from "../../env.ts";
+import { bashGrader, combine } from "../../graders/mod.ts";
 import { SshClient } from "../../ssh/mod.ts";
 import { addWorkspace, type Workspace } from "../../workspace/workspace.ts";
 
@@ -171,5 +172,78 @@ Deno.test("Workspace.exec() refuses before start and after stop", async () => {
     await assert.rejects(ws.exec(["true"]), /not started/);
   } finally {
     await Deno.remove(root, { recursive: true });
+  }
+});
+
+Deno.test("Workspace is an ExecTarget: graders' bashGrader and combine run in its sandbox", async () => {
+  await withWorkspace(async (ws, shell) => {
+    await shell.exec("echo 42 > answer.txt");
+    // combine() runs its graders at once: each opens a grading phase.
+    const grade = await combine([
+      bashGrader(ws, 'test "$(cat answer.txt)" = 42', { name: "answer", timeoutMs: 20_000 }),
+      bashGrader(ws, ["bash", "-c", 'test "$(id -u)" = "$0"', String(ws.uid ?? Deno.uid())], {
+        name: "uid",
+        timeoutMs: 20_000,
+      }),
+      bashGrader(ws, "touch /etc/x", { name: "escape", weight: -1, timeoutMs: 20_000 }),
+    ]);
+    assert.equal(grade.score, 1, JSON.stringify(grade.info));
+    assert.deepEqual(grade.subscores, { answer: 1, uid: 1, escape: 0 });
+  });
+});
+
+Deno.test("Workspace.spawn() starts a long-lived process on the agent's side: sandboxed, stopped while grading, killed at stop", async () => {
+  const extra = await Deno.makeTempDir({ prefix: "ws-spawn-extra-" });
+  await Deno.writeTextFile(`${extra}/tool.txt`, "tool\n");
+  await Deno.chmod(extra, 0o755);
+  let pid = 0;
+  try {
+    await withWorkspace(async (ws, _shell, root) => {
+      const child = await ws.spawn(
+        [
+          "bash",
+          "-c",
+          'cat "$1/tool.txt"; id -u; while :; do date +%s%N > tick; sleep 0.01; done',
+          "x",
+          extra,
+        ],
+        { mounts: [extra] },
+      );
+      pid = child.pid;
+      const reader = child.stdout.getReader();
+      let out = "";
+      while (out.split("\n").length < 3) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        out += new TextDecoder().decode(value);
+      }
+      reader.releaseLock();
+      assert.equal(out, `tool\n${ws.uid ?? Deno.uid()}\n`);
+      const tick = () => Deno.readTextFile(`${root}/tick`).catch(() => "");
+      await using phase = await ws.grading();
+      const before = await tick();
+      await new Promise((r) => setTimeout(r, 300));
+      assert.equal(await tick(), before, "it ticked while the agent was stopped");
+      await phase.end();
+      const deadline = Date.now() + 10_000;
+      while (await tick() === before) {
+        assert.ok(Date.now() < deadline, "it did not resume");
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      await child.stdin.close().catch(() => {});
+      child.stdout.cancel().catch(() => {});
+      child.stderr.cancel().catch(() => {});
+      // env.stop() kills it.
+      void child.status;
+    });
+    let gone = false;
+    try {
+      Deno.kill(pid, "SIGCONT");
+    } catch {
+      gone = true;
+    }
+    assert.ok(gone, "still running after stop");
+  } finally {
+    await Deno.remove(extra, { recursive: true });
   }
 });

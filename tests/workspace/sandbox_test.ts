@@ -257,52 +257,63 @@ Deno.test("addWorkspace() refuses to start when no sandbox works", async () => {
   );
 });
 
-Deno.test("addWorkspace() reaches no host unix socket and shows its own /sys", {
-  ignore: !IS_ROOT || !installed("/usr/bin/bwrap") || !installed("/usr/bin/curl"),
-}, async () => {
-  // A root-owned, world-writable socket outside /tmp (as /run/docker.sock
-  // or a database's would be), answering anyone who connects.
-  const dir = await Deno.makeTempDir({ dir: "/var/tmp", prefix: "hud-sock-" });
-  await Deno.chmod(dir, 0o755);
-  const path = `${dir}/open.sock`;
-  const listener = Deno.listen({ transport: "unix", path });
-  await Deno.chmod(path, 0o666);
-  let reached = 0;
-  const serving = (async () => {
-    for await (const conn of listener) {
-      reached++;
-      // curl sends its request first; answering before reading it loses the answer.
-      await conn.read(new Uint8Array(4096)).catch(() => null);
-      await conn.write(
-        new TextEncoder().encode("HTTP/1.0 200 OK\r\nContent-Length: 7\r\n\r\nreached"),
-      ).catch(() => {});
-      conn.close();
-    }
-  })();
-  try {
-    // Control: the host reaches it.
-    const host = await new Deno.Command("curl", {
-      args: ["-s", "-m", "5", "--unix-socket", path, "http://x/"],
-    }).output();
-    assert.equal(new TextDecoder().decode(host.stdout), "reached");
-    await withWorkspace({}, async (shell) => {
-      const out = await sh(
-        shell,
-        `curl -s -m 5 --unix-socket ${path} http://x/; echo; ` +
-          "for s in /run/docker.sock /var/run/docker.sock /run/dbus/system_bus_socket; do " +
-          '[ -e "$s" ] && echo "sees $s"; done; ' +
-          'ls /sys/fs/cgroup /sys/class/net 2>/dev/null | head -n 3; echo "mounts $(wc -l < /proc/mounts)"; echo done',
-      );
-      assert.doesNotMatch(out, /reached|sees |cgroup|eth|lo\n/, out);
-      assert.match(out, /done\n$/);
-    });
-    assert.equal(reached, 1, "only the host's own connection came");
-  } finally {
-    listener.close();
-    await serving.catch(() => {});
-    await Deno.remove(dir, { recursive: true });
-  }
-});
+for (
+  const isolation of [
+    ...(installed("/usr/bin/bwrap") ? ["bwrap" as const] : []),
+    ...(installed("/usr/bin/unshare") ? ["unshare" as const] : []),
+  ]
+) {
+  Deno.test(
+    `addWorkspace() isolation "${isolation}" reaches no host unix socket and shows its own /sys`,
+    {
+      ignore: !IS_ROOT || !installed("/usr/bin/curl"),
+    },
+    async () => {
+      // A root-owned, world-writable socket outside /tmp (as /run/docker.sock
+      // or a database's would be), answering anyone who connects.
+      const dir = await Deno.makeTempDir({ dir: "/var/tmp", prefix: "hud-sock-" });
+      await Deno.chmod(dir, 0o755);
+      const path = `${dir}/open.sock`;
+      const listener = Deno.listen({ transport: "unix", path });
+      await Deno.chmod(path, 0o666);
+      let reached = 0;
+      const serving = (async () => {
+        for await (const conn of listener) {
+          reached++;
+          // curl sends its request first; answering before reading it loses the answer.
+          await conn.read(new Uint8Array(4096)).catch(() => null);
+          await conn.write(
+            new TextEncoder().encode("HTTP/1.0 200 OK\r\nContent-Length: 7\r\n\r\nreached"),
+          ).catch(() => {});
+          conn.close();
+        }
+      })();
+      try {
+        // Control: the host reaches it.
+        const host = await new Deno.Command("curl", {
+          args: ["-s", "-m", "5", "--unix-socket", path, "http://x/"],
+        }).output();
+        assert.equal(new TextDecoder().decode(host.stdout), "reached");
+        await withWorkspace({ isolation }, async (shell) => {
+          const out = await sh(
+            shell,
+            `curl -s -m 5 --unix-socket ${path} http://x/; echo; ` +
+              "for s in /run/docker.sock /var/run/docker.sock /run/dbus/system_bus_socket; do " +
+              '[ -e "$s" ] && echo "sees $s"; done; ' +
+              'ls /sys/fs/cgroup /sys/class/net 2>/dev/null | head -n 3; echo "mounts $(wc -l < /proc/mounts)"; echo done',
+          );
+          assert.doesNotMatch(out, /reached|sees |cgroup|eth|lo\n/, out);
+          assert.match(out, /done\n$/);
+        });
+        assert.equal(reached, 1, "only the host's own connection came");
+      } finally {
+        listener.close();
+        await serving.catch(() => {});
+        await Deno.remove(dir, { recursive: true });
+      }
+    },
+  );
+}
 
 Deno.test("addWorkspace() limits processes, memory, /tmp and file size per workspace", {
   ignore: !IS_ROOT || !installed("/usr/bin/bwrap"),
