@@ -39,7 +39,7 @@ try {
   await Deno.writeFile(`${root}/down.bin`, bigData(bytes));
   await Deno.chown(`${root}/down.bin`, (await Deno.stat(root)).uid!, null);
 
-  async function sftp(batch: string, server?: string): Promise<number> {
+  const sftp = async (batch: string, server?: string): Promise<number> => {
     await Deno.writeTextFile(`${local}/batch`, batch);
     const start = performance.now();
     const out = await new Deno.Command("sftp", {
@@ -58,7 +58,7 @@ try {
     }).output();
     if (!out.success) throw new Error(new TextDecoder().decode(out.stderr));
     return performance.now() - start;
-  }
+  };
 
   const figures = new Map<string, number[]>();
   const add = (name: string, value: number) => {
