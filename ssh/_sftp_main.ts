@@ -10,6 +10,13 @@
 
 import { SftpServer } from "./_sftp.ts";
 
+/**
+ * This module, for the workspace to copy into its sandbox: importing it is
+ * also what puts it (and what it imports) in the module graph of whatever
+ * uses a workspace, so that an image built from that graph holds it.
+ */
+export const SFTP_MAIN_URL: string = import.meta.url;
+
 /** Bytes read but not yet answered past which reading pauses. */
 const MAX_PENDING = 16 * 1024 * 1024;
 /** A pipe's default capacity. */

@@ -29,6 +29,7 @@ import {
 } from "./_sandbox.ts";
 import { createCgroup, leaseUid, type UidLease, type WorkspaceCgroup } from "./_limits.ts";
 import { continueTrees, killTrees, stopTrees } from "./_processes.ts";
+import { SFTP_MAIN_URL } from "../ssh/_sftp_main.ts";
 
 /**
  * How commands are isolated: bubblewrap, util-linux `unshare`, nothing, or
@@ -440,11 +441,12 @@ function hostEnv(name: string): string | undefined {
 /**
  * Copies the sandboxed SFTP server's module graph (`ssh/_sftp_main.ts` and
  * what it imports) into `dir`, keeping paths relative to the package root:
- * it runs the same from a checkout and from a registry.
+ * it runs the same from a checkout, a registry or an image.
  */
 async function copySftpSources(dir: string): Promise<void> {
-  const base = new URL("../", import.meta.url);
-  const queue = [new URL(`../${SFTP_MAIN}`, import.meta.url)];
+  const main = new URL(SFTP_MAIN_URL);
+  const base = new URL("../", main);
+  const queue = [main];
   const seen = new Set<string>();
   while (queue.length > 0) {
     const url = queue.pop()!;
@@ -667,18 +669,24 @@ class WorkspaceHandle implements Workspace {
       );
     }
     const deno = denoBinary();
-    let sftpDir: string | null = null;
     if (deno !== null) {
-      sftpDir = await Deno.makeTempDir({ prefix: "hud-sftp-" });
-      await Deno.chmod(sftpDir, 0o755);
-      ep.sftp = { dir: sftpDir, deno, warm: false };
-      await copySftpSources(`${sftpDir}/src`);
-      await Deno.mkdir(`${sftpDir}/cache`, { mode: 0o755 });
-      mounts.push(
-        { src: `${sftpDir}/src`, dest: `${SFTP_DIR}/src` },
-        { src: `${sftpDir}/cache`, dest: `${SFTP_DIR}/cache` },
-        { src: deno, dest: SFTP_DENO },
-      );
+      const sftpDir = await Deno.makeTempDir({ prefix: "hud-sftp-" });
+      try {
+        await Deno.chmod(sftpDir, 0o755);
+        await copySftpSources(`${sftpDir}/src`);
+        await Deno.mkdir(`${sftpDir}/cache`, { mode: 0o755 });
+        ep.sftp = { dir: sftpDir, deno, warm: false };
+        mounts.push(
+          { src: `${sftpDir}/src`, dest: `${SFTP_DIR}/src` },
+          { src: `${sftpDir}/cache`, dest: `${SFTP_DIR}/cache` },
+          { src: deno, dest: SFTP_DENO },
+        );
+      } catch (err) {
+        await Deno.remove(sftpDir, { recursive: true }).catch(() => {});
+        this.#report(
+          `SFTP is off: cannot copy the sandboxed SFTP server: ${(err as Error).message}`,
+        );
+      }
     } else {
       this.#report("SFTP is off: no deno binary here to run the sandboxed SFTP server");
     }

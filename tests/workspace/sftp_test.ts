@@ -194,3 +194,18 @@ Deno.test({
     });
   },
 });
+
+Deno.test("addWorkspace() has the sandboxed SFTP server in its module graph (an image built from the graph holds it)", async () => {
+  const robolab = new URL("../../examples/robolab.ts", import.meta.url).pathname;
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["info", "--json", robolab],
+    stdout: "piped",
+    stderr: "null",
+  }).output();
+  const modules = (JSON.parse(new TextDecoder().decode(out.stdout)) as {
+    modules: { specifier: string }[];
+  }).modules.map((m) => m.specifier);
+  for (const file of ["ssh/_sftp_main.ts", "ssh/_sftp.ts", "ssh/_wire.ts"]) {
+    assert.ok(modules.some((s) => s.endsWith(`/${file}`)), `${file} is not in the graph`);
+  }
+});
