@@ -486,7 +486,7 @@ interface Episode {
   server: SshServer | null;
   tracker: FileTracker | null;
   keyDir: string | null;
-  sftp: { dir: string; deno: string; warm: boolean } | null;
+  sftp: { dir: string; deno: string; warm: boolean; warming: Promise<void> | null } | null;
   /** The sandbox's /etc/passwd and /etc/group, naming the agent's uid. */
   etc: string | null;
 }
@@ -524,6 +524,8 @@ class WorkspaceHandle implements Workspace {
   #gate: Promise<void> = Promise.resolve();
   #openGate: () => void = () => {};
   #frozen: Promise<void> = Promise.resolve();
+  /** The process filling the SFTP server's cache, while it runs. */
+  #warmer: Deno.ChildProcess | null = null;
 
   constructor(env: Environment, root: string, options: WorkspaceOptions) {
     this.#env = env;
@@ -583,10 +585,10 @@ class WorkspaceHandle implements Workspace {
     try {
       await this.#prepare(ep);
     } catch (err) {
+      this.#episode = null;
       await this.#teardown(ep);
       throw err;
     }
-    this.#episode = ep;
   }
 
   async #prepare(ep: Episode): Promise<void> {
@@ -675,7 +677,7 @@ class WorkspaceHandle implements Workspace {
         await Deno.chmod(sftpDir, 0o755);
         await copySftpSources(`${sftpDir}/src`);
         await Deno.mkdir(`${sftpDir}/cache`, { mode: 0o755 });
-        ep.sftp = { dir: sftpDir, deno, warm: false };
+        ep.sftp = { dir: sftpDir, deno, warm: false, warming: null };
         mounts.push(
           { src: `${sftpDir}/src`, dest: `${SFTP_DIR}/src` },
           { src: `${sftpDir}/cache`, dest: `${SFTP_DIR}/cache` },
@@ -712,7 +714,9 @@ class WorkspaceHandle implements Workspace {
       );
     }
     ep.commandEnv = { HOME: ep.home, USER: this.#user, ...options.env };
-    if (ep.sftp !== null) void this.#warmSftp(ep);
+    // Complete enough for commands: the SSH server may get a login at once.
+    this.#episode = ep;
+    if (ep.sftp !== null) ep.sftp.warming = this.#warmSftp(ep);
     const host = await generateSshKeyPair({ comment: `${this.#env.name}-host` });
     const client = await generateSshKeyPair({ comment: `${this.#env.name}-${this.#user}` });
     let clientKeyPath: string | undefined;
@@ -803,10 +807,13 @@ class WorkspaceHandle implements Workspace {
         },
       );
       await child.stdin.close().catch(() => {});
+      this.#warmer = child;
       const out = await child.output();
       if (out.success) sftp.warm = true;
     } catch {
       // Sessions compile it themselves.
+    } finally {
+      this.#warmer = null;
     }
   }
 
@@ -1075,6 +1082,8 @@ class WorkspaceHandle implements Workspace {
       killTrees([...agents.map(([pid]) => pid), ...this.#graders]);
       await Promise.all(agents.map(([, exited]) => exited));
       if (this.#phases > 0) this.#openGate();
+      if (this.#warmer !== null) killTrees([this.#warmer.pid]);
+      await ep.sftp?.warming;
       await ep.cgroup?.remove();
       await ep.lease?.release();
       for (const dir of [ep.keyDir, ep.home, ep.sftp?.dir, ep.etc]) {
