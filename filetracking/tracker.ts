@@ -27,6 +27,8 @@ import {
 } from "../_internal/framing.ts";
 import { closeQuietly, isPeerGone, prefixed, writeAll } from "../_internal/io.ts";
 import { abortable, Deadline, delay } from "../_internal/async.ts";
+import { acceptLoop } from "../_internal/accept.ts";
+import { formatHost } from "../_internal/net.ts";
 import {
   type AdvanceResult,
   type FileDiff,
@@ -256,8 +258,7 @@ class FileTrackerServer implements FileTracker {
   }
 
   get url(): string {
-    const host = this.addr.hostname.includes(":") ? `[${this.addr.hostname}]` : this.addr.hostname;
-    return `tcp://${host}:${this.addr.port}`;
+    return `tcp://${formatHost(this.addr.hostname)}:${this.addr.port}`;
   }
 
   get root(): string {
@@ -297,16 +298,10 @@ class FileTrackerServer implements FileTracker {
 
   async #accept(): Promise<void> {
     if (this.#listener === null) return;
-    while (true) {
-      let conn: Deno.TcpConn;
-      try {
-        conn = await this.#listener.accept();
-      } catch (err) {
-        if (!isPeerGone(err)) this.#onError(err);
-        return;
-      }
-      void this.serveConnection(conn);
-    }
+    await acceptLoop(this.#listener, (conn) => void this.serveConnection(conn), {
+      closing: () => this.#shutdown !== null,
+      onError: this.#onError,
+    });
   }
 
   serveConnection(conn: Deno.Conn, head: Uint8Array = new Uint8Array()): Promise<void> {
