@@ -29,10 +29,17 @@ import { type SshBindingOptions, SshClient } from "./ssh/client.ts";
 import { type CdpBindingOptions, CdpClient } from "./cdp/client.ts";
 import { McpClient, type McpClientOptions } from "./mcp/client.ts";
 import type { GradeFrame, PromptFrame, TaskEntry } from "./env.ts";
-import { ConnectionClosedError, ErrorCode, HudProtocolError, NotReadyError } from "./errors.ts";
-import { encodeFrame, LineReader, parseLine, replyResult } from "./_internal/framing.ts";
+import {
+  ConnectionClosedError,
+  HudProtocolError,
+  NotReadyError,
+  ProtocolViolationError,
+} from "./errors.ts";
+import { encodeFrame, LineReader, parseLine } from "./_internal/framing.ts";
 import { closeQuietly, isPeerGone, pump, writeAll } from "./_internal/io.ts";
 import { abortable, Deadline, delay } from "./_internal/async.ts";
+import { acceptLoop } from "./_internal/accept.ts";
+import { JsonRpcCaller } from "./_internal/rpc.ts";
 import { isRecord } from "./_internal/util.ts";
 import { redactUrl, tokenFromEnv } from "./_internal/auth.ts";
 
@@ -198,10 +205,7 @@ export function parseControlUrl(url: string): ControlAddress {
 
 function readManifest(result: unknown): Manifest {
   if (!isRecord(result) || typeof result.session_id !== "string" || !isRecord(result.env)) {
-    throw new HudProtocolError(
-      ErrorCode.INTERNAL_ERROR,
-      "invalid hello reply: missing session_id or env",
-    );
+    throw new ProtocolViolationError("Invalid hello reply: missing session_id or env");
   }
   const bindings = Array.isArray(result.bindings) ? result.bindings : [];
   return {
@@ -209,42 +213,6 @@ function readManifest(result: unknown): Manifest {
     env: { name: String(result.env.name), version: String(result.env.version) },
     bindings: bindings.map((b) => Capability.fromManifest(b)),
   };
-}
-
-/** A control connection plus its reader, before it becomes a client. */
-interface Channel {
-  conn: Deno.TcpConn;
-  reader: LineReader;
-}
-
-/** Sends one request and reads its reply on a channel. */
-async function roundTrip(
-  channel: Channel,
-  id: number,
-  method: string,
-  params: Record<string, unknown>,
-): Promise<Record<string, unknown>> {
-  await writeAll(channel.conn, encodeFrame({ jsonrpc: "2.0", id, method, params }));
-  const frame = await channel.reader.read();
-  if (frame === null) {
-    throw new ConnectionClosedError(`Connection closed before the reply to "${method}"`);
-  }
-  if (frame.kind === "oversized") {
-    throw new HudProtocolError(
-      ErrorCode.INTERNAL_ERROR,
-      `reply of ${frame.size} bytes exceeds the frame limit`,
-    );
-  }
-  let reply: unknown;
-  try {
-    reply = parseLine(frame.line);
-  } catch (err) {
-    throw new HudProtocolError(
-      ErrorCode.PARSE_ERROR,
-      `invalid reply to "${method}": ${(err as Error).message}`,
-    );
-  }
-  return replyResult(reply, id, method);
 }
 
 /**
@@ -255,6 +223,7 @@ async function roundTrip(
  * @param target `tcp://host:port`, `host:port`, or a runtime with a `url`
  * @throws {NotReadyError} when the ready timeout passes
  * @throws {HudProtocolError} when the environment answers `hello` with an error
+ * @throws {ProtocolViolationError} when its reply to `hello` breaks the protocol
  * @throws {TypeError} for a malformed address
  */
 export async function connect(
@@ -290,30 +259,25 @@ export async function connect(
       );
     }
     attempts++;
-    let conn: Deno.TcpConn | null = null;
+    let caller: JsonRpcCaller | null = null;
     try {
-      conn = await abortable(Deno.connect(addr), deadline.signal);
-      const channel = {
-        conn,
-        reader: new LineReader(conn, options.maxFrameBytes ?? DEFAULT_MAX_FRAME),
-      };
+      const conn = await abortable(Deno.connect(addr), deadline.signal);
+      caller = new JsonRpcCaller(conn, {
+        maxFrameBytes: options.maxFrameBytes ?? DEFAULT_MAX_FRAME,
+        peer: url,
+      });
       const params: Record<string, unknown> = options.sessionId
         ? { session_id: options.sessionId }
         : {};
       if (token !== undefined) params.token = token;
-      const c = conn;
-      const result = await abortable(
-        roundTrip(channel, 1, "hello", params),
-        deadline.signal,
-        () => closeQuietly(c),
-      );
-      const client = newClient(channel, url, token, readManifest(result), options);
-      conn = null;
+      const result = await caller.call("hello", params, { signal: deadline.signal });
+      const client = newClient(caller, url, token, readManifest(result), options);
+      caller = null;
       await startForwarders(client);
       return client;
     } catch (err) {
-      if (conn) closeQuietly(conn);
-      if (err instanceof HudProtocolError) throw err;
+      caller?.close();
+      if (err instanceof HudProtocolError || err instanceof ProtocolViolationError) throw err;
       if (deadline.signal.aborted) continue;
       if (
         !(err instanceof Deno.errors.ConnectionRefused) && !isPeerGone(err) &&
@@ -357,29 +321,16 @@ class TcpForwarder {
     this.#token = token;
     this.#onError = onError;
     this.#listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-    this.#loop = this.#accept();
-  }
-
-  get port(): number {
-    return this.#listener.addr.port;
-  }
-
-  async #accept(): Promise<void> {
-    while (true) {
-      let local: Deno.Conn;
-      try {
-        local = await this.#listener.accept();
-      } catch (err) {
-        if (this.#closed || isPeerGone(err)) return;
-        this.#onError(err);
-        await delay(50);
-        continue;
-      }
+    this.#loop = acceptLoop(this.#listener, (local) => {
       const task = this.#tunnel(local).catch((err) => {
         if (!isPeerGone(err)) this.#onError(err);
       }).finally(() => this.#tasks.delete(task));
       this.#tasks.add(task);
-    }
+    }, { closing: () => this.#closed, onError: onError });
+  }
+
+  get port(): number {
+    return this.#listener.addr.port;
   }
 
   async #tunnel(local: Deno.Conn): Promise<void> {
@@ -461,7 +412,7 @@ function localUrl(url: string, port: number): string {
 // Plumbing that connect() needs and HudClient's public API must not show;
 // assigned in HudClient's static block, which can reach its #private members.
 let newClient: (
-  channel: Channel,
+  caller: JsonRpcCaller,
   url: string,
   token: string | undefined,
   manifest: Manifest,
@@ -477,16 +428,13 @@ let releaseOnClose: (client: HudClient, placement: AsyncDisposable) => void;
  * `bye`, so an ungraded task stays parked for a later grader.
  */
 export class HudClient implements AsyncDisposable {
-  readonly #channel: Channel;
+  readonly #caller: JsonRpcCaller;
   readonly #url: string;
   readonly #token: string | undefined;
   readonly #control: { hostname: string; port: number };
   readonly #options: ConnectOptions;
   readonly #forwarders = new Map<string, TcpForwarder>();
   #manifest: Manifest;
-  #nextId = 2;
-  #queue: Promise<unknown> = Promise.resolve();
-  #failure: Error | null = null;
   #closed: Promise<void> | null = null;
   #heartbeat: ReturnType<typeof setTimeout> | undefined;
   #heartbeatStopped = false;
@@ -495,13 +443,13 @@ export class HudClient implements AsyncDisposable {
   // TypeScript's `private` is the only way to keep a constructor out of the
   // public API (a #private name cannot apply to one); use connect().
   private constructor(
-    channel: Channel,
+    caller: JsonRpcCaller,
     url: string,
     token: string | undefined,
     manifest: Manifest,
     options: ConnectOptions,
   ) {
-    this.#channel = channel;
+    this.#caller = caller;
     this.#url = url;
     this.#token = token;
     this.#control = parseControlUrl(url);
@@ -511,8 +459,8 @@ export class HudClient implements AsyncDisposable {
   }
 
   static {
-    newClient = (channel, url, token, manifest, options) =>
-      new HudClient(channel, url, token, manifest, options);
+    newClient = (caller, url, token, manifest, options) =>
+      new HudClient(caller, url, token, manifest, options);
     startForwarders = (client) => client.#startForwarders();
     releaseOnClose = (client, placement) => {
       client.#placement = placement;
@@ -560,7 +508,7 @@ export class HudClient implements AsyncDisposable {
 
   /** Whether the connection is closed or failed. */
   get closed(): boolean {
-    return this.#closed !== null || this.#failure !== null;
+    return this.#closed !== null || this.#caller.closed;
   }
 
   #local(cap: Capability): Capability {
@@ -673,62 +621,24 @@ export class HudClient implements AsyncDisposable {
 
   /**
    * Sends one request and returns its result. Calls queue behind each other.
-   * @throws {HudProtocolError} for an error reply or a protocol violation
+   * @throws {HudProtocolError} for an error reply
+   * @throws {ProtocolViolationError} for a reply that breaks the protocol
+   *   (the connection is closed)
    * @throws {ConnectionClosedError} when the connection is closed or fails
    */
-  call(
+  async call(
     method: string,
     params: Record<string, unknown> = {},
     options: CallOptions = {},
   ): Promise<Record<string, unknown>> {
-    const run = async () => {
-      if (this.#closed) {
-        throw new ConnectionClosedError(`Cannot call "${method}": the client is closed`);
-      }
-      if (this.#failure) {
-        throw new ConnectionClosedError(`Cannot call "${method}": the connection failed`, {
-          cause: this.#failure,
-        });
-      }
-      options.signal?.throwIfAborted();
-      const id = this.#nextId++;
-      try {
-        return await abortable(
-          roundTrip(this.#channel, id, method, params),
-          options.signal,
-          () => this.#fail(new ConnectionClosedError(`Call "${method}" was aborted`)),
-        );
-      } catch (err) {
-        if (
-          err instanceof HudProtocolError && err.code !== ErrorCode.INTERNAL_ERROR &&
-          err.code !== ErrorCode.PARSE_ERROR
-        ) {
-          throw err;
-        }
-        if (options.signal?.aborted && err === options.signal.reason) throw err;
-        // Transport failure or a broken stream: the connection is unusable.
-        const failure = err instanceof Error ? err : new Error(String(err));
-        this.#fail(failure);
-        if (err instanceof HudProtocolError) throw err;
-        if (this.#closed) {
-          throw new ConnectionClosedError(`Call "${method}" interrupted: the client was closed`, {
-            cause: err,
-          });
-        }
-        throw new ConnectionClosedError(`Connection to ${this.#url} failed during "${method}"`, {
-          cause: err,
-        });
-      }
-    };
-    const result = this.#queue.then(run, run);
-    this.#queue = result.catch(() => {});
-    return result;
-  }
-
-  #fail(err: Error): void {
-    this.#failure ??= err;
-    this.#stopHeartbeat();
-    closeQuietly(this.#channel.conn);
+    if (this.#closed) {
+      throw new ConnectionClosedError(`Cannot call "${method}": the client is closed`);
+    }
+    try {
+      return await this.#caller.call(method, params, options);
+    } finally {
+      if (this.#caller.closed) this.#stopHeartbeat();
+    }
   }
 
   #scheduleHeartbeat(): void {
@@ -744,35 +654,25 @@ export class HudClient implements AsyncDisposable {
   }
 
   async #beat(): Promise<void> {
-    const timeout = this.#options.heartbeatTimeout ?? 5_000;
-    const run = async () => {
-      if (this.closed) return;
-      const id = this.#nextId++;
-      using deadline = new Deadline(timeout, undefined, "heartbeat");
-      try {
-        const result = await abortable(
-          roundTrip(this.#channel, id, "hello", this.#helloParams(this.#manifest.sessionId)),
-          deadline.signal,
-        );
-        this.#manifest = { ...readManifest(result), bindings: this.#manifest.bindings };
-        this.#scheduleHeartbeat();
-      } catch (err) {
-        if (
-          err instanceof HudProtocolError && err.code !== ErrorCode.INTERNAL_ERROR &&
-          err.code !== ErrorCode.PARSE_ERROR
-        ) {
-          // An error reply only stops the heartbeat.
-          this.#stopHeartbeat();
-          return;
-        }
-        this.#fail(
+    if (this.closed) return;
+    try {
+      const result = await this.#caller.call(
+        "hello",
+        this.#helloParams(this.#manifest.sessionId),
+        { timeout: this.#options.heartbeatTimeout ?? 5_000 },
+      );
+      this.#manifest = { ...readManifest(result), bindings: this.#manifest.bindings };
+      this.#scheduleHeartbeat();
+    } catch (err) {
+      // An error reply only stops the heartbeat; anything else has ended
+      // the connection, and the next call says so.
+      this.#stopHeartbeat();
+      if (!(err instanceof HudProtocolError)) {
+        this.#caller.fail(
           new ConnectionClosedError(`Heartbeat to ${this.#url} failed`, { cause: err }),
         );
       }
-    };
-    const result = this.#queue.then(run, run);
-    this.#queue = result.catch(() => {});
-    await this.#queue;
+    }
   }
 
   /**
@@ -798,10 +698,7 @@ export class HudClient implements AsyncDisposable {
   async listTasks(options?: CallOptions): Promise<TaskEntry[]> {
     const result = await this.call("tasks.list", {}, options);
     if (!Array.isArray(result.tasks)) {
-      throw new HudProtocolError(
-        ErrorCode.INTERNAL_ERROR,
-        "invalid tasks.list reply: no tasks array",
-      );
+      throw this.#violation("Invalid tasks.list reply: no tasks array");
     }
     return result.tasks as TaskEntry[];
   }
@@ -823,18 +720,25 @@ export class HudClient implements AsyncDisposable {
   /**
    * Grades this session's task (or adopts the lone parked one) with the
    * payload, whose `answer` the task receives.
-   * @throws {HudProtocolError} `-32603` when the grade's score is not a number
+   * @throws {ProtocolViolationError} when the grade's score is not a number
    */
   async grade(payload: Record<string, unknown> = {}, options?: CallOptions): Promise<GradeFrame> {
     if (!isRecord(payload)) throw new TypeError("Cannot grade: payload must be an object");
     const result = await this.call("tasks.grade", payload, options);
     if (typeof result.score !== "number") {
-      throw new HudProtocolError(
-        ErrorCode.INTERNAL_ERROR,
-        `invalid grade: score must be a number, got ${JSON.stringify(result.score)}`,
+      throw this.#violation(
+        `Invalid grade: score must be a number, got ${JSON.stringify(result.score)}`,
       );
     }
     return result as GradeFrame;
+  }
+
+  /**
+   * A reply in step with its request whose content the protocol does not
+   * allow: the connection stays usable.
+   */
+  #violation(message: string): ProtocolViolationError {
+    return new ProtocolViolationError(message);
   }
 
   /** Cancels this session's task, if any. */
@@ -852,9 +756,9 @@ export class HudClient implements AsyncDisposable {
   close(): Promise<void> {
     this.#closed ??= (async () => {
       this.#stopHeartbeat();
-      closeQuietly(this.#channel.conn);
+      this.#caller.close();
       await Promise.allSettled([...this.#forwarders.values()].map((f) => f.close()));
-      await this.#queue;
+      await this.#caller.idle;
       await this.#placement?.[Symbol.asyncDispose]();
     })();
     return this.#closed;

@@ -94,7 +94,13 @@ export {
   string,
   withDefault,
 } from "./schema.ts";
-export { ConnectionClosedError, ErrorCode, HudProtocolError, NotReadyError } from "./errors.ts";
+export {
+  ConnectionClosedError,
+  ErrorCode,
+  HudProtocolError,
+  NotReadyError,
+  ProtocolViolationError,
+} from "./errors.ts";
 export {
   bind,
   type BindOptions,

@@ -17,18 +17,13 @@
  */
 
 import { Capability, parseHostPort } from "../capability.ts";
-import { ConnectionClosedError, ErrorCode, HudProtocolError } from "../errors.ts";
-import {
-  encodeFrame,
-  LineReader,
-  type LineResult,
-  parseLine,
-  replyResult,
-} from "../_internal/framing.ts";
+import { ErrorCode, HudProtocolError } from "../errors.ts";
+import { encodeFrame, LineReader, parseLine } from "../_internal/framing.ts";
 import { closeQuietly, isPeerGone, prefixed, writeAll } from "../_internal/io.ts";
 import { abortable, Deadline, delay } from "../_internal/async.ts";
 import { acceptLoop } from "../_internal/accept.ts";
 import { formatHost } from "../_internal/net.ts";
+import { JsonRpcCaller } from "../_internal/rpc.ts";
 import {
   type AdvanceResult,
   type FileDiff,
@@ -410,16 +405,11 @@ export interface FileTrackerCallOptions {
  * ```
  */
 export class FileTrackerClient implements AsyncDisposable {
-  readonly #conn: Deno.TcpConn;
-  readonly #reader: LineReader;
-  #nextId = 1;
-  #queue: Promise<void> = Promise.resolve();
-  #closed = false;
+  readonly #caller: JsonRpcCaller;
 
   /** Use {@linkcode FileTrackerClient.connect}. */
   constructor(conn: Deno.TcpConn, maxFrame: number = DEFAULT_MAX_REPLY) {
-    this.#conn = conn;
-    this.#reader = new LineReader(conn, maxFrame);
+    this.#caller = new JsonRpcCaller(conn, { maxFrameBytes: maxFrame, peer: "the file tracker" });
   }
 
   /**
@@ -448,9 +438,30 @@ export class FileTrackerClient implements AsyncDisposable {
     return new FileTrackerClient(conn, options.maxFrame ?? DEFAULT_MAX_REPLY);
   }
 
+  /**
+   * Connects to a `filetracking/1` capability's url (from
+   * `HudClient.binding()`, the local forwarder's).
+   * @param capability a `filetracking/1` binding
+   * @param options cancellation and the reply size limit
+   * @returns the connected client
+   * @throws {TypeError} when the capability is not a file tracker or its url
+   *   is not a `tcp` url with a host and port
+   */
+  static async fromBinding(
+    capability: Capability,
+    options: FileTrackerClientOptions = {},
+  ): Promise<FileTrackerClient> {
+    if (capability?.family !== "filetracking") {
+      throw new TypeError(
+        `Cannot open binding "${capability?.name}": expected a filetracking binding, got "${capability?.protocol}"`,
+      );
+    }
+    return await FileTrackerClient.connect(capability.url, options);
+  }
+
   /** Whether {@linkcode FileTrackerClient.close} was called or the connection broke. */
   get closed(): boolean {
-    return this.#closed;
+    return this.#caller.closed;
   }
 
   /** Every tracked file now. */
@@ -478,11 +489,9 @@ export class FileTrackerClient implements AsyncDisposable {
     return this.#call("flush", options);
   }
 
-  /** Closes the connection. Idempotent; queued calls fail with {@linkcode ConnectionClosedError}. */
+  /** Closes the connection. Idempotent; queued calls fail with `ConnectionClosedError`. */
   close(): void {
-    if (this.#closed) return;
-    this.#closed = true;
-    closeQuietly(this.#conn);
+    this.#caller.close();
   }
 
   /** Closes the connection. */
@@ -492,65 +501,7 @@ export class FileTrackerClient implements AsyncDisposable {
   }
 
   async #call<T>(method: Method, options: FileTrackerCallOptions = {}): Promise<T> {
-    const previous = this.#queue;
-    let release!: () => void;
-    this.#queue = new Promise((resolve) => release = resolve);
-    try {
-      await previous;
-      return await this.#exchange<T>(method, options.signal);
-    } finally {
-      release();
-    }
-  }
-
-  async #exchange<T>(method: Method, signal: AbortSignal | undefined): Promise<T> {
-    signal?.throwIfAborted();
-    if (this.#closed) throw new ConnectionClosedError(`Cannot call "${method}": connection closed`);
-    const id = this.#nextId++;
-    const closeOnAbort = () => this.close();
-    let read: LineResult | null;
-    try {
-      await abortable(
-        writeAll(this.#conn, encodeFrame({ jsonrpc: "2.0", id, method, params: {} })),
-        signal,
-        closeOnAbort,
-      );
-      read = await abortable(this.#reader.read(), signal, closeOnAbort);
-    } catch (err) {
-      if (signal?.aborted && err === signal.reason) throw err;
-      if (!isPeerGone(err)) throw err;
-      this.close();
-      throw new ConnectionClosedError(`Cannot call "${method}": connection closed`, { cause: err });
-    }
-    if (read === null) {
-      this.close();
-      throw new ConnectionClosedError(`Cannot call "${method}": connection closed by the tracker`);
-    }
-    if (read.kind === "oversized") {
-      this.close();
-      throw new HudProtocolError(
-        ErrorCode.INTERNAL_ERROR,
-        `Cannot call "${method}": reply of ${read.size} bytes exceeds the frame limit`,
-      );
-    }
-    let reply: unknown;
-    try {
-      reply = parseLine(read.line);
-    } catch (err) {
-      this.close();
-      throw new HudProtocolError(
-        ErrorCode.INTERNAL_ERROR,
-        `Cannot call "${method}": invalid reply`,
-        { cause: err },
-      );
-    }
-    try {
-      return replyResult(reply, id, method) as T;
-    } catch (err) {
-      // An error reply leaves the connection usable; a mismatched one does not.
-      if (err instanceof HudProtocolError && err.code === ErrorCode.INTERNAL_ERROR) this.close();
-      throw err;
-    }
+    return await this.#caller.call(method, {}, { signal: options.signal }) as T;
   }
 }
 

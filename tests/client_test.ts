@@ -7,6 +7,7 @@ import {
   Environment,
   HudProtocolError,
   NotReadyError,
+  ProtocolViolationError,
 } from "../mod.ts";
 import { parseControlUrl } from "../client.ts";
 import { LineReader, parseLine } from "../_internal/framing.ts";
@@ -169,7 +170,7 @@ Deno.test("HudClient heartbeat keeps a healthy session", async () => {
 });
 
 Deno.test("HudClient refuses protocol violations", async (t) => {
-  await t.step("a grade whose score is not a number is -32603", async () => {
+  await t.step("a grade whose score is not a number is a ProtocolViolationError", async () => {
     for (const score of [true, "1", null]) {
       const server = scriptedServer((req, n) =>
         n === 0 ? HELLO(req.id) : { jsonrpc: "2.0", id: req.id, result: { score } }
@@ -179,7 +180,8 @@ Deno.test("HudClient refuses protocol violations", async (t) => {
       });
       await assert.rejects(
         client.grade({ answer: 1 }),
-        (e: unknown) => e instanceof HudProtocolError && e.code === -32603,
+        (e: unknown) =>
+          e instanceof ProtocolViolationError && /score must be a number/.test(e.message),
       );
       await client.close();
       await server.close();
@@ -190,7 +192,10 @@ Deno.test("HudClient refuses protocol violations", async (t) => {
       n === 0 ? HELLO(req.id) : { jsonrpc: "2.0", id: 999, result: { tasks: [] } }
     );
     await using client = await connect(`tcp://127.0.0.1:${server.port}`, { readyTimeout: 10_000 });
-    await assert.rejects(client.listTasks(), /mismatch/);
+    await assert.rejects(client.listTasks(), {
+      name: "ProtocolViolationError",
+      message: /mismatch/,
+    });
     assert.equal(client.closed, true);
     await assert.rejects(client.listTasks(), ConnectionClosedError);
     await client.close();
