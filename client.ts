@@ -25,9 +25,10 @@
  */
 
 import { Capability } from "./capability.ts";
-import { type SshBindingOptions, SshClient } from "./ssh/client.ts";
-import { type CdpBindingOptions, CdpClient } from "./cdp/client.ts";
-import { McpClient, type McpClientOptions } from "./mcp/client.ts";
+import type { SshBindingOptions, SshClient } from "./ssh/client.ts";
+import type { CdpBindingOptions, CdpClient } from "./cdp/client.ts";
+import type { McpBindingOptions, McpClient } from "./mcp/client.ts";
+import type { FileTrackerClient, FileTrackerClientOptions } from "./filetracking/tracker.ts";
 import type { GradeFrame, PromptFrame, TaskEntry } from "./env.ts";
 import {
   ConnectionClosedError,
@@ -409,6 +410,39 @@ function localUrl(url: string, port: number): string {
   return `${scheme}${user}127.0.0.1:${port}${m[4]}`;
 }
 
+/** The client {@linkcode HudClient.open} returns for a binding's protocol family. */
+export type ProtocolClient = SshClient | CdpClient | McpClient | FileTrackerClient;
+
+/** Options for {@linkcode HudClient.open}: those of the family's `fromBinding`. */
+export type OpenOptions =
+  | SshBindingOptions
+  | CdpBindingOptions
+  | McpBindingOptions
+  | FileTrackerClientOptions;
+
+type Opener = (capability: Capability, options: OpenOptions) => Promise<ProtocolClient>;
+
+// One entry per protocol family. Each loads its subsystem on first use, so
+// that the control client itself loads no SSH, CDP or MCP code.
+const OPENERS: Readonly<Record<string, Opener>> = {
+  ssh: async (capability, options) => {
+    const { SshClient } = await import("./ssh/client.ts");
+    return SshClient.fromBinding(capability, options as SshBindingOptions);
+  },
+  cdp: async (capability, options) => {
+    const { CdpClient } = await import("./cdp/client.ts");
+    return await CdpClient.fromBinding(capability, options as CdpBindingOptions);
+  },
+  mcp: async (capability, options) => {
+    const { McpClient } = await import("./mcp/client.ts");
+    return await McpClient.fromBinding(capability, options as McpBindingOptions);
+  },
+  filetracking: async (capability, options) => {
+    const { FileTrackerClient } = await import("./filetracking/tracker.ts");
+    return await FileTrackerClient.fromBinding(capability, options as FileTrackerClientOptions);
+  },
+};
+
 // Plumbing that connect() needs and HudClient's public API must not show;
 // assigned in HudClient's static block, which can reach its #private members.
 let newClient: (
@@ -543,80 +577,51 @@ export class HudClient implements AsyncDisposable {
     return this.#local(matches[0]);
   }
 
-  /**
-   * A CDP client for the `cdp/1.3` binding: `open("cdp")` is
-   * {@linkcode HudClient.openCdp}; see there.
-   */
-  open(ref: "cdp" | `cdp/${string}`, options?: CdpBindingOptions): Promise<CdpClient>;
-  /**
-   * An MCP client for the `mcp` binding (a tool server): `open("mcp")` is
-   * {@linkcode HudClient.openMcp}; see there.
-   */
+  /** An SSH client for the `ssh/2` binding; see {@linkcode HudClient.open}. */
+  open(ref?: "shell" | "ssh" | `ssh/${string}`, options?: SshBindingOptions): Promise<SshClient>;
+  /** A connected CDP client for the `cdp/1.3` binding (a browser). */
+  open(ref: "browser" | "cdp" | `cdp/${string}`, options?: CdpBindingOptions): Promise<CdpClient>;
+  /** An initialized MCP client for the `mcp` binding (a tool server). */
+  open(ref: "tools" | "mcp" | `mcp/${string}`, options?: McpBindingOptions): Promise<McpClient>;
+  /** A connected file tracker client for the `filetracking/1` binding. */
   open(
-    ref: "mcp" | `mcp/${string}`,
-    options?: Omit<McpClientOptions, "authToken">,
-  ): Promise<McpClient>;
+    ref: "filetracking" | `filetracking/${string}`,
+    options?: FileTrackerClientOptions,
+  ): Promise<FileTrackerClient>;
   /**
-   * An SSH client for an `ssh/2` binding, connected (lazily) through its
-   * local forwarder, that checks the server's host key against the
-   * binding's `host_pubkey` and logs in with its `client_key`. With `"cdp"`
-   * or a `cdp/` protocol as the ref, a CDP client instead (see
-   * {@linkcode HudClient.openCdp}).
-   * @param ref a name, protocol or family, as for {@linkcode HudClient.binding}
+   * The protocol client for a binding, reached through its local
+   * forwarder, by the binding's protocol family: an `SshClient` for `ssh`
+   * (connected on first use; it checks the host key against `host_pubkey`
+   * and logs in with `client_key`), a connected `CdpClient` for `cdp`, an
+   * initialized `McpClient` for `mcp` (with the binding's `auth_token`), a
+   * connected `FileTrackerClient` for `filetracking`. Each family's code is
+   * loaded on the first `open` that needs it. The caller owns the client:
+   * close it before this one.
+   *
+   * The ref is resolved as by {@linkcode HudClient.binding}. With a family
+   * or protocol as the ref, or a factory's default name (`shell`,
+   * `browser`, `tools`, `filetracking`), the result has that family's type;
+   * with another name it is a {@linkcode ProtocolClient} to narrow.
+   * @param ref a name, protocol or family
+   * @param options the family's `fromBinding` options (a signal, keys...)
    * @throws {RangeError} when the ref matches nothing or several bindings
-   * @throws {TypeError} when the binding is not `ssh/2` or has no key to log in with
+   * @throws {TypeError} when no client speaks the binding's protocol, or the
+   *   binding lacks what its client needs (such as a key to log in with)
    */
-  open(ref?: string, options?: SshBindingOptions): SshClient;
-  open(
-    ref = "shell",
-    options: SshBindingOptions | CdpBindingOptions | Omit<McpClientOptions, "authToken"> = {},
-  ): SshClient | Promise<CdpClient> | Promise<McpClient> {
-    if (ref === "cdp" || ref.startsWith("cdp/")) {
-      return this.openCdp(ref, options as CdpBindingOptions);
-    }
-    if (ref === "mcp" || ref.startsWith("mcp/")) {
-      return this.openMcp(ref, options as Omit<McpClientOptions, "authToken">);
-    }
+  open(ref?: string, options?: OpenOptions): Promise<ProtocolClient>;
+  async open(ref = "shell", options: OpenOptions = {}): Promise<ProtocolClient> {
     const capability = this.binding(ref);
-    if (capability.family !== "ssh") {
-      const hint = capability.family === "cdp"
-        ? `; use openCdp("${capability.name}")`
-        : capability.family === "mcp"
-        ? `; use openMcp("${capability.name}")`
-        : "";
+    const opener = Object.hasOwn(OPENERS, capability.family)
+      ? OPENERS[capability.family]
+      : undefined;
+    if (opener === undefined) {
       throw new TypeError(
-        `Cannot open binding "${capability.name}": expected an ssh binding, got "${capability.protocol}"${hint}`,
+        `Cannot open binding "${capability.name}": no client speaks "${capability.protocol}" (clients: ${
+          Object.keys(OPENERS).join(", ")
+        }); use binding("${capability.name}") for its url`,
       );
     }
-    return SshClient.fromBinding(capability, options);
-  }
-
-  /**
-   * A connected CDP client for a `cdp/1.3` binding (a browser), reached
-   * through the binding's local forwarder: the WebSocket url's host and
-   * port are the forwarder's. Close it before the client.
-   * @param ref a name (`browser`), protocol or family, as for {@linkcode HudClient.binding}
-   * @throws {RangeError} when the ref matches nothing or several bindings
-   * @throws {TypeError} when the binding is not `cdp` or the browser cannot be reached
-   */
-  async openCdp(ref = "cdp", options: CdpBindingOptions = {}): Promise<CdpClient> {
-    return await CdpClient.fromBinding(this.binding(ref), options);
-  }
-
-  /**
-   * An initialized MCP client (streamable HTTP) for an `mcp` binding, reached
-   * through the binding's local forwarder, with the binding's `auth_token`
-   * if it has one. Close it before the client.
-   * @param ref a name (`tools`), protocol or family, as for {@linkcode HudClient.binding}
-   * @throws {RangeError} when the ref matches nothing or several bindings
-   * @throws {TypeError} when the binding is not `mcp`
-   * @throws {McpError} when the server cannot be initialized
-   */
-  async openMcp(
-    ref = "mcp",
-    options: Omit<McpClientOptions, "authToken"> = {},
-  ): Promise<McpClient> {
-    return await McpClient.fromBinding(this.binding(ref), options);
+    return await opener(capability, options);
   }
 
   /**

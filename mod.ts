@@ -117,8 +117,10 @@ export {
   type ConnectTarget,
   HudClient,
   type Manifest,
+  type OpenOptions,
   type Placement,
   type PlaceOptions,
+  type ProtocolClient,
   type RuntimeProvider,
 } from "./client.ts";
 export * from "./runtime/mod.ts";

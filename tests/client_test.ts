@@ -12,6 +12,8 @@ import {
 import { parseControlUrl } from "../client.ts";
 import { LineReader, parseLine } from "../_internal/framing.ts";
 import { demoEnv, echoServer, tcpServer, waitFor } from "./_helpers.ts";
+import { FileTrackerClient, startFileTracker } from "../filetracking/mod.ts";
+import { generateSshKeyPair, SshClient } from "../ssh/mod.ts";
 
 function freePort(): number {
   const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
@@ -452,5 +454,50 @@ Deno.test("HudClient sends the token in every hello, heartbeats included", async
   } finally {
     await client.close();
     await server.close();
+  }
+});
+
+Deno.test("HudClient.open() returns the client for the binding's family, through the forwarder", async (t) => {
+  const root = await Deno.makeTempDir();
+  await using tracker = await startFileTracker(root);
+  const keys = await generateSshKeyPair();
+  const echo = echoServer();
+  const env = new Environment("open", {
+    capabilities: [
+      tracker.capability(),
+      Capability.ssh({
+        url: `127.0.0.1:${echo.port}`,
+        hostPubkey: keys.publicKey,
+        clientKey: keys.privateKey,
+      }),
+      Capability.rfb({ url: `127.0.0.1:${echo.port}` }),
+    ],
+  });
+  await using server = bind(env);
+  await using client = await connect(server, { readyTimeout: 10_000 });
+  try {
+    await t.step("filetracking: a connected FileTrackerClient", async () => {
+      await Deno.writeTextFile(`${root}/a.txt`, "a\n");
+      await using files = await client.open("filetracking");
+      assert.ok(files instanceof FileTrackerClient);
+      assert.deepEqual((await files.snapshot()).files.map((f) => f.path), ["a.txt"]);
+    });
+    await t.step("ssh, by name: an SshClient for the forwarder's port", async () => {
+      const shell = await client.open("shell");
+      assert.ok(shell instanceof SshClient);
+      assert.equal(shell.connected, false, "it connects on first use");
+    });
+    await t.step("a protocol without a client names binding() as the way out", async () => {
+      await assert.rejects(client.open("screen"), {
+        name: "TypeError",
+        message: /"screen".*"rfb\/3\.8".*binding\("screen"\)/,
+      });
+    });
+    await t.step("an unknown ref is refused as by binding()", async () => {
+      await assert.rejects(client.open("nothing"), { name: "RangeError", message: /"nothing"/ });
+    });
+  } finally {
+    await echo.close();
+    await Deno.remove(root, { recursive: true });
   }
 });

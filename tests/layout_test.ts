@@ -45,6 +45,7 @@ const ENTRY_POINTS = [
 interface Dependency {
   code?: { specifier: string };
   type?: { specifier: string };
+  isDynamic?: boolean;
 }
 interface ModuleInfo {
   specifier: string;
@@ -170,14 +171,53 @@ Deno.test("layout: imports point down the layers", async () => {
   assert.deepEqual(wrong, []);
 });
 
+/**
+ * The local files that importing `entry` loads: static imports of code,
+ * followed from the entry. Type-only imports load nothing, and a dynamic
+ * `import()` loads its module only when it runs.
+ */
+async function loadedFiles(entry: string): Promise<string[]> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["info", "--json", entry],
+    cwd: ROOT,
+    stdout: "piped",
+    stderr: "piped",
+    env: { NO_COLOR: "1" },
+    signal: AbortSignal.timeout(30_000),
+  }).output();
+  assert.ok(out.success, `deno info ${entry} failed: ${new TextDecoder().decode(out.stderr)}`);
+  const info = JSON.parse(new TextDecoder().decode(out.stdout)) as { modules: ModuleInfo[] };
+  const bySpecifier = new Map(info.modules.map((m) => [m.specifier, m]));
+  const seen = new Set<string>();
+  const visit = (specifier: string): void => {
+    if (seen.has(specifier) || !specifier.startsWith(ROOT.href)) return;
+    seen.add(specifier);
+    for (const dep of bySpecifier.get(specifier)?.dependencies ?? []) {
+      if (!dep.isDynamic && dep.code?.specifier) visit(dep.code.specifier);
+    }
+  };
+  visit(new URL(entry, ROOT).href);
+  return [...seen].map((s) => s.slice(ROOT.href.length));
+}
+
 Deno.test("layout: the light entry points load no SSH, file tracking or eval", async (t) => {
   for (const entry of ["env.ts", "server.ts", "capability.ts"]) {
     await t.step(entry, async () => {
-      const loaded = [...(await importGraph(entry)).keys()];
+      const loaded = await loadedFiles(entry);
       const heavy = loaded.filter((p) => /^(ssh|filetracking|workspace|runtime|eval)\//.test(p));
       assert.deepEqual(heavy, []);
     });
   }
+  await t.step(
+    "client.ts loads no SSH, CDP, MCP or file tracking until open() needs them",
+    async () => {
+      const loaded = await loadedFiles("client.ts");
+      const heavy = loaded.filter((p) =>
+        /^(ssh|cdp|mcp|filetracking|workspace|runtime|eval|agents)\//.test(p)
+      );
+      assert.deepEqual(heavy, []);
+    },
+  );
 });
 
 Deno.test("layout: each subsystem folder has a mod.ts exported from deno.json", async () => {
