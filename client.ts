@@ -402,12 +402,27 @@ class TcpForwarder {
   }
 }
 
-/** Rewrites `scheme://[user@]host:port/rest` to point at a local port. */
+/**
+ * Rewrites `scheme://[user[:password]@]host:port/rest` to point at a local
+ * port, as `scheme://[user@]127.0.0.1:port/rest`: the user name stays (an
+ * SSH login needs it), a password does not (as HUD's client does), so that
+ * the url can be shown and handed to agents.
+ */
 function localUrl(url: string, port: number): string {
   const m = /^([a-zA-Z][a-zA-Z0-9+.-]*:\/\/)?(?:([^@/?#]*)@)?([^/?#]*)(.*)$/s.exec(url)!;
   const scheme = m[1] ?? "tcp://";
-  const user = m[2] !== undefined ? `${m[2]}@` : "";
+  const name = m[2]?.split(":", 1)[0] ?? "";
+  const user = name !== "" ? `${name}@` : "";
   return `${scheme}${user}127.0.0.1:${port}${m[4]}`;
+}
+
+/**
+ * Whether a published url is the placeholder of a capability that has no
+ * port of its own (attached to the environment's control port: port 0).
+ */
+function isPlaceholderUrl(url: string): boolean {
+  return /^(?:[a-zA-Z][a-zA-Z0-9+.-]*:\/\/)?(?:[^@/?#]*@)?(?:\[[^\]]*\]|[^:/?#]*):0(?:[/?#]|$)/
+    .test(url);
 }
 
 /** The client {@linkcode HudClient.open} returns for a binding's protocol family. */
@@ -501,7 +516,12 @@ export class HudClient implements AsyncDisposable {
     };
   }
 
-  /** Opens one forwarder per binding. */
+  /**
+   * Opens one forwarder per binding. A binding published with a placeholder
+   * url (port 0: served through the control port only) gets its
+   * forwarder's url in the manifest too, so that whoever reads the raw
+   * bindings can dial it.
+   */
   async #startForwarders(): Promise<void> {
     if (this.#options.forward === false) return;
     try {
@@ -515,6 +535,12 @@ export class HudClient implements AsyncDisposable {
       await this.close();
       throw err;
     }
+    this.#manifest = { ...this.#manifest, bindings: this.#dialable(this.#manifest.bindings) };
+  }
+
+  /** `bindings` with each placeholder url replaced by its forwarder's. */
+  #dialable(bindings: Capability[]): Capability[] {
+    return bindings.map((cap) => isPlaceholderUrl(cap.url) ? this.#local(cap) : cap);
   }
 
   /**
@@ -525,7 +551,11 @@ export class HudClient implements AsyncDisposable {
     return this.#url;
   }
 
-  /** Session id, environment name and version, and the published bindings. */
+  /**
+   * Session id, environment name and version, and the published bindings
+   * with the urls the environment gave (but a placeholder's, port 0, which
+   * is its forwarder's).
+   */
   get manifest(): Manifest {
     return this.#manifest;
   }
@@ -724,12 +754,18 @@ export class HudClient implements AsyncDisposable {
 
   /**
    * Grades this session's task (or adopts the lone parked one) with the
-   * payload, whose `answer` the task receives.
+   * payload, whose `answer` the task receives. A boolean score (which HUD's
+   * server sends for `{"score": True}`, a bool being an int in Python) is
+   * read as 1 or 0.
    * @throws {ProtocolViolationError} when the grade's score is not a number
+   *   or a boolean
    */
   async grade(payload: Record<string, unknown> = {}, options?: CallOptions): Promise<GradeFrame> {
     if (!isRecord(payload)) throw new TypeError("Cannot grade: payload must be an object");
     const result = await this.call("tasks.grade", payload, options);
+    if (typeof result.score === "boolean" || typeof result.score === "bigint") {
+      return { ...result, score: Number(result.score) };
+    }
     if (typeof result.score !== "number") {
       throw this.#violation(
         `Invalid grade: score must be a number, got ${JSON.stringify(result.score)}`,

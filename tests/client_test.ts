@@ -173,7 +173,7 @@ Deno.test("HudClient heartbeat keeps a healthy session", async () => {
 
 Deno.test("HudClient refuses protocol violations", async (t) => {
   await t.step("a grade whose score is not a number is a ProtocolViolationError", async () => {
-    for (const score of [true, "1", null]) {
+    for (const score of ["1", null, [1]]) {
       const server = scriptedServer((req, n) =>
         n === 0 ? HELLO(req.id) : { jsonrpc: "2.0", id: req.id, result: { score } }
       );
@@ -498,6 +498,85 @@ Deno.test("HudClient.open() returns the client for the binding's family, through
     });
   } finally {
     await echo.close();
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
+Deno.test("HudClient reads the replies HUD's client reads", async (t) => {
+  await t.step(
+    'a dict score of true or false, as HUD\'s server sends {"score": True}',
+    async () => {
+      for (const [score, read] of [[true, 1], [false, 0]] as const) {
+        const server = scriptedServer((req, n) =>
+          n === 0 ? HELLO(req.id) : { jsonrpc: "2.0", id: req.id, result: { score, info: {} } }
+        );
+        try {
+          await using client = await connect(`tcp://127.0.0.1:${server.port}`, {
+            readyTimeout: 10_000,
+          });
+          assert.deepEqual(await client.grade({ answer: 1 }), { score: read, info: {} });
+        } finally {
+          await server.close();
+        }
+      }
+    },
+  );
+  await t.step("a reply nested deeper than 64 (the limit is for requests)", async () => {
+    let deep: unknown = "bottom";
+    for (let i = 0; i < 200; i++) deep = [deep];
+    const server = scriptedServer((req, n) =>
+      n === 0 ? HELLO(req.id) : { jsonrpc: "2.0", id: req.id, result: { prompt: deep } }
+    );
+    try {
+      await using client = await connect(`tcp://127.0.0.1:${server.port}`, {
+        readyTimeout: 10_000,
+      });
+      assert.deepEqual(await client.startTask("deep"), { prompt: deep });
+      assert.equal(client.closed, false);
+    } finally {
+      await server.close();
+    }
+  });
+});
+
+Deno.test("HudClient.binding() keeps the user name of a url, never its password", async () => {
+  const echo = echoServer();
+  const env = new Environment("userinfo", {
+    capabilities: [
+      new Capability({
+        name: "db",
+        protocol: "x/1",
+        url: `x://me:s3cret@127.0.0.1:${echo.port}/d`,
+      }),
+      new Capability({ name: "anon", protocol: "y/1", url: `y://:s3cret@127.0.0.1:${echo.port}` }),
+    ],
+  });
+  await using server = bind(env);
+  await using client = await connect(server, { readyTimeout: 10_000 });
+  assert.match(client.binding("db").url, /^x:\/\/me@127\.0\.0\.1:\d+\/d$/);
+  assert.match(client.binding("anon").url, /^y:\/\/127\.0\.0\.1:\d+$/);
+  for (const cap of client.bindings) assert.doesNotMatch(cap.url, /s3cret/);
+  await echo.close();
+});
+
+Deno.test("HudClient.manifest gives an attached capability's placeholder url its forwarder's", async () => {
+  const root = await Deno.makeTempDir();
+  try {
+    await Deno.writeTextFile(`${root}/a.txt`, "a\n");
+    const tracker = await startFileTracker(root, { listen: false });
+    const env = new Environment("attached");
+    env.addCapability(tracker.capability(), {
+      attach: (conn, head) => tracker.serveConnection(conn, head),
+    });
+    await using server = bind(env);
+    await using client = await connect(server, { readyTimeout: 10_000 });
+    const raw = client.manifest.bindings.find((b) => b.protocol === "filetracking/1")!;
+    assert.doesNotMatch(raw.url, /:0$/, "the placeholder cannot be dialled");
+    assert.equal(raw.url, client.binding("filetracking").url);
+    await using files = await FileTrackerClient.connect(raw.url);
+    assert.equal((await files.snapshot()).files_scanned, 1);
+    await tracker.shutdown();
+  } finally {
     await Deno.remove(root, { recursive: true });
   }
 });
