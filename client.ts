@@ -30,17 +30,12 @@ import type { CdpBindingOptions, CdpClient } from "./cdp/client.ts";
 import type { McpBindingOptions, McpClient } from "./mcp/client.ts";
 import type { FileTrackerClient, FileTrackerClientOptions } from "./filetracking/tracker.ts";
 import type { GradeFrame, PromptFrame, TaskEntry } from "./env.ts";
-import {
-  ConnectionClosedError,
-  HudProtocolError,
-  NotReadyError,
-  ProtocolViolationError,
-} from "./errors.ts";
+import { ConnectionClosedError, HudProtocolError, ProtocolViolationError } from "./errors.ts";
 import { encodeFrame, LineReader, parseLine } from "./_internal/framing.ts";
 import { closeQuietly, isPeerGone, pump, writeAll } from "./_internal/io.ts";
-import { abortable, Deadline, delay } from "./_internal/async.ts";
 import { acceptLoop } from "./_internal/accept.ts";
-import { JsonRpcCaller } from "./_internal/rpc.ts";
+import type { JsonRpcCaller } from "./_internal/rpc.ts";
+import { helloUntilReady } from "./_internal/ready.ts";
 import { isRecord } from "./_internal/util.ts";
 import { redactUrl, tokenFromEnv } from "./_internal/auth.ts";
 
@@ -95,6 +90,15 @@ export interface ConnectOptions {
    */
   readyTimeout?: number;
   /**
+   * How long connections may be refused (nothing listens) before connecting
+   * fails with a `NotReadyError` that says so, in ms. Once a connection was
+   * accepted, only `readyTimeout` counts: something is there, starting.
+   * @default 10_000 for an address (a url, or a `Runtime`, which is one);
+   *   `readyTimeout` when it is given, and for a placement or a runtime to
+   *   place (which may still be starting)
+   */
+  refusedTimeout?: number;
+  /**
    * Pause between attempts, in ms.
    * @default 500
    */
@@ -147,6 +151,8 @@ export interface CallOptions {
 }
 
 const DEFAULT_MAX_FRAME = 16 * 1024 * 1024;
+/** How long an address may refuse connections before connect() gives up. */
+const DEFAULT_REFUSED_TIMEOUT = 10_000;
 const TUNNEL_REPLY_MAX = 64 * 1024;
 
 /** A control address, parsed. */
@@ -219,7 +225,9 @@ function readManifest(result: unknown): Manifest {
 /**
  * Connects to an environment, retrying until it answers `hello`: a refused
  * connection, or one closed before the reply, means "not ready yet"; an
- * error reply fails at once.
+ * error reply fails at once. An address that refuses every connection for
+ * `refusedTimeout` (10 s by default) fails sooner than the ready timeout,
+ * with a message saying that nothing listens there.
  *
  * @param target `tcp://host:port`, `host:port`, or a runtime with a `url`
  * @throws {NotReadyError} when the ready timeout passes
@@ -247,53 +255,33 @@ export async function connect(
   const url = redactUrl(given);
   const token = options.token ?? urlToken ?? tokenFromEnv();
   const readyTimeout = options.readyTimeout ?? 240_000;
-  const interval = options.retryInterval ?? 500;
-  using deadline = new Deadline(readyTimeout, options.signal, "connect");
-  let lastError: unknown;
-  let attempts = 0;
-  while (true) {
-    if (deadline.signal.aborted) {
-      if (options.signal?.aborted) throw options.signal.reason;
-      throw new NotReadyError(
-        `Cannot connect to ${url}: not ready after ${readyTimeout} ms (${attempts} attempts)`,
-        { cause: lastError },
-      );
-    }
-    attempts++;
-    let caller: JsonRpcCaller | null = null;
-    try {
-      const conn = await abortable(Deno.connect(addr), deadline.signal);
-      caller = new JsonRpcCaller(conn, {
-        maxFrameBytes: options.maxFrameBytes ?? DEFAULT_MAX_FRAME,
-        peer: url,
-      });
-      const params: Record<string, unknown> = options.sessionId
-        ? { session_id: options.sessionId }
-        : {};
-      if (token !== undefined) params.token = token;
-      const result = await caller.call("hello", params, { signal: deadline.signal });
-      const client = newClient(caller, url, token, readManifest(result), options);
-      caller = null;
-      await startForwarders(client);
-      return client;
-    } catch (err) {
-      caller?.close();
-      if (err instanceof HudProtocolError || err instanceof ProtocolViolationError) throw err;
-      if (deadline.signal.aborted) continue;
-      if (
-        !(err instanceof Deno.errors.ConnectionRefused) && !isPeerGone(err) &&
-        !(err instanceof ConnectionClosedError)
-      ) {
-        throw err;
-      }
-      lastError = err;
-    }
-    try {
-      await delay(interval, deadline.signal);
-    } catch {
-      // The loop head reports the timeout or the abort.
-    }
+  // An address (a url, or a runtime that is one) that refuses has nothing
+  // behind it: say so soon. A placement may still be starting.
+  const address = typeof target === "string" || (isRecord(target) && "place" in target);
+  const refusedTimeout = options.refusedTimeout ??
+    (options.readyTimeout === undefined && address ? DEFAULT_REFUSED_TIMEOUT : readyTimeout);
+  const params: Record<string, unknown> = options.sessionId
+    ? { session_id: options.sessionId }
+    : {};
+  if (token !== undefined) params.token = token;
+  const { caller, result } = await helloUntilReady(addr, params, {
+    url,
+    readyTimeout,
+    refusedTimeout,
+    retryInterval: options.retryInterval ?? 500,
+    maxFrameBytes: options.maxFrameBytes ?? DEFAULT_MAX_FRAME,
+    signal: options.signal,
+  });
+  let manifest: Manifest;
+  try {
+    manifest = readManifest(result);
+  } catch (err) {
+    caller.close();
+    throw err;
   }
+  const client = newClient(caller, url, token, manifest, options);
+  await startForwarders(client);
+  return client;
 }
 
 /**

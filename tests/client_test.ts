@@ -14,6 +14,8 @@ import { LineReader, parseLine } from "../_internal/framing.ts";
 import { demoEnv, echoServer, tcpServer, waitFor } from "./_helpers.ts";
 import { FileTrackerClient, startFileTracker } from "../filetracking/mod.ts";
 import { generateSshKeyPair, SshClient } from "../ssh/mod.ts";
+import { functionAgent, rollout } from "../eval/mod.ts";
+import { Runtime } from "../runtime/mod.ts";
 
 function freePort(): number {
   const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
@@ -579,4 +581,51 @@ Deno.test("HudClient.manifest gives an attached capability's placeholder url its
   } finally {
     await Deno.remove(root, { recursive: true });
   }
+});
+
+Deno.test("connect() and rollout() fail soon, saying so, where nothing listens", async (t) => {
+  await t.step(
+    "an address refused for 10 s (the default) is a one-line NotReadyError",
+    async () => {
+      const port = freePort();
+      const url = `tcp://127.0.0.1:${port}`;
+      const row = { env: "none", id: "t", args: {}, slug: "t" };
+      const [connecting, run] = await Promise.all([
+        connect(url).then(() => null, (e: unknown) => e),
+        rollout(row, functionAgent(() => "never"), { runtime: new Runtime(url) }),
+      ]);
+      assert.ok(connecting instanceof NotReadyError, String(connecting));
+      assert.match(
+        connecting.message,
+        new RegExp(
+          `^Cannot connect to ${url}: connection refused for 10000 ms .*nothing listens there`,
+        ),
+      );
+      assert.doesNotMatch(connecting.message, /\n/);
+      assert.equal(run.trace.failedPhase, "provisioning");
+      assert.match(run.trace.errors[0].message, /nothing listens there/);
+    },
+  );
+  await t.step(
+    "refusedTimeout counts refusals only; an accepting server gets readyTimeout",
+    async () => {
+      const server = scriptedServer(() => "close");
+      try {
+        await assert.rejects(
+          connect(`tcp://127.0.0.1:${server.port}`, {
+            refusedTimeout: 50,
+            readyTimeout: 600,
+            retryInterval: 20,
+          }),
+          (e: unknown) => {
+            assert.ok(e instanceof NotReadyError);
+            assert.match(e.message, /not ready after 600 ms/);
+            return true;
+          },
+        );
+      } finally {
+        await server.close();
+      }
+    },
+  );
 });
