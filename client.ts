@@ -36,6 +36,7 @@ import { closeQuietly, isPeerGone, pump, writeAll } from "./_internal/io.ts";
 import { acceptLoop } from "./_internal/accept.ts";
 import type { JsonRpcCaller } from "./_internal/rpc.ts";
 import { helloUntilReady } from "./_internal/ready.ts";
+import { loopbackPeerUid, ownUid, PEER_UID_SUPPORTED } from "./_internal/peer_uid.ts";
 import { isRecord } from "./_internal/util.ts";
 import { redactUrl, tokenFromEnv } from "./_internal/auth.ts";
 
@@ -122,6 +123,16 @@ export interface ConnectOptions {
    * @default true
    */
   forward?: boolean;
+  /**
+   * The local users (uids) whose connections the forwarders serve; a
+   * connection from anyone else is closed (and reported to `onError`). On
+   * Linux the owner of each accepted loopback connection is read from
+   * `/proc/net/tcp` and `/proc/net/tcp6` (so it needs read access there).
+   * Where it cannot be told (not Linux), forwarding needs `"any"`, which
+   * serves every local user: connecting fails otherwise.
+   * @default [this process's uid]
+   */
+  forwardUsers?: readonly number[] | "any";
   /**
    * Largest accepted reply frame, in bytes.
    * @default 16 MiB
@@ -296,6 +307,7 @@ class TcpForwarder {
   readonly #conns = new Set<Deno.Conn>();
   readonly #tasks = new Set<Promise<void>>();
   readonly #onError: (err: unknown) => void;
+  readonly #users: ReadonlySet<number> | "any";
   readonly #loop: Promise<void>;
   #closed = false;
 
@@ -303,19 +315,46 @@ class TcpForwarder {
     capability: Capability,
     control: { hostname: string; port: number },
     token: string | undefined,
+    users: ReadonlySet<number> | "any",
     onError: (err: unknown) => void,
   ) {
     this.capability = capability;
     this.#control = control;
     this.#token = token;
+    this.#users = users;
     this.#onError = onError;
     this.#listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
     this.#loop = acceptLoop(this.#listener, (local) => {
-      const task = this.#tunnel(local).catch((err) => {
+      const task = this.#serve(local).catch((err) => {
         if (!isPeerGone(err)) this.#onError(err);
       }).finally(() => this.#tasks.delete(task));
       this.#tasks.add(task);
     }, { closing: () => this.#closed, onError: onError });
+  }
+
+  /** Tunnels a local connection if its user may use the forwarder. */
+  async #serve(local: Deno.Conn): Promise<void> {
+    if (this.#users !== "any") {
+      this.#conns.add(local);
+      let uid: number | null;
+      try {
+        uid = await loopbackPeerUid(local);
+      } finally {
+        this.#conns.delete(local);
+      }
+      if (uid === null || !this.#users.has(uid)) {
+        closeQuietly(local);
+        this.#onError(
+          new Error(
+            `Forwarder for "${this.capability.name}" refused a connection from ${
+              uid === null ? "a user it cannot tell" : `uid ${uid}`
+            }: it serves uid ${[...this.#users].join(", ")} (add others with forwardUsers)`,
+          ),
+        );
+        return;
+      }
+    }
+    await this.#tunnel(local);
   }
 
   get port(): number {
@@ -388,6 +427,46 @@ class TcpForwarder {
     await this.#loop;
     await Promise.allSettled([...this.#tasks]);
   }
+}
+
+/**
+ * The users the forwarders serve, from `forwardUsers`.
+ * @throws {TypeError} for a list that is not of uids
+ * @throws {Deno.errors.NotSupported} where the user of a connection cannot
+ *   be told and `"any"` was not asked for
+ * @throws {Deno.errors.PermissionDenied} without read access to /proc/net
+ */
+function forwardUsers(option: readonly number[] | "any" | undefined): ReadonlySet<number> | "any" {
+  if (option === "any") return "any";
+  if (option !== undefined && (!Array.isArray(option) || !option.every(isUid))) {
+    throw new TypeError(
+      `Cannot forward: forwardUsers must be "any" or a list of uids, got ${JSON.stringify(option)}`,
+    );
+  }
+  if (!PEER_UID_SUPPORTED) {
+    throw new Deno.errors.NotSupported(
+      `Cannot forward: on ${Deno.build.os} a forwarder cannot tell which user a connection comes from; pass forwardUsers: "any" to serve every local user, or forward: false`,
+    );
+  }
+  for (const path of ["/proc/net/tcp", "/proc/net/tcp6"]) {
+    if (Deno.permissions.querySync({ name: "read", path }).state !== "granted") {
+      throw new Deno.errors.PermissionDenied(
+        `Cannot forward: reading ${path} is how a forwarder tells which user a connection comes from; grant --allow-read=/proc/net, or pass forwardUsers: "any"`,
+      );
+    }
+  }
+  if (option !== undefined) return new Set(option);
+  const uid = ownUid();
+  if (uid === null) {
+    throw new Deno.errors.PermissionDenied(
+      `Cannot forward: cannot read this process's uid; grant --allow-sys=uid, or pass forwardUsers`,
+    );
+  }
+  return new Set([uid]);
+}
+
+function isUid(v: unknown): boolean {
+  return typeof v === "number" && Number.isInteger(v) && v >= 0 && v <= 0xffffffff;
 }
 
 /**
@@ -513,10 +592,17 @@ export class HudClient implements AsyncDisposable {
   async #startForwarders(): Promise<void> {
     if (this.#options.forward === false) return;
     try {
+      const users = forwardUsers(this.#options.forwardUsers);
       for (const cap of this.#manifest.bindings) {
         this.#forwarders.set(
           cap.name,
-          new TcpForwarder(cap, this.#control, this.#token, this.#options.onError ?? (() => {})),
+          new TcpForwarder(
+            cap,
+            this.#control,
+            this.#token,
+            users,
+            this.#options.onError ?? (() => {}),
+          ),
         );
       }
     } catch (err) {

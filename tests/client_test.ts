@@ -629,3 +629,93 @@ Deno.test("connect() and rollout() fail soon, saying so, where nothing listens",
     },
   );
 });
+
+/** Runs `bash -c script` (as uid 65534 with `asNobody`); its stdout. */
+async function bashOutput(script: string, asNobody: boolean): Promise<string> {
+  const argv = ["timeout", "10", "bash", "-c", script];
+  const command = asNobody
+    ? new Deno.Command("setpriv", {
+      args: ["--reuid=65534", "--regid=65534", "--clear-groups", ...argv],
+      stdout: "piped",
+      stderr: "piped",
+    })
+    : new Deno.Command(argv[0], { args: argv.slice(1), stdout: "piped", stderr: "piped" });
+  const out = await command.output();
+  return new TextDecoder().decode(out.stdout);
+}
+
+Deno.test({
+  name: "HudClient forwarders serve only the user who opened them: another uid is refused",
+  // Needs root to act as another user, and Linux's socket tables.
+  ignore: Deno.build.os !== "linux" || Deno.uid() !== 0,
+  async fn(t) {
+    const echo = echoServer();
+    const env = new Environment("users", {
+      capabilities: [
+        new Capability({
+          name: "echo",
+          protocol: "echo/1",
+          url: `tcp://127.0.0.1:${echo.port}`,
+        }),
+      ],
+    });
+    await using server = bind(env);
+    // The same 4 bytes out and back through the forwarder at `port`.
+    const ping = (port: number) =>
+      `exec 3<>/dev/tcp/127.0.0.1/${port}; printf ping >&3; head -c 4 <&3`;
+    try {
+      await t.step("by default: our own uid gets through, uid 65534 is closed", async () => {
+        const errors: unknown[] = [];
+        await using client = await connect(server, {
+          readyTimeout: 10_000,
+          onError: (e) => errors.push(e),
+        });
+        const port = Number(new URL(client.binding("echo").url.replace("tcp:", "http:")).port);
+        assert.equal(await bashOutput(ping(port), false), "ping");
+        assert.deepEqual(errors, []);
+        assert.equal(await bashOutput(ping(port), true), "", "uid 65534 got an answer");
+        assert.equal(errors.length, 1);
+        assert.match(
+          String(errors[0]),
+          /"echo" refused a connection from uid 65534: it serves uid 0/,
+        );
+        assert.equal(await bashOutput(ping(port), false), "ping", "and we still do");
+        // From an IPv6 socket (the peer shows in /proc/net/tcp6, IPv4-mapped).
+        const conn = await Deno.connect({ hostname: "::ffff:127.0.0.1", port });
+        try {
+          await conn.write(new TextEncoder().encode("ping"));
+          const buf = new Uint8Array(4);
+          let n = 0;
+          while (n < 4) {
+            const got = await conn.read(buf.subarray(n));
+            if (got === null) break;
+            n += got;
+          }
+          assert.equal(new TextDecoder().decode(buf.subarray(0, n)), "ping");
+        } finally {
+          conn.close();
+        }
+        assert.equal(errors.length, 1);
+      });
+      await t.step("forwardUsers lets the listed uids in", async () => {
+        await using client = await connect(server, {
+          readyTimeout: 10_000,
+          forwardUsers: [0, 65534],
+        });
+        const port = Number(new URL(client.binding("echo").url.replace("tcp:", "http:")).port);
+        assert.equal(await bashOutput(ping(port), true), "ping");
+      });
+      await t.step('forwardUsers: "any" serves everyone, and a bad list is refused', async () => {
+        await using client = await connect(server, { readyTimeout: 10_000, forwardUsers: "any" });
+        const port = Number(new URL(client.binding("echo").url.replace("tcp:", "http:")).port);
+        assert.equal(await bashOutput(ping(port), true), "ping");
+        await assert.rejects(
+          connect(server, { readyTimeout: 10_000, forwardUsers: [-1] }),
+          { name: "TypeError", message: /forwardUsers/ },
+        );
+      });
+    } finally {
+      await echo.close();
+    }
+  },
+});
