@@ -22,6 +22,8 @@ const LAYERS: readonly (readonly string[])[] = [
   ["workspace/", "runtime/"],
   ["eval/"],
   ["agents/", "viewer/"],
+  ["graders/"],
+  ["harbor/"],
   ["cli.ts", "mod.ts"],
 ];
 const CORE_FILES = ["schema.ts", "capability.ts", "env.ts"];
@@ -40,6 +42,8 @@ const ENTRY_POINTS = [
   "mcp/mod.ts",
   "cdp/mod.ts",
   "viewer/mod.ts",
+  "harbor/mod.ts",
+  "graders/mod.ts",
 ];
 
 interface Dependency {
