@@ -647,12 +647,14 @@ export async function observeFiles<T>(
     try {
       if (capability.params.setup_diff === true) {
         const result = await call("setup", (c, s) => c.setup({ signal: s }));
-        if (result.patches.length > 0) emit({ kind: "setup", result });
+        if (patchCount(result) > 0) emit({ kind: "setup", result });
       } else {
         await call("advance", (c, s) => c.advance({ signal: s }));
       }
       const snapshot = await call("snapshot", (c, s) => c.snapshot({ signal: s }));
-      if (snapshot.files.length > 0) emit({ kind: "snapshot", result: snapshot });
+      if (Array.isArray(snapshot.files) && snapshot.files.length > 0) {
+        emit({ kind: "snapshot", result: snapshot });
+      }
     } catch (err) {
       fail(err);
     }
@@ -684,7 +686,7 @@ export async function observeFiles<T>(
       try {
         // Not tied to `stop`: a diff in flight when the run ends completes.
         const result = await call("diff", (c, s) => c.diff({ signal: s }));
-        if (result.patches.length > 0) emit({ kind: "diff", result });
+        if (patchCount(result) > 0) emit({ kind: "diff", result });
       } catch (err) {
         fail(err);
       }
@@ -699,13 +701,41 @@ export async function observeFiles<T>(
     if (client) {
       try {
         const result = await call("flush", (c, s) => c.flush({ signal: s }));
-        if (result.patches.length > 0 || result.capture.eligible > 0) {
-          emit({ kind: "flush", result });
-        }
+        if (flushHasContent(result)) emit({ kind: "flush", result });
       } catch (err) {
         report(err);
+        // A tracker without flush (an older HUD one) still has the last
+        // changes: take them as a diff rather than lose them.
+        if (err instanceof HudProtocolError && client) {
+          try {
+            const result = await call("diff", (c, s) => c.diff({ signal: s }));
+            if (patchCount(result) > 0) emit({ kind: "diff", result });
+          } catch (again) {
+            report(again);
+          }
+        }
       }
       (client as FileTrackerClient | null)?.close();
     }
   }
+}
+
+/** Patches in a `diff`/`setup` result, whatever else it holds (0 for none). */
+function patchCount(result: unknown): number {
+  return isRecord(result) && Array.isArray(result.patches) ? result.patches.length : 0;
+}
+
+/**
+ * Whether a `flush` result reports anything: changes or artifacts. It reads
+ * HUD's shape (`{"diff": {...}, "capture": {"files_eligible", ...}}`, which
+ * this project's tracker sends too) and the flat one of earlier versions
+ * (the diff's members beside `capture: {"eligible", ...}`).
+ */
+function flushHasContent(result: unknown): boolean {
+  if (!isRecord(result)) return false;
+  if (patchCount(isRecord(result.diff) ? result.diff : result) > 0) return true;
+  const capture = isRecord(result.capture) ? result.capture : {};
+  const counts = [capture.files_eligible, capture.files_captured, capture.eligible];
+  return counts.some((n) => typeof n === "number" && n > 0) ||
+    (Array.isArray(capture.files) && capture.files.length > 0);
 }
