@@ -27,7 +27,7 @@ import {
   type TaskRow,
 } from "./env.ts";
 import type { JsonSchema } from "./schema.ts";
-import { loadEnvironment, moduleUrl } from "./runtime/loader.ts";
+import { loadEnvironment, moduleUrl } from "./loader.ts";
 import { serve } from "./server.ts";
 import { abortable } from "./_internal/async.ts";
 import { CommandAgent, parseEnvFile } from "./eval/command_agent.ts";

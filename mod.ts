@@ -94,6 +94,7 @@ export {
   string,
   withDefault,
 } from "./schema.ts";
+export { loadEnvironment, type LoadEnvironmentOptions } from "./loader.ts";
 export { ConnectionClosedError, ErrorCode, HudProtocolError, NotReadyError } from "./errors.ts";
 export {
   bind,

@@ -15,8 +15,6 @@
  *   Docker Swarm across hosts, each leased to one rollout at a time, scaled
  *   with demand.
  *
- * {@linkcode loadEnvironment} imports an environment module by path.
- *
  * @module
  */
 
@@ -29,7 +27,6 @@ export {
   SubprocessRuntime,
   type SubprocessRuntimeOptions,
 } from "./runtime.ts";
-export { loadEnvironment, type LoadEnvironmentOptions } from "./loader.ts";
 export {
   buildEnvironmentImage,
   type BuildImageOptions,

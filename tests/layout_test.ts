@@ -11,12 +11,13 @@ const ROOT = new URL("../", import.meta.url);
  * Layers, lowest first. A file may import its own unit (a folder, or a
  * top-level file) and units of lower layers only; units of one layer do not
  * import each other, except the protocol core's files, which form one unit
- * (`env.ts` uses `schema.ts` and `capability.ts`).
+ * (`env.ts` uses `schema.ts` and `capability.ts`; `loader.ts` loads an
+ * environment module).
  */
 const LAYERS: readonly (readonly string[])[] = [
   ["errors.ts"],
   ["_internal/"],
-  ["schema.ts", "capability.ts", "env.ts"],
+  ["schema.ts", "capability.ts", "env.ts", "loader.ts"],
   ["ssh/", "filetracking/", "mcp/", "cdp/"],
   ["server.ts", "client.ts"],
   ["workspace/", "runtime/"],
@@ -24,7 +25,7 @@ const LAYERS: readonly (readonly string[])[] = [
   ["agents/", "viewer/"],
   ["cli.ts", "mod.ts"],
 ];
-const CORE_FILES = ["schema.ts", "capability.ts", "env.ts"];
+const CORE_FILES = ["schema.ts", "capability.ts", "env.ts", "loader.ts"];
 
 const ENTRY_POINTS = [
   "mod.ts",

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { connect } from "../../client.ts";
 import { NotReadyError } from "../../errors.ts";
-import { loadEnvironment } from "../../runtime/loader.ts";
+import { loadEnvironment } from "../../loader.ts";
 import {
   buildEnvironmentImage,
   ContainerRuntime,
