@@ -40,7 +40,7 @@ import {
   ContainerRuntime,
   removeStaleContainers,
 } from "./runtime/container.ts";
-import type { RuntimeProvider } from "./client.ts";
+import type { RuntimeProvider } from "./runtime/placement.ts";
 import {
   firstError,
   Job,

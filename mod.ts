@@ -112,9 +112,6 @@ export {
   type ConnectTarget,
   HudClient,
   type Manifest,
-  type Placement,
-  type PlaceOptions,
-  type RuntimeProvider,
 } from "./client.ts";
 export * from "./runtime/mod.ts";
 export * from "./eval/mod.ts";

@@ -39,8 +39,6 @@ export {
   type JobSummary,
   type RowSelector,
   type RunRecord,
-  Shared,
-  type SharedOptions,
   type TaskResult,
   Taskset,
   type TasksetRunOptions,

@@ -27,7 +27,7 @@ import type { Capability } from "../capability.ts";
 import { connect, type ConnectOptions, type HudClient } from "../client.ts";
 import type { GradeFrame, PromptFrame, TaskRow } from "../env.ts";
 import { environmentOf } from "../env.ts";
-import type { Placement, RuntimeProvider } from "../client.ts";
+import type { Placement, RuntimeProvider } from "../runtime/placement.ts";
 import { LocalRuntime } from "../runtime/runtime.ts";
 import { type FileTrackingEvent, observeFiles } from "../filetracking/tracker.ts";
 import { abortable, Deadline } from "../_internal/async.ts";

@@ -8,7 +8,8 @@
  * @module
  */
 
-import { connect, type Placement, type PlaceOptions, type RuntimeProvider } from "../client.ts";
+import { connect } from "../client.ts";
+import type { Placement, PlaceOptions, RuntimeProvider } from "./placement.ts";
 import { NotReadyError } from "../errors.ts";
 import { generateToken, withToken } from "../_internal/auth.ts";
 import { abortable, Deadline, delay } from "../_internal/async.ts";

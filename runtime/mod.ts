@@ -7,6 +7,8 @@
  * - {@linkcode LocalRuntime}: an environment in this process.
  * - {@linkcode SubprocessRuntime}: an environment module served by the
  *   command line's `serve` in a child process, one per placement.
+ * - {@linkcode Shared}: one placement of another provider, leased to up
+ *   to `width` rollouts at once.
  *
  * - {@linkcode ContainerRuntime}: an environment image in a Docker or Podman
  *   container, one per placement; {@linkcode buildEnvironmentImage} makes
@@ -18,7 +20,8 @@
  * @module
  */
 
-export type { Placement, PlaceOptions, RuntimeProvider } from "../client.ts";
+export type { Placement, PlaceOptions, RuntimeProvider } from "./placement.ts";
+export { Shared, type SharedOptions } from "./shared.ts";
 export {
   LocalRuntime,
   type LocalRuntimeOptions,

@@ -15,12 +15,8 @@ import type { Environment } from "../env.ts";
 import { bind, type HudServer } from "../server.ts";
 import { abortable, Deadline, settleWithin } from "../_internal/async.ts";
 import { signalGroup } from "../_internal/process.ts";
-import {
-  parseControlUrl,
-  type Placement,
-  type PlaceOptions,
-  type RuntimeProvider,
-} from "../client.ts";
+import { parseControlUrl } from "../client.ts";
+import type { Placement, PlaceOptions, RuntimeProvider } from "./placement.ts";
 import { NotReadyError } from "../errors.ts";
 import { generateToken, withToken } from "../_internal/auth.ts";
 

@@ -13,7 +13,7 @@ import { buildEnvironmentImage, ContainerRuntime } from "../../runtime/container
 import { SubprocessRuntime } from "../../runtime/runtime.ts";
 import { SwarmRuntime } from "../../runtime/swarm.ts";
 import { EngineClient } from "../../runtime/_engine.ts";
-import type { RuntimeProvider } from "../../client.ts";
+import type { RuntimeProvider } from "../../runtime/placement.ts";
 import { Taskset } from "../../eval/taskset.ts";
 import { functionAgent } from "../../eval/run.ts";
 import { taskSlug } from "../../env.ts";

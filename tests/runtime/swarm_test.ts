@@ -7,7 +7,8 @@
 // why (in CI it runs). Run alone with `deno task test-engine`.
 
 import assert from "node:assert/strict";
-import { connect, type Placement, type PlaceOptions } from "../../client.ts";
+import { connect } from "../../client.ts";
+import type { Placement, PlaceOptions } from "../../runtime/placement.ts";
 import { buildEnvironmentImage, OWNER_LABEL } from "../../runtime/container.ts";
 import { SwarmRuntime } from "../../runtime/swarm.ts";
 import { EngineClient, findEngineSocket } from "../../runtime/_engine.ts";
