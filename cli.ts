@@ -33,7 +33,7 @@ import { abortable } from "./_internal/async.ts";
 import { CommandAgent, parseEnvFile } from "./eval/command_agent.ts";
 import { MODEL_FLAGS, MODEL_FLAGS_HELP, modelAgentFromFlags } from "./agents/_cli.ts";
 import { formatJobTable, formatProgress } from "./eval/report.ts";
-import { LocalRuntime } from "./runtime/runtime.ts";
+import { LocalRuntime } from "./runtime/local.ts";
 import { SwarmRuntime } from "./runtime/swarm.ts";
 import {
   buildEnvironmentImage,

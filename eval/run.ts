@@ -28,7 +28,7 @@ import { connect, type ConnectOptions, type HudClient } from "../client.ts";
 import type { GradeFrame, PromptFrame, TaskRow } from "../env.ts";
 import { environmentOf } from "../env.ts";
 import type { Placement, RuntimeProvider } from "../runtime/placement.ts";
-import { LocalRuntime } from "../runtime/runtime.ts";
+import { LocalRuntime } from "../runtime/local.ts";
 import { type FileTrackingEvent, observeFiles } from "../filetracking/tracker.ts";
 import { abortable, Deadline } from "../_internal/async.ts";
 import { isRecord } from "../_internal/util.ts";

@@ -17,7 +17,7 @@ import { EngineClient, EngineError } from "./_engine.ts";
 
 export { EngineError };
 import { TarWriter } from "./_tar.ts";
-import { checkV8Flags, SERVER_V8_FLAGS } from "./runtime.ts";
+import { checkV8Flags, SERVER_V8_FLAGS } from "./subprocess.ts";
 
 /** The port an environment image serves on inside its container. */
 export const CONTAINER_PORT = 8765;

@@ -22,14 +22,9 @@
 
 export type { Placement, PlaceOptions, RuntimeProvider } from "./placement.ts";
 export { Shared, type SharedOptions } from "./shared.ts";
-export {
-  LocalRuntime,
-  type LocalRuntimeOptions,
-  Runtime,
-  SERVER_V8_FLAGS,
-  SubprocessRuntime,
-  type SubprocessRuntimeOptions,
-} from "./runtime.ts";
+export { Runtime } from "./runtime.ts";
+export { LocalRuntime, type LocalRuntimeOptions } from "./local.ts";
+export { SERVER_V8_FLAGS, SubprocessRuntime, type SubprocessRuntimeOptions } from "./subprocess.ts";
 export {
   buildEnvironmentImage,
   type BuildImageOptions,

@@ -10,7 +10,7 @@
 
 import { parseArgs } from "node:util";
 import { buildEnvironmentImage, ContainerRuntime } from "../../runtime/container.ts";
-import { SubprocessRuntime } from "../../runtime/runtime.ts";
+import { SubprocessRuntime } from "../../runtime/subprocess.ts";
 import { SwarmRuntime } from "../../runtime/swarm.ts";
 import { EngineClient } from "../../runtime/_engine.ts";
 import type { RuntimeProvider } from "../../runtime/placement.ts";
