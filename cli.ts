@@ -34,12 +34,10 @@ import { CommandAgent, parseEnvFile } from "./eval/command_agent.ts";
 import { MODEL_FLAGS, MODEL_FLAGS_HELP, modelAgentFromFlags } from "./agents/_cli.ts";
 import { formatJobTable, formatProgress } from "./eval/report.ts";
 import { LocalRuntime } from "./runtime/local.ts";
-import { SwarmRuntime } from "./runtime/swarm.ts";
-import {
-  buildEnvironmentImage,
-  ContainerRuntime,
-  removeStaleContainers,
-} from "./runtime/container.ts";
+import { SwarmRuntime } from "./engines/swarm.ts";
+import { ContainerRuntime } from "./engines/container.ts";
+import { buildEnvironmentImage } from "./engines/image.ts";
+import { removeStaleContainers } from "./engines/gc.ts";
 import type { RuntimeProvider } from "./runtime/placement.ts";
 import {
   firstError,

@@ -114,6 +114,7 @@ export {
   type Manifest,
 } from "./client.ts";
 export * from "./runtime/mod.ts";
+export * from "./engines/mod.ts";
 export * from "./eval/mod.ts";
 export * from "./ssh/mod.ts";
 export * from "./filetracking/mod.ts";

@@ -10,12 +10,8 @@
  * - {@linkcode Shared}: one placement of another provider, leased to up
  *   to `width` rollouts at once.
  *
- * - {@linkcode ContainerRuntime}: an environment image in a Docker or Podman
- *   container, one per placement; {@linkcode buildEnvironmentImage} makes
- *   the image, {@linkcode removeStaleContainers} cleans up after a killed run.
- * - {@linkcode SwarmRuntime}: a pool of replicas of an environment image on a
- *   Docker Swarm across hosts, each leased to one rollout at a time, scaled
- *   with demand.
+ * The engine-backed runtimes (containers on Docker or Podman, Docker Swarm)
+ * are in `@hud/sdk/engines`.
  *
  * @module
  */
@@ -25,16 +21,3 @@ export { Shared, type SharedOptions } from "./shared.ts";
 export { Runtime } from "./runtime.ts";
 export { LocalRuntime, type LocalRuntimeOptions } from "./local.ts";
 export { SERVER_V8_FLAGS, SubprocessRuntime, type SubprocessRuntimeOptions } from "./subprocess.ts";
-export {
-  buildEnvironmentImage,
-  type BuildImageOptions,
-  CONTAINER_PORT,
-  ContainerRuntime,
-  type ContainerRuntimeOptions,
-  EngineError,
-  ENV_LABEL,
-  OWNER_LABEL,
-  removeStaleContainers,
-  type RemoveStaleOptions,
-} from "./container.ts";
-export { SwarmRuntime, type SwarmRuntimeOptions } from "./swarm.ts";

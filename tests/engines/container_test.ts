@@ -12,8 +12,8 @@ import {
   ContainerRuntime,
   OWNER_LABEL,
   removeStaleContainers,
-} from "../../runtime/container.ts";
-import { EngineClient, findEngineSocket } from "../../runtime/_engine.ts";
+} from "../../engines/mod.ts";
+import { EngineClient, findEngineSocket } from "../../engines/_engine.ts";
 import { Taskset } from "../../eval/taskset.ts";
 import { functionAgent } from "../../eval/run.ts";
 import { taskSlug } from "../../env.ts";
@@ -165,7 +165,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
       // A runner that places a container, then dies by SIGKILL before releasing it.
       const code = `
       import { ContainerRuntime } from ${
-        JSON.stringify(new URL("../../runtime/container.ts", import.meta.url).href)
+        JSON.stringify(new URL("../../engines/container.ts", import.meta.url).href)
       };
       await new ContainerRuntime(${JSON.stringify(TAG)}, { socket: ${
         JSON.stringify(socket ?? null)

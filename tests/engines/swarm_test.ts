@@ -9,9 +9,9 @@
 import assert from "node:assert/strict";
 import { connect } from "../../client.ts";
 import type { Placement, PlaceOptions } from "../../runtime/placement.ts";
-import { buildEnvironmentImage, OWNER_LABEL } from "../../runtime/container.ts";
-import { SwarmRuntime } from "../../runtime/swarm.ts";
-import { EngineClient, findEngineSocket } from "../../runtime/_engine.ts";
+import { buildEnvironmentImage, OWNER_LABEL } from "../../engines/mod.ts";
+import { SwarmRuntime } from "../../engines/mod.ts";
+import { EngineClient, findEngineSocket } from "../../engines/_engine.ts";
 import { Taskset } from "../../eval/taskset.ts";
 import { functionAgent } from "../../eval/run.ts";
 import { taskSlug } from "../../env.ts";
