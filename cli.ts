@@ -30,7 +30,7 @@ import type { JsonSchema } from "./schema.ts";
 import { loadEnvironment, moduleUrl } from "./loader.ts";
 import { serve } from "./server.ts";
 import { abortable } from "./_internal/async.ts";
-import { CommandAgent, parseEnvFile } from "./eval/command_agent.ts";
+import { CommandAgent, parseEnvFile } from "./agents/command.ts";
 import { MODEL_FLAGS, MODEL_FLAGS_HELP, modelAgentFromFlags } from "./agents/_cli.ts";
 import { formatJobTable, formatProgress } from "./eval/report.ts";
 import { LocalRuntime } from "./runtime/local.ts";
@@ -39,14 +39,9 @@ import { ContainerRuntime } from "./engines/container.ts";
 import { buildEnvironmentImage } from "./engines/image.ts";
 import { removeStaleContainers } from "./engines/gc.ts";
 import type { RuntimeProvider } from "./runtime/placement.ts";
-import {
-  firstError,
-  Job,
-  type JobProgress,
-  prepareResults,
-  type RunRecord,
-  Taskset,
-} from "./eval/taskset.ts";
+import { firstError, Job, type JobProgress } from "./eval/job.ts";
+import { prepareResults, type RunRecord } from "./eval/results.ts";
+import { Taskset } from "./eval/taskset.ts";
 import { errorMessage } from "./_internal/util.ts";
 import { redactUrl } from "./_internal/auth.ts";
 import { renderReport, serveViewer } from "./viewer/mod.ts";

@@ -20,7 +20,6 @@ import { parseArgs } from "node:util";
 import {
   addWorkspace,
   type Agent,
-  CommandAgent,
   Environment,
   formatProgress,
   functionAgent,
@@ -30,6 +29,7 @@ import {
   type TaskRow,
   Taskset,
 } from "../mod.ts";
+import { CommandAgent } from "../agents/mod.ts";
 
 interface Lab {
   /** What the program should do. */

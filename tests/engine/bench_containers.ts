@@ -14,8 +14,7 @@ import { SubprocessRuntime } from "../../runtime/subprocess.ts";
 import { SwarmRuntime } from "../../engines/mod.ts";
 import { EngineClient } from "../../engines/_engine.ts";
 import type { RuntimeProvider } from "../../runtime/placement.ts";
-import { Taskset } from "../../eval/taskset.ts";
-import { functionAgent } from "../../eval/run.ts";
+import { functionAgent, Taskset } from "../../eval/mod.ts";
 import { taskSlug } from "../../env.ts";
 
 const { values } = parseArgs({

@@ -14,8 +14,7 @@ import {
   removeStaleContainers,
 } from "../../engines/mod.ts";
 import { EngineClient, findEngineSocket } from "../../engines/_engine.ts";
-import { Taskset } from "../../eval/taskset.ts";
-import { functionAgent } from "../../eval/run.ts";
+import { functionAgent, Taskset } from "../../eval/mod.ts";
 import { taskSlug } from "../../env.ts";
 
 function engineSocket(): string | null {

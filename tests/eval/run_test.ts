@@ -1,7 +1,6 @@
 import assert from "node:assert/strict";
 import {
   bind,
-  CommandAgent,
   connect,
   Environment,
   functionAgent,
@@ -12,6 +11,7 @@ import {
   Runtime,
   type RuntimeProvider,
 } from "../../mod.ts";
+import { CommandAgent } from "../../agents/mod.ts";
 
 function arithEnv(log: string[] = []): Environment {
   const env = new Environment("arith");

@@ -1,7 +1,6 @@
 import assert from "node:assert/strict";
 import {
   bind,
-  CommandAgent,
   Environment,
   integer,
   Job,
@@ -10,6 +9,7 @@ import {
   type RuntimeProvider,
   Taskset,
 } from "../../mod.ts";
+import { CommandAgent } from "../../agents/mod.ts";
 
 function echoEnv(): Environment {
   const env = new Environment("echoes");
