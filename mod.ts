@@ -7,7 +7,19 @@
  * async generator: its first `yield` is the prompt, it receives the agent's
  * answer, and its second `yield` is the score. {@linkcode serve} publishes
  * an environment on a TCP control port; {@linkcode connect} reaches one,
- * with a local forwarder per capability.
+ * with a local forwarder per capability. {@linkcode rollout} runs an
+ * {@linkcode Agent} against one task on a runtime such as
+ * {@linkcode LocalRuntime}, and a {@linkcode Taskset} runs many into a
+ * {@linkcode Job}.
+ *
+ * This face names what the quick start and a typical environment need;
+ * every subsystem has its own subpath export: `@hud/sdk/runtime` (the
+ * runtime contract, `SubprocessRuntime`, `Shared`), `@hud/sdk/engines`
+ * (containers, Docker Swarm), `@hud/sdk/eval` (traces, jobs, results files,
+ * reports), `@hud/sdk/agents` (`ChatAgent`, model backends, `CommandAgent`),
+ * `@hud/sdk/ssh`, `@hud/sdk/cdp`, `@hud/sdk/mcp`, `@hud/sdk/filetracking`,
+ * `@hud/sdk/workspace`, `@hud/sdk/viewer`, and `@hud/sdk/server`,
+ * `@hud/sdk/client` and `@hud/sdk/cli`.
  *
  * @example A template, served and graded
  * ```ts
@@ -96,15 +108,7 @@ export {
 } from "./schema.ts";
 export { loadEnvironment, type LoadEnvironmentOptions } from "./loader.ts";
 export { ConnectionClosedError, ErrorCode, HudProtocolError, NotReadyError } from "./errors.ts";
-export {
-  bind,
-  type BindOptions,
-  DEFAULT_MAX_FRAME_BYTES,
-  DEFAULT_PARKED_TTL_MS,
-  type HudServer,
-  serve,
-  type ServeOptions,
-} from "./server.ts";
+export { bind, type BindOptions, type HudServer, serve, type ServeOptions } from "./server.ts";
 export {
   type CallOptions,
   connect,
@@ -113,10 +117,36 @@ export {
   HudClient,
   type Manifest,
 } from "./client.ts";
-export * from "./runtime/mod.ts";
-export * from "./engines/mod.ts";
-export * from "./eval/mod.ts";
-export * from "./ssh/mod.ts";
-export * from "./filetracking/mod.ts";
-export * from "./workspace/mod.ts";
-export * from "./cdp/mod.ts";
+export {
+  LocalRuntime,
+  type LocalRuntimeOptions,
+  type Placement,
+  type PlaceOptions,
+  type RuntimeProvider,
+} from "./runtime/mod.ts";
+export {
+  type Agent,
+  type AgentContext,
+  functionAgent,
+  type Grade,
+  Job,
+  type JobProgress,
+  type JobSummary,
+  type Phase,
+  rollout,
+  type RolloutObserver,
+  type RolloutOptions,
+  type RowSelector,
+  Run,
+  type RunRecord,
+  type RunStartOptions,
+  type TaskResult,
+  Taskset,
+  type TasksetRunOptions,
+  Trace,
+  type TraceError,
+  type TraceJson,
+  type TraceStatus,
+  type TraceStep,
+} from "./eval/mod.ts";
+export { addWorkspace, type WorkspaceIsolation, type WorkspaceOptions } from "./workspace/mod.ts";

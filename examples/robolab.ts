@@ -21,7 +21,6 @@ import {
   addWorkspace,
   type Agent,
   Environment,
-  formatProgress,
   functionAgent,
   integer,
   type JobProgress,
@@ -29,6 +28,7 @@ import {
   type TaskRow,
   Taskset,
 } from "../mod.ts";
+import { formatProgress } from "../eval/mod.ts";
 import { CommandAgent } from "../agents/mod.ts";
 
 interface Lab {

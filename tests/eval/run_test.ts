@@ -8,9 +8,8 @@ import {
   LocalRuntime,
   rollout,
   Run,
-  Runtime,
-  type RuntimeProvider,
 } from "../../mod.ts";
+import { Runtime, type RuntimeProvider } from "../../runtime/mod.ts";
 import { CommandAgent } from "../../agents/mod.ts";
 
 function arithEnv(log: string[] = []): Environment {
