@@ -117,36 +117,20 @@ export {
   HudClient,
   type Manifest,
 } from "./client.ts";
+export { LocalRuntime, type LocalRuntimeOptions } from "./runtime/local.ts";
+export type { Placement, PlaceOptions, RuntimeProvider } from "./runtime/placement.ts";
 export {
-  LocalRuntime,
-  type LocalRuntimeOptions,
-  type Placement,
-  type PlaceOptions,
-  type RuntimeProvider,
-} from "./runtime/mod.ts";
-export {
-  type Agent,
-  type AgentContext,
-  functionAgent,
-  type Grade,
-  Job,
-  type JobProgress,
-  type JobSummary,
   type Phase,
-  rollout,
-  type RolloutObserver,
-  type RolloutOptions,
-  type RowSelector,
-  Run,
-  type RunRecord,
-  type RunStartOptions,
-  type TaskResult,
-  Taskset,
-  type TasksetRunOptions,
   Trace,
   type TraceError,
   type TraceJson,
   type TraceStatus,
   type TraceStep,
-} from "./eval/mod.ts";
+} from "./eval/trace.ts";
+export { type Grade, Run, type RunStartOptions } from "./eval/run.ts";
+export { type Agent, type AgentContext, functionAgent } from "./eval/agent.ts";
+export { rollout, type RolloutObserver, type RolloutOptions } from "./eval/rollout.ts";
+export { type RowSelector, Taskset, type TasksetRunOptions } from "./eval/taskset.ts";
+export { Job, type JobProgress, type JobSummary, type TaskResult } from "./eval/job.ts";
+export type { RunRecord } from "./eval/results.ts";
 export { addWorkspace, type WorkspaceIsolation, type WorkspaceOptions } from "./workspace/mod.ts";
