@@ -24,6 +24,8 @@ const LAYERS: readonly (readonly string[])[] = [
   ["engines/"],
   ["eval/"],
   ["agents/", "viewer/"],
+  ["graders/"],
+  ["harbor/"],
   ["cli.ts", "mod.ts"],
 ];
 const CORE_FILES = ["schema.ts", "capability.ts", "env.ts", "loader.ts"];
@@ -43,6 +45,8 @@ const ENTRY_POINTS = [
   "mcp/mod.ts",
   "cdp/mod.ts",
   "viewer/mod.ts",
+  "harbor/mod.ts",
+  "graders/mod.ts",
 ];
 
 interface Dependency {
