@@ -21,9 +21,7 @@ import { parseArgs } from "node:util";
 import {
   addWorkspace,
   type Agent,
-  CommandAgent,
   Environment,
-  formatProgress,
   functionAgent,
   integer,
   type JobProgress,
@@ -32,6 +30,8 @@ import {
   Taskset,
   type Workspace,
 } from "../mod.ts";
+import { formatProgress } from "../eval/mod.ts";
+import { CommandAgent } from "../agents/mod.ts";
 
 interface Lab {
   /** What the program should do. */
@@ -196,7 +196,7 @@ const REPAIRS: [RegExp, string][] = [
  * knows, and answers with the output of the asked command.
  */
 export const scriptedAgent: Agent = functionAgent(async (prompt, run: Run, { signal }) => {
-  await using shell = run.client.open("shell", { signal });
+  await using shell = await run.client.open("shell", { signal });
   const cwd = (run.bindings.shell as { cwd: string }).cwd;
   for (const entry of await shell.listDir(cwd, { signal })) {
     if (!entry.isFile || !entry.name.endsWith(".sh")) continue;

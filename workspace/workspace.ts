@@ -15,6 +15,7 @@
  */
 
 import { Capability } from "../capability.ts";
+import { formatHost } from "../_internal/net.ts";
 import type { Environment } from "../env.ts";
 import { generateSshKeyPair } from "../ssh/keys.ts";
 import { type SshServer, type SshSpawnOptions, startSshServer } from "../ssh/server.ts";
@@ -742,7 +743,7 @@ class WorkspaceHandle implements Workspace {
     });
     ep.server = server;
     const addr = server.addr;
-    const hostname = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
+    const hostname = formatHost(addr.hostname);
     // A tunnel.open for the shell hands the control connection to the SSH
     // server in this process: no loopback hop, one copy fewer each way.
     this.#env.addCapability(

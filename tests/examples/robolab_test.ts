@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
-import { type Agent, CommandAgent, type FileDiff, Taskset } from "../../mod.ts";
+import { type Agent, Taskset } from "../../mod.ts";
+import type { FileDiff } from "../../filetracking/mod.ts";
+import { CommandAgent } from "../../agents/mod.ts";
 import type { SshClient } from "../../ssh/mod.ts";
 import { fixBug, scriptedAgent, tasks } from "../../examples/robolab.ts";
 import { testSignal } from "../_deadline.ts";
@@ -124,7 +126,7 @@ function tamperingAgent(
     async run(run, context) {
       const cwd = (run.bindings.shell as { cwd: string }).cwd;
       if (fix) await scriptedAgent.run(run, context);
-      await using shell = run.client.open("shell", { signal: context.signal });
+      await using shell = await run.client.open("shell", { signal: context.signal });
       await tamper(cwd, shell);
     },
   };
