@@ -10,6 +10,18 @@ import type { TaskRow } from "../env.ts";
 import type { TraceJson } from "./trace.ts";
 import type { Run } from "./run.ts";
 import { readResults, recordKey, type RunRecord } from "./results.ts";
+import { addUsage, emptyUsage, traceUsage, type Usage } from "./usage.ts";
+import { type TrainingRow, trainingRows, type TrainingRowsOptions } from "./training.ts";
+
+/** Why a job stopped before running everything: a budget was reached. */
+export interface JobStop {
+  /** Which limit. */
+  reason: "token_limit" | "cost_limit";
+  /** The limit (tokens or USD). */
+  limit: number;
+  /** What the job had spent when it stopped (tokens or USD), every attempt counted. */
+  spent: number;
+}
 
 /** Progress of a running job, for {@linkcode TasksetRunOptions.onProgress}. */
 export interface JobProgress {
@@ -30,8 +42,18 @@ export interface JobProgress {
    * `null` until a rollout of this run has finished.
    */
   etaMs?: number | null;
-  /** The rollout that just finished, when this update is for one. */
+  /** The rollout that just finished, when this update is for one (or an attempt about to be retried). */
   last?: RunRecord;
+  /** Attempts retried so far. */
+  retried?: number;
+  /** The model-call concurrency: the adaptive limit now, and its bound. */
+  concurrency?: { limit: number; max: number };
+  /** Tokens the job's model calls used (prompt plus completion), every attempt counted. */
+  tokens?: number;
+  /** What they cost in USD, over the calls with a known price. */
+  costUsd?: number;
+  /** The limit that stopped new rollouts, once one did. */
+  stopped?: JobStop["reason"] | null;
 }
 
 /** Per-task results of a job. */
@@ -74,7 +96,15 @@ export interface JobSummary {
     stderr: number | null;
     /** The first failure, `phase: message`, if any. */
     first_error: string | null;
+    /** Whether every rollout of the task's group finished (was graded). */
+    group_complete: boolean;
   }[];
+  /** Groups with a rollout that could not finish (not graded, after any retries). */
+  incomplete_groups: number;
+  /** Tokens and cost of the counted rollouts' model calls. */
+  usage: { input_tokens: number; output_tokens: number; cost_usd: number; unpriced_calls: number };
+  /** Why the job stopped early, when a token or cost limit stopped it. */
+  stopped: JobStop | null;
 }
 
 /** A finished job: every rollout's record, in expansion order. */
@@ -82,12 +112,57 @@ export class Job {
   readonly #id: string;
   readonly #records: RunRecord[];
   readonly #runs: (Run | null)[];
+  readonly #stopped: JobStop | null;
+  readonly #spent: Usage | null;
 
   /** @internal Made by {@linkcode Taskset.run}. */
-  constructor(id: string, records: RunRecord[], runs: (Run | null)[]) {
+  constructor(
+    id: string,
+    records: RunRecord[],
+    runs: (Run | null)[],
+    extra: { stopped?: JobStop | null; usage?: Usage } = {},
+  ) {
     this.#id = id;
     this.#records = records;
     this.#runs = runs;
+    this.#stopped = extra.stopped ?? null;
+    this.#spent = extra.usage ?? null;
+  }
+
+  /** The token or cost limit that stopped the job before it ran everything, or `null`. */
+  get stopped(): JobStop | null {
+    return this.#stopped;
+  }
+
+  /**
+   * Tokens and cost: what the job spent, every attempt counted (a resumed
+   * file's too) for a job just run; over the counted records for a loaded one.
+   */
+  get usage(): Usage {
+    if (this.#spent !== null) return { ...this.#spent };
+    const total = emptyUsage();
+    for (const r of this.#records) addUsage(total, traceUsage(r.trace));
+    return total;
+  }
+
+  /**
+   * Groups (a task's repeats) with a rollout that could not finish: not
+   * graded, after any retries. A trainer should not learn from such a
+   * group as if it were whole.
+   */
+  get incompleteGroups(): string[] {
+    const out = new Set<string>();
+    for (const r of this.#records) if (r.reward === null) out.add(r.group_id);
+    return [...out];
+  }
+
+  /**
+   * The job as training data: one {@linkcode TrainingRow} per counted
+   * rollout, with its turns' tokens and log-probabilities, a loss mask
+   * over the model's tokens, the reward and its group's rewards.
+   */
+  exportTraining(options: TrainingRowsOptions = {}): TrainingRow[] {
+    return trainingRows(this.#records, options);
   }
 
   /** The job id. */
@@ -145,6 +220,8 @@ export class Job {
     const k = this.groupSize;
     const passAt: Record<string, number | null> = { "1": this.passAtK(1) };
     if (k > 1) passAt[String(k)] = this.passAtK(k);
+    const incomplete = new Set(this.incompleteGroups);
+    const usage = this.usage;
     return {
       id: this.#id,
       total: this.#records.length,
@@ -165,8 +242,17 @@ export class Job {
           mean_reward: r.meanReward,
           stderr: r.stderr,
           first_error: firstError(r.records),
+          group_complete: !r.records.some((x) => incomplete.has(x.group_id)),
         };
       }),
+      incomplete_groups: incomplete.size,
+      usage: {
+        input_tokens: usage.inputTokens,
+        output_tokens: usage.outputTokens,
+        cost_usd: usage.costUsd,
+        unpriced_calls: usage.unpricedCalls,
+      },
+      stopped: this.#stopped,
     };
   }
 

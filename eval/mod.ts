@@ -18,14 +18,64 @@ export {
   type TraceStep,
 } from "./trace.ts";
 export { type Grade, gradeFromFrame, Run, type RunStartOptions } from "./run.ts";
-export { type Agent, type AgentContext, functionAgent, NotGradedError } from "./agent.ts";
+export {
+  type Agent,
+  type AgentContext,
+  functionAgent,
+  type ModelCallUsage,
+  NotGradedError,
+} from "./agent.ts";
 export {
   defaultRuntimeFor,
   rollout,
   type RolloutObserver,
   type RolloutOptions,
 } from "./rollout.ts";
-export { type RowSelector, Taskset, type TasksetRunOptions } from "./taskset.ts";
-export { Job, type JobProgress, type JobSummary, type TaskResult } from "./job.ts";
+export {
+  type RolloutRetryOptions,
+  type RowSelector,
+  Taskset,
+  type TasksetRunOptions,
+} from "./taskset.ts";
+export { Job, type JobProgress, type JobStop, type JobSummary, type TaskResult } from "./job.ts";
 export { type RunRecord } from "./results.ts";
+export { classifyError, RETRYABLE_ERROR_CLASSES, type RolloutErrorClass } from "./failure.ts";
+export {
+  AdaptiveConcurrency,
+  type AdaptiveConcurrencyOptions,
+  type CallOutcome,
+  type Clock,
+  type ConcurrencyPermit,
+  type LimitChange,
+  SYSTEM_CLOCK,
+  type VirtualClock,
+  virtualClock,
+} from "./concurrency.ts";
+export {
+  addUsage,
+  callCost,
+  type CallTokens,
+  DEFAULT_PRICING,
+  emptyUsage,
+  loadPricing,
+  type ModelPrice,
+  priceOf,
+  type PricingTable,
+  traceUsage,
+  type Usage,
+} from "./usage.ts";
+export {
+  decodeTurnTokens,
+  encodeTurnTokens,
+  type StoredTokens,
+  traceTokens,
+  type TurnTokens,
+} from "./tokens.ts";
+export {
+  type TrainingRow,
+  trainingRows,
+  type TrainingRowsOptions,
+  type TrainingSequence,
+  type TrainingTurn,
+} from "./training.ts";
 export { formatDuration, formatJobTable, formatProgress } from "./report.ts";

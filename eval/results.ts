@@ -9,6 +9,7 @@
 import type { TaskRow } from "../env.ts";
 import { isRecord } from "../_internal/util.ts";
 import type { TraceJson, TraceStatus } from "./trace.ts";
+import type { RolloutErrorClass } from "./failure.ts";
 
 /** One finished rollout, as streamed to the results file. */
 export interface RunRecord {
@@ -26,6 +27,16 @@ export interface RunRecord {
   reward: number | null;
   /** The phase that failed, if any. */
   failed_phase: string | null;
+  /**
+   * The class of the first failure (see {@linkcode classifyError}), or
+   * `cancelled`; absent for a rollout that did not fail and in older files.
+   */
+  error_class?: RolloutErrorClass | "cancelled" | null;
+  /**
+   * Which attempt at this (task, repeat) the record is, from 1: a retried
+   * rollout has a record per attempt, and the latest counts. Absent in older files (1).
+   */
+  attempt?: number;
   /** The full trace; `{}` only for a slot a job never started. */
   trace: TraceJson | Record<string, never>;
 }

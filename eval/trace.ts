@@ -5,6 +5,8 @@
  * @module
  */
 
+import { classifyError, type RolloutErrorClass } from "./failure.ts";
+
 /** The phase of a rollout in which something failed. */
 export type Phase = "provisioning" | "start" | "agent" | "grading";
 
@@ -31,6 +33,8 @@ export interface TraceError {
   message: string;
   /** The error's name (`TimeoutError`, `HudProtocolError`...). */
   name: string;
+  /** Its class (see {@linkcode classifyError}), which decides whether a job retries the rollout. */
+  class?: RolloutErrorClass;
 }
 
 /** A trace as JSON (the results file's `trace`), with the HUD SDK's field names. */
@@ -110,12 +114,17 @@ export class Trace {
     return step;
   }
 
-  /** Records a failure in `phase` as an `error` step. */
+  /** Records a failure in `phase` as an `error` step, with its class. */
   fail(phase: Phase, error: unknown): void {
     const err = error instanceof Error ? error : new Error(String(error));
-    const entry = { phase, message: err.message, name: err.name };
+    const entry: TraceError = {
+      phase,
+      message: err.message,
+      name: err.name,
+      class: classifyError(phase, error),
+    };
     this.#errors.push(entry);
-    this.record("error", err.message, { phase, name: err.name });
+    this.record("error", err.message, { phase, name: err.name, class: entry.class });
   }
 
   /** Sets the answer. */
