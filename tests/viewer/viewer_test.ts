@@ -365,7 +365,7 @@ Deno.test("serveViewer() refuses a foreign Host header and unknown records", asy
     } finally {
       conn.close();
     }
-    const missing = await fetch(new URL("api/record?file=0&i=0", viewer.url));
+    const missing = await fetch(new URL(`api/record?file=0&i=0&token=${viewer.token}`, viewer.url));
     await missing.body?.cancel();
     assert.equal(missing.status, 404);
     const page = await fetch(viewer.url);
