@@ -107,7 +107,13 @@ export {
   withDefault,
 } from "./schema.ts";
 export { loadEnvironment, type LoadEnvironmentOptions } from "./loader.ts";
-export { ConnectionClosedError, ErrorCode, HudProtocolError, NotReadyError } from "./errors.ts";
+export {
+  ConnectionClosedError,
+  ErrorCode,
+  HudProtocolError,
+  NotReadyError,
+  ProtocolViolationError,
+} from "./errors.ts";
 export { bind, type BindOptions, type HudServer, serve, type ServeOptions } from "./server.ts";
 export {
   type CallOptions,

@@ -252,7 +252,7 @@ export class ChatAgent implements Agent {
         const shell = run.capabilities.find((c) => c.family === "ssh" && c.name === "shell") ??
           run.capabilities.find((c) => c.family === "ssh");
         if (shell) {
-          const ssh = run.client.open(shell.name);
+          const ssh = await run.client.open(shell.name) as SshClient;
           opened.push(ssh);
           const shellOptions = { outputLimit, ...o.shell };
           for (const t of shellTools(ssh, shellOptions)) {

@@ -11,6 +11,7 @@ import { Capability } from "../capability.ts";
 import type { Environment } from "../env.ts";
 import { type ArgsShape, type InferArgs, type JsonSchema, shapeToJsonSchema } from "../schema.ts";
 import { isRecord } from "../_internal/util.ts";
+import { formatHost, isLoopback } from "../_internal/net.ts";
 import { MCP_PROTOCOL_VERSIONS } from "./client.ts";
 import { generateToken, tokenProblem, TokenVerifier } from "../_internal/auth.ts";
 import { BodyTooLargeError, formatBytes, readCapped } from "../_internal/body.ts";
@@ -115,9 +116,10 @@ export interface McpServerOptions {
   authToken?: string;
   /**
    * Host names (without port) accepted in the `Host` header, and in an
-   * `Origin` header when one is sent; anything else gets 403, so that a web
-   * page cannot reach the server by rebinding its own name to this address.
-   * @default ["localhost", "127.0.0.1", "[::1]"] (and, for {@linkcode addMcpServer}, the `hostname` it listens on)
+   * `Origin` header when one is sent, besides loopback names (`localhost`,
+   * 127.0.0.0/8, `[::1]`); anything else gets 403, so that a web page cannot
+   * reach the server by rebinding its own name to this address.
+   * @default [] (and, for {@linkcode addMcpServer}, the `hostname` it listens on)
    */
   allowedHosts?: string[];
   /**
@@ -147,7 +149,6 @@ function rpcError(id: unknown, code: number, message: string): Record<string, un
 
 /** Default of {@linkcode McpServerOptions.maxBodyBytes}. */
 const MAX_BODY_BYTES = 4 << 20;
-const LOOPBACK_HOSTS: readonly string[] = ["localhost", "127.0.0.1", "[::1]"];
 
 /** The host name of a `Host` header value (`[::1]:80` gives `[::1]`), lowercased. */
 function hostOfHeader(value: string): string {
@@ -162,8 +163,7 @@ function hostOfHeader(value: string): string {
 
 /** A host name as a `Host` header spells it: IPv6 in brackets, lowercased. */
 function hostForm(hostname: string): string {
-  const h = hostname.toLowerCase();
-  return h.includes(":") && !h.startsWith("[") ? `[${h}]` : h;
+  return formatHost(hostname.toLowerCase());
 }
 
 /**
@@ -194,7 +194,8 @@ export function serveMcp(options: McpServerOptions): (request: Request) => Promi
     if (problem !== null) throw new TypeError(`Cannot serve MCP tools: ${problem}`);
     verifier = new TokenVerifier(options.authToken);
   }
-  const hosts = new Set((options.allowedHosts ?? LOOPBACK_HOSTS).map(hostForm));
+  const hosts = new Set((options.allowedHosts ?? []).map(hostForm));
+  const allowedHost = (host: string) => isLoopback(host) || hosts.has(host);
   const origins = new Set(options.allowedOrigins ?? []);
   const sessions = new Map<string, string>();
   const serverInfo = { name: options.serverName ?? "hud-sdk", version: "0.1.0" };
@@ -258,7 +259,7 @@ export function serveMcp(options: McpServerOptions): (request: Request) => Promi
 
   /** Why the request's Host or Origin is refused, or `null`. */
   const foreign = (request: Request): string | null => {
-    if (!hosts.has(hostOfHeader(request.headers.get("host") ?? ""))) {
+    if (!allowedHost(hostOfHeader(request.headers.get("host") ?? ""))) {
       return "Forbidden: unexpected Host header";
     }
     const origin = request.headers.get("origin");
@@ -269,7 +270,7 @@ export function serveMcp(options: McpServerOptions): (request: Request) => Promi
     } catch {
       return "Forbidden: unexpected Origin header";
     }
-    return hosts.has(host) ? null : "Forbidden: unexpected Origin header";
+    return allowedHost(host) ? null : "Forbidden: unexpected Origin header";
   };
 
   const unauthorized = (request: Request): boolean => {
@@ -412,7 +413,7 @@ export function addMcpServer(env: Environment, options: AddMcpServerOptions): vo
   const handler = serveMcp({
     ...options,
     authToken,
-    allowedHosts: [...(options.allowedHosts ?? LOOPBACK_HOSTS), ...(wildcard ? [] : [listening])],
+    allowedHosts: [...(options.allowedHosts ?? []), ...(wildcard ? [] : [listening])],
   });
   const name = options.name ?? "tools";
   let server: Deno.HttpServer<Deno.NetAddr> | null = null;
@@ -427,7 +428,7 @@ export function addMcpServer(env: Environment, options: AddMcpServerOptions): vo
     const addr = server.addr;
     env.addCapability(Capability.mcp({
       name,
-      url: `http://${hostForm(addr.hostname)}:${addr.port}/mcp`,
+      url: `http://${formatHost(addr.hostname)}:${addr.port}/mcp`,
       transport: "streamable-http",
       authToken,
     }));
