@@ -13,7 +13,7 @@ import { type ArgsShape, type InferArgs, type JsonSchema, shapeToJsonSchema } fr
 import { isRecord } from "../_internal/util.ts";
 import { formatHost, isLoopback } from "../_internal/net.ts";
 import { MCP_PROTOCOL_VERSIONS } from "./client.ts";
-import { generateToken, tokenProblem, TokenVerifier } from "../_internal/auth.ts";
+import { bearerToken, generateToken, tokenProblem, TokenVerifier } from "../_internal/auth.ts";
 import { BodyTooLargeError, formatBytes, readCapped } from "../_internal/body.ts";
 
 /** A tool an MCP server serves. */
@@ -275,9 +275,7 @@ export function serveMcp(options: McpServerOptions): (request: Request) => Promi
 
   const unauthorized = (request: Request): boolean => {
     if (verifier === null) return false;
-    const header = request.headers.get("authorization") ?? "";
-    const m = /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(header);
-    return !verifier.verify(m?.[1]);
+    return !verifier.verify(bearerToken(request.headers.get("authorization")));
   };
 
   return async (request) => {

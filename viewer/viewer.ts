@@ -11,7 +11,7 @@
 import type { RunRecord } from "../eval/results.ts";
 import { packRow, parseRecord, ResultsFile, ROW_FIELDS, summarize } from "./_data.ts";
 import { renderPage } from "./_page.ts";
-import { generateToken, tokenProblem, TokenVerifier } from "../_internal/auth.ts";
+import { bearerToken, generateToken, tokenProblem, TokenVerifier } from "../_internal/auth.ts";
 import { formatHost, isLoopback } from "../_internal/net.ts";
 
 /** Options for {@linkcode renderReport}. */
@@ -221,8 +221,9 @@ export async function serveViewer(
       return textResponse("Forbidden: unexpected Host header\n", 403);
     }
     const url = new URL(request.url);
-    const bearer = /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(request.headers.get("authorization") ?? "");
-    if (!verifier.verify(bearer?.[1] ?? url.searchParams.get("token"))) {
+    const given = bearerToken(request.headers.get("authorization")) ??
+      url.searchParams.get("token");
+    if (!verifier.verify(given)) {
       return textResponse("Forbidden: open the url with the token that view printed\n", 403);
     }
     if (request.method !== "GET") return textResponse("Method not allowed\n", 405);
