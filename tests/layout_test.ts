@@ -14,6 +14,7 @@ const ROOT = new URL("../", import.meta.url);
  * (`env.ts` uses `schema.ts` and `capability.ts`).
  */
 const LAYERS: readonly (readonly string[])[] = [
+  ["deno.json"],
   ["errors.ts"],
   ["_internal/"],
   ["schema.ts", "capability.ts", "env.ts"],
@@ -22,7 +23,8 @@ const LAYERS: readonly (readonly string[])[] = [
   ["workspace/", "runtime/"],
   ["eval/"],
   ["agents/", "viewer/"],
-  ["cli.ts", "mod.ts"],
+  ["cli/", "mod.ts"],
+  ["cli.ts"],
 ];
 const CORE_FILES = ["schema.ts", "capability.ts", "env.ts"];
 
@@ -45,14 +47,22 @@ const ENTRY_POINTS = [
 interface Dependency {
   code?: { specifier: string };
   type?: { specifier: string };
+  isDynamic?: boolean;
 }
 interface ModuleInfo {
   specifier: string;
   dependencies?: Dependency[];
 }
 
-/** The file-to-files import graph of `entry`, as paths relative to the root. */
-async function importGraph(entry: string): Promise<Map<string, Set<string>>> {
+/**
+ * The file-to-files import graph of `entry`, as paths relative to the root:
+ * every import, or with `loading` only those that running `entry` loads
+ * before any `import()` (static value imports, reached from `entry`).
+ */
+async function importGraph(
+  entry: string,
+  { loading = false } = {},
+): Promise<Map<string, Set<string>>> {
   const out = await new Deno.Command(Deno.execPath(), {
     args: ["info", "--json", entry],
     cwd: ROOT,
@@ -73,14 +83,25 @@ async function importGraph(entry: string): Promise<Map<string, Set<string>>> {
     if (from === null) continue;
     const deps = new Set<string>();
     for (const dep of module.dependencies ?? []) {
-      for (const target of [dep.code?.specifier, dep.type?.specifier]) {
+      if (loading && dep.isDynamic) continue;
+      const targets = loading ? [dep.code?.specifier] : [dep.code?.specifier, dep.type?.specifier];
+      for (const target of targets) {
         const to = target === undefined ? null : local(target);
         if (to !== null) deps.add(to);
       }
     }
     graph.set(from, deps);
   }
-  return graph;
+  if (!loading) return graph;
+  const reached = new Map<string, Set<string>>();
+  const stack = [entry];
+  while (stack.length > 0) {
+    const file = stack.pop()!;
+    if (reached.has(file) || !graph.has(file)) continue;
+    reached.set(file, graph.get(file)!);
+    stack.push(...graph.get(file)!);
+  }
+  return reached;
 }
 
 async function wholeGraph(): Promise<Map<string, Set<string>>> {
@@ -180,6 +201,24 @@ Deno.test("layout: the light entry points load no SSH, file tracking or eval", a
   }
 });
 
+Deno.test("layout: cli.ts loads a command's module only when that command runs", async (t) => {
+  await t.step("cli.ts itself loads no command", async () => {
+    const loaded = [...(await importGraph("cli.ts", { loading: true })).keys()].sort();
+    const more = loaded.filter((p) =>
+      !["cli.ts", "cli/_common.ts", "deno.json"].includes(p) && !p.startsWith("_internal/")
+    );
+    assert.deepEqual(more, []);
+  });
+  await t.step("cli.ts serve loads no client, engine, eval, agent or viewer code", async () => {
+    const loaded = [...(await importGraph("cli/serve.ts", { loading: true })).keys()];
+    const heavy = loaded.filter((p) =>
+      /^(client\.ts|ssh\/|cdp\/|mcp\/|filetracking\/|workspace\/|engines\/|eval\/|agents\/|viewer\/)/
+        .test(p) || /^runtime\/(container|swarm)\.ts$/.test(p)
+    );
+    assert.deepEqual(heavy, []);
+  });
+});
+
 Deno.test("layout: each subsystem folder has a mod.ts exported from deno.json", async () => {
   const config = JSON.parse(await Deno.readTextFile(new URL("deno.json", ROOT))) as {
     exports: Record<string, string>;
@@ -188,7 +227,9 @@ Deno.test("layout: each subsystem folder has a mod.ts exported from deno.json", 
   for (const layer of LAYERS) {
     for (const entry of layer) {
       if (!entry.endsWith("/") || entry.startsWith("_")) continue;
-      assert.ok(faces.has(`./${entry}mod.ts`), `deno.json exports no ./${entry}mod.ts`);
+      // cli/ holds the commands of cli.ts, which is its face.
+      const face = entry === "cli/" ? "./cli.ts" : `./${entry}mod.ts`;
+      assert.ok(faces.has(face), `deno.json exports no ${face}`);
     }
   }
 });
