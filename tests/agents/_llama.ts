@@ -1,5 +1,5 @@
 // llama.cpp's llama-server with the committed tiny tool-calling model, for
-// tests/agents/llama_test.ts and bench/llama_bench.ts. The server binary is
+// tests/agents/llama_test.ts and bench/llama.ts. The server binary is
 // built outside the tests (.ci/llama/build_llama_server.sh).
 
 const DIR = Deno.env.get("HUD_LLAMA_DIR") ?? "/var/cache/hud-sdk/llama";
