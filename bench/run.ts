@@ -616,10 +616,11 @@ async function figureTunnel(): Promise<void> {
 
 // ----------------------------------------------------- figure 5: start-up
 
-async function timeToPortLine(script: string): Promise<number> {
+/** Time from exec to the `HUD_SERVE_PORT=` line of `deno run -A <script> [args]`. */
+async function timeToPortLine(script: string, args: string[] = []): Promise<number> {
   const t0 = performance.now();
   const process = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", BENCH_DIR + script],
+    args: ["run", "-A", script.startsWith("/") ? script : BENCH_DIR + script, ...args],
     stdout: "piped",
     stderr: "inherit",
   }).spawn();
@@ -648,21 +649,31 @@ async function timeEmptyRun(): Promise<number> {
   return performance.now() - t0;
 }
 
+/** `cli.ts serve` of the benchmark environment, as a user starts a server. */
+const CLI_SERVE: [string, string[]] = [
+  new URL("../cli.ts", import.meta.url).pathname,
+  ["serve", BENCH_DIR + "_bench_env.ts", "--port", "0"],
+];
+
 async function figureStartup(): Promise<void> {
   const runs = QUICK ? 2 : 10;
   await timeToPortLine("_serve_env.ts");
   await timeToPortLine("_serve_lean.ts");
+  await timeToPortLine(...CLI_SERVE);
   await timeEmptyRun();
   const serveMs: number[] = [];
   const leanMs: number[] = [];
+  const cliMs: number[] = [];
   const emptyMs: number[] = [];
   for (let i = 0; i < runs; i++) {
     serveMs.push(await timeToPortLine("_serve_env.ts"));
     leanMs.push(await timeToPortLine("_serve_lean.ts"));
+    cliMs.push(await timeToPortLine(...CLI_SERVE));
     emptyMs.push(await timeEmptyRun());
   }
   const ours = median(serveMs);
   const lean = median(leanMs);
+  const cli = median(cliMs);
   const floor = median(emptyMs);
   report({
     figure: "5",
@@ -672,6 +683,8 @@ async function figureStartup(): Promise<void> {
     via: "mod.ts",
     lean_ms: round(lean, 1),
     lean_via: "server.ts + env.ts only",
+    cli_ms: round(cli, 1),
+    cli_via: "cli.ts serve bench/_bench_env.ts",
     baseline: "deno run of an empty file (to exit)",
     baselineValue: round(floor, 1),
     baselineUnit: "ms",
