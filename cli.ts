@@ -78,8 +78,6 @@ function trapSignals(io: Io): Disposable & { signal: AbortSignal; interrupted():
   };
 }
 
-/** A command of the table: its one-line summary, its help, and its body. */
-
 /**
  * Every command, by name, in the order `--help` lists them: its summary, and
  * its module under `cli/`, loaded only when the command runs (literal

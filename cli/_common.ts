@@ -7,6 +7,7 @@ import type { TaskEntry } from "../env.ts";
 
 /** The program name shown in usage texts. */
 export const PROGRAM = "hud";
+/** The port `serve` listens on unless told otherwise. */
 export const DEFAULT_PORT = 8765;
 
 /** Signals that stop a command, all alike (Windows has only SIGINT). */
@@ -14,6 +15,7 @@ export const STOP_SIGNALS: Deno.Signal[] = Deno.build.os === "windows"
   ? ["SIGINT"]
   : ["SIGINT", "SIGTERM", "SIGHUP"];
 
+/** Exit codes: success, failure, bad usage, interrupted by a signal. */
 export const EXIT_OK = 0;
 export const EXIT_FAILURE = 1;
 export const EXIT_USAGE = 2;
@@ -49,10 +51,12 @@ export interface Command {
   run(args: string[], io: Io): Promise<number>;
 }
 
+/** The options of a command, as `node:util` `parseArgs` takes them. */
 export type OptionSpec = Record<
   string,
   { type: "string" | "boolean"; short?: string; multiple?: boolean }
 >;
+/** Parsed option values. */
 export type Values = Record<string, string | boolean | string[] | undefined>;
 
 /** What {@linkcode parseCommand} checks a command's arguments against. */
@@ -62,6 +66,7 @@ export interface CommandSpec {
   /** The help text `--help` prints. */
   usage: string;
   options: OptionSpec;
+  /** The positional arguments' names, and how many are required. */
   positionals: { names: string[]; min: number };
 }
 
@@ -123,11 +128,13 @@ function parseArgsMessage(err: unknown): string {
   return message.split("\n").map((l) => l.trim()).filter(Boolean).join(" ");
 }
 
+/** A string option's value, or undefined. */
 export function stringOption(values: Values, name: string): string | undefined {
   const v = values[name];
   return typeof v === "string" ? v : undefined;
 }
 
+/** A --port value (0 to 65535), or {@linkcode DEFAULT_PORT} when not given. */
 export function parsePort(text: string | undefined): number {
   if (text === undefined) return DEFAULT_PORT;
   if (!/^\d+$/.test(text) || Number(text) > 65535) {
@@ -136,6 +143,7 @@ export function parsePort(text: string | undefined): number {
   return Number(text);
 }
 
+/** The error for a template the environment does not have, listing those it has. */
 export function unknownTemplate(verb: string, taskId: string, templates: TaskEntry[]): RangeError {
   const known = templates.map((t) => `"${t.id}"`).join(", ") || "none";
   return new RangeError(`Cannot ${verb}: unknown template "${taskId}" (available: ${known})`);

@@ -7,10 +7,12 @@ import { errorMessage } from "../_internal/util.ts";
 import { redactUrl } from "../_internal/auth.ts";
 import { type Io, stringOption, UsageError, type Values } from "./_common.ts";
 
+/** The served environment `tasks`, `start` and `grade` reach unless told otherwise. */
 export const DEFAULT_URL = "tcp://127.0.0.1:8765";
 /** How long `tasks`, `start` and `grade` keep trying to reach a served environment. */
 const CONNECT_TIMEOUT_S = 10;
 
+/** Checks a --url value (tcp://host:port, with an optional token). */
 export function checkUrl(url: string): string {
   if (!/^(tcp:\/\/)?([^@/?#\s]*@)?(\[[^\]]+\]|[^:/?#\s@]+):\d+\/?$/.test(url.trim())) {
     throw new UsageError(`--url must be tcp://host:port, got "${redactUrl(url)}"`);
@@ -18,6 +20,7 @@ export function checkUrl(url: string): string {
   return url;
 }
 
+/** The --ready-timeout value in ms. */
 export function readyTimeoutMs(values: Values): number {
   const text = stringOption(values, "ready-timeout");
   if (text === undefined) return CONNECT_TIMEOUT_S * 1000;
@@ -27,6 +30,10 @@ export function readyTimeoutMs(values: Values): number {
   return Number(text) * 1000;
 }
 
+/**
+ * Connects to a served environment for a command: no heartbeat, no
+ * forwarders, and a "not ready" error that says why.
+ */
 export async function connectTo(
   url: string,
   io: Io,

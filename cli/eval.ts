@@ -103,6 +103,7 @@ function interrupted(io: Io, done: number, total: number): number {
   return EXIT_INTERRUPTED;
 }
 
+/** The help of `hud eval`. */
 export const USAGE: string =
   `Usage: ${PROGRAM} eval FILE (--agent CMD | --model NAME) [--env NAME] [--tasks ROWS] [--group N]
             [--max-concurrent N] [--timeout S] [--agent-timeout S]
@@ -161,6 +162,7 @@ Options:
 ${MODEL_FLAGS_HELP}  -h, --help            show this help
 `;
 
+/** Runs `hud eval` with `args` (after the command name); returns the exit code. */
 export async function run(args: string[], io: Io): Promise<number> {
   const parsed = parseCommand(args, {
     name: "eval",

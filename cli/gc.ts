@@ -3,6 +3,7 @@
 import { removeStaleContainers } from "../runtime/container.ts";
 import { EXIT_OK, type Io, parseCommand, PROGRAM, stringOption, UsageError } from "./_common.ts";
 
+/** The help of `hud gc`. */
 export const USAGE: string = `Usage: ${PROGRAM} gc [--older-than SECONDS] [--socket PATH]
 
 Removes the containers ContainerRuntime started whose creating process is
@@ -14,6 +15,7 @@ Options:
   -h, --help            show this help
 `;
 
+/** Runs `hud gc` with `args` (after the command name); returns the exit code. */
 export async function run(args: string[], io: Io): Promise<number> {
   const parsed = parseCommand(args, {
     name: "gc",

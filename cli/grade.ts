@@ -13,6 +13,7 @@ import {
 } from "./_common.ts";
 import { checkUrl, connectTo, DEFAULT_URL, readyTimeoutHelp, readyTimeoutMs } from "./_connect.ts";
 
+/** The help of `hud grade`. */
 export const USAGE: string =
   `Usage: ${PROGRAM} grade TASK (--answer TEXT | --answer-file PATH) [--url URL] [--session ID]
 
@@ -34,6 +35,7 @@ ${readyTimeoutHelp(22)}
   -h, --help          show this help
 `;
 
+/** Runs `hud grade` with `args` (after the command name); returns the exit code. */
 export async function run(args: string[], io: Io): Promise<number> {
   const parsed = parseCommand(args, {
     name: "grade",

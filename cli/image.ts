@@ -5,6 +5,7 @@ import { loadEnvironment } from "../runtime/loader.ts";
 import { buildEnvironmentImage } from "../runtime/container.ts";
 import { EXIT_OK, type Io, parseCommand, PROGRAM, stringOption, UsageError } from "./_common.ts";
 
+/** The help of `hud image`. */
 export const USAGE: string =
   `Usage: ${PROGRAM} image FILE --tag NAME [--env NAME] [--from IMAGE] [--socket PATH]
 
@@ -23,6 +24,7 @@ Options:
   -h, --help      show this help
 `;
 
+/** Runs `hud image` with `args` (after the command name); returns the exit code. */
 export async function run(args: string[], io: Io): Promise<number> {
   const parsed = parseCommand(args, {
     name: "image",

@@ -5,6 +5,7 @@ import { Job, type RunRecord } from "../eval/taskset.ts";
 import { formatJobTable } from "../eval/report.ts";
 import { EXIT_OK, type Io, parseCommand, PROGRAM, stringOption } from "./_common.ts";
 
+/** The help of `hud report`. */
 export const USAGE: string = `Usage: ${PROGRAM} report FILE [FILE...] [--html OUT]
 
 Prints a table per task of the results file (the JSONL that "eval --out"
@@ -17,6 +18,7 @@ Options:
   -h, --help     show this help
 `;
 
+/** Runs `hud report` with `args` (after the command name); returns the exit code. */
 export async function run(args: string[], io: Io): Promise<number> {
   const parsed = parseCommand(args, {
     name: "report",

@@ -70,6 +70,7 @@ async function serveAuth(
   return { auth: true, token };
 }
 
+/** The help of `hud serve`. */
 export const USAGE: string =
   `Usage: ${PROGRAM} serve FILE [--env NAME] [--host HOST] [--port PORT] [--stop-on-eof]
                  [--token-file PATH | --no-auth [--insecure-listen]]
@@ -106,6 +107,7 @@ Options:
   -h, --help            show this help
 `;
 
+/** Runs `hud serve` with `args` (after the command name); returns the exit code. */
 export async function run(args: string[], io: Io): Promise<number> {
   const parsed = parseCommand(args, {
     name: "serve",

@@ -92,6 +92,7 @@ async function startSource(
   return EXIT_OK;
 }
 
+/** The help of `hud start`. */
 export const USAGE: string = `Usage: ${PROGRAM} start TASK [--args JSON] [--url URL] [--json]
        ${PROGRAM} start TASK [--args JSON] --source FILE [--env NAME] [--answer TEXT] [--json]
 
@@ -118,6 +119,7 @@ ${readyTimeoutHelp(21)}
   -h, --help      show this help
 `;
 
+/** Runs `hud start` with `args` (after the command name); returns the exit code. */
 export async function run(args: string[], io: Io): Promise<number> {
   const parsed = parseCommand(args, {
     name: "start",

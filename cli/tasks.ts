@@ -46,6 +46,7 @@ function taskTable(tasks: TaskEntry[]): string {
   ).join("");
 }
 
+/** The help of `hud tasks`. */
 export const USAGE: string = `Usage: ${PROGRAM} tasks FILE [--env NAME] [--json]
        ${PROGRAM} tasks [--url URL] [--json]
 
@@ -61,6 +62,7 @@ ${readyTimeoutHelp(21)}
   -h, --help     show this help
 `;
 
+/** Runs `hud tasks` with `args` (after the command name); returns the exit code. */
 export async function run(args: string[], io: Io): Promise<number> {
   const parsed = parseCommand(args, {
     name: "tasks",

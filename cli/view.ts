@@ -11,6 +11,7 @@ import {
   stringOption,
 } from "./_common.ts";
 
+/** The help of `hud view`. */
 export const USAGE: string = `Usage: ${PROGRAM} view FILE [FILE...] [--port PORT]
 
 Serves a page over the results files (the JSONL that "eval --out" writes)
@@ -25,6 +26,7 @@ Options:
   -h, --help     show this help
 `;
 
+/** Runs `hud view` with `args` (after the command name); returns the exit code. */
 export async function run(args: string[], io: Io): Promise<number> {
   const parsed = parseCommand(args, {
     name: "view",
