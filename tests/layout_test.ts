@@ -23,6 +23,8 @@ const LAYERS: readonly (readonly string[])[] = [
   ["workspace/", "runtime/"],
   ["eval/"],
   ["agents/", "viewer/"],
+  ["graders/"],
+  ["harbor/"],
   ["cli/", "mod.ts"],
   ["cli.ts"],
 ];
@@ -42,6 +44,8 @@ const ENTRY_POINTS = [
   "mcp/mod.ts",
   "cdp/mod.ts",
   "viewer/mod.ts",
+  "harbor/mod.ts",
+  "graders/mod.ts",
 ];
 
 interface Dependency {
