@@ -36,41 +36,23 @@ import { abortable, Deadline, delay } from "./_internal/async.ts";
 import { isRecord } from "./_internal/util.ts";
 import { redactUrl, tokenFromEnv } from "./_internal/auth.ts";
 
-/** A placed environment: where to connect, until disposed. */
-export interface Placement extends AsyncDisposable {
-  /**
-   * The control address, `tcp://host:port`, or `tcp://:TOKEN@host:port` when
-   * the environment requires a token (do not print it).
-   */
-  readonly url: string;
-  /** Data about the placement (container id, pid...). */
-  readonly params: Readonly<Record<string, unknown>>;
-}
-
-/** Options for {@linkcode RuntimeProvider.place}. */
-export interface PlaceOptions {
-  /** Aborts placing. */
-  signal?: AbortSignal;
-}
-
-/**
- * Something that can place an environment for a rollout: the runtimes in
- * `runtime/` implement it, and {@linkcode connect} accepts one.
- */
-export interface RuntimeProvider {
-  /** Places the environment; dispose the placement to release it. */
-  place(options?: PlaceOptions): Promise<Placement>;
-}
-
 /**
  * Where an environment is served: a `tcp://host:port` url, anything with a
- * `url` (a placement, a {@linkcode Runtime}), or a runtime provider to place
- * (such as a `LocalRuntime`), released again when the client closes.
+ * `url` (a placement, a `Runtime`), or something to place first, released
+ * again when the client closes: any runtime of `runtime/` or `engines/`
+ * (`LocalRuntime`, `ContainerRuntime`...).
+ *
+ * The last member is the runtime contract (`RuntimeProvider` in
+ * `runtime/placement.ts`) written out structurally, because the client is a
+ * lower layer than the runtimes and imports none of them: `place()` gets
+ * the connect signal and resolves to a disposable with a `url`.
  */
 export type ConnectTarget =
   | string
   | { readonly url: string }
-  | RuntimeProvider;
+  | {
+    place(options?: { signal?: AbortSignal }): Promise<{ readonly url: string } & AsyncDisposable>;
+  };
 
 /** Options for {@linkcode connect}. */
 export interface ConnectOptions {

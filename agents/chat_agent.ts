@@ -9,7 +9,8 @@
  * @module
  */
 
-import type { Agent, AgentContext, Run } from "../eval/run.ts";
+import type { Agent, AgentContext } from "../eval/agent.ts";
+import type { Run } from "../eval/run.ts";
 import type { SshClient } from "../ssh/client.ts";
 import { McpClient, resultText as mcpText } from "../mcp/client.ts";
 import { string as stringSchema } from "../schema.ts";

@@ -3,20 +3,16 @@
 // rollout. The engines are loaded only when --runtime names one.
 
 import { type Environment, environmentOf, type TaskRow } from "../env.ts";
-import { loadEnvironment, moduleUrl } from "../runtime/loader.ts";
-import { LocalRuntime } from "../runtime/runtime.ts";
-import type { RuntimeProvider } from "../client.ts";
-import type { SwarmRuntime } from "../runtime/swarm.ts";
-import { CommandAgent, parseEnvFile } from "../eval/command_agent.ts";
+import { loadEnvironment, moduleUrl } from "../loader.ts";
+import { LocalRuntime } from "../runtime/local.ts";
+import type { RuntimeProvider } from "../runtime/placement.ts";
+import type { SwarmRuntime } from "../engines/swarm.ts";
+import { CommandAgent, parseEnvFile } from "../agents/command.ts";
 import { MODEL_FLAGS, MODEL_FLAGS_HELP, modelAgentFromFlags } from "../agents/_cli.ts";
 import { formatJobTable, formatProgress } from "../eval/report.ts";
-import {
-  firstError,
-  type Job,
-  type JobProgress,
-  prepareResults,
-  Taskset,
-} from "../eval/taskset.ts";
+import { firstError, type Job, type JobProgress } from "../eval/job.ts";
+import { prepareResults } from "../eval/results.ts";
+import { Taskset } from "../eval/taskset.ts";
 import { errorMessage } from "../_internal/util.ts";
 import {
   EXIT_FAILURE,
@@ -261,11 +257,11 @@ export async function run(args: string[], io: Io): Promise<number> {
   if (runtimeKind === "local") {
     runtime = new LocalRuntime(env);
   } else if (runtimeKind === "swarm") {
-    const { SwarmRuntime } = await import("../runtime/swarm.ts");
+    const { SwarmRuntime } = await import("../engines/swarm.ts");
     // A pool: one replica per concurrent rollout, and one for the held placement.
     runtime = swarm = new SwarmRuntime(image, { maxReplicas: maxConcurrent + 1 });
   } else {
-    const { ContainerRuntime } = await import("../runtime/container.ts");
+    const { ContainerRuntime } = await import("../engines/container.ts");
     runtime = new ContainerRuntime(image);
   }
   // Start the environment once, up front: when it cannot start, that is

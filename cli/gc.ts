@@ -1,6 +1,6 @@
 // `hud gc`: remove the containers that killed runs left behind.
 
-import { removeStaleContainers } from "../runtime/container.ts";
+import { removeStaleContainers } from "../engines/gc.ts";
 import { EXIT_OK, type Io, parseCommand, PROGRAM, stringOption, UsageError } from "./_common.ts";
 
 /** The help of `hud gc`. */

@@ -1,8 +1,8 @@
 // `hud image FILE --tag NAME`: build a container image of an environment
 // module with the local engine.
 
-import { loadEnvironment } from "../runtime/loader.ts";
-import { buildEnvironmentImage } from "../runtime/container.ts";
+import { loadEnvironment } from "../loader.ts";
+import { buildEnvironmentImage } from "../engines/image.ts";
 import { EXIT_OK, type Io, parseCommand, PROGRAM, stringOption, UsageError } from "./_common.ts";
 
 /** The help of `hud image`. */

@@ -1,7 +1,8 @@
 // `hud report FILE...`: a table per task of results files, or one HTML page.
 
 import { renderReport } from "../viewer/mod.ts";
-import { Job, type RunRecord } from "../eval/taskset.ts";
+import { Job } from "../eval/job.ts";
+import type { RunRecord } from "../eval/results.ts";
 import { formatJobTable } from "../eval/report.ts";
 import { EXIT_OK, type Io, parseCommand, PROGRAM, stringOption } from "./_common.ts";
 

@@ -2,7 +2,7 @@
 // until a signal (or the end of standard input) stops it.
 
 import type { Environment } from "../env.ts";
-import { loadEnvironment } from "../runtime/loader.ts";
+import { loadEnvironment } from "../loader.ts";
 import { serve } from "../server.ts";
 import { errorMessage } from "../_internal/util.ts";
 import {

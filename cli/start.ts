@@ -3,7 +3,7 @@
 
 import type { Environment, PromptFrame } from "../env.ts";
 import { HudProtocolError } from "../errors.ts";
-import { loadEnvironment } from "../runtime/loader.ts";
+import { loadEnvironment } from "../loader.ts";
 import { abortable } from "../_internal/async.ts";
 import { redactUrl } from "../_internal/auth.ts";
 import {

@@ -3,7 +3,7 @@
 
 import type { TaskEntry } from "../env.ts";
 import type { JsonSchema } from "../schema.ts";
-import { loadEnvironment } from "../runtime/loader.ts";
+import { loadEnvironment } from "../loader.ts";
 import { EXIT_OK, type Io, parseCommand, PROGRAM, stringOption, UsageError } from "./_common.ts";
 import { checkUrl, connectTo, DEFAULT_URL, readyTimeoutHelp } from "./_connect.ts";
 

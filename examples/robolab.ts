@@ -20,9 +20,7 @@ import { parseArgs } from "node:util";
 import {
   addWorkspace,
   type Agent,
-  CommandAgent,
   Environment,
-  formatProgress,
   functionAgent,
   integer,
   type JobProgress,
@@ -30,6 +28,8 @@ import {
   type TaskRow,
   Taskset,
 } from "../mod.ts";
+import { formatProgress } from "../eval/mod.ts";
+import { CommandAgent } from "../agents/mod.ts";
 
 interface Lab {
   /** What the program should do. */

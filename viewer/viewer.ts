@@ -8,7 +8,7 @@
  * @module
  */
 
-import type { RunRecord } from "../eval/taskset.ts";
+import type { RunRecord } from "../eval/results.ts";
 import { packRow, parseRecord, ResultsFile, ROW_FIELDS, summarize } from "./_data.ts";
 import { renderPage } from "./_page.ts";
 

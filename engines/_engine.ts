@@ -183,3 +183,34 @@ function demultiplex(bytes: Uint8Array): string {
   }
   return out;
 }
+
+/** 404, or Podman's 500 for a container another call removed meanwhile. */
+function isGone(err: EngineError): boolean {
+  return err.status === 404 || (err.status === 500 && /no such container/i.test(err.message));
+}
+
+/**
+ * Stops and removes a container; one already stopped, gone, or being
+ * removed by another cleaner counts as removed.
+ */
+export async function removeContainer(
+  engine: EngineClient,
+  id: string,
+  stopTimeout: number,
+): Promise<void> {
+  try {
+    await engine.call("POST", `/containers/${id}/stop?t=${stopTimeout}`);
+  } catch (err) {
+    // 304: already stopped; 404 (or Podman's 500 "no such container"): already gone.
+    if (!(err instanceof EngineError) || (err.status !== 304 && !isGone(err))) throw err;
+  }
+  try {
+    await engine.call("DELETE", `/containers/${id}?force=true`);
+  } catch (err) {
+    // 404: already gone; 409 "already in progress": another cleaner (a
+    // second `gc`, the runtime releasing it) is removing it right now.
+    const gone = err instanceof EngineError &&
+      (isGone(err) || (err.status === 409 && /already in progress/.test(err.message)));
+    if (!gone) throw err;
+  }
+}

@@ -6,16 +6,15 @@
 import assert from "node:assert/strict";
 import { connect } from "../../client.ts";
 import { NotReadyError } from "../../errors.ts";
-import { loadEnvironment } from "../../runtime/loader.ts";
+import { loadEnvironment } from "../../loader.ts";
 import {
   buildEnvironmentImage,
   ContainerRuntime,
   OWNER_LABEL,
   removeStaleContainers,
-} from "../../runtime/container.ts";
-import { EngineClient, findEngineSocket } from "../../runtime/_engine.ts";
-import { Taskset } from "../../eval/taskset.ts";
-import { functionAgent } from "../../eval/run.ts";
+} from "../../engines/mod.ts";
+import { EngineClient, findEngineSocket } from "../../engines/_engine.ts";
+import { functionAgent, Taskset } from "../../eval/mod.ts";
 import { taskSlug } from "../../env.ts";
 
 function engineSocket(): string | null {
@@ -165,7 +164,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
       // A runner that places a container, then dies by SIGKILL before releasing it.
       const code = `
       import { ContainerRuntime } from ${
-        JSON.stringify(new URL("../../runtime/container.ts", import.meta.url).href)
+        JSON.stringify(new URL("../../engines/container.ts", import.meta.url).href)
       };
       await new ContainerRuntime(${JSON.stringify(TAG)}, { socket: ${
         JSON.stringify(socket ?? null)

@@ -6,7 +6,8 @@
  * @module
  */
 
-import { connect, type Placement, type PlaceOptions, type RuntimeProvider } from "../client.ts";
+import { connect } from "../client.ts";
+import type { Placement, PlaceOptions, RuntimeProvider } from "../runtime/placement.ts";
 import { NotReadyError } from "../errors.ts";
 import { generateToken, withToken } from "../_internal/auth.ts";
 import { Deadline, delay } from "../_internal/async.ts";
@@ -140,7 +141,7 @@ interface Waiter {
  * @example
  * ```ts ignore
  * import { connect } from "../client.ts";
- * import { SwarmRuntime } from "./swarm.ts";
+ * import { SwarmRuntime } from "./mod.ts";
  *
  * await using runtime = new SwarmRuntime("registry:5000/robolab:latest", { minReplicas: 3 });
  * await using client = await connect(runtime);

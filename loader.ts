@@ -5,7 +5,7 @@
  * @module
  */
 
-import { Environment } from "../env.ts";
+import { Environment } from "./env.ts";
 
 /** Options for {@linkcode loadEnvironment}. */
 export interface LoadEnvironmentOptions {

@@ -43,8 +43,8 @@
  * @module
  */
 
-import type { AgentContext, Run } from "./run.ts";
-import { type Agent, NotGradedError } from "./run.ts";
+import type { Run } from "../eval/run.ts";
+import { type Agent, type AgentContext, NotGradedError } from "../eval/agent.ts";
 import { killProcessGroup, liveGroupMembers, trySignalGroup } from "../_internal/process.ts";
 import { delay } from "../_internal/async.ts";
 import { concat } from "../_internal/io.ts";

@@ -1,15 +1,7 @@
 import assert from "node:assert/strict";
-import {
-  bind,
-  CommandAgent,
-  Environment,
-  integer,
-  Job,
-  LocalRuntime,
-  rollout,
-  type RuntimeProvider,
-  Taskset,
-} from "../../mod.ts";
+import { bind, Environment, integer, Job, LocalRuntime, rollout, Taskset } from "../../mod.ts";
+import type { RuntimeProvider } from "../../runtime/mod.ts";
+import { CommandAgent } from "../../agents/mod.ts";
 
 function echoEnv(): Environment {
   const env = new Environment("echoes");

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
-import { Environment, loadEnvironment } from "../../mod.ts";
+import { Environment, loadEnvironment } from "../mod.ts";
 
-const fixture = (name: string) => new URL(`../fixtures/${name}`, import.meta.url);
+const fixture = (name: string) => new URL(`./fixtures/${name}`, import.meta.url);
 
 /** `to` (a file URL) as a path relative to the current directory. */
 function relativeToCwd(to: URL): string {

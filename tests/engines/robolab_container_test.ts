@@ -6,11 +6,10 @@
 // Needs an engine socket; skipped without one, saying why (in CI it runs).
 
 import assert from "node:assert/strict";
-import { buildEnvironmentImage, ContainerRuntime, OWNER_LABEL } from "../../runtime/container.ts";
-import { EngineClient, findEngineSocket } from "../../runtime/_engine.ts";
-import { TarWriter } from "../../runtime/_tar.ts";
-import { Taskset } from "../../eval/taskset.ts";
-import { functionAgent } from "../../eval/run.ts";
+import { buildEnvironmentImage, ContainerRuntime, OWNER_LABEL } from "../../engines/mod.ts";
+import { EngineClient, findEngineSocket } from "../../engines/_engine.ts";
+import { TarWriter } from "../../engines/_tar.ts";
+import { functionAgent, Taskset } from "../../eval/mod.ts";
 import type { FileDiff } from "../../filetracking/mod.ts";
 import { scriptedAgent, tasks } from "../../examples/robolab.ts";
 import { withDeadline } from "../_deadline.ts";

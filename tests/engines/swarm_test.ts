@@ -7,12 +7,12 @@
 // why (in CI it runs). Run alone with `deno task test-engine`.
 
 import assert from "node:assert/strict";
-import { connect, type Placement, type PlaceOptions } from "../../client.ts";
-import { buildEnvironmentImage, OWNER_LABEL } from "../../runtime/container.ts";
-import { SwarmRuntime } from "../../runtime/swarm.ts";
-import { EngineClient, findEngineSocket } from "../../runtime/_engine.ts";
-import { Taskset } from "../../eval/taskset.ts";
-import { functionAgent } from "../../eval/run.ts";
+import { connect } from "../../client.ts";
+import type { Placement, PlaceOptions } from "../../runtime/placement.ts";
+import { buildEnvironmentImage, OWNER_LABEL } from "../../engines/mod.ts";
+import { SwarmRuntime } from "../../engines/mod.ts";
+import { EngineClient, findEngineSocket } from "../../engines/_engine.ts";
+import { functionAgent, Taskset } from "../../eval/mod.ts";
 import { taskSlug } from "../../env.ts";
 import { delay } from "../../_internal/async.ts";
 import { withDeadline } from "../_deadline.ts";
