@@ -85,3 +85,19 @@ export function classifyError(
   }
   return phase;
 }
+
+/**
+ * Whether a rollout's record counts as finished: graded, and not failed
+ * for one of the infrastructure's reasons ({@linkcode RETRYABLE_ERROR_CLASSES}:
+ * an agent cut off by a model server that stayed down may still have been
+ * graded, but its reward says nothing about the agent). A group with a
+ * rollout that did not finish is not whole.
+ */
+export function rolloutFinished(
+  record: { reward: number | null; error_class?: string | null },
+): boolean {
+  return record.reward !== null &&
+    !(RETRYABLE_ERROR_CLASSES as readonly (string | null | undefined)[]).includes(
+      record.error_class,
+    );
+}

@@ -12,6 +12,7 @@ import type { Run } from "./run.ts";
 import { readResults, recordKey, type RunRecord } from "./results.ts";
 import { addUsage, emptyUsage, traceUsage, type Usage } from "./usage.ts";
 import { type TrainingRow, trainingRows, type TrainingRowsOptions } from "./training.ts";
+import { rolloutFinished } from "./failure.ts";
 
 /** Why a job stopped before running everything: a budget was reached. */
 export interface JobStop {
@@ -96,10 +97,10 @@ export interface JobSummary {
     stderr: number | null;
     /** The first failure, `phase: message`, if any. */
     first_error: string | null;
-    /** Whether every rollout of the task's group finished (was graded). */
+    /** Whether every rollout of the task's group finished (see {@linkcode Job.incompleteGroups}). */
     group_complete: boolean;
   }[];
-  /** Groups with a rollout that could not finish (not graded, after any retries). */
+  /** Groups with a rollout that could not finish (see {@linkcode Job.incompleteGroups}). */
   incomplete_groups: number;
   /** Tokens and cost of the counted rollouts' model calls. */
   usage: { input_tokens: number; output_tokens: number; cost_usd: number; unpriced_calls: number };
@@ -146,13 +147,14 @@ export class Job {
   }
 
   /**
-   * Groups (a task's repeats) with a rollout that could not finish: not
-   * graded, after any retries. A trainer should not learn from such a
+   * Groups (a task's repeats) with a rollout that could not finish, after
+   * any retries: not graded, or failed for an infrastructure reason (see
+   * {@linkcode rolloutFinished}). A trainer should not learn from such a
    * group as if it were whole.
    */
   get incompleteGroups(): string[] {
     const out = new Set<string>();
-    for (const r of this.#records) if (r.reward === null) out.add(r.group_id);
+    for (const r of this.#records) if (!rolloutFinished(r)) out.add(r.group_id);
     return [...out];
   }
 

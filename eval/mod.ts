@@ -39,7 +39,12 @@ export {
 } from "./taskset.ts";
 export { Job, type JobProgress, type JobStop, type JobSummary, type TaskResult } from "./job.ts";
 export { type RunRecord } from "./results.ts";
-export { classifyError, RETRYABLE_ERROR_CLASSES, type RolloutErrorClass } from "./failure.ts";
+export {
+  classifyError,
+  RETRYABLE_ERROR_CLASSES,
+  type RolloutErrorClass,
+  rolloutFinished,
+} from "./failure.ts";
 export {
   AdaptiveConcurrency,
   type AdaptiveConcurrencyOptions,

@@ -45,6 +45,7 @@ import type { TaskRow } from "../env.ts";
 import { isRecord } from "../_internal/util.ts";
 import type { RunRecord } from "./results.ts";
 import { traceTokens } from "./tokens.ts";
+import { rolloutFinished } from "./failure.ts";
 
 /** One model call of a {@linkcode TrainingRow}. */
 export interface TrainingTurn {
@@ -88,7 +89,10 @@ export interface TrainingRow {
   reward: number | null;
   /** The rewards of the group's rollouts by repeat, `null` for one not graded. */
   group_rewards: (number | null)[];
-  /** Whether every rollout of the group was graded. */
+  /**
+   * Whether every rollout of the group finished: graded, and not failed
+   * for an infrastructure reason (see {@linkcode rolloutFinished}).
+   */
   group_complete: boolean;
   /** The model, when the trace names it. */
   model: string | null;
@@ -175,7 +179,7 @@ export function trainingRows(
   const rows: TrainingRow[] = [];
   for (const r of records) {
     const siblings = [...groups.get(r.group_id)!].sort((a, b) => a.repeat - b.repeat);
-    const complete = siblings.every((x) => x.reward !== null);
+    const complete = siblings.every(rolloutFinished);
     if (options.completeGroupsOnly && !complete) continue;
     const trace: Record<string, unknown> = isRecord(r.trace) ? r.trace : {};
     const steps = (Array.isArray(trace.steps) ? trace.steps as unknown[] : []).filter(isRecord);
