@@ -255,6 +255,20 @@ Deno.test({
       const held = await Promise.all([1, 2, 3].map(() => runtime.place()));
       assert.equal(runtime.desiredReplicas, 3);
       assert.equal(new Set(held.map((p) => p.params.taskId)).size, 3, "three replicas");
+      // Each replica has a token of its own: one's token opens no other.
+      const tokens = held.map((p) => decodeURIComponent(/^tcp:\/\/:([^@]+)@/.exec(p.url)![1]));
+      assert.equal(new Set(tokens).size, 3, "the replicas share a token");
+      const [a, b] = held;
+      const borrowed = `tcp://:${encodeURIComponent(tokens[0])}@${b.params.host}:${b.params.port}`;
+      await assert.rejects(
+        connect(borrowed, { readyTimeout: 5_000, forward: false }),
+        /unauthorized/,
+        "replica B took replica A's token",
+      );
+      {
+        await using own = await connect(a.url, { readyTimeout: 5_000, forward: false });
+        assert.equal(own.manifest.env.name, "fixture");
+      }
       // A fourth waits for a free one: it gets the first released.
       const fourth = runtime.place({ signal: AbortSignal.timeout(30_000) });
       await held[0][Symbol.asyncDispose]();
