@@ -399,7 +399,9 @@ Deno.test("serveViewer() on 127.0.0.2 is loopback too: it refuses a foreign Host
       const conn = await Deno.connect({ hostname: "127.0.0.2", port: viewer.addr.port });
       try {
         await conn.write(
-          new TextEncoder().encode(`GET / HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`),
+          new TextEncoder().encode(
+            `GET /?token=${viewer.token} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`,
+          ),
         );
         const head = new Uint8Array(64);
         const n = await conn.read(head);
