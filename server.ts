@@ -21,27 +21,27 @@
  * @module
  */
 
-import { type Capability, parseHostPort } from "./capability.ts";
-import type { ActiveTask, CapabilityHandler, Environment } from "./env.ts";
-import { ErrorCode, HudProtocolError } from "./errors.ts";
+import type { Environment } from "./env.ts";
+import { ErrorCode } from "./errors.ts";
 import {
   ByteBudget,
   encodeFrame,
   LineReader,
   type LineResult,
   MAX_JSON_DEPTH,
-  parseLine,
 } from "./_internal/framing.ts";
-import { closeQuietly, isPeerGone, openFileLimit, splice, writeAll } from "./_internal/io.ts";
+import { closeQuietly, isPeerGone, openFileLimit, writeAll } from "./_internal/io.ts";
 import { settleWithin } from "./_internal/async.ts";
-import { isRecord } from "./_internal/util.ts";
+import { generateToken, tokenFromEnv, tokenProblem, withToken } from "./_internal/auth.ts";
 import {
-  generateToken,
-  tokenFromEnv,
-  tokenProblem,
-  TokenVerifier,
-  withToken,
-} from "./_internal/auth.ts";
+  type ControlChannel,
+  ControlDispatcher,
+  errorReply,
+  type Reply,
+} from "./_server/dispatcher.ts";
+import { FirstFrameDeadlines, Gate } from "./_server/admission.ts";
+import { parseRequest } from "./_server/requests.ts";
+import { runTunnel, tunnelTarget } from "./_server/tunnel.ts";
 
 /** Default largest accepted frame: 16 MiB. */
 export const DEFAULT_MAX_FRAME_BYTES: number = 16 * 1024 * 1024;
@@ -177,13 +177,6 @@ export interface HudServer extends AsyncDisposable {
   shutdown(): Promise<void>;
 }
 
-interface Session {
-  id: string;
-  conn: Deno.Conn | null;
-  task: ActiveTask | null;
-  expiry: ReturnType<typeof setTimeout> | undefined;
-}
-
 /**
  * What a connection's read loop keeps between frames. Held sessions are
  * mostly this, a pending read and the task's suspended generator, so it
@@ -192,7 +185,7 @@ interface Session {
 interface Connection {
   conn: Deno.Conn;
   reader: LineReader;
-  session: Session | null;
+  channel: ControlChannel | null;
   authenticated: boolean;
   /** No frame has been served yet (a `tunnel.open` must come first). */
   first: boolean;
@@ -204,8 +197,6 @@ interface Connection {
  * each held 40 MiB of buffers. Longer frames grow it on demand.
  */
 const CONNECTION_READ_BUFFER = 256;
-
-type Reply = { result: Record<string, unknown> } | { error: HudProtocolError };
 
 /**
  * Half-closes, then discards what the peer is still sending (bounded in
@@ -231,10 +222,8 @@ async function drainAndClose(conn: Deno.Conn): Promise<void> {
   }
 }
 
-/** `sess-` and 128 random bits as 32 hex characters. */
-function newSessionId(): string {
-  const bytes = crypto.getRandomValues(new Uint8Array(16));
-  return "sess-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+async function send(conn: Deno.Conn, reply: Reply): Promise<void> {
+  await writeAll(conn, encodeFrame(reply));
 }
 
 function checkPositive(name: string, value: number | undefined): void {
@@ -303,36 +292,30 @@ export function bind(env: Environment, options: BindOptions = {}): HudServer {
   return new ControlServer(env, listener, token, options);
 }
 
+/**
+ * The server handle: the listener and accept loop, admission (connection
+ * cap, first-frame deadline, token), framing, and the splicing of capability
+ * streams, around the socket-free method table of `_server/dispatcher.ts`.
+ */
 class ControlServer implements HudServer {
   readonly #env: Environment;
   readonly #listener: Deno.Listener;
   readonly #token: string | null;
-  readonly #verifier: TokenVerifier | null;
+  readonly #gate: Gate;
+  readonly #dispatcher: ControlDispatcher;
   readonly #maxFrame: number;
-  readonly #parkedTtl: number;
   readonly #shutdownTimeout: number;
   readonly #maxConnections: number;
   readonly #budget: ByteBudget;
   readonly #maxDepth: number;
-  readonly #firstFrameTimeout: number;
-  readonly #maxParked: number;
+  readonly #deadlines: FirstFrameDeadlines<Deno.Conn>;
   /** Whether the connection cap was reached (reported once per episode). */
   #full = false;
   readonly #onError: (error: unknown) => void;
-  readonly #sessions = new Map<string, Session>();
-  /** Sessions holding a task with no live connection, for O(1) adoption. */
-  readonly #parked = new Set<Session>();
   /** Open connections, each with its handler once it has one. */
   readonly #conns = new Map<Deno.Conn, Promise<void> | undefined>();
   /** Handlers of refused connections (their one error line). */
   readonly #handlers = new Set<Promise<void>>();
-  /**
-   * Connections still owing their first frame, with their deadlines: in
-   * deadline order, since every connection gets the same time. One timer
-   * sweeps them, rather than one timer and one race per connection.
-   */
-  readonly #awaitingFirst = new Map<Deno.Conn, number>();
-  #sweepTimer: ReturnType<typeof setTimeout> | undefined;
   readonly #finished: PromiseWithResolvers<void> = Promise.withResolvers();
   readonly #signal: AbortSignal | undefined;
   readonly #onAbort = () => void this.shutdown();
@@ -347,9 +330,15 @@ class ControlServer implements HudServer {
     this.#env = env;
     this.#listener = listener;
     this.#token = token;
-    this.#verifier = token === null ? null : new TokenVerifier(token);
+    this.#gate = new Gate(token);
+    this.#onError = options.onError ?? (() => {});
+    this.#dispatcher = new ControlDispatcher(env, {
+      parkedTtl: options.parkedTtl ?? DEFAULT_PARKED_TTL_MS,
+      maxParked: options.maxParked ?? DEFAULT_MAX_PARKED,
+      onError: this.#onError,
+      adoption: token !== null,
+    });
     this.#maxFrame = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
-    this.#parkedTtl = options.parkedTtl ?? DEFAULT_PARKED_TTL_MS;
     this.#shutdownTimeout = options.shutdownTimeout ?? 10_000;
     const fds = openFileLimit();
     this.#maxConnections = options.maxConnections ??
@@ -358,9 +347,10 @@ class ControlServer implements HudServer {
         : Math.max(16, Math.min(DEFAULT_MAX_CONNECTIONS, Math.floor(fds / 4))));
     this.#budget = new ByteBudget(options.maxBufferedBytes ?? 4 * this.#maxFrame);
     this.#maxDepth = options.maxJsonDepth ?? MAX_JSON_DEPTH;
-    this.#firstFrameTimeout = options.firstFrameTimeout ?? DEFAULT_FIRST_FRAME_TIMEOUT_MS;
-    this.#maxParked = options.maxParked ?? DEFAULT_MAX_PARKED;
-    this.#onError = options.onError ?? (() => {});
+    this.#deadlines = new FirstFrameDeadlines(
+      options.firstFrameTimeout ?? DEFAULT_FIRST_FRAME_TIMEOUT_MS,
+      (conn) => this.#expired(conn),
+    );
     this.#signal = options.signal;
     options.onListen?.(this.addr);
     if (token === null && !isLoopback(this.addr.hostname)) {
@@ -400,7 +390,7 @@ class ControlServer implements HudServer {
   }
 
   get sessionCount(): number {
-    return this.#sessions.size;
+    return this.#dispatcher.sessions.size;
   }
 
   shutdown(): Promise<void> {
@@ -414,9 +404,11 @@ class ControlServer implements HudServer {
 
   async #shutdown(): Promise<void> {
     this.#signal?.removeEventListener("abort", this.#onAbort);
+    // Connections that end from here on do not park their tasks: all are
+    // cancelled below.
+    this.#dispatcher.sessions.beginClose();
     closeQuietly(this.#listener);
-    clearTimeout(this.#sweepTimer);
-    this.#awaitingFirst.clear();
+    this.#deadlines.clear();
     const handlers = [...this.#handlers];
     for (const [conn, handler] of this.#conns) {
       closeQuietly(conn);
@@ -426,14 +418,7 @@ class ControlServer implements HudServer {
     // deadline bounds both waits.
     const deadline = Date.now() + this.#shutdownTimeout;
     await this.#settle(handlers, deadline, "connections still in task code");
-    const tasks: Promise<void>[] = [];
-    for (const session of this.#sessions.values()) {
-      clearTimeout(session.expiry);
-      if (session.task) tasks.push(session.task.cancel());
-    }
-    this.#sessions.clear();
-    this.#parked.clear();
-    await this.#settle(tasks, deadline, "tasks still closing");
+    await this.#settle(this.#dispatcher.sessions.close(), deadline, "tasks still closing");
     this.#finished.resolve();
   }
 
@@ -492,15 +477,11 @@ class ControlServer implements HudServer {
         ),
       );
     }
-    const frame = encodeFrame({
-      jsonrpc: "2.0",
-      id: null,
-      error: {
-        code: ErrorCode.LIMIT_EXCEEDED,
-        message:
-          `too many connections: the server holds its limit of ${this.#maxConnections}; try again later`,
-      },
-    });
+    const frame = encodeFrame(errorReply(
+      null,
+      ErrorCode.LIMIT_EXCEEDED,
+      `too many connections: the server holds its limit of ${this.#maxConnections}; try again later`,
+    ));
     // A fresh socket's send buffer takes one short line without waiting; a
     // peer that does not read cannot hold this up for long either.
     const timer = setTimeout(() => closeQuietly(conn), 1000);
@@ -512,6 +493,18 @@ class ControlServer implements HudServer {
     this.#handlers.add(done);
   }
 
+  /** Past its first-frame deadline: one error, then close (its pending read ends its handler). */
+  #expired(conn: Deno.Conn): void {
+    const reply = errorReply(
+      null,
+      ErrorCode.INVALID_REQUEST,
+      `no request within ${this.#deadlines.ms} ms of connecting; closing`,
+    );
+    send(conn, reply).catch((err) => {
+      if (!isPeerGone(err)) this.#onError(err);
+    }).finally(() => closeQuietly(conn));
+  }
+
   /**
    * Serves one connection until it ends. Never rejects: what is not a peer
    * going away goes to `onError`.
@@ -521,15 +514,15 @@ class ControlServer implements HudServer {
       conn,
       reader: new LineReader(
         conn,
-        this.#verifier ? Math.min(PRE_AUTH_MAX_FRAME_BYTES, this.#maxFrame) : this.#maxFrame,
+        this.#gate.required ? Math.min(PRE_AUTH_MAX_FRAME_BYTES, this.#maxFrame) : this.#maxFrame,
         this.#budget,
         CONNECTION_READ_BUFFER,
       ),
-      session: null,
-      authenticated: this.#verifier === null,
+      channel: null,
+      authenticated: !this.#gate.required,
       first: true,
     };
-    this.#expectFirstFrame(conn);
+    this.#deadlines.start(conn);
     let deadline = true;
     try {
       while (true) {
@@ -540,7 +533,7 @@ class ControlServer implements HudServer {
         }
         if (deadline) {
           // Past its deadline, the sweeper has answered and closed it.
-          if (!this.#firstFrameArrived(conn)) return;
+          if (!this.#deadlines.arrived(conn)) return;
           deadline = false;
         }
         if (frame === null || !(await this.#serveFrame(c, frame))) return;
@@ -548,9 +541,9 @@ class ControlServer implements HudServer {
     } catch (err) {
       if (!isPeerGone(err)) this.#onError(err);
     } finally {
-      if (deadline) this.#firstFrameArrived(conn);
+      if (deadline) this.#deadlines.arrived(conn);
       c.reader.release();
-      if (c.session !== null) this.#release(c.session);
+      c.channel?.close();
       this.#conns.delete(conn);
       closeQuietly(conn);
     }
@@ -563,396 +556,50 @@ class ControlServer implements HudServer {
    */
   async #serveFrame(c: Connection, frame: LineResult): Promise<boolean> {
     const conn = c.conn;
-    const request = await this.#request(conn, frame, c.authenticated);
-    if (request === "close") return false;
-    if (request === "skip") return true;
-    const method = request.method;
-    const params = isRecord(request.params) ? request.params : {};
-    // The first frame authenticates the connection; a later hello that
-    // carries a token must carry the right one too.
-    if (this.#verifier && (!c.authenticated || (method === "hello" && "token" in params))) {
-      const ok = (method === "hello" || method === "tunnel.open") &&
-        this.#verifier.verify(params.token);
-      if (!ok) {
-        await this.#unauthorized(conn, request);
-        return false;
-      }
+    const parsed = parseRequest(frame, {
+      maxFrameBytes: c.reader.maxLine,
+      maxBufferedBytes: this.#budget.limit,
+      maxJsonDepth: this.#maxDepth,
+    });
+    if ("error" in parsed) {
+      await send(conn, parsed.error);
+      // A bad frame before authentication ends the connection too.
+      if (!parsed.fatal && c.authenticated) return true;
+      await drainAndClose(conn);
+      return false;
+    }
+    const request = parsed.request;
+    const refusal = this.#gate.check(request, c.authenticated);
+    if (refusal !== null) {
+      await send(conn, refusal);
+      await drainAndClose(conn);
+      return false;
+    }
+    if (!c.authenticated) {
       c.authenticated = true;
       c.reader.maxLine = this.#maxFrame;
     }
-    if (c.first && method === "tunnel.open") {
-      await this.#tunnel(conn, request, c.reader);
+    if (c.first && request.method === "tunnel.open") {
+      await runTunnel(
+        conn,
+        request,
+        tunnelTarget(this.#env, request),
+        () => c.reader.takeBuffered(),
+        {
+          send: (reply) => send(conn, reply),
+          track: (backend) => {
+            this.#conns.set(backend, undefined);
+            return () => this.#conns.delete(backend);
+          },
+        },
+      );
       return false;
     }
     c.first = false;
-    if (c.session === null) {
-      c.session = { id: newSessionId(), conn, task: null, expiry: undefined };
-      this.#sessions.set(c.session.id, c.session);
-    }
-    const hasId = "id" in request;
-    const id = request.id ?? null;
-    const reply = await this.#dispatch(c, request);
-    if (hasId) await this.#send(conn, id, reply);
-    return method !== "bye";
-  }
-
-  /** Starts the first-frame deadline of a new connection. */
-  #expectFirstFrame(conn: Deno.Conn): void {
-    this.#awaitingFirst.set(conn, Date.now() + this.#firstFrameTimeout);
-    if (this.#sweepTimer === undefined) this.#armSweep(this.#firstFrameTimeout);
-  }
-
-  /**
-   * Ends the first-frame deadline of `conn`; `false` when it had already
-   * expired (or the server is closing).
-   */
-  #firstFrameArrived(conn: Deno.Conn): boolean {
-    if (!this.#awaitingFirst.delete(conn)) return false;
-    if (this.#awaitingFirst.size === 0) {
-      clearTimeout(this.#sweepTimer);
-      this.#sweepTimer = undefined;
-    }
-    return true;
-  }
-
-  #armSweep(ms: number): void {
-    this.#sweepTimer = setTimeout(() => this.#sweep(), ms);
-  }
-
-  /**
-   * Each connection past its first-frame deadline gets one error and is
-   * closed; its pending read then ends its handler.
-   */
-  #sweep(): void {
-    this.#sweepTimer = undefined;
-    const now = Date.now();
-    for (const [conn, deadline] of this.#awaitingFirst) {
-      if (deadline > now) {
-        this.#armSweep(deadline - now);
-        return;
-      }
-      this.#awaitingFirst.delete(conn);
-      const error = new HudProtocolError(
-        ErrorCode.INVALID_REQUEST,
-        `no request within ${this.#firstFrameTimeout} ms of connecting; closing`,
-      );
-      this.#send(conn, null, { error }).catch((err) => {
-        if (!isPeerGone(err)) this.#onError(err);
-      }).finally(() => closeQuietly(conn));
-    }
-  }
-
-  /**
-   * Parses a frame into a request object. Bad frames are answered here:
-   * `"skip"` when the connection goes on, `"close"` when it is done (an
-   * oversized frame, or any bad frame before authentication).
-   */
-  async #request(
-    conn: Deno.Conn,
-    frame: LineResult,
-    authenticated: boolean,
-  ): Promise<Record<string, unknown> | "skip" | "close"> {
-    let error: HudProtocolError;
-    if (frame.kind === "oversized") {
-      error = frame.overBudget
-        ? new HudProtocolError(
-          ErrorCode.LIMIT_EXCEEDED,
-          `frame refused: unfinished frames across connections would exceed the server's limit of ${this.#budget.limit} bytes; send it again later`,
-        )
-        : new HudProtocolError(
-          ErrorCode.INVALID_REQUEST,
-          `frame exceeds the limit of ${
-            authenticated ? this.#maxFrame : Math.min(PRE_AUTH_MAX_FRAME_BYTES, this.#maxFrame)
-          } bytes`,
-        );
-      await this.#send(conn, null, { error });
-      await drainAndClose(conn);
-      return "close";
-    }
-    let request: unknown;
-    try {
-      request = parseLine(frame.line, this.#maxDepth);
-      if (!isRecord(request)) {
-        error = new HudProtocolError(
-          ErrorCode.INVALID_REQUEST,
-          "invalid request: expected a JSON object",
-        );
-      } else {
-        return request;
-      }
-    } catch (err) {
-      error = err instanceof RangeError
-        ? new HudProtocolError(ErrorCode.INVALID_REQUEST, err.message)
-        : new HudProtocolError(ErrorCode.PARSE_ERROR, `parse error: ${(err as Error).message}`);
-    }
-    await this.#send(conn, null, { error });
-    if (authenticated) return "skip";
-    await drainAndClose(conn);
-    return "close";
-  }
-
-  /** One error, nothing else, then close. */
-  async #unauthorized(conn: Deno.Conn, request: Record<string, unknown>): Promise<void> {
-    await this.#send(conn, request.id ?? null, {
-      error: new HudProtocolError(
-        ErrorCode.UNAUTHORIZED,
-        "unauthorized: the first frame must be hello or tunnel.open with the server's token in params.token (set HUD_SERVE_TOKEN, or connect to tcp://:TOKEN@host:port)",
-      ),
-    });
-    await drainAndClose(conn);
-  }
-
-  /** On disconnect: park a session holding a task, forget one without. */
-  #release(session: Session): void {
-    if (session.conn === null) return;
-    session.conn = null;
-    if (this.#closing) return;
-    if (session.task === null || session.task.done) {
-      this.#sessions.delete(session.id);
-      return;
-    }
-    this.#park(session);
-  }
-
-  #park(session: Session): void {
-    clearTimeout(session.expiry);
-    if (this.#parked.size >= this.#maxParked) {
-      this.#sessions.delete(session.id);
-      const task = session.task;
-      session.task = null;
-      void task?.cancel();
-      this.#onError(
-        new Error(
-          `Cannot park a task: ${this.#parked.size} tasks are parked, the limit (maxParked); cancelled it`,
-        ),
-      );
-      return;
-    }
-    this.#parked.add(session);
-    session.expiry = setTimeout(() => {
-      if (session.conn !== null || this.#sessions.get(session.id) !== session) return;
-      this.#sessions.delete(session.id);
-      this.#parked.delete(session);
-      const task = session.task;
-      session.task = null;
-      void task?.cancel();
-    }, this.#parkedTtl);
-    Deno.unrefTimer(session.expiry);
-  }
-
-  async #send(conn: Deno.Conn, id: unknown, reply: Reply): Promise<void> {
-    const frame = "result" in reply
-      ? { jsonrpc: "2.0", id, result: reply.result }
-      : { jsonrpc: "2.0", id, error: { code: reply.error.code, message: reply.error.message } };
-    await writeAll(conn, encodeFrame(frame));
-  }
-
-  async #dispatch(c: Connection, request: Record<string, unknown>): Promise<Reply> {
-    const session = c.session!;
-    const method = request.method;
-    const params = request.params ?? {};
-    try {
-      if (method !== undefined && typeof method !== "string") {
-        throw new HudProtocolError(
-          ErrorCode.INVALID_REQUEST,
-          "invalid request: method must be a string",
-        );
-      }
-      if (!isRecord(params)) {
-        throw new HudProtocolError(ErrorCode.INVALID_PARAMS, "params must be an object");
-      }
-      switch (method) {
-        case "hello":
-          return { result: this.#hello(c, params) };
-        case "tasks.list":
-          return { result: { tasks: this.#env.listTasks() } };
-        case "tasks.start":
-          return { result: await this.#start(session, params) };
-        case "tasks.grade":
-          return { result: await this.#grade(session, params) };
-        case "tasks.cancel": {
-          const task = session.task;
-          session.task = null;
-          await task?.cancel();
-          return { result: { cancelled: true } };
-        }
-        case "bye": {
-          const task = session.task;
-          session.task = null;
-          await task?.cancel();
-          return { result: { goodbye: true } };
-        }
-        default:
-          throw new HudProtocolError(
-            ErrorCode.METHOD_NOT_FOUND,
-            `method not found: ${method ?? ""}`,
-          );
-      }
-    } catch (err) {
-      if (err instanceof HudProtocolError) return { error: err };
-      return {
-        error: new HudProtocolError(
-          ErrorCode.SERVER_ERROR,
-          err instanceof Error ? err.message : String(err),
-          { cause: err },
-        ),
-      };
-    }
-  }
-
-  #manifest(session: Session): Record<string, unknown> {
-    return {
-      session_id: session.id,
-      env: { name: this.#env.name, version: this.#env.version },
-      bindings: this.#env.capabilities.map((c) => c.toManifest()),
-    };
-  }
-
-  #hello(c: Connection, params: Record<string, unknown>): Record<string, unknown> {
-    const session = c.session!;
-    const wanted = params.session_id;
-    if (wanted === undefined || wanted === null || wanted === session.id) {
-      return this.#manifest(session);
-    }
-    if (typeof wanted !== "string") {
-      throw new HudProtocolError(ErrorCode.INVALID_PARAMS, "session_id must be a string");
-    }
-    // Messages never repeat a session id: ids are known only to their owner.
-    const target = this.#sessions.get(wanted);
-    if (target === undefined) {
-      throw new HudProtocolError(
-        ErrorCode.INVALID_REQUEST,
-        "unknown session (it expired, was graded or cancelled, or never existed)",
-      );
-    }
-    if (target.conn !== null) {
-      throw new HudProtocolError(ErrorCode.INVALID_REQUEST, "session has a live connection");
-    }
-    // Take the parked session over; the one this connection had is released
-    // (parked when it holds a task, forgotten otherwise).
-    clearTimeout(target.expiry);
-    target.expiry = undefined;
-    this.#parked.delete(target);
-    target.conn = session.conn;
-    this.#release(session);
-    c.session = target;
-    return this.#manifest(target);
-  }
-
-  async #start(
-    session: Session,
-    params: Record<string, unknown>,
-  ): Promise<Record<string, unknown>> {
-    const id = params.id;
-    if (typeof id !== "string") {
-      throw new HudProtocolError(ErrorCode.INVALID_PARAMS, "id must be a string");
-    }
-    const args = params.args ?? {};
-    if (!isRecord(args)) {
-      throw new HudProtocolError(ErrorCode.INVALID_PARAMS, "args must be an object");
-    }
-    if (!this.#env.hasTemplate(id)) {
-      throw new HudProtocolError(ErrorCode.INVALID_PARAMS, `unknown task: ${id}`);
-    }
-    if (this.#parked.size >= this.#maxParked) {
-      throw new HudProtocolError(
-        ErrorCode.LIMIT_EXCEEDED,
-        `Cannot start task "${id}": ${this.#parked.size} tasks are parked, the server's limit (maxParked); grade or resume them, or wait for them to expire`,
-      );
-    }
-    const previous = session.task;
-    session.task = null;
-    await previous?.cancel();
-    const task = await this.#env.startTask(id, args);
-    if (this.#closing) {
-      await task.cancel();
-      throw new HudProtocolError(ErrorCode.SERVER_ERROR, "server is shutting down");
-    }
-    session.task = task;
-    return task.prompt;
-  }
-
-  async #grade(
-    session: Session,
-    params: Record<string, unknown>,
-  ): Promise<Record<string, unknown>> {
-    let task = session.task;
-    session.task = null;
-    if (task === null) {
-      const parked = this.#parked.size;
-      if (parked === 0) {
-        throw new HudProtocolError(ErrorCode.INVALID_REQUEST, "no task in progress");
-      }
-      // Adopting someone else's task is only for connections that proved
-      // they hold the token; without auth, anyone could grade it.
-      if (this.#verifier === null) {
-        throw new HudProtocolError(
-          ErrorCode.INVALID_REQUEST,
-          `no task in progress (${parked} parked; adopting a parked task needs an authenticated server: resume yours with hello {"session_id": ...})`,
-        );
-      }
-      // Counts only: which sessions are parked is for their owners to know.
-      if (parked > 1) {
-        throw new HudProtocolError(
-          ErrorCode.INVALID_REQUEST,
-          `${parked} parked sessions hold a task; resume yours with hello {"session_id": ...} before grading`,
-        );
-      }
-      const owner: Session = this.#parked.values().next().value!;
-      task = owner.task!;
-      owner.task = null;
-      clearTimeout(owner.expiry);
-      this.#parked.delete(owner);
-      this.#sessions.delete(owner.id);
-    }
-    return await task.grade(params.answer);
-  }
-
-  async #tunnel(
-    conn: Deno.Conn,
-    request: Record<string, unknown>,
-    reader: LineReader,
-  ): Promise<void> {
-    const id = request.id ?? null;
-    const params = isRecord(request.params) ? request.params : {};
-    const name = params.capability;
-    const fail = (code: number, message: string) =>
-      this.#send(conn, id, { error: new HudProtocolError(code, message) });
-    if (typeof name !== "string") {
-      return await fail(ErrorCode.INVALID_PARAMS, "capability must be a string");
-    }
-    const capability: Capability | undefined = this.#env.capability(name);
-    if (capability === undefined) {
-      return await fail(ErrorCode.SERVER_ERROR, `unknown capability: ${name}`);
-    }
-    const handler: CapabilityHandler | undefined = this.#env.capabilityHandler(name);
-    if (handler !== undefined) {
-      // Served in this process: no dialling, no port of its own.
-      await this.#send(conn, id, { result: { capability: name } });
-      await handler.attach(conn, reader.takeBuffered());
-      return;
-    }
-    const target = parseHostPort(capability.url);
-    if (target === null || target.port === null) {
-      return await fail(ErrorCode.INVALID_PARAMS, `capability ${name} has no host:port in its url`);
-    }
-    let backend: Deno.TcpConn;
-    try {
-      backend = await Deno.connect({ hostname: target.hostname, port: target.port });
-    } catch (err) {
-      return await fail(
-        ErrorCode.SERVER_ERROR,
-        `cannot reach capability ${name}: ${(err as Error).message}`,
-      );
-    }
-    this.#conns.set(backend, undefined);
-    try {
-      await this.#send(conn, id, { result: { capability: name } });
-      await splice(conn, backend, reader.takeBuffered());
-    } finally {
-      this.#conns.delete(backend);
-      closeQuietly(backend);
-    }
+    c.channel ??= this.#dispatcher.open();
+    const reply = await c.channel.handle(request);
+    if (reply !== null) await send(conn, reply);
+    return !c.channel.ended;
   }
 }
 

@@ -18,6 +18,7 @@ const LAYERS: readonly (readonly string[])[] = [
   ["_internal/"],
   ["schema.ts", "capability.ts", "env.ts"],
   ["ssh/", "filetracking/", "mcp/", "cdp/"],
+  ["_server/"],
   ["server.ts", "client.ts"],
   ["workspace/", "runtime/"],
   ["eval/"],

@@ -645,8 +645,8 @@ Deno.test("bind() compares tokens in constant time", async (t) => {
       assert.equal(verifier.verify(w), false, String(w));
     }
   });
-  await t.step("server.ts checks tokens only through TokenVerifier", async () => {
-    const source = await Deno.readTextFile(new URL("../server.ts", import.meta.url));
+  await t.step("the server checks tokens only through TokenVerifier", async () => {
+    const source = await Deno.readTextFile(new URL("../_server/admission.ts", import.meta.url));
     assert.match(source, /this\.#verifier\.verify\(params\.token\)/);
     // Comparing with null or undefined (is there a token?) is fine; with a value is not.
     const compared = /token\s*[!=]==\s*(?!\s|null\b|undefined\b)|[!=]==\s*[\w.#]*token\b/i;
@@ -666,7 +666,7 @@ Deno.test("bind() session ids carry 128 random bits and never appear in errors",
     ids.add(id);
   }
   assert.equal(ids.size, 20);
-  const source = await Deno.readTextFile(new URL("../server.ts", import.meta.url));
+  const source = await Deno.readTextFile(new URL("../_server/sessions.ts", import.meta.url));
   assert.match(source, /crypto\.getRandomValues\(new Uint8Array\(16\)\)/);
   // A parked session's id shows up in no error, to anyone.
   const owner = await RawPeer.login(server);
