@@ -94,7 +94,14 @@ export {
   string,
   withDefault,
 } from "./schema.ts";
-export { ConnectionClosedError, ErrorCode, HudProtocolError, NotReadyError } from "./errors.ts";
+export {
+  ConnectionClosedError,
+  ErrorCode,
+  HudProtocolError,
+  NotReadyError,
+  ProtocolViolationError,
+  TaskError,
+} from "./errors.ts";
 export {
   bind,
   type BindOptions,
