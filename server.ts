@@ -610,6 +610,8 @@ export interface ServeOptions extends BindOptions {
    * `HUD_SERVE_TOKEN=<token>` when the token was generated here (given
    * through `token` or `HUD_SERVE_TOKEN`, it is never repeated). This is
    * the channel to the parent process; nothing else ever shows the token.
+   * Pass `() => {}` to announce nothing (a server for this process's own
+   * use), as with `Deno.serve`'s `onListen`.
    * @default standard output
    */
   announce?: (line: string) => void;
@@ -621,16 +623,26 @@ export interface ServeOptions extends BindOptions {
 }
 
 /**
- * Runs the environment's initialize hooks, binds the control port, prints
- * `HUD_SERVE_PORT=<port>` (after `HUD_SERVE_TOKEN=<token>` when it generated
- * the token), and serves until SIGINT/SIGTERM, the signal, or
- * the handle stops it; then closes the listener and connections, cancels
- * held tasks and runs the shutdown hooks in reverse order.
+ * The serve lifecycle, the one every way of serving an environment in this
+ * process goes through (`serve` in a program, the command line's `serve`,
+ * `LocalRuntime`): runs the environment's initialize hooks, binds the
+ * control port, announces `HUD_SERVE_PORT=<port>` (after
+ * `HUD_SERVE_TOKEN=<token>` when it generated the token), and serves until
+ * SIGINT/SIGTERM, the signal, or the handle stops it; then closes the
+ * listener and connections, cancels held tasks and runs the shutdown hooks
+ * in reverse order.
  *
- * @returns the server handle; its `finished` resolves after the shutdown hooks
+ * An initialize hook that fails has the shutdown hooks run and its error
+ * thrown. The signal aborting while the hooks run binds nothing: once they
+ * settle, the shutdown hooks run and the signal's reason is thrown.
+ *
+ * @returns the server handle; its `finished` resolves after the shutdown
+ *   hooks (whose errors go to `onError`)
+ * @throws the signal's reason, a hook's error, or what {@linkcode bind} throws
  */
 export async function serve(env: Environment, options: ServeOptions = {}): Promise<HudServer> {
-  if (options.signal?.aborted) throw options.signal.reason;
+  const signal = options.signal;
+  signal?.throwIfAborted();
   // Resolve the token before the hooks run, so that a bad one fails fast.
   const auth = options.auth ?? true;
   const given = auth ? givenToken(options) : null;
@@ -638,9 +650,10 @@ export async function serve(env: Environment, options: ServeOptions = {}): Promi
   await env.start();
   let server: HudServer;
   try {
+    signal?.throwIfAborted();
     server = bind(env, { ...options, token });
   } catch (err) {
-    await env.stop().catch(() => {});
+    await env.stop().catch((stopErr) => options.onError?.(stopErr));
     throw err;
   }
   // Listen for signals before announcing: a parent may stop us as soon as
