@@ -26,6 +26,7 @@ import {
   showValue,
 } from "./schema.ts";
 import { errorMessage, isRecord } from "./_internal/util.ts";
+import { stringifyJson } from "./_internal/framing.ts";
 
 /** A task row: which template of which environment, with which arguments. */
 export interface TaskRow {
@@ -354,7 +355,7 @@ export class ActiveTask {
   #answerFor(answer: unknown): unknown {
     const returns = this.#template.returns;
     if (returns === undefined) return answer;
-    const raw = typeof answer === "string" ? answer : JSON.stringify(answer ?? null);
+    const raw = typeof answer === "string" ? answer : stringifyJson(answer ?? null);
     let content: unknown = answer;
     if (!returns.accepts(answer)) {
       const coerced = returns.coerce(answer);

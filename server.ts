@@ -336,7 +336,6 @@ class ControlServer implements HudServer {
       parkedTtl: options.parkedTtl ?? DEFAULT_PARKED_TTL_MS,
       maxParked: options.maxParked ?? DEFAULT_MAX_PARKED,
       onError: this.#onError,
-      adoption: token !== null,
     });
     this.#maxFrame = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
     this.#shutdownTimeout = options.shutdownTimeout ?? 10_000;

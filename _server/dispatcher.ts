@@ -36,21 +36,33 @@ export function toWireError(err: unknown): WireError {
 }
 
 /** Options of a {@linkcode ControlDispatcher}. */
-export interface ControlDispatcherOptions extends SessionRegistryOptions {
-  /**
-   * Whether a `tasks.grade` from a session with no task may grade the lone
-   * parked task.
-   */
-  adoption: boolean;
-}
+export type ControlDispatcherOptions = SessionRegistryOptions;
 
 /** What a method sees: the environment, the registry, its channel's session. */
 interface Context {
   readonly env: Environment;
   readonly sessions: SessionRegistry;
-  readonly adoption: boolean;
   session: Session;
   ended: boolean;
+}
+
+/**
+ * Whether Python reads `value` as false (`None`, `False`, `0`, `""`, `[]`,
+ * `{}`): HUD's server takes `params` and `args` that are so as `{}`.
+ */
+function pyFalsy(value: unknown): boolean {
+  if (value === undefined || value === null || value === false || value === 0 || value === 0n) {
+    return true;
+  }
+  if (value === "") return true;
+  if (Array.isArray(value)) return value.length === 0;
+  return isRecord(value) && Object.keys(value).length === 0;
+}
+
+/** A method name as HUD's server shows it in "method not found". */
+function showMethod(method: unknown): string {
+  if (typeof method === "string") return method;
+  return typeof method === "object" && method !== null ? JSON.stringify(method) : String(method);
 }
 
 type Method = (
@@ -87,33 +99,25 @@ const METHODS: ReadonlyMap<string, Method> = new Map<string, Method>([
     if (typeof id !== "string") {
       throw new HudProtocolError(ErrorCode.INVALID_PARAMS, "id must be a string");
     }
-    const args = params.args ?? {};
+    const args = pyFalsy(params.args) ? {} : params.args;
     if (!isRecord(args)) {
       throw new HudProtocolError(ErrorCode.INVALID_PARAMS, "args must be an object");
     }
+    // As HUD's server: the held task goes first, even when the id names no
+    // template (so it cannot be graded after a failed restart).
+    await cancelHeld(c);
     if (!c.env.hasTemplate(id)) {
       throw new HudProtocolError(ErrorCode.INVALID_PARAMS, `unknown task: ${id}`);
     }
     c.sessions.checkRoomFor(id);
-    await cancelHeld(c);
     const task = await c.env.startTask(id, args);
     await c.sessions.hold(c.session, task);
     return task.prompt;
   }],
   ["tasks.grade", async (c, params) => {
-    let task = c.sessions.take(c.session);
-    if (task === null) {
-      const parked = c.sessions.parkedCount;
-      // Adopting someone else's task is only for connections that proved
-      // they hold the token; without auth, anyone could grade it.
-      if (parked > 0 && !c.adoption) {
-        throw new HudProtocolError(
-          ErrorCode.INVALID_REQUEST,
-          `no task in progress (${parked} parked; adopting a parked task needs an authenticated server: resume yours with hello {"session_id": ...})`,
-        );
-      }
-      task = c.sessions.adopt();
-    }
+    // No task of its own: the lone parked one (HUD's "start here, grade
+    // from another process" flow), with or without authentication.
+    const task = c.sessions.take(c.session) ?? c.sessions.adopt();
     return await task.grade(params.answer);
   }],
   ["tasks.cancel", async (c) => {
@@ -134,12 +138,10 @@ const METHODS: ReadonlyMap<string, Method> = new Map<string, Method>([
 export class ControlDispatcher {
   readonly #env: Environment;
   readonly #sessions: SessionRegistry;
-  readonly #adoption: boolean;
 
   constructor(env: Environment, options: ControlDispatcherOptions) {
     this.#env = env;
     this.#sessions = new SessionRegistry(options);
-    this.#adoption = options.adoption;
   }
 
   /** The session registry (counts, shutdown). */
@@ -152,7 +154,6 @@ export class ControlDispatcher {
     return new ControlChannel({
       env: this.#env,
       sessions: this.#sessions,
-      adoption: this.#adoption,
       session: this.#sessions.open(),
       ended: false,
     });
@@ -182,7 +183,8 @@ export class ControlChannel {
 
   /**
    * Runs one request. Returns its reply, or `null` for a notification (a
-   * request without an `id` member), which is run all the same.
+   * request whose `id` is absent or `null`, as HUD's server reads it),
+   * which is run all the same.
    */
   async handle(request: Record<string, unknown>): Promise<Reply | null> {
     let reply: Reply;
@@ -192,7 +194,7 @@ export class ControlChannel {
     } catch (err) {
       reply = { jsonrpc: "2.0", id, error: toWireError(err) };
     }
-    return "id" in request ? reply : null;
+    return id === null ? null : reply;
   }
 
   /** The connection is gone: park the session's task, or forget the session. */
@@ -203,20 +205,17 @@ export class ControlChannel {
   #run(
     request: Record<string, unknown>,
   ): Record<string, unknown> | Promise<Record<string, unknown>> {
-    const method = request.method;
-    if (method !== undefined && typeof method !== "string") {
+    const method = request.method ?? "";
+    const params = pyFalsy(request.params) ? {} : request.params;
+    const run = typeof method === "string" ? METHODS.get(method) : undefined;
+    if (run === undefined) {
       throw new HudProtocolError(
-        ErrorCode.INVALID_REQUEST,
-        "invalid request: method must be a string",
+        ErrorCode.METHOD_NOT_FOUND,
+        `method not found: ${showMethod(method)}`,
       );
     }
-    const params = request.params ?? {};
     if (!isRecord(params)) {
       throw new HudProtocolError(ErrorCode.INVALID_PARAMS, "params must be an object");
-    }
-    const run = METHODS.get(method ?? "");
-    if (run === undefined) {
-      throw new HudProtocolError(ErrorCode.METHOD_NOT_FOUND, `method not found: ${method ?? ""}`);
     }
     return run(this.#c, params);
   }

@@ -1,7 +1,7 @@
 // From a frame to a request object, or to the error reply a bad frame gets.
 
 import { ErrorCode } from "../errors.ts";
-import { type LineResult, parseLine } from "../_internal/framing.ts";
+import { type LineResult, parseLine, peekId } from "../_internal/framing.ts";
 import { errorMessage, isRecord } from "../_internal/util.ts";
 import { errorReply, type Reply } from "./dispatcher.ts";
 
@@ -23,17 +23,26 @@ export type ParsedFrame =
   | { request: Record<string, unknown> }
   | { error: Reply; fatal: boolean };
 
-/** Parses one frame from the line reader. */
+/** How the server reads a request: as HUD's server (Python's `json`) does. */
+const PARSE = { exactIntegers: true, nonFinite: true } as const;
+
+/**
+ * Parses one frame from the line reader. Integers beyond ±(2^53−1) stay
+ * exact (`bigint`), Python's `NaN`/`Infinity` tokens are read, and an
+ * error reply carries the request's id whenever it can be read from the
+ * frame (`null` otherwise).
+ */
 export function parseRequest(frame: LineResult, limits: FrameLimits): ParsedFrame {
   if (frame.kind === "oversized") {
+    const id = peekId(frame.head) ?? null;
     const error = frame.overBudget
       ? errorReply(
-        null,
+        id,
         ErrorCode.LIMIT_EXCEEDED,
         `frame refused: unfinished frames across connections would exceed the server's limit of ${limits.maxBufferedBytes} bytes; send it again later`,
       )
       : errorReply(
-        null,
+        id,
         ErrorCode.INVALID_REQUEST,
         `frame exceeds the limit of ${limits.maxFrameBytes} bytes`,
       );
@@ -41,11 +50,12 @@ export function parseRequest(frame: LineResult, limits: FrameLimits): ParsedFram
   }
   let value: unknown;
   try {
-    value = parseLine(frame.line, limits.maxJsonDepth);
+    value = parseLine(frame.line, limits.maxJsonDepth, PARSE);
   } catch (err) {
+    const id = peekId(frame.line) ?? null;
     const error = err instanceof RangeError
-      ? errorReply(null, ErrorCode.INVALID_REQUEST, err.message)
-      : errorReply(null, ErrorCode.PARSE_ERROR, `parse error: ${errorMessage(err)}`);
+      ? errorReply(id, ErrorCode.INVALID_REQUEST, err.message)
+      : errorReply(id, ErrorCode.PARSE_ERROR, `parse error: ${errorMessage(err)}`);
     return { error, fatal: false };
   }
   if (!isRecord(value)) {

@@ -56,7 +56,9 @@ export interface TunnelHost {
 /**
  * Serves a capability stream: reaches the target, replies, then copies
  * bytes both ways until both directions end (`head` first: bytes that came
- * with the preface). Error replies end the stream.
+ * with the preface). Error replies end the stream. A preface without an id
+ * (or with id `null`) gets no reply line, as from HUD's server: the bytes
+ * start at once, and a refusal is only the close.
  */
 export async function runTunnel(
   conn: Deno.Conn,
@@ -65,12 +67,13 @@ export async function runTunnel(
   head: () => Uint8Array,
   host: TunnelHost,
 ): Promise<void> {
-  if ("error" in target) return await host.send(target.error);
   const id = request.id ?? null;
+  const answer = (reply: Reply) => id === null ? Promise.resolve() : host.send(reply);
+  if ("error" in target) return await answer(target.error);
   const ok: Reply = { jsonrpc: "2.0", id, result: { capability: target.name } };
   if ("handler" in target) {
     // Served in this process: no dialling, no port of its own.
-    await host.send(ok);
+    await answer(ok);
     await target.handler.attach(conn, head());
     return;
   }
@@ -78,7 +81,7 @@ export async function runTunnel(
   try {
     backend = await Deno.connect({ hostname: target.hostname, port: target.port });
   } catch (err) {
-    return await host.send(
+    return await answer(
       errorReply(
         id,
         ErrorCode.SERVER_ERROR,
@@ -88,7 +91,7 @@ export async function runTunnel(
   }
   const untrack = host.track(backend);
   try {
-    await host.send(ok);
+    await answer(ok);
     await splice(conn, backend, head());
   } finally {
     untrack();

@@ -4,9 +4,18 @@
 // socket, in tests/_server/dispatcher_test.ts.
 
 import assert from "node:assert/strict";
-import { bind, Capability, connect, Environment, serve } from "../mod.ts";
+import { any, bind, Capability, connect, Environment, integer, serve } from "../mod.ts";
 import { isRecord } from "../_internal/util.ts";
 import { demoEnv, echoServer, type Journal, RawPeer, waitFor } from "./_helpers.ts";
+import { testSignal, waitingFor } from "./_deadline.ts";
+
+// The interpreter itself, not pyenv's launcher scripts (slow to start).
+const python = await new Deno.Command("python3", {
+  args: ["-c", "import sys; print(sys.executable)"],
+  stdout: "piped",
+  stderr: "null",
+  signal: AbortSignal.timeout(30_000),
+}).output().then((o) => o.success ? new TextDecoder().decode(o.stdout).trim() : "", () => "");
 
 /** The error of a reply frame. */
 function errorOf(reply: Record<string, unknown> | null): { code: number; message: string } {
@@ -139,6 +148,76 @@ Deno.test("bind() parks the task of a dropped connection; a new connection resum
   assert.equal(resultOf(await second.call("hello", { session_id: sid })).session_id, sid);
   assert.deepEqual(resultOf(await second.call("tasks.grade", { answer: 7 })), { score: 1 });
   assert.deepEqual(journal.events, ["start add 5", "finally add 5"], "nothing was cancelled");
+});
+
+Deno.test({
+  name: "bind() with auth: false serves HUD's client at the edges of the wire (issue 24)",
+  ignore: !python,
+  async fn() {
+    const echo = echoServer();
+    const env = new Environment("edges", {
+      capabilities: [
+        new Capability({ name: "echo", protocol: "tcp/1", url: `tcp://127.0.0.1:${echo.port}` }),
+      ],
+    });
+    env.template({ id: "add", args: { a: integer() } }, async function* ({ a }) {
+      const answer = yield `add:${a}`;
+      yield Number(answer) === a + 2 ? 1 : 0;
+    });
+    env.template({ id: "exact", args: { n: any() } }, async function* ({ n }) {
+      const answer = yield { prompt: n };
+      yield { score: 1, content: answer };
+    });
+    env.template({ id: "noargs" }, async function* () {
+      yield "no args";
+      yield 1;
+    });
+    await using server = bind(env, { auth: false });
+    try {
+      const script = new URL("./fixtures/py_hud_edges.py", import.meta.url).pathname;
+      const { code, stdout, stderr } = await waitingFor(
+        "the Python client to finish",
+        new Deno.Command(python, {
+          args: ["-I", "-S", script, String(server.addr.port)],
+          stdout: "piped",
+          stderr: "piped",
+          signal: testSignal(),
+        }).output(),
+      );
+      assert.equal(code, 0, new TextDecoder().decode(stderr));
+      const steps = new TextDecoder().decode(stdout).trim().split("\n").map((l) => JSON.parse(l));
+      const range = "must be an integer from -9007199254740991 to 9007199254740991";
+      assert.deepEqual(steps, [
+        ["start unknown", { code: -32602, message: "unknown task: nope" }],
+        ["grade after it", { code: -32600, message: "no task in progress" }],
+        ["big id and prompt", [true, true]],
+        ["big answer", true],
+        ["big integer() argument", {
+          code: -32000,
+          message: `Cannot start task "add": argument "a" ${range}, got 1152921504606846977`,
+        }],
+        ["NaN argument", {
+          code: -32000,
+          message: 'Cannot start task "add": argument "a" must be an integer, got NaN',
+        }],
+        ["deep params", {
+          code: -32600,
+          message: "frame nests arrays and objects deeper than the limit of 64",
+        }],
+        ["id null is a notification", { cancelled: true }],
+        ["method 7", { code: -32601, message: "method not found: 7" }],
+        ["args []", { prompt: "no args" }],
+        ["args 0", { prompt: "no args" }],
+        ["args false", { prompt: "no args" }],
+        ['args ""', { prompt: "no args" }],
+        ["params []", true],
+        ["adopted grade", { score: 1 }],
+        ["tunnel without id", "raw"],
+      ]);
+    } finally {
+      await echo.close();
+    }
+  },
 });
 
 Deno.test("bind() with auth: false takes any first frame, without a token", async () => {

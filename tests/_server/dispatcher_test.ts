@@ -22,7 +22,6 @@ function dispatcherFor(
     parkedTtl: 60_000,
     maxParked: 10_000,
     onError: () => {},
-    adoption: true,
     ...options,
   });
   return Object.assign(d, {
@@ -44,13 +43,17 @@ async function call(channel: ControlChannel, method: string, params?: unknown): 
   return reply;
 }
 
-function resultOf(reply: Reply): Record<string, unknown> {
-  if (!("result" in reply)) return assert.fail(`expected a result, got ${JSON.stringify(reply)}`);
+function resultOf(reply: Reply | null): Record<string, unknown> {
+  if (reply === null || !("result" in reply)) {
+    return assert.fail(`expected a result, got ${JSON.stringify(reply)}`);
+  }
   return reply.result;
 }
 
-function errorOf(reply: Reply): WireError {
-  if (!("error" in reply)) return assert.fail(`expected an error, got ${JSON.stringify(reply)}`);
+function errorOf(reply: Reply | null): WireError {
+  if (reply === null || !("error" in reply)) {
+    return assert.fail(`expected an error, got ${JSON.stringify(reply)}`);
+  }
   return reply.error;
 }
 
@@ -108,6 +111,21 @@ Deno.test("ControlChannel answers every method of the protocol table", async (t)
     });
     assert.ok(!journal.events.some((e) => e.startsWith("start")), "no task code ran");
   });
+  await t.step(
+    "tasks.start cancels the held task first, then looks the id up (as HUD)",
+    async () => {
+      await call(ch, "tasks.start", { id: "add", args: { a: 60 } });
+      assert.deepEqual(errorOf(await call(ch, "tasks.start", { id: "nope" })), {
+        code: -32602,
+        message: "unknown task: nope",
+      });
+      assert.ok(journal.events.includes("finally add 60"), "the held task was cancelled");
+      assert.deepEqual(errorOf(await call(ch, "tasks.grade", { answer: 62 })), {
+        code: -32600,
+        message: "no task in progress",
+      });
+    },
+  );
   await t.step("start, grade, and a second grade", async () => {
     assert.deepEqual(
       await ch.handle({ id: 3, method: "tasks.start", params: { id: "add", args: { a: "3" } } }),
@@ -160,29 +178,55 @@ Deno.test("ControlChannel answers every method of the protocol table", async (t)
       error: { code: -32601, message: "method not found: " },
     });
   });
-  await t.step("params of the wrong type are -32602; null params mean {}", async () => {
-    assert.deepEqual(errorOf(await call(ch, "tasks.start", [1])), {
-      code: -32602,
-      message: "params must be an object",
-    });
-    assert.ok(resultOf(await call(ch, "tasks.list", null)));
+  await t.step("params or args that Python reads as false mean {}, as HUD's server", async () => {
+    for (const falsy of [null, false, 0, "", [], {}]) {
+      assert.ok(resultOf(await call(ch, "tasks.list", falsy)), JSON.stringify(falsy));
+      assert.deepEqual(
+        resultOf(await call(ch, "tasks.start", { id: "echo", args: falsy })).args,
+        {},
+        JSON.stringify(falsy),
+      );
+    }
+    await call(ch, "tasks.cancel");
   });
-  await t.step("a method that is not a string is -32600", async () => {
+  await t.step("other params that are not an object are -32602", async () => {
+    for (const params of [[1], 7, "x", true]) {
+      assert.deepEqual(errorOf(await call(ch, "tasks.start", params)), {
+        code: -32602,
+        message: "params must be an object",
+      });
+    }
+    assert.deepEqual(errorOf(await call(ch, "tasks.start", { id: "echo", args: [1] })), {
+      code: -32602,
+      message: "args must be an object",
+    });
+  });
+  await t.step("a method that is not a string is -32601, as HUD's server", async () => {
     assert.deepEqual(await ch.handle({ id: 7, method: 7 }), {
       jsonrpc: "2.0",
       id: 7,
-      error: { code: -32600, message: "invalid request: method must be a string" },
+      error: { code: -32601, message: "method not found: 7" },
     });
+    assert.deepEqual(errorOf(await call(ch, "x", undefined)), {
+      code: -32601,
+      message: "method not found: x",
+    });
+    assert.equal(errorOf(await ch.handle({ id: 8, method: ["hello"] })).code, -32601);
   });
-  await t.step("ids are echoed as given; id null is answered; notifications are run", async () => {
-    assert.equal((await ch.handle({ id: "abc", method: "hello" }))?.id, "abc");
-    assert.equal((await ch.handle({ id: null, method: "hello" }))?.id, null);
-    assert.equal(
-      await ch.handle({ method: "tasks.start", params: { id: "add", args: { a: 7 } } }),
-      null,
-    );
-    assert.deepEqual(resultOf(await call(ch, "tasks.grade", { answer: 9 })), { score: 1 });
-  });
+  await t.step(
+    "ids are echoed as given; id null or absent is a notification, run all the same",
+    async () => {
+      assert.equal((await ch.handle({ id: "abc", method: "hello" }))?.id, "abc");
+      assert.equal((await ch.handle({ id: 0, method: "hello" }))?.id, 0);
+      assert.equal(await ch.handle({ id: null, method: "hello" }), null);
+      assert.equal(await ch.handle({ id: null, method: "nope" }), null, "errors too");
+      assert.equal(
+        await ch.handle({ method: "tasks.start", params: { id: "add", args: { a: 7 } } }),
+        null,
+      );
+      assert.deepEqual(resultOf(await call(ch, "tasks.grade", { answer: 9 })), { score: 1 });
+    },
+  );
   await t.step("bye cancels the task, answers, and ends the channel", async () => {
     await call(ch, "tasks.start", { id: "add", args: { a: 11 } });
     assert.equal(ch.ended, false);
@@ -357,23 +401,6 @@ Deno.test("SessionRegistry parks, resumes and adopts tasks", async (t) => {
     grader.close();
     g2.close();
   });
-});
-
-Deno.test("SessionRegistry without adoption (auth off) refuses a plain grade of a parked task", async () => {
-  await using d = dispatcherFor(demoEnv(), { adoption: false });
-  const owner = d.open();
-  await call(owner, "tasks.start", { id: "add", args: { a: 5 } });
-  owner.close();
-  const thief = d.open();
-  const err = errorOf(await call(thief, "tasks.grade", { answer: 0 }));
-  assert.equal(err.code, -32600);
-  assert.equal(
-    err.message,
-    'no task in progress (1 parked; adopting a parked task needs an authenticated server: resume yours with hello {"session_id": ...})',
-  );
-  await call(thief, "hello", { session_id: owner.sessionId });
-  assert.deepEqual(resultOf(await call(thief, "tasks.grade", { answer: 7 })), { score: 1 });
-  thief.close();
 });
 
 Deno.test("SessionRegistry expires parked tasks and runs their finally blocks", async () => {

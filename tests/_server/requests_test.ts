@@ -51,7 +51,8 @@ Deno.test("parseRequest() turns frames into requests or the replies bad frames g
     assert.ok("request" in parseRequest(line(`{"a":"${"[".repeat(100)}"}`), limits));
   });
   await t.step("oversized frames end the stream, naming the limit", () => {
-    assert.deepEqual(parseRequest({ kind: "oversized", size: 5000 }, limits), {
+    const head = new TextEncoder().encode('{"jsonrpc":"2.0","method":"hello","params":{"pad":"xxx');
+    assert.deepEqual(parseRequest({ kind: "oversized", size: 5000, head }, limits), {
       error: {
         jsonrpc: "2.0",
         id: null,
@@ -59,9 +60,61 @@ Deno.test("parseRequest() turns frames into requests or the replies bad frames g
       },
       fatal: true,
     });
-    const over = parseRequest({ kind: "oversized", size: 900, overBudget: true }, limits);
+    const over = parseRequest({ kind: "oversized", size: 900, overBudget: true, head }, limits);
     assert.ok("error" in over && over.fatal && "error" in over.error);
     assert.equal(over.error.error.code, -32002);
     assert.match(over.error.error.message, /limit of 4096 bytes/);
+  });
+});
+
+Deno.test("parseRequest() reads numbers as HUD's server (Python's json) does", async (t) => {
+  await t.step("integers beyond 2^53 stay exact, in the id and in params", () => {
+    const parsed = parseRequest(
+      line(
+        '{"jsonrpc":"2.0","id":1152921504606846977,"method":"tasks.start","params":{"id":"t","args":{"n":1152921504606846977,"m":-9007199254740993,"s":9007199254740991,"f":1.5}}}',
+      ),
+      limits,
+    );
+    assert.deepEqual(parsed, {
+      request: {
+        jsonrpc: "2.0",
+        id: 1152921504606846977n,
+        method: "tasks.start",
+        params: {
+          id: "t",
+          args: { n: 1152921504606846977n, m: -9007199254740993n, s: 9007199254740991, f: 1.5 },
+        },
+      },
+    });
+  });
+  await t.step("NaN, Infinity and -Infinity, as Python's json.dumps writes them", () => {
+    assert.deepEqual(
+      parseRequest(line('{"id":4,"params":{"x":NaN,"y":[Infinity,-Infinity],"s":"NaN"}}'), limits),
+      { request: { id: 4, params: { x: NaN, y: [Infinity, -Infinity], s: "NaN" } } },
+    );
+  });
+});
+
+Deno.test("parseRequest() answers with the request's id whenever it can be read", async (t) => {
+  const idOf = (text: string) => errorOf(text).error.id;
+  await t.step("a frame nested too deep", () => {
+    assert.equal(idOf(`{"jsonrpc":"2.0","id":7,"params":${"[".repeat(70)}${"]".repeat(70)}}`), 7);
+  });
+  await t.step("JSON that breaks after the id", () => {
+    assert.equal(idOf('{"jsonrpc":"2.0","id":"x-1","method":"hello","params":{oops}}'), "x-1");
+    assert.equal(idOf('{"id":1152921504606846977,"method":nope}'), 1152921504606846977n);
+  });
+  await t.step("an oversized frame, from its first bytes", () => {
+    const head = new TextEncoder().encode(
+      '{"jsonrpc":"2.0","id":42,"method":"hello","params":{"p":"',
+    );
+    const parsed = parseRequest({ kind: "oversized", size: 5000, head }, limits);
+    assert.ok("error" in parsed);
+    assert.equal(parsed.error.id, 42);
+  });
+  await t.step("null when there is none to read", () => {
+    assert.equal(idOf("{not json"), null);
+    assert.equal(idOf('{"a":{"id":5},"x":oops}'), null, "a nested id is not the request's");
+    assert.equal(idOf('{"method":"x","id":{"a":1},"p":oops}'), null);
   });
 });
