@@ -383,7 +383,8 @@ Options:
   --parked-ttl SECONDS  how long a parked task waits for its grader
                         (default: 3600)
   --max-parked N        most tasks parked at once (default: 10000)
-  --max-connections N   most connections at once (default: 1024)
+  --max-connections N   most connections at once (default: the open-files
+                        limit less a reserve)
   -h, --help            show this help
 `,
   async run(args, io) {

@@ -29,6 +29,7 @@ import {
   LineReader,
   type LineResult,
   MAX_JSON_DEPTH,
+  peekId,
 } from "./_internal/framing.ts";
 import { closeQuietly, isPeerGone, openFileLimit, writeAll } from "./_internal/io.ts";
 import { settleWithin } from "./_internal/async.ts";
@@ -49,8 +50,17 @@ export const DEFAULT_MAX_FRAME_BYTES: number = 16 * 1024 * 1024;
 export const DEFAULT_PARKED_TTL_MS: number = 60 * 60 * 1000;
 /** Default cap on parked tasks. */
 export const DEFAULT_MAX_PARKED: number = 10_000;
-/** Default cap on connections (further capped to a quarter of the descriptor limit). */
-export const DEFAULT_MAX_CONNECTIONS: number = 1024;
+/**
+ * Cap on connections when the open-files limit cannot be read (reading
+ * `/proc/self/limits` needs `--allow-all`); otherwise the cap follows the
+ * limit, see {@linkcode defaultMaxConnections}.
+ */
+export const DEFAULT_MAX_CONNECTIONS: number = 10_000;
+/**
+ * Default cap on connections that have not sent their first frame (with
+ * authentication: that have not authenticated), a pool of their own.
+ */
+export const DEFAULT_MAX_PENDING_CONNECTIONS: number = 1024;
 /** Default time a new connection has to send its first complete frame: 10 s. */
 export const DEFAULT_FIRST_FRAME_TIMEOUT_MS: number = 10_000;
 /**
@@ -91,13 +101,24 @@ export interface BindOptions {
   insecureListen?: boolean;
   /**
    * Most connections (control sessions, tunnels, and each tunnel's backend
-   * connection) held at once; one more is accepted, told so in one error
-   * line, and closed. The default also stays under a quarter of the
-   * process's open-file limit, so that descriptors remain for everything
-   * else this process serves.
-   * @default 1024
+   * connection) held at once; one more is accepted, answered with one error
+   * (`-32002`, with its first request's id when it sends one promptly), and
+   * closed. By default the cap follows what the process can hold: the
+   * open-files limit (which Deno raises to the hard limit as it starts)
+   * less a reserve for everything else the process does.
+   * @default the open-files limit less a quarter of it (at least 128, at most 1024 descriptors)
    */
   maxConnections?: number;
+  /**
+   * Most connections that have not sent their first frame (with
+   * authentication: that have not shown the token) held at once, within
+   * `maxConnections`. When this pool is full, the oldest of them that has
+   * waited half the `firstFrameTimeout` is closed to make room; at the whole cap, the oldest of them: connections that have
+   * spoken are never refused because of them. Each also has
+   * `firstFrameTimeout`.
+   * @default 1024, and at most a quarter of maxConnections
+   */
+  maxPendingConnections?: number;
   /**
    * Bytes of unfinished frames buffered across all connections; a frame
    * that would need more gets `-32002` and its connection is closed.
@@ -222,9 +243,45 @@ async function drainAndClose(conn: Deno.Conn): Promise<void> {
   }
 }
 
+/**
+ * The id of the first request on `conn` if a complete one comes within `ms`
+ * (read into a small buffer), else `null`.
+ */
+async function firstRequestId(conn: Deno.Conn, ms: number): Promise<unknown> {
+  const reader = new LineReader(conn, 4096, undefined, 256);
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<null>((resolve) => timer = setTimeout(() => resolve(null), ms));
+  try {
+    const frame = await Promise.race([reader.read(), late]);
+    if (frame === null) return null;
+    return peekId(frame.kind === "line" ? frame.line : frame.head) ?? null;
+  } catch {
+    return null;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 async function send(conn: Deno.Conn, reply: Reply): Promise<void> {
   await writeAll(conn, encodeFrame(reply));
 }
+
+/**
+ * The default connection cap for an open-files limit of `fds` (`null`:
+ * unknown): the limit less a reserve of a quarter of it, at least 128 and
+ * at most 1024 descriptors, for listeners, files, child processes and the
+ * connections being refused.
+ */
+export function defaultMaxConnections(fds: number | null): number {
+  if (fds === null) return DEFAULT_MAX_CONNECTIONS;
+  const reserve = Math.min(1024, Math.max(128, Math.floor(fds / 4)));
+  return Math.max(16, fds - reserve);
+}
+
+/** Refusals that read the first frame (for its id) at once; beyond, they get `id: null`. */
+const MAX_REFUSALS_READING = 32;
+/** How long a refused connection has to send its first frame. */
+const REFUSAL_READ_MS = 1000;
 
 function checkPositive(name: string, value: number | undefined): void {
   if (value !== undefined && (!Number.isFinite(value) || value <= 0)) {
@@ -265,6 +322,7 @@ export function bind(env: Environment, options: BindOptions = {}): HudServer {
       "parkedTtl",
       "shutdownTimeout",
       "maxConnections",
+      "maxPendingConnections",
       "maxBufferedBytes",
       "maxJsonDepth",
       "firstFrameTimeout",
@@ -306,6 +364,11 @@ class ControlServer implements HudServer {
   readonly #maxFrame: number;
   readonly #shutdownTimeout: number;
   readonly #maxConnections: number;
+  readonly #maxPending: number;
+  /** How long a connection waits for its first frame before its pool may close it. */
+  readonly #pendingGrace: number;
+  /** Refused connections whose first frame is being read, for the id. */
+  #refusalsReading = 0;
   readonly #budget: ByteBudget;
   readonly #maxDepth: number;
   readonly #deadlines: FirstFrameDeadlines<Deno.Conn>;
@@ -339,13 +402,14 @@ class ControlServer implements HudServer {
     });
     this.#maxFrame = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
     this.#shutdownTimeout = options.shutdownTimeout ?? 10_000;
-    const fds = openFileLimit();
-    this.#maxConnections = options.maxConnections ??
-      (fds === null
-        ? DEFAULT_MAX_CONNECTIONS
-        : Math.max(16, Math.min(DEFAULT_MAX_CONNECTIONS, Math.floor(fds / 4))));
+    this.#maxConnections = options.maxConnections ?? defaultMaxConnections(openFileLimit());
+    this.#maxPending = options.maxPendingConnections ??
+      Math.max(1, Math.min(DEFAULT_MAX_PENDING_CONNECTIONS, Math.floor(this.#maxConnections / 4)));
     this.#budget = new ByteBudget(options.maxBufferedBytes ?? 4 * this.#maxFrame);
     this.#maxDepth = options.maxJsonDepth ?? MAX_JSON_DEPTH;
+    // Half the first-frame time: long enough for a loaded server to read
+    // the first frames of a burst of clients (each sends it at once).
+    this.#pendingGrace = (options.firstFrameTimeout ?? DEFAULT_FIRST_FRAME_TIMEOUT_MS) / 2;
     this.#deadlines = new FirstFrameDeadlines(
       options.firstFrameTimeout ?? DEFAULT_FIRST_FRAME_TIMEOUT_MS,
       (conn) => this.#expired(conn),
@@ -453,7 +517,13 @@ class ControlServer implements HudServer {
         closeQuietly(conn);
         return;
       }
-      if (this.#conns.size >= this.#maxConnections) {
+      // Connections that have not spoken make room for new ones, oldest
+      // first: a stranger's idle connections never lock out the token
+      // holder, who speaks at once. Over their own cap, only those that
+      // have waited a while go (a burst of clients connecting at once all
+      // count as waiting for a moment); at the whole cap, the oldest goes.
+      if (this.#deadlines.size >= this.#maxPending) this.#evictOldestPending(this.#pendingGrace);
+      if (this.#conns.size >= this.#maxConnections && !this.#evictOldestPending(0)) {
         this.#refuse(conn);
         continue;
       }
@@ -466,7 +536,30 @@ class ControlServer implements HudServer {
     }
   }
 
-  /** Over the connection cap: one error line, then close. */
+  /**
+   * Closes the connection that has waited longest for its first frame, to
+   * make room, if it has waited `minWait` ms; `false` when none has.
+   */
+  #evictOldestPending(minWait: number): boolean {
+    const conn = this.#deadlines.takeOldest(minWait);
+    if (conn === undefined) return false;
+    const reply = errorReply(
+      null,
+      ErrorCode.LIMIT_EXCEEDED,
+      "too many connections waiting for their first frame; closed the oldest (this one)",
+    );
+    send(conn, reply).catch(() => {}).finally(() => closeQuietly(conn));
+    // Its handler's pending read ends with the close; the slot is free now.
+    this.#conns.delete(conn);
+    return true;
+  }
+
+  /**
+   * Over the connection cap: one error, then close. The error carries the
+   * id of the connection's first request when it comes within a second (a
+   * HUD client sends its `hello` at once, and drops a connection whose reply
+   * id does not match); refusals beyond a few at once get `id: null`.
+   */
   #refuse(conn: Deno.Conn): void {
     if (!this.#full) {
       this.#full = true;
@@ -476,19 +569,21 @@ class ControlServer implements HudServer {
         ),
       );
     }
-    const frame = encodeFrame(errorReply(
-      null,
-      ErrorCode.LIMIT_EXCEEDED,
-      `too many connections: the server holds its limit of ${this.#maxConnections}; try again later`,
-    ));
-    // A fresh socket's send buffer takes one short line without waiting; a
-    // peer that does not read cannot hold this up for long either.
-    const timer = setTimeout(() => closeQuietly(conn), 1000);
-    const done = conn.write(frame).catch(() => 0).finally(() => {
+    const message =
+      `too many connections: the server holds its limit of ${this.#maxConnections}; try again later`;
+    const reading = this.#refusalsReading < MAX_REFUSALS_READING;
+    if (reading) this.#refusalsReading++;
+    // Bounded in time: a peer that neither speaks nor reads cannot hold it.
+    const timer = setTimeout(() => closeQuietly(conn), REFUSAL_READ_MS + 1000);
+    const done = (async () => {
+      const id = reading ? await firstRequestId(conn, REFUSAL_READ_MS) : null;
+      await writeAll(conn, encodeFrame(errorReply(id, ErrorCode.LIMIT_EXCEEDED, message)));
+    })().catch(() => {}).finally(() => {
+      if (reading) this.#refusalsReading--;
       clearTimeout(timer);
       closeQuietly(conn);
       this.#handlers.delete(done);
-    }).then(() => {});
+    });
     this.#handlers.add(done);
   }
 

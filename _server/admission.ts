@@ -92,6 +92,19 @@ export class FirstFrameDeadlines<K> {
     return true;
   }
 
+  /**
+   * Ends the deadline of the connection that has waited longest, if it has
+   * waited at least `minWait` ms, and returns it.
+   */
+  takeOldest(minWait = 0): K | undefined {
+    const first = this.#deadlines.entries().next();
+    if (first.done) return undefined;
+    const [oldest, deadline] = first.value;
+    if (Date.now() - (deadline - this.#ms) < minWait) return undefined;
+    this.arrived(oldest);
+    return oldest;
+  }
+
   /** Forgets every deadline and stops the timer. */
   clear(): void {
     clearTimeout(this.#timer);

@@ -630,26 +630,36 @@ Deno.test("bind() refuses auth: false on a non-loopback address without insecure
   assert.throws(() => bind(demoEnv(), { token: "short" }), /at least 32 characters/);
 });
 
-Deno.test("bind() caps connections: one more gets one error line and is closed", async () => {
+Deno.test("bind() caps connections: one more gets one error, with its request's id, and is closed", async () => {
   const errors: unknown[] = [];
   await using server = bind(demoEnv(), { maxConnections: 8, onError: (e) => errors.push(e) });
-  // Idle connections (the observation: 1,088 of them, never closed), scaled down.
-  const idle = await Promise.all(
-    Array.from(
-      { length: 8 },
-      () => Deno.connect({ hostname: "127.0.0.1", port: server.addr.port }),
-    ),
-  );
+  // Sessions that hold their connections (the observation: 1,100 HUD
+  // clients against a cap of 1,024), scaled down.
+  const held = await Promise.all(Array.from({ length: 8 }, () => RawPeer.login(server)));
   try {
-    const out = await exchange(server.addr.port, "");
+    // HUD's client sends its hello at once and drops a connection whose
+    // reply carries another id: the refusal answers that id.
+    const out = await exchange(
+      server.addr.port,
+      JSON.stringify({ jsonrpc: "2.0", id: 7, method: "hello", params: { token: server.token } }) +
+        "\n",
+    );
     const lines = out.split("\n").filter((l) => l !== "");
     assert.equal(lines.length, 1, out);
-    const reply = JSON.parse(lines[0]);
-    assert.equal(reply.error.code, -32002);
-    assert.match(reply.error.message, /too many connections: .* limit of 8/);
+    assert.deepEqual(JSON.parse(lines[0]), {
+      jsonrpc: "2.0",
+      id: 7,
+      error: {
+        code: -32002,
+        message: "too many connections: the server holds its limit of 8; try again later",
+      },
+    });
     assert.match(String(errors[0]), /Refusing connections: 8 are open/);
+    // One that says nothing gets the same error with id null, in time.
+    assert.equal(JSON.parse(await exchange(server.addr.port, "")).id, null);
+    for (const peer of held) assert.ok(resultOf(await peer.call("tasks.list")), "held ones go on");
   } finally {
-    for (const c of idle) c.close();
+    for (const peer of held) peer.close();
   }
   // Room again once they are gone.
   await within(
@@ -663,8 +673,58 @@ Deno.test("bind() caps connections: one more gets one error line and is closed",
       }
     })(),
     10_000,
-    "a connection to be accepted after the idle ones closed",
+    "a connection to be accepted after the held ones closed",
   );
+});
+
+Deno.test("bind() gives connections that have not authenticated a pool of their own (issue 23, point 7)", async (t) => {
+  await t.step("1,100 idle strangers, by default: the token holder's hello succeeds", async () => {
+    await using server = bind(demoEnv());
+    await using before = await RawPeer.login(server);
+    const idle: Deno.Conn[] = [];
+    try {
+      for (let i = 0; i < 1_100; i++) {
+        idle.push(await Deno.connect({ hostname: "127.0.0.1", port: server.addr.port }));
+      }
+      await using holder = await RawPeer.login(server);
+      assert.ok(resultOf(await holder.call("tasks.list")));
+      assert.ok(resultOf(await before.call("tasks.list")), "an authenticated session stays");
+    } finally {
+      for (const c of idle) c.close();
+    }
+  });
+  await t.step("over their own pool, strangers that waited make room", async () => {
+    // A grace of half the first-frame time spares a burst of clients that
+    // have not been read yet; these four have waited longer.
+    await using server = bind(demoEnv(), { maxPendingConnections: 4, firstFrameTimeout: 6000 });
+    const idle = await Promise.all(Array.from({ length: 4 }, () => RawPeer.open(server.addr.port)));
+    try {
+      await new Promise((r) => setTimeout(r, 3100));
+      await using holder = await RawPeer.login(server);
+      assert.ok(resultOf(await holder.call("tasks.list")));
+      assert.match(errorOf(await idle[0].recv()).message, /waiting for their first frame/);
+    } finally {
+      for (const peer of idle) peer.close();
+    }
+  });
+  await t.step("at the whole cap, strangers make room; sessions do not", async () => {
+    await using server = bind(demoEnv(), { maxConnections: 16 });
+    const sessions = await Promise.all(Array.from({ length: 10 }, () => RawPeer.login(server)));
+    const idle: RawPeer[] = [];
+    try {
+      for (let i = 0; i < 40; i++) idle.push(await RawPeer.open(server.addr.port));
+      await using holder = await RawPeer.login(server);
+      assert.ok(resultOf(await holder.call("tasks.list")));
+      for (const peer of sessions) assert.ok(resultOf(await peer.call("tasks.list")));
+      // The oldest strangers were closed, each with one line saying why.
+      const evicted = await idle[0].recv();
+      assert.equal(errorOf(evicted).code, -32002);
+      assert.match(errorOf(evicted).message, /waiting for their first frame/);
+      assert.equal(await idle[0].atEof(), true);
+    } finally {
+      for (const peer of [...sessions, ...idle]) peer.close();
+    }
+  });
 });
 
 Deno.test("bind() closes a connection that sends no first frame in time", async () => {
@@ -838,15 +898,23 @@ Deno.test("addWorkspace()'s file tracker has no port: only the authenticated tun
   }
 });
 
-Deno.test("bind() keeps three quarters of the descriptors in reserve by default", async () => {
-  // A child with a soft limit of 128 open files: its server holds at most
-  // 32 connections, so a flood leaves the rest of the process descriptors.
+/**
+ * Runs `bind(env)` with its defaults in a child whose shell set `ulimit`
+ * first, and gives `fn` its port; the child reports its open-files limit
+ * and, when told to, opens 40 files (to show the reserve is there).
+ */
+async function withLimitedChild(
+  ulimit: string,
+  fn: (port: number, limit: string, openFiles: () => Promise<string>) => Promise<void>,
+): Promise<void> {
   const server = new URL("../server.ts", import.meta.url).href;
-  const env = new URL("../env.ts", import.meta.url).href;
+  const env = new URL("./_helpers.ts", import.meta.url).href;
   const code = `
     import { bind } from "${server}";
-    import { Environment } from "${env}";
-    const s = bind(new Environment("fds"));
+    import { demoEnv } from "${env}";
+    const s = bind(demoEnv(), { token: "${"t".repeat(64)}" });
+    const limits = Deno.readTextFileSync("/proc/self/limits");
+    console.log("LIMIT=" + /^Max open files\\s+(\\d+)/m.exec(limits)[1]);
     console.log("PORT=" + s.addr.port);
     await new Response(Deno.stdin.readable).arrayBuffer();
     const files = await Promise.all(Array.from({ length: 40 }, () => Deno.open("${
@@ -857,42 +925,82 @@ Deno.test("bind() keeps three quarters of the descriptors in reserve by default"
     await s.shutdown();
   `;
   const child = new Deno.Command("bash", {
-    args: ["-c", 'ulimit -n 128 && exec "$0" eval "$1"', Deno.execPath(), code],
+    args: ["-c", `ulimit ${ulimit} && exec "$0" eval "$1"`, Deno.execPath(), code],
     stdin: "piped",
     stdout: "piped",
     stderr: "piped",
   }).spawn();
   const out = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
-  const conns: Deno.Conn[] = [];
-  try {
-    let text = "";
-    await within(
-      (async () => {
-        while (!/PORT=\d+\n/.test(text)) {
-          const { value, done } = await out.read();
-          if (done) throw new Error("the child exited before printing its port");
-          text += value;
-        }
-      })(),
-      30_000,
-      "the child's port line",
-    );
-    const port = Number(/PORT=(\d+)/.exec(text)![1]);
-    for (let i = 0; i < 32; i++) conns.push(await Deno.connect({ hostname: "127.0.0.1", port }));
-    const reply = JSON.parse(await exchange(port, ""));
-    assert.match(reply.error.message, /too many connections: the server holds its limit of 32/);
-    // The process still has descriptors for everything else.
-    await child.stdin.close();
-    while (!/opened \d+/.test(text)) {
-      const { value, done } = await within(out.read(), 30_000, "the child's file opening");
-      if (done) break;
+  let text = "";
+  const until = async (pattern: RegExp, what: string) => {
+    while (!pattern.test(text)) {
+      const { value, done } = await within(out.read(), 30_000, what);
+      if (done) throw new Error(`the child exited before ${what}: ${text}`);
       text += value;
     }
-    assert.match(text, /opened 40/);
+    return pattern.exec(text)!;
+  };
+  try {
+    const port = Number((await until(/PORT=(\d+)\n/, "its port line"))[1]);
+    const limit = /LIMIT=(\d+)/.exec(text)![1];
+    await fn(port, limit, async () => {
+      await child.stdin.close();
+      return (await until(/opened \d+/, "opening its files"))[0];
+    });
   } finally {
-    for (const c of conns) c.close();
+    await child.stdin.close().catch(() => {});
     await out.cancel().catch(() => {});
     await child.stderr.cancel().catch(() => {});
     await within(child.status, 30_000, "the child to exit").catch(() => child.kill("SIGKILL"));
   }
+}
+
+Deno.test("bind() caps connections by what the process can hold (issue 24, point 4)", async (t) => {
+  const token = "t".repeat(64);
+  const login = async (port: number) => {
+    const peer = await RawPeer.open(port);
+    const reply = await peer.call("hello", { token });
+    return { peer, reply };
+  };
+  await t.step(
+    "a soft limit below the hard one is raised, and 1,100 sessions are served",
+    async () => {
+      // The observation: 1,100 concurrent HUD clients, 76 refused by a cap of 1,024.
+      await withLimitedChild("-Sn 256", async (port, limit) => {
+        const hard = (await new Deno.Command("bash", { args: ["-c", "ulimit -Hn"] }).output())
+          .stdout;
+        assert.equal(limit, new TextDecoder().decode(hard).trim(), "Deno raised the soft limit");
+        const sessions = await Promise.all(Array.from({ length: 1_100 }, () => login(port)));
+        try {
+          const refused = sessions.filter((s) => !s.reply.result).map((s) => s.reply.error);
+          assert.deepEqual(refused, [], "every session served");
+        } finally {
+          for (const s of sessions) s.peer.close();
+        }
+      });
+    },
+  );
+  await t.step("at a hard limit of 512, 384 connections, and a reserve for the rest", async () => {
+    await withLimitedChild("-n 512", async (port, limit, openFiles) => {
+      assert.equal(limit, "512");
+      const held: RawPeer[] = [];
+      try {
+        for (let i = 0; i < 384; i++) {
+          const { peer, reply } = await login(port);
+          held.push(peer);
+          assert.ok(reply.result, `session ${i} served`);
+        }
+        const { peer, reply } = await login(port);
+        peer.close();
+        assert.deepEqual(reply.error, {
+          code: -32002,
+          message: "too many connections: the server holds its limit of 384; try again later",
+        });
+        assert.equal(reply.id, 1, "the refusal answers the request's id");
+        assert.equal(await openFiles(), "opened 40", "the process still has descriptors");
+      } finally {
+        for (const p of held) p.close();
+      }
+    });
+  });
 });
