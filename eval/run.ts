@@ -511,20 +511,19 @@ function scoped(event: FileTrackingEvent, scope: string | null): unknown | null 
         : { ...event.result, patches, files_changed: patches.length };
     }
     case "flush": {
-      const patches = event.result.patches.filter((p) => inScope(p.path));
-      const capture = event.result.capture;
+      const { diff, capture } = event.result;
+      const patches = diff.patches.filter((p) => inScope(p.path));
       const files = capture.files.filter((f) => inScope(f.path));
       const skipped = capture.skipped_files.filter((f) => inScope(f.path));
       if (patches.length === 0 && files.length === 0 && skipped.length === 0) return null;
       return {
-        ...event.result,
-        patches,
-        files_changed: patches.length,
+        diff: { ...diff, patches, files_changed: patches.length },
         capture: {
+          ...capture,
           files,
-          eligible: files.length + skipped.length,
-          captured: files.length,
-          skipped: skipped.length,
+          files_eligible: files.length + skipped.length,
+          files_captured: files.length,
+          files_skipped: skipped.length,
           skipped_files: skipped,
         },
       };

@@ -753,7 +753,7 @@ export async function observeFiles<T>(
     if (client) {
       try {
         const result = await call("flush", (c, s) => c.flush({ signal: s }));
-        if (result.patches.length > 0 || result.capture.eligible > 0) {
+        if (result.diff.patches.length > 0 || result.capture.files_eligible > 0) {
           emit({ kind: "flush", result });
         }
       } catch (err) {
