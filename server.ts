@@ -41,6 +41,7 @@ import {
   type Reply,
 } from "./_server/dispatcher.ts";
 import { FirstFrameDeadlines, Gate } from "./_server/admission.ts";
+import { AttachedListeners } from "./_server/attached.ts";
 import { parseRequest } from "./_server/requests.ts";
 import { runTunnel, tunnelTarget } from "./_server/tunnel.ts";
 
@@ -361,6 +362,8 @@ class ControlServer implements HudServer {
   readonly #token: string | null;
   readonly #gate: Gate;
   readonly #dispatcher: ControlDispatcher;
+  /** Without a token: loopback ports for in-process capabilities, for raw bindings. */
+  readonly #attached: AttachedListeners | null;
   readonly #maxFrame: number;
   readonly #shutdownTimeout: number;
   readonly #maxConnections: number;
@@ -395,10 +398,24 @@ class ControlServer implements HudServer {
     this.#token = token;
     this.#gate = new Gate(token);
     this.#onError = options.onError ?? (() => {});
+    const attached = token !== null ? null : new AttachedListeners({
+      handler: (name) => env.capabilityHandler(name),
+      track: (conn) => {
+        if (this.#closing || this.#conns.size >= this.#maxConnections) return null;
+        this.#conns.set(conn, undefined);
+        return () => this.#conns.delete(conn);
+      },
+      onError: (err) => this.#onError(err),
+    });
+    this.#attached = attached;
     this.#dispatcher = new ControlDispatcher(env, {
       parkedTtl: options.parkedTtl ?? DEFAULT_PARKED_TTL_MS,
       maxParked: options.maxParked ?? DEFAULT_MAX_PARKED,
       onError: this.#onError,
+      // Raw bindings of in-process capabilities are dialable without auth.
+      urlOf: attached === null
+        ? undefined
+        : (cap) => env.capabilityHandler(cap.name) ? attached.urlFor(cap) : cap.url,
     });
     this.#maxFrame = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
     this.#shutdownTimeout = options.shutdownTimeout ?? 10_000;
@@ -471,6 +488,7 @@ class ControlServer implements HudServer {
     // cancelled below.
     this.#dispatcher.sessions.beginClose();
     closeQuietly(this.#listener);
+    const attached = this.#attached?.close();
     this.#deadlines.clear();
     const handlers = [...this.#handlers];
     for (const [conn, handler] of this.#conns) {
@@ -480,6 +498,7 @@ class ControlServer implements HudServer {
     // Task code that never returns must not hold shutdown forever: one
     // deadline bounds both waits.
     const deadline = Date.now() + this.#shutdownTimeout;
+    if (attached) handlers.push(attached);
     await this.#settle(handlers, deadline, "connections still in task code");
     await this.#settle(this.#dispatcher.sessions.close(), deadline, "tasks still closing");
     this.#finished.resolve();

@@ -3,6 +3,7 @@
 // socket, so every method runs, and is tested, in-process. The server
 // around it reads frames, authenticates, writes replies and splices tunnels.
 
+import type { Capability } from "../capability.ts";
 import type { Environment } from "../env.ts";
 import { ErrorCode, HudProtocolError } from "../errors.ts";
 import { errorMessage, isRecord } from "../_internal/util.ts";
@@ -36,12 +37,16 @@ export function toWireError(err: unknown): WireError {
 }
 
 /** Options of a {@linkcode ControlDispatcher}. */
-export type ControlDispatcherOptions = SessionRegistryOptions;
+export interface ControlDispatcherOptions extends SessionRegistryOptions {
+  /** The url a capability is published under in the manifest. @default its own url */
+  urlOf?: (capability: Capability) => string;
+}
 
 /** What a method sees: the environment, the registry, its channel's session. */
 interface Context {
   readonly env: Environment;
   readonly sessions: SessionRegistry;
+  readonly urlOf: ((capability: Capability) => string) | undefined;
   session: Session;
   ended: boolean;
 }
@@ -74,7 +79,11 @@ function manifest(c: Context): Record<string, unknown> {
   return {
     session_id: c.session.id,
     env: { name: c.env.name, version: c.env.version },
-    bindings: c.env.capabilities.map((cap) => cap.toManifest()),
+    bindings: c.env.capabilities.map((cap) => {
+      const binding = cap.toManifest();
+      if (c.urlOf) binding.url = c.urlOf(cap);
+      return binding;
+    }),
   };
 }
 
@@ -138,10 +147,12 @@ const METHODS: ReadonlyMap<string, Method> = new Map<string, Method>([
 export class ControlDispatcher {
   readonly #env: Environment;
   readonly #sessions: SessionRegistry;
+  readonly #urlOf: ((capability: Capability) => string) | undefined;
 
   constructor(env: Environment, options: ControlDispatcherOptions) {
     this.#env = env;
     this.#sessions = new SessionRegistry(options);
+    this.#urlOf = options.urlOf;
   }
 
   /** The session registry (counts, shutdown). */
@@ -154,6 +165,7 @@ export class ControlDispatcher {
     return new ControlChannel({
       env: this.#env,
       sessions: this.#sessions,
+      urlOf: this.#urlOf,
       session: this.#sessions.open(),
       ended: false,
     });
