@@ -22,28 +22,10 @@
  */
 
 import type { Environment } from "./env.ts";
-import { ErrorCode } from "./errors.ts";
-import {
-  ByteBudget,
-  encodeFrame,
-  LineReader,
-  type LineResult,
-  MAX_JSON_DEPTH,
-  peekId,
-} from "./_internal/framing.ts";
-import { closeQuietly, isPeerGone, openFileLimit, writeAll } from "./_internal/io.ts";
-import { settleWithin } from "./_internal/async.ts";
-import { generateToken, tokenFromEnv, tokenProblem, withToken } from "./_internal/auth.ts";
-import {
-  type ControlChannel,
-  ControlDispatcher,
-  errorReply,
-  type Reply,
-} from "./_server/dispatcher.ts";
-import { FirstFrameDeadlines, Gate } from "./_server/admission.ts";
-import { AttachedListeners } from "./_server/attached.ts";
-import { parseRequest } from "./_server/requests.ts";
-import { runTunnel, tunnelTarget } from "./_server/tunnel.ts";
+import { MAX_JSON_DEPTH } from "./_internal/framing.ts";
+import { openFileLimit } from "./_internal/io.ts";
+import { generateToken, tokenFromEnv, tokenProblem } from "./_internal/auth.ts";
+import { ControlServer } from "./_server/control.ts";
 
 /** Default largest accepted frame: 16 MiB. */
 export const DEFAULT_MAX_FRAME_BYTES: number = 16 * 1024 * 1024;
@@ -200,74 +182,6 @@ export interface HudServer extends AsyncDisposable {
 }
 
 /**
- * What a connection's read loop keeps between frames. Held sessions are
- * mostly this, a pending read and the task's suspended generator, so it
- * stays a plain record: no closures, no timers of its own.
- */
-interface Connection {
-  conn: Deno.Conn;
-  reader: LineReader;
-  channel: ControlChannel | null;
-  authenticated: boolean;
-  /** No frame has been served yet (a `tunnel.open` must come first). */
-  first: boolean;
-}
-
-/**
- * The read buffer a connection starts with and returns to: a `hello` or
- * `tasks.start` is 100 to 200 bytes, and 10,000 idle sessions with 4 KiB
- * each held 40 MiB of buffers. Longer frames grow it on demand.
- */
-const CONNECTION_READ_BUFFER = 256;
-
-/**
- * Half-closes, then discards what the peer is still sending (bounded in
- * time) so that closing does not reset the connection before the peer has
- * read the last reply.
- */
-async function drainAndClose(conn: Deno.Conn): Promise<void> {
-  try {
-    await conn.closeWrite();
-  } catch (err) {
-    if (!isPeerGone(err)) throw err;
-    return;
-  }
-  const buf = new Uint8Array(64 * 1024);
-  const timer = setTimeout(() => closeQuietly(conn), 1000);
-  try {
-    while ((await conn.read(buf)) !== null) { /* discard */ }
-  } catch (err) {
-    if (!isPeerGone(err)) throw err;
-  } finally {
-    clearTimeout(timer);
-    closeQuietly(conn);
-  }
-}
-
-/**
- * The id of the first request on `conn` if a complete one comes within `ms`
- * (read into a small buffer), else `null`.
- */
-async function firstRequestId(conn: Deno.Conn, ms: number): Promise<unknown> {
-  const reader = new LineReader(conn, 4096, undefined, 256);
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<null>((resolve) => timer = setTimeout(() => resolve(null), ms));
-  try {
-    const frame = await Promise.race([reader.read(), late]);
-    if (frame === null) return null;
-    return peekId(frame.kind === "line" ? frame.line : frame.head) ?? null;
-  } catch {
-    return null;
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-async function send(conn: Deno.Conn, reply: Reply): Promise<void> {
-  await writeAll(conn, encodeFrame(reply));
-}
-
-/**
  * The default connection cap for an open-files limit of `fds` (`null`:
  * unknown): the limit less a reserve of a quarter of it, at least 128 and
  * at most 1024 descriptors, for listeners, files, child processes and the
@@ -278,11 +192,6 @@ export function defaultMaxConnections(fds: number | null): number {
   const reserve = Math.min(1024, Math.max(128, Math.floor(fds / 4)));
   return Math.max(16, fds - reserve);
 }
-
-/** Refusals that read the first frame (for its id) at once; beyond, they get `id: null`. */
-const MAX_REFUSALS_READING = 32;
-/** How long a refused connection has to send its first frame. */
-const REFUSAL_READ_MS = 1000;
 
 function checkPositive(name: string, value: number | undefined): void {
   if (value !== undefined && (!Number.isFinite(value) || value <= 0)) {
@@ -348,372 +257,29 @@ export function bind(env: Environment, options: BindOptions = {}): HudServer {
     }
   }
   const listener = Deno.listen({ hostname, port: options.port ?? 0 });
-  return new ControlServer(env, listener, token, options);
-}
-
-/**
- * The server handle: the listener and accept loop, admission (connection
- * cap, first-frame deadline, token), framing, and the splicing of capability
- * streams, around the socket-free method table of `_server/dispatcher.ts`.
- */
-class ControlServer implements HudServer {
-  readonly #env: Environment;
-  readonly #listener: Deno.Listener;
-  readonly #token: string | null;
-  readonly #gate: Gate;
-  readonly #dispatcher: ControlDispatcher;
-  /** Without a token: loopback ports for in-process capabilities, for raw bindings. */
-  readonly #attached: AttachedListeners | null;
-  readonly #maxFrame: number;
-  readonly #shutdownTimeout: number;
-  readonly #maxConnections: number;
-  readonly #maxPending: number;
-  /** How long a connection waits for its first frame before its pool may close it. */
-  readonly #pendingGrace: number;
-  /** Refused connections whose first frame is being read, for the id. */
-  #refusalsReading = 0;
-  readonly #budget: ByteBudget;
-  readonly #maxDepth: number;
-  readonly #deadlines: FirstFrameDeadlines<Deno.Conn>;
-  /** Whether the connection cap was reached (reported once per episode). */
-  #full = false;
-  readonly #onError: (error: unknown) => void;
-  /** Open connections, each with its handler once it has one. */
-  readonly #conns = new Map<Deno.Conn, Promise<void> | undefined>();
-  /** Handlers of refused connections (their one error line). */
-  readonly #handlers = new Set<Promise<void>>();
-  readonly #finished: PromiseWithResolvers<void> = Promise.withResolvers();
-  readonly #signal: AbortSignal | undefined;
-  readonly #onAbort = () => void this.shutdown();
-  #closing: Promise<void> | null = null;
-
-  constructor(
-    env: Environment,
-    listener: Deno.Listener,
-    token: string | null,
-    options: BindOptions,
-  ) {
-    this.#env = env;
-    this.#listener = listener;
-    this.#token = token;
-    this.#gate = new Gate(token);
-    this.#onError = options.onError ?? (() => {});
-    const attached = token !== null ? null : new AttachedListeners({
-      handler: (name) => env.capabilityHandler(name),
-      track: (conn) => {
-        if (this.#closing || this.#conns.size >= this.#maxConnections) return null;
-        this.#conns.set(conn, undefined);
-        return () => this.#conns.delete(conn);
-      },
-      onError: (err) => this.#onError(err),
-    });
-    this.#attached = attached;
-    this.#dispatcher = new ControlDispatcher(env, {
-      parkedTtl: options.parkedTtl ?? DEFAULT_PARKED_TTL_MS,
-      maxParked: options.maxParked ?? DEFAULT_MAX_PARKED,
-      onError: this.#onError,
-      // Raw bindings of in-process capabilities are dialable without auth.
-      urlOf: attached === null
-        ? undefined
-        : (cap) => env.capabilityHandler(cap.name) ? attached.urlFor(cap) : cap.url,
-    });
-    this.#maxFrame = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
-    this.#shutdownTimeout = options.shutdownTimeout ?? 10_000;
-    this.#maxConnections = options.maxConnections ?? defaultMaxConnections(openFileLimit());
-    this.#maxPending = options.maxPendingConnections ??
-      Math.max(1, Math.min(DEFAULT_MAX_PENDING_CONNECTIONS, Math.floor(this.#maxConnections / 4)));
-    this.#budget = new ByteBudget(options.maxBufferedBytes ?? 4 * this.#maxFrame);
-    this.#maxDepth = options.maxJsonDepth ?? MAX_JSON_DEPTH;
-    // Half the first-frame time: long enough for a loaded server to read
-    // the first frames of a burst of clients (each sends it at once).
-    this.#pendingGrace = (options.firstFrameTimeout ?? DEFAULT_FIRST_FRAME_TIMEOUT_MS) / 2;
-    this.#deadlines = new FirstFrameDeadlines(
-      options.firstFrameTimeout ?? DEFAULT_FIRST_FRAME_TIMEOUT_MS,
-      (conn) => this.#expired(conn),
-    );
-    this.#signal = options.signal;
-    options.onListen?.(this.addr);
-    if (token === null && !isLoopback(this.addr.hostname)) {
-      this.#onError(
-        new Error(
-          `Serving without authentication on ${this.addr.hostname}:${this.addr.port}: anyone who can reach this port can use the environment (its shells and files) as this server's user`,
-        ),
-      );
-    }
-    if (this.#signal?.aborted) {
-      void this.shutdown();
-      return;
-    }
-    this.#signal?.addEventListener("abort", this.#onAbort, { once: true });
-    void this.#acceptLoop();
-  }
-
-  get url(): string {
-    const { hostname, port } = this.addr;
-    const host = hostname.includes(":") ? `[${hostname}]` : hostname;
-    const url = `tcp://${
-      host === "0.0.0.0" ? "127.0.0.1" : host === "[::]" ? "[::1]" : host
-    }:${port}`;
-    return this.#token === null ? url : withToken(url, this.#token);
-  }
-
-  get token(): string | null {
-    return this.#token;
-  }
-
-  get addr(): Deno.NetAddr {
-    return this.#listener.addr as Deno.NetAddr;
-  }
-
-  get finished(): Promise<void> {
-    return this.#finished.promise;
-  }
-
-  get sessionCount(): number {
-    return this.#dispatcher.sessions.size;
-  }
-
-  shutdown(): Promise<void> {
-    this.#closing ??= this.#shutdown();
-    return this.#closing;
-  }
-
-  async [Symbol.asyncDispose](): Promise<void> {
-    await this.shutdown();
-  }
-
-  async #shutdown(): Promise<void> {
-    this.#signal?.removeEventListener("abort", this.#onAbort);
-    // Connections that end from here on do not park their tasks: all are
-    // cancelled below.
-    this.#dispatcher.sessions.beginClose();
-    closeQuietly(this.#listener);
-    const attached = this.#attached?.close();
-    this.#deadlines.clear();
-    const handlers = [...this.#handlers];
-    for (const [conn, handler] of this.#conns) {
-      closeQuietly(conn);
-      if (handler !== undefined) handlers.push(handler);
-    }
-    // Task code that never returns must not hold shutdown forever: one
-    // deadline bounds both waits.
-    const deadline = Date.now() + this.#shutdownTimeout;
-    if (attached) handlers.push(attached);
-    await this.#settle(handlers, deadline, "connections still in task code");
-    await this.#settle(this.#dispatcher.sessions.close(), deadline, "tasks still closing");
-    this.#finished.resolve();
-  }
-
-  /** Waits for `promises` until `deadline`; reports how many were left. */
-  async #settle(promises: Promise<unknown>[], deadline: number, what: string): Promise<void> {
-    const inTime = await settleWithin(
-      Promise.allSettled(promises),
-      Math.max(0, deadline - Date.now()),
-    );
-    if (!inTime) {
-      this.#onError(
-        new Error(
-          `Shutdown went on after ${this.#shutdownTimeout} ms with ${promises.length} ${what}`,
-        ),
-      );
-    }
-  }
-
-  async #acceptLoop(): Promise<void> {
-    while (true) {
-      let conn: Deno.Conn;
-      try {
-        conn = await this.#listener.accept();
-      } catch (err) {
-        if (this.#closing) return;
-        if (isPeerGone(err)) return;
-        // Out of file descriptors and the like: report, back off, go on.
-        this.#onError(err);
-        await new Promise((r) => setTimeout(r, 50));
-        continue;
-      }
-      if (this.#closing) {
-        closeQuietly(conn);
-        return;
-      }
-      // Connections that have not spoken make room for new ones, oldest
-      // first: a stranger's idle connections never lock out the token
-      // holder, who speaks at once. Over their own cap, only those that
-      // have waited a while go (a burst of clients connecting at once all
-      // count as waiting for a moment); at the whole cap, the oldest goes.
-      if (this.#deadlines.size >= this.#maxPending) this.#evictOldestPending(this.#pendingGrace);
-      if (this.#conns.size >= this.#maxConnections && !this.#evictOldestPending(0)) {
-        this.#refuse(conn);
-        continue;
-      }
-      this.#full = false;
-      this.#conns.set(conn, undefined);
-      const handler = this.#handle(conn);
-      // The handler removes its connection when it ends, which cannot be
-      // before its first read.
-      if (this.#conns.has(conn)) this.#conns.set(conn, handler);
-    }
-  }
-
-  /**
-   * Closes the connection that has waited longest for its first frame, to
-   * make room, if it has waited `minWait` ms; `false` when none has.
-   */
-  #evictOldestPending(minWait: number): boolean {
-    const conn = this.#deadlines.takeOldest(minWait);
-    if (conn === undefined) return false;
-    const reply = errorReply(
-      null,
-      ErrorCode.LIMIT_EXCEEDED,
-      "too many connections waiting for their first frame; closed the oldest (this one)",
-    );
-    send(conn, reply).catch(() => {}).finally(() => closeQuietly(conn));
-    // Its handler's pending read ends with the close; the slot is free now.
-    this.#conns.delete(conn);
-    return true;
-  }
-
-  /**
-   * Over the connection cap: one error, then close. The error carries the
-   * id of the connection's first request when it comes within a second (a
-   * HUD client sends its `hello` at once, and drops a connection whose reply
-   * id does not match); refusals beyond a few at once get `id: null`.
-   */
-  #refuse(conn: Deno.Conn): void {
-    if (!this.#full) {
-      this.#full = true;
-      this.#onError(
-        new Error(
-          `Refusing connections: ${this.#conns.size} are open, the limit (maxConnections)`,
-        ),
-      );
-    }
-    const message =
-      `too many connections: the server holds its limit of ${this.#maxConnections}; try again later`;
-    const reading = this.#refusalsReading < MAX_REFUSALS_READING;
-    if (reading) this.#refusalsReading++;
-    // Bounded in time: a peer that neither speaks nor reads cannot hold it.
-    const timer = setTimeout(() => closeQuietly(conn), REFUSAL_READ_MS + 1000);
-    const done = (async () => {
-      const id = reading ? await firstRequestId(conn, REFUSAL_READ_MS) : null;
-      await writeAll(conn, encodeFrame(errorReply(id, ErrorCode.LIMIT_EXCEEDED, message)));
-    })().catch(() => {}).finally(() => {
-      if (reading) this.#refusalsReading--;
-      clearTimeout(timer);
-      closeQuietly(conn);
-      this.#handlers.delete(done);
-    });
-    this.#handlers.add(done);
-  }
-
-  /** Past its first-frame deadline: one error, then close (its pending read ends its handler). */
-  #expired(conn: Deno.Conn): void {
-    const reply = errorReply(
-      null,
-      ErrorCode.INVALID_REQUEST,
-      `no request within ${this.#deadlines.ms} ms of connecting; closing`,
-    );
-    send(conn, reply).catch((err) => {
-      if (!isPeerGone(err)) this.#onError(err);
-    }).finally(() => closeQuietly(conn));
-  }
-
-  /**
-   * Serves one connection until it ends. Never rejects: what is not a peer
-   * going away goes to `onError`.
-   */
-  async #handle(conn: Deno.Conn): Promise<void> {
-    const c: Connection = {
-      conn,
-      reader: new LineReader(
-        conn,
-        this.#gate.required ? Math.min(PRE_AUTH_MAX_FRAME_BYTES, this.#maxFrame) : this.#maxFrame,
-        this.#budget,
-        CONNECTION_READ_BUFFER,
-      ),
-      channel: null,
-      authenticated: !this.#gate.required,
-      first: true,
-    };
-    this.#deadlines.start(conn);
-    let deadline = true;
-    try {
-      while (true) {
-        let frame = c.reader.next();
-        while (frame === undefined) {
-          c.reader.filled(await conn.read(c.reader.space()));
-          frame = c.reader.next();
-        }
-        if (deadline) {
-          // Past its deadline, the sweeper has answered and closed it.
-          if (!this.#deadlines.arrived(conn)) return;
-          deadline = false;
-        }
-        if (frame === null || !(await this.#serveFrame(c, frame))) return;
-      }
-    } catch (err) {
-      if (!isPeerGone(err)) this.#onError(err);
-    } finally {
-      if (deadline) this.#deadlines.arrived(conn);
-      c.reader.release();
-      c.channel?.close();
-      this.#conns.delete(conn);
-      closeQuietly(conn);
-    }
-  }
-
-  /**
-   * Answers one frame; `false` when the connection is done. Kept apart from
-   * the read loop so that a held connection does not keep its last request
-   * and reply alive while it waits.
-   */
-  async #serveFrame(c: Connection, frame: LineResult): Promise<boolean> {
-    const conn = c.conn;
-    const parsed = parseRequest(frame, {
-      maxFrameBytes: c.reader.maxLine,
-      maxBufferedBytes: this.#budget.limit,
-      maxJsonDepth: this.#maxDepth,
-    });
-    if ("error" in parsed) {
-      await send(conn, parsed.error);
-      // A bad frame before authentication ends the connection too.
-      if (!parsed.fatal && c.authenticated) return true;
-      await drainAndClose(conn);
-      return false;
-    }
-    const request = parsed.request;
-    const refusal = this.#gate.check(request, c.authenticated);
-    if (refusal !== null) {
-      await send(conn, refusal);
-      await drainAndClose(conn);
-      return false;
-    }
-    if (!c.authenticated) {
-      c.authenticated = true;
-      c.reader.maxLine = this.#maxFrame;
-    }
-    if (c.first && request.method === "tunnel.open") {
-      await runTunnel(
-        conn,
-        request,
-        tunnelTarget(this.#env, request),
-        () => c.reader.takeBuffered(),
-        {
-          send: (reply) => send(conn, reply),
-          track: (backend) => {
-            this.#conns.set(backend, undefined);
-            return () => this.#conns.delete(backend);
-          },
-        },
-      );
-      return false;
-    }
-    c.first = false;
-    c.channel ??= this.#dispatcher.open();
-    const reply = await c.channel.handle(request);
-    if (reply !== null) await send(conn, reply);
-    return !c.channel.ended;
-  }
+  const maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
+  const maxConnections = options.maxConnections ?? defaultMaxConnections(openFileLimit());
+  return new ControlServer(env, listener, {
+    token,
+    maxFrameBytes,
+    preAuthMaxFrameBytes: PRE_AUTH_MAX_FRAME_BYTES,
+    parkedTtl: options.parkedTtl ?? DEFAULT_PARKED_TTL_MS,
+    shutdownTimeout: options.shutdownTimeout ?? 10_000,
+    maxConnections,
+    maxPendingConnections: options.maxPendingConnections ??
+      Math.max(1, Math.min(DEFAULT_MAX_PENDING_CONNECTIONS, Math.floor(maxConnections / 4))),
+    maxBufferedBytes: options.maxBufferedBytes ?? 4 * maxFrameBytes,
+    maxJsonDepth: options.maxJsonDepth ?? MAX_JSON_DEPTH,
+    firstFrameTimeout: options.firstFrameTimeout ?? DEFAULT_FIRST_FRAME_TIMEOUT_MS,
+    maxParked: options.maxParked ?? DEFAULT_MAX_PARKED,
+    signal: options.signal,
+    onListen: options.onListen,
+    onError: options.onError ?? (() => {}),
+    warning: token === null && !isLoopback(hostname)
+      ? (addr) =>
+        `Serving without authentication on ${addr.hostname}:${addr.port}: anyone who can reach this port can use the environment (its shells and files) as this server's user`
+      : null,
+  });
 }
 
 /** Options for {@linkcode serve}. */
