@@ -99,15 +99,16 @@ export class TaskError extends Error {
 }
 
 /**
- * The peer broke the protocol: a reply that does not answer the request,
- * cannot be parsed or is over the frame limit, a result that is not an
- * object, a grade whose score is not a number. Found here, never sent; the
- * connection it came on cannot be trusted any more.
+ * The peer broke the protocol: a reply that does not answer the request
+ * (its id differs), that has no result object, that cannot be parsed, or
+ * that exceeds the frame limit. Found locally, never sent or received as a
+ * JSON-RPC error (those are {@linkcode HudProtocolError}). A reply out of
+ * step with its request, or one that cannot be read, ends the connection.
  */
 export class ProtocolViolationError extends Error {
   /**
    * Creates the error.
-   * @param message what the peer did
+   * @param message what the peer sent that the protocol does not allow
    */
   constructor(message: string, options?: ErrorOptions) {
     super(message, options);

@@ -25,6 +25,7 @@ import type { Environment } from "./env.ts";
 import { MAX_JSON_DEPTH } from "./_internal/framing.ts";
 import { openFileLimit } from "./_internal/io.ts";
 import { generateToken, tokenFromEnv, tokenProblem } from "./_internal/auth.ts";
+import { isLoopback } from "./_internal/net.ts";
 import { ControlServer } from "./_server/control.ts";
 
 /** Default largest accepted frame: 16 MiB. */
@@ -197,12 +198,6 @@ function checkPositive(name: string, value: number | undefined): void {
   if (value !== undefined && (!Number.isFinite(value) || value <= 0)) {
     throw new RangeError(`Cannot bind: "${name}" must be a positive number, got "${value}"`);
   }
-}
-
-/** Whether `hostname` only accepts connections from this machine. */
-function isLoopback(hostname: string): boolean {
-  const h = hostname.toLowerCase().replace(/^\[|\]$/g, "");
-  return h === "localhost" || h === "::1" || /^127\.\d+\.\d+\.\d+$/.test(h);
 }
 
 /** The token `bind` would use: the option, else `HUD_SERVE_TOKEN`, else `null`. */

@@ -10,6 +10,7 @@
 import type { Capability } from "../capability.ts";
 import type { CapabilityHandler } from "../env.ts";
 import { closeQuietly, isPeerGone } from "../_internal/io.ts";
+import { acceptLoop } from "../_internal/accept.ts";
 
 /** What the listeners need from the server that owns them. */
 export interface AttachedHost {
@@ -63,22 +64,15 @@ export class AttachedListeners {
     await Promise.allSettled([...loops, ...this.#handling]);
   }
 
-  async #accept(listener: Deno.Listener, name: string): Promise<void> {
-    while (true) {
-      let conn: Deno.Conn;
-      try {
-        conn = await listener.accept();
-      } catch (err) {
-        if (!this.#closed && !isPeerGone(err)) this.#host.onError(err);
-        return;
-      }
+  #accept(listener: Deno.Listener, name: string): Promise<void> {
+    return acceptLoop(listener, (conn) => {
       const untrack = this.#host.track(conn);
       // Looked up per connection: the capability may have been replaced.
       const handler = this.#host.handler(name);
       if (untrack === null || handler === undefined) {
         untrack?.();
         closeQuietly(conn);
-        continue;
+        return;
       }
       const done = handler.attach(conn, new Uint8Array()).catch((err) => {
         if (!isPeerGone(err)) this.#host.onError(err);
@@ -88,6 +82,6 @@ export class AttachedListeners {
         this.#handling.delete(done);
       });
       this.#handling.add(done);
-    }
+    }, { closing: () => this.#closed, onError: (err) => this.#host.onError(err) });
   }
 }

@@ -17,6 +17,8 @@ import {
 import { closeQuietly, isPeerGone, writeAll } from "../_internal/io.ts";
 import { settleWithin } from "../_internal/async.ts";
 import { withToken } from "../_internal/auth.ts";
+import { acceptLoop } from "../_internal/accept.ts";
+import { formatHost } from "../_internal/net.ts";
 import { type ControlChannel, ControlDispatcher, errorReply, type Reply } from "./dispatcher.ts";
 import { FirstFrameDeadlines, Gate } from "./admission.ts";
 import { AttachedListeners } from "./attached.ts";
@@ -202,12 +204,15 @@ export class ControlServer {
       return;
     }
     this.#signal?.addEventListener("abort", this.#onAbort, { once: true });
-    void this.#acceptLoop();
+    void acceptLoop(this.#listener, (conn) => this.#accepted(conn), {
+      closing: () => this.#closing !== null,
+      onError: (err) => this.#onError(err),
+    });
   }
 
   get url(): string {
     const { hostname, port } = this.addr;
-    const host = hostname.includes(":") ? `[${hostname}]` : hostname;
+    const host = formatHost(hostname);
     const url = `tcp://${
       host === "0.0.0.0" ? "127.0.0.1" : host === "[::]" ? "[::1]" : host
     }:${port}`;
@@ -276,40 +281,28 @@ export class ControlServer {
     }
   }
 
-  async #acceptLoop(): Promise<void> {
-    while (true) {
-      let conn: Deno.Conn;
-      try {
-        conn = await this.#listener.accept();
-      } catch (err) {
-        if (this.#closing) return;
-        if (isPeerGone(err)) return;
-        // Out of file descriptors and the like: report, back off, go on.
-        this.#onError(err);
-        await new Promise((r) => setTimeout(r, 50));
-        continue;
-      }
-      if (this.#closing) {
-        closeQuietly(conn);
-        return;
-      }
-      // Connections that have not spoken make room for new ones, oldest
-      // first: a stranger's idle connections never lock out the token
-      // holder, who speaks at once. Over their own cap, only those that
-      // have waited a while go (a burst of clients connecting at once all
-      // count as waiting for a moment); at the whole cap, the oldest goes.
-      if (this.#deadlines.size >= this.#maxPending) this.#evictOldestPending(this.#pendingGrace);
-      if (this.#conns.size >= this.#maxConnections && !this.#evictOldestPending(0)) {
-        this.#refuse(conn);
-        continue;
-      }
-      this.#full = false;
-      this.#conns.set(conn, undefined);
-      const handler = this.#handle(conn);
-      // The handler removes its connection when it ends, which cannot be
-      // before its first read.
-      if (this.#conns.has(conn)) this.#conns.set(conn, handler);
+  /** Admits or refuses one accepted connection (the accept loop's handler). */
+  #accepted(conn: Deno.Conn): void {
+    if (this.#closing) {
+      closeQuietly(conn);
+      return;
     }
+    // Connections that have not spoken make room for new ones, oldest
+    // first: a stranger's idle connections never lock out the token
+    // holder, who speaks at once. Over their own cap, only those that have
+    // waited a while go (a burst of clients connecting at once all count as
+    // waiting for a moment); at the whole cap, the oldest goes.
+    if (this.#deadlines.size >= this.#maxPending) this.#evictOldestPending(this.#pendingGrace);
+    if (this.#conns.size >= this.#maxConnections && !this.#evictOldestPending(0)) {
+      this.#refuse(conn);
+      return;
+    }
+    this.#full = false;
+    this.#conns.set(conn, undefined);
+    const handler = this.#handle(conn);
+    // The handler removes its connection when it ends, which cannot be
+    // before its first read.
+    if (this.#conns.has(conn)) this.#conns.set(conn, handler);
   }
 
   /**

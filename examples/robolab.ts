@@ -20,9 +20,7 @@ import { parseArgs } from "node:util";
 import {
   addWorkspace,
   type Agent,
-  CommandAgent,
   Environment,
-  formatProgress,
   functionAgent,
   integer,
   type JobProgress,
@@ -30,6 +28,8 @@ import {
   type TaskRow,
   Taskset,
 } from "../mod.ts";
+import { formatProgress } from "../eval/mod.ts";
+import { CommandAgent } from "../agents/mod.ts";
 
 interface Lab {
   /** What the program should do. */
@@ -203,7 +203,7 @@ const REPAIRS: [RegExp, string][] = [
  * knows, runs the check, and answers with the output of the asked command.
  */
 export const scriptedAgent: Agent = functionAgent(async (prompt, run: Run, { signal }) => {
-  await using shell = run.client.open("shell", { signal });
+  await using shell = await run.client.open("shell", { signal });
   const cwd = (run.bindings.shell as { cwd: string }).cwd;
   for (const entry of await shell.listDir(cwd, { signal })) {
     if (!entry.isFile || !entry.name.endsWith(".sh") || entry.name === "check.sh") continue;

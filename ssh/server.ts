@@ -15,6 +15,7 @@
 
 import { closeQuietly, isPeerGone, prefixed } from "../_internal/io.ts";
 import { trySignalGroup } from "../_internal/process.ts";
+import { acceptLoop } from "../_internal/accept.ts";
 import { type Channel, type ChannelHandlers, ChannelMux } from "./_channel.ts";
 import { DISCONNECT, SshError } from "./_errors.ts";
 import {
@@ -886,17 +887,10 @@ class Server implements SshServer {
   }
 
   async #accept(): Promise<void> {
-    while (true) {
-      let conn: Deno.TcpConn;
-      try {
-        conn = await this.#listener.accept();
-      } catch (err) {
-        if (this.#shuttingDown === null && !isPeerGone(err)) this.#config.onError(err);
-        if (this.#shuttingDown !== null || err instanceof Deno.errors.BadResource) return;
-        continue;
-      }
-      void this.#serve(conn);
-    }
+    await acceptLoop(this.#listener, (conn) => void this.#serve(conn), {
+      closing: () => this.#shuttingDown !== null,
+      onError: this.#config.onError,
+    });
   }
 
   serveConnection(conn: Deno.Conn, head?: Uint8Array): Promise<void> {

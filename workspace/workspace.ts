@@ -10,6 +10,7 @@
  */
 
 import { Capability } from "../capability.ts";
+import { formatHost } from "../_internal/net.ts";
 import type { Environment } from "../env.ts";
 import { generateSshKeyPair } from "../ssh/keys.ts";
 import { type SshServer, startSshServer } from "../ssh/server.ts";
@@ -265,7 +266,7 @@ export function addWorkspace(
       onError: options.onError,
     });
     const addr = server.addr;
-    const hostname = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
+    const hostname = formatHost(addr.hostname);
     const ssh = server;
     // A tunnel.open for the shell hands the control connection to the SSH
     // server in this process: no loopback hop, one copy fewer each way.

@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
-import { CommandAgent, type FileDiff, type FlushResult, Taskset } from "../../mod.ts";
+import { Taskset } from "../../mod.ts";
+import type { FileDiff, FlushResult } from "../../filetracking/mod.ts";
+import { CommandAgent } from "../../agents/mod.ts";
 import { fixBug, scriptedAgent, tasks } from "../../examples/robolab.ts";
 import { testSignal } from "../_deadline.ts";
 
