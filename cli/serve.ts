@@ -13,6 +13,7 @@ import {
   parseCommand,
   parsePort,
   PROGRAM,
+  readTokenFile,
   STOP_SIGNALS,
   stringOption,
   UsageError,
@@ -71,15 +72,7 @@ async function serveAuth(
     throw new UsageError("--insecure-listen needs --no-auth");
   }
   if (tokenFile === undefined) return { auth: true, token: fromEnv };
-  let text: string;
-  try {
-    text = await Deno.readTextFile(tokenFile);
-  } catch (err) {
-    throw new UsageError(`cannot read --token-file "${tokenFile}": ${errorMessage(err)}`);
-  }
-  const token = text.replace(/\r?\n$/, "");
-  if (token === "") throw new UsageError(`--token-file "${tokenFile}" is empty`);
-  return { auth: true, token };
+  return { auth: true, token: await readTokenFile(tokenFile) };
 }
 
 /** The help of `hud serve`. */
