@@ -107,7 +107,13 @@ export {
   withDefault,
 } from "./schema.ts";
 export { loadEnvironment, type LoadEnvironmentOptions } from "./loader.ts";
-export { ConnectionClosedError, ErrorCode, HudProtocolError, NotReadyError } from "./errors.ts";
+export {
+  ConnectionClosedError,
+  ErrorCode,
+  HudProtocolError,
+  NotReadyError,
+  ProtocolViolationError,
+} from "./errors.ts";
 export { bind, type BindOptions, type HudServer, serve, type ServeOptions } from "./server.ts";
 export {
   type CallOptions,
@@ -133,4 +139,11 @@ export { rollout, type RolloutObserver, type RolloutOptions } from "./eval/rollo
 export { type RowSelector, Taskset, type TasksetRunOptions } from "./eval/taskset.ts";
 export { Job, type JobProgress, type JobSummary, type TaskResult } from "./eval/job.ts";
 export type { RunRecord } from "./eval/results.ts";
-export { addWorkspace, type WorkspaceIsolation, type WorkspaceOptions } from "./workspace/mod.ts";
+export {
+  addWorkspace,
+  type Workspace,
+  type WorkspaceExecOptions,
+  type WorkspaceExecResult,
+  type WorkspaceIsolation,
+  type WorkspaceOptions,
+} from "./workspace/mod.ts";

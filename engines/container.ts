@@ -6,11 +6,11 @@
  * @module
  */
 
-import { connect } from "../client.ts";
+import { probeReady } from "../runtime/_probe.ts";
 import type { Placement, PlaceOptions, RuntimeProvider } from "../runtime/placement.ts";
 import { NotReadyError } from "../errors.ts";
 import { generateToken, withToken } from "../_internal/auth.ts";
-import { abortable, Deadline, delay } from "../_internal/async.ts";
+import { Deadline, delay } from "../_internal/async.ts";
 import { EngineClient, EngineError, removeContainer } from "./_engine.ts";
 import { Relay } from "./_relay.ts";
 import { seccompProfile } from "./_seccomp.ts";
@@ -144,7 +144,7 @@ interface EngineSecurity {
  *
  * @example
  * ```ts ignore
- * import { connect } from "../client.ts";
+ * import { probeReady } from "../runtime/_probe.ts";
  * import { ContainerRuntime } from "./mod.ts";
  *
  * await using client = await connect(new ContainerRuntime("robolab:latest"));
@@ -365,11 +365,7 @@ export class ContainerRuntime implements RuntimeProvider {
         );
       }
       try {
-        const client = await abortable(
-          connect(url, { readyTimeout: 1_000, retryInterval: 100, forward: false }),
-          deadline.signal,
-        );
-        await client.close();
+        await probeReady(url, { readyTimeout: 1_000, retryInterval: 100, signal: deadline.signal });
         return;
       } catch (err) {
         lastError = err;

@@ -6,7 +6,7 @@
  * @module
  */
 
-import { connect } from "../client.ts";
+import { probeReady } from "../runtime/_probe.ts";
 import type { Placement, PlaceOptions, RuntimeProvider } from "../runtime/placement.ts";
 import { NotReadyError } from "../errors.ts";
 import { generateToken, withToken } from "../_internal/auth.ts";
@@ -140,7 +140,7 @@ interface Waiter {
  *
  * @example
  * ```ts ignore
- * import { connect } from "../client.ts";
+ * import { probeReady } from "../runtime/_probe.ts";
  * import { SwarmRuntime } from "./mod.ts";
  *
  * await using runtime = new SwarmRuntime("registry:5000/robolab:latest", { minReplicas: 3 });
@@ -464,9 +464,8 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
   /** Readiness is the handshake: the node may accept before the server listens. */
   #check(replica: Replica): void {
     replica.checking = true;
-    const check = connect(replica.url, { readyTimeout: 2_000, retryInterval: 200, forward: false })
-      .then(async (client) => {
-        await client.close();
+    const check = probeReady(replica.url, { readyTimeout: 2_000, retryInterval: 200 })
+      .then(() => {
         if (replica.dead === null) {
           replica.ready = true;
           this.#dispatch();

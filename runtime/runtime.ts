@@ -5,7 +5,7 @@
  * @module
  */
 
-import { parseControlUrl } from "../client.ts";
+import { parseControlUrl } from "../_internal/control_url.ts";
 import type { Placement, PlaceOptions, RuntimeProvider } from "./placement.ts";
 
 /**

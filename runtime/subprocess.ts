@@ -10,6 +10,7 @@ import { abortable, Deadline, settleWithin } from "../_internal/async.ts";
 import { signalGroup } from "../_internal/process.ts";
 import { generateToken, withToken } from "../_internal/auth.ts";
 import { NotReadyError } from "../errors.ts";
+import { probeReady } from "./_probe.ts";
 import type { Placement, PlaceOptions, RuntimeProvider } from "./placement.ts";
 
 /**
@@ -92,6 +93,8 @@ const MAX_LINE_CHARS = 2_000;
 /** How long to wait for the output pipes to close once the child is gone. */
 const DRAIN_MS = 1_000;
 const ANNOUNCE = /^HUD_SERVE_PORT=(\d+)$/;
+/** How long a child that announced its port may take to answer hello. */
+const PROBE_TIMEOUT = 10_000;
 
 function checkTimeout(what: string, value: unknown, infiniteOk: boolean): void {
   if (value === undefined) return;
@@ -259,8 +262,23 @@ export class SubprocessRuntime implements RuntimeProvider {
       throw new Error(`${what}: the server ${how} before serving${child.output()}`);
     }
     const port = outcome.port;
+    const url = withToken(`tcp://127.0.0.1:${port}`, token);
+    // The port line says it listens; a hello with the token says it is the
+    // server we started and that it takes our token.
+    try {
+      await probeReady(url, { readyTimeout: PROBE_TIMEOUT, signal: deadline.signal });
+    } catch (err) {
+      await child.stop(grace);
+      if (options.signal?.aborted) throw options.signal.reason;
+      throw new NotReadyError(
+        `${what}: the server announced port ${port} but did not answer hello: ${
+          err instanceof Error ? err.message : String(err)
+        }${child.output()}`,
+        { cause: err },
+      );
+    }
     return {
-      url: withToken(`tcp://127.0.0.1:${port}`, token),
+      url,
       params: Object.freeze({ pid: child.pid, port }),
       [Symbol.asyncDispose]: () => child.stop(grace),
     };

@@ -52,6 +52,7 @@ const ENTRY_POINTS = [
 interface Dependency {
   code?: { specifier: string };
   type?: { specifier: string };
+  isDynamic?: boolean;
 }
 interface ModuleInfo {
   specifier: string;
@@ -177,6 +178,35 @@ Deno.test("layout: imports point down the layers", async () => {
   assert.deepEqual(wrong, []);
 });
 
+/**
+ * The local files that importing `entry` loads: static imports of code,
+ * followed from the entry. Type-only imports load nothing, and a dynamic
+ * `import()` loads its module only when it runs.
+ */
+async function loadedFiles(entry: string): Promise<string[]> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["info", "--json", entry],
+    cwd: ROOT,
+    stdout: "piped",
+    stderr: "piped",
+    env: { NO_COLOR: "1" },
+    signal: AbortSignal.timeout(30_000),
+  }).output();
+  assert.ok(out.success, `deno info ${entry} failed: ${new TextDecoder().decode(out.stderr)}`);
+  const info = JSON.parse(new TextDecoder().decode(out.stdout)) as { modules: ModuleInfo[] };
+  const bySpecifier = new Map(info.modules.map((m) => [m.specifier, m]));
+  const seen = new Set<string>();
+  const visit = (specifier: string): void => {
+    if (seen.has(specifier) || !specifier.startsWith(ROOT.href)) return;
+    seen.add(specifier);
+    for (const dep of bySpecifier.get(specifier)?.dependencies ?? []) {
+      if (!dep.isDynamic && dep.code?.specifier) visit(dep.code.specifier);
+    }
+  };
+  visit(new URL(entry, ROOT).href);
+  return [...seen].map((s) => s.slice(ROOT.href.length));
+}
+
 /** The folders a light entry point must not load (its own folder aside). */
 const HEAVY = [
   "ssh/",
@@ -201,20 +231,15 @@ const LIGHT: readonly { entry: string; stillLoads?: readonly string[] }[] = [
   { entry: "capability.ts" },
   { entry: "loader.ts" },
   { entry: "server.ts" },
-  // TODO(issue 25, client core): client.ts statically imports ssh/client.ts
-  // (HudClient.open), cdp/client.ts (openCdp) and mcp/client.ts (openMcp).
-  // Once it loads them on first use, delete this `stillLoads`.
-  { entry: "client.ts", stillLoads: ["ssh/", "cdp/", "mcp/"] },
-  // TODO(issue 25, client core): runtime/runtime.ts imports parseControlUrl
-  // from client.ts, which loads ssh/, cdp/ and mcp/ (see client.ts above);
-  // delete this `stillLoads` with client.ts's.
-  { entry: "runtime/mod.ts", stillLoads: ["ssh/", "cdp/", "mcp/"] },
+  // HudClient.open() loads each protocol client with a dynamic import().
+  { entry: "client.ts" },
+  { entry: "runtime/mod.ts" },
 ];
 
 Deno.test("layout: the light entry points load no heavy subsystem", async (t) => {
   for (const { entry, stillLoads = [] } of LIGHT) {
     await t.step(entry, async () => {
-      const loaded = [...(await importGraph(entry)).keys()];
+      const loaded = await loadedFiles(entry);
       const own = entry.includes("/") ? entry.slice(0, entry.indexOf("/") + 1) : null;
       const folders = new Set(loaded.map((p) => p.slice(0, p.indexOf("/") + 1)));
       const heavy = HEAVY.filter((f) => f !== own && !stillLoads.includes(f) && folders.has(f));

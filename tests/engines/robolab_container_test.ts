@@ -104,7 +104,7 @@ Deno.test({
     await buildImages();
     // The agent reaches the workspace, then its container is killed under it.
     const agent = functionAgent(async (_prompt, run, { signal }) => {
-      await using shell = run.client.open("shell", { signal });
+      await using shell = await run.client.open("shell", { signal });
       await shell.exec("true", { signal });
       const [id] = await running();
       using engine = await EngineClient.open();
