@@ -4,6 +4,7 @@
 // bind-mounts: 127.0.0.1 on this host to the socket, and the socket to the
 // environment's control port on the container's own loopback.
 
+import { acceptLoop } from "../_internal/accept.ts";
 import { closeQuietly, isPeerGone, splice } from "../_internal/io.ts";
 
 /** Where a relay listens or connects: a TCP address or a unix socket path. */
@@ -32,30 +33,17 @@ export class Relay implements AsyncDisposable {
       : Deno.listen({ transport: "unix", path: from.path });
     this.#to = to;
     this.#onError = onError;
-    this.#loop = this.#accept();
+    this.#loop = acceptLoop(this.#listener, (conn) => {
+      const task = this.#join(conn).catch((err) => {
+        if (!isPeerGone(err)) this.#onError(err);
+      }).finally(() => this.#tasks.delete(task));
+      this.#tasks.add(task);
+    }, { closing: () => this.#closed !== null, onError });
   }
 
   /** The address listened on (the port chosen for port 0). */
   get addr(): Deno.Addr {
     return this.#listener.addr;
-  }
-
-  async #accept(): Promise<void> {
-    while (this.#closed === null) {
-      let conn: Deno.Conn;
-      try {
-        conn = await this.#listener.accept();
-      } catch (err) {
-        if (this.#closed !== null || isPeerGone(err)) return;
-        this.#onError(err);
-        await new Promise((r) => setTimeout(r, 50));
-        continue;
-      }
-      const task = this.#join(conn).catch((err) => {
-        if (!isPeerGone(err)) this.#onError(err);
-      }).finally(() => this.#tasks.delete(task));
-      this.#tasks.add(task);
-    }
   }
 
   async #join(conn: Deno.Conn): Promise<void> {

@@ -144,7 +144,7 @@ interface EngineSecurity {
  *
  * @example
  * ```ts ignore
- * import { probeReady } from "../runtime/_probe.ts";
+ * import { connect } from "../client.ts";
  * import { ContainerRuntime } from "./mod.ts";
  *
  * await using client = await connect(new ContainerRuntime("robolab:latest"));
@@ -211,8 +211,9 @@ export class ContainerRuntime implements RuntimeProvider {
       await Deno.chmod(shared, 0o777);
       // Docker takes the profile itself; Podman's compatible API, a path on
       // its host (this one: the engine is on this machine's socket).
+      const podman = engine.product.startsWith("Podman");
       let seccomp = seccompProfile();
-      if (engine.product.startsWith("Podman")) {
+      if (podman) {
         await Deno.writeTextFile(`${dir}/seccomp.json`, seccomp, { mode: 0o600 });
         seccomp = `${dir}/seccomp.json`;
       }
@@ -241,6 +242,8 @@ export class ContainerRuntime implements RuntimeProvider {
             // AppArmor's docker-default profile refuses every mount, also in
             // a user namespace: bubblewrap could not build the sandbox.
             ...(security.apparmor ? ["apparmor=unconfined"] : []),
+            // Podman's compatible API ignores MaskedPaths and ReadonlyPaths.
+            ...(podman ? ["unmask=/proc/*"] : []),
           ],
           // A fresh /proc (the sandbox's PID namespace) may be mounted only
           // where the container's /proc is not partly covered: the engine's
