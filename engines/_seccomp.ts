@@ -7,15 +7,16 @@
 // can only act inside a user namespace the process made itself: the kernel
 // checks capabilities against the namespace's owner.
 //
-// Everything not listed fails with ENOSYS (as an old kernel would), so that
-// programs take their fallbacks (glibc falls back from clone3 to clone, new
-// mount tools to mount(2)). Only the native 64-bit architecture is allowed:
-// 32-bit system calls (i386, x32), a long-standing source of kernel bugs,
-// fail too.
+// Everything not listed fails: with ENOSYS where the engine takes the
+// profile's defaultErrnoRet (Podman 4.3), as an old kernel would, so that
+// programs take their fallbacks (new mount tools fall back to mount(2));
+// with EPERM on Docker 20.10, which ignores it. Only the native 64-bit
+// architecture is named: a 32-bit system call (i386, x32), a long-standing
+// source of kernel bugs, kills the process (SIGSYS, from the runtime).
 
 /**
- * Calls left out, each with why (kept here so that the list above stays a
- * decision, not an accident). Any call not named in either list is refused.
+ * Calls left out, each with why (kept here so that the allow list below
+ * stays a decision, not an accident). Any call in neither list is refused.
  */
 export const REFUSED_SYSCALLS: Readonly<Record<string, string>> = {
   // The kernel itself and the machine.

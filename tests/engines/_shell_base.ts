@@ -22,8 +22,15 @@ function inUsr(path: string): string {
   return path.replace(/^\/(bin|sbin|lib|lib64)\//, "/usr/$1/");
 }
 
-/** Builds the base image as `tag` on the engine at `socket` (default: the default one). */
-export async function buildShellBase(tag: string, socket?: string): Promise<void> {
+/**
+ * Builds the base image as `tag` on the engine at `socket` (default: the
+ * default one), with `extra` files (path in the image: content, mode 0755).
+ */
+export async function buildShellBase(
+  tag: string,
+  socket?: string,
+  extra: Record<string, Uint8Array> = {},
+): Promise<void> {
   const coreutils = (await output("dpkg", ["-L", "coreutils"])).split("\n")
     .filter((p) => /^\/(usr\/)?bin\/[^/]+$/.test(p));
   const bins = new Set<string>();
@@ -50,6 +57,7 @@ export async function buildShellBase(tag: string, socket?: string): Promise<void
   tar.file("root/etc/group", new TextEncoder().encode("root:x:0:\nnogroup:x:65534:\n"));
   for (const bin of bins) tar.file(`root${inUsr(bin)}`, await Deno.readFile(bin), 0o755);
   tar.symlink("root/usr/bin/sh", "bash");
+  for (const [path, data] of Object.entries(extra)) tar.file(`root${path}`, data, 0o755);
   for (const lib of libs) {
     const path = `root${inUsr(lib)}`;
     const dir = path.slice(0, path.lastIndexOf("/"));

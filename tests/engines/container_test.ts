@@ -15,6 +15,7 @@ import {
 } from "../../engines/mod.ts";
 import { EngineClient, findEngineSocket } from "../../engines/_engine.ts";
 import { TarWriter } from "../../engines/_tar.ts";
+import { buildShellBase } from "./_shell_base.ts";
 import { functionAgent, Taskset } from "../../eval/mod.ts";
 import { taskSlug } from "../../env.ts";
 
@@ -36,6 +37,28 @@ const fixture = (name: string) => new URL(`../fixtures/${name}`, import.meta.url
 const TAG = "hud-test-env:latest";
 const BROKEN_TAG = "hud-test-env-broken:latest";
 const PROBE_TAG = "hud-test-env-probe:latest";
+const PROBE_BASE = "hud-test-env-probe-base:latest";
+
+/**
+ * tests/fixtures/syscall_probe.c built static, or null without gcc (or off
+ * x86_64, where its 32-bit call does not exist).
+ */
+async function syscallProbe(): Promise<Uint8Array | null> {
+  if (Deno.build.arch !== "x86_64") return null;
+  const dir = await Deno.makeTempDir({ prefix: "hud-syscall-probe-" });
+  try {
+    const out = await new Deno.Command("gcc", {
+      args: ["-static", "-O1", "-o", `${dir}/probe`, fixture("syscall_probe.c")],
+      stdout: "null",
+      stderr: "piped",
+    }).output().catch(() => null);
+    return out?.success ? await Deno.readFile(`${dir}/probe`) : null;
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+const SYSCALL_PROBE = await syscallProbe();
+if (SYSCALL_PROBE === null) console.log("container_test: the system call probe is skipped: no gcc");
 
 /**
  * An IPv4 address of this host on an engine's bridge (Docker's docker0
@@ -78,8 +101,10 @@ interface Facts {
   noNewPrivs: string;
   seccomp: string;
   routes: string[];
+  masks: string[];
   imageWritable: string;
   reached: Record<string, string>;
+  syscalls: Record<string, string>;
 }
 
 /**
@@ -104,7 +129,13 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
         socket,
         signal: AbortSignal.timeout(240_000),
       });
+      await buildShellBase(
+        PROBE_BASE,
+        socket,
+        SYSCALL_PROBE ? { "/usr/local/bin/hud-syscall-probe": SYSCALL_PROBE } : {},
+      );
       await buildEnvironmentImage(fixture("container_probe_env.ts"), PROBE_TAG, {
+        from: PROBE_BASE,
         envName: "probe",
         envVersion: "1.0.0",
         socket,
@@ -197,7 +228,37 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
       assert.equal(facts.noNewPrivs, "1");
       assert.equal(facts.seccomp, "2");
       assert.notEqual(facts.imageWritable, "yes");
+      // Nothing covers /proc (the sandbox mounts a fresh one); /sys keeps its masks.
+      assert.deepEqual(facts.masks.filter((m) => m.startsWith("/proc/")), [], String(facts.masks));
+      assert.ok(facts.masks.includes("/sys/firmware"), String(facts.masks));
       assert.deepEqual(await containersOf(Deno.pid), []);
+    },
+  });
+
+  Deno.test({
+    name:
+      `ContainerRuntime's seccomp profile refuses keyrings, bpf, perf, userfaultfd, io_uring, other processes' memory and 32-bit calls, and allows user namespaces (${label})`,
+    ignore: ignore || SYSCALL_PROBE === null,
+    async fn() {
+      await buildImages();
+      const { syscalls } = await factsOf(new ContainerRuntime(PROBE_TAG, { socket }), []);
+      // EPERM from Docker 20.10 (no defaultErrnoRet), ENOSYS from Podman.
+      const refused = /^-1 (1|38)$/;
+      for (
+        const name of [
+          "keyctl",
+          "add_key",
+          "bpf",
+          "perf_event_open",
+          "userfaultfd",
+          "io_uring_setup",
+          "process_vm_readv",
+        ]
+      ) {
+        assert.match(syscalls[name] ?? "missing", refused, `${name}: ${JSON.stringify(syscalls)}`);
+      }
+      assert.equal(syscalls.unshare_user, "0 0", JSON.stringify(syscalls));
+      assert.equal(syscalls.i386, "killed by SIGSYS", JSON.stringify(syscalls));
     },
   });
 

@@ -30,22 +30,35 @@ const BASE = "hud-test-shell-bwrap:latest";
 const TAG = "hud-test-robolab-bwrap:latest";
 const ROBOLAB = new URL("../../examples/robolab.ts", import.meta.url).pathname;
 
-let built: Promise<void> | null = null;
-function buildImages(): Promise<void> {
-  built ??= (async () => {
-    await buildShellBase(BASE);
-    await buildEnvironmentImage(ROBOLAB, TAG, {
-      from: BASE,
-      envName: "robolab",
-      envVersion: "1.0.0",
-      signal: AbortSignal.timeout(240_000),
-    });
-  })();
-  return built;
+const PODMAN_SOCKET = Deno.env.get("HUD_TEST_PODMAN_SOCKET") || null;
+if (PODMAN_SOCKET === null) {
+  console.log(
+    "robolab_container_test: Podman skipped: set HUD_TEST_PODMAN_SOCKET=/run/podman/podman.sock",
+  );
 }
 
-async function running(): Promise<string[]> {
-  using engine = await EngineClient.open();
+const built = new Map<string | undefined, Promise<void>>();
+/** The base and robolab images on the engine at `socket` (default: the default one), once. */
+function buildImages(socket?: string): Promise<void> {
+  let done = built.get(socket);
+  if (done === undefined) {
+    done = (async () => {
+      await buildShellBase(BASE, socket);
+      await buildEnvironmentImage(ROBOLAB, TAG, {
+        from: BASE,
+        envName: "robolab",
+        envVersion: "1.0.0",
+        socket,
+        signal: AbortSignal.timeout(240_000),
+      });
+    })();
+    built.set(socket, done);
+  }
+  return done;
+}
+
+async function running(socket?: string): Promise<string[]> {
+  using engine = await EngineClient.open(socket);
   const filters = encodeURIComponent(JSON.stringify({ label: [`${OWNER_LABEL}=${Deno.pid}`] }));
   const list = await engine.call("GET", `/containers/json?all=true&filters=${filters}`) as {
     Id: string;
@@ -54,7 +67,7 @@ async function running(): Promise<string[]> {
 }
 
 // As the README has it: no option says how to sandbox.
-const runtime = () => new ContainerRuntime(TAG);
+const runtime = (socket?: string) => new ContainerRuntime(TAG, { socket });
 
 /**
  * An IPv4 address of this host on Docker's bridge (docker0), where a
@@ -129,62 +142,150 @@ Deno.test({
   }),
 });
 
-Deno.test({
-  name:
-    "ContainerRuntime: robolab's agent is sandboxed in its container: its own processes, no network, no host service",
-  ignore,
-  fn: withDeadline(59_000, async () => {
-    await buildImages();
-    const address = bridgeAddress();
-    if (address === null) console.log("robolab_container_test: no docker0: host service skipped");
-    const listener = address === null ? null : Deno.listen({ hostname: address, port: 0 });
-    let accepted = 0;
-    const serving = (async () => {
-      if (listener === null) return;
-      for await (const conn of listener) {
-        accepted++;
-        conn.close();
-      }
-    })();
-    const target = listener === null ? "169.254.169.254/80" : `${address}/${listener.addr.port}`;
-    const seen: Record<string, string> = {};
-    const agent = functionAgent(async (_prompt, run, { signal }) => {
-      seen.isolation = String(run.client.binding("shell").params.isolation);
-      await using shell = run.client.open("shell", { signal });
-      const sh = async (command: string) =>
-        (await shell.exec(command, { signal })).stdoutText.trim();
-      seen.uid = await sh("id -u");
-      seen.pid1 = await sh("cat /proc/1/comm");
-      seen.processes = await sh("ls /proc | grep -c '^[0-9]*$'");
-      seen.route = await sh("cat /proc/net/route | wc -l");
-      seen.reach = await sh(
-        `(exec 3<>/dev/tcp/${target}) 2>/dev/null && echo reached || echo unreachable`,
-      );
-      return "";
-    });
-    try {
-      const job = await new Taskset(tasks.slice(0, 1)).run(agent, {
-        runtime: runtime(),
-        rolloutTimeout: 60_000,
-        signal: AbortSignal.timeout(120_000),
+/** The tests of the agent's view, against the engine at `socket`, named `label`. */
+function agentSuite(label: string, socket: string | undefined, ignore: boolean): void {
+  Deno.test({
+    name:
+      `ContainerRuntime: robolab's agent is sandboxed in its container: its own processes, no network, no host service (${label})`,
+    ignore,
+    fn: withDeadline(59_000, async () => {
+      await buildImages(socket);
+      const address = bridgeAddress();
+      if (address === null) console.log("robolab_container_test: no docker0: host service skipped");
+      const listener = address === null ? null : Deno.listen({ hostname: address, port: 0 });
+      let accepted = 0;
+      const serving = (async () => {
+        if (listener === null) return;
+        for await (const conn of listener) {
+          accepted++;
+          conn.close();
+        }
+      })();
+      const target = listener === null ? "169.254.169.254/80" : `${address}/${listener.addr.port}`;
+      const seen: Record<string, string> = {};
+      const agent = functionAgent(async (_prompt, run, { signal }) => {
+        seen.isolation = String(run.client.binding("shell").params.isolation);
+        await using shell = await run.client.open("shell", { signal });
+        const sh = async (command: string) =>
+          (await shell.exec(command, { signal })).stdoutText.trim();
+        seen.uid = await sh("id -u");
+        seen.pid1 = await sh("cat /proc/1/comm");
+        seen.processes = await sh("ls /proc | grep -c '^[0-9]*$'");
+        seen.route = await sh("cat /proc/net/route | wc -l");
+        seen.reach = await sh(
+          `(exec 3<>/dev/tcp/${target}) 2>/dev/null && echo reached || echo unreachable`,
+        );
+        // The server's port on the container's loopback, and its control socket.
+        seen.control = await sh(
+          "(exec 3<>/dev/tcp/127.0.0.1/8765) 2>/dev/null && echo reached || echo unreachable",
+        );
+        seen.socket = await sh("ls -A /tmp/.hud-control 2>/dev/null || echo hidden");
+        return "";
       });
-      assert.equal(job.errored.length, 0, JSON.stringify(job.errored[0]?.trace));
-    } finally {
-      listener?.close();
-      await serving.catch(() => {});
-    }
-    assert.equal(seen.isolation, "bwrap");
-    // The workspace's sandbox, not the container's processes: no server here.
-    assert.notEqual(seen.pid1, "deno");
-    assert.ok(Number(seen.processes) < 10, `${seen.processes} processes visible`);
-    assert.equal(seen.uid, "65534");
-    // Only the header of an empty route table.
-    assert.equal(seen.route, "1");
-    assert.equal(seen.reach, "unreachable");
-    assert.equal(accepted, 0, "the host service on the bridge was reached");
-    assert.deepEqual(await running(), [], "containers left behind");
-  }),
-});
+      try {
+        const job = await new Taskset(tasks.slice(0, 1)).run(agent, {
+          runtime: runtime(socket),
+          rolloutTimeout: 60_000,
+          signal: AbortSignal.timeout(120_000),
+        });
+        assert.equal(job.errored.length, 0, JSON.stringify(job.errored[0]?.trace));
+      } finally {
+        listener?.close();
+        await serving.catch(() => {});
+      }
+      assert.equal(seen.isolation, "bwrap");
+      // The workspace's sandbox, not the container's processes: no server here.
+      assert.notEqual(seen.pid1, "deno");
+      assert.ok(Number(seen.processes) < 10, `${seen.processes} processes visible`);
+      assert.equal(seen.uid, "65534");
+      // Only the header of an empty route table.
+      assert.equal(seen.route, "1");
+      assert.equal(seen.reach, "unreachable");
+      assert.equal(seen.control, "unreachable");
+      assert.equal(seen.socket, "hidden");
+      assert.equal(accepted, 0, "the host service on the bridge was reached");
+      assert.deepEqual(await running(socket), [], "containers left behind");
+    }),
+  });
+
+  Deno.test({
+    name:
+      `ContainerRuntime: OpenSSH's scp and sftp reach the workspace inside a container (${label})`,
+    ignore,
+    fn: withDeadline(59_000, async () => {
+      await buildImages(socket);
+      const scratch = await Deno.makeTempDir({ prefix: "hud-scp-" });
+      const seen: string[] = [];
+      const agent = functionAgent(async (_prompt, run, { signal }) => {
+        const shell = run.client.binding("shell");
+        const dir = (run.bindings.shell as { cwd: string }).cwd;
+        const port = new URL(shell.url).port;
+        const key = `${scratch}/key`;
+        await Deno.writeTextFile(key, String(shell.params.client_key), { mode: 0o600 });
+        const options = [
+          "-F",
+          "/dev/null",
+          "-o",
+          "BatchMode=yes",
+          "-o",
+          "StrictHostKeyChecking=no",
+          "-o",
+          "UserKnownHostsFile=/dev/null",
+          "-o",
+          "LogLevel=ERROR",
+          "-i",
+          key,
+          "-P",
+          port,
+        ];
+        const at = `${shell.params.user}@127.0.0.1`;
+        const run1 = async (cmd: string, args: string[], stdin?: string) => {
+          const child = new Deno.Command(cmd, {
+            args,
+            stdin: stdin === undefined ? "null" : "piped",
+            stdout: "piped",
+            stderr: "piped",
+            signal,
+          }).spawn();
+          if (stdin !== undefined) {
+            const w = child.stdin.getWriter();
+            await w.write(new TextEncoder().encode(stdin));
+            await w.close();
+          }
+          const out = await child.output();
+          const text = new TextDecoder();
+          seen.push(`${cmd}: ${out.code} ${text.decode(out.stdout)}${text.decode(out.stderr)}`);
+          return out.code;
+        };
+        await Deno.writeTextFile(`${scratch}/up.txt`, "sent by scp\n");
+        await run1("scp", [...options, `${scratch}/up.txt`, `${at}:${dir}/up.txt`]);
+        await run1("scp", [...options, `${at}:${dir}/up.txt`, `${scratch}/down.txt`]);
+        await run1("sftp", ["-b", "-", ...options, at], `cd ${dir}\nls -1\n`);
+        return "";
+      });
+      try {
+        const job = await new Taskset(tasks.slice(0, 1)).run(agent, {
+          runtime: runtime(socket),
+          rolloutTimeout: 60_000,
+          signal: AbortSignal.timeout(120_000),
+        });
+        assert.equal(job.errored.length, 0, JSON.stringify(job.errored[0]?.trace));
+        assert.equal(
+          await Deno.readTextFile(`${scratch}/down.txt`),
+          "sent by scp\n",
+          seen.join("\n"),
+        );
+        assert.match(seen[2], /^sftp: 0 .*up\.txt/s, seen.join("\n"));
+      } finally {
+        await Deno.remove(scratch, { recursive: true });
+      }
+      assert.deepEqual(await running(socket), [], "containers left behind");
+    }),
+  });
+}
+
+agentSuite("default engine", undefined, ignore);
+if (PODMAN_SOCKET !== null) agentSuite("Podman", PODMAN_SOCKET, false);
 
 Deno.test({
   name: "hud image and hud eval --runtime container: run the README's robolab commands as written",
