@@ -7,8 +7,9 @@
 // have no network at all: the server listens on the container's loopback
 // only, and this program relays the unix socket at that path (in a
 // directory the engine bind-mounts from the runtime's host) to it. Without
-// it (a swarm replica), the server listens on every interface, to be
-// published by the engine.
+// it (a swarm replica, HUD's DockerRuntime), the server listens on every
+// interface, to be published by the engine, and without authentication
+// when it is given no token either (HUD's runtimes send none).
 //
 // The CLI is loaded by the path the image gives, not imported: this is a
 // program launching another, not a library module depending on the CLI.
@@ -39,10 +40,9 @@ const { main } = await import(new URL(cli, `file://${Deno.cwd()}/`).href) as {
 const code = await main([
   "serve",
   module,
-  "--host",
-  socket ? "127.0.0.1" : "0.0.0.0",
   "--port",
   String(CONTAINER_PORT),
+  ...(socket ? ["--host", "127.0.0.1"] : ["--host", "0.0.0.0", "--no-auth-without-token"]),
 ]);
 await relay?.close();
 Deno.exit(code);

@@ -73,12 +73,15 @@ function commonDir(paths: string[]): string {
  * Builds an OCI image of an environment module with the local engine, no
  * registry needed: Deno's own binary and the shared libraries it links
  * (`ldd`), the module and its local imports, and this SDK's command line,
- * started as `serve` on port 8765 with the token the runtime passes in
- * `HUD_SERVE_TOKEN` (never without one): on the container's loopback
- * behind the unix socket {@linkcode ContainerRuntime} shares (label
- * `dev.hud.control=socket`), or on every interface when no socket is given
- * (a swarm replica, published by the engine). A `FROM scratch` image has
- * `root` and `nobody` (65534, the user containers run as) in /etc/passwd.
+ * started as `serve` on port 8765 (`_container_main.ts`): on the
+ * container's loopback behind the unix socket {@linkcode ContainerRuntime}
+ * shares (label `dev.hud.control=socket`), with the token it passes in
+ * `HUD_SERVE_TOKEN`; or, when no socket is given (a swarm replica, HUD's
+ * DockerRuntime), on every interface for the engine to publish, with
+ * `--no-auth-without-token`: without authentication when started with no
+ * token either (HUD's runtimes send none), as HUD's own images serve. A
+ * `FROM scratch` image has `root` and `nobody` (65534, the user
+ * ContainerRuntime runs as) in /etc/passwd.
  *
  * @param modulePath the environment module
  * @param tag the image name

@@ -20,6 +20,10 @@ export const CLIENT_JS: string = String.raw`
     return { name: f.name, rows: (f.rows || []).map(unpack), records: f.records || null, generation: f.generation || 0 };
   });
   var live = boot.live === true;
+  // The live viewer's requests carry its token (the page came with it).
+  function api(path) {
+    return fetch(path, { headers: boot.token ? { authorization: "Bearer " + boot.token } : {} });
+  }
   var main = document.getElementById("main");
   var state = { sort: { key: "i", dir: 1 }, filter: "", view: null };
 
@@ -213,13 +217,15 @@ export const CLIENT_JS: string = String.raw`
       patch.patch ? h("pre", { class: "diff" }, lines.map(function (l) {
         var cls = l.slice(0, 3) === "+++" || l.slice(0, 3) === "---" ? "meta" : l[0] === "+" ? "add" : l[0] === "-" ? "del" : l.slice(0, 2) === "@@" ? "hunk" : "ctx";
         return h("span", { class: "line " + cls }, l + "\n");
-      })) : h("p", { class: "muted" }, "no content shown (" + (patch.size_after === null ? "removed" : (patch.size_after + " bytes")) + ")"));
+      })) : h("p", { class: "muted" }, "no content shown (" + (patch.status === "deleted" ? "removed" : (patch.size_after + " bytes")) + ")"));
   }
 
   function stepBody(step) {
     var c = step.content;
     if (step.type.slice(0, 13) === "filetracking." && c && typeof c === "object") {
-      if (Array.isArray(c.patches)) return h("div", null, c.patches.map(diffBlock));
+      // A flush nests its diff (HUD's shape): { diff: { patches }, capture }.
+      var d = c.diff && typeof c.diff === "object" ? c.diff : c;
+      if (Array.isArray(d.patches)) return h("div", null, d.patches.map(diffBlock));
       if (Array.isArray(c.files)) {
         return h("ul", { class: "files" }, c.files.map(function (f) { return h("li", null, h("code", null, f.path), " " + f.size + " bytes"); }));
       }
@@ -289,7 +295,7 @@ export const CLIENT_JS: string = String.raw`
   function getRecord(f, i) {
     var file = files[f];
     if (file.records) return Promise.resolve(file.records[i]);
-    return fetch("api/record?file=" + f + "&i=" + i).then(function (res) {
+    return api("api/record?file=" + f + "&i=" + i).then(function (res) {
       if (!res.ok) throw new Error("HTTP " + res.status);
       return res.json();
     });
@@ -355,7 +361,7 @@ export const CLIENT_JS: string = String.raw`
   // ------------------------------------------------------------ live updates
   function poll() {
     Promise.all(files.map(function (file, f) {
-      return fetch("api/rows?file=" + f + "&from=" + file.rows.length + "&generation=" + file.generation)
+      return api("api/rows?file=" + f + "&from=" + file.rows.length + "&generation=" + file.generation)
         .then(function (res) { return res.ok ? res.json() : null; })
         .then(function (body) {
           if (!body) return false;
