@@ -298,6 +298,60 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
   });
 
   Deno.test({
+    name:
+      `hud eval --runtime container: --container-network and --container-env reach the container (${label})`,
+    // The command line finds the default engine only.
+    ignore: ignore || socket !== undefined,
+    async fn() {
+      await buildImages();
+      const { main } = await import("../../cli.ts");
+      const dir = await Deno.makeTempDir({ prefix: "hud-eval-flags-" });
+      try {
+        const rows = `${dir}/rows.jsonl`;
+        await Deno.writeTextFile(
+          rows,
+          JSON.stringify({ env: "probe", id: "facts", args: { targets: [] } }) + "\n",
+        );
+        // Answers "ok" when the facts it is given match what it expects.
+        const agent = (route: string, note: string) =>
+          `p=$(cat); case "$p" in *'"routes":[]'*) r=none;; *) r=some;; esac; ` +
+          `case "$p" in *'"note":"hello"'*) n=hello;; *) n=null;; esac; ` +
+          `[ "$r $n" = "${route} ${note}" ] && echo ok || echo "$r $n"`;
+        let out = "";
+        let err = "";
+        const io = { stdout: (t: string) => out += t, stderr: (t: string) => err += t };
+        const probe = fixture("container_probe_env.ts");
+        const common = ["--tasks", rows, "--runtime", `container:${PROBE_TAG}`, "--json"];
+        assert.equal(
+          await main(["eval", probe, "--agent", agent("none", "null"), ...common], io),
+          0,
+          err,
+        );
+        assert.equal(JSON.parse(out).mean_reward, 1, out);
+        out = "";
+        const flags = ["--container-network", "--container-env", "PROBE_NOTE=hello"];
+        assert.equal(
+          await main(["eval", probe, "--agent", agent("some", "hello"), ...common, ...flags], io),
+          0,
+          err,
+        );
+        assert.equal(JSON.parse(out).mean_reward, 1, out);
+        err = "";
+        assert.equal(await main(["eval", probe, "--agent", "true", "--container-network"], io), 2);
+        assert.match(err, /--container-network needs --runtime container:IMAGE/);
+        assert.equal(
+          await main(["eval", probe, "--agent", "true", ...common, "--container-env", "X"], io),
+          2,
+        );
+        assert.match(err, /--container-env takes NAME=VALUE, got "X"/);
+      } finally {
+        await Deno.remove(dir, { recursive: true });
+      }
+      assert.deepEqual(await containersOf(Deno.pid), []);
+    },
+  });
+
+  Deno.test({
     name: `ContainerRuntime refuses an image whose server has no control socket (${label})`,
     ignore,
     async fn() {
