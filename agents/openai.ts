@@ -8,13 +8,16 @@
  */
 
 import {
+  cappedReply,
   type ChatMessage,
   httpError,
+  maxResponseBytes,
   type ModelBackend,
   ModelHttpError,
   type ModelReply,
   type ModelRequest,
   ModelStreamError,
+  replyJson,
   type TokenUsage,
   type ToolCall,
 } from "./model.ts";
@@ -36,6 +39,12 @@ export interface OpenAiBackendOptions {
    * @default the `OPENAI_API_KEY` environment variable, else none
    */
   apiKey?: string;
+  /**
+   * Past this many bytes a reply (its JSON, or the whole event stream) is
+   * cut off with a {@linkcode ModelStreamError}.
+   * @default 64 MiB
+   */
+  maxResponseBytes?: number;
   /**
    * Whether to stream the reply (server-sent events).
    * @default true
@@ -204,6 +213,7 @@ export class OpenAiBackend implements ModelBackend {
   /** The model's name. */
   readonly model: string;
   readonly #url: string;
+  readonly #maxResponse: number;
   readonly #headers: Record<string, string>;
   readonly #stream: boolean;
   readonly #tokenFields: Record<string, unknown>;
@@ -232,6 +242,7 @@ export class OpenAiBackend implements ModelBackend {
       throw new TypeError(`Cannot make OpenAI backend: base url "${base}" is not http(s)`);
     }
     this.model = options.model;
+    this.#maxResponse = maxResponseBytes(options.maxResponseBytes, "OpenAI");
     this.#url = url.href;
     this.#stream = options.stream ?? true;
     this.#tokenFields = options.tokenFields ??
@@ -304,16 +315,10 @@ export class OpenAiBackend implements ModelBackend {
     });
     if (!response.ok) throw await httpError(response, "Chat completion");
     const type = response.headers.get("content-type") ?? "";
-    if (type.includes("text/event-stream")) return await readStream(response.body!);
-    let body: unknown;
-    try {
-      body = await response.json();
-    } catch (err) {
-      throw new ModelStreamError("Cannot read chat completion: the body is not JSON", {
-        cause: err,
-      });
+    if (type.includes("text/event-stream")) {
+      return await readStream(cappedReply(response, this.#maxResponse, "chat completion"));
     }
-    return readCompletion(body);
+    return readCompletion(await replyJson(response, this.#maxResponse, "chat completion"));
   }
 
   /**
@@ -336,7 +341,7 @@ export class OpenAiBackend implements ModelBackend {
         await response.body?.cancel();
         return null;
       }
-      return await response.json().catch(() => null);
+      return await replyJson(response, this.#maxResponse, `reply of ${path}`).catch(() => null);
     };
     try {
       const rendered = await post("/apply-template", this.#body(request, false));

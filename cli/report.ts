@@ -4,6 +4,7 @@ import { renderReport } from "../viewer/mod.ts";
 import { Job } from "../eval/job.ts";
 import type { RunRecord } from "../eval/results.ts";
 import { formatJobTable } from "../eval/report.ts";
+import { writePrivateText } from "../_internal/private_file.ts";
 import { EXIT_OK, type Io, parseCommand, PROGRAM, stringOption } from "./_common.ts";
 
 /** The help of `hud report`. */
@@ -15,7 +16,7 @@ CSS and script, no network) that shows what "view" shows, to attach to a
 review or open from disk.
 
 Options:
-  --html OUT     write the page to OUT
+  --html OUT     write the page to OUT (created 0600: it holds the traces)
   -h, --help     show this help
 `;
 
@@ -30,7 +31,8 @@ export async function run(args: string[], io: Io): Promise<number> {
   if (parsed === null) return EXIT_OK;
   const html = stringOption(parsed.values, "html");
   if (html !== undefined) {
-    await Deno.writeTextFile(html, await renderReport(parsed.positionals));
+    // The page holds the traces of the results files, which are their owner's alone.
+    await writePrivateText(html, await renderReport(parsed.positionals));
     io.err(`Wrote ${html}\n`);
     return EXIT_OK;
   }

@@ -35,9 +35,11 @@ async function run(
 }
 
 /** Runs the command line in a child process. */
-async function spawnCli(...args: string[]): Promise<Ran> {
+/** Runs cli.ts in a child whose environment adds `env` to this process's. */
+async function spawnCliWith(env: Record<string, string>, ...args: string[]): Promise<Ran> {
   const out = await new Deno.Command(Deno.execPath(), {
     args: ["run", "-A", CLI, ...args],
+    env,
     stdin: "null",
     signal: testSignal(),
   }).output();
@@ -197,16 +199,21 @@ Deno.test("main() serve runs until its signal aborts, and tasks reaches it by ur
 Deno.test("cli.ts end to end in child processes: serve, tasks, start, then grade elsewhere", async (t) => {
   // SubprocessRuntime runs "cli.ts serve" in a child of its own.
   await using served = await new SubprocessRuntime(BASIC).place();
-  const url = served.url;
+  // The token goes by HUD_SERVE_TOKEN, as it should: in --url it would be on
+  // the command line, for every local user to read (and cli.ts would warn).
+  const [, token, address] = /^tcp:\/\/:([^@]+)@(.+)$/.exec(served.url)!;
+  const url = `tcp://${address}`;
+  const spawn = (...args: string[]) =>
+    spawnCliWith({ HUD_SERVE_TOKEN: decodeURIComponent(token) }, ...args);
 
   await t.step("tasks --url", async () => {
-    const ran = await spawnCli("tasks", "--url", url);
+    const ran = await spawn("tasks", "--url", url);
     assert.equal(ran.code, 0, ran.stderr);
     assert.match(ran.stdout, /^add {3}a: integer, b: integer = 2 {2}Add two numbers$/m);
   });
 
   await t.step("start in one process, grade its session from another", async () => {
-    const started = await spawnCli(
+    const started = await spawn(
       "start",
       "add",
       "--args",
@@ -220,7 +227,7 @@ Deno.test("cli.ts end to end in child processes: serve, tasks, start, then grade
     assert.equal(frame.prompt, "What is 2 + 3?");
     assert.match(frame.session_id, /^sess-[0-9a-f]{32}$/);
 
-    const graded = await spawnCli(
+    const graded = await spawn(
       "grade",
       "add",
       "--answer",
@@ -233,7 +240,7 @@ Deno.test("cli.ts end to end in child processes: serve, tasks, start, then grade
     assert.equal(graded.code, 0, graded.stderr);
     assert.deepEqual(JSON.parse(graded.stdout), { score: 1 });
 
-    const again = await spawnCli("grade", "add", "--answer", "5", "--url", url);
+    const again = await spawn("grade", "add", "--answer", "5", "--url", url);
     assert.equal(again.code, 1);
     assert.match(again.stderr, /^error: no task in progress\n$/);
   });
@@ -241,24 +248,24 @@ Deno.test("cli.ts end to end in child processes: serve, tasks, start, then grade
   await t.step(
     "start prints the prompt and how to grade; grade adopts the lone parked task",
     async () => {
-      const started = await spawnCli("start", "add", "--args", '{"a":40}', "--url", url);
+      const started = await spawn("start", "add", "--args", '{"a":40}', "--url", url);
       assert.equal(started.code, 0, started.stderr);
       assert.equal(started.stdout, "What is 40 + 2?\n");
       assert.match(started.stderr, /Session sess-[0-9a-f]{32} holds the task/);
       assert.match(started.stderr, /hud grade add --url tcp:\/\/127.0.0.1:\d+ --session sess-/);
 
-      const wrongTemplate = await spawnCli("grade", "nope", "--answer", "42", "--url", url);
+      const wrongTemplate = await spawn("grade", "nope", "--answer", "42", "--url", url);
       assert.equal(wrongTemplate.code, 1);
       assert.match(wrongTemplate.stderr, /unknown template "nope" \(available: "add", "echo"\)/);
 
-      const graded = await spawnCli("grade", "add", "--answer", "41", "--url", url);
+      const graded = await spawn("grade", "add", "--answer", "41", "--url", url);
       assert.equal(graded.code, 0, graded.stderr);
       assert.deepEqual(JSON.parse(graded.stdout), { score: 0 });
     },
   );
 
   await t.step("an unknown session", async () => {
-    const ran = await spawnCli(
+    const ran = await spawn(
       "grade",
       "add",
       "--answer",
@@ -273,9 +280,9 @@ Deno.test("cli.ts end to end in child processes: serve, tasks, start, then grade
   });
 
   await t.step("bad flags exit 2 from a real process", async () => {
-    const ran = await spawnCli("start", "add", "--url", url, "--args", "{nope");
+    const ran = await spawn("start", "add", "--url", url, "--args", "{nope");
     assertUsageError(ran, /--args is not valid JSON/);
-    const help = await spawnCli("grade", "--help");
+    const help = await spawn("grade", "--help");
     assert.equal(help.code, 0);
     assert.match(help.stdout, /^Usage: hud grade TASK \(--answer TEXT \| --answer-file PATH\)/);
   });
@@ -396,7 +403,52 @@ Deno.test("main() serve takes its token from --token-file and prints it nowhere"
       assert.equal(served.code, 0, served.stderr);
       assert.ok(!served.stdout.includes(token) && !served.stderr.includes(token));
     });
+    await t.step("--no-auth-without-token: HUD's runtimes, which send none, get in", async () => {
+      // What images built by `image` run (issue 24, point 8).
+      const controller = new AbortController();
+      let announced = "";
+      const serving = run(
+        ["serve", BASIC, "--port", "0", "--host", "0.0.0.0", "--no-auth-without-token"],
+        { signal: controller.signal, onStdout: (text) => announced += text },
+      );
+      try {
+        await waitFor(() => /HUD_SERVE_PORT=\d+\n/.test(announced), 10_000);
+        assert.doesNotMatch(announced, /HUD_SERVE_TOKEN=/, "no token made, none printed");
+        const port = /HUD_SERVE_PORT=(\d+)\n/.exec(announced)![1];
+        const ran = await run(["tasks", "--url", `tcp://127.0.0.1:${port}`, "--json"]);
+        assert.equal(ran.code, 0, ran.stderr);
+      } finally {
+        controller.abort();
+      }
+      const served = await serving;
+      assert.equal(served.code, 0, served.stderr);
+      assert.match(served.stderr, /without authentication/, "it says so");
+    });
+    await t.step("--no-auth-without-token with a token requires it", async () => {
+      const controller = new AbortController();
+      let announced = "";
+      Deno.env.set("HUD_SERVE_TOKEN", token);
+      const serving = run(["serve", BASIC, "--port", "0", "--no-auth-without-token"], {
+        signal: controller.signal,
+        onStdout: (text) => announced += text,
+      });
+      try {
+        await waitFor(() => announced.includes("\n"), 10_000);
+        const port = /^HUD_SERVE_PORT=(\d+)\n$/.exec(announced)?.[1];
+        assert.ok(port, announced);
+        const refused = await run(["tasks", "--url", `tcp://127.0.0.1:${port}`]);
+        assert.match(refused.stderr, /unauthorized/);
+      } finally {
+        controller.abort();
+        Deno.env.delete("HUD_SERVE_TOKEN");
+      }
+      assert.equal((await serving).code, 0);
+    });
     await t.step("bad combinations are usage errors", async () => {
+      assertUsageError(
+        await run(["serve", BASIC, "--no-auth", "--no-auth-without-token"]),
+        /--no-auth or --no-auth-without-token/,
+      );
       assertUsageError(
         await run(["serve", BASIC, "--no-auth", "--host", "0.0.0.0"]),
         /--no-auth on "0.0.0.0".*--insecure-listen/,

@@ -164,3 +164,38 @@ Deno.test("Trace redacts what it records: steps, info, failures and the answer",
   // What the caller passed is left as it was.
   assert.ok(content.request[0].content.includes("b3BlbnNz"));
 });
+
+Deno.test("cli.ts report --html writes its page 0600 whatever the umask", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const results = `${dir}/results.jsonl`;
+    const record = {
+      job_id: "job",
+      group_id: "job:t",
+      task: { env: "e", id: "t", args: {}, slug: "t" },
+      repeat: 0,
+      status: "completed",
+      reward: 1,
+      failed_phase: null,
+      trace: { started_at: "2026-01-01T00:00:00.000Z", ended_at: null, errors: [], steps: [] },
+    };
+    await Deno.writeTextFile(results, JSON.stringify(record) + "\n");
+    const page = `${dir}/report.html`;
+    // The page holds every trace of the results it was given: as private as they are.
+    const ran = await new Deno.Command("bash", {
+      args: ["-c", 'umask 000 && exec "$@"', "bash", Deno.execPath(), "run", "-A", CLI, "report"]
+        .concat([results, "--html", page]),
+      env: { NO_COLOR: "1" },
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+      signal: AbortSignal.timeout(60_000),
+    }).output();
+    assert.equal(ran.code, 0, new TextDecoder().decode(ran.stderr));
+    const mode = (await Deno.stat(page)).mode! & 0o777;
+    assert.equal(mode, 0o600, `report mode ${mode.toString(8)}`);
+    assert.match(await Deno.readTextFile(page), /^<!doctype html>/i);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
