@@ -55,6 +55,26 @@ export const CLIENT_JS: string = String.raw`
   }
   function fmtDelta(d) { return d === null ? "\u2013" : (d > 0 ? "+" : d < 0 ? "\u2212" : "\u00b1") + Math.abs(d).toFixed(2); }
   function json(v) { return typeof v === "string" ? v : JSON.stringify(v, null, 2); }
+  // A model step's info.tokens (eval/tokens.ts: base64 of int32/float32
+  // arrays) is for trainers; the page says how many, not what.
+  function b64Count(s) {
+    if (typeof s !== "string") return 0;
+    var pad = s.slice(-2) === "==" ? 2 : s.slice(-1) === "=" ? 1 : 0;
+    return Math.floor((s.length * 3 / 4 - pad) / 4);
+  }
+  function countTokens(info) {
+    var t = info && info.tokens;
+    if (!t || typeof t !== "object") return info;
+    var out = {};
+    Object.keys(info).forEach(function (k) { out[k] = info[k]; });
+    var what = t.completion_ids ? (t.logprobs ? "token ids and logprobs" : "token ids") : "logprobs";
+    var text = (typeof t.n === "number" ? t.n : b64Count(t.completion_ids || t.logprobs)) + " sampled " + what;
+    if (t.prompt_ids !== undefined) {
+      text += "; prompt: " + b64Count(t.prompt_ids) + " token ids" + (t.prompt_shared ? " past " + t.prompt_shared + " shared" : "");
+    }
+    out.tokens = text;
+    return out;
+  }
 
   // ------------------------------------------------------------ statistics
   function choose(n, k) {
@@ -255,7 +275,7 @@ export const CLIENT_JS: string = String.raw`
     }
     var body = [];
     if (c !== undefined && c !== null) body.push(h("pre", { class: "content" }, json(c)));
-    if (step.info) body.push(h("pre", { class: "muted" }, json(step.info)));
+    if (step.info) body.push(h("pre", { class: "muted" }, json(countTokens(step.info))));
     return h("div", null, body);
   }
 
