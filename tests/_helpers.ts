@@ -1,7 +1,6 @@
 // Shared test helpers: a raw NDJSON peer over a real socket, child processes
 // read line by line, and small environments used across suites.
 
-import "./_deadline.ts"; // every test declared after this is bounded
 import { waitingFor } from "./_deadline.ts";
 import { LineReader, parseLine } from "../_internal/framing.ts";
 import { writeAll } from "../_internal/io.ts";

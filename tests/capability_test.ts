@@ -1,8 +1,9 @@
+import { test } from "./_test.ts";
 import assert from "node:assert/strict";
 import { Capability, Environment } from "../mod.ts";
 import { parseHostPort } from "../capability.ts";
 
-Deno.test("Capability factories fill defaults and normalise urls", async (t) => {
+test("Capability factories fill defaults and normalise urls", async (t) => {
   await t.step("ssh", () => {
     const c = Capability.ssh({
       url: "127.0.0.1",
@@ -70,7 +71,7 @@ Deno.test("Capability factories fill defaults and normalise urls", async (t) => 
   });
 });
 
-Deno.test("Capability.fromManifest() round-trips and validates", () => {
+test("Capability.fromManifest() round-trips and validates", () => {
   const c = Capability.ssh({ url: "h:1", hostPubkey: "k" });
   assert.deepEqual(
     Capability.fromManifest(JSON.parse(JSON.stringify(c))).toManifest(),
@@ -87,7 +88,7 @@ Deno.test("Capability.fromManifest() round-trips and validates", () => {
   );
 });
 
-Deno.test("parseHostPort() reads host and port", () => {
+test("parseHostPort() reads host and port", () => {
   assert.deepEqual(parseHostPort("ssh://agent@127.0.0.1:22/x"), {
     hostname: "127.0.0.1",
     port: 22,
@@ -98,7 +99,7 @@ Deno.test("parseHostPort() reads host and port", () => {
   assert.equal(parseHostPort("tcp://h:99999"), null);
 });
 
-Deno.test("Environment.addCapability() replaces by name", () => {
+test("Environment.addCapability() replaces by name", () => {
   const env = new Environment("caps");
   env.addCapability(Capability.ssh({ url: "h:1", hostPubkey: "k" }));
   env.addCapability(Capability.ssh({ url: "h:2", hostPubkey: "k" }));

@@ -1,5 +1,6 @@
 // Interop with Python peers written from PROTOCOL.md alone: a client that
 // drives our server, and a server that our client drives.
+import { test } from "./_test.ts";
 import assert from "node:assert/strict";
 import { Capability, connect } from "../mod.ts";
 import { serve } from "../server.ts";
@@ -19,7 +20,7 @@ const python = await new Deno.Command("python3", {
 // standard library, and start faster without site's .pth imports.
 const PY_FLAGS = ["-I", "-S"];
 
-Deno.test({
+test({
   name: "serve() with auth: false is driven by a Python client that follows PROTOCOL.md",
   ignore: !python,
   async fn() {
@@ -67,7 +68,7 @@ Deno.test({
   },
 });
 
-Deno.test({
+test({
   name: "connect() drives a Python server that follows PROTOCOL.md",
   ignore: !python,
   fn: withDeadline(40_000, async () => {

@@ -3,6 +3,7 @@
 // `.ci/run` starts both (.ci/engine/engine_up.sh, behind its firewall
 // guard); without an engine socket these tests are skipped, saying why.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { connect } from "../../client.ts";
 import { NotReadyError } from "../../errors.ts";
@@ -70,7 +71,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
     return list.map((c) => c.Id);
   }
 
-  Deno.test({
+  test({
     name: `buildEnvironmentImage() makes an image with the env's label from no registry (${label})`,
     ignore,
     async fn() {
@@ -89,7 +90,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
     },
   });
 
-  Deno.test({
+  test({
     name:
       `ContainerRuntime places, serves a task with a token, and removes the container (${label})`,
     ignore,
@@ -112,7 +113,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
     },
   });
 
-  Deno.test({
+  test({
     name: `ContainerRuntime reports a container that exits before it is ready (${label})`,
     ignore,
     async fn() {
@@ -126,7 +127,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
     },
   });
 
-  Deno.test({
+  test({
     name: `ContainerRuntime runs 20 rollouts of a taskset, 4 at a time (${label})`,
     ignore,
     async fn() {
@@ -156,7 +157,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
     },
   });
 
-  Deno.test({
+  test({
     name: `removeStaleContainers() removes what a killed runner left behind (${label})`,
     ignore,
     async fn() {
@@ -200,7 +201,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
     },
   });
 
-  Deno.test({
+  test({
     name: `hud gc and hud image: usage errors, and gc against the engine (${label})`,
     // The command line's gc finds the default engine only.
     ignore: ignore || socket !== undefined,
@@ -226,7 +227,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
     },
   });
 
-  Deno.test({
+  test({
     name: `removeStaleContainers() run by several cleaners at once: each succeeds (${label})`,
     ignore,
     async fn() {

@@ -5,6 +5,7 @@
 // (a debootstrap rootfs works too, but took 356 s here: too slow for CI).
 // Needs an engine socket; skipped without one, saying why (in CI it runs).
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { buildEnvironmentImage, ContainerRuntime, OWNER_LABEL } from "../../engines/mod.ts";
 import { EngineClient, findEngineSocket } from "../../engines/_engine.ts";
@@ -123,7 +124,7 @@ async function running(): Promise<string[]> {
 
 const runtime = () => new ContainerRuntime(TAG, { env: { ROBOLAB_ISOLATION: "none" } });
 
-Deno.test({
+test({
   name: "ContainerRuntime runs 20 robolab rollouts, SSH and file tracking inside containers",
   ignore,
   fn: withDeadline(59_000, async () => {
@@ -160,7 +161,7 @@ Deno.test({
   }),
 });
 
-Deno.test({
+test({
   name: "ContainerRuntime: a container killed mid-rollout errors that rollout with the reason",
   ignore,
   fn: withDeadline(59_000, async () => {

@@ -6,6 +6,7 @@
 // the engine's binaries are needed; without them the test is skipped, saying
 // why (in CI it runs). Run alone with `deno task test-engine`.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { connect } from "../../client.ts";
 import type { Placement, PlaceOptions } from "../../runtime/placement.ts";
@@ -139,7 +140,7 @@ async function swarmDown(): Promise<void> {
   }
 }
 
-Deno.test({
+test({
   name: "SwarmRuntime serves 60 rollouts on 3 nodes and survives a node's crash",
   ignore,
   fn: withDeadline(59_000, async (t) => {
@@ -338,7 +339,7 @@ Deno.test({
   }),
 });
 
-Deno.test("SwarmRuntime rejects replica counts and width out of range", () => {
+test("SwarmRuntime rejects replica counts and width out of range", () => {
   assert.throws(() => new SwarmRuntime(""), /image must be a non-empty string/);
   assert.throws(
     () => new SwarmRuntime("x", { minReplicas: 0 }),
@@ -351,7 +352,7 @@ Deno.test("SwarmRuntime rejects replica counts and width out of range", () => {
   );
 });
 
-Deno.test({
+test({
   name: "SwarmRuntime.place() on an engine that is not a swarm manager says how to make one",
   ignore: (() => {
     try {

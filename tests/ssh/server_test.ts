@@ -1,6 +1,7 @@
 // Our client against our server: the interop matrix, host-key and key
 // refusal, killing commands, reconnecting, and malformed input.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import {
   generateSshKeyPair,
@@ -120,7 +121,7 @@ async function firstLine(stream: ReadableStream<Uint8Array>): Promise<string> {
   return text.split("\n")[0];
 }
 
-Deno.test("SshClient and startSshServer() interoperate", async (t) => {
+test("SshClient and startSshServer() interoperate", async (t) => {
   await using f = await fixture({ rekeyLimit: 1024 * 1024 });
   await using client = await SshClient.connect(f.options());
 
@@ -241,7 +242,7 @@ Deno.test("SshClient and startSshServer() interoperate", async (t) => {
   });
 });
 
-Deno.test("startSshServer() kills process groups when a connection drops", async (t) => {
+test("startSshServer() kills process groups when a connection drops", async (t) => {
   await using f = await fixture();
 
   await t.step("on a clean disconnect", async () => {
@@ -332,7 +333,7 @@ async function rawConnection(f: Fixture): Promise<ClientConnection> {
   );
 }
 
-Deno.test("startSshServer() ends only the connection that sends bad input", async (t) => {
+test("startSshServer() ends only the connection that sends bad input", async (t) => {
   await using f = await fixture();
   // A connection with a live command that must survive everything below.
   await using bystander = await SshClient.connect(f.options());
@@ -522,7 +523,7 @@ Deno.test("startSshServer() ends only the connection that sends bad input", asyn
   });
 });
 
-Deno.test("startSshServer() drops a connection that does not log in in time", async () => {
+test("startSshServer() drops a connection that does not log in in time", async () => {
   const host = await generateSshKeyPair();
   await using server = startSshServer({
     hostKey: host.privateKey,
@@ -537,7 +538,7 @@ Deno.test("startSshServer() drops a connection that does not log in in time", as
   assert.ok(Date.now() - started < 5000);
 });
 
-Deno.test("SshClient.connect() honours an aborted signal", async () => {
+test("SshClient.connect() honours an aborted signal", async () => {
   await using f = await fixture();
   await assert.rejects(
     SshClient.connect({ ...f.options(), signal: AbortSignal.abort() }),
@@ -545,7 +546,7 @@ Deno.test("SshClient.connect() honours an aborted signal", async () => {
   );
 });
 
-Deno.test("SshClient gives up after three connection attempts", async () => {
+test("SshClient gives up after three connection attempts", async () => {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = listener.addr.port;
   listener.close(); // nothing listens there now
@@ -560,7 +561,7 @@ Deno.test("SshClient gives up after three connection attempts", async () => {
   assert.ok(Date.now() - started >= 500);
 });
 
-Deno.test("SshClient reports a failed negotiation at once, naming both lists", async () => {
+test("SshClient reports a failed negotiation at once, naming both lists", async () => {
   await using f = await fixture();
   await assert.rejects(
     SshClient.connect({ ...f.options(), ciphers: ["3des-cbc"] }),
@@ -572,7 +573,7 @@ Deno.test("SshClient reports a failed negotiation at once, naming both lists", a
   );
 });
 
-Deno.test("startSshServer() sends a spawner's plain (not byte) streams intact", async () => {
+test("startSshServer() sends a spawner's plain (not byte) streams intact", async () => {
   await using f = await fixture({ spawn: plainStreamSpawner });
   await using client = await SshClient.connect(f.options());
   const data = bigData(3 * 1024 * 1024 + 4).subarray(3); // not a whole number of packets
@@ -582,7 +583,7 @@ Deno.test("startSshServer() sends a spawner's plain (not byte) streams intact", 
   assert.equal(r.stderrText, "err\n");
 });
 
-Deno.test("startSshServer() offers chacha20-poly1305 first, and checks cipher names", async () => {
+test("startSshServer() offers chacha20-poly1305 first, and checks cipher names", async () => {
   await using f = await fixture({ ciphers: undefined });
   await assert.rejects(
     SshClient.connect({ ...f.options(), ciphers: ["aes192-ctr"] }),
@@ -607,7 +608,7 @@ Deno.test("startSshServer() offers chacha20-poly1305 first, and checks cipher na
   );
 });
 
-Deno.test("SshClient.spawn() with a pty, resized while it runs", async () => {
+test("SshClient.spawn() with a pty, resized while it runs", async () => {
   await using f = await fixture();
   await using client = await SshClient.connect(f.options());
   await using proc = await client.spawn(

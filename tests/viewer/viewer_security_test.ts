@@ -2,6 +2,7 @@
 // loopback port, so the page and its API answer only requests that carry the
 // token in the url `view` printed.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { main } from "../../cli.ts";
 import { serveViewer } from "../../viewer/mod.ts";
@@ -28,7 +29,7 @@ async function privateResults(): Promise<{ dir: string; file: string }> {
   return { dir, file };
 }
 
-Deno.test({
+test({
   name: "serveViewer() answers only requests with its token: another uid reads nothing",
   ignore: !CAN_SWITCH_UID,
   async fn() {
@@ -63,7 +64,7 @@ Deno.test({
   },
 });
 
-Deno.test("cli.ts view prints its url with the token once", async () => {
+test("cli.ts view prints its url with the token once", async () => {
   const { dir, file } = await privateResults();
   const stop = new AbortController();
   let printed = "";

@@ -2,6 +2,7 @@
 // files made by real robolab runs, served by `cli.ts view`, and the page it
 // shows checked through the DOM.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { main } from "../../cli.ts";
 import { type Agent, functionAgent, Taskset } from "../../mod.ts";
@@ -59,7 +60,7 @@ async function shoot(page: CdpSession, path: string): Promise<void> {
 
 const ROWS_JS = "[...document.querySelectorAll('#rollouts tbody tr.row')]";
 
-Deno.test("cli.ts view shows robolab results in Chromium", async (t) => {
+test("cli.ts view shows robolab results in Chromium", async (t) => {
   const dir = await Deno.makeTempDir({ prefix: "viewer-test-" });
   const fileA = `${dir}/a.jsonl`;
   const fileB = `${dir}/b.jsonl`;
@@ -289,7 +290,7 @@ Deno.test("cli.ts view shows robolab results in Chromium", async (t) => {
   }
 });
 
-Deno.test("cli.ts report --html writes a page that works from disk", async () => {
+test("cli.ts report --html writes a page that works from disk", async () => {
   const dir = await Deno.makeTempDir({ prefix: "viewer-report-" });
   let browser: Awaited<ReturnType<typeof launchChromium>> | null = null;
   try {
@@ -347,7 +348,7 @@ Deno.test("cli.ts report --html writes a page that works from disk", async () =>
   }
 });
 
-Deno.test("serveViewer() refuses a foreign Host header and unknown records", async () => {
+test("serveViewer() refuses a foreign Host header and unknown records", async () => {
   const file = await Deno.makeTempFile({ suffix: ".jsonl" });
   try {
     await using viewer = await serveViewer([file]);
@@ -375,7 +376,7 @@ Deno.test("serveViewer() refuses a foreign Host header and unknown records", asy
   }
 });
 
-Deno.test("renderReport() and cli.ts view name a missing file in one line", async () => {
+test("renderReport() and cli.ts view name a missing file in one line", async () => {
   await assert.rejects(renderReport(["/nonexistent/r.jsonl"]), {
     name: "TypeError",
     message:
@@ -391,7 +392,7 @@ Deno.test("renderReport() and cli.ts view name a missing file in one line", asyn
   assert.match(stderr, /"\/nonexistent\/r\.jsonl" is not a file/);
 });
 
-Deno.test("serveViewer() on 127.0.0.2 is loopback too: it refuses a foreign Host header", async () => {
+test("serveViewer() on 127.0.0.2 is loopback too: it refuses a foreign Host header", async () => {
   const file = await Deno.makeTempFile({ suffix: ".jsonl" });
   try {
     await using viewer = await serveViewer([file], { hostname: "127.0.0.2" });
