@@ -67,7 +67,7 @@ export interface FileTrackerOptions {
   port?: number;
   /**
    * Listen on a TCP port. `false` serves only the connections handed to
-   * {@linkcode FileTracker.serveConnection} (as the control server's tunnel
+   * {@linkcode FileTracker.attach} (as the control server's tunnel
    * does), so that the tracker has no port of its own; its `url` is then
    * the placeholder `tcp://127.0.0.1:0`.
    * @default true
@@ -129,7 +129,7 @@ export interface FileTracker extends AsyncDisposable {
    * Serves one already-open connection until it ends; `head` holds bytes
    * already read from it. The connection is closed afterwards.
    */
-  serveConnection(conn: Deno.Conn, head?: Uint8Array): Promise<void>;
+  attach(conn: Deno.Conn, head?: Uint8Array): Promise<void>;
   /** The tracked directory, resolved. */
   readonly root: string;
   /** Resolves once the tracker has shut down. */
@@ -293,13 +293,13 @@ class FileTrackerServer implements FileTracker {
 
   async #accept(): Promise<void> {
     if (this.#listener === null) return;
-    await acceptLoop(this.#listener, (conn) => void this.serveConnection(conn), {
+    await acceptLoop(this.#listener, (conn) => void this.attach(conn), {
       closing: () => this.#shutdown !== null,
       onError: this.#onError,
     });
   }
 
-  serveConnection(conn: Deno.Conn, head: Uint8Array = new Uint8Array()): Promise<void> {
+  attach(conn: Deno.Conn, head: Uint8Array = new Uint8Array()): Promise<void> {
     if (this.#shutdown) {
       closeQuietly(conn);
       return Promise.resolve();

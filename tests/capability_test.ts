@@ -7,7 +7,7 @@ test("Capability factories fill defaults and normalise urls", async (t) => {
   await t.step("ssh", () => {
     const c = Capability.ssh({
       url: "127.0.0.1",
-      hostPubkey: "ssh-ed25519 AAAA",
+      hostPublicKey: "ssh-ed25519 AAAA",
       cwd: "/w",
       isolation: "none",
     });
@@ -23,8 +23,8 @@ test("Capability factories fill defaults and normalise urls", async (t) => {
         isolation: "none",
       },
     });
-    assert.equal(Capability.ssh({ url: "ssh://h:2222", hostPubkey: "k" }).url, "ssh://h:2222");
-    assert.throws(() => Capability.ssh({ url: "h", hostPubkey: "" }), TypeError);
+    assert.equal(Capability.ssh({ url: "ssh://h:2222", hostPublicKey: "k" }).url, "ssh://h:2222");
+    assert.throws(() => Capability.ssh({ url: "h", hostPublicKey: "" }), TypeError);
   });
   await t.step("cdp", () => {
     const c = Capability.cdp({ url: "127.0.0.1/devtools/browser/x", targetId: "T" });
@@ -72,7 +72,7 @@ test("Capability factories fill defaults and normalise urls", async (t) => {
 });
 
 test("Capability.fromManifest() round-trips and validates", () => {
-  const c = Capability.ssh({ url: "h:1", hostPubkey: "k" });
+  const c = Capability.ssh({ url: "h:1", hostPublicKey: "k" });
   assert.deepEqual(
     Capability.fromManifest(JSON.parse(JSON.stringify(c))).toManifest(),
     c.toManifest(),
@@ -101,8 +101,8 @@ test("parseHostPort() reads host and port", () => {
 
 test("Environment.addCapability() replaces by name", () => {
   const env = new Environment("caps");
-  env.addCapability(Capability.ssh({ url: "h:1", hostPubkey: "k" }));
-  env.addCapability(Capability.ssh({ url: "h:2", hostPubkey: "k" }));
+  env.addCapability(Capability.ssh({ url: "h:1", hostPublicKey: "k" }));
+  env.addCapability(Capability.ssh({ url: "h:2", hostPublicKey: "k" }));
   assert.equal(env.capabilities.length, 1);
   assert.equal(env.capability("shell")!.url, "ssh://h:2");
   // deno-lint-ignore no-explicit-any

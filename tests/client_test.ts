@@ -265,7 +265,10 @@ test("HudClient.binding() resolves refs and forwards through the control port", 
         protocol: "echo/1",
         url: `tcp://127.0.0.1:${echo.port}/p?q=1#f`,
       }),
-      Capability.ssh({ url: `ssh://agent@127.0.0.1:${echo.port}`, hostPubkey: "ssh-ed25519 AAAA" }),
+      Capability.ssh({
+        url: `ssh://agent@127.0.0.1:${echo.port}`,
+        hostPublicKey: "ssh-ed25519 AAAA",
+      }),
       Capability.mcp({ name: "tools-a", url: `ws://127.0.0.1:${echo.port}/mcp` }),
       Capability.mcp({ name: "tools-b", url: `ws://127.0.0.1:${echo.port}/mcp2` }),
     ],
@@ -470,7 +473,7 @@ test("HudClient.open() returns the client for the binding's family, through the 
       tracker.capability(),
       Capability.ssh({
         url: `127.0.0.1:${echo.port}`,
-        hostPubkey: keys.publicKey,
+        hostPublicKey: keys.publicKey,
         clientKey: keys.privateKey,
       }),
       Capability.rfb({ url: `127.0.0.1:${echo.port}` }),
@@ -569,7 +572,7 @@ test("HudClient.manifest gives an attached capability's placeholder url its forw
     const tracker = await startFileTracker(root, { listen: false });
     const env = new Environment("attached");
     env.addCapability(tracker.capability(), {
-      attach: (conn, head) => tracker.serveConnection(conn, head),
+      attach: (conn, head) => tracker.attach(conn, head),
     });
     await using server = bind(env);
     await using client = await connect(server, { readyTimeout: 10_000 });

@@ -129,7 +129,7 @@ test("startSshServer() caps connections that have not logged in", async (t) => {
       });
       const options = {
         port: server.addr.port,
-        hostPubkey: host.publicKey,
+        hostPublicKey: host.publicKey,
         privateKey: key.privateKey,
       };
       // A logged-in client does not count.
@@ -172,7 +172,7 @@ test("startSshServer() caps connections that have not logged in", async (t) => {
         try {
           await using client = await SshClient.connect({
             port: server.addr.port,
-            hostPubkey: host.publicKey,
+            hostPublicKey: host.publicKey,
             privateKey: key.privateKey,
             signal: deadline,
             connectTimeout: 3000,
@@ -217,7 +217,7 @@ test("SshClient.fromBinding() ignores client_key_path unless allowed", async () 
   const binding = (clientKey?: string) =>
     Capability.ssh({
       url: `ssh://127.0.0.1:${server.addr.port}`,
-      hostPubkey: host.publicKey,
+      hostPublicKey: host.publicKey,
       clientKey,
       clientKeyPath: keyFile,
     });

@@ -27,7 +27,7 @@ interface Fixture extends AsyncDisposable {
   port: number;
   options(port?: number): {
     port: number;
-    hostPubkey: string;
+    hostPublicKey: string;
     privateKey: string;
   };
 }
@@ -63,7 +63,7 @@ async function fixture(
     port: server.addr.port,
     options: (port = server.addr.port) => ({
       port,
-      hostPubkey: host.publicKey,
+      hostPublicKey: host.publicKey,
       privateKey: key.privateKey,
     }),
     async [Symbol.asyncDispose]() {
@@ -204,7 +204,7 @@ test("SshClient and startSshServer() interoperate", async (t) => {
   await t.step("refuses a host key mismatch", async () => {
     const other = await generateSshKeyPair();
     await assert.rejects(
-      SshClient.connect({ ...f.options(), hostPubkey: other.publicKey }),
+      SshClient.connect({ ...f.options(), hostPublicKey: other.publicKey }),
       SshHostKeyError,
     );
   });
@@ -328,7 +328,7 @@ async function rawConnection(f: Fixture): Promise<ClientConnection> {
   const tcp = await Deno.connect({ hostname: "127.0.0.1", port: f.port });
   return new ClientConnection(
     tcp,
-    { hostPubkey: f.host.publicKey },
+    { hostPublicKey: f.host.publicKey },
     parsePublicKey(f.host.publicKey).blob,
   );
 }
@@ -385,7 +385,7 @@ test("startSshServer() ends only the connection that sends bad input", async (t)
     // Drive the handshake with a cipher the server does not have.
     const bad = new ClientConnection(
       await Deno.connect({ hostname: "127.0.0.1", port: f.port }),
-      { hostPubkey: f.host.publicKey, ciphers: ["3des-cbc"] },
+      { hostPublicKey: f.host.publicKey, ciphers: ["3des-cbc"] },
       parsePublicKey(f.host.publicKey).blob,
     );
     await assert.rejects(
@@ -554,7 +554,7 @@ test("SshClient gives up after three connection attempts", async () => {
   const key = await generateSshKeyPair();
   const started = Date.now();
   await assert.rejects(
-    SshClient.connect({ port, hostPubkey: host.publicKey, privateKey: key.privateKey }),
+    SshClient.connect({ port, hostPublicKey: host.publicKey, privateKey: key.privateKey }),
     (e: Error) => e instanceof SshError && /three times/.test(e.message),
   );
   // Two backoff pauses (100 ms and 400 ms) lie between the three tries.

@@ -13,7 +13,7 @@ import { bigData, have, run, sha256Hex, startTestServer, type TestServer } from 
 function clientOf(s: TestServer): Promise<SshClient> {
   return SshClient.connect({
     port: s.port,
-    hostPubkey: s.host.publicKey,
+    hostPublicKey: s.host.publicKey,
     privateKey: s.key.privateKey,
   });
 }
@@ -134,7 +134,7 @@ async function rawSftp(s: TestServer) {
   const tcp = await Deno.connect({ hostname: "127.0.0.1", port: s.port });
   const conn = new ClientConnection(
     tcp,
-    { hostPubkey: s.host.publicKey },
+    { hostPublicKey: s.host.publicKey },
     parsePublicKey(s.host.publicKey).blob,
   );
   await conn.login("agent", await Ed25519Signer.fromParsed(parsePrivateKey(s.key.privateKey)));

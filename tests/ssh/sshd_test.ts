@@ -24,7 +24,7 @@ test({
     const base = {
       port: sshd.port,
       user: sshd.user,
-      hostPubkey: sshd.host.publicKey,
+      hostPublicKey: sshd.host.publicKey,
       privateKey: sshd.client.privateKey,
     };
     await using client = await SshClient.connect(base);
@@ -104,7 +104,7 @@ test({
     await t.step("refuses the wrong host key", async () => {
       const other = await generateSshKeyPair();
       await assert.rejects(
-        SshClient.connect({ ...base, hostPubkey: other.publicKey }),
+        SshClient.connect({ ...base, hostPublicKey: other.publicKey }),
         SshHostKeyError,
       );
     });
@@ -137,7 +137,7 @@ test({
     const base = {
       port: sshd.port,
       user: sshd.user,
-      hostPubkey: sshd.host.publicKey,
+      hostPublicKey: sshd.host.publicKey,
       privateKey: sshd.client.privateKey,
     };
     const dir = `${sshd.dir}/sftp`;
@@ -168,7 +168,7 @@ test({
         await using c = await SshClient.connect({
           port: db.port,
           user: db.user,
-          hostPubkey: db.host.publicKey,
+          hostPublicKey: db.host.publicKey,
           privateKey: db.client.privateKey,
           ciphers: [cipher],
         });

@@ -8,7 +8,7 @@ import { main } from "../../cli.ts";
 import { type Agent, functionAgent, Taskset } from "../../mod.ts";
 import { CdpClient, type CdpSession } from "../../cdp/mod.ts";
 import { launchChromium } from "../../cdp/_chromium.ts";
-import { renderReport, serveViewer } from "../../viewer/mod.ts";
+import { renderReport, startViewer } from "../../viewer/mod.ts";
 import { fixBug, scriptedAgent } from "../../examples/robolab.ts";
 
 /** The diff line the scripted agent's repair of count.sh leaves. */
@@ -348,10 +348,10 @@ test("cli.ts report --html writes a page that works from disk", async () => {
   }
 });
 
-test("serveViewer() refuses a foreign Host header and unknown records", async () => {
+test("startViewer() refuses a foreign Host header and unknown records", async () => {
   const file = await Deno.makeTempFile({ suffix: ".jsonl" });
   try {
-    await using viewer = await serveViewer([file]);
+    await using viewer = await startViewer([file]);
     // fetch() sets Host itself: speak HTTP by hand.
     const conn = await Deno.connect({ hostname: "127.0.0.1", port: viewer.addr.port });
     try {
@@ -392,10 +392,10 @@ test("renderReport() and cli.ts view name a missing file in one line", async () 
   assert.match(stderr, /"\/nonexistent\/r\.jsonl" is not a file/);
 });
 
-test("serveViewer() on 127.0.0.2 is loopback too: it refuses a foreign Host header", async () => {
+test("startViewer() on 127.0.0.2 is loopback too: it refuses a foreign Host header", async () => {
   const file = await Deno.makeTempFile({ suffix: ".jsonl" });
   try {
-    await using viewer = await serveViewer([file], { hostname: "127.0.0.2" });
+    await using viewer = await startViewer([file], { hostname: "127.0.0.2" });
     const ask = async (host: string) => {
       const conn = await Deno.connect({ hostname: "127.0.0.2", port: viewer.addr.port });
       try {
