@@ -266,7 +266,9 @@ export class ChildProcess implements AsyncDisposable {
     ]);
     this.#exited = this.#process.status.then(async (status) => {
       // The output is complete once the pipes close; a grandchild may hold them.
-      await Promise.race([this.#drained, new Promise((r) => setTimeout(r, 200))]);
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([this.#drained, new Promise((r) => timer = setTimeout(r, 200))]);
+      clearTimeout(timer);
       this.#status = status;
       return status;
     });

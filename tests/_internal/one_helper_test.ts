@@ -48,9 +48,7 @@ const COPIES: { what: string; helper: string; pattern: RegExp }[] = [
  * must still be needed (the test says when one is not), so that the switch
  * to the helper also removes it here.
  */
-const REMAINING: Record<string, readonly string[]> = {
-  "cli/serve.ts": ["a loopback test"],
-};
+const REMAINING: Record<string, readonly string[]> = {};
 
 test("one helper each: host brackets, loopback, accept loops, JSON-RPC replies", async () => {
   const found: string[] = [];
