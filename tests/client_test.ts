@@ -1,6 +1,7 @@
 import { test } from "./_test.ts";
 import assert from "node:assert/strict";
 import {
+  any,
   bind,
   Capability,
   connect,
@@ -722,4 +723,25 @@ test({
       await echo.close();
     }
   },
+});
+
+test("HudClient keeps integers beyond 2^53 exact both ways, against our server", async () => {
+  // HUD's Python client does (json keeps ints exact); a double would round
+  // 2^60 + 1 to ...976 (issue 24, points 2 and 5).
+  const BIG = 2n ** 60n + 1n;
+  const env = new Environment("exact");
+  env.template({ id: "exact", args: { n: any() } }, async function* ({ n }) {
+    // What arrived, as digits: the send half apart from the read half.
+    const answer = yield { prompt: n, sent: String(n) };
+    yield { score: 1, content: answer, received: String(answer) };
+  });
+  await using server = bind(env);
+  await using client = await connect(server.url, { readyTimeout: 10_000 });
+  const prompt = await client.startTask("exact", { n: BIG });
+  assert.equal(prompt.sent, "1152921504606846977", "the bigint argument went out exactly");
+  assert.equal(prompt.prompt, BIG, "the prompt came back exactly, as a bigint");
+  const grade = await client.grade({ answer: BIG + 1n });
+  assert.equal(grade.received, "1152921504606846978");
+  assert.equal(grade.content, BIG + 1n);
+  assert.equal((await client.listTasks()).length, 1, "the connection stays usable");
 });

@@ -85,7 +85,13 @@ test({
       {
         await using client = await connect(url, options);
         assert.deepEqual(client.manifest.env, { name: "pyenv", version: "0.6.0" });
-        assert.deepEqual((await client.listTasks()).map((t) => t.id), ["add"]);
+        assert.deepEqual((await client.listTasks()).map((t) => t.id), ["add", "exact"]);
+        // Integers beyond 2^53 both ways, digit for digit (issue 24, points 2 and 5).
+        const big = 2n ** 60n + 1n;
+        assert.deepEqual(await client.startTask("exact", { n: big }), {
+          prompt: big,
+          sent: "1152921504606846977",
+        });
         assert.deepEqual(await client.startTask("add", { a: 3 }), { prompt: "add:3:2" });
         assert.deepEqual(await client.grade({ answer: "5" }), { score: 1 }, "1.0 reads as 1");
         await assert.rejects(client.grade({ answer: "5" }), { code: -32600 });
