@@ -1039,7 +1039,9 @@ class Server implements SshServer {
         c.transport.disconnect(DISCONNECT.BY_APPLICATION, "server shutting down").catch(() => {});
       }
       await Promise.allSettled([...this.#conns.values()]);
+      // Operations the constructor started end before the server is done.
       await this.#hostKey.catch(() => {});
+      await this.#config.sftpRoot?.catch(() => {});
       this.#finishedResolve();
     })();
     return this.#shuttingDown;

@@ -194,15 +194,19 @@ test("rollout() runs each phase and reports failures by phase", async (t) => {
   });
   await t.step("an abort cancels the task instead of grading it", async () => {
     const controller = new AbortController();
+    let slept: Promise<unknown> = Promise.resolve();
     const run = await rollout(
       row(4, 4),
       functionAgent(async (_p, run) => {
         run.answer = "8";
         controller.abort();
-        await new Promise((r) => setTimeout(r, 50));
+        await (slept = new Promise((r) => setTimeout(r, 50)));
       }),
       { runtime, signal: controller.signal },
     );
+    // The rollout returned without waiting for the agent, which ignores the
+    // abort: let its sleep end inside this step (op sanitizer).
+    await slept;
     assert.equal(run.reward, null);
     assert.equal(run.trace.status, "cancelled");
     assert.ok(!log.includes('graded "8"'), "never graded");

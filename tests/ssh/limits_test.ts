@@ -136,10 +136,12 @@ test("startSshServer() caps connections that have not logged in", async (t) => {
       await using client = await SshClient.connect(options);
       const banner = async (conn: Deno.Conn) => {
         const buf = new Uint8Array(64);
+        let timer: ReturnType<typeof setTimeout> | undefined;
         const n = await Promise.race([
           conn.read(buf),
-          new Promise<null>((r) => setTimeout(() => r(null), 5000)),
+          new Promise<null>((r) => timer = setTimeout(() => r(null), 5000)),
         ]);
+        clearTimeout(timer);
         return n !== null && n > 0;
       };
       for (let i = 0; i < 2; i++) {

@@ -172,8 +172,11 @@ async function rawSftp(s: TestServer) {
       if (closed) return null;
       assert.ok(Date.now() < end, "waited 5 s for an SFTP reply");
       await new Promise<void>((resolve) => {
-        waiter = resolve;
-        setTimeout(resolve, 100);
+        const timer = setTimeout(resolve, 100);
+        waiter = () => {
+          clearTimeout(timer);
+          resolve();
+        };
       });
     }
   };
