@@ -10,7 +10,7 @@
 // The floor is the same page over an empty results file, loaded in the same
 // rounds: what the shared machine charges for any page load at that moment.
 
-import { serveViewer } from "../viewer/mod.ts";
+import { startViewer } from "../viewer/mod.ts";
 import { CdpClient } from "../cdp/mod.ts";
 import { launchChromium } from "../cdp/_chromium.ts";
 
@@ -107,8 +107,8 @@ try {
   const floor: number[] = [];
   for (let run = 0; run < RUNS; run++) {
     // A new server per run, so that each first load reads the file afresh.
-    await using viewer = await serveViewer([file]);
-    await using floorViewer = await serveViewer([empty]);
+    await using viewer = await startViewer([file]);
+    await using floorViewer = await startViewer([empty]);
     await using cdp = await CdpClient.connect(browser.wsUrl);
     for (
       const [into, target, n] of [[cold, viewer, N], [warm, viewer, N], [

@@ -751,19 +751,19 @@ class WorkspaceHandle implements Workspace {
         name: this.#name,
         url: `ssh://${hostname}:${addr.port}`,
         user: this.#user,
-        hostPubkey: server.hostPublicKey,
+        hostPublicKey: server.hostPublicKey,
         clientKey: client.privateKey,
         clientKeyPath,
         cwd,
         isolation: ep.sandbox.isolation,
       }),
-      { attach: (conn, head) => server.serveConnection(conn, head) },
+      { attach: (conn, head) => server.attach(conn, head) },
     );
     if (options.trackFiles ?? true) {
       const t = await startFileTracker(cwd, { onError: options.onError, listen: false });
       ep.tracker = t;
       this.#env.addCapability(t.capability(), {
-        attach: (conn, head) => t.serveConnection(conn, head),
+        attach: (conn, head) => t.attach(conn, head),
       });
     }
   }

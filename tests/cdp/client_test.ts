@@ -1,3 +1,4 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { addBrowser, CdpClient, CdpError, discoverBrowserWsUrl } from "../../cdp/mod.ts";
 import {
@@ -66,7 +67,7 @@ function forward(targetPort: number) {
   };
 }
 
-Deno.test("CdpClient drives headless Chromium end to end", async (t) => {
+test("CdpClient drives headless Chromium end to end", async (t) => {
   const signal = AbortSignal.timeout(60_000);
   const browser = await launchChromium({ signal });
   const server = serve();
@@ -217,7 +218,7 @@ Deno.test("CdpClient drives headless Chromium end to end", async (t) => {
   await assertDirGone(browser.userDataDir);
 });
 
-Deno.test("CdpClient rejects pending calls when the browser dies", async () => {
+test("CdpClient rejects pending calls when the browser dies", async () => {
   const signal = AbortSignal.timeout(30_000);
   const browser = await launchChromium({ signal });
   try {
@@ -243,7 +244,7 @@ Deno.test("CdpClient rejects pending calls when the browser dies", async () => {
   await assertDirGone(browser.userDataDir);
 });
 
-Deno.test("CdpClient.connect() fails cleanly with TypeError or abort", async () => {
+test("CdpClient.connect() fails cleanly with TypeError or abort", async () => {
   await assert.rejects(CdpClient.connect("http://127.0.0.1:1/"), TypeError);
   await assert.rejects(CdpClient.connect("ws://127.0.0.1:1/devtools/browser/x"), TypeError);
   await assert.rejects(
@@ -252,14 +253,14 @@ Deno.test("CdpClient.connect() fails cleanly with TypeError or abort", async () 
   );
 });
 
-Deno.test("launchChromium() reports an early exit with stderr", async () => {
+test("launchChromium() reports an early exit with stderr", async () => {
   await assert.rejects(
     launchChromium({ executable: "false", signal: AbortSignal.timeout(10_000) }),
     { name: "TypeError", message: /exited early/ },
   );
 });
 
-Deno.test("launchChromium() watchdog kills the browser group when Deno dies", async () => {
+test("launchChromium() watchdog kills the browser group when Deno dies", async () => {
   const script = `import { launchChromium } from ${
     JSON.stringify(import.meta.resolve("../../cdp/_chromium.ts"))
   };
@@ -335,7 +336,7 @@ function vaultEnv(marker: string): Environment {
   return env;
 }
 
-Deno.test("addBrowser() publishes a browser an agent drives through the forwarder", async (t) => {
+test("addBrowser() publishes a browser an agent drives through the forwarder", async (t) => {
   const marker = crypto.randomUUID();
   const env = vaultEnv(marker);
 
@@ -389,7 +390,7 @@ Deno.test("addBrowser() publishes a browser an agent drives through the forwarde
   });
 });
 
-Deno.test("addBrowser() reports a missing executable in one line", async () => {
+test("addBrowser() reports a missing executable in one line", async () => {
   const env = new Environment("nobrowser");
   addBrowser(env, { executable: "/nonexistent/chromium" });
   await assert.rejects(env.start(), { message: /"\/nonexistent\/chromium" is not installed/ });
