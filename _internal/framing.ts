@@ -1,5 +1,5 @@
-// Newline-delimited JSON framing: a bounded line reader, frame encoding and
-// the JSON-RPC reply check.
+// Newline-delimited JSON framing: a bounded line reader (which also splits
+// Chromium's NUL-delimited pipe), frame encoding and the JSON-RPC reply check.
 
 import { ErrorCode, HudProtocolError } from "../errors.ts";
 import { isRecord } from "./util.ts";
@@ -80,19 +80,24 @@ export class LineReader {
   /** Bytes taken from the budget: the buffer's size beyond the initial one. */
   #taken = 0;
   readonly #initial: number;
+  readonly #delimiter: number;
 
   /**
    * `initial` is the buffer's starting (and resting) size: a server holding
    * thousands of idle connections whose frames are short passes a small one,
    * and the buffer grows for a long frame and shrinks back after it.
+   * `delimiter` is the byte that ends a line (`\n`; 0 for Chromium's
+   * `--remote-debugging-pipe`).
    */
   constructor(
     reader: { read(p: Uint8Array): Promise<number | null> },
     maxLine: number,
     budget?: ByteBudget,
     initial: number = INITIAL_BUFFER,
+    delimiter: number = NEWLINE,
   ) {
     this.#reader = reader;
+    this.#delimiter = delimiter;
     this.#maxLine = maxLine;
     this.#budget = budget;
     this.#initial = Math.max(1, Math.min(initial, maxLine + 1));
@@ -114,7 +119,7 @@ export class LineReader {
     this.#taken = 0;
   }
 
-  /** Next line, or `null` at end of stream. A final line without `\n` counts. */
+  /** Next line, or `null` at end of stream. A final line without its delimiter counts. */
   async read(): Promise<LineResult | null> {
     while (true) {
       const line = this.next();
@@ -138,7 +143,7 @@ export class LineReader {
       this.#shrink();
       this.#scanFrom = this.#start;
     }
-    const nl = this.#buf.subarray(this.#scanFrom, this.#end).indexOf(NEWLINE);
+    const nl = this.#buf.subarray(this.#scanFrom, this.#end).indexOf(this.#delimiter);
     if (nl >= 0) {
       const lineEnd = this.#scanFrom + nl;
       const line = this.#buf.subarray(this.#start, lineEnd);
