@@ -164,6 +164,11 @@ cd "$cwd"
 exec "$@"
 `;
 
+// A new network namespace starts with its loopback down: bring it up, so
+// that pages and servers inside the sandbox reach each other on 127.0.0.1
+// (bwrap does this itself).
+const LOOPBACK_UP = "ip link set lo up 2>/dev/null || :\n";
+
 function unshareArgv(argv: readonly string[], cwd: string, config: SandboxConfig): string[] {
   const root = Deno.uid() === 0;
   return [
@@ -183,7 +188,7 @@ function unshareArgv(argv: readonly string[], cwd: string, config: SandboxConfig
     "--noprofile",
     "--norc",
     "-c",
-    UNSHARE_SETUP,
+    config.network ? UNSHARE_SETUP : LOOPBACK_UP + UNSHARE_SETUP,
     "hud-sandbox",
     cwd,
     ...config.writable,
@@ -275,4 +280,28 @@ export async function probeSandbox(config: SandboxConfig, cwd: string): Promise<
       ? `"${config.isolation}" is not installed`
       : String(err instanceof Error ? err.message : err);
   }
+}
+
+/**
+ * The first mechanism of `wanted` ("auto": bubblewrap, then `unshare`)
+ * under which `true` runs here with `base`, or why each one failed.
+ * @param wanted the mechanism, or "auto"
+ * @param base the rest of the sandbox
+ * @param cwd the directory the probe runs in
+ * @returns the working configuration, or one line per mechanism tried
+ */
+export async function chooseSandbox(
+  wanted: Isolation | "auto",
+  base: Omit<SandboxConfig, "isolation">,
+  cwd: string,
+): Promise<SandboxConfig | { failures: string[] }> {
+  if (wanted === "none") return { ...base, isolation: "none" };
+  const failures: string[] = [];
+  for (const isolation of wanted === "auto" ? ["bwrap", "unshare"] as const : [wanted]) {
+    const config = { ...base, isolation };
+    const failure = await probeSandbox(config, cwd);
+    if (failure === null) return config;
+    failures.push(`${isolation}: ${failure}`);
+  }
+  return { failures };
 }

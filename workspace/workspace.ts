@@ -14,7 +14,7 @@ import type { Environment } from "../env.ts";
 import { generateSshKeyPair } from "../ssh/keys.ts";
 import { type SshServer, startSshServer } from "../ssh/server.ts";
 import { type FileTracker, startFileTracker } from "../filetracking/tracker.ts";
-import { probeSandbox, type SandboxConfig, spawnInSandbox } from "./_sandbox.ts";
+import { chooseSandbox, type SandboxConfig, spawnInSandbox } from "./_sandbox.ts";
 
 /**
  * How commands are isolated: bubblewrap, util-linux `unshare`, nothing, or
@@ -134,17 +134,11 @@ async function chooseIsolation(
   base: Omit<SandboxConfig, "isolation">,
   cwd: string,
 ): Promise<SandboxConfig> {
-  if (wanted === "none") return { ...base, isolation: "none" };
-  const failures: string[] = [];
-  for (const isolation of wanted === "auto" ? ["bwrap", "unshare"] as const : [wanted]) {
-    const config = { ...base, isolation };
-    const failure = await probeSandbox(config, cwd);
-    if (failure === null) return config;
-    failures.push(`${isolation}: ${failure}`);
-  }
+  const chosen = await chooseSandbox(wanted, base, cwd);
+  if (!("failures" in chosen)) return chosen;
   throw new Error(
     `Cannot start workspace: no sandbox works here (${
-      failures.join("; ")
+      chosen.failures.join("; ")
     }); install bubblewrap, or set isolation: "none" to run commands unconfined`,
   );
 }
