@@ -100,18 +100,23 @@ export interface ChromiumProcess extends AsyncDisposable {
   close(): Promise<void>;
 }
 
-// The pipe is our stdin and stdout: Chromium reads fd 3 and writes fd 4.
-const PIPE_SCRIPT = 'mkdir -p "$HOME" && exec 3<&0 4>&1 </dev/null >/dev/null && exec "$@"';
+// Runs `$1` arguments after it in the background (the port relay, if any:
+// its stdio kept off the pipe), then Chromium, whose pipe is our stdin and
+// stdout moved to the fds 3 and 4 it reads and writes.
+const LAUNCH_SCRIPT = `n=$1; shift
+mkdir -p "$HOME" || exit 1
+if [ "$n" -gt 0 ]; then "\${@:1:$n}" </dev/null >/dev/null & fi
+shift "$n"
+exec 3<&0 4>&1 </dev/null >/dev/null
+exec "$@"
+`;
 
-// Runs next to Chromium (the same sandbox and network namespace): listens on
-// 127.0.0.1 at each port and forwards each connection to `<dir>/<port>`, a
-// unix socket whose other end is this process; then runs the browser and
-// exits with it. Plain JavaScript for `deno eval`: the SDK's own files may
-// not be readable (or even local) where the browser runs.
-const PORT_RELAY = `const [dir, ...rest] = Deno.args;
-const split = rest.indexOf("--");
-const ports = rest.slice(0, split).map(Number);
-const argv = rest.slice(split + 1);
+// Runs beside Chromium (the same sandbox and network namespace): listens on
+// 127.0.0.1 at each port, forwards each connection to `<dir>/<port>`, a
+// unix socket whose other end is this process, and writes `<dir>/.ready`
+// (or `.failed` with the reason). Plain JavaScript for `deno eval`: the
+// SDK's own files may not be readable (or even local) where the browser runs.
+const PORT_RELAY = `const [dir, ...ports] = Deno.args;
 const quietly = (f) => { try { f(); } catch { /* gone */ } };
 async function pump(from, to) {
   const buf = new Uint8Array(65536);
@@ -137,14 +142,16 @@ async function relay(conn, path) {
   quietly(() => conn.close());
   quietly(() => upstream.close());
 }
-for (const port of ports) {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port });
-  (async () => { for await (const conn of listener) relay(conn, dir + "/" + port); })();
+try {
+  for (const port of ports) {
+    const listener = Deno.listen({ hostname: "127.0.0.1", port: Number(port) });
+    (async () => { for await (const conn of listener) relay(conn, dir + "/" + port); })();
+  }
+} catch (err) {
+  Deno.writeTextFileSync(dir + "/.failed", String(err?.message ?? err));
+  Deno.exit(1);
 }
-const child = new Deno.Command(argv[0], {
-  args: argv.slice(1), stdin: "inherit", stdout: "inherit", stderr: "inherit",
-}).spawn();
-Deno.exit((await child.status).code ?? 1);
+Deno.writeTextFileSync(dir + "/.ready", "");
 `;
 
 const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -248,10 +255,6 @@ async function start(
   const hostPorts = options.hostPorts ?? [];
   const home = `${dir}/home`;
   const browserArgv = [
-    "sh",
-    "-c",
-    PIPE_SCRIPT,
-    "hud-browser",
     options.executable ?? "chromium",
     ...DEFAULT_CHROMIUM_ARGS,
     ...(chromiumSandbox ? [] : ["--no-sandbox"]),
@@ -268,17 +271,17 @@ async function start(
   };
   const listeners: Deno.UnixListener[] = [];
   const bridged = new Set<Promise<void>>();
-  let argv = browserArgv;
+  let relayArgv: string[] = [];
+  const socketDir = `${dir}/ports`;
   if (hostPorts.length > 0) {
-    const socketDir = `${dir}/ports`;
-    await Deno.mkdir(socketDir, { recursive: true, mode: 0o700 });
+    await Deno.remove(socketDir, { recursive: true }).catch(() => {});
+    await Deno.mkdir(socketDir, { mode: 0o700 });
     const owner = await Deno.stat(dir);
     if (Deno.uid() === 0 && owner.uid !== null && owner.uid !== 0) {
       await Deno.chown(socketDir, owner.uid, owner.gid);
     }
     for (const port of hostPorts) {
       const path = `${socketDir}/${port}`;
-      await Deno.remove(path).catch(() => {});
       const listener = Deno.listen({ transport: "unix", path });
       listeners.push(listener);
       // Reachable only through `dir`, which only the browser's uid may enter.
@@ -288,7 +291,7 @@ async function start(
     env.DENO_DIR = `${dir}/deno`;
     env.DENO_NO_UPDATE_CHECK = "1";
     env.NO_COLOR = "1";
-    argv = [
+    relayArgv = [
       Deno.execPath(),
       "eval",
       "--no-config",
@@ -296,10 +299,20 @@ async function start(
       PORT_RELAY,
       socketDir,
       ...hostPorts.map(String),
-      "--",
-      ...browserArgv,
     ];
   }
+  // The relay starts beside Chromium, not before it: their start-ups overlap.
+  const argv = [
+    "bash",
+    "--noprofile",
+    "--norc",
+    "-c",
+    LAUNCH_SCRIPT,
+    "hud-browser",
+    String(relayArgv.length),
+    ...relayArgv,
+    ...browserArgv,
+  ];
   const stopBridges = async () => {
     for (const l of listeners) closeQuietly(l);
     await Promise.allSettled([...bridged]);
@@ -390,6 +403,7 @@ async function start(
         );
       }).finally(() => signal?.removeEventListener("abort", onAbort));
     });
+    if (hostPorts.length > 0) await relayReady(socketDir, status, signal);
     const v = version as Partial<BrowserVersion>;
     const known: BrowserVersion = {
       protocolVersion: String(v.protocolVersion ?? ""),
@@ -415,6 +429,28 @@ async function start(
   } catch (error) {
     await close();
     throw error;
+  }
+}
+
+/** Waits for the port relay's `.ready` (or `.failed`) file. */
+async function relayReady(
+  socketDir: string,
+  status: Promise<Deno.CommandStatus>,
+  signal: AbortSignal | undefined,
+): Promise<void> {
+  let exited = false;
+  status.then(() => exited = true, () => exited = true);
+  while (true) {
+    signal?.throwIfAborted();
+    try {
+      const why = await Deno.readTextFile(`${socketDir}/.failed`);
+      throw new TypeError(`Cannot start the browser's port relay: ${why}`);
+    } catch (err) {
+      if (!(err instanceof Deno.errors.NotFound)) throw err;
+    }
+    if (await Deno.stat(`${socketDir}/.ready`).then(() => true, () => false)) return;
+    if (exited) throw new TypeError("Chromium exited before its port relay was ready");
+    await delay(10);
   }
 }
 

@@ -217,7 +217,8 @@ Deno.test("addBrowser() keeps the browser in a sandbox, reached only through the
       const cmdline = Deno.readTextFileSync(`/proc/${browserPid}/cmdline`).split("\0");
       assert.ok(cmdline.includes("--remote-debugging-pipe"));
       assert.ok(!cmdline.some((a) => a.startsWith("--remote-debugging-port")));
-      assert.deepEqual(listeningPorts(tree), { host: [], own: [] });
+      // Only the relay for hostPorts listens, inside the browser's own network namespace.
+      assert.deepEqual(listeningPorts(tree), { host: [], own: [listed.addr.port] });
     });
 
     await t.step("Chromium runs in namespaces of its own, not as root", () => {
@@ -432,7 +433,10 @@ Deno.test('addBrowser({ isolation: "unshare" }) holds too: a loopback of its own
       Deno.readLinkSync(`/proc/${browserPid}/ns/net`),
       Deno.readLinkSync("/proc/self/ns/net"),
     );
-    assert.deepEqual(listeningPorts(processTree(browserPid)), { host: [], own: [] });
+    assert.deepEqual(listeningPorts(processTree(browserPid)), {
+      host: [],
+      own: [listed.addr.port],
+    });
     if (ROOT) assert.equal(uidOf(browserPid), NOBODY);
     await using server = bind(env);
     await using client = await connect(server, { readyTimeout: 30_000 });
