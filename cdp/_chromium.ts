@@ -62,6 +62,11 @@ export interface LaunchOptions {
    */
   hostPorts?: readonly number[];
   /**
+   * The `deno` executable that runs the `hostPorts` relay.
+   * @default this process's executable
+   */
+  deno?: string;
+  /**
    * Whether Chromium uses its own sandbox; `undefined` tries it and starts
    * again with `--no-sandbox` where it cannot work (no user namespaces for
    * its uid, a read-only /proc, root).
@@ -292,7 +297,7 @@ async function start(
     env.DENO_NO_UPDATE_CHECK = "1";
     env.NO_COLOR = "1";
     relayArgv = [
-      Deno.execPath(),
+      options.deno ?? Deno.execPath(),
       "eval",
       "--no-config",
       "-q",

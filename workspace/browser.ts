@@ -201,6 +201,13 @@ export function addBrowser(env: Environment, options: BrowserOptions = {}): void
     const hostPorts = network ? [] : checkPorts(
       typeof options.hostPorts === "function" ? options.hostPorts() : options.hostPorts ?? [],
     );
+    // The relay for hostPorts is `deno eval`: a `deno compile` binary is no deno.
+    const deno = Deno.build.standalone ? findProgram("deno") : Deno.execPath();
+    if (hostPorts.length > 0 && deno === null) {
+      throw new TypeError(
+        'Cannot start browser: hostPorts needs "deno" on PATH (this program is a compiled binary)',
+      );
+    }
     const user = Deno.uid() === 0
       ? { uid: options.uid ?? NOBODY, gid: options.gid ?? NOBODY }
       : null;
@@ -233,6 +240,7 @@ export function addBrowser(env: Environment, options: BrowserOptions = {}): void
         args: options.args,
         dir: own,
         hostPorts: sandbox.isolation === "none" ? [] : hostPorts,
+        deno: deno ?? undefined,
         spawn: (argv, childEnv) => spawnInSandbox(argv, { cwd: own, env: childEnv, sandbox }),
         signal: AbortSignal.timeout(options.startTimeout ?? 30_000),
       });
