@@ -9,6 +9,7 @@
 // the authenticated tunnel (HTTP and WebSocket, `attach`) or in this process
 // (`connect`).
 
+import { isPeerGone } from "../_internal/io.ts";
 import { isRecord } from "../_internal/util.ts";
 import { type CdpClient, channelClient } from "./client.ts";
 import { acceptWebSocket, type HttpRequest, readRequestHead, respond } from "./_websocket.ts";
@@ -162,6 +163,14 @@ export class CdpRelay {
    * closes. Resolves when done with the stream.
    */
   async attach(conn: Deno.Conn, head: Uint8Array): Promise<void> {
+    try {
+      await this.#serve(conn, head);
+    } catch (err) {
+      if (!isPeerGone(err)) throw err;
+    }
+  }
+
+  async #serve(conn: Deno.Conn, head: Uint8Array): Promise<void> {
     const parsed = await readRequestHead(conn, head);
     if (parsed === null) return await respond(conn, 400, "Expected an HTTP request");
     const { request, rest } = parsed;
