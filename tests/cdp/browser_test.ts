@@ -4,20 +4,13 @@
 // drives it: through connect()'s forwarder.
 
 import assert from "node:assert/strict";
-import {
-  addBrowser,
-  addWorkspace,
-  bind,
-  type CdpClient,
-  CdpError,
-  type CdpSession,
-  connect,
-  Environment,
-  functionAgent,
-  LocalRuntime,
-  rollout,
-  type Run,
-} from "../../mod.ts";
+import { type CdpClient, CdpError, type CdpSession } from "../../cdp/mod.ts";
+import { connect } from "../../client.ts";
+import { Environment } from "../../env.ts";
+import { functionAgent, rollout, type Run } from "../../eval/mod.ts";
+import { LocalRuntime } from "../../runtime/mod.ts";
+import { bind } from "../../server.ts";
+import { addBrowser, addWorkspace } from "../../workspace/mod.ts";
 
 const ROOT = Deno.uid() === 0;
 const NOBODY = 65534;
@@ -508,9 +501,10 @@ Deno.test("addBrowser(): an agent reads the environment's page through the brows
 
 Deno.test("addBrowser(): the browser dies with this process", async () => {
   const marker = crypto.randomUUID();
-  const script = `import { addBrowser, Environment } from ${
-    JSON.stringify(import.meta.resolve("../../mod.ts"))
+  const script = `import { addBrowser } from ${
+    JSON.stringify(import.meta.resolve("../../workspace/mod.ts"))
   };
+import { Environment } from ${JSON.stringify(import.meta.resolve("../../env.ts"))};
 const env = new Environment("web");
 addBrowser(env, { args: ["--hud-test-marker=${marker}"] });
 await env.start();
