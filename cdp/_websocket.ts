@@ -4,7 +4,7 @@
 // `WebSocket` (what CdpClient uses) is a client only, and `Deno.serve`
 // cannot take a stream it did not accept itself.
 
-import { closeQuietly, type Duplex, isPeerGone, writeAll } from "../_internal/io.ts";
+import { closeQuietly, concat, type Duplex, isPeerGone, writeAll } from "../_internal/io.ts";
 
 /** A request head: method, target and headers (names lower-cased). */
 export interface HttpRequest {
@@ -48,8 +48,10 @@ export async function readRequestHead(
     at = indexOfBytes(buf.subarray(0, end + n), HEAD_END, end - 3);
     end += n;
   }
+  // Bytes past the head: the start of the first frames, which may go on
+  // past what fitted in the buffer when they came with the preface.
   const rest = head.length > MAX_HEAD
-    ? Uint8Array.from([...buf.subarray(at + 4, end), ...head.subarray(MAX_HEAD)])
+    ? concat([buf.subarray(at + 4, end), head.subarray(MAX_HEAD)])
     : buf.slice(at + 4, end);
   const lines = decoder.decode(buf.subarray(0, at)).split("\r\n");
   const m = /^([A-Z]+) (\S+) HTTP\/1\.[01]$/.exec(lines[0]);
