@@ -222,11 +222,16 @@ Deno.test("the browser relay speaks HTTP and WebSocket as CDP clients expect", a
     });
 
     await t.step(
-      "a client that leaves is detached; others cannot take over its sessions",
+      "sessions are a client's own: no events to others, no commands from them, detached when it leaves",
       async () => {
         const a = await CdpClient.connect(`ws://127.0.0.1:${relay.port}${browser.path}`);
         await using b = await CdpClient.connect(`ws://127.0.0.1:${relay.port}${browser.path}`);
+        const seenByB: (string | undefined)[] = [];
+        const off = b.on("*", (_params, event) => seenByB.push(event.sessionId));
         const page = await a.newPage("about:blank", { signal });
+        await page.navigate("data:text/html,<p>a's page</p>", { signal });
+        off();
+        assert.ok(!seenByB.includes(page.sessionId), "b received events of a's session");
         const attached = async () => {
           const { targetInfos } = await b.send<
             { targetInfos: { targetId: string; attached: boolean }[] }
