@@ -21,6 +21,13 @@ import type { WorkspaceIsolation } from "./workspace.ts";
 /** The uid (and gid) Chromium runs as when this process is root: `nobody`. */
 const NOBODY = 65534;
 
+/**
+ * Sandboxes (mechanism and uid) under which Chromium's own sandbox would
+ * not start: later starts skip the failing try (under `unshare`, a whole
+ * Chromium start).
+ */
+const noChromiumSandbox = new Set<string>();
+
 /** Options for {@linkcode addBrowser}. */
 export interface BrowserOptions {
   /**
@@ -235,15 +242,18 @@ export function addBrowser(env: Environment, options: BrowserOptions = {}): void
           ),
         );
       }
+      const kind = `${sandbox.isolation}:${user?.uid ?? Deno.uid()}`;
       browser = await launchChromium({
         executable,
         args: options.args,
         dir: own,
         hostPorts: sandbox.isolation === "none" ? [] : hostPorts,
         deno: deno ?? undefined,
+        chromiumSandbox: noChromiumSandbox.has(kind) ? false : undefined,
         spawn: (argv, childEnv) => spawnInSandbox(argv, { cwd: own, env: childEnv, sandbox }),
         signal: AbortSignal.timeout(options.startTimeout ?? 30_000),
       });
+      if (!browser.chromiumSandbox) noChromiumSandbox.add(kind);
     } catch (err) {
       dir = null;
       await Deno.remove(own, { recursive: true }).catch(() => {});
