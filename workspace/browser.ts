@@ -215,6 +215,14 @@ export function addBrowser(env: Environment, options: BrowserOptions = {}): void
         'Cannot start browser: hostPorts needs "deno" on PATH (this program is a compiled binary)',
       );
     }
+    for (const path of options.writable ?? []) {
+      const info = await Deno.stat(path).catch(() => null);
+      if (info === null || !info.isDirectory || !path.startsWith("/")) {
+        throw new TypeError(
+          `Cannot start browser: writable "${path}" is not an absolute path to a directory`,
+        );
+      }
+    }
     const user = Deno.uid() === 0
       ? { uid: options.uid ?? NOBODY, gid: options.gid ?? NOBODY }
       : null;

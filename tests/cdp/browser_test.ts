@@ -542,6 +542,16 @@ Deno.test("addBrowser() reports a missing executable in one line", async () => {
   await env.stop();
 });
 
+Deno.test("addBrowser() refuses a writable directory that is not there, in one line", async () => {
+  const env = new Environment("nodir");
+  addBrowser(env, { writable: ["/nonexistent/dir"] });
+  await assert.rejects(env.start(), {
+    name: "TypeError",
+    message: /^Cannot start browser: writable "\/nonexistent\/dir" is not an absolute path/,
+  });
+  await env.stop();
+});
+
 Deno.test("addBrowser() checks its options when added", () => {
   const env = new Environment("bad");
   assert.throws(() => addBrowser(env, { hostPorts: [80] }), RangeError);
