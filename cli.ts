@@ -27,28 +27,21 @@ import {
   type TaskRow,
 } from "./env.ts";
 import type { JsonSchema } from "./schema.ts";
-import { loadEnvironment, moduleUrl } from "./runtime/loader.ts";
+import { loadEnvironment, moduleUrl } from "./loader.ts";
 import { serve } from "./server.ts";
 import { abortable } from "./_internal/async.ts";
-import { CommandAgent, parseEnvFile } from "./eval/command_agent.ts";
+import { CommandAgent, parseEnvFile } from "./agents/command.ts";
 import { MODEL_FLAGS, MODEL_FLAGS_HELP, modelAgentFromFlags } from "./agents/_cli.ts";
 import { formatJobTable, formatProgress } from "./eval/report.ts";
-import { LocalRuntime } from "./runtime/runtime.ts";
-import { SwarmRuntime } from "./runtime/swarm.ts";
-import {
-  buildEnvironmentImage,
-  ContainerRuntime,
-  removeStaleContainers,
-} from "./runtime/container.ts";
-import type { RuntimeProvider } from "./client.ts";
-import {
-  firstError,
-  Job,
-  type JobProgress,
-  prepareResults,
-  type RunRecord,
-  Taskset,
-} from "./eval/taskset.ts";
+import { LocalRuntime } from "./runtime/local.ts";
+import { SwarmRuntime } from "./engines/swarm.ts";
+import { ContainerRuntime } from "./engines/container.ts";
+import { buildEnvironmentImage } from "./engines/image.ts";
+import { removeStaleContainers } from "./engines/gc.ts";
+import type { RuntimeProvider } from "./runtime/placement.ts";
+import { firstError, Job, type JobProgress } from "./eval/job.ts";
+import { prepareResults, type RunRecord } from "./eval/results.ts";
+import { Taskset } from "./eval/taskset.ts";
 import { errorMessage } from "./_internal/util.ts";
 import { redactUrl } from "./_internal/auth.ts";
 import { renderReport, serveViewer } from "./viewer/mod.ts";

@@ -9,7 +9,8 @@
  * @module
  */
 
-import type { Agent, AgentContext, Run } from "../eval/run.ts";
+import type { Agent, AgentContext } from "../eval/agent.ts";
+import type { Run } from "../eval/run.ts";
 import type { SshClient } from "../ssh/client.ts";
 import { McpClient, resultText as mcpText } from "../mcp/client.ts";
 import { string as stringSchema } from "../schema.ts";
@@ -238,7 +239,7 @@ export class ChatAgent implements Agent {
         const shell = run.capabilities.find((c) => c.family === "ssh" && c.name === "shell") ??
           run.capabilities.find((c) => c.family === "ssh");
         if (shell) {
-          const ssh = run.client.open(shell.name);
+          const ssh = await run.client.open(shell.name) as SshClient;
           opened.push(ssh);
           for (const t of shellTools(ssh, o.shell)) if (!tools.has(t.name)) tools.set(t.name, t);
         }

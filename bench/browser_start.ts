@@ -1,5 +1,5 @@
 // The browser from start to first page: `env.start()` with addBrowser, then
-// through the control port as an agent does (bind, connect, openCdp), a new
+// through the control port as an agent does (bind, connect, open), a new
 // page, a navigation to a page the environment serves on 127.0.0.1, and its
 // title read back; then `env.stop()`. Interleaved rounds of this checkout and,
 // with --before=DIR, of another checkout's addBrowser (the same flow, with
@@ -35,19 +35,22 @@ interface SdkFace {
   bind(env: unknown): AsyncDisposable & { shutdown(): Promise<void> };
   connect(server: unknown): Promise<
     AsyncDisposable & {
-      openCdp(ref: string): Promise<
-        AsyncDisposable & {
-          newPage(): Promise<
-            AsyncDisposable & {
-              navigate(url: string): Promise<unknown>;
-              evaluate<T>(expression: string): Promise<T>;
-            }
-          >;
-        }
-      >;
+      /** This checkout's (async, any protocol). */
+      open?(ref: string): Promise<CdpFace>;
+      /** What 1d43f44 had for a browser. */
+      openCdp?(ref: string): Promise<CdpFace>;
     }
   >;
 }
+
+type CdpFace = AsyncDisposable & {
+  newPage(): Promise<
+    AsyncDisposable & {
+      navigate(url: string): Promise<unknown>;
+      evaluate<T>(expression: string): Promise<T>;
+    }
+  >;
+};
 
 interface Variant {
   name: string;
@@ -98,7 +101,7 @@ async function once(v: Variant, record: boolean): Promise<void> {
   try {
     await using server = v.sdk.bind(env);
     await using client = await v.sdk.connect(server);
-    await using cdp = await client.openCdp("browser");
+    await using cdp = await (client.open ?? client.openCdp)!.call(client, "browser");
     await using page = await cdp.newPage();
     await page.navigate(url);
     const title = await page.evaluate<string>("document.title");
@@ -150,8 +153,15 @@ async function parts(): Promise<void> {
       if (user !== null) await Deno.chown(dir, user.uid, user.gid);
       try {
         let t = performance.now();
-        const chosen = await chooseSandbox("bwrap", { writable: [dir], network: false, user }, dir);
-        if ("failures" in chosen) throw new Error(chosen.failures.join("; "));
+        const chosen = await chooseSandbox(
+          "bwrap",
+          { writable: [dir], network: false, user },
+          dir,
+          {
+            what: "browser",
+            runs: "Chromium",
+          },
+        );
         const probe = performance.now() - t;
         const options: Launch = kind === "unconfined" ? { dir } : {
           dir,

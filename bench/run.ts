@@ -21,15 +21,8 @@
 // every server child is started the same way.
 
 import { generateToken } from "../_internal/auth.ts";
-import {
-  bind,
-  connect,
-  functionAgent,
-  Shared,
-  SubprocessRuntime,
-  type TaskRow,
-  Taskset,
-} from "../mod.ts";
+import { bind, connect, functionAgent, type TaskRow, Taskset } from "../mod.ts";
+import { Shared, SubprocessRuntime } from "../runtime/mod.ts";
 import { SERVER_V8_FLAGS } from "../runtime/mod.ts";
 import { env as benchEnv, t as benchTemplate } from "./_bench_env.ts";
 

@@ -62,6 +62,12 @@ export interface McpClientOptions {
 }
 
 /**
+ * Options for {@linkcode McpClient.fromBinding}: those of
+ * {@linkcode McpClient.connect} but the token, which the binding carries.
+ */
+export type McpBindingOptions = Omit<McpClientOptions, "authToken">;
+
+/**
  * A connected MCP session over streamable HTTP.
  *
  * @example
@@ -139,7 +145,7 @@ export class McpClient implements AsyncDisposable {
    */
   static fromBinding(
     capability: Capability,
-    options: Omit<McpClientOptions, "authToken"> = {},
+    options: McpBindingOptions = {},
   ): Promise<McpClient> {
     if (capability.family !== "mcp") {
       throw new TypeError(

@@ -11,6 +11,7 @@ import { Capability } from "../capability.ts";
 import type { Environment } from "../env.ts";
 import { type ArgsShape, type InferArgs, type JsonSchema, shapeToJsonSchema } from "../schema.ts";
 import { isRecord } from "../_internal/util.ts";
+import { formatHost } from "../_internal/net.ts";
 import { MCP_PROTOCOL_VERSIONS } from "./client.ts";
 
 /** A tool an MCP server serves. */
@@ -287,7 +288,7 @@ export function addMcpServer(env: Environment, options: AddMcpServerOptions): vo
       return handler(request);
     });
     const addr = server.addr;
-    const host = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
+    const host = formatHost(addr.hostname);
     env.addCapability(Capability.mcp({
       name,
       url: `http://${host}:${addr.port}/mcp`,

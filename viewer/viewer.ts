@@ -8,9 +8,10 @@
  * @module
  */
 
-import type { RunRecord } from "../eval/taskset.ts";
+import type { RunRecord } from "../eval/results.ts";
 import { packRow, parseRecord, ResultsFile, ROW_FIELDS, summarize } from "./_data.ts";
 import { renderPage } from "./_page.ts";
+import { formatHost, isLoopback } from "../_internal/net.ts";
 
 /** Options for {@linkcode renderReport}. */
 export interface ReportOptions {
@@ -171,7 +172,7 @@ export async function serveViewer(
   const names = namesOf(paths);
   const files = paths.map((p) => new ResultsFile(p));
   const title = options.title ?? "HUD results";
-  const loopback = ["127.0.0.1", "localhost", "::1"].includes(options.hostname ?? "127.0.0.1");
+  const loopback = isLoopback(options.hostname ?? "127.0.0.1");
   const fileOf = (url: URL): ResultsFile | null => {
     const f = Number(url.searchParams.get("file") ?? "0");
     return Number.isInteger(f) && f >= 0 && f < files.length ? files[f] : null;
@@ -181,7 +182,7 @@ export async function serveViewer(
   const handler = async (request: Request, info: Deno.ServeHandlerInfo): Promise<Response> => {
     void info;
     const host = (request.headers.get("host") ?? "").replace(/:\d+$/, "");
-    if (loopback && !["127.0.0.1", "localhost", "[::1]"].includes(host)) {
+    if (loopback && !isLoopback(host)) {
       return new Response("Forbidden: unexpected Host header\n", { status: 403 });
     }
     const url = new URL(request.url);
@@ -243,7 +244,7 @@ export async function serveViewer(
   }, handler);
   const addr = await listening;
   options.onListen?.(addr);
-  const host = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
+  const host = formatHost(addr.hostname);
   let stopping: Promise<void> | null = null;
   const shutdown = () => stopping ??= server.shutdown();
   return {

@@ -15,7 +15,7 @@
 import { Capability } from "../capability.ts";
 import type { Environment } from "../env.ts";
 import { type ChromiumProcess, launchChromium } from "../cdp/_chromium.ts";
-import { chooseSandbox, findProgram, type SandboxConfig, spawnInSandbox } from "./_sandbox.ts";
+import { chooseSandbox, findProgram, spawnInSandbox } from "./_sandbox.ts";
 import type { WorkspaceIsolation } from "./workspace.ts";
 
 /** The uid (and gid) Chromium runs as when this process is root: `nobody`. */
@@ -158,7 +158,7 @@ function checkId(what: string, id: number | undefined): void {
  * try {
  *   await using server = bind(env);
  *   await using client = await connect(server);
- *   await using cdp = await client.openCdp("browser");
+ *   await using cdp = await client.open("browser");
  *   const { product } = await cdp.send<{ product: string }>("Browser.getVersion");
  *   console.log(product);
  * } finally {
@@ -230,19 +230,20 @@ export function addBrowser(env: Environment, options: BrowserOptions = {}): void
     dir = own;
     try {
       if (user !== null) await Deno.chown(own, user.uid, user.gid);
-      const chosen = await chooseSandbox(wanted, {
-        writable: [own, ...(options.writable ?? [])],
-        network,
-        user,
-      }, own);
-      if ("failures" in chosen) {
-        throw new Error(
-          `Cannot start browser: no sandbox works here (${
-            chosen.failures.join("; ")
-          }); install bubblewrap, or set isolation: "none" to run Chromium unconfined`,
-        );
-      }
-      const sandbox: SandboxConfig = chosen;
+      // The author's directories are mounts, not `writable`: the sandbox
+      // hands root's files in `writable` to the sandbox's uid, which suits
+      // the browser's own directory only.
+      const sandbox = await chooseSandbox(
+        wanted,
+        {
+          writable: [own],
+          mounts: (options.writable ?? []).map((dir) => ({ src: dir, dest: dir, writable: true })),
+          network,
+          user,
+        },
+        own,
+        { what: "browser", runs: "Chromium" },
+      );
       if (sandbox.isolation === "none") {
         options.onError?.(
           new Error(

@@ -1,13 +1,25 @@
 /**
  * The `shell` capability: {@linkcode addWorkspace} gives an environment an
  * SSH workspace on a directory, served from the environment's process, and
- * a file tracker of it. This is where the SSH server and the file tracker
- * meet an {@linkcode Environment}; the core knows neither. The `browser`
- * capability, {@linkcode addBrowser}, runs headless Chromium in the same
- * kind of sandbox.
+ * a file tracker of it; the {@linkcode Workspace} it returns runs grading
+ * commands in the same sandbox. This is where the SSH server and the file
+ * tracker meet an {@linkcode Environment}; the core knows neither. The
+ * `browser` capability, {@linkcode addBrowser}, runs headless Chromium in a
+ * workspace's sandbox, or in one of its own.
  *
  * @module
  */
 
-export { addWorkspace, type WorkspaceIsolation, type WorkspaceOptions } from "./workspace.ts";
+export {
+  addWorkspace,
+  type Workspace,
+  type WorkspaceExecOptions,
+  type WorkspaceExecResult,
+  type WorkspaceGrading,
+  type WorkspaceIsolation,
+  type WorkspaceLimits,
+  type WorkspaceLimitsInForce,
+  type WorkspaceOptions,
+  type WorkspaceSpawnOptions,
+} from "./workspace.ts";
 export { addBrowser, type BrowserOptions } from "./browser.ts";

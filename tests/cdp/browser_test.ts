@@ -190,7 +190,11 @@ async function visibleDir(): Promise<string> {
 Deno.test("addBrowser() keeps the browser in a sandbox, reached only through the tunnel", async (t) => {
   const signal = AbortSignal.timeout(200_000);
   const marker = crypto.randomUUID();
-  const outside = await visibleDir();
+  // Shown to the browser (writable), as root's; one its uid owns; one not shown.
+  const shown = await visibleDir();
+  const drop = await visibleDir();
+  if (ROOT) await Deno.chown(drop, NOBODY, NOBODY);
+  const hidden = await visibleDir();
   const root = await Deno.makeTempDir({ prefix: "hud-browser-root-" });
   const listed = servePage("listed");
   const unlisted = servePage("unlisted");
@@ -199,7 +203,7 @@ Deno.test("addBrowser() keeps the browser in a sandbox, reached only through the
   addBrowser(env, {
     args: [`--hud-test-marker=${marker}`],
     hostPorts: () => [listed.addr.port],
-    writable: [root],
+    writable: [shown, drop],
   });
   try {
     await env.start();
@@ -283,7 +287,7 @@ console.log(JSON.stringify({ found, tunnel: new TextDecoder().decode(buf.subarra
     });
 
     await using client = await connect(server, { readyTimeout: 30_000 });
-    await using cdp = await client.openCdp("browser", { signal });
+    await using cdp = await client.open("browser", { signal });
     await using page = await cdp.newPage("about:blank", { signal });
 
     await t.step({
@@ -291,12 +295,18 @@ console.log(JSON.stringify({ found, tunnel: new TextDecoder().decode(buf.subarra
       ignore: !ROOT,
       fn: async () => {
         const secret = `secret-${crypto.randomUUID()}`;
-        await Deno.writeTextFile(`${outside}/secret.txt`, secret, { mode: 0o600 });
-        await Deno.writeTextFile(`${outside}/public.txt`, "public", { mode: 0o644 });
-        assert.equal(await load(page, `file://${outside}/public.txt`, signal), "public");
-        const text = await load(page, `file://${outside}/secret.txt`, signal);
+        await Deno.writeTextFile(`${shown}/secret.txt`, secret, { mode: 0o600 });
+        await Deno.writeTextFile(`${shown}/public.txt`, "public", { mode: 0o644 });
+        assert.equal(await load(page, `file://${shown}/public.txt`, signal), "public");
+        const text = await load(page, `file://${shown}/secret.txt`, signal);
         assert.equal(text, null, `the browser read ${text}`);
       },
+    });
+
+    await t.step("file:// of a directory the sandbox does not show fails", async () => {
+      await Deno.writeTextFile(`${hidden}/public.txt`, "public", { mode: 0o644 });
+      assert.equal(await load(page, `file://${hidden}/public.txt`, signal), null);
+      assert.equal(await load(page, "file:///root/", signal), null);
     });
 
     await t.step(
@@ -307,19 +317,16 @@ console.log(JSON.stringify({ found, tunnel: new TextDecoder().decode(buf.subarra
         assert.equal(await load(page, `file://${keyPath}`, signal), null);
         const listing = await load(page, "file:///tmp/", signal);
         assert.doesNotMatch(listing ?? "", /hud-ssh-/);
-        // The workspace's root, which the browser may write, is there.
-        await Deno.writeTextFile(`${root}/note.txt`, "in the root");
-        assert.equal(await load(page, `file://${root}/note.txt`, signal), "in the root");
       },
     );
 
     await t.step("a download lands in a writable directory, never in a root-only one", async () => {
       assert.equal(await load(page, `http://127.0.0.1:${listed.addr.port}/`, signal), "listed");
-      const state = await download(cdp, page, root, "ok.txt", "downloaded", signal);
+      const state = await download(cdp, page, drop, "ok.txt", "downloaded", signal);
       assert.equal(state, "completed");
-      assert.equal(await Deno.readTextFile(`${root}/ok.txt`), "downloaded");
+      assert.equal(await Deno.readTextFile(`${drop}/ok.txt`), "downloaded");
       if (!ROOT) return;
-      const rootOnly = `${outside}/root-only`;
+      const rootOnly = `${shown}/root-only`;
       await Deno.mkdir(rootOnly, { mode: 0o700 });
       const denied = await download(cdp, page, rootOnly, "cron-job", "* * * * * root id", signal);
       assert.notEqual(denied, "completed");
@@ -339,7 +346,7 @@ console.log(JSON.stringify({ found, tunnel: new TextDecoder().decode(buf.subarra
     await t.step(
       "two clients through the forwarder at once: navigate, evaluate, screenshot",
       async () => {
-        await using other = await client.openCdp("browser", { signal });
+        await using other = await client.open("browser", { signal });
         await using page2 = await other.newPage("about:blank", { signal });
         // Both clients number their commands from 1: the relay keeps them apart.
         const [a, b] = await Promise.all([
@@ -375,8 +382,7 @@ console.log(JSON.stringify({ found, tunnel: new TextDecoder().decode(buf.subarra
     await env.stop();
     await listed.shutdown();
     await unlisted.shutdown();
-    await Deno.remove(outside, { recursive: true });
-    await Deno.remove(root, { recursive: true });
+    for (const dir of [shown, drop, hidden, root]) await Deno.remove(dir, { recursive: true });
   }
   assert.deepEqual(processesWith(marker), [], "the browser outlived env.stop()");
   assert.equal(env.capability("browser"), undefined);
@@ -398,7 +404,7 @@ Deno.test("addBrowser({ network: true }) reaches this host's 127.0.0.1, still wi
     assert.deepEqual(listeningPorts(processTree(browserPid)).host, []);
     await using server = bind(env);
     await using client = await connect(server, { readyTimeout: 30_000 });
-    await using cdp = await client.openCdp("browser", { signal });
+    await using cdp = await client.open("browser", { signal });
     await using page = await cdp.newPage("about:blank", { signal });
     assert.equal(await load(page, `http://127.0.0.1:${site.addr.port}/`, signal), "host");
   } finally {
@@ -433,7 +439,7 @@ Deno.test('addBrowser({ isolation: "unshare" }) holds too: a loopback of its own
     if (ROOT) assert.equal(uidOf(browserPid), NOBODY);
     await using server = bind(env);
     await using client = await connect(server, { readyTimeout: 30_000 });
-    await using cdp = await client.openCdp("browser", { signal });
+    await using cdp = await client.open("browser", { signal });
     await using page = await cdp.newPage("about:blank", { signal });
     assert.equal(await load(page, `http://127.0.0.1:${listed.addr.port}/`, signal), "listed");
     assert.equal(await load(page, `http://127.0.0.1:${unlisted.addr.port}/`, signal), null);

@@ -9,13 +9,12 @@
 //   deno run -A tests/engine/bench_containers.ts --only swarm --rollouts 400   (the swarm alone)
 
 import { parseArgs } from "node:util";
-import { buildEnvironmentImage, ContainerRuntime } from "../../runtime/container.ts";
-import { SubprocessRuntime } from "../../runtime/runtime.ts";
-import { SwarmRuntime } from "../../runtime/swarm.ts";
-import { EngineClient } from "../../runtime/_engine.ts";
-import type { RuntimeProvider } from "../../client.ts";
-import { Taskset } from "../../eval/taskset.ts";
-import { functionAgent } from "../../eval/run.ts";
+import { buildEnvironmentImage, ContainerRuntime } from "../../engines/mod.ts";
+import { SubprocessRuntime } from "../../runtime/subprocess.ts";
+import { SwarmRuntime } from "../../engines/mod.ts";
+import { EngineClient } from "../../engines/_engine.ts";
+import type { RuntimeProvider } from "../../runtime/placement.ts";
+import { functionAgent, Taskset } from "../../eval/mod.ts";
 import { taskSlug } from "../../env.ts";
 
 const { values } = parseArgs({

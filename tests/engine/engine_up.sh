@@ -2,7 +2,7 @@
 # Bring up container engines on a systemd-less Debian 12 box (root). Idempotent.
 #   ENGINES="docker podman"  (default: docker)      SWARM=1 -> also 3-node swarm in netns (swarm_up.sh)
 #   INSTALL=1 (default) apt-installs missing pkgs    BUILD_IMAGES=1 (default) builds deno-scratch/sh-scratch
-#   REGISTRY=1 installs docker-registry (for tests/runtime/swarm_test.ts) without starting a swarm
+#   REGISTRY=1 installs docker-registry (for tests/engines/swarm_test.ts) without starting a swarm
 #   ENGINE_STATE=/tmp/hud-engine  (PIDs, logs, saved sysctl/policy)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
