@@ -5,6 +5,7 @@
 // over it. Who starts the process (a sandbox, or nothing) is the caller's
 // `spawn`. Private to the SDK: addBrowser() is the public face.
 
+import { acceptLoop } from "../_internal/accept.ts";
 import { delay } from "../_internal/async.ts";
 import { LineReader } from "../_internal/framing.ts";
 import { closeQuietly, isPeerGone, splice } from "../_internal/io.ts";
@@ -33,7 +34,7 @@ export const DEFAULT_CHROMIUM_ARGS: readonly string[] = [
 export type ChromiumSpawner = (
   argv: readonly string[],
   env: Record<string, string>,
-) => Deno.ChildProcess;
+) => Deno.ChildProcess | Promise<Deno.ChildProcess>;
 
 /** Options for {@linkcode launchChromium}. */
 export interface LaunchOptions {
@@ -45,10 +46,18 @@ export interface LaunchOptions {
   /** Flags added to {@linkcode DEFAULT_CHROMIUM_ARGS}. */
   args?: readonly string[];
   /**
-   * The browser's own directory (profile, HOME, sockets), writable where
-   * Chromium runs. Made here, and removed by `close`, when not given.
+   * The browser's own directory (profile, HOME), writable where Chromium
+   * runs, as Chromium sees it (a path inside its sandbox's private /tmp,
+   * say). Made here, and removed by `close`, when not given.
    */
   dir?: string;
+  /**
+   * A directory of this host, shown to Chromium at the same path (read-only
+   * will do), where the `hostPorts` relay finds its unix sockets; only the
+   * browser's uid should be able to enter it. Made here as `<dir>/ports`
+   * (0700, owned as `dir` is) when not given.
+   */
+  portsDir?: string;
   /**
    * Starts Chromium (in a sandbox, say).
    * @default a plain child of this process, in its own session
@@ -106,22 +115,25 @@ export interface ChromiumProcess extends AsyncDisposable {
 }
 
 // Runs `$1` arguments after it in the background (the port relay, if any:
-// its stdio kept off the pipe), then Chromium, whose pipe is our stdin and
-// stdout moved to the fds 3 and 4 it reads and writes.
+// its stdin and stdout kept off the pipe, its stderr ours), then Chromium,
+// whose pipe is our stdin and stdout moved to the fds 3 and 4 it reads and
+// writes; what Chromium prints goes to stderr.
 const LAUNCH_SCRIPT = `n=$1; shift
 mkdir -p "$HOME" || exit 1
 if [ "$n" -gt 0 ]; then "\${@:1:$n}" </dev/null >/dev/null & fi
 shift "$n"
-exec 3<&0 4>&1 </dev/null >/dev/null
+exec 3<&0 4>&1 </dev/null >&2
 exec "$@"
 `;
 
 // Runs beside Chromium (the same sandbox and network namespace): listens on
 // 127.0.0.1 at each port, forwards each connection to `<dir>/<port>`, a
-// unix socket whose other end is this process, and writes `<dir>/.ready`
-// (or `.failed` with the reason). Plain JavaScript for `deno eval`: the
-// SDK's own files may not be readable (or even local) where the browser runs.
-const PORT_RELAY = `const [dir, ...ports] = Deno.args;
+// unix socket whose other end is this process, and says on stderr that it
+// is ready (or why it failed), after the nonce it was given: `dir` may be
+// read-only. Plain JavaScript for `deno eval`: the SDK's own files may not
+// be readable (or even local) where the browser runs; so it has its own
+// accept loop and copy.
+const PORT_RELAY = `const [nonce, dir, ...ports] = Deno.args;
 const quietly = (f) => { try { f(); } catch { /* gone */ } };
 async function pump(from, to) {
   const buf = new Uint8Array(65536);
@@ -153,10 +165,10 @@ try {
     (async () => { for await (const conn of listener) relay(conn, dir + "/" + port); })();
   }
 } catch (err) {
-  Deno.writeTextFileSync(dir + "/.failed", String(err?.message ?? err));
+  console.error("hud-port-relay " + nonce + " failed: " + String(err?.message ?? err));
   Deno.exit(1);
 }
-Deno.writeTextFileSync(dir + "/.ready", "");
+console.error("hud-port-relay " + nonce + " ready");
 `;
 
 const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -213,6 +225,16 @@ export async function launchChromium(options: LaunchOptions = {}): Promise<Chrom
   const dir = options.dir ?? await Deno.makeTempDir({ prefix: "hud-browser-" });
   let browser: ChromiumProcess;
   try {
+    if ((options.hostPorts ?? []).length > 0 && options.portsDir === undefined) {
+      const portsDir = `${dir}/ports`;
+      await Deno.remove(portsDir, { recursive: true }).catch(() => {});
+      await Deno.mkdir(portsDir, { mode: 0o700 });
+      const owner = await Deno.stat(dir);
+      if (Deno.uid() === 0 && owner.uid !== null && owner.uid !== 0) {
+        await Deno.chown(portsDir, owner.uid, owner.gid);
+      }
+      options = { ...options, portsDir };
+    }
     // Unconfined as root, Chromium's sandbox refuses at once: skip the try.
     const known = options.chromiumSandbox ??
       (options.spawn === undefined && Deno.uid() === 0 ? false : undefined);
@@ -277,21 +299,19 @@ async function start(
   const listeners: Deno.UnixListener[] = [];
   const bridged = new Set<Promise<void>>();
   let relayArgv: string[] = [];
-  const socketDir = `${dir}/ports`;
+  const nonce = crypto.randomUUID();
+  const relayUp = Promise.withResolvers<void>();
+  relayUp.promise.catch(() => {});
   if (hostPorts.length > 0) {
-    await Deno.remove(socketDir, { recursive: true }).catch(() => {});
-    await Deno.mkdir(socketDir, { mode: 0o700 });
-    const owner = await Deno.stat(dir);
-    if (Deno.uid() === 0 && owner.uid !== null && owner.uid !== 0) {
-      await Deno.chown(socketDir, owner.uid, owner.gid);
-    }
+    const socketDir = options.portsDir!;
     for (const port of hostPorts) {
       const path = `${socketDir}/${port}`;
+      await Deno.remove(path).catch(() => {}); // a try before this one
       const listener = Deno.listen({ transport: "unix", path });
       listeners.push(listener);
-      // Reachable only through `dir`, which only the browser's uid may enter.
+      // Reachable only through the ports directory, which only the browser's uid may enter.
       await Deno.chmod(path, 0o666);
-      bridged.add(bridge(listener, port, bridged));
+      bridged.add(bridge(listener, port));
     }
     env.DENO_DIR = `${dir}/deno`;
     env.DENO_NO_UPDATE_CHECK = "1";
@@ -302,6 +322,7 @@ async function start(
       "--no-config",
       "-q",
       PORT_RELAY,
+      nonce,
       socketDir,
       ...hostPorts.map(String),
     ];
@@ -325,7 +346,7 @@ async function start(
 
   let child: Deno.ChildProcess;
   try {
-    child = (options.spawn ?? spawnPlain)(argv, env);
+    child = await (options.spawn ?? spawnPlain)(argv, env);
   } catch (err) {
     await stopBridges();
     throw err;
@@ -348,12 +369,21 @@ async function start(
       const lines = buf.split("\n");
       buf = lines.pop() ?? "";
       for (const line of lines) {
+        if (line === `hud-port-relay ${nonce} ready`) relayUp.resolve();
+        const failed = `hud-port-relay ${nonce} failed: `;
+        if (line.startsWith(failed)) {
+          relayUp.reject(
+            new TypeError(`Cannot start the browser's port relay: ${line.slice(failed.length)}`),
+          );
+        }
         tail.push(line);
         if (tail.length > keep) tail.shift();
       }
     }
     if (buf) tail.push(buf);
-  })().catch(() => {});
+  })().catch(() => {}).finally(() =>
+    relayUp.reject(new TypeError("Chromium exited before its port relay was ready"))
+  );
 
   const source = byteReader(child.stdout);
   const reading = (async () => {
@@ -408,7 +438,7 @@ async function start(
         );
       }).finally(() => signal?.removeEventListener("abort", onAbort));
     });
-    if (hostPorts.length > 0) await relayReady(socketDir, status, signal);
+    if (hostPorts.length > 0) await abortable(relayUp.promise, signal);
     const v = version as Partial<BrowserVersion>;
     const known: BrowserVersion = {
       protocolVersion: String(v.protocolVersion ?? ""),
@@ -437,63 +467,45 @@ async function start(
   }
 }
 
-/** Waits for the port relay's `.ready` (or `.failed`) file. */
-async function relayReady(
-  socketDir: string,
-  status: Promise<Deno.CommandStatus>,
-  signal: AbortSignal | undefined,
-): Promise<void> {
-  let exited = false;
-  status.then(() => exited = true, () => exited = true);
-  while (true) {
-    signal?.throwIfAborted();
-    try {
-      const why = await Deno.readTextFile(`${socketDir}/.failed`);
-      throw new TypeError(`Cannot start the browser's port relay: ${why}`);
-    } catch (err) {
-      if (!(err instanceof Deno.errors.NotFound)) throw err;
-    }
-    if (await Deno.stat(`${socketDir}/.ready`).then(() => true, () => false)) return;
-    if (exited) throw new TypeError("Chromium exited before its port relay was ready");
-    await delay(10);
-  }
+/** `promise`, or the signal's reason once it aborts. */
+function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (signal === undefined) return promise;
+  signal.throwIfAborted();
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
 }
 
 /** Accepts on `listener` and joins each connection to 127.0.0.1:`port`. */
-async function bridge(
-  listener: Deno.UnixListener,
-  port: number,
-  tasks: Set<Promise<void>>,
-): Promise<void> {
+async function bridge(listener: Deno.UnixListener, port: number): Promise<void> {
+  const tasks = new Set<Promise<void>>();
   const conns = new Set<Deno.Conn>();
-  try {
-    for await (const conn of listener) {
-      const task = (async () => {
-        conns.add(conn);
-        let upstream: Deno.TcpConn | null = null;
-        try {
-          upstream = await Deno.connect({ hostname: "127.0.0.1", port });
-          conns.add(upstream);
-          await splice(conn, upstream);
-        } catch (err) {
-          if (!isPeerGone(err) && !(err instanceof Deno.errors.ConnectionRefused)) throw err;
-        } finally {
-          closeQuietly(conn);
-          conns.delete(conn);
-          if (upstream !== null) {
-            closeQuietly(upstream);
-            conns.delete(upstream);
-          }
+  await acceptLoop(listener, (conn) => {
+    const task = (async () => {
+      conns.add(conn);
+      let upstream: Deno.TcpConn | null = null;
+      try {
+        upstream = await Deno.connect({ hostname: "127.0.0.1", port });
+        conns.add(upstream);
+        await splice(conn, upstream);
+      } catch (err) {
+        if (!isPeerGone(err) && !(err instanceof Deno.errors.ConnectionRefused)) throw err;
+      } finally {
+        closeQuietly(conn);
+        conns.delete(conn);
+        if (upstream !== null) {
+          closeQuietly(upstream);
+          conns.delete(upstream);
         }
-      })().catch(() => {});
-      tasks.add(task);
-      task.finally(() => tasks.delete(task));
-    }
-  } catch (err) {
-    if (!isPeerGone(err)) throw err;
-  } finally {
-    for (const c of conns) closeQuietly(c);
-  }
+      }
+    })().catch(() => {});
+    tasks.add(task);
+    task.finally(() => tasks.delete(task));
+  });
+  for (const c of conns) closeQuietly(c);
+  await Promise.allSettled([...tasks]);
 }
 
 async function removeDir(dir: string): Promise<void> {

@@ -91,6 +91,15 @@ function isUnder(path: string, dir: string): boolean {
   return path === dir || path.startsWith(dir === "/" ? "/" : `${dir}/`);
 }
 
+/**
+ * Whether the sandbox shows `path` (absolute, links resolved) anyway: it
+ * lies in one of the system's directories. Anything else a program needs
+ * (a browser installed under /opt or a cache) must be mounted.
+ */
+export function systemShows(path: string): boolean {
+  return SYSTEM_PATHS.some((dir) => isUnder(path, dir));
+}
+
 /** One step of building the sandbox's file system, in order. */
 type MountOp =
   | { op: "ro-bind" | "bind"; src: string; dest: string }

@@ -10,6 +10,7 @@ import { Environment } from "../../env.ts";
 import { functionAgent, rollout, type Run } from "../../eval/mod.ts";
 import { LocalRuntime } from "../../runtime/mod.ts";
 import { bind } from "../../server.ts";
+import { SshClient } from "../../ssh/mod.ts";
 import { addBrowser, addWorkspace } from "../../workspace/mod.ts";
 
 const ROOT = Deno.uid() === 0;
@@ -126,6 +127,28 @@ function uidOf(pid: number): number {
   return Number(/^Uid:\s+(\d+)/m.exec(status)![1]);
 }
 
+/** The process's state letter (`S`, `R`, `T` for stopped...). */
+function stateOf(pid: number): string {
+  const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+  return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+}
+
+/** The process's cgroups, as this host names them. */
+function cgroupOf(pid: number | "self"): string {
+  return Deno.readTextFileSync(`/proc/${pid}/cgroup`);
+}
+
+/** Bytes of the tmpfs at /dev/shm that `pid` sees, or null when it has no size. */
+function shmSize(pid: number): number | null {
+  for (const line of Deno.readTextFileSync(`/proc/${pid}/mountinfo`).split("\n")) {
+    const f = line.split(" ");
+    if (f[4] !== "/dev/shm") continue;
+    const size = /(?:^|,)size=(\d+)k/.exec(line.slice(line.indexOf(" - ")));
+    return size === null ? null : Number(size[1]) * 1024;
+  }
+  throw new Error(`no /dev/shm for ${pid}`);
+}
+
 /** A page's text after navigating to `url`, or null when the navigation failed. */
 async function load(page: CdpSession, url: string, signal: AbortSignal): Promise<string | null> {
   try {
@@ -199,11 +222,13 @@ Deno.test("addBrowser() keeps the browser in a sandbox, reached only through the
   const listed = servePage("listed");
   const unlisted = servePage("unlisted");
   const env = new Environment("web");
+  const errors: string[] = [];
   addWorkspace(env, root, { trackFiles: false });
   addBrowser(env, {
     args: [`--hud-test-marker=${marker}`],
     hostPorts: () => [listed.addr.port],
     writable: [shown, drop],
+    onError: (e) => errors.push(String(e)),
   });
   try {
     await env.start();
@@ -228,6 +253,13 @@ Deno.test("addBrowser() keeps the browser in a sandbox, reached only through the
       }
       if (ROOT) assert.equal(uidOf(browserPid), NOBODY);
       assert.doesNotMatch(Deno.readTextFileSync(`/proc/${browserPid}/environ`), /HUD_|TOKEN/);
+    });
+
+    await t.step("in a cgroup of its own, with a /dev/shm of limits.tmpSize (1 GiB)", () => {
+      assert.equal(shmSize(browserPid), 1024 ** 3);
+      if (errors.some((e) => /memory is not limited/.test(e))) return; // no cgroup here
+      assert.match(cgroupOf(browserPid), /hud-browser-/);
+      assert.notEqual(cgroupOf(browserPid), cgroupOf("self"));
     });
 
     await using server = bind(env);
@@ -386,6 +418,213 @@ console.log(JSON.stringify({ found, tunnel: new TextDecoder().decode(buf.subarra
   }
   assert.deepEqual(processesWith(marker), [], "the browser outlived env.stop()");
   assert.equal(env.capability("browser"), undefined);
+});
+
+Deno.test("addBrowser({ workspace }) runs Chromium in the workspace's sandbox, as the agent", async (t) => {
+  const signal = AbortSignal.timeout(200_000);
+  const marker = crypto.randomUUID();
+  const root = await Deno.makeTempDir({ prefix: "hud-browser-root-" });
+  const hidden = await visibleDir();
+  const listed = servePage("listed");
+  const unlisted = servePage("unlisted");
+  const env = new Environment("web");
+  const workspace = addWorkspace(env, root, { trackFiles: false });
+  addBrowser(env, {
+    workspace,
+    args: [`--hud-test-marker=${marker}`],
+    hostPorts: () => [listed.addr.port],
+  });
+  try {
+    await env.start();
+    const browserPid = browserProcess(marker);
+    await using server = bind(env);
+    await using client = await connect(server, { readyTimeout: 30_000 });
+    await using cdp = await client.open("browser", { signal });
+    await using page = await cdp.newPage("about:blank", { signal });
+    await using shell = SshClient.fromBinding(env.capability("shell")!);
+
+    await t.step("as the workspace's uid, in its cgroup, with its /dev/shm", async () => {
+      if (ROOT) assert.equal(uidOf(browserPid), workspace.uid);
+      for (const ns of ["net", "pid", "mnt"]) {
+        assert.notEqual(
+          Deno.readLinkSync(`/proc/${browserPid}/ns/${ns}`),
+          Deno.readLinkSync(`/proc/self/ns/${ns}`),
+        );
+      }
+      const tmpSize = workspace.limits!.tmpSize;
+      if (tmpSize !== null) assert.equal(shmSize(browserPid), tmpSize);
+      if (workspace.limits!.memory === null) return;
+      // A process the workspace starts for the agent shares the browser's cgroup.
+      const other = await workspace.spawn(["sleep", "60"]);
+      try {
+        let sleeper: number | undefined;
+        for (let i = 0; i < 500 && sleeper === undefined; i++) {
+          sleeper = processTree(other.pid).find((pid) => {
+            try {
+              return Deno.readTextFileSync(`/proc/${pid}/comm`).trim() === "sleep";
+            } catch {
+              return false;
+            }
+          });
+          if (sleeper === undefined) await new Promise((r) => setTimeout(r, 10));
+        }
+        assert.ok(sleeper !== undefined, "the spawned sleep never showed");
+        assert.equal(cgroupOf(browserPid), cgroupOf(sleeper));
+        assert.notEqual(cgroupOf(browserPid), cgroupOf("self"));
+      } finally {
+        Deno.kill(-other.pid, "SIGKILL");
+        await other.stdin.close().catch(() => {});
+        await other.output();
+      }
+    });
+
+    await t.step("file:// shows what the agent sees: the root, not the host's /tmp", async () => {
+      assert.equal((await shell.exec("printf 'in the root' > note.txt")).code, 0);
+      assert.equal(await load(page, `file://${root}/note.txt`, signal), "in the root");
+      const keyDir = await Deno.makeTempDir({ prefix: "hud-ssh-" });
+      try {
+        await Deno.writeTextFile(`${keyDir}/id`, "key", { mode: 0o644 });
+        await Deno.chmod(keyDir, 0o755);
+        assert.equal(await load(page, `file://${keyDir}/id`, signal), null);
+      } finally {
+        await Deno.remove(keyDir, { recursive: true });
+      }
+      await Deno.writeTextFile(`${hidden}/public.txt`, "public", { mode: 0o644 });
+      assert.equal(await load(page, `file://${hidden}/public.txt`, signal), null);
+    });
+
+    await t.step(
+      "a download into the root is the agent's file, which its shell reads",
+      async () => {
+        assert.equal(await load(page, `http://127.0.0.1:${listed.addr.port}/`, signal), "listed");
+        const state = await download(cdp, page, root, "got.txt", "downloaded", signal);
+        assert.equal(state, "completed");
+        const r = await shell.exec("cat got.txt");
+        assert.equal(new TextDecoder().decode(r.stdout), "downloaded");
+        if (ROOT) assert.equal((await Deno.stat(`${root}/got.txt`)).uid, workspace.uid);
+      },
+    );
+
+    await t.step("the workspace's network policy: 127.0.0.1 only through hostPorts", async () => {
+      assert.equal(await load(page, `http://127.0.0.1:${unlisted.addr.port}/`, signal), null);
+      assert.equal(await load(page, `http://127.0.0.1:${server.addr.port}/`, signal), null);
+      assert.equal(await load(page, `http://127.0.0.1:${listed.addr.port}/`, signal), "listed");
+    });
+
+    await t.step("stopped while the workspace grades, answering again after", async () => {
+      {
+        await using _grading = await workspace.grading();
+        assert.equal(stateOf(browserPid), "T");
+      }
+      assert.equal(await page.evaluate<number>("6 * 7", { signal }), 42);
+    });
+  } finally {
+    await env.stop();
+    await listed.shutdown();
+    await unlisted.shutdown();
+    for (const dir of [root, hidden]) await Deno.remove(dir, { recursive: true });
+  }
+  assert.deepEqual(processesWith(marker), [], "the browser outlived env.stop()");
+  assert.equal(env.capability("browser"), undefined);
+});
+
+Deno.test('addBrowser({ workspace }) with the workspace\'s isolation "unshare" and "none"', async (t) => {
+  const signal = AbortSignal.timeout(200_000);
+  const listed = servePage("listed");
+  const unlisted = servePage("unlisted");
+  try {
+    for (const isolation of ["unshare", "none"] as const) {
+      await t.step(isolation, async () => {
+        const marker = crypto.randomUUID();
+        const root = await Deno.makeTempDir({ prefix: "hud-browser-root-" });
+        const env = new Environment("web");
+        const workspace = addWorkspace(env, root, { trackFiles: false, isolation });
+        addBrowser(env, {
+          workspace,
+          args: [`--hud-test-marker=${marker}`],
+          hostPorts: [listed.addr.port],
+        });
+        try {
+          await env.start();
+          const browserPid = browserProcess(marker);
+          if (ROOT) assert.equal(uidOf(browserPid), workspace.uid);
+          await using server = bind(env);
+          await using client = await connect(server, { readyTimeout: 30_000 });
+          await using cdp = await client.open("browser", { signal });
+          await using page = await cdp.newPage("about:blank", { signal });
+          assert.equal(await load(page, `http://127.0.0.1:${listed.addr.port}/`, signal), "listed");
+          // Unconfined, the browser has this host's network, as the workspace's commands do.
+          assert.equal(
+            await load(page, `http://127.0.0.1:${unlisted.addr.port}/`, signal),
+            isolation === "none" ? "unlisted" : null,
+          );
+        } finally {
+          await env.stop();
+          await Deno.remove(root, { recursive: true });
+        }
+        assert.deepEqual(processesWith(marker), []);
+      });
+    }
+  } finally {
+    await listed.shutdown();
+    await unlisted.shutdown();
+  }
+});
+
+Deno.test("addBrowser() shows an executable that lies outside the system's directories", async () => {
+  const signal = AbortSignal.timeout(100_000);
+  const marker = crypto.randomUUID();
+  // An install under /var (which the sandbox replaces), as Playwright's under ~/.cache.
+  const install = await visibleDir();
+  const root = await Deno.makeTempDir({ prefix: "hud-browser-root-" });
+  await Deno.writeTextFile(`${install}/chrome`, '#!/bin/sh\nexec chromium "$@"\n', {
+    mode: 0o755,
+  });
+  const env = new Environment("web");
+  const workspace = addWorkspace(env, root, { trackFiles: false });
+  addBrowser(env, {
+    workspace,
+    executable: `${install}/chrome`,
+    args: [`--hud-test-marker=${marker}`],
+  });
+  try {
+    await env.start();
+    await using server = bind(env);
+    await using client = await connect(server, { readyTimeout: 30_000 });
+    await using cdp = await client.open("browser", { signal });
+    await using page = await cdp.newPage("about:blank", { signal });
+    assert.equal(await load(page, "data:text/html,<p>inline</p>", signal), "inline");
+  } finally {
+    await env.stop();
+    for (const dir of [install, root]) await Deno.remove(dir, { recursive: true });
+  }
+  assert.deepEqual(processesWith(marker), []);
+});
+
+Deno.test("addBrowser({ workspace }) leaves the sandbox's settings to the workspace, and waits for its start", async () => {
+  const env = new Environment("web");
+  const workspace = addWorkspace(env, "/nonexistent/root");
+  for (const key of ["network", "isolation", "uid", "writable", "limits"] as const) {
+    const value = { network: true, isolation: "bwrap", uid: 1000, writable: [], limits: {} }[key];
+    assert.throws(() => addBrowser(env, { workspace, [key]: value }), {
+      name: "TypeError",
+      message: new RegExp(
+        `^Cannot add browser: "${key}" is the workspace's when workspace is given`,
+      ),
+    });
+  }
+  assert.throws(
+    () => addBrowser(env, { workspace: {} as unknown as typeof workspace }),
+    { name: "TypeError", message: /workspace must be what addWorkspace returned/ },
+  );
+  // A browser on another environment, whose start does not start this workspace.
+  const other = new Environment("other");
+  addBrowser(other, { workspace });
+  await assert.rejects(other.start(), {
+    message:
+      /^Cannot start browser: workspace "shell" is not started \(add the browser after addWorkspace/,
+  });
+  await other.stop();
 });
 
 Deno.test("addBrowser({ network: true }) reaches this host's 127.0.0.1, still with no listener", async () => {
