@@ -101,7 +101,7 @@ async function once(v: Variant, record: boolean): Promise<void> {
   try {
     await using server = v.sdk.bind(env);
     await using client = await v.sdk.connect(server);
-    await using cdp = await (client.open ?? client.openCdp)!.call(client, "browser");
+    await using cdp = await (client.openCdp ?? client.open)!.call(client, "browser");
     await using page = await cdp.newPage();
     await page.navigate(url);
     const title = await page.evaluate<string>("document.title");
