@@ -11,7 +11,6 @@
 // rounds: what the shared machine charges for any page load at that moment.
 
 import { startViewer } from "../viewer/mod.ts";
-import { CdpClient } from "../cdp/mod.ts";
 import { launchChromium } from "../cdp/_chromium.ts";
 
 const N = Number(Deno.args[0] ?? 10_000);
@@ -109,7 +108,7 @@ try {
     // A new server per run, so that each first load reads the file afresh.
     await using viewer = await startViewer([file]);
     await using floorViewer = await startViewer([empty]);
-    await using cdp = await CdpClient.connect(browser.wsUrl);
+    await using cdp = browser.connect();
     for (
       const [into, target, n] of [[cold, viewer, N], [warm, viewer, N], [
         floor,

@@ -6,7 +6,7 @@ import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { main } from "../../cli.ts";
 import { type Agent, functionAgent, Taskset } from "../../mod.ts";
-import { CdpClient, type CdpSession } from "../../cdp/mod.ts";
+import type { CdpClient, CdpSession } from "../../cdp/mod.ts";
 import { launchChromium } from "../../cdp/_chromium.ts";
 import { renderReport, startViewer } from "../../viewer/mod.ts";
 import { fixBug, scriptedAgent } from "../../examples/robolab.ts";
@@ -100,7 +100,7 @@ test("cli.ts view shows robolab results in Chromium", async (t) => {
     });
     const signal = AbortSignal.timeout(60_000);
     browser = await launchChromium({ signal });
-    cdp = await CdpClient.connect(browser.wsUrl, { signal });
+    cdp = browser.connect();
     const page = await cdp.newPage("about:blank", { signal });
     await page.send("Emulation.setDeviceMetricsOverride", {
       width: 1100,
@@ -324,7 +324,7 @@ test("cli.ts report --html writes a page that works from disk", async () => {
 
     const signal = AbortSignal.timeout(45_000);
     browser = await launchChromium({ signal });
-    await using cdp = await CdpClient.connect(browser.wsUrl, { signal });
+    await using cdp = browser.connect();
     await using page = await cdp.newPage("about:blank", { signal });
     await page.navigate(`file://${out}`, { signal });
     await until(page, `${ROWS_JS}.length === 3`, "3 rows from disk");
