@@ -27,6 +27,7 @@ import type { SshClient } from "../ssh/client.ts";
 import { McpClient, resultText as mcpText } from "../mcp/client.ts";
 import { string as stringSchema } from "../schema.ts";
 import { Deadline } from "../_internal/async.ts";
+import { stringifyJson } from "../_internal/framing.ts";
 import {
   type ChatMessage,
   isRetryable,
@@ -348,7 +349,7 @@ export class ChatAgent implements Agent {
         description: t.description,
         parameters: t.parameters,
       }));
-      const prompt = typeof run.prompt === "string" ? run.prompt : JSON.stringify(run.prompt);
+      const prompt = typeof run.prompt === "string" ? run.prompt : stringifyJson(run.prompt);
       const messages: ChatMessage[] = [
         { role: "system", content: o.system ?? DEFAULT_SYSTEM },
         { role: "user", content: prompt },

@@ -48,6 +48,7 @@ import { type Agent, type AgentContext, NotGradedError } from "../eval/agent.ts"
 import { killProcessGroup, liveGroupMembers, trySignalGroup } from "../_internal/process.ts";
 import { delay } from "../_internal/async.ts";
 import { concat } from "../_internal/io.ts";
+import { stringifyJson } from "../_internal/framing.ts";
 
 /** Options for {@linkcode CommandAgent}. */
 export interface CommandAgentOptions {
@@ -257,7 +258,7 @@ export class CommandAgent implements Agent {
   }
 
   async #run(run: Run, context: AgentContext): Promise<void> {
-    const prompt = typeof run.prompt === "string" ? run.prompt : JSON.stringify(run.prompt);
+    const prompt = typeof run.prompt === "string" ? run.prompt : stringifyJson(run.prompt);
     const privateFiles: string[] = [];
     try {
       const env = await this.#environment();
@@ -270,11 +271,11 @@ export class CommandAgent implements Agent {
         HUD_PROMPT_FILE: promptFile,
         HUD_TASK_ID: run.task.id,
         HUD_TASK_SLUG: run.task.slug,
-        HUD_TASK_ARGS: JSON.stringify(run.task.args),
+        HUD_TASK_ARGS: stringifyJson(run.task.args),
         HUD_SESSION_ID: run.client.sessionId,
         HUD_CONTROL_URL: run.client.url,
-        HUD_BINDINGS: JSON.stringify(run.bindings),
-        HUD_CAPABILITIES: JSON.stringify(run.capabilities.map((c) => c.toManifest())),
+        HUD_BINDINGS: stringifyJson(run.bindings),
+        HUD_CAPABILITIES: stringifyJson(run.capabilities.map((c) => c.toManifest())),
       });
       if (promptBytes.length < PROMPT_ENV_LIMIT) env.HUD_PROMPT = prompt;
       for (const cap of run.capabilities) {

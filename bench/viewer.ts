@@ -10,8 +10,7 @@
 // The floor is the same page over an empty results file, loaded in the same
 // rounds: what the shared machine charges for any page load at that moment.
 
-import { serveViewer } from "../viewer/mod.ts";
-import { CdpClient } from "../cdp/mod.ts";
+import { startViewer } from "../viewer/mod.ts";
 import { launchChromium } from "../cdp/_chromium.ts";
 
 const N = Number(Deno.args[0] ?? 10_000);
@@ -107,9 +106,9 @@ try {
   const floor: number[] = [];
   for (let run = 0; run < RUNS; run++) {
     // A new server per run, so that each first load reads the file afresh.
-    await using viewer = await serveViewer([file]);
-    await using floorViewer = await serveViewer([empty]);
-    await using cdp = await CdpClient.connect(browser.wsUrl);
+    await using viewer = await startViewer([file]);
+    await using floorViewer = await startViewer([empty]);
+    await using cdp = browser.connect();
     for (
       const [into, target, n] of [[cold, viewer, N], [warm, viewer, N], [
         floor,

@@ -1,6 +1,6 @@
 // `hud view FILE...`: serve a local web page over results files.
 
-import { serveViewer } from "../viewer/mod.ts";
+import { startViewer } from "../viewer/mod.ts";
 import {
   EXIT_OK,
   type Io,
@@ -41,7 +41,7 @@ export async function run(args: string[], io: Io): Promise<number> {
   const onSignal = () => stopped.abort();
   for (const s of STOP_SIGNALS) Deno.addSignalListener(s, onSignal);
   try {
-    const viewer = await serveViewer(parsed.positionals, { port, signal });
+    const viewer = await startViewer(parsed.positionals, { port, signal });
     io.out(`Viewing ${parsed.positionals.length} results file(s) at ${viewer.url}\n`);
     await viewer.finished;
   } finally {

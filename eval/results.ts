@@ -9,6 +9,7 @@
 import type { TaskRow } from "../env.ts";
 import { isRecord } from "../_internal/util.ts";
 import { openPrivate } from "../_internal/private_file.ts";
+import { stringifyJson } from "../_internal/framing.ts";
 import type { TraceJson, TraceStatus } from "./trace.ts";
 import type { RolloutErrorClass } from "./failure.ts";
 
@@ -158,7 +159,8 @@ export async function openResults(
   let closed = false;
   return {
     records,
-    append: (record) => write(encoder.encode(JSON.stringify(record) + "\n")),
+    // Integers the client read exactly (bigint) are written digit for digit.
+    append: (record) => write(encoder.encode(stringifyJson(record) + "\n")),
     async close() {
       if (closed) return;
       closed = true;

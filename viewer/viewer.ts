@@ -1,5 +1,5 @@
 /**
- * The trace viewer: {@linkcode serveViewer} serves a page over one or more
+ * The trace viewer: {@linkcode startViewer} serves a page over one or more
  * results files (the JSONL that `Taskset.run({ out })` writes) on
  * 127.0.0.1 and shows new rollouts as a job appends them;
  * {@linkcode renderReport} makes the same page as one self-contained HTML
@@ -92,7 +92,7 @@ export async function renderReport(paths: string[], options: ReportOptions = {})
   });
 }
 
-/** Options for {@linkcode serveViewer}. */
+/** Options for {@linkcode startViewer}. */
 export interface ViewerOptions {
   /**
    * Interface to listen on.
@@ -177,11 +177,11 @@ function textResponse(body: string, status: number): Response {
  *
  * @example
  * ```ts
- * import { serveViewer } from "./viewer.ts";
+ * import { startViewer } from "./viewer.ts";
  * import assert from "node:assert/strict";
  *
  * const file = await Deno.makeTempFile({ suffix: ".jsonl" });
- * await using viewer = await serveViewer([file]);
+ * await using viewer = await startViewer([file]);
  * const res = await fetch(new URL("api/rows?file=0&from=0", viewer.url), {
  *   headers: { authorization: `Bearer ${viewer.token}` },
  * });
@@ -195,7 +195,7 @@ function textResponse(body: string, status: number): Response {
  * @param paths results files (JSONL)
  * @throws {TypeError} when no file is given or one does not exist, or for a bad token
  */
-export async function serveViewer(
+export async function startViewer(
   paths: string[],
   options: ViewerOptions = {},
 ): Promise<ViewerServer> {

@@ -1,6 +1,7 @@
 // Token capture over scripted OpenAI-compatible servers that answer as
 // vLLM and llama-server do (the real llama-server is in llama_test.ts).
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { Environment, rollout } from "../../mod.ts";
 import { ChatAgent, OpenAiBackend } from "../../agents/mod.ts";
@@ -33,7 +34,7 @@ function vllmReply(prompt: number[], ids: number[], text: string, usePromptCount
     });
 }
 
-Deno.test("OpenAiBackend reads vLLM's token ids, prompt ids and token_id:N logprobs", async () => {
+test("OpenAiBackend reads vLLM's token ids, prompt ids and token_id:N logprobs", async () => {
   await using server = scriptedServer([vllmReply([1, 2, 3], [40, 41], "ok")]);
   const backend = new OpenAiBackend({ model: "m", baseUrl: server.baseUrl, stream: false });
   const reply = await backend.complete(REQUEST, AbortSignal.timeout(10_000));
@@ -48,7 +49,7 @@ Deno.test("OpenAiBackend reads vLLM's token ids, prompt ids and token_id:N logpr
   assert.equal(body.return_tokens_as_token_ids, true);
 });
 
-Deno.test("OpenAiBackend asks for nothing of the kind when a request does not want tokens", async () => {
+test("OpenAiBackend asks for nothing of the kind when a request does not want tokens", async () => {
   await using server = scriptedServer([vllmReply([1], [2], "ok"), vllmReply([1], [2], "ok")]);
   const plain = new OpenAiBackend({ model: "m", baseUrl: server.baseUrl, stream: false });
   await plain.complete({ ...REQUEST, tokens: false }, AbortSignal.timeout(10_000));
@@ -67,7 +68,7 @@ Deno.test("OpenAiBackend asks for nothing of the kind when a request does not wa
   assert.equal(b.return_token_ids, undefined);
 });
 
-Deno.test("OpenAiBackend assembles token ids and logprobs from a stream's chunks", async () => {
+test("OpenAiBackend assembles token ids and logprobs from a stream's chunks", async () => {
   const chunk = (d: Record<string, unknown>, ids: number[], finish: string | null = null) => ({
     ...(delta(d, finish) as Record<string, unknown>),
     choices: [{
@@ -97,7 +98,7 @@ Deno.test("OpenAiBackend assembles token ids and logprobs from a stream's chunks
   assert.equal(server.received[0].body.stream, true);
 });
 
-Deno.test("OpenAiBackend: a server that refuses logprobs in a stream is asked without streaming, from then on", async () => {
+test("OpenAiBackend: a server that refuses logprobs in a stream is asked without streaming, from then on", async () => {
   // llama-server: "logprobs is not supported with tools + stream".
   const refuse = () =>
     Response.json({
@@ -136,7 +137,7 @@ Deno.test("OpenAiBackend: a server that refuses logprobs in a stream is asked wi
   assert.equal(first.tokens?.promptIds, null);
 });
 
-Deno.test("OpenAiBackend with promptTokens llama-server: prompt ids from /apply-template and /tokenize, kept only when they count the prompt", async () => {
+test("OpenAiBackend with promptTokens llama-server: prompt ids from /apply-template and /tokenize, kept only when they count the prompt", async () => {
   const paths: string[] = [];
   const route = (r: Received) => {
     paths.push(r.path);
@@ -190,7 +191,7 @@ Deno.test("OpenAiBackend with promptTokens llama-server: prompt ids from /apply-
   assert.deepEqual(server.received[1].body.messages, server.received[0].body.messages);
 });
 
-Deno.test("ChatAgent with tokens keeps each call's tokens in its model step, and training rows use them", async () => {
+test("ChatAgent with tokens keeps each call's tokens in its model step, and training rows use them", async () => {
   const env = new Environment("tok");
   const task = env.template({ id: "say" }, async function* () {
     const answer = yield "Say ok, then submit it.";

@@ -1,6 +1,7 @@
 // Token and cost accounting (eval/usage.ts) and the job's limits
 // (Taskset.run's tokenLimit, costLimit and limitAction).
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { Environment, functionAgent, integer, Job, Taskset } from "../../mod.ts";
 import { loadPricing, priceOf, traceUsage } from "../../eval/mod.ts";
@@ -21,7 +22,7 @@ function makeEnv() {
   return { add, graded };
 }
 
-Deno.test("priceOf() and loadPricing(): own prices over the built-in ones, dated names, LiteLLM's file", async () => {
+test("priceOf() and loadPricing(): own prices over the built-in ones, dated names, LiteLLM's file", async () => {
   assert.deepEqual(priceOf("gpt-4o-mini-2024-07-18"), priceOf("gpt-4o-mini"));
   assert.notDeepEqual(priceOf("gpt-4o-mini"), priceOf("gpt-4o"));
   assert.equal(priceOf("openai/gpt-4.1")?.input, 2);
@@ -58,7 +59,7 @@ Deno.test("priceOf() and loadPricing(): own prices over the built-in ones, dated
   }
 });
 
-Deno.test("ChatAgent prices each call; the job counts tokens and cost per rollout and in all", async () => {
+test("ChatAgent prices each call; the job counts tokens and cost per rollout and in all", async () => {
   const { add } = makeEnv();
   await using model = scriptedServer(
     Array.from(
@@ -83,7 +84,7 @@ Deno.test("ChatAgent prices each call; the job counts tokens and cost per rollou
   assert.ok(Math.abs(job.summary().usage.cost_usd - 0.014) < 1e-12);
 });
 
-Deno.test("Taskset.run() stops at its cost limit; resume finishes; no rollout is graded twice", async () => {
+test("Taskset.run() stops at its cost limit; resume finishes; no rollout is graded twice", async () => {
   const { add, graded } = makeEnv();
   const dir = await Deno.makeTempDir();
   const out = `${dir}/results.jsonl`;
@@ -127,7 +128,7 @@ Deno.test("Taskset.run() stops at its cost limit; resume finishes; no rollout is
   }
 });
 
-Deno.test("Taskset.run() with limitAction cancel stops the running rollouts at the token limit", async () => {
+test("Taskset.run() with limitAction cancel stops the running rollouts at the token limit", async () => {
   const { add, graded } = makeEnv();
   const agent = functionAgent(async (_p, _run, context) => {
     context.onUsage?.({

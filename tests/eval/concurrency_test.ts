@@ -1,6 +1,7 @@
 // Adaptive concurrency of model calls (eval/concurrency.ts): the limit's
 // sequence, never its timing, on a virtual clock.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { Environment, type JobProgress, Taskset } from "../../mod.ts";
 import { AdaptiveConcurrency, formatProgress, virtualClock } from "../../eval/mod.ts";
@@ -13,7 +14,7 @@ async function calls(limiter: AdaptiveConcurrency, outcomes: ("ok" | "rate_limit
   }
 }
 
-Deno.test("AdaptiveConcurrency shrinks once per rate-limit episode and grows after clean windows", async (t) => {
+test("AdaptiveConcurrency shrinks once per rate-limit episode and grows after clean windows", async (t) => {
   await t.step("starts at 20, or the max when lower", () => {
     assert.equal(new AdaptiveConcurrency({ max: 100 }).limit, 20);
     assert.equal(new AdaptiveConcurrency({ max: 8 }).limit, 8);
@@ -81,7 +82,7 @@ Deno.test("AdaptiveConcurrency shrinks once per rate-limit episode and grows aft
   });
 });
 
-Deno.test("Taskset.run(): a server answering 429 with Retry-After shrinks the model-call limit; clean calls bring it back", async () => {
+test("Taskset.run(): a server answering 429 with Retry-After shrinks the model-call limit; clean calls bring it back", async () => {
   const env = new Environment("limits");
   const echo = env.template({ id: "echo", args: {} }, async function* () {
     const answer = yield "Say ok.";

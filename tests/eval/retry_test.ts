@@ -2,6 +2,7 @@
 // failures are tried again and every attempt is in the results file; the
 // agent's own failures, timeouts and context overflows are not.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import {
   Environment,
@@ -53,7 +54,7 @@ async function lines(path: string): Promise<Record<string, unknown>[]> {
   return (await Deno.readTextFile(path)).trim().split("\n").map((l) => JSON.parse(l));
 }
 
-Deno.test("Taskset.run() retries a provisioning failure; every attempt is in the file, the latest counts", async () => {
+test("Taskset.run() retries a provisioning failure; every attempt is in the file, the latest counts", async () => {
   const { env, add } = makeEnv();
   const dir = await Deno.makeTempDir();
   const out = `${dir}/results.jsonl`;
@@ -90,7 +91,7 @@ Deno.test("Taskset.run() retries a provisioning failure; every attempt is in the
   }
 });
 
-Deno.test("Taskset.run() never retries the agent's own failure, a timeout or a context overflow", async (t) => {
+test("Taskset.run() never retries the agent's own failure, a timeout or a context overflow", async (t) => {
   const { add } = makeEnv();
   const cases: [string, () => Promise<unknown>, string, { agentTimeout?: number }][] = [
     ["an agent that throws", () => Promise.reject(new Error("bad plan")), "agent", {}],
@@ -126,7 +127,7 @@ Deno.test("Taskset.run() never retries the agent's own failure, a timeout or a c
   }
 });
 
-Deno.test("Taskset.run() retries a model server that stays unavailable after ChatAgent's own retries", async () => {
+test("Taskset.run() retries a model server that stays unavailable after ChatAgent's own retries", async () => {
   const { add } = makeEnv();
   // Attempt 1: three 503s (the call and its two retries) end the rollout;
   // attempt 2: the server answers.
@@ -173,7 +174,7 @@ Deno.test("Taskset.run() retries a model server that stays unavailable after Cha
   assert.equal(down.exportTraining()[0].group_complete, false);
 });
 
-Deno.test("Taskset.run(): a group with a rollout that could not finish says so in its rows and the summary", async () => {
+test("Taskset.run(): a group with a rollout that could not finish says so in its rows and the summary", async () => {
   const { env, add } = makeEnv();
   // Repeat 0 places (call 1); repeat 1 fails on its try and its retry (calls 2, 3).
   const runtime = flakyRuntime(env, new Set([2, 3]));
@@ -201,7 +202,7 @@ Deno.test("Taskset.run(): a group with a rollout that could not finish says so i
   assert.match(formatJobTable(job), /1 group\(s\) incomplete \(a rollout could not finish\): add-/);
 });
 
-Deno.test("Taskset.run() refuses bad retries up front", async () => {
+test("Taskset.run() refuses bad retries up front", async () => {
   const { add } = makeEnv();
   await assert.rejects(
     new Taskset([add({ a: 1, b: 1 })]).run(solve, { retries: -1 }),

@@ -1,6 +1,7 @@
 // Token data in traces (eval/tokens.ts) and training rows (eval/training.ts),
 // on records made by hand: the shapes a trainer reads.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import {
   decodeTurnTokens,
@@ -48,7 +49,7 @@ function record(repeat: number, reward: number | null, steps: unknown[]): RunRec
   } as RunRecord;
 }
 
-Deno.test("encodeTurnTokens() stores the prompt past its shared prefix, compactly", () => {
+test("encodeTurnTokens() stores the prompt past its shared prefix, compactly", () => {
   const prompt = Array.from({ length: 2000 }, (_, i) => (i * 7919) % 150_000);
   const t1: TurnTokens = {
     promptIds: prompt,
@@ -79,7 +80,7 @@ Deno.test("encodeTurnTokens() stores the prompt past its shared prefix, compactl
   assert.equal(decodeTurnTokens({ n: 0, completion_ids: "not base64!" }, null), null);
 });
 
-Deno.test("traceTokens() pairs each model step with its tokens, across a step without", () => {
+test("traceTokens() pairs each model step with its tokens, across a step without", () => {
   const a: TurnTokens = { promptIds: [1, 2], completionIds: [3], logprobs: [-1] };
   const b: TurnTokens = { promptIds: [1, 2, 3, 4], completionIds: [5], logprobs: [-2] };
   const steps = [
@@ -98,7 +99,7 @@ Deno.test("traceTokens() pairs each model step with its tokens, across a step wi
   assert.deepEqual(got[3], a);
 });
 
-Deno.test("trainingRows(): loss masks over the model's tokens, a new sequence where the prompt re-renders", async (t) => {
+test("trainingRows(): loss masks over the model's tokens, a new sequence where the prompt re-renders", async (t) => {
   // Turn 2's prompt extends turn 1's prompt + completion; turn 3's does not
   // (the server rendered the history differently from what was sampled).
   const t1: TurnTokens = { promptIds: [10, 11], completionIds: [20, 21], logprobs: [-0.5, -0.25] };

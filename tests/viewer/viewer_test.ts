@@ -2,12 +2,13 @@
 // files made by real robolab runs, served by `cli.ts view`, and the page it
 // shows checked through the DOM.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { main } from "../../cli.ts";
 import { type Agent, functionAgent, Taskset } from "../../mod.ts";
-import { CdpClient, type CdpSession } from "../../cdp/mod.ts";
+import type { CdpClient, CdpSession } from "../../cdp/mod.ts";
 import { launchChromium } from "../../cdp/_chromium.ts";
-import { renderReport, serveViewer } from "../../viewer/mod.ts";
+import { renderReport, startViewer } from "../../viewer/mod.ts";
 import { encodeTurnTokens } from "../../eval/mod.ts";
 import { fixBug, scriptedAgent } from "../../examples/robolab.ts";
 
@@ -60,7 +61,7 @@ async function shoot(page: CdpSession, path: string): Promise<void> {
 
 const ROWS_JS = "[...document.querySelectorAll('#rollouts tbody tr.row')]";
 
-Deno.test("cli.ts view shows robolab results in Chromium", async (t) => {
+test("cli.ts view shows robolab results in Chromium", async (t) => {
   const dir = await Deno.makeTempDir({ prefix: "viewer-test-" });
   const fileA = `${dir}/a.jsonl`;
   const fileB = `${dir}/b.jsonl`;
@@ -100,7 +101,7 @@ Deno.test("cli.ts view shows robolab results in Chromium", async (t) => {
     });
     const signal = AbortSignal.timeout(60_000);
     browser = await launchChromium({ signal });
-    cdp = await CdpClient.connect(browser.wsUrl, { signal });
+    cdp = browser.connect();
     const page = await cdp.newPage("about:blank", { signal });
     await page.send("Emulation.setDeviceMetricsOverride", {
       width: 1100,
@@ -290,7 +291,7 @@ Deno.test("cli.ts view shows robolab results in Chromium", async (t) => {
   }
 });
 
-Deno.test("cli.ts report --html writes a page that works from disk", async () => {
+test("cli.ts report --html writes a page that works from disk", async () => {
   const dir = await Deno.makeTempDir({ prefix: "viewer-report-" });
   let browser: Awaited<ReturnType<typeof launchChromium>> | null = null;
   try {
@@ -324,7 +325,7 @@ Deno.test("cli.ts report --html writes a page that works from disk", async () =>
 
     const signal = AbortSignal.timeout(45_000);
     browser = await launchChromium({ signal });
-    await using cdp = await CdpClient.connect(browser.wsUrl, { signal });
+    await using cdp = browser.connect();
     await using page = await cdp.newPage("about:blank", { signal });
     await page.navigate(`file://${out}`, { signal });
     await until(page, `${ROWS_JS}.length === 3`, "3 rows from disk");
@@ -348,7 +349,7 @@ Deno.test("cli.ts report --html writes a page that works from disk", async () =>
   }
 });
 
-Deno.test("cli.ts report --html shows a model step's tokens as counts, not as base64", async () => {
+test("cli.ts report --html shows a model step's tokens as counts, not as base64", async () => {
   const dir = await Deno.makeTempDir({ prefix: "viewer-tokens-" });
   let browser: Awaited<ReturnType<typeof launchChromium>> | null = null;
   try {
@@ -384,7 +385,7 @@ Deno.test("cli.ts report --html shows a model step's tokens as counts, not as ba
     );
     const signal = AbortSignal.timeout(45_000);
     browser = await launchChromium({ signal });
-    await using cdp = await CdpClient.connect(browser.wsUrl, { signal });
+    await using cdp = browser.connect();
     await using page = await cdp.newPage("about:blank", { signal });
     await page.navigate(`file://${out}#/r/0/0`, { signal });
     await until(page, "document.body.dataset.ready === 'rollout'", "the rollout view");
@@ -407,10 +408,10 @@ Deno.test("cli.ts report --html shows a model step's tokens as counts, not as ba
   }
 });
 
-Deno.test("serveViewer() refuses a foreign Host header and unknown records", async () => {
+test("startViewer() refuses a foreign Host header and unknown records", async () => {
   const file = await Deno.makeTempFile({ suffix: ".jsonl" });
   try {
-    await using viewer = await serveViewer([file]);
+    await using viewer = await startViewer([file]);
     // fetch() sets Host itself: speak HTTP by hand.
     const conn = await Deno.connect({ hostname: "127.0.0.1", port: viewer.addr.port });
     try {
@@ -435,7 +436,7 @@ Deno.test("serveViewer() refuses a foreign Host header and unknown records", asy
   }
 });
 
-Deno.test("renderReport() and cli.ts view name a missing file in one line", async () => {
+test("renderReport() and cli.ts view name a missing file in one line", async () => {
   await assert.rejects(renderReport(["/nonexistent/r.jsonl"]), {
     name: "TypeError",
     message:
@@ -451,10 +452,10 @@ Deno.test("renderReport() and cli.ts view name a missing file in one line", asyn
   assert.match(stderr, /"\/nonexistent\/r\.jsonl" is not a file/);
 });
 
-Deno.test("serveViewer() on 127.0.0.2 is loopback too: it refuses a foreign Host header", async () => {
+test("startViewer() on 127.0.0.2 is loopback too: it refuses a foreign Host header", async () => {
   const file = await Deno.makeTempFile({ suffix: ".jsonl" });
   try {
-    await using viewer = await serveViewer([file], { hostname: "127.0.0.2" });
+    await using viewer = await startViewer([file], { hostname: "127.0.0.2" });
     const ask = async (host: string) => {
       const conn = await Deno.connect({ hostname: "127.0.0.2", port: viewer.addr.port });
       try {
