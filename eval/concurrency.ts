@@ -1,11 +1,14 @@
 /**
  * Adaptive concurrency for model calls, as Inspect's adaptive connections
  * do it: a limit on calls in flight that starts at 20 (or the maximum, when
- * lower), shrinks by 0.8 on each rate-limit episode (the 429s within a
- * 15 s cool-down of a shrink are one episode), and grows by about 5%
- * (at least one) after each clean window (as many calls as the limit,
- * without a rate limit, once the cool-down has passed), never past the
- * maximum. A `Retry-After` holds every new call until it has passed. The
+ * lower), shrinks by 0.8 on each rate-limit episode, and grows by about
+ * 5% (at least one) after each clean window (as many calls as the limit,
+ * without a rate limit, once a 15 s cool-down after the last shrink has
+ * passed), never past the maximum. An episode is the 429s of the calls
+ * sent under one limit: those of calls sent before a shrink count toward
+ * it, and a call sent under the lowered limit and refused is a new one
+ * (one shrink per round of calls, cool-down or not: a limit still too high
+ * keeps shrinking). A `Retry-After` holds every new call until it has passed. The
  * clock is injectable, so that a test can drive it without sleeping.
  *
  * {@linkcode Taskset.run} makes one per job, bounded by `maxConcurrent`,
@@ -94,7 +97,7 @@ export interface AdaptiveConcurrencyOptions {
   decrease?: number;
   /** The growth after a clean window, as a fraction (at least one call). @default 0.05 */
   increase?: number;
-  /** The cool-down after a shrink, in ms: no growth, and 429s are the same episode. @default 15_000 */
+  /** The cool-down after a shrink, in ms: no growth until it has passed. @default 15_000 */
   cooldownMs?: number;
   /** The clock. @default {@linkcode SYSTEM_CLOCK} */
   clock?: Clock;
@@ -122,6 +125,8 @@ export class AdaptiveConcurrency {
   #inFlight = 0;
   #clean = 0;
   #shrunkAt = -Infinity;
+  /** Shrinks so far: a permit handed out before the last one belongs to an old episode. */
+  #epoch = 0;
   #heldUntil = -Infinity;
   #episodes = 0;
   #history: number[];
@@ -220,25 +225,28 @@ export class AdaptiveConcurrency {
 
   #permit(): ConcurrencyPermit {
     let released = false;
+    const epoch = this.#epoch;
     return {
       release: (outcome, retryAfterMs) => {
         if (released) return;
         released = true;
         this.#inFlight--;
-        this.#record(outcome, retryAfterMs ?? null);
+        this.#record(outcome, retryAfterMs ?? null, epoch);
         this.#pump();
       },
     };
   }
 
-  #record(outcome: CallOutcome, retryAfterMs: number | null): void {
+  #record(outcome: CallOutcome, retryAfterMs: number | null, epoch: number): void {
     const now = this.#clock.now();
     if (outcome === "rate_limited") {
       if (retryAfterMs !== null && retryAfterMs > 0) {
         this.#heldUntil = Math.max(this.#heldUntil, now + retryAfterMs);
       }
       this.#clean = 0;
-      if (now - this.#shrunkAt < this.#cooldown) return; // The same episode.
+      // Sent before the last shrink: that shrink's episode already counted it.
+      if (epoch !== this.#epoch) return;
+      this.#epoch++;
       this.#episodes++;
       this.#shrunkAt = now;
       this.#set(Math.max(this.#min, Math.floor(this.#limit * this.#decrease)), "rate_limit");

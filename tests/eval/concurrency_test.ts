@@ -19,21 +19,39 @@ test("AdaptiveConcurrency shrinks once per rate-limit episode and grows after cl
     assert.equal(new AdaptiveConcurrency({ max: 100 }).limit, 20);
     assert.equal(new AdaptiveConcurrency({ max: 8 }).limit, 8);
   });
-  await t.step("429s within the cool-down are one episode; growth waits for it", async () => {
+  await t.step(
+    "the 429s of calls sent under one limit are one episode; growth waits for the cool-down",
+    async () => {
+      const clock = virtualClock();
+      const limiter = new AdaptiveConcurrency({ max: 100, clock });
+      const sent = await Promise.all([1, 2, 3].map(() => limiter.acquire()));
+      for (const permit of sent) permit.release("rate_limited", 1000);
+      assert.equal(limiter.limit, 16);
+      assert.equal(limiter.rateLimitEpisodes, 1);
+      // Clean calls inside the cool-down do not grow it.
+      await calls(limiter, Array(40).fill("ok"));
+      assert.equal(limiter.limit, 16);
+      // A call sent under the lowered limit and refused: a new episode, cool-down or not.
+      await calls(limiter, ["rate_limited"]);
+      assert.equal(limiter.limit, 12); // 16 * 0.8 = 12.8, down to 12.
+      assert.equal(limiter.rateLimitEpisodes, 2);
+      clock.advance(15_000);
+      await calls(limiter, Array(12 + 13 + 14).fill("ok"));
+      assert.deepEqual(limiter.history, [20, 16, 12, 13, 14, 15]);
+    },
+  );
+  await t.step("a limit the server keeps refusing shrinks round after round", async () => {
     const clock = virtualClock();
-    const limiter = new AdaptiveConcurrency({ max: 100, clock });
-    await calls(limiter, ["rate_limited", "rate_limited", "rate_limited"]);
-    assert.equal(limiter.limit, 16);
-    assert.equal(limiter.rateLimitEpisodes, 1);
-    // Clean calls inside the cool-down do not grow it.
-    await calls(limiter, Array(40).fill("ok"));
-    assert.equal(limiter.limit, 16);
-    clock.advance(15_000);
-    await calls(limiter, ["rate_limited"]);
-    assert.equal(limiter.limit, 12); // A new episode: 16 * 0.8 = 12.8, down to 12.
-    clock.advance(15_000);
-    await calls(limiter, Array(12 + 13 + 14).fill("ok"));
-    assert.deepEqual(limiter.history, [20, 16, 12, 13, 14, 15]);
+    const limiter = new AdaptiveConcurrency({ max: 16, clock });
+    // The server takes 6 at once: each round sends the limit, the rest are refused.
+    for (let round = 0; round < 6; round++) {
+      const sent = await Promise.all(
+        Array.from({ length: limiter.limit }, () => limiter.acquire()),
+      );
+      sent.forEach((permit, i) => i < 6 ? permit.release("ok") : permit.release("rate_limited"));
+      clock.advance(1_000);
+    }
+    assert.deepEqual(limiter.history, [16, 12, 9, 7, 5]);
   });
   await t.step("never below min nor above max", async () => {
     const clock = virtualClock();
