@@ -31,8 +31,8 @@ export const MODEL_FLAGS_HELP =
                         tools and submit)
   --tokens              keep what the model sampled (token ids and
                         log-probabilities) in the traces, for
-                        "hud export-training" and ATIF; OpenAI-compatible
-                        servers that return them (vLLM, sglang, llama-server)
+                        "hud export-training"; OpenAI-compatible servers
+                        that return them (vLLM, sglang, llama-server)
   --prompt-tokens FROM  where the prompt's token ids come from with --tokens:
                         "response" (default: vLLM, sglang) or "llama-server"
                         (its /apply-template and /tokenize)
