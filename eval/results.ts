@@ -9,6 +9,7 @@
 import type { TaskRow } from "../env.ts";
 import { isRecord } from "../_internal/util.ts";
 import type { TraceJson, TraceStatus } from "./trace.ts";
+import type { AgentInfo } from "./agent.ts";
 
 /** One finished rollout, as streamed to the results file. */
 export interface RunRecord {
@@ -26,6 +27,10 @@ export interface RunRecord {
   reward: number | null;
   /** The phase that failed, if any. */
   failed_phase: string | null;
+  /** The grade's flat subscores (`parent/child` for nested ones), when it had any. */
+  subscores?: Record<string, number>;
+  /** What ran, when the agent says ({@linkcode Agent.info}). */
+  agent?: AgentInfo;
   /** The full trace; `{}` only for a slot a job never started. */
   trace: TraceJson | Record<string, never>;
 }
