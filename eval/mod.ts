@@ -41,3 +41,14 @@ export {
 } from "./job.ts";
 export { type RunRecord } from "./results.ts";
 export { formatCount, formatDuration, formatJobTable, formatProgress } from "./report.ts";
+export {
+  type AtifAgent,
+  type AtifFinalMetrics,
+  type AtifMetrics,
+  type AtifObservationResult,
+  type AtifOptions,
+  type AtifStep,
+  type AtifToolCall,
+  type AtifTrajectory,
+  toAtif,
+} from "./atif.ts";

@@ -326,8 +326,10 @@ export const CLIENT_JS: string = String.raw`
     var names = Object.keys(summary.subscores || {});
     var tasks = summary.tasks;
     var shown = state.allTasks ? tasks : tasks.slice(0, TASKS_SHOWN);
-    var head = ["Task", "Runs", "Mean reward", "Passes"].concat(names).concat(["Replaced", "First error"]);
-    var numeric = function (j) { return j > 0 && j < head.length - 1; };
+    var replaced = tasks.some(function (t) { return t.superseded > 0; });
+    var failing = tasks.some(function (t) { return t.first_error; });
+    var head = ["Task", "Runs", "Mean reward", "Passes"].concat(names).concat(replaced ? ["Replaced"] : []).concat(failing ? ["First error"] : []);
+    var numeric = function (j) { return j > 0 && !(failing && j === head.length - 1); };
     return h("section", { "aria-labelledby": "tasks-h" },
       h("h2", { id: "tasks-h" }, "Tasks"),
       h("table", { id: "tasks", class: "tasks" },
@@ -340,8 +342,8 @@ export const CLIENT_JS: string = String.raw`
             h("td", { class: "num reward" }, fmtMean(t.mean_reward, t.stderr)),
             h("td", { class: "num" }, t.passes + "/" + t.runs),
             names.map(function (n) { return h("td", { class: "num" }, Object.prototype.hasOwnProperty.call(t.subscores, n) ? sig(t.subscores[n]) : "\u2013"); }),
-            h("td", { class: "num" }, t.superseded ? String(t.superseded) : ""),
-            h("td", { class: "error", title: t.first_error || "" }, t.first_error || ""));
+            replaced ? h("td", { class: "num" }, t.superseded ? String(t.superseded) : "") : null,
+            failing ? h("td", { class: "error", title: t.first_error || "" }, t.first_error || "") : null);
         }))),
       tasks.length > shown.length ? h("p", null, h("button", { type: "button", onclick: function () { state.allTasks = true; route(); } }, "Show all " + tasks.length + " tasks")) : "");
   }

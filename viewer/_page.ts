@@ -51,8 +51,8 @@ tr.pass .reward { color: var(--add-fg); } tr.zero .reward, tr.failed .reward { c
 tr.failed .status, .error { color: var(--del-fg); }
 tr.up .delta { color: var(--add-fg); font-weight: 600; } tr.down .delta { color: var(--del-fg); font-weight: 600; }
 table.tasks { margin-bottom: .5rem; } table.tasks td, table.tasks th { padding: .15rem .5rem; }
-.plots { display: grid; grid-template-columns: repeat(auto-fill, minmax(22rem, 1fr)); gap: .75rem 1.5rem; margin: .75rem 0; }
-.plot-slot { height: 14rem; }
+.plots { display: grid; grid-template-columns: repeat(auto-fill, minmax(15rem, 19rem)); gap: .75rem 1.5rem; margin: .75rem 0; }
+.plot-slot { height: 12rem; }
 figure.plot { margin: 0; } figure.plot.wide { grid-column: span 1; }
 figure figcaption { font-weight: 600; font-size: .9rem; }
 svg.plot { width: 100%; height: auto; max-height: 22rem; display: block; }

@@ -62,7 +62,10 @@ function nextReply(request: Received): Response {
   });
 }
 
-/** Runs both agents over {@linkcode TASKS} into `dir`/command.jsonl and `dir`/model.jsonl. */
+/**
+ * Runs both agents over {@linkcode TASKS} into `dir`/command.jsonl (once
+ * each) and `dir`/model.jsonl (twice each).
+ */
 export async function robolabRuns(dir: string): Promise<{ command: string; model: string }> {
   const command = `${dir}/command.jsonl`;
   const model = `${dir}/model.jsonl`;
@@ -78,6 +81,6 @@ export async function robolabRuns(dir: string): Promise<{ command: string; model
     maxSteps: 6,
     sampling: { temperature: 0 },
   });
-  await new Taskset(TASKS).run(chat, { out: model, maxConcurrent: 1 });
+  await new Taskset(TASKS).run(chat, { out: model, maxConcurrent: 1, group: 2 });
   return { command, model };
 }

@@ -221,12 +221,6 @@ Deno.test("cli.ts view shows robolab results in Chromium", async (t) => {
       );
       assert.match(subscores, /check1/);
       await shoot(page, `${dir}/rollout.png`);
-      if (Deno.env.get("HUD_UPDATE_SCREENSHOT")) {
-        await page.evaluate(
-          "scrollTo(0, document.getElementById('files-section').offsetTop - 120)",
-        );
-        await shoot(page, new URL("../../docs/viewer.png", import.meta.url).pathname);
-      }
     });
 
     await t.step("agent output is shown as text, never run as markup", async () => {
