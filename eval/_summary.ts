@@ -6,6 +6,13 @@
 import type { AgentInfo } from "./agent.ts";
 import { recordKey, type RunRecord } from "./results.ts";
 import { isRecord } from "../_internal/util.ts";
+import { setOwn } from "../schema.ts";
+
+/** `target[key] = value`, as an own property even for `__proto__` (a name from a file). */
+function put(target: Record<string, unknown>, key: string, value: unknown): void {
+  if (key === "__proto__") setOwn(target, key, value);
+  else target[key] = value;
+}
 
 /**
  * What a summary needs of one rollout, read from its record without
@@ -83,11 +90,10 @@ function subscoresOf(value: unknown): Record<string, number> | null {
   if (!isRecord(value)) return null;
   const out: Record<string, number> = {};
   let any = false;
-  for (const [k, v] of Object.entries(value)) {
-    const n = finite(v);
+  for (const k in value) {
+    const n = finite(value[k]);
     if (n === null) continue;
-    // A name from a file: set as an own property, whatever it is.
-    Object.defineProperty(out, k, { value: n, enumerable: true, writable: true });
+    put(out, k, n);
     any = true;
   }
   return any ? out : null;
@@ -306,26 +312,41 @@ export function passAtK(tasks: readonly { n: number; c: number }[], k: number): 
   return sum / tasks.length;
 }
 
-function meansOf(sums: Map<string, { sum: number; n: number }>): Record<string, number> {
-  const out: Record<string, number> = {};
-  for (const [k, { sum, n }] of sums) {
-    Object.defineProperty(out, k, { value: sum / n, enumerable: true, writable: true });
+/** Sums and counts of subscores by name, in the order first met. */
+interface SubscoreSums {
+  names: string[];
+  sums: Record<string, number>;
+  counts: Record<string, number>;
+}
+
+function subscoreSums(): SubscoreSums {
+  return { names: [], sums: {}, counts: {} };
+}
+
+function addSubscores(into: SubscoreSums, subscores: Record<string, number> | null): void {
+  if (subscores === null) return;
+  for (const k in subscores) {
+    if (Object.hasOwn(into.counts, k)) {
+      into.sums[k] += subscores[k];
+      into.counts[k]++;
+    } else {
+      into.names.push(k);
+      put(into.sums, k, subscores[k]);
+      put(into.counts, k, 1);
+    }
   }
+}
+
+function meansOf(sums: SubscoreSums): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const k of sums.names) put(out, k, sums.sums[k] / sums.counts[k]);
   return out;
 }
 
-function addSubscores(
-  into: Map<string, { sum: number; n: number }>,
-  subscores: Record<string, number> | null,
-): void {
-  if (subscores === null) return;
-  for (const [k, v] of Object.entries(subscores)) {
-    const e = into.get(k);
-    if (e) {
-      e.sum += v;
-      e.n++;
-    } else into.set(k, { sum: v, n: 1 });
-  }
+function phasesOf(rows: readonly RolloutDigest[]): string[] {
+  const out: string[] = [];
+  for (const r of rows) if (r.phase !== null && !out.includes(r.phase)) out.push(r.phase);
+  return out;
 }
 
 /** Options for {@linkcode summarizeDigests}. */
@@ -341,6 +362,12 @@ export interface SummarizeOptions {
   superseded?: readonly RolloutDigest[];
   /** pass@k is reached with a reward of at least this. @default 1 */
   threshold?: number;
+  /**
+   * Whether to make the per-task lines; without them (`tasks: []`) a
+   * summary of many tasks is several times quicker.
+   * @default true
+   */
+  tasks?: boolean;
 }
 
 /**
@@ -354,18 +381,30 @@ export function summarizeDigests(
   const { counted, superseded } = latestAttempts(attempts);
   const rows = counted.map((i) => attempts[i]);
   const threshold = options.threshold ?? 1;
+  const lines = options.tasks ?? true;
   interface TaskAcc {
     first: RolloutDigest;
+    /** Rollouts, and of them passes: all pass@k needs. */
+    n: number;
+    c: number;
+    /** The rest only for the per-task lines. */
     rows: RolloutDigest[];
     superseded: number;
-    subscores: Map<string, { sum: number; n: number }>;
+    subscores: SubscoreSums | null;
   }
   const tasks = new Map<string, TaskAcc>();
   for (const r of rows) {
     let t = tasks.get(r.slug);
-    if (!t) tasks.set(r.slug, t = { first: r, rows: [], superseded: 0, subscores: new Map() });
+    if (!t) {
+      tasks.set(r.slug, t = { first: r, n: 0, c: 0, rows: [], superseded: 0, subscores: null });
+    }
+    t.n++;
+    if (r.reward !== null && r.reward >= threshold) t.c++;
+    if (!lines) continue;
     t.rows.push(r);
-    if (r.reward !== null) addSubscores(t.subscores, r.subscores);
+    if (r.reward !== null && r.subscores !== null) {
+      addSubscores(t.subscores ??= subscoreSums(), r.subscores);
+    }
   }
   const older = [...superseded.map((i) => attempts[i]), ...(options.superseded ?? [])];
   for (const r of older) {
@@ -375,7 +414,7 @@ export function summarizeDigests(
   const rewards: number[] = [];
   const byPhase: Record<string, number> = {};
   const failures: Record<string, number> = {};
-  const subscores = new Map<string, { sum: number; n: number }>();
+  const subscores = subscoreSums();
   let agent: AgentInfo | null = null;
   let envName: string | null = null;
   let envVersion: string | null = null;
@@ -415,10 +454,7 @@ export function summarizeDigests(
     }
   }
   const { mean, stderr } = meanAndError(rewards);
-  const counts = [...tasks.values()].map((t) => ({
-    n: t.rows.length,
-    c: t.rows.filter((r) => r.reward !== null && r.reward >= threshold).length,
-  }));
+  const counts = [...tasks.values()];
   const groupSize = counts.reduce((m, t) => Math.max(m, t.n), 0);
   const passAt: Record<string, number | null> = {};
   for (let k = 1; k <= Math.max(1, groupSize); k++) passAt[String(k)] = passAtK(counts, k);
@@ -445,7 +481,7 @@ export function summarizeDigests(
     steps,
     wall_ms: first !== null && last !== null ? last - first : null,
     mean_duration_ms: durations > 0 ? durationSum / durations : null,
-    tasks: [...tasks.values()].map((t, i): TaskSummary => {
+    tasks: !lines ? [] : [...tasks.values()].map((t): TaskSummary => {
       const graded = t.rows.filter((r) => r.reward !== null).map((r) => r.reward!);
       const stats = meanAndError(graded);
       return {
@@ -455,12 +491,12 @@ export function summarizeDigests(
         runs: t.rows.length,
         graded: graded.length,
         errored: t.rows.length - graded.length,
-        passes: counts[i].c,
+        passes: t.c,
         mean_reward: stats.mean,
         stderr: stats.stderr,
-        subscores: meansOf(t.subscores),
+        subscores: t.subscores === null ? {} : meansOf(t.subscores),
         superseded: t.superseded,
-        failed_phases: [...new Set(t.rows.map((r) => r.phase).filter((p) => p !== null))],
+        failed_phases: phasesOf(t.rows),
         first_error: t.rows.find((r) => r.error !== "")?.error ?? null,
       };
     }),

@@ -42,6 +42,7 @@
  */
 
 import type { RunRecord } from "./results.ts";
+import { Job } from "./job.ts";
 import { isRecord } from "../_internal/util.ts";
 
 /** The root of an ATIF trajectory. */
@@ -379,4 +380,44 @@ export function toAtif(record: RunRecord, options: AtifOptions = {}): AtifTrajec
       }),
     },
   };
+}
+
+/** A file name for `slug`: its letters, digits, `.`, `_` and `-`, the rest as `_`. */
+function fileName(slug: string, repeat: number): string {
+  return `${slug.replace(/[^A-Za-z0-9._-]/g, "_").replace(/^\.+/, "_") || "_"}.${repeat}`;
+}
+
+/**
+ * Writes one ATIF trajectory per counted rollout of the results file at
+ * `path` (the latest attempt of each task and repeat, as {@linkcode Job.load}
+ * reads it) into `dir`, as `<slug>.<repeat>.json`, private to the user
+ * (0600: a trajectory holds what the results file holds). Creates `dir`.
+ *
+ * @returns the files written, in the file's order
+ * @throws {Deno.errors.NotFound} when the results file does not exist
+ */
+export async function writeTrajectories(
+  path: string,
+  dir: string,
+  options: AtifOptions = {},
+): Promise<string[]> {
+  const job = await Job.load(path);
+  await Deno.mkdir(dir, { recursive: true });
+  const written: string[] = [];
+  const used = new Set<string>();
+  for (const record of job.runs) {
+    const base = fileName(record.task.slug, record.repeat);
+    let name = `${base}.json`;
+    // Two slugs that differ only in characters a file name cannot hold.
+    for (let n = 2; used.has(name); n++) name = `${base}-${n}.json`;
+    used.add(name);
+    const file = `${dir.replace(/\/+$/, "") || "."}/${name}`;
+    await Deno.writeTextFile(file, JSON.stringify(toAtif(record, options), null, 2) + "\n", {
+      mode: 0o600,
+    });
+    // A file that was there keeps its mode through a write: set it.
+    await Deno.chmod(file, 0o600);
+    written.push(file);
+  }
+  return written;
 }

@@ -51,4 +51,5 @@ export {
   type AtifToolCall,
   type AtifTrajectory,
   toAtif,
+  writeTrajectories,
 } from "./atif.ts";

@@ -16,20 +16,20 @@ export const CLIENT_JS: string = String.raw`
   var ROW_H = 30, OVERSCAN = 12, TASKS_SHOWN = 100, SVGNS = "http://www.w3.org/2000/svg";
   var boot = JSON.parse(document.getElementById("hud-data").textContent);
   var FIELDS = boot.fields;
-  function unpack(a) {
-    var o = {};
+  function unpack(a, i) {
+    var o = { i: i, old: false };
     for (var k = 0; k < FIELDS.length; k++) o[FIELDS[k]] = a[k];
-    o.old = false;
     return o;
   }
   // A row names the attempt it replaced; that one is history from then on.
   function addRows(file, packed) {
     for (var j = 0; j < packed.length; j++) {
-      var r = unpack(packed[j]);
+      var r = unpack(packed[j], file.rows.length);
       file.rows.push(r);
       if (r.prev !== null && file.rows[r.prev]) file.rows[r.prev].old = true;
     }
   }
+  function groupOf(file, r) { return r.group !== null ? r.group : (file.head ? file.head.id : "") + ":" + r.task; }
   var files = boot.files.map(function (f) {
     var file = {
       name: f.name, rows: [], records: f.records || null, generation: f.generation || 0,
@@ -356,14 +356,14 @@ export const CLIENT_JS: string = String.raw`
     var cols = [
       { key: "task", label: "Task", w: 17, cell: function (r, f) { return h("a", { href: "#/r/" + f + "/" + r.i }, r.task); } },
       { key: "args", label: "Args", w: 14, title: function (r) { return r.args; }, text: function (r) { return r.args; } },
-      { key: "repeat", label: "Repeat", w: 9, num: true, title: function (r) { return "group " + r.group + (r.attempt > 1 ? ", attempt " + r.attempt : ""); },
+      { key: "repeat", label: "Repeat", w: 9, num: true, title: function (r) { return "group " + groupOf(file, r) + (r.attempt > 1 ? ", attempt " + r.attempt : ""); },
         text: function (r) { return (r.repeat + 1) + (k > 1 ? " of " + k : "") + (r.attempt > 1 ? " \u00b7 try " + r.attempt : ""); } },
       { key: "reward", label: "Reward", w: 7, num: true, cls: "reward", text: function (r) { return sig(r.reward); } },
     ];
     if (file.subscores.length) {
       cols.push({ key: "sub", label: "Subscores", w: 14, sortable: false, text: function (r) {
-        return r.sub ? file.subscores.map(function (n, j) { return r.sub[j] === null ? null : n + " " + sig(r.sub[j]); }).filter(Boolean).join(", ") : "";
-      }, title: function (r) { return r.sub ? file.subscores.map(function (n, j) { return n + ": " + r.sub[j]; }).join("\n") : ""; } });
+        return r.sub ? file.subscores.map(function (n, j) { return r.sub[j] === null || r.sub[j] === undefined ? null : n + " " + sig(r.sub[j]); }).filter(Boolean).join(", ") : "";
+      }, title: function (r) { return r.sub ? file.subscores.map(function (n, j) { return r.sub[j] === undefined ? null : n + ": " + r.sub[j]; }).filter(Boolean).join("\n") : ""; } });
     }
     cols.push({ key: "status", label: "Status", w: 10, cls: "status", text: function (r) { return (r.old ? "replaced: " : "") + r.status + (r.phase ? " (" + r.phase + ")" : ""); } });
     cols.push({ key: "duration", label: "Duration", w: 8, num: true, text: function (r) { return fmtMs(r.duration); } });
@@ -438,7 +438,7 @@ export const CLIENT_JS: string = String.raw`
       view = file.rows.filter(function (r) {
         if (!r.old) counted++;
         if (r.old && !state.showOld) return false;
-        return !q || (r.task + " " + r.args + " " + r.status + " " + (r.phase || "") + " " + r.error + " " + r.group).toLowerCase().indexOf(q) >= 0;
+        return !q || (r.task + " " + r.args + " " + r.status + " " + (r.phase || "") + " " + r.error + " " + (r.group || "")).toLowerCase().indexOf(q) >= 0;
       });
       view.sort(compare);
       document.getElementById("rollouts").setAttribute("aria-rowcount", String(view.length + 1));

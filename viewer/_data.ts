@@ -22,11 +22,12 @@ export interface Row extends RolloutDigest {
   attempt: number;
 }
 
-/** The fields of a packed row, in order. */
+/**
+ * The fields of a packed row, in order. The row's index is its place;
+ * `group` is `null` when it is the job's usual `<job id>:<slug>`.
+ */
 export const ROW_FIELDS: readonly string[] = [
-  "i",
   "task",
-  "id",
   "args",
   "group",
   "repeat",
@@ -34,8 +35,6 @@ export const ROW_FIELDS: readonly string[] = [
   "status",
   "phase",
   "duration",
-  "started",
-  "ended",
   "error",
   "prev",
   "attempt",
@@ -57,18 +56,14 @@ export function packRow(row: Row, names: readonly string[]): unknown[] {
     ? null
     : (row.inputTokens ?? 0) + (row.outputTokens ?? 0);
   return [
-    row.i,
     row.slug,
-    row.id,
     JSON.stringify(row.args),
-    row.group,
+    row.group === `${row.job}:${row.slug}` ? null : row.group,
     row.repeat,
     row.reward,
     row.status,
     row.phase,
     row.duration,
-    row.started,
-    row.ended,
     row.errorMessage || row.error,
     row.prev,
     row.attempt,
@@ -100,10 +95,12 @@ export type SummaryHead = Omit<JobSummary, "tasks">;
  */
 export class Rows {
   readonly rows: Row[] = [];
+  readonly #packed: unknown[][] = [];
   readonly #latest = new Map<string, number>();
   readonly #names: string[] = [];
   readonly #known = new Set<string>();
   #summary: JobSummary | null = null;
+  #head: SummaryHead | null = null;
 
   /** Adds the record on line `i` (its index among the records). */
   add(record: RunRecord): Row {
@@ -124,7 +121,11 @@ export class Rows {
         this.#names.push(name);
       }
     }
+    // Packed once: names only grow, so a row packed earlier stays right
+    // (the page reads a missing subscore as none).
+    this.#packed.push(packRow(row, this.#names));
     this.#summary = null;
+    this.#head = null;
     return row;
   }
 
@@ -139,10 +140,13 @@ export class Rows {
     return this.#summary;
   }
 
-  /** The summary without its per-task lines. */
+  /** The summary without its per-task lines (quicker to make; cached too). */
   get head(): SummaryHead {
-    const { tasks: _, ...head } = this.summary;
-    return head;
+    if (this.#head === null) {
+      const { tasks: _, ...head } = this.#summary ?? summarizeDigests(this.rows, { tasks: false });
+      this.#head = head;
+    }
+    return this.#head;
   }
 
   /** Forgets every row. */
@@ -151,12 +155,14 @@ export class Rows {
     this.#latest.clear();
     this.#names.length = 0;
     this.#known.clear();
+    this.#packed.length = 0;
     this.#summary = null;
+    this.#head = null;
   }
 
   /** Rows from `from` on, packed. */
   packed(from = 0): unknown[][] {
-    return this.rows.slice(from).map((r) => packRow(r, this.#names));
+    return from === 0 ? this.#packed : this.#packed.slice(from);
   }
 }
 
@@ -214,11 +220,16 @@ export class ResultsFile {
     const text = this.#rest + this.#decoder.decode(buffer.subarray(0, got), { stream: true });
     const parts = text.split("\n");
     this.#rest = parts.pop() ?? "";
+    let added = false;
     for (const line of parts) {
       const record = parseRecord(line);
       if (record === null) continue;
       this.table.add(record);
       this.lines.push(line);
+      added = true;
     }
+    // Summarized as it is read, as the rows are: the page and every poll
+    // need the summary's head, so a request never waits for it.
+    if (added) void this.table.head;
   }
 }

@@ -4,7 +4,7 @@
 // accept a well-formed trajectory and to catch each kind of mistake.
 
 import assert from "node:assert/strict";
-import { Job, toAtif } from "../../eval/mod.ts";
+import { Job, toAtif, writeTrajectories } from "../../eval/mod.ts";
 import { atifProblems } from "./_atif_schema.ts";
 import { robolabRuns } from "../viewer/_runs.ts";
 
@@ -148,6 +148,17 @@ Deno.test("toAtif() exports a model run and a command run as ATIF v1.4", async (
       t.steps[7].observation!.results[0].content!,
       /^\+while \[ "\$i" -le "\$n" \]; do$/m,
     );
+
+    // One private file per counted rollout, named by task and repeat.
+    const files = await writeTrajectories(runs.model, `${dir}/atif`);
+    assert.deepEqual(
+      files.map((f) => f.slice(dir.length + 6)).sort(),
+      model.runs.map((r) => `${r.task.slug}.${r.repeat}.json`).sort(),
+    );
+    for (const f of files) {
+      assert.equal((await Deno.stat(f)).mode! & 0o777, 0o600, f);
+      assert.deepEqual(atifProblems(JSON.parse(await Deno.readTextFile(f))), [], f);
+    }
 
     // A command rollout: the prompt, the setup files, the agent's answer with its exit code.
     const done = command.runs.find((r) => r.reward === 1)!;
