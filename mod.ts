@@ -139,4 +139,11 @@ export { rollout, type RolloutObserver, type RolloutOptions } from "./eval/rollo
 export { type RowSelector, Taskset, type TasksetRunOptions } from "./eval/taskset.ts";
 export { Job, type JobProgress, type JobSummary, type TaskResult } from "./eval/job.ts";
 export type { RunRecord } from "./eval/results.ts";
-export { addWorkspace, type WorkspaceIsolation, type WorkspaceOptions } from "./workspace/mod.ts";
+export {
+  addWorkspace,
+  type Workspace,
+  type WorkspaceExecOptions,
+  type WorkspaceExecResult,
+  type WorkspaceIsolation,
+  type WorkspaceOptions,
+} from "./workspace/mod.ts";

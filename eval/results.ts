@@ -8,6 +8,7 @@
 
 import type { TaskRow } from "../env.ts";
 import { isRecord } from "../_internal/util.ts";
+import { openPrivate } from "../_internal/private_file.ts";
 import type { TraceJson, TraceStatus } from "./trace.ts";
 import type { AgentInfo } from "./agent.ts";
 
@@ -94,7 +95,8 @@ export async function prepareResults(
   options: { resume?: boolean; force?: boolean } = {},
 ): Promise<string | null> {
   try {
-    await Deno.mkdir(dirname(path), { recursive: true });
+    // Directories it makes are its owner's alone; existing ones keep their mode.
+    await Deno.mkdir(dirname(path), { recursive: true, mode: 0o700 });
   } catch (err) {
     throw new Error(
       `Cannot write results: cannot create directory "${dirname(path)}": ${(err as Error).message}`,
@@ -134,7 +136,7 @@ export async function openResults(
   const { records, endsWithNewline } = options.resume
     ? await readResults(path)
     : { records: [], endsWithNewline: true };
-  const file = await Deno.open(path, { append: true, create: true });
+  const file = await openPrivate(path);
   let writes: Promise<void> = Promise.resolve();
   const write = (bytes: Uint8Array) => {
     writes = writes.then(async () => {

@@ -5,6 +5,8 @@
  * @module
  */
 
+import { redactDeep, redactSecrets } from "../_internal/redact.ts";
+
 /** The phase of a rollout in which something failed. */
 export type Phase = "provisioning" | "start" | "agent" | "grading";
 
@@ -58,6 +60,13 @@ function nowIso(): string {
 /**
  * What happened in a run: its steps, how it ended, and the answer. The JSON
  * form uses the HUD SDK's field names so traces mean the same on both sides.
+ *
+ * Everything recorded (each step's content and info, failure messages, the
+ * answer) goes through the file tracker's redactor first: private keys,
+ * tokens and `*_API_KEY=`-style values become `[REDACTED kind]`, so that
+ * what an agent read in its workspace (a command's output, a model's
+ * messages) does not reach a results file. The run itself (what the agent
+ * answered, what the environment grades) is not changed.
  */
 export class Trace {
   readonly #steps: TraceStep[] = [];
@@ -101,11 +110,11 @@ export class Trace {
     return this.#endedAt;
   }
 
-  /** Appends a step, stamped now. */
+  /** Appends a step, stamped now, its content and info redacted. */
   record(type: string, content?: unknown, info?: Record<string, unknown>): TraceStep {
     const step: TraceStep = { type, timestamp: nowIso() };
-    if (content !== undefined) step.content = content;
-    if (info !== undefined) step.info = info;
+    if (content !== undefined) step.content = redactDeep(content);
+    if (info !== undefined) step.info = redactDeep(info) as Record<string, unknown>;
     this.#steps.push(step);
     return step;
   }
@@ -113,14 +122,15 @@ export class Trace {
   /** Records a failure in `phase` as an `error` step. */
   fail(phase: Phase, error: unknown): void {
     const err = error instanceof Error ? error : new Error(String(error));
-    const entry = { phase, message: err.message, name: err.name };
+    const message = redactSecrets(err.message);
+    const entry = { phase, message, name: err.name };
     this.#errors.push(entry);
-    this.record("error", err.message, { phase, name: err.name });
+    this.record("error", message, { phase, name: err.name });
   }
 
-  /** Sets the answer. */
+  /** Sets the answer (redacted, as the steps are). */
   setContent(content: unknown): void {
-    this.#content = content;
+    this.#content = redactDeep(content);
   }
 
   /** Ends the trace; later calls are ignored. */

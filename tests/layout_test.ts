@@ -15,6 +15,7 @@ const ROOT = new URL("../", import.meta.url);
  * environment module).
  */
 const LAYERS: readonly (readonly string[])[] = [
+  ["deno.json"],
   ["errors.ts"],
   ["_internal/"],
   ["schema.ts", "capability.ts", "env.ts", "loader.ts"],
@@ -26,7 +27,8 @@ const LAYERS: readonly (readonly string[])[] = [
   ["agents/", "viewer/"],
   ["graders/"],
   ["harbor/"],
-  ["cli.ts", "mod.ts"],
+  ["cli/", "mod.ts"],
+  ["cli.ts"],
 ];
 const CORE_FILES = ["schema.ts", "capability.ts", "env.ts", "loader.ts"];
 
@@ -254,6 +256,21 @@ Deno.test("layout: the light entry points load no heavy subsystem", async (t) =>
   }
 });
 
+Deno.test("layout: cli.ts loads a command's module only when that command runs", async (t) => {
+  await t.step("cli.ts itself loads no command", async () => {
+    const loaded = (await loadedFiles("cli.ts")).sort();
+    const more = loaded.filter((p) =>
+      !["cli.ts", "cli/_common.ts", "deno.json"].includes(p) && !p.startsWith("_internal/")
+    );
+    assert.deepEqual(more, []);
+  });
+  await t.step("cli.ts serve loads no client and no heavy subsystem", async () => {
+    const loaded = await loadedFiles("cli/serve.ts");
+    const heavy = loaded.filter((p) => p === "client.ts" || HEAVY.some((f) => p.startsWith(f)));
+    assert.deepEqual(heavy, []);
+  });
+});
+
 Deno.test("layout: each subsystem folder has a mod.ts exported from deno.json", async () => {
   const config = JSON.parse(await Deno.readTextFile(new URL("deno.json", ROOT))) as {
     exports: Record<string, string>;
@@ -262,7 +279,9 @@ Deno.test("layout: each subsystem folder has a mod.ts exported from deno.json", 
   for (const layer of LAYERS) {
     for (const entry of layer) {
       if (!entry.endsWith("/") || entry.startsWith("_")) continue;
-      assert.ok(faces.has(`./${entry}mod.ts`), `deno.json exports no ./${entry}mod.ts`);
+      // cli/ holds the commands of cli.ts, which is its face.
+      const face = entry === "cli/" ? "./cli.ts" : `./${entry}mod.ts`;
+      assert.ok(faces.has(face), `deno.json exports no ${face}`);
     }
   }
 });

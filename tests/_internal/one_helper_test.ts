@@ -49,7 +49,7 @@ const COPIES: { what: string; helper: string; pattern: RegExp }[] = [
  */
 const REMAINING: Record<string, readonly string[]> = {
   "server.ts": ["IPv6 brackets", "a loopback test", "an accept loop"],
-  "cli.ts": ["a loopback test"],
+  "cli/serve.ts": ["a loopback test"],
 };
 
 Deno.test("one helper each: host brackets, loopback, accept loops, JSON-RPC replies", async () => {

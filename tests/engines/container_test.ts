@@ -1,6 +1,6 @@
 // ContainerRuntime against real engines: the default one (Docker's socket,
 // else Podman's) and, when HUD_TEST_PODMAN_SOCKET names one, Podman's too.
-// `.ci/run` starts both (tests/engine/engine_up.sh, behind its firewall
+// `.ci/run` starts both (.ci/engine/engine_up.sh, behind its firewall
 // guard); without an engine socket these tests are skipped, saying why.
 
 import assert from "node:assert/strict";

@@ -1,4 +1,4 @@
-// SwarmRuntime on a real 3-node Docker Swarm: tests/engine/swarm_up.sh puts
+// SwarmRuntime on a real 3-node Docker Swarm: .ci/engine/swarm_up.sh puts
 // three network namespaces on a bridge of their own (10.213.0.0/24), one
 // dockerd in each, behind the firewall guard, and Debian's docker-registry
 // to distribute the image (docker save|load when it is not installed).
@@ -17,7 +17,7 @@ import { taskSlug } from "../../env.ts";
 import { delay } from "../../_internal/async.ts";
 import { withDeadline } from "../_deadline.ts";
 
-const ENGINE_DIR = new URL("../engine/", import.meta.url).pathname;
+const ENGINE_DIR = new URL("../../.ci/engine/", import.meta.url).pathname;
 const FIXTURE = new URL("../fixtures/basic_env.ts", import.meta.url).pathname;
 const NODES = ["sw1", "sw2", "sw3"];
 const socketOf = (node: string) => `/run/docker-${node}.sock`;

@@ -368,7 +368,7 @@ Deno.test("serveViewer() refuses a foreign Host header and unknown records", asy
     } finally {
       conn.close();
     }
-    const missing = await fetch(new URL("api/record?file=0&i=0", viewer.url));
+    const missing = await fetch(new URL(`api/record?file=0&i=0&token=${viewer.token}`, viewer.url));
     await missing.body?.cancel();
     assert.equal(missing.status, 404);
     const page = await fetch(viewer.url);
@@ -402,7 +402,9 @@ Deno.test("serveViewer() on 127.0.0.2 is loopback too: it refuses a foreign Host
       const conn = await Deno.connect({ hostname: "127.0.0.2", port: viewer.addr.port });
       try {
         await conn.write(
-          new TextEncoder().encode(`GET / HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`),
+          new TextEncoder().encode(
+            `GET /?token=${viewer.token} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`,
+          ),
         );
         const head = new Uint8Array(64);
         const n = await conn.read(head);

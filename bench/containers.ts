@@ -3,19 +3,19 @@
 // and Podman when its socket is up) and a 3-node swarm (SwarmRuntime, with
 // --swarm: brings the swarm up and down with swarm_up.sh/swarm_down.sh), and
 // the memory of one placed environment. Root; engines started by
-// engine_up.sh. Prints a table and the machine's load average.
+// .ci/engine/engine_up.sh. Prints a table and the machine's load average.
 //
-//   deno run -A tests/engine/bench_containers.ts [--rollouts 40] [--concurrency 4] [--swarm]
-//   deno run -A tests/engine/bench_containers.ts --only swarm --rollouts 400   (the swarm alone)
+//   deno run -A bench/containers.ts [--rollouts 40] [--concurrency 4] [--swarm]
+//   deno run -A bench/containers.ts --only swarm --rollouts 400   (the swarm alone)
 
 import { parseArgs } from "node:util";
-import { buildEnvironmentImage, ContainerRuntime } from "../../engines/mod.ts";
-import { SubprocessRuntime } from "../../runtime/subprocess.ts";
-import { SwarmRuntime } from "../../engines/mod.ts";
-import { EngineClient } from "../../engines/_engine.ts";
-import type { RuntimeProvider } from "../../runtime/placement.ts";
-import { functionAgent, Taskset } from "../../eval/mod.ts";
-import { taskSlug } from "../../env.ts";
+import { buildEnvironmentImage, ContainerRuntime } from "../engines/mod.ts";
+import { SubprocessRuntime } from "../runtime/subprocess.ts";
+import { SwarmRuntime } from "../engines/mod.ts";
+import { EngineClient } from "../engines/_engine.ts";
+import type { RuntimeProvider } from "../runtime/placement.ts";
+import { functionAgent, Taskset } from "../eval/mod.ts";
+import { taskSlug } from "../env.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
@@ -28,8 +28,8 @@ const { values } = parseArgs({
 });
 const ROLLOUTS = Number(values.rollouts);
 const CONCURRENCY = Number(values.concurrency);
-const FIXTURE = new URL("../fixtures/basic_env.ts", import.meta.url).pathname;
-const ENGINE_DIR = new URL("./", import.meta.url).pathname;
+const FIXTURE = new URL("../tests/fixtures/basic_env.ts", import.meta.url).pathname;
+const ENGINE_DIR = new URL("../.ci/engine/", import.meta.url).pathname;
 const PODMAN = "/run/podman/podman.sock";
 const TAG = "hud-test-fixture:latest";
 

@@ -3,7 +3,7 @@
 // `cli.ts eval --model` at `--max-concurrent N`, and the chat agent loop's
 // own overhead per step against the model server's latency:
 //
-//   deno run -A bench/llama_bench.ts [--group 8] [--concurrency 8] [--max-steps 4]
+//   deno run -A bench/llama.ts [--group 8] [--concurrency 8] [--max-steps 4]
 //
 // The job's wall time includes serving robolab in the eval process. From
 // each rollout's trace: model calls and their latency, tool calls and theirs,
@@ -32,7 +32,7 @@ for (
   ]] as const
 ) {
   if (!Number.isInteger(n) || n < 1) {
-    console.error(`llama_bench: ${flag} must be a positive integer`);
+    console.error(`bench/llama.ts: ${flag} must be a positive integer`);
     Deno.exit(2);
   }
 }
@@ -41,7 +41,7 @@ const ROOT = new URL("..", import.meta.url).pathname;
 
 const missing = missingLlama();
 if (missing.length > 0) {
-  console.error(`llama_bench: ${missing.join(" and ")} not found; ${LLAMA_BUILD_HINT}`);
+  console.error(`bench/llama.ts: ${missing.join(" and ")} not found; ${LLAMA_BUILD_HINT}`);
   Deno.exit(1);
 }
 

@@ -1,9 +1,9 @@
 // SSH benchmark: our server against OpenSSH's sshd, with OpenSSH's ssh as
 // the client (and our SshClient on one connection as an extra row).
 //
-//   deno run -A bench/ssh_bench.ts [--quick] [--files]
-//   deno run -A bench/ssh_bench.ts --stdout [--rounds=5] [--quick] [--json]
-//   deno run -A bench/ssh_bench.ts --seal [--rounds=5]
+//   deno run -A bench/ssh.ts [--quick] [--files]
+//   deno run -A bench/ssh.ts --stdout [--rounds=5] [--mib=256] [--quick] [--json]
+//   deno run -A bench/ssh.ts --seal [--rounds=5]
 //
 // --stdout measures only the stdout throughput, with ssh's default cipher
 // (what `ssh host cmd` negotiates with each server) and each cipher forced,
@@ -40,7 +40,10 @@ const stdoutOnly = Deno.args.includes("--stdout");
 const sealOnly = Deno.args.includes("--seal");
 const json = Deno.args.includes("--json");
 const ROUNDS = quick ? 10 : 20;
-const BYTES = (quick ? 64 : 256) * 1024 * 1024;
+/** The size of each transfer: --mib, else 64 MiB with --quick, else 256. */
+const BYTES =
+  Number(Deno.args.find((a) => a.startsWith("--mib="))?.slice(6) ?? (quick ? 64 : 256)) *
+  1024 * 1024;
 const REPEATS = quick ? 1 : 3;
 const STDOUT_ROUNDS = Number(
   Deno.args.find((a) => a.startsWith("--rounds="))?.slice(9) ?? (quick ? 3 : 5),

@@ -1,7 +1,8 @@
-// Secrets in ordinary files: a private key pasted into a config, a token in
-// a script. Credential-shaped file names are never read at all (_rules.ts);
-// this catches what looks like a secret inside any other text file before it
-// reaches a diff, and so a trace.
+// Secrets in text: a private key pasted into a config, a token in a script,
+// a command's output, a model's message. The file tracker runs every text
+// file it diffs through it (credential-shaped file names are never read at
+// all: filetracking/_rules.ts), and a trace every step it records, so that
+// one redactor decides what a results file may hold.
 
 /** What replaces a secret: the kind is kept so that a reader knows what was there. */
 function marker(kind: string): string {
@@ -67,4 +68,47 @@ export function redactSecrets(text: string): string {
   let out = text.replace(PRIVATE_KEY, (_m, kind: string) => marker(kind));
   for (const [kind, pattern] of TOKENS) out = out.replace(pattern, marker(kind));
   return redactAssignments(out);
+}
+
+/**
+ * `value` with every string in it (object keys too) through
+ * {@linkcode redactSecrets}: a copy where something changed, the same value
+ * where nothing did. What is walked is what `JSON.stringify` would write (an
+ * object's `toJSON()`, own enumerable properties); nesting deeper than
+ * `depth` is replaced by a note.
+ */
+export function redactDeep(value: unknown, depth = 64): unknown {
+  if (typeof value === "string") return redactSecrets(value);
+  if (typeof value !== "object" || value === null) return value;
+  if (depth <= 0) return "[REDACTED nesting too deep]";
+  if (Array.isArray(value)) {
+    let out: unknown[] | null = null;
+    for (let i = 0; i < value.length; i++) {
+      const v = redactDeep(value[i], depth - 1);
+      if (v !== value[i]) (out ??= value.slice())[i] = v;
+    }
+    return out ?? value;
+  }
+  // What JSON.stringify would write is what is walked: toJSON() first.
+  const toJson = (value as { toJSON?: unknown }).toJSON;
+  if (typeof toJson === "function") {
+    const json = toJson.call(value);
+    const redacted = redactDeep(json, depth - 1);
+    return redacted === json ? value : redacted;
+  }
+  let changed = false;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value)) {
+    const key = redactSecrets(k);
+    const redacted = redactDeep(v, depth - 1);
+    if (key !== k || redacted !== v) changed = true;
+    // defineProperty, so that a key named __proto__ stays a key.
+    Object.defineProperty(out, key, {
+      value: redacted,
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
+  }
+  return changed ? out : value;
 }

@@ -2,7 +2,7 @@
 // OpenAI-compatible server in another process that answers after a fixed
 // delay:
 //
-//   deno run -A bench/agents_bench.ts
+//   deno run -A bench/agents.ts
 //
 // One rollout makes STEPS model calls, each with one tool call (a no-op
 // typed tool) and its result fed back; the figure is wall time per step,

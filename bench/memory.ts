@@ -5,7 +5,7 @@
 // after N connections are opened, the child runs two full GCs and reports
 // Deno.memoryUsage() and /proc/self/smaps_rollup (bench/_mem.ts).
 //
-//   deno run -A bench/memory_bench.ts [--n=10000] [--only=serve,echo,...] [--idle=S]
+//   deno run -A bench/memory.ts [--n=10000] [--only=serve,echo,...] [--idle=S]
 //
 // `--idle=S` waits S seconds with every connection held before measuring.
 //

@@ -9,7 +9,7 @@
 // Everything runs in this one process, so the ratio is what each hop costs
 // in CPU on one thread.
 //
-//   deno run -A bench/workspace_tunnel_bench.ts [--mib=64] [--rounds=5]
+//   deno run -A bench/workspace_tunnel.ts [--mib=64] [--rounds=5]
 
 import { connect } from "../client.ts";
 import { Environment } from "../env.ts";

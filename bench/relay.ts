@@ -4,7 +4,7 @@
 // throughput against direct, and the relay's CPU per GiB carried each way
 // (utime + stime from /proc/<pid>/stat).
 //
-//   deno run -A bench/relay_bench.ts [--mib=128] [--rounds=3]
+//   deno run -A bench/relay.ts [--mib=128] [--rounds=3]
 
 const MIB = Number(Deno.args.find((a) => a.startsWith("--mib="))?.slice(6) ?? 128);
 const ROUNDS = Number(Deno.args.find((a) => a.startsWith("--rounds="))?.slice(9) ?? 3);

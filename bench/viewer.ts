@@ -1,7 +1,7 @@
 // Time for `view` to show the table of a 10,000-rollout results file in
 // headless Chromium, from navigation start to the table rendered.
 //
-//   deno run -A bench/viewer_bench.ts [rollouts]
+//   deno run -A bench/viewer.ts [rollouts]
 //
 // The file holds robolab-shaped records (prompt, file-tracking diffs, grade:
 // about 3 KB each). Prints, as medians of several page loads: cold (first

@@ -1,6 +1,6 @@
 // Scan time of the file tracker on a 10,000-file workspace.
 //
-//   deno run -A bench/filetracking_bench.ts [files]
+//   deno run -A bench/filetracking.ts [files]
 //
 // Prints: the baseline (first full scan, every file read and hashed), a
 // snapshot and a diff with nothing changed (stat only), and a diff after

@@ -2,7 +2,7 @@
 // process, connection, key exchange and command per run) against workspaces
 // that differ only in isolation, in interleaved rounds.
 //
-//   deno run -A bench/sandbox_bench.ts [--runs=N] [--unshare]
+//   deno run -A bench/sandbox.ts [--runs=N] [--unshare]
 //
 // Prints the median and quartiles of each in milliseconds.
 
