@@ -148,10 +148,12 @@ export interface AtifFinalMetrics {
 /** Options for {@linkcode toAtif}. */
 export interface AtifOptions {
   /**
-   * The agent's version, when the record does not say.
+   * The SDK's version: the version of its model agent (`hud-chat-agent`)
+   * when the record does not name one. Other agents' versions are theirs
+   * to say (`AgentInfo.version`), else `unknown`.
    * @default "unknown"
    */
-  agentVersion?: string;
+  sdkVersion?: string;
 }
 
 function text(value: unknown): string {
@@ -340,7 +342,9 @@ export function toAtif(record: RunRecord, options: AtifOptions = {}): AtifTrajec
     name: isModel ? "hud-chat-agent" : String(agentInfo?.name ?? "unknown") || "unknown",
     version: typeof agentInfo?.version === "string"
       ? agentInfo.version
-      : options.agentVersion ?? "unknown",
+      : isModel
+      ? options.sdkVersion ?? "unknown"
+      : "unknown",
     model_name: isModel ? String(agentInfo?.name) : undefined,
     extra: agentInfo ? defined({ kind: agentInfo.kind, settings }) : undefined,
   });

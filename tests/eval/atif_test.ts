@@ -5,6 +5,7 @@
 
 import assert from "node:assert/strict";
 import { Job, toAtif, writeTrajectories } from "../../eval/mod.ts";
+import { main } from "../../cli.ts";
 import { atifProblems } from "./_atif_schema.ts";
 import { robolabRuns } from "../viewer/_runs.ts";
 
@@ -125,6 +126,7 @@ Deno.test("toAtif() exports a model run and a command run as ATIF v1.4", async (
       "system",
     ]);
     assert.equal(t.agent.name, "hud-chat-agent");
+    assert.equal(toAtif(solved, { sdkVersion: "9.9.9" }).agent.version, "9.9.9");
     assert.equal(t.agent.model_name, "scripted-robolab");
     const agentSteps = t.steps.filter((s) => s.source === "agent");
     const calls = agentSteps.flatMap((s) => s.tool_calls ?? []);
@@ -159,6 +161,23 @@ Deno.test("toAtif() exports a model run and a command run as ATIF v1.4", async (
       assert.equal((await Deno.stat(f)).mode! & 0o777, 0o600, f);
       assert.deepEqual(atifProblems(JSON.parse(await Deno.readTextFile(f))), [], f);
     }
+
+    // The command line: report --atif DIR, one results file at a time.
+    let said = "";
+    const io = { stdout: () => {}, stderr: (t: string) => said += t };
+    assert.equal(await main(["report", runs.command, "--atif", `${dir}/cli`], io), 0, said);
+    assert.match(said, /^Wrote 2 trajectories \(ATIF v1\.4\) into /);
+    for (const r of command.runs) {
+      const f = `${dir}/cli/${r.task.slug}.${r.repeat}.json`;
+      assert.deepEqual(atifProblems(JSON.parse(await Deno.readTextFile(f))), [], f);
+    }
+    said = "";
+    assert.equal(await main(["report", runs.command, runs.model, "--atif", dir], io), 2);
+    assert.match(said, /--atif takes one results file/);
+    said = "";
+    assert.equal(await main(["report", `${dir}/nope.jsonl`, "--atif", dir], io), 1);
+    assert.match(said, /"[^"]*nope\.jsonl" is not a file \(run a job with --out first\)/);
+    assert.equal(said.trim().split("\n").length, 1);
 
     // A command rollout: the prompt, the setup files, the agent's answer with its exit code.
     const done = command.runs.find((r) => r.reward === 1)!;

@@ -33,8 +33,8 @@ function nextReply(request: Received): Response {
   const calls: [string, Record<string, unknown>, string][] = [
     ["I will look at the program first.", { command: `cd ${dir} && ls && cat count.sh` }, "bash"],
     [
-      "The loop stops one short: -lt should be -le. I will fix it and run the check.",
-      { command: `cd ${dir} && sed -i 's/-lt "$n"/-le "$n"/' count.sh && ./check.sh && echo ok` },
+      "The loop stops one short: -lt should be -le. I will fix it and try it.",
+      { command: `cd ${dir} && sed -i 's/-lt "$n"/-le "$n"/' count.sh && ./count.sh 3` },
       "bash",
     ],
     ["Now the asked command.", { command: `cd ${dir} && ${ask}` }, "bash"],

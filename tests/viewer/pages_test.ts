@@ -206,7 +206,7 @@ Deno.test("viewer pages of a command-agent run and a model run read as a person 
       assert.equal(code.length, 3);
       assert.match(
         code[1],
-        /&& sed -i 's\/-lt "\$n"\/-le "\$n"\/' count\.sh && \.\/check\.sh && echo ok$/,
+        /&& sed -i 's\/-lt "\$n"\/-le "\$n"\/' count\.sh && \.\/count\.sh 3$/,
       );
       assert.ok(code.every((c) => !c.startsWith("{") && !c.includes('\\"')), code.join("\n"));
       assert.deepEqual(await texts(page, "#conversation .call .tool-name"), [
@@ -229,7 +229,7 @@ Deno.test("viewer pages of a command-agent run and a model run read as a person 
         0,
       );
       const listing = await page.evaluate<number>(
-        "[...document.querySelectorAll('main pre')].filter((p) => p.textContent.includes('check.sh\\ncount.sh')).length",
+        "[...document.querySelectorAll('main pre')].filter((p) => p.textContent.includes('stdout:\\ncount.sh\\n#!')).length",
       );
       assert.equal(listing, 1, "the ls output appears once");
       assert.match(
@@ -261,7 +261,7 @@ Deno.test("viewer pages of a command-agent run and a model run read as a person 
       );
       assert.match(
         await text(page, "#setup-files summary"),
-        /^Starting files, set up by the environment: 2 files/,
+        /^Starting files, set up by the environment: 1 file, 8 lines/,
       );
       assert.deepEqual(
         await texts(page, "#agent-diffs .line.add"),
