@@ -56,6 +56,8 @@ export const CLIENT_JS: string = String.raw`
     if (id !== renderId) return;
     document.documentElement.dataset.view = view;
     document.documentElement.dataset.ready = "1";
+    // For benchmarks: when the first view was wholly drawn.
+    if (!performance.getEntriesByName("hud-ready").length) performance.mark("hud-ready");
   }
 
   // ------------------------------------------------------------ elements

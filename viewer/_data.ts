@@ -140,10 +140,10 @@ export class Rows {
     return this.#summary;
   }
 
-  /** The summary without its per-task lines (quicker to make; cached too). */
+  /** The summary without its per-task lines, which can be many (cached too). */
   get head(): SummaryHead {
     if (this.#head === null) {
-      const { tasks: _, ...head } = this.#summary ?? summarizeDigests(this.rows, { tasks: false });
+      const { tasks: _, ...head } = this.summary;
       this.#head = head;
     }
     return this.#head;
@@ -228,8 +228,8 @@ export class ResultsFile {
       this.lines.push(line);
       added = true;
     }
-    // Summarized as it is read, as the rows are: the page and every poll
-    // need the summary's head, so a request never waits for it.
+    // Summarized as it is read, as the rows are: the page, every poll and
+    // the page's next request need it, so that none of them waits for it.
     if (added) void this.table.head;
   }
 }
