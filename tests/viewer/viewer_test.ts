@@ -270,6 +270,15 @@ Deno.test("cli.ts view shows robolab results in Chromium", async (t) => {
       // The fixed task scored 1 in A and 0 in B: the largest change comes first.
       assert.equal(rows[0][0], TASKS[0].slug);
       assert.equal(rows[0][4], "\u22121");
+      // And as a plot: one bar per task in both files, the change in mean reward.
+      assert.equal(
+        await page.evaluate("document.querySelector('figure.plot figcaption').textContent"),
+        "Change per task",
+      );
+      assert.equal(
+        await page.evaluate("document.querySelectorAll('figure.plot rect.bar').length"),
+        3,
+      );
       await shoot(page, `${dir}/compare.png`);
     });
 
