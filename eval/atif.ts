@@ -317,7 +317,9 @@ export function toAtif(record: RunRecord, options: AtifOptions = {}): AtifTrajec
         out.push({ timestamp: at, source: "agent", message: text(s.content) });
       }
     } else if (type.startsWith("filetracking.") && isRecord(s.content)) {
-      const patches = (Array.isArray(s.content.patches) ? s.content.patches : []).filter(isRecord);
+      // A flush nests its diff (HUD's shape); the other kinds hold the patches.
+      const diff = isRecord(s.content.diff) ? s.content.diff : s.content;
+      const patches = (Array.isArray(diff.patches) ? diff.patches : []).filter(isRecord);
       if (patches.length === 0) continue;
       const kind = type.slice("filetracking.".length);
       out.push({

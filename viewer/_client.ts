@@ -490,6 +490,13 @@ export const CLIENT_JS: string = String.raw`
     });
     return { add: add, del: del };
   }
+  // A file-tracking result's patches: a flush nests its diff (HUD's shape,
+  // { diff: { patches }, capture }); the other kinds hold them directly.
+  function patchesOf(c) {
+    if (!isObj(c)) return [];
+    var d = isObj(c.diff) ? c.diff : c;
+    return Array.isArray(d.patches) ? d.patches : [];
+  }
   function diffBlock(patch, open) {
     var n = diffCounts(patch);
     var body = function () {
@@ -498,7 +505,7 @@ export const CLIENT_JS: string = String.raw`
       return patch.patch ? h("pre", { class: "diff" }, ls.map(function (l) {
         var cls = l.slice(0, 3) === "+++" || l.slice(0, 3) === "---" ? "meta" : l[0] === "+" ? "add" : l[0] === "-" ? "del" : l.slice(0, 2) === "@@" ? "hunk" : "ctx";
         return h("span", { class: "line " + cls }, l + "\n");
-      })) : h("p", { class: "muted" }, "no content shown (" + (patch.size_after === null || patch.size_after === undefined ? "removed" : count(patch.size_after) + " bytes") + ")");
+      })) : h("p", { class: "muted" }, "no content shown (" + (patch.status === "deleted" ? "removed" : count(patch.size_after) + " bytes") + ")");
     };
     var d = h("details", { class: "file", open: open ? "" : null },
       h("summary", null, h("code", null, patch.path), " ", h("span", { class: "badge" }, patch.status || ""), " ",
@@ -632,7 +639,7 @@ export const CLIENT_JS: string = String.raw`
       } else if (type === "agent") items.push(message("answer", c === null || c === undefined ? h("p", { class: "muted" }, "no answer") : longText(textOf(c), "text content", 40), "graded", at));
       else if (type === "evaluate") items.push(eventItem("grade", isObj(c) ? "score " + sig(c.score !== undefined ? c.score : c.reward) : "", at, "grade"));
       else if (type.slice(0, 13) === "filetracking.") {
-        var ps = isObj(c) && Array.isArray(c.patches) ? c.patches : [];
+        var ps = patchesOf(c);
         var fs = isObj(c) && Array.isArray(c.files) ? c.files : [];
         var what = type === "filetracking.setup" ? "starting files: " + plural(ps.length || fs.length, "file") : ps.length ? ps.map(function (p) { var n = diffCounts(p); return p.path + " +" + n.add + " \u2212" + n.del; }).join(", ") : "snapshot of " + plural(fs.length, "file");
         items.push(eventItem("files", what, at, "files"));
@@ -711,16 +718,16 @@ export const CLIENT_JS: string = String.raw`
   }
 
   function filesSection(steps) {
-    var agentSteps = steps.filter(function (st) { return (st.type === "filetracking.diff" || st.type === "filetracking.flush") && isObj(st.content) && Array.isArray(st.content.patches); });
+    var agentSteps = steps.filter(function (st) { return (st.type === "filetracking.diff" || st.type === "filetracking.flush") && patchesOf(st.content).length; });
     var setup = steps.filter(function (st) { return st.type === "filetracking.setup" && isObj(st.content); });
     var snaps = steps.filter(function (st) { return st.type === "filetracking.snapshot" && isObj(st.content) && Array.isArray(st.content.files); });
     if (!agentSteps.length && !setup.length && !snaps.length) return null;
     var parts = [];
     var patches = [];
-    agentSteps.forEach(function (st) { st.content.patches.forEach(function (p) { patches.push(p); }); });
+    agentSteps.forEach(function (st) { patchesOf(st.content).forEach(function (p) { patches.push(p); }); });
     parts.push(h("h4", null, "Changed by the agent"), patches.length ? h("div", { id: "agent-diffs" }, patches.map(function (p) { return diffBlock(p, true); })) : h("p", { class: "muted" }, "no change"));
     setup.forEach(function (st) {
-      var ps = Array.isArray(st.content.patches) ? st.content.patches : [];
+      var ps = patchesOf(st.content);
       var added = ps.reduce(function (a, p) { return a + diffCounts(p).add; }, 0);
       parts.push(h("details", { class: "setup", id: "setup-files" },
         h("summary", null, "Starting files, set up by the environment: " + plural(ps.length, "file") + ", " + plural(added, "line")),
