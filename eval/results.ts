@@ -11,6 +11,7 @@ import { isRecord } from "../_internal/util.ts";
 import { openPrivate } from "../_internal/private_file.ts";
 import { stringifyJson } from "../_internal/framing.ts";
 import type { TraceJson, TraceStatus } from "./trace.ts";
+import type { AgentInfo } from "./agent.ts";
 
 /** One finished rollout, as streamed to the results file. */
 export interface RunRecord {
@@ -28,6 +29,10 @@ export interface RunRecord {
   reward: number | null;
   /** The phase that failed, if any. */
   failed_phase: string | null;
+  /** The grade's flat subscores (`parent/child` for nested ones), when it had any. */
+  subscores?: Record<string, number>;
+  /** What ran, when the agent says ({@linkcode Agent.info}). */
+  agent?: AgentInfo;
   /** The full trace; `{}` only for a slot a job never started. */
   trace: TraceJson | Record<string, never>;
 }
