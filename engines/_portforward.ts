@@ -1,0 +1,172 @@
+// A pod's port on 127.0.0.1, through the API server's port-forward: each
+// local connection is one WebSocket (subprotocol v4.channel.k8s.io, which
+// API servers answer since 1.4). Frames carry a channel byte: 0 data, 1
+// errors; the first frame on each channel is the port (2 bytes, little
+// endian). The protocol has no half-close: the WebSocket closes when the
+// local side stops sending or the pod's side ends.
+
+import type { KubeClient } from "./_kube.ts";
+import { closeQuietly, isPeerGone, writeAll } from "../_internal/io.ts";
+
+const PROTOCOL = "v4.channel.k8s.io";
+/** Local bytes waiting in a WebSocket before reading pauses. */
+const HIGH_WATER = 4 * 1024 * 1024;
+
+/** A local listener forwarding to `pod:port`; close it to stop. */
+export class PortForward implements AsyncDisposable {
+  readonly #listener: Deno.TcpListener;
+  readonly #client: KubeClient;
+  readonly #path: string;
+  readonly #conns = new Set<Deno.TcpConn>();
+  readonly #tasks = new Set<Promise<void>>();
+  readonly #onError: (err: unknown) => void;
+  readonly #accepting: Promise<void>;
+  #closed = false;
+
+  /**
+   * Listens on 127.0.0.1 (a port of the system's choosing).
+   * @param onError told of a connection that could not be forwarded (the pod's refusal)
+   */
+  constructor(
+    client: KubeClient,
+    namespace: string,
+    pod: string,
+    port: number,
+    onError: (err: unknown) => void = () => {},
+  ) {
+    this.#client = client;
+    this.#path = `/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${
+      encodeURIComponent(pod)
+    }/portforward?ports=${port}`;
+    this.#onError = onError;
+    this.#listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    this.#accepting = this.#accept();
+  }
+
+  /** The local port. */
+  get port(): number {
+    return this.#listener.addr.port;
+  }
+
+  async #accept(): Promise<void> {
+    while (!this.#closed) {
+      let conn: Deno.TcpConn;
+      try {
+        conn = await this.#listener.accept();
+      } catch {
+        return; // closed
+      }
+      this.#conns.add(conn);
+      const task = this.#forward(conn).catch(this.#onError).finally(() => {
+        this.#conns.delete(conn);
+        closeQuietly(conn);
+        this.#tasks.delete(task);
+      });
+      this.#tasks.add(task);
+    }
+  }
+
+  async #forward(conn: Deno.TcpConn): Promise<void> {
+    const ws = await this.#client.webSocket(this.#path, [PROTOCOL]);
+    ws.binaryType = "arraybuffer";
+    const seen = [false, false];
+    let failure = "";
+    const writes: Uint8Array[] = [];
+    let wake: (() => void) | null = null;
+    let ended = false;
+    const opened = new Promise<void>((resolve, reject) => {
+      ws.onopen = () => resolve();
+      ws.onerror = (e) =>
+        reject(
+          new Error(`port-forward to ${this.#path}: ${(e as ErrorEvent).message ?? "failed"}`),
+        );
+    });
+    ws.onmessage = (e) => {
+      const frame = new Uint8Array(e.data as ArrayBuffer);
+      if (frame.length === 0) return;
+      const channel = frame[0];
+      let body = frame.subarray(1);
+      if (channel > 1) return;
+      if (!seen[channel]) {
+        // The first frame of each channel names the port.
+        seen[channel] = true;
+        body = body.subarray(2);
+      }
+      if (body.length === 0) return;
+      if (channel === 1) failure += new TextDecoder().decode(body);
+      else writes.push(body);
+      wake?.();
+    };
+    const closed = new Promise<void>((resolve) => {
+      ws.onclose = () => {
+        ended = true;
+        wake?.();
+        resolve();
+      };
+    });
+    try {
+      await opened;
+    } catch (err) {
+      ws.close();
+      throw err;
+    }
+    // Pod to local: drain what arrived, in order.
+    const down = (async () => {
+      while (true) {
+        while (writes.length > 0) {
+          try {
+            await writeAll(conn, writes.shift()!);
+          } catch (err) {
+            if (!isPeerGone(err)) throw err;
+            return;
+          }
+        }
+        if (ended) return;
+        await new Promise<void>((r) => wake = r);
+        wake = null;
+      }
+    })();
+    // Local to pod.
+    const up = (async () => {
+      const buf = new Uint8Array(64 * 1024);
+      while (ws.readyState === WebSocket.OPEN) {
+        let n: number | null;
+        try {
+          n = await conn.read(buf);
+        } catch (err) {
+          if (!isPeerGone(err)) throw err;
+          n = null;
+        }
+        if (n === null) break;
+        const frame = new Uint8Array(n + 1);
+        frame.set(buf.subarray(0, n), 1);
+        ws.send(frame);
+        while (ws.bufferedAmount > HIGH_WATER && ws.readyState === WebSocket.OPEN) {
+          await new Promise((r) => setTimeout(r, 5));
+        }
+      }
+      if (ws.readyState === WebSocket.OPEN) ws.close();
+    })();
+    await Promise.race([up, closed]);
+    await down;
+    if (ws.readyState === WebSocket.OPEN) ws.close();
+    await closed;
+    await up.catch(() => {});
+    if (failure !== "") throw new Error(`port-forward to ${this.#path}: ${failure.trim()}`);
+  }
+
+  /** Stops listening, ends the connections, waits for them; idempotent. */
+  async close(): Promise<void> {
+    if (!this.#closed) {
+      this.#closed = true;
+      closeQuietly(this.#listener);
+      for (const c of this.#conns) closeQuietly(c);
+    }
+    await this.#accepting;
+    await Promise.allSettled([...this.#tasks]);
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+}
