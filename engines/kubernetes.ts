@@ -7,7 +7,13 @@
  * @module
  */
 
-import { connect, type Placement, type PlaceOptions, type RuntimeProvider } from "../client.ts";
+import {
+  connect,
+  type HudClient,
+  type Placement,
+  type PlaceOptions,
+  type RuntimeProvider,
+} from "../client.ts";
 import { NotReadyError } from "../errors.ts";
 import { generateToken, withToken } from "../_internal/auth.ts";
 import { abortable, Deadline, delay } from "../_internal/async.ts";
@@ -207,6 +213,8 @@ interface Pod {
   /** Said when the status changes. */
   notify: (() => void) | null;
   member: PoolMember | null;
+  /** A pool pod's idle connection: its end says the server is gone, before the node controller does. */
+  lifeline: HudClient | null;
   forward: PortForward | null;
   deleting: Promise<void> | null;
 }
@@ -647,6 +655,7 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
       createdAt: Date.now(),
       notify: null,
       member: null,
+      lifeline: null,
       forward: null,
       deleting: null,
     };
@@ -659,6 +668,9 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
     pod.deleting ??= (async () => {
       const forward = pod.forward;
       pod.forward = null;
+      const lifeline = pod.lifeline;
+      pod.lifeline = null;
+      await lifeline?.close().catch(() => {});
       await forward?.close();
       await this.#deletes.acquire();
       const grace = force || pod.notReady ? "?gracePeriodSeconds=0" : "";
@@ -979,6 +991,10 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
       else if (pod.notReady) {
         pool.kill(m, await this.#nodeProblem(pod.node));
         this.#delete(pod, true).catch(() => {});
+      } else if (pod.lifeline?.closed) {
+        pool.kill(m, `its server on node ${pod.node} went away`);
+        // Useless now, whatever its node does: out of the API at once.
+        this.#delete(pod, true).catch(() => {});
       }
     }
     // Dead members whose leases are over: delete their pods.
@@ -1035,6 +1051,13 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
       using deadline = new Deadline(readyTimeout, undefined, "pod ready");
       pod = await this.#create(deadline.signal);
       const url = await this.#readyPod(pod, deadline.signal, slot);
+      pod.lifeline = await connect(url, {
+        readyTimeout: 5_000,
+        forward: false,
+        heartbeatInterval: 5_000,
+        heartbeatTimeout: 3_000,
+        signal: deadline.signal,
+      });
       if (this.#closed) throw this.#closedError();
       const member: PoolMember = {
         id: pod.name,

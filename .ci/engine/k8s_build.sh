@@ -4,10 +4,16 @@
 # Debian 12's `kubernetes` source package (CGO_ENABLED=0, about 7 minutes on two idle cores), and a
 # pause image (a static Go program in an OCI archive, since no registry can be pulled from).
 # Installs what it needs (golang-go, rsync, dpkg-dev). Idempotent: a complete cache is kept.
-#   Usage: k8s_build.sh [CACHE_DIR]   (default /var/cache/hud-sdk/k8s)
+#   Usage: k8s_build.sh [--check] [CACHE_DIR]   (default /var/cache/hud-sdk/k8s; --check only says
+#   whether the cache is complete, by its exit status)
 # The source comes through a private apt configuration with a deb-src entry (the machine's own
 # sources list binary packages only, and stay as they are).
 set -euo pipefail
+CHECK=0
+if [ "${1:-}" = --check ]; then
+  CHECK=1
+  shift
+fi
 CACHE=${1:-/var/cache/hud-sdk/k8s}
 VERSION=v1.20.2
 OUT=$CACHE/$VERSION
@@ -24,6 +30,7 @@ if complete; then
   log "cached: $OUT"
   exit 0
 fi
+[ $CHECK = 0 ] || exit 1
 [ "$(id -u)" = 0 ] || { log "must run as root (apt-get)"; exit 1; }
 
 missing=()

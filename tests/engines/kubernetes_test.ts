@@ -1,0 +1,469 @@
+// KubernetesRuntime on a real 3-node Kubernetes 1.20 cluster:
+// .ci/engine/k8s_up.sh runs etcd and the control plane on the host and a
+// containerd and kubelet in each of three network namespaces on a bridge
+// (10.214.0.0/24, pods on 10.244.N.0/24) behind the firewall guard, from the
+// binaries .ci/engine/k8s_build.sh caches. .ci/run starts it and sets
+// HUD_TEST_K8S_STATE (and HUD_REQUIRE_K8S=1: a missing cluster fails the
+// test); otherwise the test brings one up itself when it can (root, the
+// cached build) and removes it afterwards, and skips, saying why, when it
+// cannot. The image is built with the host's Docker and imported into each
+// node's containerd (no registry).
+
+import assert from "node:assert/strict";
+import {
+  KubernetesRuntime,
+  type KubernetesRuntimeOptions,
+  removeStalePods,
+  RUNTIME_LABEL,
+} from "../../engines/kubernetes.ts";
+import { KubeClient, loadKubeConfig } from "../../engines/_kube.ts";
+import { buildEnvironmentImage, OWNER_LABEL } from "../../runtime/container.ts";
+import { EngineClient, findEngineSocket } from "../../runtime/_engine.ts";
+import { connect, type Placement, type PlaceOptions } from "../../client.ts";
+import { Taskset } from "../../eval/taskset.ts";
+import { functionAgent } from "../../eval/run.ts";
+import { taskSlug } from "../../env.ts";
+import { delay } from "../../_internal/async.ts";
+import { withDeadline } from "../_deadline.ts";
+import { crashNode, exists, namespacePids, required, sh, which } from "./_clusters.ts";
+
+const FIXTURE = new URL("../fixtures/basic_env.ts", import.meta.url).pathname;
+const NODES = ["k8s-n1", "k8s-n2", "k8s-n3"];
+const IMAGE = "hud-k8s-fixture:test";
+const CACHE = Deno.env.get("K8S_CACHE") ?? "/var/cache/hud-sdk/k8s";
+const REQUIRED = required("HUD_REQUIRE_K8S");
+const given = Deno.env.get("HUD_TEST_K8S_STATE");
+
+function skipReason(): string | null {
+  if (Deno.build.os !== "linux") return "needs Linux network namespaces";
+  if (Deno.uid() !== 0) return "needs root (network namespaces, kubelet)";
+  try {
+    findEngineSocket();
+  } catch {
+    return "needs Docker to build the image (tests/engine/engine_up.sh)";
+  }
+  if (given !== undefined) {
+    return exists(`${given}/admin.kubeconfig`)
+      ? null
+      : `no cluster in HUD_TEST_K8S_STATE "${given}"`;
+  }
+  if (!exists(`${CACHE}/v1.20.2/bin/kubelet`)) {
+    return `no Kubernetes build in ${CACHE}: run .ci/engine/k8s_build.sh`;
+  }
+  const missing = ["etcd", "containerd", "ctr", "runc", "nsenter", "iptables", "openssl"]
+    .filter((b) => !which(b));
+  if (missing.length > 0) {
+    return `missing ${
+      missing.join(", ")
+    }: apt-get install etcd-server containerd runc containernetworking-plugins`;
+  }
+  return null;
+}
+const SKIP = skipReason();
+if (SKIP !== null && !REQUIRED) console.log(`kubernetes_test: skipped: ${SKIP}`);
+
+let state = "";
+let owned = false;
+const kubeconfig = () => `${state}/admin.kubeconfig`;
+
+async function clusterDown(): Promise<void> {
+  if (!owned) return;
+  await sh("k8s_down.sh", { K8S_STATE: state }, 120_000).catch((err) => console.error(String(err)));
+}
+
+/** Builds the fixture's image with Docker and imports it into every node's containerd. */
+async function loadImage(): Promise<void> {
+  await buildEnvironmentImage(FIXTURE, IMAGE, {
+    envName: "fixture",
+    envVersion: "0.3.0",
+    signal: AbortSignal.timeout(240_000),
+  });
+  using engine = await EngineClient.open();
+  const saved = await engine.raw("GET", `/images/get?names=${encodeURIComponent(IMAGE)}`, {
+    signal: AbortSignal.timeout(120_000),
+  });
+  const tar = new Uint8Array(await saved.arrayBuffer());
+  for (const node of NODES) {
+    const child = new Deno.Command("ctr", {
+      args: ["-a", `/run/hud-k8s/${node}/containerd.sock`, "-n", "k8s.io", "images", "import", "-"],
+      stdin: "piped",
+      stdout: "null",
+      stderr: "piped",
+      signal: AbortSignal.timeout(120_000),
+    }).spawn();
+    const w = child.stdin.getWriter();
+    await w.write(tar);
+    await w.close();
+    const out = await child.output();
+    if (!out.success) {
+      throw new Error(`import on ${node}: ${new TextDecoder().decode(out.stderr)}`);
+    }
+  }
+}
+
+/** Kills a node as a host crash would: its kubelet, containerd and shims, and its pods' processes. */
+async function crashK8sNode(node: string): Promise<number> {
+  let killed = await crashNode(node);
+  const dir = `/run/hud-k8s/${node}/containerd/netns`;
+  for (const e of exists(dir) ? [...Deno.readDirSync(dir)] : []) {
+    const ino = Deno.statSync(`${dir}/${e.name}`).ino;
+    for (const p of Deno.readDirSync("/proc")) {
+      if (!/^\d+$/.test(p.name)) continue;
+      try {
+        if (Deno.readLinkSync(`/proc/${p.name}/ns/net`) === `net:[${ino}]`) {
+          Deno.kill(Number(p.name), "SIGKILL");
+          killed++;
+        }
+      } catch {
+        // gone meanwhile
+      }
+    }
+  }
+  return killed;
+}
+
+async function api(method: string, path: string, body?: unknown): Promise<unknown> {
+  using client = new KubeClient(await loadKubeConfig({ kubeconfig: kubeconfig() }));
+  return await client.call(method, path, body);
+}
+
+/** Pods and secrets labelled by runtimes of this process, in a namespace. */
+async function ours(ns = "default"): Promise<string[]> {
+  const sel = encodeURIComponent(`${OWNER_LABEL}=${Deno.pid}`);
+  const out: string[] = [];
+  for (const kind of ["pods", "secrets"]) {
+    const list = await api("GET", `/api/v1/namespaces/${ns}/${kind}?labelSelector=${sel}`) as {
+      items: { metadata: { name: string } }[];
+    };
+    out.push(...list.items.map((i) => `${kind}/${i.metadata.name}`));
+  }
+  return out;
+}
+
+async function waitNone(ns = "default", ms = 60_000): Promise<string[]> {
+  const until = AbortSignal.timeout(ms);
+  let left = await ours(ns);
+  while (left.length > 0 && !until.aborted) {
+    await delay(250);
+    left = await ours(ns);
+  }
+  return left;
+}
+
+const base = (): KubernetesRuntimeOptions => ({
+  kubeconfig: kubeconfig(),
+  imagePullPolicy: "IfNotPresent",
+  readyTimeout: 90_000,
+});
+
+const rows = (n: number) =>
+  Array.from({ length: n }, (_, i) => ({
+    env: "fixture",
+    id: "add",
+    args: { a: i, b: 1 },
+    slug: taskSlug("add", { a: i, b: 1 }),
+  }));
+const adder = functionAgent(async (prompt) => {
+  await delay(200);
+  const [a, b] = String(prompt).match(/\d+/g)!.map(Number);
+  return String(a + b);
+});
+
+Deno.test({
+  name: "KubernetesRuntime places pods on 3 nodes, fails fast, and survives losing a node",
+  ignore: SKIP !== null && !REQUIRED,
+  fn: withDeadline(59_000, async (t) => {
+    if (SKIP !== null) throw new Error(`kubernetes test cannot run: ${SKIP} (HUD_REQUIRE_K8S=1)`);
+    if (given !== undefined) {
+      state = given;
+    } else {
+      state = "/var/lib/hud-k8s-test";
+      owned = true;
+      await sh("k8s_up.sh", { K8S_STATE: state, K8S_CACHE: CACHE }, 300_000);
+    }
+    await loadImage();
+
+    await t.step("a bare pod per placement, by pod IP and by port-forward", async () => {
+      for (const reach of ["pod-ip", "port-forward"] as const) {
+        await using runtime = new KubernetesRuntime(IMAGE, { ...base(), reach });
+        const p = await runtime.place();
+        assert.ok(NODES.includes(String(p.params.node)), String(p.params.node));
+        const host = new URL(p.url.replace(/^tcp:/, "http:")).hostname;
+        assert.equal(host, reach === "pod-ip" ? String(p.params.ip) : "127.0.0.1");
+        await using c = await connect(p, { readyTimeout: 10_000 });
+        assert.equal((await c.startTask("add", { a: 2, b: 3 })).prompt, "What is 2 + 3?");
+        await c.close();
+        await p[Symbol.asyncDispose]();
+        assert.deepEqual(await waitNone("default", 30_000), []);
+      }
+    });
+
+    await t.step("fails fast with the pod's events, leaving nothing", async () => {
+      const cases: [string, KubernetesRuntimeOptions, string, RegExp][] = [
+        ["a missing image", {}, "hud.local/missing:1", /ErrImagePull|ImagePullBackOff/],
+        [
+          "a container that exits",
+          { command: ["/usr/local/bin/deno", "eval", "Deno.exit(3)"] },
+          IMAGE,
+          /exited with code 3/,
+        ],
+        [
+          "an unschedulable pod",
+          { nodeSelector: { "hud.dev/none": "x" }, unschedulableTimeout: 0 },
+          IMAGE,
+          /unschedulable: 0\/3 nodes are available/,
+        ],
+      ];
+      for (const [what, options, image, pattern] of cases) {
+        await using runtime = new KubernetesRuntime(image, { ...base(), ...options });
+        const err = await runtime.place().catch((e) => e);
+        assert.equal(err?.name, "NotReadyError", `${what}: ${err}`);
+        assert.match(String(err), pattern, what);
+        if (what !== "an unschedulable pod") assert.match(String(err), /events: /, what);
+      }
+      assert.deepEqual(await waitNone("default", 30_000), []);
+      // A quota refusal, in a namespace with room for no pod.
+      const ns = `hud-quota-${Deno.pid}`;
+      await api("POST", "/api/v1/namespaces", { metadata: { name: ns } });
+      try {
+        await api("POST", `/api/v1/namespaces/${ns}/resourcequotas`, {
+          metadata: { name: "none" },
+          spec: { hard: { pods: "0" } },
+        });
+        await using runtime = new KubernetesRuntime(IMAGE, { ...base(), namespace: ns });
+        const until = AbortSignal.timeout(30_000);
+        let err: unknown;
+        // The quota controller fills in the quota's status a moment after it is made.
+        do {
+          err = await runtime.place({ signal: until }).then(
+            async (p) => {
+              await p[Symbol.asyncDispose]();
+              return null;
+            },
+            (e) => e,
+          );
+        } while (err === null && !until.aborted);
+        assert.match(String(err), /exceeded quota/);
+      } finally {
+        await api("DELETE", `/api/v1/namespaces/${ns}`);
+      }
+    });
+
+    await t.step("60 rollouts on a pool over 3 nodes, k8s-n3 killed mid-job", async () => {
+      await using runtime = new KubernetesRuntime(IMAGE, {
+        ...base(),
+        pool: { minReplicas: 6, maxReplicas: 6 },
+      });
+      await runtime.ready(6, { timeout: 120_000 });
+      const servedBy: string[] = [];
+      let crashed: Promise<number> | null = null;
+      const recording = {
+        async place(options?: PlaceOptions): Promise<Placement> {
+          const p = await runtime.place(options);
+          servedBy.push(String(p.params.node));
+          if (servedBy.length === 20) crashed = crashK8sNode("k8s-n3");
+          return p;
+        },
+      };
+      const result = await new Taskset(rows(60)).run(adder, {
+        runtime: recording,
+        maxConcurrent: 6,
+        rolloutTimeout: 60_000,
+        connect: { readyTimeout: 10_000 },
+        signal: AbortSignal.timeout(240_000),
+      });
+      assert.ok((await crashed!) > 0, "nothing was killed on k8s-n3");
+      for (const node of NODES) {
+        assert.ok(servedBy.slice(0, 20).includes(node), `${node} served no rollout`);
+      }
+      const good = result.runs.filter((r) => r.reward === 1).length;
+      const errored = result.runs.filter((r) => r.status === "error");
+      console.log(
+        `kubernetes_test: ${good} of 60 rewarded, ${errored.length} errored; served by ${
+          NODES.map((n) => `${n} ${servedBy.filter((s) => s === n).length}`).join(", ")
+        }`,
+      );
+      assert.equal(result.runs.length, 60);
+      assert.equal(good + errored.length, 60, "every rollout graded or errored");
+      assert.ok(good >= 40, `only ${good} of 60 rollouts rewarded`);
+      for (const r of errored) {
+        assert.ok(r.failed_phase, "an errored rollout names its phase");
+        assert.match(JSON.stringify(r.trace), /k8s-n3/, "an errored rollout names the node");
+      }
+      // The pool replaced the lost pods on the other nodes.
+      const until = AbortSignal.timeout(60_000);
+      while (!until.aborted) {
+        const ready = runtime.readyByNode;
+        if (!("k8s-n3" in ready) && (ready["k8s-n1"] ?? 0) + (ready["k8s-n2"] ?? 0) >= 6) break;
+        await delay(250);
+      }
+      const ready = runtime.readyByNode;
+      assert.ok(!("k8s-n3" in ready), JSON.stringify(ready));
+      assert.equal((ready["k8s-n1"] ?? 0) + (ready["k8s-n2"] ?? 0), 6, JSON.stringify(ready));
+    });
+
+    await t.step("nothing is left, and gc finds nothing", async () => {
+      assert.deepEqual(await waitNone(), []);
+      assert.deepEqual(await removeStalePods({ kubeconfig: kubeconfig() }), []);
+      // The lost node comes back for what follows (k8s_up.sh restarts what is gone).
+      await sh("k8s_up.sh", { K8S_STATE: state, K8S_CACHE: CACHE }, 300_000);
+      assert.ok(namespacePids("k8s-n3").length > 0);
+    });
+
+    await t.step("a killed runner: its owner's deletion, or gc, removes its pods", async () => {
+      // A pod standing for the runner: deleting it must take the runtime's pods with it.
+      const owner = await api("POST", "/api/v1/namespaces/default/pods", {
+        metadata: { generateName: "hud-runner-" },
+        spec: {
+          automountServiceAccountToken: false,
+          containers: [{ name: "pause", image: "hud.local/pause:3.2" }],
+        },
+      }) as { metadata: { name: string; uid: string } };
+      const child = (withOwner: boolean) => `
+        import { KubernetesRuntime } from ${
+        JSON.stringify(new URL("../../engines/kubernetes.ts", import.meta.url).href)
+      };
+        const rt = new KubernetesRuntime(${JSON.stringify(IMAGE)}, { kubeconfig: ${
+        JSON.stringify(kubeconfig())
+      }, imagePullPolicy: "IfNotPresent", pool: { minReplicas: 2 }${
+        withOwner ? `, owner: ${JSON.stringify(owner.metadata)}` : ""
+      } });
+        await rt.ready(2, { timeout: 90_000 });
+        console.log(rt.name);
+        await new Promise(() => {});
+      `;
+      const names: string[] = [];
+      for (const withOwner of [true, false]) {
+        const proc = new Deno.Command(Deno.execPath(), {
+          args: ["eval", child(withOwner)],
+          stdout: "piped",
+          stderr: "inherit",
+        }).spawn();
+        const reader = proc.stdout.pipeThrough(new TextDecoderStream()).getReader();
+        let text = "";
+        while (!text.includes("\n")) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          text += value;
+        }
+        names.push(text.trim());
+        proc.kill("SIGKILL");
+        await proc.status;
+        await reader.cancel();
+      }
+      const podsOf = async (name: string) =>
+        ((await api(
+          "GET",
+          `/api/v1/namespaces/default/pods?labelSelector=${
+            encodeURIComponent(`${RUNTIME_LABEL}=${name}`)
+          }`,
+        )) as { items: unknown[] }).items.length;
+      assert.equal(await podsOf(names[0]), 2);
+      assert.equal(await podsOf(names[1]), 2);
+      // The owner goes: the garbage collector removes the Secret, then the pods.
+      await api(
+        "DELETE",
+        `/api/v1/namespaces/default/pods/${owner.metadata.name}?gracePeriodSeconds=0`,
+      );
+      const until = AbortSignal.timeout(60_000);
+      while ((await podsOf(names[0])) > 0 && !until.aborted) await delay(250);
+      assert.equal(await podsOf(names[0]), 0, "the owner's deletion left pods");
+      // No owner: gc removes the dead runner's Secret and pods.
+      const removed = await removeStalePods({ kubeconfig: kubeconfig() });
+      assert.deepEqual(removed.filter((r) => r.startsWith("secret/")), [`secret/${names[1]}`]);
+      assert.equal(removed.filter((r) => r.startsWith("pod/")).length, 2);
+      assert.deepEqual(await waitNone(), []);
+      assert.deepEqual(await removeStalePods({ kubeconfig: kubeconfig() }), []);
+    });
+
+    await t.step("a service account's token with only the permissions documented", async () => {
+      const ns = `hud-sa-${Deno.pid}`;
+      await api("POST", "/api/v1/namespaces", { metadata: { name: ns } });
+      const dir = await Deno.makeTempDir();
+      try {
+        await api("POST", `/api/v1/namespaces/${ns}/serviceaccounts`, {
+          metadata: { name: "runner" },
+        });
+        await api("POST", `/apis/rbac.authorization.k8s.io/v1/namespaces/${ns}/roles`, {
+          metadata: { name: "hud-runner" },
+          rules: [
+            { apiGroups: [""], resources: ["pods"], verbs: ["create", "get", "list", "delete"] },
+            { apiGroups: [""], resources: ["pods/portforward"], verbs: ["create", "get"] },
+            { apiGroups: [""], resources: ["pods/log"], verbs: ["get"] },
+            { apiGroups: [""], resources: ["secrets"], verbs: ["create", "delete"] },
+            { apiGroups: [""], resources: ["events"], verbs: ["list"] },
+          ],
+        });
+        await api("POST", `/apis/rbac.authorization.k8s.io/v1/namespaces/${ns}/rolebindings`, {
+          metadata: { name: "hud-runner" },
+          roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: "hud-runner" },
+          subjects: [{ kind: "ServiceAccount", name: "runner", namespace: ns }],
+        });
+        // 1.20 makes a token Secret for each service account.
+        let token = "";
+        const until = AbortSignal.timeout(30_000);
+        while (token === "" && !until.aborted) {
+          const list = await api("GET", `/api/v1/namespaces/${ns}/secrets`) as {
+            items: { type: string; data?: { token?: string } }[];
+          };
+          const s = list.items.find((i) => i.type === "kubernetes.io/service-account-token");
+          token = s?.data?.token ? atob(s.data.token) : "";
+          if (token === "") await delay(250);
+        }
+        const file = `${dir}/sa.kubeconfig`;
+        await Deno.writeTextFile(
+          file,
+          [
+            "apiVersion: v1",
+            "kind: Config",
+            "clusters:",
+            "- name: hud",
+            "  cluster:",
+            "    server: https://10.214.0.254:6443",
+            `    certificate-authority: ${state}/pki/ca.crt`,
+            "users:",
+            "- name: runner",
+            "  user:",
+            `    token: ${token}`,
+            "contexts:",
+            "- name: hud",
+            "  context: {cluster: hud, user: runner, namespace: " + ns + "}",
+            "current-context: hud",
+            "",
+          ].join("\n"),
+          { mode: 0o600 },
+        );
+        for (const reach of ["pod-ip", "port-forward"] as const) {
+          await using runtime = new KubernetesRuntime(IMAGE, {
+            ...base(),
+            kubeconfig: file,
+            reach,
+          });
+          await using c = await connect(runtime, { readyTimeout: 10_000 });
+          assert.equal((await c.startTask("add", { a: 4, b: 4 })).prompt, "What is 4 + 4?");
+        }
+        assert.deepEqual(await waitNone(ns), []);
+      } finally {
+        await Deno.remove(dir, { recursive: true });
+        await api("DELETE", `/api/v1/namespaces/${ns}`);
+      }
+    });
+  }, { teardown: clusterDown, teardownMs: 150_000 }),
+});
+
+Deno.test("KubernetesRuntime rejects bad shapes and values", () => {
+  assert.throws(() => new KubernetesRuntime(""), /image must be a non-empty string/);
+  assert.throws(
+    () => new KubernetesRuntime("x", { pool: { minReplicas: 0 } }),
+    /minReplicas must be a positive integer, got "0"/,
+  );
+  assert.throws(
+    () => new KubernetesRuntime("x", { pool: { minReplicas: 4, maxReplicas: 2 } }),
+    /need minReplicas <= replicas <= maxReplicas, got "4", "4", "2"/,
+  );
+  assert.throws(
+    // deno-lint-ignore no-explicit-any
+    () => new KubernetesRuntime("x", { reach: "ssh" as any }),
+    /reach must be "auto", "pod-ip" or "port-forward", got "ssh"/,
+  );
+});
