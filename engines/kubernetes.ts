@@ -206,7 +206,9 @@ interface Pod {
   failure: string | null;
   unschedulable: string | null;
   unschedulableSince: number;
-  /** Ready condition went false after it ran (node lost). */
+  /** The Ready condition was true once. */
+  wasReady: boolean;
+  /** The Ready condition went false after it was true (the node controller lost its node). */
   notReady: boolean;
   gone: boolean;
   createdAt: number;
@@ -650,6 +652,7 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
       failure: null,
       unschedulable: null,
       unschedulableSince: 0,
+      wasReady: false,
       notReady: false,
       gone: false,
       createdAt: Date.now(),
@@ -726,7 +729,6 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
     const st = obj.status ?? {};
     pod.node = obj.spec?.nodeName ?? pod.node;
     pod.ip = st.podIP ?? pod.ip;
-    const wasRunning = pod.phase === "Running";
     pod.phase = st.phase ?? pod.phase;
     const scheduled = st.conditions?.find((c) => c.type === "PodScheduled");
     if (scheduled?.status === "False" && scheduled.reason === "Unschedulable") {
@@ -754,10 +756,9 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
       }
     }
     const ready = st.conditions?.find((c) => c.type === "Ready");
-    if ((wasRunning || pod.phase === "Running") && ready?.status === "False" && pod.member?.ready) {
-      // The node controller marks the pods of a node it lost not ready.
-      pod.notReady = true;
-    }
+    if (ready?.status === "True") pod.wasReady = true;
+    // The node controller marks the pods of a node it lost not ready.
+    else if (pod.wasReady && ready?.status === "False") pod.notReady = true;
     if (obj.metadata.deletionTimestamp && !pod.deleting) pod.failure ??= "the pod is being deleted";
     pod.notify?.();
   }

@@ -66,5 +66,13 @@ for c in /sys/fs/cgroup/*/hud-k8s; do
   [ -d "$c" ] && echo "warn: cgroup $c not removed"
 done
 bridge_down "$GUARD" br-k8s
+if [ -f "$STATE/orig_sysctl" ]; then
+  while IFS= read -r kv; do sysctl -qw "$kv" 2>/dev/null; done <"$STATE/orig_sysctl"
+fi
+if [ -f "$STATE/made_dirs" ]; then
+  while IFS= read -r d; do
+    case "$d" in /var/log/pods | /var/log/containers | /var/lib/cni) rm -rf "$d" ;; esac
+  done <"$STATE/made_dirs"
+fi
 rm -rf /run/hud-k8s "$STATE"
 exit 0

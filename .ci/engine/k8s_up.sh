@@ -50,6 +50,18 @@ fi
 
 mkdir -p "$STATE/pki" "$STATE/log"
 chmod 700 "$STATE"
+# What the kubelets change outside the state, recorded once so that k8s_down.sh puts it back: the
+# kernel settings they set (protectKernelDefaults would refuse to start instead), and the shared
+# directories they and the CNI plugins write to (/var/log/pods, /var/log/containers, /var/lib/cni).
+if [ ! -f "$STATE/orig_sysctl" ]; then
+  for k in vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops \
+    kernel.keys.root_maxkeys kernel.keys.root_maxbytes; do
+    echo "$k=$(sysctl -n "$k")"
+  done >"$STATE/orig_sysctl"
+  for d in /var/log/pods /var/log/containers /var/lib/cni; do
+    [ -e "$d" ] || echo "$d"
+  done >"$STATE/made_dirs"
+fi
 bridge_up "$GUARD" $BR $API
 for i in $(seq 1 "$N"); do
   ns=k8s-n$i
@@ -218,7 +230,7 @@ for i in $(seq 1 "$N"); do
   # Pods go in cgroups under /hud-k8s/NODE (kubelet wants the root to exist; cpuset needs values).
   for c in /sys/fs/cgroup/*/; do
     [ -d "$c" ] || continue
-    case "$c" in */unified/ | */systemd/) continue ;; esac
+    case "$c" in */unified/) continue ;; esac
     mkdir -p "$c/hud-k8s/$ns"
     if [ -f "$c/cpuset.cpus" ]; then
       cat "$c/cpuset.cpus" >"$c/hud-k8s/cpuset.cpus"
