@@ -72,6 +72,7 @@ export const ENDED = new Set([
 
 /** A refused call: Slurm's own words. */
 export class SlurmError extends Error {
+  /** An error with Slurm's `message`. */
   constructor(message: string, options?: ErrorOptions) {
     super(message, options);
     this.name = "SlurmError";

@@ -61,11 +61,19 @@ export interface KubernetesPoolOptions {
 
 /** An object that owns the runtime's pods (deleting it deletes them). */
 export interface KubernetesOwner {
-  /** @default "v1" */
+  /**
+   * The owner's API version.
+   * @default "v1"
+   */
   apiVersion?: string;
-  /** @default "Pod" */
+  /**
+   * The owner's kind.
+   * @default "Pod"
+   */
   kind?: string;
+  /** The owner's name, in the runtime's namespace. */
   name: string;
+  /** The owner's uid. */
   uid: string;
 }
 

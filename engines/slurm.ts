@@ -226,6 +226,8 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
   #lastError = "";
 
   /**
+   * A runtime for `options.module` on a Slurm cluster.
+   *
    * @param options the module, the allocation, slurmrestd or the commands
    * @throws {TypeError} for a missing module
    * @throws {RangeError} for counts or times out of range

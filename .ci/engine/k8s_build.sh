@@ -18,12 +18,15 @@ CACHE=${1:-/var/cache/hud-sdk/k8s}
 VERSION=v1.20.2
 OUT=$CACHE/$VERSION
 BINS="kube-apiserver kube-controller-manager kube-scheduler kubelet"
+# Changes with how the binaries are made, so that a cache made otherwise is built again.
+RECIPE="reflect2-1.0.2 providerless"
 log() { echo "[k8s_build $(date +%T)] $*" >&2; }
 
 complete() {
   local b
   for b in $BINS; do [ -x "$OUT/bin/$b" ] || return 1; done
   [ -s "$OUT/pause.tar" ] && [ -s "$OUT/pause.ref" ] || return 1
+  [ "$(cat "$OUT/recipe" 2>/dev/null)" = "$RECIPE" ] || return 1
   "$OUT/bin/kubelet" --version 2>/dev/null | grep -qx "Kubernetes $VERSION"
 }
 if complete; then
@@ -34,7 +37,7 @@ fi
 [ "$(id -u)" = 0 ] || { log "must run as root (apt-get)"; exit 1; }
 
 missing=()
-for p in golang-go rsync dpkg-dev; do
+for p in golang-go rsync dpkg-dev golang-github-modern-go-reflect2-dev; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -65,6 +68,15 @@ case "$dsc" in *really1.20.2*) ;; *) log "unexpected source package: $dsc"; exit
 dpkg-source -x --no-check "$dsc" "$WORK/src" >/dev/null
 
 cd "$WORK/src"
+# The vendored reflect2 1.0.1 (under json-iterator) breaks with Go 1.18 and later: kube-apiserver
+# dies within a minute ("fatal error: fault" in UnsafeMapType.UnsafeIterate). Debian packages the
+# fixed 1.0.2; the tree is built in GOPATH mode, so its vendor directory is what counts.
+R=/usr/share/gocode/src/github.com/modern-go/reflect2
+[ -f "$R/go_above_118.go" ] || { log "missing $R (golang-github-modern-go-reflect2-dev)"; exit 1; }
+rm -rf vendor/github.com/modern-go/reflect2
+cp -r "$R" vendor/github.com/modern-go/reflect2
+sed -i 's#^\(\# github.com/modern-go/reflect2\) v1.0.1#\1 v1.0.2#; s#^\(\s*github.com/modern-go/reflect2\) v1.0.1#\1 v1.0.2#' \
+  vendor/modules.txt go.mod
 # No git here: the version comes from a file (hack/lib/version.sh).
 cat >"$WORK/version.env" <<EOF
 KUBE_GIT_VERSION='$VERSION'
@@ -77,8 +89,9 @@ mkdir -p .go/src/k8s.io
 ln -sfn ../../.. .go/src/k8s.io/kubernetes
 log "building $BINS (several minutes)"
 start=$(date +%s)
-env HOME="$WORK/home" GOPATH="$WORK/src/.go" GOCACHE="$WORK/gocache" CGO_ENABLED=0 \
-  KUBE_GIT_VERSION_FILE="$WORK/version.env" \
+# providerless: without the in-tree cloud providers (their SDKs are most of the compile time).
+env HOME="$WORK/home" GOPATH="$WORK/src/.go" GOCACHE="${K8S_GOCACHE:-$WORK/gocache}" CGO_ENABLED=0 \
+  KUBE_GIT_VERSION_FILE="$WORK/version.env" GOFLAGS=-tags=providerless \
   nice -n 10 make WHAT="cmd/kube-apiserver cmd/kube-controller-manager cmd/kube-scheduler cmd/kubelet" \
   >"$WORK/make.log" 2>&1 || { tail -30 "$WORK/make.log"; exit 1; }
 log "built in $(($(date +%s) - start)) s"
@@ -100,7 +113,7 @@ func main() {
 	<-c
 }
 EOF
-(cd "$WORK/pause" && env HOME="$WORK/home" GOCACHE="$WORK/gocache" GO111MODULE=off CGO_ENABLED=0 \
+(cd "$WORK/pause" && env HOME="$WORK/home" GOCACHE="${K8S_GOCACHE:-$WORK/gocache}" GO111MODULE=off CGO_ENABLED=0 \
   go build -ldflags "-s -w" -o pause main.go)
 
 # An OCI image archive by hand: one layer (/pause), a config, a manifest, an index.
@@ -131,6 +144,7 @@ mkdir -p "$OUT.new/bin"
 for b in $BINS; do cp "_output/bin/$b" "$OUT.new/bin/$b"; done
 tar --numeric-owner --owner=0 --group=0 -C "$img" -cf "$OUT.new/pause.tar" .
 echo "$ref" >"$OUT.new/pause.ref"
+echo "$RECIPE" >"$OUT.new/recipe"
 rm -rf "$OUT"
 mv "$OUT.new" "$OUT"
 complete || { log "the cache is incomplete after the build"; exit 1; }

@@ -80,7 +80,7 @@ P=$STATE/pki
 cert() { # name subject [san]  (client and server use; signed by the CA)
   local name=$1 subj=$2 san=${3:-}
   [ -s "$P/$name.crt" ] && return 0
-  openssl ecparam -name prime256v1 -genkey -noout -out "$P/$name.key" 2>/dev/null
+  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$P/$name.key" 2>/dev/null
   openssl req -new -key "$P/$name.key" -subj "$subj" -out "$P/$name.csr" 2>/dev/null
   {
     echo "keyUsage=critical,digitalSignature,keyEncipherment"
@@ -94,7 +94,7 @@ cert() { # name subject [san]  (client and server use; signed by the CA)
 (
   umask 077
   if [ ! -s "$P/ca.crt" ]; then
-    openssl ecparam -name prime256v1 -genkey -noout -out "$P/ca.key" 2>/dev/null
+    openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$P/ca.key" 2>/dev/null
     openssl req -x509 -new -key "$P/ca.key" -subj "/CN=hud-k8s-ca" -days 7 -out "$P/ca.crt" 2>/dev/null
   fi
   cert apiserver "/CN=kube-apiserver" \
