@@ -7,6 +7,7 @@
 import { delay } from "../_internal/async.ts";
 import { isRecord } from "../_internal/util.ts";
 import { parseYaml } from "./_yaml.ts";
+import { RawWebSocket } from "./_websocket.ts";
 
 /** A failed API call: the HTTP status, the Status object's reason and message. */
 export class KubeApiError extends Error {
@@ -381,10 +382,17 @@ export class KubeClient implements Disposable {
     }
   }
 
-  /** A WebSocket to `path` (port-forward, exec), authenticated as the calls are. */
-  async webSocket(path: string, protocols: string[]): Promise<WebSocket> {
-    const url = `${this.config.server.replace(/^http/, "ws")}${path}`;
-    return new WebSocket(url, { protocols, headers: await this.#headers(), client: this.#http });
+  /** A WebSocket to `path` (port-forward), authenticated as the calls are. */
+  async webSocket(path: string, protocol: string): Promise<RawWebSocket> {
+    const token = await this.config.token?.();
+    return await RawWebSocket.open({
+      url: new URL(`${this.config.server}${path}`),
+      protocol,
+      headers: token ? { Authorization: `Bearer ${token}` } : {},
+      caCerts: this.config.caCerts,
+      cert: this.config.cert,
+      key: this.config.key,
+    });
   }
 
   close(): void {

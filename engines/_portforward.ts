@@ -1,7 +1,7 @@
 // A pod's port on 127.0.0.1, through the API server's port-forward: each
 // local connection is one WebSocket (subprotocol v4.channel.k8s.io, which
-// API servers answer since 1.4). Frames carry a channel byte: 0 data, 1
-// errors; the first frame on each channel is the port (2 bytes, little
+// API servers answer since 1.4). Messages carry a channel byte: 0 data, 1
+// errors; the first message on each channel is the port (2 bytes, little
 // endian). The protocol has no half-close: the WebSocket closes when the
 // local side stops sending or the pod's side ends.
 
@@ -9,8 +9,6 @@ import type { KubeClient } from "./_kube.ts";
 import { closeQuietly, isPeerGone, writeAll } from "../_internal/io.ts";
 
 const PROTOCOL = "v4.channel.k8s.io";
-/** Local bytes waiting in a WebSocket before reading pauses. */
-const HIGH_WATER = 4 * 1024 * 1024;
 
 /** A local listener forwarding to `pod:port`; close it to stop. */
 export class PortForward implements AsyncDisposable {
@@ -67,69 +65,42 @@ export class PortForward implements AsyncDisposable {
   }
 
   async #forward(conn: Deno.TcpConn): Promise<void> {
-    const ws = await this.#client.webSocket(this.#path, [PROTOCOL]);
-    ws.binaryType = "arraybuffer";
+    const ws = await this.#client.webSocket(this.#path, PROTOCOL);
     const seen = [false, false];
     let failure = "";
-    const writes: Uint8Array[] = [];
-    let wake: (() => void) | null = null;
-    let ended = false;
-    const opened = new Promise<void>((resolve, reject) => {
-      ws.onopen = () => resolve();
-      ws.onerror = (e) =>
-        reject(
-          new Error(`port-forward to ${this.#path}: ${(e as ErrorEvent).message ?? "failed"}`),
-        );
-    });
-    ws.onmessage = (e) => {
-      const frame = new Uint8Array(e.data as ArrayBuffer);
-      if (frame.length === 0) return;
-      const channel = frame[0];
-      let body = frame.subarray(1);
-      if (channel > 1) return;
-      if (!seen[channel]) {
-        // The first frame of each channel names the port.
-        seen[channel] = true;
-        body = body.subarray(2);
-      }
-      if (body.length === 0) return;
-      if (channel === 1) failure += new TextDecoder().decode(body);
-      else writes.push(body);
-      wake?.();
-    };
-    const closed = new Promise<void>((resolve) => {
-      ws.onclose = () => {
-        ended = true;
-        wake?.();
-        resolve();
-      };
-    });
-    try {
-      await opened;
-    } catch (err) {
-      ws.close();
-      throw err;
-    }
-    // Pod to local: drain what arrived, in order.
+    // Pod to local.
     const down = (async () => {
       while (true) {
-        while (writes.length > 0) {
-          try {
-            await writeAll(conn, writes.shift()!);
-          } catch (err) {
-            if (!isPeerGone(err)) throw err;
-            return;
-          }
+        const msg = await ws.read();
+        if (msg === null || msg.length === 0) {
+          if (msg === null) return;
+          continue;
         }
-        if (ended) return;
-        await new Promise<void>((r) => wake = r);
-        wake = null;
+        const channel = msg[0];
+        let body = msg.subarray(1);
+        if (channel > 1) continue;
+        if (!seen[channel]) {
+          // The first message of each channel names the port.
+          seen[channel] = true;
+          body = body.subarray(2);
+        }
+        if (body.length === 0) continue;
+        if (channel === 1) {
+          failure += new TextDecoder().decode(body);
+          continue;
+        }
+        try {
+          await writeAll(conn, body);
+        } catch (err) {
+          if (!isPeerGone(err)) throw err;
+          return;
+        }
       }
     })();
     // Local to pod.
     const up = (async () => {
       const buf = new Uint8Array(64 * 1024);
-      while (ws.readyState === WebSocket.OPEN) {
+      while (true) {
         let n: number | null;
         try {
           n = await conn.read(buf);
@@ -137,21 +108,19 @@ export class PortForward implements AsyncDisposable {
           if (!isPeerGone(err)) throw err;
           n = null;
         }
-        if (n === null) break;
+        if (n === null) return;
         const frame = new Uint8Array(n + 1);
         frame.set(buf.subarray(0, n), 1);
-        ws.send(frame);
-        while (ws.bufferedAmount > HIGH_WATER && ws.readyState === WebSocket.OPEN) {
-          await new Promise((r) => setTimeout(r, 5));
-        }
+        await ws.send(frame);
       }
-      if (ws.readyState === WebSocket.OPEN) ws.close();
     })();
-    await Promise.race([up, closed]);
-    await down;
-    if (ws.readyState === WebSocket.OPEN) ws.close();
-    await closed;
-    await up.catch(() => {});
+    try {
+      await Promise.race([up, down]);
+    } finally {
+      ws.close();
+      closeQuietly(conn);
+      await Promise.allSettled([up, down]);
+    }
     if (failure !== "") throw new Error(`port-forward to ${this.#path}: ${failure.trim()}`);
   }
 

@@ -212,6 +212,9 @@ interface Pod {
   phase: string;
   /** The pod failed (fatal reason, with the pod's words) or its node is gone. */
   failure: string | null;
+  /** Since when the container has waited for a reason that may be fatal, and which. */
+  waitingSince: number;
+  waitingReason: string;
   unschedulable: string | null;
   unschedulableSince: number;
   /** The Ready condition was true once. */
@@ -229,16 +232,21 @@ interface Pod {
   deleting: Promise<void> | null;
 }
 
-/** Container waiting reasons that do not get better by waiting. */
-const FATAL_WAITING = new Set([
-  "ErrImagePull",
-  "ImagePullBackOff",
-  "InvalidImageName",
-  "ErrImageNeverPull",
-  "CreateContainerConfigError",
-  "CreateContainerError",
-  "RunContainerError",
-  "CrashLoopBackOff",
+/**
+ * Container waiting reasons that do not get better by waiting, and how long
+ * one may last before placing fails, in ms: a pod's Secret can take the
+ * kubelet a few seconds to see (CreateContainerConfigError: "failed to sync
+ * secret cache"), and the kubelet tries again by itself.
+ */
+const FATAL_WAITING = new Map([
+  ["ErrImagePull", 0],
+  ["ImagePullBackOff", 0],
+  ["InvalidImageName", 0],
+  ["ErrImageNeverPull", 0],
+  ["CreateContainerConfigError", 20_000],
+  ["CreateContainerError", 20_000],
+  ["RunContainerError", 0],
+  ["CrashLoopBackOff", 0],
 ]);
 
 function checkPositive(what: string, value: number | undefined, integer = true): void {
@@ -658,6 +666,8 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
       ip: "",
       phase: "Pending",
       failure: null,
+      waitingSince: 0,
+      waitingReason: "",
       unschedulable: null,
       unschedulableSince: 0,
       wasReady: false,
@@ -746,11 +756,19 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
       pod.unschedulable = null;
     }
     const c = st.containerStatuses?.[0];
+    if (!c?.state?.waiting) pod.waitingReason = "";
     if (pod.failure === null) {
       const waiting = c?.state?.waiting;
       const term = c?.state?.terminated;
-      if (waiting?.reason && FATAL_WAITING.has(waiting.reason)) {
-        pod.failure = `${waiting.reason}${waiting.message ? `: ${waiting.message}` : ""}`;
+      const grace = waiting?.reason ? FATAL_WAITING.get(waiting.reason) : undefined;
+      if (grace !== undefined) {
+        if (pod.waitingReason !== waiting!.reason) {
+          pod.waitingReason = waiting!.reason!;
+          pod.waitingSince = Date.now();
+        }
+        if (Date.now() - pod.waitingSince >= grace) {
+          pod.failure = `${waiting!.reason}${waiting!.message ? `: ${waiting!.message}` : ""}`;
+        }
       } else if (term || pod.phase === "Failed" || pod.phase === "Succeeded") {
         pod.failure = `the container exited${
           term?.exitCode !== undefined ? ` with code ${term.exitCode}` : ""

@@ -42,7 +42,7 @@ for p in $(pgrep -f 'containerd-shim-runc-v2 .*-address /run/hud-k8s/' 2>/dev/nu
     rm -f "/run/containerd/s/$(printf '%s' "$addr/k8s.io/$id" | sha256sum | cut -d' ' -f1)"
 done
 # Containers whose shim is gone run on in the pods' namespaces: end them by PID.
-for f in /run/hud-k8s/k8s-n*/containerd/netns/*; do
+for f in /run/hud-k8s/k8s-n*/containerd/io.containerd.grpc.v1.cri/netns/*; do
   [ -e "$f" ] || continue
   ino=$(stat -L -c %i "$f" 2>/dev/null) || continue
   for p in /proc/[0-9]*; do

@@ -67,6 +67,15 @@ for i in $(seq 1 "$N"); do
   ns=k8s-n$i
   node_up "$ns" $BR "$NET.1$i"
   ip netns exec "$ns" sysctl -qw net.ipv4.ip_forward=1
+  # The pods' bridge, made before the CNI plugin would make it, with an address of its own: a
+  # bridge that takes its first port's address instead changes it under the first pod's ARP cache
+  # (its replies then go nowhere until the entry expires).
+  if ! ip -n "$ns" link show cni0 >/dev/null 2>&1; then
+    ip -n "$ns" link add cni0 type bridge
+    ip -n "$ns" link set cni0 address "02:00:0a:f4:$(printf %02x "$i"):01"
+  fi
+  ip -n "$ns" addr replace "$PODS.$i.1/24" dev cni0
+  ip -n "$ns" link set cni0 up
   # Every other node's pods through that node (the host's routes are added below).
   for j in $(seq 1 "$N"); do
     [ "$j" = "$i" ] || ip -n "$ns" route replace "$PODS.$j.0/24" via "$NET.1$j" dev eth0

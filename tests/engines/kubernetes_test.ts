@@ -104,7 +104,7 @@ async function loadImage(): Promise<void> {
 /** Kills a node as a host crash would: its kubelet, containerd and shims, and its pods' processes. */
 async function crashK8sNode(node: string): Promise<number> {
   let killed = await crashNode(node);
-  const dir = `/run/hud-k8s/${node}/containerd/netns`;
+  const dir = `/run/hud-k8s/${node}/containerd/io.containerd.grpc.v1.cri/netns`;
   for (const e of exists(dir) ? [...Deno.readDirSync(dir)] : []) {
     const ino = Deno.statSync(`${dir}/${e.name}`).ino;
     for (const p of Deno.readDirSync("/proc")) {
@@ -169,10 +169,10 @@ const adder = functionAgent(async (prompt) => {
   return String(a + b);
 });
 
-Deno.test({
-  name: "KubernetesRuntime places pods on 3 nodes, fails fast, and survives losing a node",
-  ignore: SKIP !== null && !REQUIRED,
-  fn: withDeadline(59_000, async (t) => {
+/** The cluster (given, or brought up here) with the image on every node; once. */
+let ready: Promise<void> | null = null;
+function setUp(): Promise<void> {
+  ready ??= (async () => {
     if (SKIP !== null) throw new Error(`kubernetes test cannot run: ${SKIP} (HUD_REQUIRE_K8S=1)`);
     if (given !== undefined) {
       state = given;
@@ -182,23 +182,55 @@ Deno.test({
       await sh("k8s_up.sh", { K8S_STATE: state, K8S_CACHE: CACHE }, 300_000);
     }
     await loadImage();
+  })();
+  return ready;
+}
 
-    await t.step("a bare pod per placement, by pod IP and by port-forward", async () => {
+/** A cluster test: the cluster set up first, bounded. */
+function clusterTest(name: string, ms: number, fn: (t: Deno.TestContext) => Promise<void>): void {
+  Deno.test({
+    name,
+    ignore: SKIP !== null && !REQUIRED,
+    fn: withDeadline(ms, async (t) => {
+      await setUp();
+      await fn(t);
+    }),
+  });
+}
+
+const describe = (runs: { status: string; trace: unknown }[]) =>
+  runs.map((r) => JSON.stringify(r.trace).slice(0, 400)).join("\n");
+
+clusterTest(
+  "KubernetesRuntime: a bare pod per placement, by pod IP and by port-forward",
+  59_000,
+  async () => {
+    {
       for (const reach of ["pod-ip", "port-forward"] as const) {
-        await using runtime = new KubernetesRuntime(IMAGE, { ...base(), reach });
-        const p = await runtime.place();
-        assert.ok(NODES.includes(String(p.params.node)), String(p.params.node));
-        const host = new URL(p.url.replace(/^tcp:/, "http:")).hostname;
-        assert.equal(host, reach === "pod-ip" ? String(p.params.ip) : "127.0.0.1");
-        await using c = await connect(p, { readyTimeout: 10_000 });
-        assert.equal((await c.startTask("add", { a: 2, b: 3 })).prompt, "What is 2 + 3?");
-        await c.close();
-        await p[Symbol.asyncDispose]();
+        const runtime = new KubernetesRuntime(IMAGE, { ...base(), reach });
+        try {
+          const p = await runtime.place();
+          assert.ok(NODES.includes(String(p.params.node)), String(p.params.node));
+          const host = new URL(p.url.replace(/^tcp:/, "http:")).hostname;
+          assert.equal(host, reach === "pod-ip" ? String(p.params.ip) : "127.0.0.1");
+          await using c = await connect(p, { readyTimeout: 10_000 });
+          assert.equal((await c.startTask("add", { a: 2, b: 3 })).prompt, "What is 2 + 3?");
+          await c.close();
+          await p[Symbol.asyncDispose]();
+        } finally {
+          await runtime.close();
+        }
         assert.deepEqual(await waitNone("default", 30_000), []);
       }
-    });
+    }
+  },
+);
 
-    await t.step("fails fast with the pod's events, leaving nothing", async () => {
+clusterTest(
+  "KubernetesRuntime fails fast with the pod's events, leaving nothing",
+  59_000,
+  async () => {
+    {
       const cases: [string, KubernetesRuntimeOptions, string, RegExp][] = [
         ["a missing image", {}, "hud.local/missing:1", /ErrImagePull|ImagePullBackOff/],
         [
@@ -247,9 +279,15 @@ Deno.test({
       } finally {
         await api("DELETE", `/api/v1/namespaces/${ns}`);
       }
-    });
+    }
+  },
+);
 
-    await t.step("60 rollouts on a pool over 3 nodes, k8s-n3 killed mid-job", async () => {
+clusterTest(
+  "KubernetesRuntime: 60 rollouts on a pool over 3 nodes, k8s-n3 killed mid-job",
+  59_000,
+  async (t) => {
+    await t.step("the rollouts", async () => {
       await using runtime = new KubernetesRuntime(IMAGE, {
         ...base(),
         pool: { minReplicas: 6, maxReplicas: 6 },
@@ -288,7 +326,11 @@ Deno.test({
       assert.ok(good >= 40, `only ${good} of 60 rollouts rewarded`);
       for (const r of errored) {
         assert.ok(r.failed_phase, "an errored rollout names its phase");
-        assert.match(JSON.stringify(r.trace), /k8s-n3/, "an errored rollout names the node");
+        assert.match(
+          JSON.stringify(r.trace),
+          /k8s-n3/,
+          `an errored rollout names the node:\n${describe(errored)}`,
+        );
       }
       // The pool replaced the lost pods on the other nodes.
       const until = AbortSignal.timeout(60_000);
@@ -309,8 +351,14 @@ Deno.test({
       await sh("k8s_up.sh", { K8S_STATE: state, K8S_CACHE: CACHE }, 300_000);
       assert.ok(namespacePids("k8s-n3").length > 0);
     });
+  },
+);
 
-    await t.step("a killed runner: its owner's deletion, or gc, removes its pods", async () => {
+clusterTest(
+  "KubernetesRuntime: a killed runner's pods go with its owner, or by gc",
+  59_000,
+  async () => {
+    {
       // A pod standing for the runner: deleting it must take the runtime's pods with it.
       const owner = await api("POST", "/api/v1/namespaces/default/pods", {
         metadata: { generateName: "hud-runner-" },
@@ -365,18 +413,24 @@ Deno.test({
         "DELETE",
         `/api/v1/namespaces/default/pods/${owner.metadata.name}?gracePeriodSeconds=0`,
       );
-      const until = AbortSignal.timeout(60_000);
+      const until = AbortSignal.timeout(120_000);
       while ((await podsOf(names[0])) > 0 && !until.aborted) await delay(250);
       assert.equal(await podsOf(names[0]), 0, "the owner's deletion left pods");
       // No owner: gc removes the dead runner's Secret and pods.
       const removed = await removeStalePods({ kubeconfig: kubeconfig() });
       assert.deepEqual(removed.filter((r) => r.startsWith("secret/")), [`secret/${names[1]}`]);
       assert.equal(removed.filter((r) => r.startsWith("pod/")).length, 2);
-      assert.deepEqual(await waitNone(), []);
+      assert.deepEqual(await waitNone("default", 120_000), []);
       assert.deepEqual(await removeStalePods({ kubeconfig: kubeconfig() }), []);
-    });
+    }
+  },
+);
 
-    await t.step("a service account's token with only the permissions documented", async () => {
+clusterTest(
+  "KubernetesRuntime with a service account's token and only the permissions documented",
+  59_000,
+  async () => {
+    {
       const ns = `hud-sa-${Deno.pid}`;
       await api("POST", "/api/v1/namespaces", { metadata: { name: ns } });
       const dir = await Deno.makeTempDir();
@@ -404,9 +458,16 @@ Deno.test({
         const until = AbortSignal.timeout(30_000);
         while (token === "" && !until.aborted) {
           const list = await api("GET", `/api/v1/namespaces/${ns}/secrets`) as {
-            items: { type: string; data?: { token?: string } }[];
+            items: {
+              type: string;
+              metadata: { annotations?: Record<string, string> };
+              data?: { token?: string };
+            }[];
           };
-          const s = list.items.find((i) => i.type === "kubernetes.io/service-account-token");
+          const s = list.items.find((i) =>
+            i.type === "kubernetes.io/service-account-token" &&
+            i.metadata.annotations?.["kubernetes.io/service-account.name"] === "runner"
+          );
           token = s?.data?.token ? atob(s.data.token) : "";
           if (token === "") await delay(250);
         }
@@ -447,8 +508,14 @@ Deno.test({
         await Deno.remove(dir, { recursive: true });
         await api("DELETE", `/api/v1/namespaces/${ns}`);
       }
-    });
-  }, { teardown: clusterDown, teardownMs: 150_000 }),
+    }
+  },
+);
+
+Deno.test({
+  name: "KubernetesRuntime tests: the cluster they brought up goes",
+  ignore: SKIP !== null && !REQUIRED,
+  fn: withDeadline(59_000, clusterDown),
 });
 
 Deno.test("KubernetesRuntime rejects bad shapes and values", () => {
