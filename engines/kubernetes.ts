@@ -9,11 +9,13 @@
 
 import {
   connect,
-  type HudClient,
+  parseControlUrl,
   type Placement,
   type PlaceOptions,
   type RuntimeProvider,
 } from "../client.ts";
+import { encodeFrame } from "../_internal/framing.ts";
+import { closeQuietly, writeAll } from "../_internal/io.ts";
 import { NotReadyError } from "../errors.ts";
 import { generateToken, withToken } from "../_internal/auth.ts";
 import { abortable, Deadline, delay } from "../_internal/async.ts";
@@ -227,7 +229,7 @@ interface Pod {
   notify: (() => void) | null;
   member: PoolMember | null;
   /** A pool pod's idle connection: its end says the server is gone, before the node controller does. */
-  lifeline: HudClient | null;
+  lifeline: Deno.TcpConn | null;
   forward: PortForward | null;
   deleting: Promise<void> | null;
 }
@@ -691,7 +693,7 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
       pod.forward = null;
       const lifeline = pod.lifeline;
       pod.lifeline = null;
-      await lifeline?.close().catch(() => {});
+      if (lifeline) closeQuietly(lifeline);
       await forward?.close();
       await this.#deletes.acquire();
       const grace = force || pod.notReady ? "?gracePeriodSeconds=0" : "";
@@ -828,7 +830,38 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
         pod.notify?.();
       }
     }
+    // A pod bound to a node that stopped answering never starts: fail it rather than wait.
+    const pending = [...this.#pods.values()].filter((p) =>
+      !p.gone && p.node !== "" && p.phase === "Pending" && p.failure === null
+    );
+    for (const node of new Set(pending.map((p) => p.node))) {
+      if (await this.#nodeReady(node) !== false) continue;
+      for (const p of pending) {
+        if (p.node !== node) continue;
+        p.failure = `its node ${node} is not ready`;
+        p.notReady = true;
+        p.notify?.();
+      }
+    }
     if (this.#pool) await this.#tendPool();
+  }
+
+  /** The node's Ready condition; undefined when it cannot be read (no permission). */
+  async #nodeReady(node: string): Promise<boolean | undefined> {
+    try {
+      const n = await this.#client!.call(
+        "GET",
+        `/api/v1/nodes/${encodeURIComponent(node)}`,
+        undefined,
+        {
+          attempts: 1,
+        },
+      ) as { status?: { conditions?: { type: string; status: string }[] } };
+      const ready = n.status?.conditions?.find((c) => c.type === "Ready");
+      return ready === undefined ? undefined : ready.status === "True";
+    } catch {
+      return undefined;
+    }
   }
 
   /** Why a pod on a lost node is gone: the node's condition. */
@@ -1018,10 +1051,6 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
       else if (pod.notReady) {
         pool.kill(m, await this.#nodeProblem(pod.node));
         this.#delete(pod, true).catch(() => {});
-      } else if (pod.lifeline?.closed) {
-        pool.kill(m, `its server on node ${pod.node} went away`);
-        // Useless now, whatever its node does: out of the API at once.
-        this.#delete(pod, true).catch(() => {});
       }
     }
     // Dead members whose leases are over: delete their pods.
@@ -1078,13 +1107,7 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
       using deadline = new Deadline(readyTimeout, undefined, "pod ready");
       pod = await this.#create(deadline.signal);
       const url = await this.#readyPod(pod, deadline.signal, slot);
-      pod.lifeline = await connect(url, {
-        readyTimeout: 5_000,
-        forward: false,
-        heartbeatInterval: 5_000,
-        heartbeatTimeout: 3_000,
-        signal: deadline.signal,
-      });
+      await this.#holdLifeline(pod, url);
       if (this.#closed) throw this.#closedError();
       const member: PoolMember = {
         id: pod.name,
@@ -1125,6 +1148,42 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
     }
   }
 
+  /**
+   * Opens an idle session to a pool pod and watches it: when its server
+   * dies the connection ends at once (a lost node is the node controller's
+   * to notice), and the pod leaves the pool and the API.
+   */
+  async #holdLifeline(pod: Pod, url: string): Promise<void> {
+    const { token, ...addr } = parseControlUrl(url);
+    const conn = await Deno.connect(addr);
+    pod.lifeline = conn;
+    await writeAll(
+      conn,
+      encodeFrame({ jsonrpc: "2.0", id: 1, method: "hello", params: token ? { token } : {} }),
+    );
+    const watching = (async () => {
+      const buf = new Uint8Array(4096);
+      try {
+        while ((await conn.read(buf)) !== null) { /* the hello's reply; nothing else comes */ }
+      } catch {
+        // reset: the same
+      }
+      if (pod.lifeline !== conn || this.#closed) return; // closed by us
+      pod.lifeline = null;
+      closeQuietly(conn);
+      const m = pod.member;
+      if (m !== null && m.dead === null) {
+        this.#pool!.kill(m, `its server on node ${pod.node} went away`);
+        // Useless now, whatever its node does: out of the API at once.
+        this.#delete(pod, true).then(() => {
+          if (this.#pool!.get(m.id) === undefined) this.#pods.delete(pod.name);
+        }, () => {});
+      }
+    })();
+    this.#checks.add(watching);
+    watching.finally(() => this.#checks.delete(watching));
+  }
+
   async #shutdown(): Promise<void> {
     if (this.#timer !== null) clearTimeout(this.#timer);
     this.#timer = null;
@@ -1134,6 +1193,11 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
       await this.#polling?.catch(() => {});
       const client = this.#client;
       if (client === null) return;
+      for (const p of this.#pods.values()) {
+        const lifeline = p.lifeline;
+        p.lifeline = null;
+        if (lifeline) closeQuietly(lifeline);
+      }
       await Promise.allSettled([...this.#checks]);
       await Promise.allSettled([...this.#pods.values()].map((p) => this.#delete(p, p.notReady)));
       try {
