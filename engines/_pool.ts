@@ -172,26 +172,29 @@ export class LeasePool {
     for (const w of this.#waiters.splice(0)) w.reject(err());
   }
 
-  /** A placement on a leased member; releasing it frees the lease once. */
-  lease(member: PoolMember, onRelease?: () => void): Placement {
+  /**
+   * A placement on a leased member; releasing it frees the lease once.
+   * @param settle awaited before the release looks at the member: a rollout
+   *   that failed because the member died often ends before the pool has
+   *   read of the death, and would otherwise hand the member on
+   */
+  lease(member: PoolMember, onRelease?: () => void, settle?: () => Promise<void>): Placement {
     let released: Promise<void> | null = null;
     return {
       url: member.url,
       params: member.params,
       [Symbol.asyncDispose]: () => {
-        released ??= (() => {
+        released ??= (async () => {
+          await settle?.();
           member.leases--;
           onRelease?.();
           if (member.dead !== null) {
             if (member.leases === 0) this.#members.delete(member.id);
-            return Promise.reject(
-              new Error(
-                `${member.id} of ${this.#what} on node ${member.node} died while placed: ${member.dead}`,
-              ),
+            throw new Error(
+              `${member.id} of ${this.#what} on node ${member.node} died while placed: ${member.dead}`,
             );
           }
           this.#dispatch();
-          return Promise.resolve();
         })();
         return released;
       },

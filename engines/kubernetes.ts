@@ -483,7 +483,8 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
       this.#poll().catch(() => {});
       return waiting;
     })();
-    return pool.lease(member, () => this.#idleSince = Date.now());
+    // A moment for the pod's lifeline to say that its server died with the rollout.
+    return pool.lease(member, () => this.#idleSince = Date.now(), () => delay(50));
   }
 
   /** Deletes the pods and the Secret, and waits (bounded) for the pods to go; idempotent. */

@@ -32,7 +32,9 @@ const NODES = ["k8s-n1", "k8s-n2", "k8s-n3"];
 const IMAGE = "hud-k8s-fixture:test";
 const CACHE = Deno.env.get("K8S_CACHE") ?? "/var/cache/hud-sdk/k8s";
 const REQUIRED = required("HUD_REQUIRE_K8S");
-const given = Deno.env.get("HUD_TEST_K8S_STATE");
+// The cluster .ci/run (or k8s_up.sh by hand) started, else none.
+const given = Deno.env.get("HUD_TEST_K8S_STATE") ??
+  (exists("/var/lib/hud-k8s/admin.kubeconfig") ? "/var/lib/hud-k8s" : undefined);
 
 function skipReason(): string | null {
   if (Deno.build.os !== "linux") return "needs Linux network namespaces";

@@ -21,7 +21,9 @@ const FIXTURE = new URL("../fixtures/basic_env.ts", import.meta.url).pathname;
 const NODES = ["slurm-n1", "slurm-n2", "slurm-n3"];
 const ANNOUNCE = "10.215.0.254";
 const REQUIRED = required("HUD_REQUIRE_SLURM");
-const given = Deno.env.get("HUD_TEST_SLURM_STATE");
+// The cluster .ci/run (or slurm_up.sh by hand) started, else none.
+const given = Deno.env.get("HUD_TEST_SLURM_STATE") ??
+  (exists("/run/hud-slurm/slurm.conf") ? "/run/hud-slurm" : undefined);
 
 function skipReason(): string | null {
   if (Deno.build.os !== "linux") return "needs Linux network namespaces";
