@@ -25,52 +25,39 @@
  */
 
 import { Capability } from "./capability.ts";
-import { type SshBindingOptions, SshClient } from "./ssh/client.ts";
-import { type CdpBindingOptions, CdpClient } from "./cdp/client.ts";
-import { McpClient, type McpClientOptions } from "./mcp/client.ts";
+import type { SshBindingOptions, SshClient } from "./ssh/client.ts";
+import type { CdpBindingOptions, CdpClient } from "./cdp/client.ts";
+import type { McpBindingOptions, McpClient } from "./mcp/client.ts";
+import type { FileTrackerClient, FileTrackerClientOptions } from "./filetracking/tracker.ts";
 import type { GradeFrame, PromptFrame, TaskEntry } from "./env.ts";
-import { ConnectionClosedError, ErrorCode, HudProtocolError, NotReadyError } from "./errors.ts";
-import { encodeFrame, LineReader, parseLine, replyResult } from "./_internal/framing.ts";
+import { ConnectionClosedError, HudProtocolError, ProtocolViolationError } from "./errors.ts";
+import { encodeFrame, LineReader, parseLine } from "./_internal/framing.ts";
 import { closeQuietly, isPeerGone, pump, writeAll } from "./_internal/io.ts";
-import { abortable, Deadline, delay } from "./_internal/async.ts";
+import { acceptLoop } from "./_internal/accept.ts";
+import type { JsonRpcCaller } from "./_internal/rpc.ts";
+import { helloUntilReady } from "./_internal/ready.ts";
+import { loopbackPeerUid, ownUid, PEER_UID_SUPPORTED } from "./_internal/peer_uid.ts";
 import { isRecord } from "./_internal/util.ts";
 import { redactUrl, tokenFromEnv } from "./_internal/auth.ts";
-
-/** A placed environment: where to connect, until disposed. */
-export interface Placement extends AsyncDisposable {
-  /**
-   * The control address, `tcp://host:port`, or `tcp://:TOKEN@host:port` when
-   * the environment requires a token (do not print it).
-   */
-  readonly url: string;
-  /** Data about the placement (container id, pid...). */
-  readonly params: Readonly<Record<string, unknown>>;
-}
-
-/** Options for {@linkcode RuntimeProvider.place}. */
-export interface PlaceOptions {
-  /** Aborts placing. */
-  signal?: AbortSignal;
-}
-
-/**
- * Something that can place an environment for a rollout: the runtimes in
- * `runtime/` implement it, and {@linkcode connect} accepts one.
- */
-export interface RuntimeProvider {
-  /** Places the environment; dispose the placement to release it. */
-  place(options?: PlaceOptions): Promise<Placement>;
-}
+import { parseControlUrl } from "./_internal/control_url.ts";
 
 /**
  * Where an environment is served: a `tcp://host:port` url, anything with a
- * `url` (a placement, a {@linkcode Runtime}), or a runtime provider to place
- * (such as a `LocalRuntime`), released again when the client closes.
+ * `url` (a placement, a `Runtime`), or something to place first, released
+ * again when the client closes: any runtime of `runtime/` or `engines/`
+ * (`LocalRuntime`, `ContainerRuntime`...).
+ *
+ * The last member is the runtime contract (`RuntimeProvider` in
+ * `runtime/placement.ts`) written out structurally, because the client is a
+ * lower layer than the runtimes and imports none of them: `place()` gets
+ * the connect signal and resolves to a disposable with a `url`.
  */
 export type ConnectTarget =
   | string
   | { readonly url: string }
-  | RuntimeProvider;
+  | {
+    place(options?: { signal?: AbortSignal }): Promise<{ readonly url: string } & AsyncDisposable>;
+  };
 
 /** Options for {@linkcode connect}. */
 export interface ConnectOptions {
@@ -86,6 +73,15 @@ export interface ConnectOptions {
    * @default 240_000
    */
   readyTimeout?: number;
+  /**
+   * How long connections may be refused (nothing listens) before connecting
+   * fails with a `NotReadyError` that says so, in ms. Once a connection was
+   * accepted, only `readyTimeout` counts: something is there, starting.
+   * @default 10_000 for an address (a url, or a `Runtime`, which is one);
+   *   `readyTimeout` when it is given, and for a placement or a runtime to
+   *   place (which may still be starting)
+   */
+  refusedTimeout?: number;
   /**
    * Pause between attempts, in ms.
    * @default 500
@@ -110,6 +106,16 @@ export interface ConnectOptions {
    * @default true
    */
   forward?: boolean;
+  /**
+   * The local users (uids) whose connections the forwarders serve; a
+   * connection from anyone else is closed (and reported to `onError`). On
+   * Linux the owner of each accepted loopback connection is read from
+   * `/proc/net/tcp` and `/proc/net/tcp6` (so it needs read access there).
+   * Where it cannot be told (not Linux), forwarding needs `"any"`, which
+   * serves every local user: connecting fails otherwise.
+   * @default [this process's uid]
+   */
+  forwardUsers?: readonly number[] | "any";
   /**
    * Largest accepted reply frame, in bytes.
    * @default 16 MiB
@@ -139,69 +145,16 @@ export interface CallOptions {
 }
 
 const DEFAULT_MAX_FRAME = 16 * 1024 * 1024;
+/** How long an address may refuse connections before connect() gives up. */
+const DEFAULT_REFUSED_TIMEOUT = 10_000;
 const TUNNEL_REPLY_MAX = 64 * 1024;
 
-/** A control address, parsed. */
-export interface ControlAddress {
-  /** Host name or address (IPv6 without brackets). */
-  hostname: string;
-  /** Port. */
-  port: number;
-  /** The token from the url's password, percent-decoded, when there is one. */
-  token?: string;
-}
-
-/**
- * Host, port and token of a control address: `tcp://host:port`,
- * `tcp://:TOKEN@host:port` or `host:port`. Messages never show the token.
- * @throws {TypeError} for another scheme, a missing port, or user info
- *   without a `:` before the token
- */
-export function parseControlUrl(url: string): ControlAddress {
-  if (typeof url !== "string") throw new TypeError("Cannot connect: url must be a string");
-  const shown = redactUrl(url);
-  const m =
-    /^(?:([a-zA-Z][a-zA-Z0-9+.-]*):\/\/)?(?:([^@/?#]*)@)?(?:\[([^\]]+)\]|([^:/?#@]+)):(\d+)\/?$/
-      .exec(url.trim());
-  if (m && m[1] !== undefined && m[1].toLowerCase() !== "tcp") {
-    throw new TypeError(
-      `Cannot connect: unsupported scheme "${m[1]}" in "${shown}" (expected tcp://)`,
-    );
-  }
-  if (!m) {
-    const scheme = /^([a-zA-Z][a-zA-Z0-9+.-]*):\/\//.exec(url)?.[1];
-    if (scheme && scheme.toLowerCase() !== "tcp") {
-      throw new TypeError(
-        `Cannot connect: unsupported scheme "${scheme}" in "${shown}" (expected tcp://)`,
-      );
-    }
-    throw new TypeError(`Cannot connect: invalid address "${shown}" (expected tcp://host:port)`);
-  }
-  const port = Number(m[5]);
-  if (port < 1 || port > 65535) throw new RangeError(`Cannot connect: invalid port in "${shown}"`);
-  const address: ControlAddress = { hostname: m[3] ?? m[4], port };
-  if (m[2] !== undefined) {
-    const colon = m[2].indexOf(":");
-    if (colon < 0) {
-      throw new TypeError(
-        `Cannot connect: put the token after a colon in "${shown}" (tcp://:TOKEN@host:port)`,
-      );
-    }
-    try {
-      address.token = decodeURIComponent(m[2].slice(colon + 1));
-    } catch {
-      throw new TypeError(`Cannot connect: the token in "${shown}" is not valid percent-encoding`);
-    }
-  }
-  return address;
-}
+export type { ControlAddress } from "./_internal/control_url.ts";
+export { parseControlUrl };
 
 function readManifest(result: unknown): Manifest {
   if (!isRecord(result) || typeof result.session_id !== "string" || !isRecord(result.env)) {
-    throw new HudProtocolError(
-      ErrorCode.INTERNAL_ERROR,
-      "invalid hello reply: missing session_id or env",
-    );
+    throw new ProtocolViolationError("Invalid hello reply: missing session_id or env");
   }
   const bindings = Array.isArray(result.bindings) ? result.bindings : [];
   return {
@@ -211,50 +164,17 @@ function readManifest(result: unknown): Manifest {
   };
 }
 
-/** A control connection plus its reader, before it becomes a client. */
-interface Channel {
-  conn: Deno.TcpConn;
-  reader: LineReader;
-}
-
-/** Sends one request and reads its reply on a channel. */
-async function roundTrip(
-  channel: Channel,
-  id: number,
-  method: string,
-  params: Record<string, unknown>,
-): Promise<Record<string, unknown>> {
-  await writeAll(channel.conn, encodeFrame({ jsonrpc: "2.0", id, method, params }));
-  const frame = await channel.reader.read();
-  if (frame === null) {
-    throw new ConnectionClosedError(`Connection closed before the reply to "${method}"`);
-  }
-  if (frame.kind === "oversized") {
-    throw new HudProtocolError(
-      ErrorCode.INTERNAL_ERROR,
-      `reply of ${frame.size} bytes exceeds the frame limit`,
-    );
-  }
-  let reply: unknown;
-  try {
-    reply = parseLine(frame.line);
-  } catch (err) {
-    throw new HudProtocolError(
-      ErrorCode.PARSE_ERROR,
-      `invalid reply to "${method}": ${(err as Error).message}`,
-    );
-  }
-  return replyResult(reply, id, method);
-}
-
 /**
  * Connects to an environment, retrying until it answers `hello`: a refused
  * connection, or one closed before the reply, means "not ready yet"; an
- * error reply fails at once.
+ * error reply fails at once. An address that refuses every connection for
+ * `refusedTimeout` (10 s by default) fails sooner than the ready timeout,
+ * with a message saying that nothing listens there.
  *
  * @param target `tcp://host:port`, `host:port`, or a runtime with a `url`
  * @throws {NotReadyError} when the ready timeout passes
  * @throws {HudProtocolError} when the environment answers `hello` with an error
+ * @throws {ProtocolViolationError} when its reply to `hello` breaks the protocol
  * @throws {TypeError} for a malformed address
  */
 export async function connect(
@@ -277,58 +197,33 @@ export async function connect(
   const url = redactUrl(given);
   const token = options.token ?? urlToken ?? tokenFromEnv();
   const readyTimeout = options.readyTimeout ?? 240_000;
-  const interval = options.retryInterval ?? 500;
-  using deadline = new Deadline(readyTimeout, options.signal, "connect");
-  let lastError: unknown;
-  let attempts = 0;
-  while (true) {
-    if (deadline.signal.aborted) {
-      if (options.signal?.aborted) throw options.signal.reason;
-      throw new NotReadyError(
-        `Cannot connect to ${url}: not ready after ${readyTimeout} ms (${attempts} attempts)`,
-        { cause: lastError },
-      );
-    }
-    attempts++;
-    let conn: Deno.TcpConn | null = null;
-    try {
-      conn = await abortable(Deno.connect(addr), deadline.signal);
-      const channel = {
-        conn,
-        reader: new LineReader(conn, options.maxFrameBytes ?? DEFAULT_MAX_FRAME),
-      };
-      const params: Record<string, unknown> = options.sessionId
-        ? { session_id: options.sessionId }
-        : {};
-      if (token !== undefined) params.token = token;
-      const c = conn;
-      const result = await abortable(
-        roundTrip(channel, 1, "hello", params),
-        deadline.signal,
-        () => closeQuietly(c),
-      );
-      const client = newClient(channel, url, token, readManifest(result), options);
-      conn = null;
-      await startForwarders(client);
-      return client;
-    } catch (err) {
-      if (conn) closeQuietly(conn);
-      if (err instanceof HudProtocolError) throw err;
-      if (deadline.signal.aborted) continue;
-      if (
-        !(err instanceof Deno.errors.ConnectionRefused) && !isPeerGone(err) &&
-        !(err instanceof ConnectionClosedError)
-      ) {
-        throw err;
-      }
-      lastError = err;
-    }
-    try {
-      await delay(interval, deadline.signal);
-    } catch {
-      // The loop head reports the timeout or the abort.
-    }
+  // An address (a url, or a runtime that is one) that refuses has nothing
+  // behind it: say so soon. A placement may still be starting.
+  const address = typeof target === "string" || (isRecord(target) && "place" in target);
+  const refusedTimeout = options.refusedTimeout ??
+    (options.readyTimeout === undefined && address ? DEFAULT_REFUSED_TIMEOUT : readyTimeout);
+  const params: Record<string, unknown> = options.sessionId
+    ? { session_id: options.sessionId }
+    : {};
+  if (token !== undefined) params.token = token;
+  const { caller, result } = await helloUntilReady(addr, params, {
+    url,
+    readyTimeout,
+    refusedTimeout,
+    retryInterval: options.retryInterval ?? 500,
+    maxFrameBytes: options.maxFrameBytes ?? DEFAULT_MAX_FRAME,
+    signal: options.signal,
+  });
+  let manifest: Manifest;
+  try {
+    manifest = readManifest(result);
+  } catch (err) {
+    caller.close();
+    throw err;
   }
+  const client = newClient(caller, url, token, manifest, options);
+  await startForwarders(client);
+  return client;
 }
 
 /**
@@ -343,6 +238,7 @@ class TcpForwarder {
   readonly #conns = new Set<Deno.Conn>();
   readonly #tasks = new Set<Promise<void>>();
   readonly #onError: (err: unknown) => void;
+  readonly #users: ReadonlySet<number> | "any";
   readonly #loop: Promise<void>;
   #closed = false;
 
@@ -350,36 +246,50 @@ class TcpForwarder {
     capability: Capability,
     control: { hostname: string; port: number },
     token: string | undefined,
+    users: ReadonlySet<number> | "any",
     onError: (err: unknown) => void,
   ) {
     this.capability = capability;
     this.#control = control;
     this.#token = token;
+    this.#users = users;
     this.#onError = onError;
     this.#listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-    this.#loop = this.#accept();
+    this.#loop = acceptLoop(this.#listener, (local) => {
+      const task = this.#serve(local).catch((err) => {
+        if (!isPeerGone(err)) this.#onError(err);
+      }).finally(() => this.#tasks.delete(task));
+      this.#tasks.add(task);
+    }, { closing: () => this.#closed, onError: onError });
+  }
+
+  /** Tunnels a local connection if its user may use the forwarder. */
+  async #serve(local: Deno.Conn): Promise<void> {
+    if (this.#users !== "any") {
+      this.#conns.add(local);
+      let uid: number | null;
+      try {
+        uid = await loopbackPeerUid(local);
+      } finally {
+        this.#conns.delete(local);
+      }
+      if (uid === null || !this.#users.has(uid)) {
+        closeQuietly(local);
+        this.#onError(
+          new Error(
+            `Forwarder for "${this.capability.name}" refused a connection from ${
+              uid === null ? "a user it cannot tell" : `uid ${uid}`
+            }: it serves uid ${[...this.#users].join(", ")} (add others with forwardUsers)`,
+          ),
+        );
+        return;
+      }
+    }
+    await this.#tunnel(local);
   }
 
   get port(): number {
     return this.#listener.addr.port;
-  }
-
-  async #accept(): Promise<void> {
-    while (true) {
-      let local: Deno.Conn;
-      try {
-        local = await this.#listener.accept();
-      } catch (err) {
-        if (this.#closed || isPeerGone(err)) return;
-        this.#onError(err);
-        await delay(50);
-        continue;
-      }
-      const task = this.#tunnel(local).catch((err) => {
-        if (!isPeerGone(err)) this.#onError(err);
-      }).finally(() => this.#tasks.delete(task));
-      this.#tasks.add(task);
-    }
   }
 
   async #tunnel(local: Deno.Conn): Promise<void> {
@@ -450,18 +360,106 @@ class TcpForwarder {
   }
 }
 
-/** Rewrites `scheme://[user@]host:port/rest` to point at a local port. */
+/**
+ * The users the forwarders serve, from `forwardUsers`.
+ * @throws {TypeError} for a list that is not of uids
+ * @throws {Deno.errors.NotSupported} where the user of a connection cannot
+ *   be told and `"any"` was not asked for
+ * @throws {Deno.errors.PermissionDenied} without read access to /proc/net
+ */
+function forwardUsers(option: readonly number[] | "any" | undefined): ReadonlySet<number> | "any" {
+  if (option === "any") return "any";
+  if (option !== undefined && (!Array.isArray(option) || !option.every(isUid))) {
+    throw new TypeError(
+      `Cannot forward: forwardUsers must be "any" or a list of uids, got ${JSON.stringify(option)}`,
+    );
+  }
+  if (!PEER_UID_SUPPORTED) {
+    throw new Deno.errors.NotSupported(
+      `Cannot forward: on ${Deno.build.os} a forwarder cannot tell which user a connection comes from; pass forwardUsers: "any" to serve every local user, or forward: false`,
+    );
+  }
+  for (const path of ["/proc/net/tcp", "/proc/net/tcp6"]) {
+    if (Deno.permissions.querySync({ name: "read", path }).state !== "granted") {
+      throw new Deno.errors.PermissionDenied(
+        `Cannot forward: reading ${path} is how a forwarder tells which user a connection comes from; grant --allow-read=/proc/net, or pass forwardUsers: "any"`,
+      );
+    }
+  }
+  if (option !== undefined) return new Set(option);
+  const uid = ownUid();
+  if (uid === null) {
+    throw new Deno.errors.PermissionDenied(
+      `Cannot forward: cannot read this process's uid; grant --allow-sys=uid, or pass forwardUsers`,
+    );
+  }
+  return new Set([uid]);
+}
+
+function isUid(v: unknown): boolean {
+  return typeof v === "number" && Number.isInteger(v) && v >= 0 && v <= 0xffffffff;
+}
+
+/**
+ * Rewrites `scheme://[user[:password]@]host:port/rest` to point at a local
+ * port, as `scheme://[user@]127.0.0.1:port/rest`: the user name stays (an
+ * SSH login needs it), a password does not (as HUD's client does), so that
+ * the url can be shown and handed to agents.
+ */
 function localUrl(url: string, port: number): string {
   const m = /^([a-zA-Z][a-zA-Z0-9+.-]*:\/\/)?(?:([^@/?#]*)@)?([^/?#]*)(.*)$/s.exec(url)!;
   const scheme = m[1] ?? "tcp://";
-  const user = m[2] !== undefined ? `${m[2]}@` : "";
+  const name = m[2]?.split(":", 1)[0] ?? "";
+  const user = name !== "" ? `${name}@` : "";
   return `${scheme}${user}127.0.0.1:${port}${m[4]}`;
 }
+
+/**
+ * Whether a published url is the placeholder of a capability that has no
+ * port of its own (attached to the environment's control port: port 0).
+ */
+function isPlaceholderUrl(url: string): boolean {
+  return /^(?:[a-zA-Z][a-zA-Z0-9+.-]*:\/\/)?(?:[^@/?#]*@)?(?:\[[^\]]*\]|[^:/?#]*):0(?:[/?#]|$)/
+    .test(url);
+}
+
+/** The client {@linkcode HudClient.open} returns for a binding's protocol family. */
+export type ProtocolClient = SshClient | CdpClient | McpClient | FileTrackerClient;
+
+/** Options for {@linkcode HudClient.open}: those of the family's `fromBinding`. */
+export type OpenOptions =
+  | SshBindingOptions
+  | CdpBindingOptions
+  | McpBindingOptions
+  | FileTrackerClientOptions;
+
+type Opener = (capability: Capability, options: OpenOptions) => Promise<ProtocolClient>;
+
+// One entry per protocol family. Each loads its subsystem on first use, so
+// that the control client itself loads no SSH, CDP or MCP code.
+const OPENERS: Readonly<Record<string, Opener>> = {
+  ssh: async (capability, options) => {
+    const { SshClient } = await import("./ssh/client.ts");
+    return SshClient.fromBinding(capability, options as SshBindingOptions);
+  },
+  cdp: async (capability, options) => {
+    const { CdpClient } = await import("./cdp/client.ts");
+    return await CdpClient.fromBinding(capability, options as CdpBindingOptions);
+  },
+  mcp: async (capability, options) => {
+    const { McpClient } = await import("./mcp/client.ts");
+    return await McpClient.fromBinding(capability, options as McpBindingOptions);
+  },
+  filetracking: async (capability, options) => {
+    const { FileTrackerClient } = await import("./filetracking/tracker.ts");
+    return await FileTrackerClient.fromBinding(capability, options as FileTrackerClientOptions);
+  },
+};
 
 // Plumbing that connect() needs and HudClient's public API must not show;
 // assigned in HudClient's static block, which can reach its #private members.
 let newClient: (
-  channel: Channel,
+  caller: JsonRpcCaller,
   url: string,
   token: string | undefined,
   manifest: Manifest,
@@ -477,16 +475,13 @@ let releaseOnClose: (client: HudClient, placement: AsyncDisposable) => void;
  * `bye`, so an ungraded task stays parked for a later grader.
  */
 export class HudClient implements AsyncDisposable {
-  readonly #channel: Channel;
+  readonly #caller: JsonRpcCaller;
   readonly #url: string;
   readonly #token: string | undefined;
   readonly #control: { hostname: string; port: number };
   readonly #options: ConnectOptions;
   readonly #forwarders = new Map<string, TcpForwarder>();
   #manifest: Manifest;
-  #nextId = 2;
-  #queue: Promise<unknown> = Promise.resolve();
-  #failure: Error | null = null;
   #closed: Promise<void> | null = null;
   #heartbeat: ReturnType<typeof setTimeout> | undefined;
   #heartbeatStopped = false;
@@ -495,13 +490,13 @@ export class HudClient implements AsyncDisposable {
   // TypeScript's `private` is the only way to keep a constructor out of the
   // public API (a #private name cannot apply to one); use connect().
   private constructor(
-    channel: Channel,
+    caller: JsonRpcCaller,
     url: string,
     token: string | undefined,
     manifest: Manifest,
     options: ConnectOptions,
   ) {
-    this.#channel = channel;
+    this.#caller = caller;
     this.#url = url;
     this.#token = token;
     this.#control = parseControlUrl(url);
@@ -511,28 +506,46 @@ export class HudClient implements AsyncDisposable {
   }
 
   static {
-    newClient = (channel, url, token, manifest, options) =>
-      new HudClient(channel, url, token, manifest, options);
+    newClient = (caller, url, token, manifest, options) =>
+      new HudClient(caller, url, token, manifest, options);
     startForwarders = (client) => client.#startForwarders();
     releaseOnClose = (client, placement) => {
       client.#placement = placement;
     };
   }
 
-  /** Opens one forwarder per binding. */
+  /**
+   * Opens one forwarder per binding. A binding published with a placeholder
+   * url (port 0: served through the control port only) gets its
+   * forwarder's url in the manifest too, so that whoever reads the raw
+   * bindings can dial it.
+   */
   async #startForwarders(): Promise<void> {
     if (this.#options.forward === false) return;
     try {
+      const users = forwardUsers(this.#options.forwardUsers);
       for (const cap of this.#manifest.bindings) {
         this.#forwarders.set(
           cap.name,
-          new TcpForwarder(cap, this.#control, this.#token, this.#options.onError ?? (() => {})),
+          new TcpForwarder(
+            cap,
+            this.#control,
+            this.#token,
+            users,
+            this.#options.onError ?? (() => {}),
+          ),
         );
       }
     } catch (err) {
       await this.close();
       throw err;
     }
+    this.#manifest = { ...this.#manifest, bindings: this.#dialable(this.#manifest.bindings) };
+  }
+
+  /** `bindings` with each placeholder url replaced by its forwarder's. */
+  #dialable(bindings: Capability[]): Capability[] {
+    return bindings.map((cap) => isPlaceholderUrl(cap.url) ? this.#local(cap) : cap);
   }
 
   /**
@@ -543,7 +556,11 @@ export class HudClient implements AsyncDisposable {
     return this.#url;
   }
 
-  /** Session id, environment name and version, and the published bindings. */
+  /**
+   * Session id, environment name and version, and the published bindings
+   * with the urls the environment gave (but a placeholder's, port 0, which
+   * is its forwarder's).
+   */
   get manifest(): Manifest {
     return this.#manifest;
   }
@@ -560,7 +577,7 @@ export class HudClient implements AsyncDisposable {
 
   /** Whether the connection is closed or failed. */
   get closed(): boolean {
-    return this.#closed !== null || this.#failure !== null;
+    return this.#closed !== null || this.#caller.closed;
   }
 
   #local(cap: Capability): Capability {
@@ -595,140 +612,73 @@ export class HudClient implements AsyncDisposable {
     return this.#local(matches[0]);
   }
 
-  /**
-   * A CDP client for the `cdp/1.3` binding: `open("cdp")` is
-   * {@linkcode HudClient.openCdp}; see there.
-   */
-  open(ref: "cdp" | `cdp/${string}`, options?: CdpBindingOptions): Promise<CdpClient>;
-  /**
-   * An MCP client for the `mcp` binding (a tool server): `open("mcp")` is
-   * {@linkcode HudClient.openMcp}; see there.
-   */
+  /** An SSH client for the `ssh/2` binding; see {@linkcode HudClient.open}. */
+  open(ref?: "shell" | "ssh" | `ssh/${string}`, options?: SshBindingOptions): Promise<SshClient>;
+  /** A connected CDP client for the `cdp/1.3` binding (a browser). */
+  open(ref: "browser" | "cdp" | `cdp/${string}`, options?: CdpBindingOptions): Promise<CdpClient>;
+  /** An initialized MCP client for the `mcp` binding (a tool server). */
+  open(ref: "tools" | "mcp" | `mcp/${string}`, options?: McpBindingOptions): Promise<McpClient>;
+  /** A connected file tracker client for the `filetracking/1` binding. */
   open(
-    ref: "mcp" | `mcp/${string}`,
-    options?: Omit<McpClientOptions, "authToken">,
-  ): Promise<McpClient>;
+    ref: "filetracking" | `filetracking/${string}`,
+    options?: FileTrackerClientOptions,
+  ): Promise<FileTrackerClient>;
   /**
-   * An SSH client for an `ssh/2` binding, connected (lazily) through its
-   * local forwarder, that checks the server's host key against the
-   * binding's `host_pubkey` and logs in with its `client_key`. With `"cdp"`
-   * or a `cdp/` protocol as the ref, a CDP client instead (see
-   * {@linkcode HudClient.openCdp}).
-   * @param ref a name, protocol or family, as for {@linkcode HudClient.binding}
+   * The protocol client for a binding, reached through its local
+   * forwarder, by the binding's protocol family: an `SshClient` for `ssh`
+   * (connected on first use; it checks the host key against `host_pubkey`
+   * and logs in with `client_key`), a connected `CdpClient` for `cdp`, an
+   * initialized `McpClient` for `mcp` (with the binding's `auth_token`), a
+   * connected `FileTrackerClient` for `filetracking`. Each family's code is
+   * loaded on the first `open` that needs it. The caller owns the client:
+   * close it before this one.
+   *
+   * The ref is resolved as by {@linkcode HudClient.binding}. With a family
+   * or protocol as the ref, or a factory's default name (`shell`,
+   * `browser`, `tools`, `filetracking`), the result has that family's type;
+   * with another name it is a {@linkcode ProtocolClient} to narrow.
+   * @param ref a name, protocol or family
+   * @param options the family's `fromBinding` options (a signal, keys...)
    * @throws {RangeError} when the ref matches nothing or several bindings
-   * @throws {TypeError} when the binding is not `ssh/2` or has no key to log in with
+   * @throws {TypeError} when no client speaks the binding's protocol, or the
+   *   binding lacks what its client needs (such as a key to log in with)
    */
-  open(ref?: string, options?: SshBindingOptions): SshClient;
-  open(
-    ref = "shell",
-    options: SshBindingOptions | CdpBindingOptions | Omit<McpClientOptions, "authToken"> = {},
-  ): SshClient | Promise<CdpClient> | Promise<McpClient> {
-    if (ref === "cdp" || ref.startsWith("cdp/")) {
-      return this.openCdp(ref, options as CdpBindingOptions);
-    }
-    if (ref === "mcp" || ref.startsWith("mcp/")) {
-      return this.openMcp(ref, options as Omit<McpClientOptions, "authToken">);
-    }
+  open(ref?: string, options?: OpenOptions): Promise<ProtocolClient>;
+  async open(ref = "shell", options: OpenOptions = {}): Promise<ProtocolClient> {
     const capability = this.binding(ref);
-    if (capability.family !== "ssh") {
-      const hint = capability.family === "cdp"
-        ? `; use openCdp("${capability.name}")`
-        : capability.family === "mcp"
-        ? `; use openMcp("${capability.name}")`
-        : "";
+    const opener = Object.hasOwn(OPENERS, capability.family)
+      ? OPENERS[capability.family]
+      : undefined;
+    if (opener === undefined) {
       throw new TypeError(
-        `Cannot open binding "${capability.name}": expected an ssh binding, got "${capability.protocol}"${hint}`,
+        `Cannot open binding "${capability.name}": no client speaks "${capability.protocol}" (clients: ${
+          Object.keys(OPENERS).join(", ")
+        }); use binding("${capability.name}") for its url`,
       );
     }
-    return SshClient.fromBinding(capability, options);
-  }
-
-  /**
-   * A connected CDP client for a `cdp/1.3` binding (a browser), reached
-   * through the binding's local forwarder: the WebSocket url's host and
-   * port are the forwarder's. Close it before the client.
-   * @param ref a name (`browser`), protocol or family, as for {@linkcode HudClient.binding}
-   * @throws {RangeError} when the ref matches nothing or several bindings
-   * @throws {TypeError} when the binding is not `cdp` or the browser cannot be reached
-   */
-  async openCdp(ref = "cdp", options: CdpBindingOptions = {}): Promise<CdpClient> {
-    return await CdpClient.fromBinding(this.binding(ref), options);
-  }
-
-  /**
-   * An initialized MCP client (streamable HTTP) for an `mcp` binding, reached
-   * through the binding's local forwarder, with the binding's `auth_token`
-   * if it has one. Close it before the client.
-   * @param ref a name (`tools`), protocol or family, as for {@linkcode HudClient.binding}
-   * @throws {RangeError} when the ref matches nothing or several bindings
-   * @throws {TypeError} when the binding is not `mcp`
-   * @throws {McpError} when the server cannot be initialized
-   */
-  async openMcp(
-    ref = "mcp",
-    options: Omit<McpClientOptions, "authToken"> = {},
-  ): Promise<McpClient> {
-    return await McpClient.fromBinding(this.binding(ref), options);
+    return await opener(capability, options);
   }
 
   /**
    * Sends one request and returns its result. Calls queue behind each other.
-   * @throws {HudProtocolError} for an error reply or a protocol violation
+   * @throws {HudProtocolError} for an error reply
+   * @throws {ProtocolViolationError} for a reply that breaks the protocol
+   *   (the connection is closed)
    * @throws {ConnectionClosedError} when the connection is closed or fails
    */
-  call(
+  async call(
     method: string,
     params: Record<string, unknown> = {},
     options: CallOptions = {},
   ): Promise<Record<string, unknown>> {
-    const run = async () => {
-      if (this.#closed) {
-        throw new ConnectionClosedError(`Cannot call "${method}": the client is closed`);
-      }
-      if (this.#failure) {
-        throw new ConnectionClosedError(`Cannot call "${method}": the connection failed`, {
-          cause: this.#failure,
-        });
-      }
-      options.signal?.throwIfAborted();
-      const id = this.#nextId++;
-      try {
-        return await abortable(
-          roundTrip(this.#channel, id, method, params),
-          options.signal,
-          () => this.#fail(new ConnectionClosedError(`Call "${method}" was aborted`)),
-        );
-      } catch (err) {
-        if (
-          err instanceof HudProtocolError && err.code !== ErrorCode.INTERNAL_ERROR &&
-          err.code !== ErrorCode.PARSE_ERROR
-        ) {
-          throw err;
-        }
-        if (options.signal?.aborted && err === options.signal.reason) throw err;
-        // Transport failure or a broken stream: the connection is unusable.
-        const failure = err instanceof Error ? err : new Error(String(err));
-        this.#fail(failure);
-        if (err instanceof HudProtocolError) throw err;
-        if (this.#closed) {
-          throw new ConnectionClosedError(`Call "${method}" interrupted: the client was closed`, {
-            cause: err,
-          });
-        }
-        throw new ConnectionClosedError(`Connection to ${this.#url} failed during "${method}"`, {
-          cause: err,
-        });
-      }
-    };
-    const result = this.#queue.then(run, run);
-    this.#queue = result.catch(() => {});
-    return result;
-  }
-
-  #fail(err: Error): void {
-    this.#failure ??= err;
-    this.#stopHeartbeat();
-    closeQuietly(this.#channel.conn);
+    if (this.#closed) {
+      throw new ConnectionClosedError(`Cannot call "${method}": the client is closed`);
+    }
+    try {
+      return await this.#caller.call(method, params, options);
+    } finally {
+      if (this.#caller.closed) this.#stopHeartbeat();
+    }
   }
 
   #scheduleHeartbeat(): void {
@@ -744,35 +694,25 @@ export class HudClient implements AsyncDisposable {
   }
 
   async #beat(): Promise<void> {
-    const timeout = this.#options.heartbeatTimeout ?? 5_000;
-    const run = async () => {
-      if (this.closed) return;
-      const id = this.#nextId++;
-      using deadline = new Deadline(timeout, undefined, "heartbeat");
-      try {
-        const result = await abortable(
-          roundTrip(this.#channel, id, "hello", this.#helloParams(this.#manifest.sessionId)),
-          deadline.signal,
-        );
-        this.#manifest = { ...readManifest(result), bindings: this.#manifest.bindings };
-        this.#scheduleHeartbeat();
-      } catch (err) {
-        if (
-          err instanceof HudProtocolError && err.code !== ErrorCode.INTERNAL_ERROR &&
-          err.code !== ErrorCode.PARSE_ERROR
-        ) {
-          // An error reply only stops the heartbeat.
-          this.#stopHeartbeat();
-          return;
-        }
-        this.#fail(
+    if (this.closed) return;
+    try {
+      const result = await this.#caller.call(
+        "hello",
+        this.#helloParams(this.#manifest.sessionId),
+        { timeout: this.#options.heartbeatTimeout ?? 5_000 },
+      );
+      this.#manifest = { ...readManifest(result), bindings: this.#manifest.bindings };
+      this.#scheduleHeartbeat();
+    } catch (err) {
+      // An error reply only stops the heartbeat; anything else has ended
+      // the connection, and the next call says so.
+      this.#stopHeartbeat();
+      if (!(err instanceof HudProtocolError)) {
+        this.#caller.fail(
           new ConnectionClosedError(`Heartbeat to ${this.#url} failed`, { cause: err }),
         );
       }
-    };
-    const result = this.#queue.then(run, run);
-    this.#queue = result.catch(() => {});
-    await this.#queue;
+    }
   }
 
   /**
@@ -798,10 +738,7 @@ export class HudClient implements AsyncDisposable {
   async listTasks(options?: CallOptions): Promise<TaskEntry[]> {
     const result = await this.call("tasks.list", {}, options);
     if (!Array.isArray(result.tasks)) {
-      throw new HudProtocolError(
-        ErrorCode.INTERNAL_ERROR,
-        "invalid tasks.list reply: no tasks array",
-      );
+      throw this.#violation("Invalid tasks.list reply: no tasks array");
     }
     return result.tasks as TaskEntry[];
   }
@@ -822,19 +759,32 @@ export class HudClient implements AsyncDisposable {
 
   /**
    * Grades this session's task (or adopts the lone parked one) with the
-   * payload, whose `answer` the task receives.
-   * @throws {HudProtocolError} `-32603` when the grade's score is not a number
+   * payload, whose `answer` the task receives. A boolean score (which HUD's
+   * server sends for `{"score": True}`, a bool being an int in Python) is
+   * read as 1 or 0.
+   * @throws {ProtocolViolationError} when the grade's score is not a number
+   *   or a boolean
    */
   async grade(payload: Record<string, unknown> = {}, options?: CallOptions): Promise<GradeFrame> {
     if (!isRecord(payload)) throw new TypeError("Cannot grade: payload must be an object");
     const result = await this.call("tasks.grade", payload, options);
+    if (typeof result.score === "boolean" || typeof result.score === "bigint") {
+      return { ...result, score: Number(result.score) };
+    }
     if (typeof result.score !== "number") {
-      throw new HudProtocolError(
-        ErrorCode.INTERNAL_ERROR,
-        `invalid grade: score must be a number, got ${JSON.stringify(result.score)}`,
+      throw this.#violation(
+        `Invalid grade: score must be a number, got ${JSON.stringify(result.score)}`,
       );
     }
     return result as GradeFrame;
+  }
+
+  /**
+   * A reply in step with its request whose content the protocol does not
+   * allow: the connection stays usable.
+   */
+  #violation(message: string): ProtocolViolationError {
+    return new ProtocolViolationError(message);
   }
 
   /** Cancels this session's task, if any. */
@@ -852,9 +802,9 @@ export class HudClient implements AsyncDisposable {
   close(): Promise<void> {
     this.#closed ??= (async () => {
       this.#stopHeartbeat();
-      closeQuietly(this.#channel.conn);
+      this.#caller.close();
       await Promise.allSettled([...this.#forwarders.values()].map((f) => f.close()));
-      await this.#queue;
+      await this.#caller.idle;
       await this.#placement?.[Symbol.asyncDispose]();
     })();
     return this.#closed;

@@ -68,3 +68,21 @@ export class NotReadyError extends Error {
     this.name = "NotReadyError";
   }
 }
+
+/**
+ * The peer broke the protocol: a reply that does not answer the request
+ * (its id differs), that has no result object, that cannot be parsed, or
+ * that exceeds the frame limit. Found locally, never sent or received as a
+ * JSON-RPC error (those are {@linkcode HudProtocolError}). A reply out of
+ * step with its request, or one that cannot be read, ends the connection.
+ */
+export class ProtocolViolationError extends Error {
+  /**
+   * Creates the error.
+   * @param message what the peer sent that the protocol does not allow
+   */
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "ProtocolViolationError";
+  }
+}

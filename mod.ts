@@ -7,7 +7,19 @@
  * async generator: its first `yield` is the prompt, it receives the agent's
  * answer, and its second `yield` is the score. {@linkcode serve} publishes
  * an environment on a TCP control port; {@linkcode connect} reaches one,
- * with a local forwarder per capability.
+ * with a local forwarder per capability. {@linkcode rollout} runs an
+ * {@linkcode Agent} against one task on a runtime such as
+ * {@linkcode LocalRuntime}, and a {@linkcode Taskset} runs many into a
+ * {@linkcode Job}.
+ *
+ * This face names what the quick start and a typical environment need;
+ * every subsystem has its own subpath export: `@hud/sdk/runtime` (the
+ * runtime contract, `SubprocessRuntime`, `Shared`), `@hud/sdk/engines`
+ * (containers, Docker Swarm), `@hud/sdk/eval` (traces, jobs, results files,
+ * reports), `@hud/sdk/agents` (`ChatAgent`, model backends, `CommandAgent`),
+ * `@hud/sdk/ssh`, `@hud/sdk/cdp`, `@hud/sdk/mcp`, `@hud/sdk/filetracking`,
+ * `@hud/sdk/workspace`, `@hud/sdk/viewer`, and `@hud/sdk/server`,
+ * `@hud/sdk/client` and `@hud/sdk/cli`.
  *
  * @example A template, served and graded
  * ```ts
@@ -94,16 +106,15 @@ export {
   string,
   withDefault,
 } from "./schema.ts";
-export { ConnectionClosedError, ErrorCode, HudProtocolError, NotReadyError } from "./errors.ts";
+export { loadEnvironment, type LoadEnvironmentOptions } from "./loader.ts";
 export {
-  bind,
-  type BindOptions,
-  DEFAULT_MAX_FRAME_BYTES,
-  DEFAULT_PARKED_TTL_MS,
-  type HudServer,
-  serve,
-  type ServeOptions,
-} from "./server.ts";
+  ConnectionClosedError,
+  ErrorCode,
+  HudProtocolError,
+  NotReadyError,
+  ProtocolViolationError,
+} from "./errors.ts";
+export { bind, type BindOptions, type HudServer, serve, type ServeOptions } from "./server.ts";
 export {
   type CallOptions,
   connect,
@@ -111,13 +122,28 @@ export {
   type ConnectTarget,
   HudClient,
   type Manifest,
-  type Placement,
-  type PlaceOptions,
-  type RuntimeProvider,
 } from "./client.ts";
-export * from "./runtime/mod.ts";
-export * from "./eval/mod.ts";
-export * from "./ssh/mod.ts";
-export * from "./filetracking/mod.ts";
-export * from "./workspace/mod.ts";
-export * from "./cdp/mod.ts";
+export { LocalRuntime, type LocalRuntimeOptions } from "./runtime/local.ts";
+export type { Placement, PlaceOptions, RuntimeProvider } from "./runtime/placement.ts";
+export {
+  type Phase,
+  Trace,
+  type TraceError,
+  type TraceJson,
+  type TraceStatus,
+  type TraceStep,
+} from "./eval/trace.ts";
+export { type Grade, Run, type RunStartOptions } from "./eval/run.ts";
+export { type Agent, type AgentContext, functionAgent } from "./eval/agent.ts";
+export { rollout, type RolloutObserver, type RolloutOptions } from "./eval/rollout.ts";
+export { type RowSelector, Taskset, type TasksetRunOptions } from "./eval/taskset.ts";
+export { Job, type JobProgress, type JobSummary, type TaskResult } from "./eval/job.ts";
+export type { RunRecord } from "./eval/results.ts";
+export {
+  addWorkspace,
+  type Workspace,
+  type WorkspaceExecOptions,
+  type WorkspaceExecResult,
+  type WorkspaceIsolation,
+  type WorkspaceOptions,
+} from "./workspace/mod.ts";

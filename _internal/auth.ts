@@ -83,6 +83,12 @@ export class TokenVerifier {
   }
 }
 
+/** The token of an `Authorization: Bearer TOKEN` header value, or `null`. */
+export function bearerToken(authorization: string | null): string | null {
+  const m = /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(authorization ?? "");
+  return m === null ? null : m[1];
+}
+
 /** `url` with any `user:password@` removed, for messages. */
 export function redactUrl(url: string): string {
   return String(url).replace(/^([a-zA-Z][a-zA-Z0-9+.-]*:\/\/)?[^@/?#]*@/, "$1");

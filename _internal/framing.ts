@@ -1,8 +1,5 @@
 // Newline-delimited JSON framing: a bounded line reader, frame encoding and
-// the JSON-RPC reply check.
-
-import { ErrorCode, HudProtocolError } from "../errors.ts";
-import { isRecord } from "./util.ts";
+// parsing. Reading replies is the caller's (_internal/rpc.ts).
 
 // Small to start with: a server holds one reader per session, and at 64 KiB
 // each, 10,000 held sessions needed 650 MiB. Long frames grow the buffer.
@@ -300,39 +297,4 @@ export function parseLine(line: Uint8Array, maxDepth: number = MAX_JSON_DEPTH): 
     throw new SyntaxError("Invalid UTF-8 in frame");
   }
   return JSON.parse(text);
-}
-
-/**
- * The `result` of a JSON-RPC reply to request `id`.
- * @throws {HudProtocolError} the peer's error for an error reply; `-32603`
- *   for a reply that does not match the request or has no result object
- */
-export function replyResult(reply: unknown, id: number, method: string): Record<string, unknown> {
-  // An error with id null answers a request the peer could not read (too
-  // large, not JSON): it is the reply to ours, and its message says why.
-  if (isRecord(reply) && reply.id === null && isRecord(reply.error)) {
-    const code = typeof reply.error.code === "number" ? reply.error.code : ErrorCode.SERVER_ERROR;
-    throw new HudProtocolError(
-      code,
-      `"${method}" refused: ${String(reply.error.message ?? "unknown error")}`,
-    );
-  }
-  if (!isRecord(reply) || reply.id !== id) {
-    const got = JSON.stringify(isRecord(reply) ? reply.id : reply);
-    throw new HudProtocolError(
-      ErrorCode.INTERNAL_ERROR,
-      `reply id mismatch for "${method}": expected ${id}, got ${got}`,
-    );
-  }
-  if (isRecord(reply.error)) {
-    const code = typeof reply.error.code === "number" ? reply.error.code : ErrorCode.SERVER_ERROR;
-    throw new HudProtocolError(code, String(reply.error.message ?? "unknown error"));
-  }
-  if (!isRecord(reply.result)) {
-    throw new HudProtocolError(
-      ErrorCode.INTERNAL_ERROR,
-      `reply to "${method}" has no result object`,
-    );
-  }
-  return reply.result;
 }

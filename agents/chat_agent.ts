@@ -9,7 +9,8 @@
  * @module
  */
 
-import type { Agent, AgentContext, Run } from "../eval/run.ts";
+import type { Agent, AgentContext } from "../eval/agent.ts";
+import type { Run } from "../eval/run.ts";
 import type { SshClient } from "../ssh/client.ts";
 import { McpClient, resultText as mcpText } from "../mcp/client.ts";
 import { string as stringSchema } from "../schema.ts";
@@ -36,6 +37,7 @@ import {
   shellTools,
   type ShellToolsOptions,
   type ToolContext,
+  truncate,
 } from "./tools.ts";
 
 /** Options for {@linkcode ChatAgent}. */
@@ -64,6 +66,14 @@ export interface ChatAgentOptions {
    * @default true
    */
   capabilityTools?: boolean;
+  /**
+   * The most characters of a capability tool's result that the model sees
+   * (an MCP tool's text; for the shell tools, each of stdout, stderr and a
+   * file read, unless `shell.outputLimit` says otherwise); the rest is cut
+   * with a note, keeping the head and the tail.
+   * @default 16_000
+   */
+  outputLimit?: number;
   /** Limits of the shell tools. */
   shell?: ShellToolsOptions;
   /** Sampling options, passed through. */
@@ -116,6 +126,7 @@ const DEFAULT_SYSTEM =
   "When you are done, call submit with your answer.";
 
 const SUBMIT = "submit";
+const DEFAULT_OUTPUT_LIMIT = 16_000;
 
 function messageChars(m: ChatMessage): number {
   let n = m.content.length;
@@ -206,7 +217,9 @@ export class ChatAgent implements Agent {
         `Cannot make ChatAgent: unknown format "${options.format}"; use "openai" or "anthropic"`,
       );
     }
-    for (const key of ["maxSteps", "maxTokens", "contextChars", "callTimeout"] as const) {
+    for (
+      const key of ["maxSteps", "maxTokens", "contextChars", "callTimeout", "outputLimit"] as const
+    ) {
       const v = options[key];
       if (v !== undefined && !(v > 0)) {
         throw new RangeError(`Cannot make ChatAgent: ${key} must be positive, got "${v}"`);
@@ -231,6 +244,7 @@ export class ChatAgent implements Agent {
     const o = this.#options;
     const trace = run.trace;
     const opened: (SshClient | McpClient)[] = [];
+    const outputLimit = o.outputLimit ?? DEFAULT_OUTPUT_LIMIT;
     try {
       const tools = new Map<string, AgentTool>();
       for (const t of o.tools ?? []) tools.set(t.name, t);
@@ -238,9 +252,12 @@ export class ChatAgent implements Agent {
         const shell = run.capabilities.find((c) => c.family === "ssh" && c.name === "shell") ??
           run.capabilities.find((c) => c.family === "ssh");
         if (shell) {
-          const ssh = run.client.open(shell.name);
+          const ssh = await run.client.open(shell.name) as SshClient;
           opened.push(ssh);
-          for (const t of shellTools(ssh, o.shell)) if (!tools.has(t.name)) tools.set(t.name, t);
+          const shellOptions = { outputLimit, ...o.shell };
+          for (const t of shellTools(ssh, shellOptions)) {
+            if (!tools.has(t.name)) tools.set(t.name, t);
+          }
         }
       }
       if (o.capabilityTools !== false) {
@@ -259,7 +276,9 @@ export class ChatAgent implements Agent {
               parameters: info.inputSchema,
               async call(args, { signal }) {
                 const result = await mcp.callTool(info.name, args, signal);
-                const text = mcpText(result);
+                // A server's text is as untrusted as a command's output: cut
+                // to the same limit before the model (and the trace) sees it.
+                const text = truncate(mcpText(result), outputLimit);
                 if (result.isError) throw new Error(text);
                 return text;
               },

@@ -4,7 +4,8 @@
  * OpenAI, vLLM, SGLang, llama.cpp's `llama-server`, Ollama) or the
  * Anthropic Messages API ({@linkcode AnthropicBackend}), with tools from the
  * run's capabilities ({@linkcode shellTools}) and the author's own
- * ({@linkcode defineTool}). Only `fetch`: no SDK.
+ * ({@linkcode defineTool}). Only `fetch`: no SDK. {@linkcode CommandAgent}
+ * runs any program as the agent.
  *
  * @module
  */
@@ -32,6 +33,7 @@ export {
   type ToolSpec,
   withRetries,
 } from "./model.ts";
+export { CommandAgent, type CommandAgentOptions, type CommandAgentRecord } from "./command.ts";
 export { OpenAiBackend, type OpenAiBackendOptions, openAiBody } from "./openai.ts";
 export { AnthropicBackend, type AnthropicBackendOptions, anthropicBody } from "./anthropic.ts";
 export {

@@ -3,12 +3,13 @@
 
 import { Capability } from "../capability.ts";
 import { Environment } from "../env.ts";
+import { integer, optional } from "../schema.ts";
 
 /** The benchmark environment. */
 export const env = new Environment("bench");
 
-/** Answer "x" to score 1. */
-export const t = env.template({ id: "t" }, async function* () {
+/** Answer "x" to score 1; `n` only tells the rows of figure 6 apart. */
+export const t = env.template({ id: "t", args: { n: optional(integer()) } }, async function* () {
   const answer = yield "p";
   yield answer === "x" ? 1 : 0;
 });

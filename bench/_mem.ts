@@ -3,7 +3,7 @@
 // prints one line `MEM {...}` with Deno.memoryUsage() and the process's
 // /proc/self/smaps_rollup, so that a driver can split a connection's bytes
 // into V8 heap, ArrayBuffer backing stores and the rest (Rust, the
-// allocator). Used by bench/memory_bench.ts.
+// allocator). Used by bench/memory.ts.
 
 import v8 from "node:v8";
 

@@ -1,4 +1,4 @@
-// A scripted OpenAI-compatible server for bench/agents_bench.ts, in its own
+// A scripted OpenAI-compatible server for bench/agents.ts, in its own
 // process: it waits DELAY ms, then calls the `noop` tool until the request
 // holds STEPS tool results, then answers. Prints its port.
 const delay = Number(Deno.args[0] ?? 0);

@@ -11,11 +11,11 @@
 import { parseArgs } from "node:util";
 import { KubernetesRuntime } from "../engines/kubernetes.ts";
 import { SlurmRuntime } from "../engines/slurm.ts";
-import { buildEnvironmentImage } from "../runtime/container.ts";
-import { EngineClient } from "../runtime/_engine.ts";
-import type { RuntimeProvider } from "../client.ts";
+import { buildEnvironmentImage } from "../engines/image.ts";
+import { EngineClient } from "../engines/_engine.ts";
+import type { RuntimeProvider } from "../runtime/placement.ts";
 import { Taskset } from "../eval/taskset.ts";
-import { functionAgent } from "../eval/run.ts";
+import { functionAgent } from "../eval/agent.ts";
 import { taskSlug } from "../env.ts";
 
 const { values } = parseArgs({

@@ -3,9 +3,12 @@
 // table. Servers run in child processes so that their memory and file
 // descriptors can be read from /proc; clients run here.
 //
-//   deno task bench                      every figure (about a minute)
+//   deno task bench                      every figure (a few minutes)
 //   deno run -A bench/run.ts --only=1,3  some figures
-//   deno run -A bench/run.ts --scale=1000,20000 --quick
+//   deno run -A bench/run.ts --scale=1000,20000
+//   deno run -A bench/run.ts --quick     every figure at small sizes, a few
+//                                        seconds each: that it runs, not figures
+//                                        to quote (tests/bench_test.ts runs it)
 //
 // Figures: 1 control round trips, 2 concurrent clients, 3 held sessions at
 // scale, 4 tunnel throughput, 5 start-up, 6 taskset rollouts, 7 the cost of
@@ -14,22 +17,14 @@
 // at 10,000 (for the server as SubprocessRuntime starts it), figure 4 at
 // least 0.65 of direct, figure 8 at least 0.8 of OpenSSH. Servers require the token, as they
 // do by default; the benchmark hands its own to every server child through
-// HUD_SERVE_TOKEN. `--quick`
-// shrinks the loops. Loopback only, bounded loops. When the soft open-files
+// HUD_SERVE_TOKEN. Loopback only, bounded loops. When the soft open-files
 // limit is below what figure 3 needs, the program reruns itself under a
 // shell that raises it to the hard limit (Deno cannot raise its own), and
 // every server child is started the same way.
 
 import { generateToken } from "../_internal/auth.ts";
-import {
-  bind,
-  connect,
-  functionAgent,
-  Shared,
-  SubprocessRuntime,
-  type TaskRow,
-  Taskset,
-} from "../mod.ts";
+import { bind, connect, functionAgent, type TaskRow, Taskset } from "../mod.ts";
+import { Shared, SubprocessRuntime } from "../runtime/mod.ts";
 import { SERVER_V8_FLAGS } from "../runtime/mod.ts";
 import { env as benchEnv, t as benchTemplate } from "./_bench_env.ts";
 
@@ -257,10 +252,10 @@ async function controlTasks(port: number, count: number): Promise<number[]> {
 }
 
 async function figureRoundTrips(server: Child, echo: Child): Promise<void> {
-  const tasks = QUICK ? 1_000 : 2_500;
-  const rounds = 10;
-  await echoRoundTrips(echo.port, 1_000);
-  await controlTasks(server.port, 500);
+  const tasks = QUICK ? 50 : 2_500;
+  const rounds = QUICK ? 2 : 10;
+  await echoRoundTrips(echo.port, QUICK ? 50 : 1_000);
+  await controlTasks(server.port, QUICK ? 50 : 500);
   const oursRates: number[] = [];
   const floorRates: number[] = [];
   let oursLat: number[] = [];
@@ -328,9 +323,9 @@ async function figureRoundTrips(server: Child, echo: Child): Promise<void> {
 // -------------------------------------------- figure 2: concurrent clients
 
 async function figureConcurrent(server: Child, echo: Child): Promise<void> {
-  const conns = 100;
-  const perConn = 20;
-  const rounds = 5;
+  const conns = QUICK ? 10 : 100;
+  const perConn = QUICK ? 5 : 20;
+  const rounds = QUICK ? 2 : 5;
   // Both sides connect once per client and make the same number of round
   // trips: ours says hello, then two per task; the floor echoes as many lines.
   const trips = perConn * 2 + 1;
@@ -545,8 +540,8 @@ async function transfer(port: number, total: number): Promise<Transfer> {
 const MIN_TUNNEL_RATIO = 0.65;
 
 async function figureTunnel(): Promise<void> {
-  const total = (QUICK ? 64 : 256) * 1024 * 1024;
-  const rounds = 3;
+  const total = (QUICK ? 4 : 256) * 1024 * 1024;
+  const rounds = QUICK ? 1 : 3;
   const daemon = await spawnChild("_echo.ts", ["bytes"]);
   const server = await spawnChild("_serve_env.ts", [], { ECHO_PORT: String(daemon.port) });
   try {
@@ -554,8 +549,9 @@ async function figureTunnel(): Promise<void> {
       heartbeatInterval: 0,
     });
     const local = Number(new URL(client.binding("echo").url).port);
-    await transfer(daemon.port, 16 * 1024 * 1024);
-    await transfer(local, 16 * 1024 * 1024);
+    const warmUp = (QUICK ? 1 : 16) * 1024 * 1024;
+    await transfer(daemon.port, warmUp);
+    await transfer(local, warmUp);
     const direct: number[] = [];
     const tunnel: number[] = [];
     // CPU ms per GiB carried (each way), per process, summed over rounds.
@@ -613,10 +609,11 @@ async function figureTunnel(): Promise<void> {
 
 // ----------------------------------------------------- figure 5: start-up
 
-async function timeToPortLine(script: string): Promise<number> {
+/** Time from exec to the `HUD_SERVE_PORT=` line of `deno run -A <script> [args]`. */
+async function timeToPortLine(script: string, args: string[] = []): Promise<number> {
   const t0 = performance.now();
   const process = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", BENCH_DIR + script],
+    args: ["run", "-A", script.startsWith("/") ? script : BENCH_DIR + script, ...args],
     stdout: "piped",
     stderr: "inherit",
   }).spawn();
@@ -645,21 +642,31 @@ async function timeEmptyRun(): Promise<number> {
   return performance.now() - t0;
 }
 
+/** `cli.ts serve` of the benchmark environment, as a user starts a server. */
+const CLI_SERVE: [string, string[]] = [
+  new URL("../cli.ts", import.meta.url).pathname,
+  ["serve", BENCH_DIR + "_bench_env.ts", "--port", "0"],
+];
+
 async function figureStartup(): Promise<void> {
-  const runs = 10;
+  const runs = QUICK ? 2 : 10;
   await timeToPortLine("_serve_env.ts");
   await timeToPortLine("_serve_lean.ts");
+  await timeToPortLine(...CLI_SERVE);
   await timeEmptyRun();
   const serveMs: number[] = [];
   const leanMs: number[] = [];
+  const cliMs: number[] = [];
   const emptyMs: number[] = [];
   for (let i = 0; i < runs; i++) {
     serveMs.push(await timeToPortLine("_serve_env.ts"));
     leanMs.push(await timeToPortLine("_serve_lean.ts"));
+    cliMs.push(await timeToPortLine(...CLI_SERVE));
     emptyMs.push(await timeEmptyRun());
   }
   const ours = median(serveMs);
   const lean = median(leanMs);
+  const cli = median(cliMs);
   const floor = median(emptyMs);
   report({
     figure: "5",
@@ -669,6 +676,8 @@ async function figureStartup(): Promise<void> {
     via: "mod.ts",
     lean_ms: round(lean, 1),
     lean_via: "server.ts + env.ts only",
+    cli_ms: round(cli, 1),
+    cli_via: "cli.ts serve bench/_bench_env.ts",
     baseline: "deno run of an empty file (to exit)",
     baselineValue: round(floor, 1),
     baselineUnit: "ms",
@@ -704,8 +713,8 @@ async function protocolFloor(
 }
 
 async function figureRollouts(): Promise<void> {
-  const count = QUICK ? 500 : 2_000;
-  const maxConcurrent = 200;
+  const count = QUICK ? 100 : 2_000;
+  const maxConcurrent = QUICK ? 50 : 200;
   const rows: TaskRow[] = Array.from({ length: count }, (_, i) => benchTemplate({ n: i }));
   const taskset = new Taskset(rows);
   const agent = functionAgent(() => "x");
@@ -723,7 +732,7 @@ async function figureRollouts(): Promise<void> {
     const server = bind(benchEnv, { token: TOKEN });
     let floor: number;
     try {
-      await protocolFloor(server.addr.port, 200, maxConcurrent);
+      await protocolFloor(server.addr.port, maxConcurrent, maxConcurrent);
       floor = await protocolFloor(server.addr.port, count, maxConcurrent);
     } finally {
       await server.shutdown();
@@ -735,7 +744,7 @@ async function figureRollouts(): Promise<void> {
       value: Math.round(rate),
       unit: "rollouts/s",
       graded_ok: ok,
-      baseline: "connect + start + grade + close, 200 at a time, same server",
+      baseline: `connect + start + grade + close, ${maxConcurrent} at a time, same server`,
       baselineValue: Math.round(floor),
       baselineUnit: "tasks/s",
       ratio: round(rate / floor, 3),
@@ -756,7 +765,7 @@ async function figureRollouts(): Promise<void> {
     const server = await spawnChild("_serve_env.ts");
     let floor: number;
     try {
-      await protocolFloor(server.port, 200, maxConcurrent);
+      await protocolFloor(server.port, maxConcurrent, maxConcurrent);
       floor = await protocolFloor(server.port, count, maxConcurrent);
     } finally {
       await server.stop();
@@ -768,7 +777,7 @@ async function figureRollouts(): Promise<void> {
       unit: "rollouts/s",
       graded_ok: ok,
       boots: shared.boots,
-      baseline: "connect + start + grade + close, 200 at a time, served child",
+      baseline: `connect + start + grade + close, ${maxConcurrent} at a time, served child`,
       baselineValue: Math.round(floor),
       baselineUnit: "tasks/s",
       ratio: round(rate / floor, 3),
@@ -798,15 +807,16 @@ async function softFdLimit(): Promise<[number, number]> {
  * `--no-auth`, in interleaved rounds; one client at a time and 50 at a time.
  */
 async function figureAuthCost(): Promise<void> {
-  const count = QUICK ? 200 : 1_000;
-  const rounds = 6;
+  const count = QUICK ? 20 : 1_000;
+  const rounds = QUICK ? 2 : 6;
   const on = await spawnChild("_serve_env.ts");
   const off = await spawnChild("_serve_env.ts", [], { AUTH: "0" });
   const plain = (port: number) => `tcp://127.0.0.1:${port}`;
   try {
     for (const concurrency of [1, 50]) {
-      await protocolFloor(on.port, 100, concurrency);
-      await protocolFloor(off.port, 100, concurrency, plain(off.port));
+      const warmUp = QUICK ? count : 100;
+      await protocolFloor(on.port, warmUp, concurrency);
+      await protocolFloor(off.port, warmUp, concurrency, plain(off.port));
       const withToken: number[] = [];
       const without: number[] = [];
       // Which goes first alternates: the second of a pair runs warmer.
@@ -845,19 +855,19 @@ async function figureAuthCost(): Promise<void> {
 
 /**
  * Our SSH server's stdout throughput against OpenSSH's sshd, both read by
- * OpenSSH's ssh with its default cipher, from bench/ssh_bench.ts (interleaved
+ * OpenSSH's ssh with its default cipher, from bench/ssh.ts (interleaved
  * rounds; the median of the per-round ratios).
  */
 async function figureSsh(): Promise<void> {
-  const args = ["run", "-A", BENCH_DIR + "ssh_bench.ts", "--stdout", "--json"];
+  const args = ["run", "-A", BENCH_DIR + "ssh.ts", "--stdout", "--json"];
   const out = await new Deno.Command(Deno.execPath(), {
-    args: QUICK ? [...args, "--quick"] : args,
+    args: QUICK ? [...args, "--quick", "--mib=4", "--rounds=1"] : args,
     stdout: "piped",
     stderr: "piped",
   }).output();
   const line = decoder.decode(out.stdout).trim().split("\n").at(-1) ?? "";
   if (!out.success || !line.startsWith("{")) {
-    throw new Error(`ssh_bench.ts failed: ${decoder.decode(out.stderr).trim().slice(-500)}`);
+    throw new Error(`bench/ssh.ts failed: ${decoder.decode(out.stderr).trim().slice(-500)}`);
   }
   const r = JSON.parse(line);
   report({
@@ -943,12 +953,12 @@ async function main(): Promise<void> {
   if (want("3")) {
     const sizes = Deno.args.find((a) => a.startsWith("--scale="))?.slice(8).split(",").map(
       Number,
-    ) ?? [1_000, 5_000, 10_000];
+    ) ?? (QUICK ? [200] : [1_000, 5_000, 10_000]);
     await figureScale(sizes);
   }
   if (want("4")) await figureTunnel();
   // Figure 8, SSH stdout throughput against OpenSSH (issue 16: >= 0.8 of
-  // OpenSSH), belongs here: the SSH work adds it from bench/ssh_bench.ts.
+  // OpenSSH), belongs here: the SSH work adds it from bench/ssh.ts.
   if (want("5")) await figureStartup();
   if (want("6")) await figureRollouts();
   if (want("7")) await figureAuthCost();

@@ -124,7 +124,7 @@ export interface CdpBindingOptions {
  * import { connect } from "../mod.ts";
  *
  * await using client = await connect("tcp://127.0.0.1:8765");
- * await using browser = await client.openCdp("browser");
+ * await using browser = await client.open("browser");
  * await using page = await browser.newPage();
  * await page.navigate("http://127.0.0.1:8080/");
  * console.log(await page.evaluate("document.title"));

@@ -1,6 +1,6 @@
 /**
  * The Chrome DevTools Protocol: {@linkcode CdpClient}, a small client over
- * the built-in `WebSocket` (what `HudClient.openCdp()` returns for a
+ * the built-in `WebSocket` (what `HudClient.open("cdp")` returns for a
  * `cdp/1.3` binding), and {@linkcode addBrowser}, which gives an
  * environment a headless Chromium published as that capability.
  *

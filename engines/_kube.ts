@@ -6,6 +6,7 @@
 
 import { delay } from "../_internal/async.ts";
 import { isRecord } from "../_internal/util.ts";
+import { formatHostPort } from "../_internal/net.ts";
 import { parseYaml } from "./_yaml.ts";
 import { RawWebSocket } from "./_websocket.ts";
 
@@ -108,7 +109,7 @@ async function inClusterConfig(dir: string): Promise<KubeConfig> {
   };
   await token();
   return {
-    server: `https://${host.includes(":") ? `[${host}]` : host}:${port}`,
+    server: `https://${formatHostPort(host, Number(port))}`,
     caCerts: [ca],
     token,
     namespace,

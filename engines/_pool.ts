@@ -4,7 +4,7 @@
 // dies leaves the pool, and the release of a lease on it rejects saying why
 // (a rollout records it).
 
-import type { Placement } from "../client.ts";
+import type { Placement } from "../runtime/placement.ts";
 import { NotReadyError } from "../errors.ts";
 import { Deadline } from "../_internal/async.ts";
 

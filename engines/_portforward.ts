@@ -7,6 +7,7 @@
 
 import type { KubeClient } from "./_kube.ts";
 import { closeQuietly, isPeerGone, writeAll } from "../_internal/io.ts";
+import { acceptLoop } from "../_internal/accept.ts";
 
 const PROTOCOL = "v4.channel.k8s.io";
 
@@ -46,14 +47,9 @@ export class PortForward implements AsyncDisposable {
     return this.#listener.addr.port;
   }
 
-  async #accept(): Promise<void> {
-    while (!this.#closed) {
-      let conn: Deno.TcpConn;
-      try {
-        conn = await this.#listener.accept();
-      } catch {
-        return; // closed
-      }
+  #accept(): Promise<void> {
+    return acceptLoop(this.#listener, (conn) => {
+      if (this.#closed) return closeQuietly(conn);
       this.#conns.add(conn);
       const task = this.#forward(conn).catch(this.#onError).finally(() => {
         this.#conns.delete(conn);
@@ -61,7 +57,7 @@ export class PortForward implements AsyncDisposable {
         this.#tasks.delete(task);
       });
       this.#tasks.add(task);
-    }
+    }, { closing: () => this.#closed, onError: this.#onError });
   }
 
   async #forward(conn: Deno.TcpConn): Promise<void> {

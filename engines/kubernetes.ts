@@ -7,23 +7,21 @@
  * @module
  */
 
-import {
-  connect,
-  parseControlUrl,
-  type Placement,
-  type PlaceOptions,
-  type RuntimeProvider,
-} from "../client.ts";
+import type { Placement, PlaceOptions, RuntimeProvider } from "../runtime/placement.ts";
+import { probeReady } from "../runtime/_probe.ts";
+import { parseControlUrl } from "../_internal/control_url.ts";
+import { formatHostPort } from "../_internal/net.ts";
 import { encodeFrame } from "../_internal/framing.ts";
 import { closeQuietly, writeAll } from "../_internal/io.ts";
 import { NotReadyError } from "../errors.ts";
 import { generateToken, withToken } from "../_internal/auth.ts";
 import { abortable, Deadline, delay } from "../_internal/async.ts";
 import { errorMessage } from "../_internal/util.ts";
-import { CONTAINER_PORT, OWNER_LABEL } from "../runtime/container.ts";
+import { CONTAINER_PORT, OWNER_LABEL } from "./container.ts";
 import { KubeApiError, KubeClient, type KubeConfig, loadKubeConfig, RateLimiter } from "./_kube.ts";
 import { PortForward } from "./_portforward.ts";
 import { LeasePool, type PoolMember } from "./_pool.ts";
+import { processAlive } from "../_internal/process.ts";
 
 export { KubeApiError };
 
@@ -960,7 +958,7 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
     }
     let url: string;
     if (await this.#routable(pod)) {
-      url = withToken(`tcp://${pod.ip}:${o.port ?? CONTAINER_PORT}`, this.#token);
+      url = withToken(`tcp://${formatHostPort(pod.ip, o.port ?? CONTAINER_PORT)}`, this.#token);
     } else {
       pod.forward = new PortForward(
         this.#client!,
@@ -974,11 +972,7 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
     for (let attempt = 1;; attempt++) {
       if (pod.failure !== null) await fail(`failed: ${pod.failure}`);
       try {
-        const client = await abortable(
-          connect(url, { readyTimeout: 1_500, retryInterval: 150, forward: false }),
-          signal,
-        );
-        await client.close();
+        await probeReady(url, { readyTimeout: 1_500, retryInterval: 150, signal });
         return url;
       } catch (err) {
         lastError = err;
@@ -1300,12 +1294,4 @@ export async function removeStalePods(options: RemoveStalePodsOptions = {}): Pro
     }
   }
   return removed;
-}
-
-function processAlive(pid: number): boolean {
-  try {
-    return Deno.statSync(`/proc/${pid}`).isDirectory;
-  } catch {
-    return false;
-  }
 }

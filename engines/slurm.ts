@@ -7,11 +7,14 @@
  * @module
  */
 
-import { connect, type Placement, type PlaceOptions, type RuntimeProvider } from "../client.ts";
+import type { Placement, PlaceOptions, RuntimeProvider } from "../runtime/placement.ts";
+import { probeReady } from "../runtime/_probe.ts";
 import { NotReadyError } from "../errors.ts";
 import { generateToken, timingSafeEqual, withToken } from "../_internal/auth.ts";
 import { Deadline, delay } from "../_internal/async.ts";
 import { closeQuietly } from "../_internal/io.ts";
+import { acceptLoop } from "../_internal/accept.ts";
+import { formatHostPort } from "../_internal/net.ts";
 import { errorMessage } from "../_internal/util.ts";
 import {
   CommandConnection,
@@ -22,6 +25,7 @@ import {
   SlurmError,
 } from "./_slurm.ts";
 import { LeasePool, type PoolMember } from "./_pool.ts";
+import { processAlive } from "../_internal/process.ts";
 
 export { SlurmError };
 
@@ -429,20 +433,17 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
 
   // -- announcements -----------------------------------------------------
 
-  async #accept(listener: Deno.TcpListener): Promise<void> {
-    while (true) {
-      let conn: Deno.TcpConn;
-      try {
-        conn = await listener.accept();
-      } catch {
-        return; // closed
-      }
+  #accept(listener: Deno.TcpListener): Promise<void> {
+    return acceptLoop(listener, (conn) => {
       const check = this.#announced(conn).catch((err) => {
         this.#lastError = `a task's announcement: ${errorMessage(err)}`;
         closeQuietly(conn);
       }).finally(() => this.#checks.delete(check));
       this.#checks.add(check);
-    }
+    }, {
+      closing: () => this.#closed !== null,
+      onError: (err) => this.#lastError = `accepting a task: ${errorMessage(err)}`,
+    });
   }
 
   /** Reads a task's line, checks its token, handshakes, and adds it to the pool. */
@@ -460,7 +461,7 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
     const task: Task = {
       id: `${job}.${step}`,
       node,
-      url: withToken(`tcp://${host}:${Number(port)}`, this.#token),
+      url: withToken(`tcp://${formatHostPort(host, Number(port))}`, this.#token),
       params: { job, step, node, host, port: Number(port), name: this.#name },
       ready: false,
       dead: null,
@@ -484,12 +485,7 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
     this.#checks.add(watching);
     watching.finally(() => this.#checks.delete(watching));
     try {
-      const client = await connect(task.url, {
-        readyTimeout: 30_000,
-        retryInterval: 200,
-        forward: false,
-      });
-      await client.close();
+      await probeReady(task.url, { readyTimeout: 30_000, retryInterval: 200 });
     } catch (err) {
       this.#pool.kill(task, `no handshake: ${errorMessage(err)}`);
       closeQuietly(conn);
@@ -719,14 +715,5 @@ export async function cancelStaleJobs(options: CancelStaleJobsOptions = {}): Pro
     return cancelled;
   } finally {
     slurm.close();
-  }
-}
-
-function processAlive(pid: number): boolean {
-  if (!Number.isInteger(pid) || pid <= 0) return false;
-  try {
-    return Deno.statSync(`/proc/${pid}`).isDirectory;
-  } catch {
-    return false;
   }
 }

@@ -3,46 +3,29 @@
  * answer; {@linkcode rollout} places an environment, runs an
  * {@linkcode Agent} against one task and records a {@linkcode Trace};
  * {@linkcode Taskset} runs many rollouts concurrently into a
- * {@linkcode Job}; {@linkcode CommandAgent} runs any program as the agent.
+ * {@linkcode Job}, streamed to a results file. Agents that drive a run by
+ * a model or by any program are in `@hud/sdk/agents`.
  *
  * @module
  */
 
 export {
-  type Agent,
-  type AgentContext,
-  defaultRuntimeFor,
-  functionAgent,
-  type Grade,
-  gradeFromFrame,
-  NotGradedError,
   type Phase,
-  rollout,
-  type RolloutObserver,
-  type RolloutOptions,
-  Run,
-  type RunStartOptions,
   Trace,
   type TraceError,
   type TraceJson,
   type TraceStatus,
   type TraceStep,
-} from "./run.ts";
+} from "./trace.ts";
+export { type Grade, gradeFromFrame, Run, type RunStartOptions } from "./run.ts";
+export { type Agent, type AgentContext, functionAgent, NotGradedError } from "./agent.ts";
 export {
-  CommandAgent,
-  type CommandAgentOptions,
-  type CommandAgentRecord,
-} from "./command_agent.ts";
-export {
-  Job,
-  type JobProgress,
-  type JobSummary,
-  type RowSelector,
-  type RunRecord,
-  Shared,
-  type SharedOptions,
-  type TaskResult,
-  Taskset,
-  type TasksetRunOptions,
-} from "./taskset.ts";
+  defaultRuntimeFor,
+  rollout,
+  type RolloutObserver,
+  type RolloutOptions,
+} from "./rollout.ts";
+export { type RowSelector, Taskset, type TasksetRunOptions } from "./taskset.ts";
+export { Job, type JobProgress, type JobSummary, type TaskResult } from "./job.ts";
+export { type RunRecord } from "./results.ts";
 export { formatDuration, formatJobTable, formatProgress } from "./report.ts";

@@ -19,7 +19,7 @@
  * @module
  */
 
-import { firstError, type Job, type JobProgress } from "./taskset.ts";
+import { firstError, type Job, type JobProgress } from "./job.ts";
 
 /** `12s`, `1m05s`, `2h03m`. */
 export function formatDuration(ms: number): string {

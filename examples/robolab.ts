@@ -7,11 +7,12 @@
  * deno run -A examples/robolab.ts --agent "CMD"   # any external agent
  * ```
  *
- * Each task copies a program with a real bug and a real check into a fresh
- * directory of the workspace. The agent must fix the program so that the
- * check passes, and answer with the output of a command named in the
- * prompt. Grading runs the check in the workspace: half the reward for the
- * check, half for the answer.
+ * Each task copies a program with a real bug into a fresh directory of the
+ * workspace. The agent must fix the program, and answer with the output of
+ * a command named in the prompt. Grading runs a check that lives here, in
+ * the environment's code, with `workspace.exec()`: inside the workspace's
+ * sandbox, as the agent's user, while the agent's processes are stopped.
+ * Half the reward for the check, half for the answer.
  *
  * @module
  */
@@ -20,23 +21,24 @@ import { parseArgs } from "node:util";
 import {
   addWorkspace,
   type Agent,
-  CommandAgent,
   Environment,
-  formatProgress,
   functionAgent,
   integer,
   type JobProgress,
   type Run,
   type TaskRow,
   Taskset,
+  type Workspace,
 } from "../mod.ts";
+import { formatProgress } from "../eval/mod.ts";
+import { CommandAgent } from "../agents/mod.ts";
 
 interface Lab {
   /** What the program should do. */
   goal: string;
   /** The buggy program. */
   program: (seed: number) => Record<string, string>;
-  /** A shell check: exit 0 when the program is right. */
+  /** A shell check, run in the task's directory: exit 0 when the program is right. */
   check: string;
   /** The command whose output is the answer. */
   ask: (seed: number) => string;
@@ -123,22 +125,12 @@ env.shutdown(async () => {
 // Without a sandbox there is no safe hand-over of the directories each task
 // makes (as root) to another uid, so the agent is the container's root,
 // with every capability dropped.
-addWorkspace(
+/** The workspace: the agent's shell, and where the checks run. */
+export const workspace: Workspace = addWorkspace(
   env,
   root,
   Deno.env.get("ROBOLAB_ISOLATION") === "none" ? { isolation: "none", uid: 0 } : {},
 );
-
-async function bash(script: string, cwd: string): Promise<{ code: number; out: string }> {
-  const { code, stdout, stderr } = await new Deno.Command("bash", {
-    args: ["-c", script],
-    cwd,
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const text = new TextDecoder();
-  return { code, out: (text.decode(stdout) + text.decode(stderr)).trim() };
-}
 
 /** Fix a buggy program in the workspace. Difficulty 1 to 3; seed varies the data. */
 export const fixBug = env.template(
@@ -158,28 +150,29 @@ export const fixBug = env.template(
         mode: name.endsWith(".sh") ? 0o755 : 0o644,
       });
     }
-    await Deno.writeTextFile(
-      `${dir}/check.sh`,
-      `#!/usr/bin/env bash\ncd "$(dirname "$0")"\n${lab.check}\n`,
-      {
-        mode: 0o755,
-      },
-    );
     try {
       const answer = yield {
-        prompt: `In ${dir}: ${lab.goal}, but it has a bug. Fix it so that ./check.sh passes, ` +
-          `then answer with the output of \`${lab.ask(seed)}\`.`,
+        prompt: `In ${dir}: ${lab.goal}, but it has a bug. Fix it; once you answer, this check ` +
+          `runs there: ${lab.check}. Then answer with the output of \`${lab.ask(seed)}\`.`,
         // The tracker watches the whole workspace; this task's changes are
         // the ones under its own directory.
         bindings: { shell: { cwd: dir }, filetracking: { path: dir.slice(root.length + 1) } },
       };
-      const check = await bash("./check.sh", dir);
+      // The check is this code's, not a file the agent could have written;
+      // the program it runs is the agent's, run as the agent, in the sandbox.
+      const check = await workspace.exec(["bash", "-c", lab.check], {
+        cwd: dir,
+        timeoutMs: 30_000,
+      });
       const right = String(answer ?? "").trim() === lab.expected(seed);
       const subscores = { check: check.code === 0 ? 1 : 0, answer: right ? 1 : 0 };
       yield {
         score: (subscores.check + subscores.answer) / 2,
         subscores,
-        info: { check_output: check.out.slice(0, 2000), expected: lab.expected(seed) },
+        info: {
+          check_output: (check.stdout + check.stderr).trim().slice(0, 2000),
+          expected: lab.expected(seed),
+        },
       };
     } finally {
       await Deno.remove(dir, { recursive: true }).catch(() => {});
@@ -200,19 +193,18 @@ const REPAIRS: [RegExp, string][] = [
 
 /**
  * A scripted agent: it reads the programs over SSH, applies the repairs it
- * knows, runs the check, and answers with the output of the asked command.
+ * knows, and answers with the output of the asked command.
  */
 export const scriptedAgent: Agent = functionAgent(async (prompt, run: Run, { signal }) => {
-  await using shell = run.client.open("shell", { signal });
+  await using shell = await run.client.open("shell", { signal });
   const cwd = (run.bindings.shell as { cwd: string }).cwd;
   for (const entry of await shell.listDir(cwd, { signal })) {
-    if (!entry.isFile || !entry.name.endsWith(".sh") || entry.name === "check.sh") continue;
+    if (!entry.isFile || !entry.name.endsWith(".sh")) continue;
     const path = `${cwd}/${entry.name}`;
     let text = await shell.readText(path, { signal });
     for (const [pattern, replacement] of REPAIRS) text = text.replace(pattern, replacement);
     await shell.writeText(path, text, { signal });
   }
-  await shell.exec(`cd ${cwd} && ./check.sh`, { signal });
   const ask = /`([^`]+)`/.exec(String(prompt))?.[1] ?? "true";
   const result = await shell.exec(`cd ${cwd} && ${ask}`, { signal });
   return result.stdoutText.trim();

@@ -2,7 +2,7 @@
 // rules, stat every file, and read only the files whose size, times or inode
 // changed since the previous scan.
 
-import { redactSecrets } from "./_redact.ts";
+import { redactSecrets } from "../_internal/redact.ts";
 import {
   type IgnoreRule,
   isCredentialPath,

@@ -17,16 +17,13 @@
  */
 
 import { Capability, parseHostPort } from "../capability.ts";
-import { ConnectionClosedError, ErrorCode, HudProtocolError } from "../errors.ts";
-import {
-  encodeFrame,
-  LineReader,
-  type LineResult,
-  parseLine,
-  replyResult,
-} from "../_internal/framing.ts";
+import { ErrorCode, HudProtocolError } from "../errors.ts";
+import { encodeFrame, LineReader, parseLine } from "../_internal/framing.ts";
 import { closeQuietly, isPeerGone, prefixed, writeAll } from "../_internal/io.ts";
 import { abortable, Deadline, delay } from "../_internal/async.ts";
+import { acceptLoop } from "../_internal/accept.ts";
+import { formatHost } from "../_internal/net.ts";
+import { JsonRpcCaller } from "../_internal/rpc.ts";
 import {
   type AdvanceResult,
   type FileDiff,
@@ -256,8 +253,7 @@ class FileTrackerServer implements FileTracker {
   }
 
   get url(): string {
-    const host = this.addr.hostname.includes(":") ? `[${this.addr.hostname}]` : this.addr.hostname;
-    return `tcp://${host}:${this.addr.port}`;
+    return `tcp://${formatHost(this.addr.hostname)}:${this.addr.port}`;
   }
 
   get root(): string {
@@ -297,16 +293,10 @@ class FileTrackerServer implements FileTracker {
 
   async #accept(): Promise<void> {
     if (this.#listener === null) return;
-    while (true) {
-      let conn: Deno.TcpConn;
-      try {
-        conn = await this.#listener.accept();
-      } catch (err) {
-        if (!isPeerGone(err)) this.#onError(err);
-        return;
-      }
-      void this.serveConnection(conn);
-    }
+    await acceptLoop(this.#listener, (conn) => void this.serveConnection(conn), {
+      closing: () => this.#shutdown !== null,
+      onError: this.#onError,
+    });
   }
 
   serveConnection(conn: Deno.Conn, head: Uint8Array = new Uint8Array()): Promise<void> {
@@ -415,16 +405,11 @@ export interface FileTrackerCallOptions {
  * ```
  */
 export class FileTrackerClient implements AsyncDisposable {
-  readonly #conn: Deno.TcpConn;
-  readonly #reader: LineReader;
-  #nextId = 1;
-  #queue: Promise<void> = Promise.resolve();
-  #closed = false;
+  readonly #caller: JsonRpcCaller;
 
   /** Use {@linkcode FileTrackerClient.connect}. */
   constructor(conn: Deno.TcpConn, maxFrame: number = DEFAULT_MAX_REPLY) {
-    this.#conn = conn;
-    this.#reader = new LineReader(conn, maxFrame);
+    this.#caller = new JsonRpcCaller(conn, { maxFrameBytes: maxFrame, peer: "the file tracker" });
   }
 
   /**
@@ -453,9 +438,30 @@ export class FileTrackerClient implements AsyncDisposable {
     return new FileTrackerClient(conn, options.maxFrame ?? DEFAULT_MAX_REPLY);
   }
 
+  /**
+   * Connects to a `filetracking/1` capability's url (from
+   * `HudClient.binding()`, the local forwarder's).
+   * @param capability a `filetracking/1` binding
+   * @param options cancellation and the reply size limit
+   * @returns the connected client
+   * @throws {TypeError} when the capability is not a file tracker or its url
+   *   is not a `tcp` url with a host and port
+   */
+  static async fromBinding(
+    capability: Capability,
+    options: FileTrackerClientOptions = {},
+  ): Promise<FileTrackerClient> {
+    if (capability?.family !== "filetracking") {
+      throw new TypeError(
+        `Cannot open binding "${capability?.name}": expected a filetracking binding, got "${capability?.protocol}"`,
+      );
+    }
+    return await FileTrackerClient.connect(capability.url, options);
+  }
+
   /** Whether {@linkcode FileTrackerClient.close} was called or the connection broke. */
   get closed(): boolean {
-    return this.#closed;
+    return this.#caller.closed;
   }
 
   /** Every tracked file now. */
@@ -483,11 +489,9 @@ export class FileTrackerClient implements AsyncDisposable {
     return this.#call("flush", options);
   }
 
-  /** Closes the connection. Idempotent; queued calls fail with {@linkcode ConnectionClosedError}. */
+  /** Closes the connection. Idempotent; queued calls fail with `ConnectionClosedError`. */
   close(): void {
-    if (this.#closed) return;
-    this.#closed = true;
-    closeQuietly(this.#conn);
+    this.#caller.close();
   }
 
   /** Closes the connection. */
@@ -497,65 +501,7 @@ export class FileTrackerClient implements AsyncDisposable {
   }
 
   async #call<T>(method: Method, options: FileTrackerCallOptions = {}): Promise<T> {
-    const previous = this.#queue;
-    let release!: () => void;
-    this.#queue = new Promise((resolve) => release = resolve);
-    try {
-      await previous;
-      return await this.#exchange<T>(method, options.signal);
-    } finally {
-      release();
-    }
-  }
-
-  async #exchange<T>(method: Method, signal: AbortSignal | undefined): Promise<T> {
-    signal?.throwIfAborted();
-    if (this.#closed) throw new ConnectionClosedError(`Cannot call "${method}": connection closed`);
-    const id = this.#nextId++;
-    const closeOnAbort = () => this.close();
-    let read: LineResult | null;
-    try {
-      await abortable(
-        writeAll(this.#conn, encodeFrame({ jsonrpc: "2.0", id, method, params: {} })),
-        signal,
-        closeOnAbort,
-      );
-      read = await abortable(this.#reader.read(), signal, closeOnAbort);
-    } catch (err) {
-      if (signal?.aborted && err === signal.reason) throw err;
-      if (!isPeerGone(err)) throw err;
-      this.close();
-      throw new ConnectionClosedError(`Cannot call "${method}": connection closed`, { cause: err });
-    }
-    if (read === null) {
-      this.close();
-      throw new ConnectionClosedError(`Cannot call "${method}": connection closed by the tracker`);
-    }
-    if (read.kind === "oversized") {
-      this.close();
-      throw new HudProtocolError(
-        ErrorCode.INTERNAL_ERROR,
-        `Cannot call "${method}": reply of ${read.size} bytes exceeds the frame limit`,
-      );
-    }
-    let reply: unknown;
-    try {
-      reply = parseLine(read.line);
-    } catch (err) {
-      this.close();
-      throw new HudProtocolError(
-        ErrorCode.INTERNAL_ERROR,
-        `Cannot call "${method}": invalid reply`,
-        { cause: err },
-      );
-    }
-    try {
-      return replyResult(reply, id, method) as T;
-    } catch (err) {
-      // An error reply leaves the connection usable; a mismatched one does not.
-      if (err instanceof HudProtocolError && err.code === ErrorCode.INTERNAL_ERROR) this.close();
-      throw err;
-    }
+    return await this.#caller.call(method, {}, { signal: options.signal }) as T;
   }
 }
 
@@ -701,12 +647,14 @@ export async function observeFiles<T>(
     try {
       if (capability.params.setup_diff === true) {
         const result = await call("setup", (c, s) => c.setup({ signal: s }));
-        if (result.patches.length > 0) emit({ kind: "setup", result });
+        if (patchCount(result) > 0) emit({ kind: "setup", result });
       } else {
         await call("advance", (c, s) => c.advance({ signal: s }));
       }
       const snapshot = await call("snapshot", (c, s) => c.snapshot({ signal: s }));
-      if (snapshot.files.length > 0) emit({ kind: "snapshot", result: snapshot });
+      if (Array.isArray(snapshot.files) && snapshot.files.length > 0) {
+        emit({ kind: "snapshot", result: snapshot });
+      }
     } catch (err) {
       fail(err);
     }
@@ -738,7 +686,7 @@ export async function observeFiles<T>(
       try {
         // Not tied to `stop`: a diff in flight when the run ends completes.
         const result = await call("diff", (c, s) => c.diff({ signal: s }));
-        if (result.patches.length > 0) emit({ kind: "diff", result });
+        if (patchCount(result) > 0) emit({ kind: "diff", result });
       } catch (err) {
         fail(err);
       }
@@ -753,13 +701,41 @@ export async function observeFiles<T>(
     if (client) {
       try {
         const result = await call("flush", (c, s) => c.flush({ signal: s }));
-        if (result.patches.length > 0 || result.capture.eligible > 0) {
-          emit({ kind: "flush", result });
-        }
+        if (flushHasContent(result)) emit({ kind: "flush", result });
       } catch (err) {
         report(err);
+        // A tracker without flush (an older HUD one) still has the last
+        // changes: take them as a diff rather than lose them.
+        if (err instanceof HudProtocolError && client) {
+          try {
+            const result = await call("diff", (c, s) => c.diff({ signal: s }));
+            if (patchCount(result) > 0) emit({ kind: "diff", result });
+          } catch (again) {
+            report(again);
+          }
+        }
       }
       (client as FileTrackerClient | null)?.close();
     }
   }
+}
+
+/** Patches in a `diff`/`setup` result, whatever else it holds (0 for none). */
+function patchCount(result: unknown): number {
+  return isRecord(result) && Array.isArray(result.patches) ? result.patches.length : 0;
+}
+
+/**
+ * Whether a `flush` result reports anything: changes or artifacts. It reads
+ * HUD's shape (`{"diff": {...}, "capture": {"files_eligible", ...}}`, which
+ * this project's tracker sends too) and the flat one of earlier versions
+ * (the diff's members beside `capture: {"eligible", ...}`).
+ */
+function flushHasContent(result: unknown): boolean {
+  if (!isRecord(result)) return false;
+  if (patchCount(isRecord(result.diff) ? result.diff : result) > 0) return true;
+  const capture = isRecord(result.capture) ? result.capture : {};
+  const counts = [capture.files_eligible, capture.files_captured, capture.eligible];
+  return counts.some((n) => typeof n === "number" && n > 0) ||
+    (Array.isArray(capture.files) && capture.files.length > 0);
 }

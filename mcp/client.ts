@@ -10,6 +10,10 @@ import type { Capability } from "../capability.ts";
 import { isRecord } from "../_internal/util.ts";
 import { Deadline } from "../_internal/async.ts";
 import { sseData } from "../_internal/sse.ts";
+import { BodyTooLargeError, cappedBody, headText, readCapped } from "../_internal/body.ts";
+
+/** Default of {@linkcode McpClientOptions.maxResponseBytes}. */
+const MAX_RESPONSE_BYTES = 16 << 20;
 
 /** Protocol versions this package speaks, newest first. */
 export const MCP_PROTOCOL_VERSIONS: readonly string[] = ["2025-11-25", "2025-06-18"];
@@ -39,8 +43,8 @@ export class McpError extends Error {
   /** The JSON-RPC error code, or the HTTP status for a transport error. */
   readonly code: number;
   /** Makes the error. */
-  constructor(message: string, code: number) {
-    super(message);
+  constructor(message: string, code: number, options?: ErrorOptions) {
+    super(message, options);
     this.name = "McpError";
     this.code = code;
   }
@@ -59,7 +63,21 @@ export interface McpClientOptions {
   protocolVersion?: string;
   /** The name this client gives at `initialize`. @default "hud-sdk" */
   clientName?: string;
+  /**
+   * The most bytes one reply may take (a JSON body, or the whole event
+   * stream of one request); past it the reply is cut off as it arrives and
+   * the request fails, so that a server cannot make this process buffer
+   * without end.
+   * @default 16 MiB
+   */
+  maxResponseBytes?: number;
 }
+
+/**
+ * Options for {@linkcode McpClient.fromBinding}: those of
+ * {@linkcode McpClient.connect} but the token, which the binding carries.
+ */
+export type McpBindingOptions = Omit<McpClientOptions, "authToken">;
 
 /**
  * A connected MCP session over streamable HTTP.
@@ -75,6 +93,7 @@ export class McpClient implements AsyncDisposable {
   readonly #url: string;
   readonly #headers: Record<string, string>;
   readonly #signal: AbortSignal | undefined;
+  readonly #maxResponse: number;
   #sessionId: string | null = null;
   #protocolVersion = "";
   #serverInfo: Record<string, unknown> = {};
@@ -84,6 +103,7 @@ export class McpClient implements AsyncDisposable {
   private constructor(url: string, options: McpClientOptions) {
     this.#url = url;
     this.#signal = options.signal;
+    this.#maxResponse = options.maxResponseBytes ?? MAX_RESPONSE_BYTES;
     this.#headers = {
       "content-type": "application/json",
       accept: "application/json, text/event-stream",
@@ -96,8 +116,15 @@ export class McpClient implements AsyncDisposable {
    * @param url the server's endpoint (`http://host:port/mcp`)
    * @throws {McpError} when the server refuses or offers no version we speak
    * @throws {TypeError} for a url that is not http(s)
+   * @throws {RangeError} for a `maxResponseBytes` that is not a positive integer
    */
   static async connect(url: string, options: McpClientOptions = {}): Promise<McpClient> {
+    const max = options.maxResponseBytes;
+    if (max !== undefined && (!Number.isSafeInteger(max) || max <= 0)) {
+      throw new RangeError(
+        `Cannot connect to MCP server: maxResponseBytes must be a positive integer, got "${max}"`,
+      );
+    }
     let parsed: URL;
     try {
       parsed = new URL(url);
@@ -139,7 +166,7 @@ export class McpClient implements AsyncDisposable {
    */
   static fromBinding(
     capability: Capability,
-    options: Omit<McpClientOptions, "authToken"> = {},
+    options: McpBindingOptions = {},
   ): Promise<McpClient> {
     if (capability.family !== "mcp") {
       throw new TypeError(
@@ -198,25 +225,45 @@ export class McpClient implements AsyncDisposable {
     const session = response.headers.get("mcp-session-id");
     if (session && method === "initialize") this.#sessionId = session;
     if (!response.ok) {
-      const text = await response.text().catch(() => "");
+      const text = await headText(response.body, 300);
       throw new McpError(
-        `MCP "${method}" failed: HTTP ${response.status}${text ? `: ${text.slice(0, 300)}` : ""}`,
+        `MCP "${method}" failed: HTTP ${response.status}${text ? `: ${text}` : ""}`,
         response.status,
       );
     }
     const type = response.headers.get("content-type") ?? "";
     let reply: unknown = undefined;
-    if (type.includes("text/event-stream")) {
-      for await (const { data } of sseData(response.body!, { dropUnterminated: true })) {
-        const message = JSON.parse(data);
-        // Server requests and notifications may come first; the reply ends it.
-        if (isRecord(message) && message.id === id && ("result" in message || "error" in message)) {
-          reply = message;
-          break;
+    const what = `the reply to "${method}"`;
+    try {
+      if (type.includes("text/event-stream")) {
+        const events = cappedBody(response.body!, this.#maxResponse, what);
+        for await (const { data } of sseData(events, { dropUnterminated: true })) {
+          const message = JSON.parse(data);
+          // Server requests and notifications may come first; the reply ends it.
+          if (
+            isRecord(message) && message.id === id && ("result" in message || "error" in message)
+          ) {
+            reply = message;
+            break;
+          }
+        }
+      } else {
+        const bytes = await readCapped(response.body, this.#maxResponse, what);
+        try {
+          reply = JSON.parse(new TextDecoder().decode(bytes));
+        } catch {
+          reply = undefined;
         }
       }
-    } else {
-      reply = await response.json().catch(() => undefined);
+    } catch (err) {
+      if (err instanceof BodyTooLargeError) {
+        throw new McpError(
+          `MCP "${method}" failed: ${err.message} (maxResponseBytes)`,
+          -32603,
+          { cause: err },
+        );
+      }
+      throw err;
     }
     if (!isRecord(reply)) {
       throw new McpError(`MCP "${method}" failed: no reply to request ${id}`, -32603);

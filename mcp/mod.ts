@@ -10,6 +10,7 @@
 
 export {
   MCP_PROTOCOL_VERSIONS,
+  type McpBindingOptions,
   McpClient,
   type McpClientOptions,
   McpError,

@@ -11,7 +11,10 @@ import { Capability } from "../capability.ts";
 import type { Environment } from "../env.ts";
 import { type ArgsShape, type InferArgs, type JsonSchema, shapeToJsonSchema } from "../schema.ts";
 import { isRecord } from "../_internal/util.ts";
+import { formatHost, isLoopback } from "../_internal/net.ts";
 import { MCP_PROTOCOL_VERSIONS } from "./client.ts";
+import { bearerToken, generateToken, tokenProblem, TokenVerifier } from "../_internal/auth.ts";
+import { BodyTooLargeError, formatBytes, readCapped } from "../_internal/body.ts";
 
 /** A tool an MCP server serves. */
 export interface McpTool {
@@ -96,13 +99,41 @@ export interface McpServerOptions {
   /** The tools to serve. */
   tools: McpTool[];
   /** The server's name in `serverInfo`. @default "hud-sdk" */
-  name?: string;
+  serverName?: string;
   /**
    * How replies to requests are sent: `json` bodies, or `sse` (a
    * `text/event-stream` with the one reply) when the client accepts it.
    * @default "json"
    */
   replies?: "json" | "sse";
+  /**
+   * The bearer token every request must carry (`Authorization: Bearer
+   * TOKEN`), compared in constant time; others get 401 before their body is
+   * read. {@linkcode addMcpServer} makes a 256-bit one when none is given
+   * and publishes it in the capability's `auth_token`.
+   * @default none for {@linkcode serveMcp} (every request is served), a fresh one for {@linkcode addMcpServer}
+   */
+  authToken?: string;
+  /**
+   * Host names (without port) accepted in the `Host` header, and in an
+   * `Origin` header when one is sent, besides loopback names (`localhost`,
+   * 127.0.0.0/8, `[::1]`); anything else gets 403, so that a web page cannot
+   * reach the server by rebinding its own name to this address.
+   * @default [] (and, for {@linkcode addMcpServer}, the `hostname` it listens on)
+   */
+  allowedHosts?: string[];
+  /**
+   * Further `Origin` values accepted, whole (`https://app.example`), for
+   * browser clients served from another host.
+   * @default []
+   */
+  allowedOrigins?: string[];
+  /**
+   * The largest request body, in bytes; a longer one is refused with 413 as
+   * its bytes arrive, never read whole.
+   * @default 4 MiB
+   */
+  maxBodyBytes?: number;
 }
 
 interface JsonRpcMessage {
@@ -116,9 +147,32 @@ function rpcError(id: unknown, code: number, message: string): Record<string, un
   return { jsonrpc: "2.0", id: id ?? null, error: { code, message } };
 }
 
+/** Default of {@linkcode McpServerOptions.maxBodyBytes}. */
+const MAX_BODY_BYTES = 4 << 20;
+
+/** The host name of a `Host` header value (`[::1]:80` gives `[::1]`), lowercased. */
+function hostOfHeader(value: string): string {
+  const v = value.trim().toLowerCase();
+  if (v.startsWith("[")) {
+    const end = v.indexOf("]");
+    return end < 0 ? v : v.slice(0, end + 1);
+  }
+  const colon = v.indexOf(":");
+  return colon < 0 ? v : v.slice(0, colon);
+}
+
+/** A host name as a `Host` header spells it: IPv6 in brackets, lowercased. */
+function hostForm(hostname: string): string {
+  return formatHost(hostname.toLowerCase());
+}
+
 /**
  * The request handler of a streamable HTTP MCP server (for `Deno.serve`).
- * @throws {TypeError} for tool names that clash
+ * It checks, in this order, the `Host` and `Origin` headers (403), the
+ * bearer token when one is set (401), and the body's size (413), before it
+ * parses anything.
+ * @throws {TypeError} for tool names that clash or a bad token
+ * @throws {RangeError} for a `maxBodyBytes` that is not a positive integer
  */
 export function serveMcp(options: McpServerOptions): (request: Request) => Promise<Response> {
   const tools = new Map<string, McpTool>();
@@ -128,10 +182,25 @@ export function serveMcp(options: McpServerOptions): (request: Request) => Promi
     }
     tools.set(t.name, t);
   }
+  const maxBody = options.maxBodyBytes ?? MAX_BODY_BYTES;
+  if (!Number.isSafeInteger(maxBody) || maxBody <= 0) {
+    throw new RangeError(
+      `Cannot serve MCP tools: maxBodyBytes must be a positive integer, got "${maxBody}"`,
+    );
+  }
+  let verifier: TokenVerifier | null = null;
+  if (options.authToken !== undefined) {
+    const problem = tokenProblem(options.authToken);
+    if (problem !== null) throw new TypeError(`Cannot serve MCP tools: ${problem}`);
+    verifier = new TokenVerifier(options.authToken);
+  }
+  const hosts = new Set((options.allowedHosts ?? []).map(hostForm));
+  const allowedHost = (host: string) => isLoopback(host) || hosts.has(host);
+  const origins = new Set(options.allowedOrigins ?? []);
   const sessions = new Map<string, string>();
-  const serverInfo = { name: options.name ?? "hud-sdk", version: "0.1.0" };
+  const serverInfo = { name: options.serverName ?? "hud-sdk", version: "0.1.0" };
 
-  const handle = async (msg: JsonRpcMessage, session: string | null) => {
+  const handle = async (msg: JsonRpcMessage) => {
     const params = isRecord(msg.params) ? msg.params : {};
     switch (msg.method) {
       case "initialize": {
@@ -184,12 +253,40 @@ export function serveMcp(options: McpServerOptions): (request: Request) => Promi
         }
       }
       default:
-        void session;
         return { error: [-32601, `Method not found: "${msg.method}"`] as const };
     }
   };
 
+  /** Why the request's Host or Origin is refused, or `null`. */
+  const foreign = (request: Request): string | null => {
+    if (!allowedHost(hostOfHeader(request.headers.get("host") ?? ""))) {
+      return "Forbidden: unexpected Host header";
+    }
+    const origin = request.headers.get("origin");
+    if (origin === null || origins.has(origin)) return null;
+    let host: string;
+    try {
+      host = hostForm(new URL(origin).hostname);
+    } catch {
+      return "Forbidden: unexpected Origin header";
+    }
+    return allowedHost(host) ? null : "Forbidden: unexpected Origin header";
+  };
+
+  const unauthorized = (request: Request): boolean => {
+    if (verifier === null) return false;
+    return !verifier.verify(bearerToken(request.headers.get("authorization")));
+  };
+
   return async (request) => {
+    const refused = foreign(request);
+    if (refused !== null) return new Response(`${refused}\n`, { status: 403 });
+    if (unauthorized(request)) {
+      return Response.json(
+        { error: "invalid_token", error_description: "Unauthorized: a bearer token is required" },
+        { status: 401, headers: { "www-authenticate": 'Bearer error="invalid_token"' } },
+      );
+    }
     if (request.method === "DELETE") {
       const id = request.headers.get("mcp-session-id");
       if (id === null || !sessions.delete(id)) return new Response(null, { status: 404 });
@@ -201,23 +298,29 @@ export function serveMcp(options: McpServerOptions): (request: Request) => Promi
         headers: { allow: "POST, DELETE" },
       });
     }
+    const tooLarge = () =>
+      Response.json(
+        rpcError(null, -32600, `Invalid request: the body is over ${formatBytes(maxBody)}`),
+        { status: 413 },
+      );
+    const declared = Number(request.headers.get("content-length") ?? "0");
+    if (declared > maxBody) return tooLarge();
     let msg: JsonRpcMessage;
     try {
-      msg = await request.json();
-    } catch {
+      const bytes = await readCapped(request.body, maxBody, "the request body");
+      msg = JSON.parse(new TextDecoder().decode(bytes));
+    } catch (err) {
+      if (err instanceof BodyTooLargeError) return tooLarge();
       return Response.json(rpcError(null, -32700, "Parse error"), { status: 400 });
     }
     if (!isRecord(msg) || typeof msg.method !== "string") {
       return Response.json(
         rpcError(null, -32600, "Invalid request: expected one JSON-RPC message"),
-        {
-          status: 400,
-        },
+        { status: 400 },
       );
     }
-    let session: string | null = null;
     if (msg.method !== "initialize") {
-      session = request.headers.get("mcp-session-id");
+      const session = request.headers.get("mcp-session-id");
       if (session === null) {
         return Response.json(rpcError(msg.id, -32000, "Bad request: missing Mcp-Session-Id"), {
           status: 400,
@@ -235,7 +338,7 @@ export function serveMcp(options: McpServerOptions): (request: Request) => Promi
       }
     }
     if (msg.id === undefined) return new Response(null, { status: 202 }); // a notification
-    const out = await handle(msg, session);
+    const out = await handle(msg);
     const reply = "error" in out && out.error
       ? rpcError(msg.id, out.error[0], out.error[1])
       : { jsonrpc: "2.0", id: msg.id, result: out.result };
@@ -257,7 +360,7 @@ export interface AddMcpServerOptions extends McpServerOptions {
    * The capability's name.
    * @default "tools"
    */
-  capability?: string;
+  name?: string;
   /**
    * Interface to listen on.
    * @default "127.0.0.1"
@@ -267,19 +370,53 @@ export interface AddMcpServerOptions extends McpServerOptions {
 
 /**
  * Serves `tools` over streamable HTTP while `env` runs, and publishes them
- * as an `mcp` capability (`http://host:port/mcp`).
- * @throws {TypeError} for tool names that clash
+ * as an `mcp` capability (`http://host:port/mcp`) whose `auth_token` is the
+ * bearer token the server requires: only clients given the manifest (over
+ * the authenticated control channel) can call the tools.
+ *
+ * @example
+ * ```ts
+ * import { Environment } from "../env.ts";
+ * import { integer } from "../schema.ts";
+ * import { McpClient, resultText } from "./client.ts";
+ * import { addMcpServer, mcpTool } from "./server.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const env = new Environment("calc");
+ * addMcpServer(env, {
+ *   tools: [mcpTool({ name: "add", args: { a: integer(), b: integer() }, run: ({ a, b }) => a + b })],
+ * });
+ * await env.start();
+ * try {
+ *   await using mcp = await McpClient.fromBinding(env.capability("tools")!);
+ *   assert.equal(resultText(await mcp.callTool("add", { a: 2, b: 3 })), "5");
+ * } finally {
+ *   await env.stop();
+ * }
+ * ```
+ *
+ * @throws {TypeError} for tool names that clash, a bad token, or the old `capability` option
+ * @throws {RangeError} for a `maxBodyBytes` that is not a positive integer
  */
 export function addMcpServer(env: Environment, options: AddMcpServerOptions): void {
-  const handler = serveMcp(options);
-  const name = options.capability ?? "tools";
+  if (isRecord(options) && "capability" in options) {
+    throw new TypeError(
+      'Cannot add MCP server: the "capability" option is now "name" (the capability\'s name)',
+    );
+  }
+  const hostname = options.hostname ?? "127.0.0.1";
+  const authToken = options.authToken ?? generateToken();
+  const listening = hostForm(hostname);
+  const wildcard = listening === "0.0.0.0" || listening === "[::]";
+  const handler = serveMcp({
+    ...options,
+    authToken,
+    allowedHosts: [...(options.allowedHosts ?? []), ...(wildcard ? [] : [listening])],
+  });
+  const name = options.name ?? "tools";
   let server: Deno.HttpServer<Deno.NetAddr> | null = null;
   env.initialize(() => {
-    server = Deno.serve({
-      hostname: options.hostname ?? "127.0.0.1",
-      port: 0,
-      onListen: () => {},
-    }, (request) => {
+    server = Deno.serve({ hostname, port: 0, onListen: () => {} }, (request) => {
       const path = new URL(request.url).pathname;
       if (path !== "/mcp") {
         return new Response("Not found: the MCP endpoint is /mcp", { status: 404 });
@@ -287,11 +424,11 @@ export function addMcpServer(env: Environment, options: AddMcpServerOptions): vo
       return handler(request);
     });
     const addr = server.addr;
-    const host = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
     env.addCapability(Capability.mcp({
       name,
-      url: `http://${host}:${addr.port}/mcp`,
+      url: `http://${formatHost(addr.hostname)}:${addr.port}/mcp`,
       transport: "streamable-http",
+      authToken,
     }));
   });
   env.shutdown(async () => {

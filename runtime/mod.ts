@@ -7,39 +7,17 @@
  * - {@linkcode LocalRuntime}: an environment in this process.
  * - {@linkcode SubprocessRuntime}: an environment module served by the
  *   command line's `serve` in a child process, one per placement.
+ * - {@linkcode Shared}: one placement of another provider, leased to up
+ *   to `width` rollouts at once.
  *
- * - {@linkcode ContainerRuntime}: an environment image in a Docker or Podman
- *   container, one per placement; {@linkcode buildEnvironmentImage} makes
- *   the image, {@linkcode removeStaleContainers} cleans up after a killed run.
- * - {@linkcode SwarmRuntime}: a pool of replicas of an environment image on a
- *   Docker Swarm across hosts, each leased to one rollout at a time, scaled
- *   with demand.
- *
- * {@linkcode loadEnvironment} imports an environment module by path.
+ * The engine-backed runtimes (containers on Docker or Podman, Docker Swarm)
+ * are in `@hud/sdk/engines`.
  *
  * @module
  */
 
-export type { Placement, PlaceOptions, RuntimeProvider } from "../client.ts";
-export {
-  LocalRuntime,
-  type LocalRuntimeOptions,
-  Runtime,
-  SERVER_V8_FLAGS,
-  SubprocessRuntime,
-  type SubprocessRuntimeOptions,
-} from "./runtime.ts";
-export { loadEnvironment, type LoadEnvironmentOptions } from "./loader.ts";
-export {
-  buildEnvironmentImage,
-  type BuildImageOptions,
-  CONTAINER_PORT,
-  ContainerRuntime,
-  type ContainerRuntimeOptions,
-  EngineError,
-  ENV_LABEL,
-  OWNER_LABEL,
-  removeStaleContainers,
-  type RemoveStaleOptions,
-} from "./container.ts";
-export { SwarmRuntime, type SwarmRuntimeOptions } from "./swarm.ts";
+export type { Placement, PlaceOptions, RuntimeProvider } from "./placement.ts";
+export { Shared, type SharedOptions } from "./shared.ts";
+export { Runtime } from "./runtime.ts";
+export { LocalRuntime, type LocalRuntimeOptions } from "./local.ts";
+export { SERVER_V8_FLAGS, SubprocessRuntime, type SubprocessRuntimeOptions } from "./subprocess.ts";

@@ -2,15 +2,21 @@
 // what OpenSSH's sftp and scp, paramiko, asyncssh and PuTTY speak) with the
 // OpenSSH extensions posix-rename, statvfs, fsync, hardlink and limits.
 //
-// It runs in this process, confined to one root directory (the workspace,
-// the commands' working directory): every path is resolved under the root,
-// relative paths from the root, and refused with SSH_FX_PERMISSION_DENIED
-// when its real path (symbolic links followed, the last component too for
-// operations that follow it) leaves the root. That keeps it within what the
-// workspace's commands can write, sandboxed or not, without a second
-// process per session. The checks race with a command that swaps a
-// directory for a symbolic link between check and use; the sandbox, not this
-// module, is the boundary against the commands themselves.
+// It serves one root directory: every path is resolved under the root,
+// relative paths from a starting directory (the commands' working
+// directory), and refused with SSH_FX_PERMISSION_DENIED when its real path
+// (symbolic links followed, the last component too for operations that
+// follow it) leaves the root. Owners cannot be changed and setuid/setgid
+// bits cannot be set, whoever runs it.
+//
+// Two ways to run it. In the SSH server's process (startSshServer's default),
+// confined to the working directory: the checks race with a command that
+// swaps a directory for a symbolic link between check and use, so this is
+// for servers whose commands run as this process's user anyway. Or as its
+// own process speaking SFTP on stdin and stdout (`_sftp_main.ts`), which a
+// workspace starts inside its sandbox as the sandbox's user, rooted at "/"
+// (the sandbox is the boundary there, as OpenSSH's sftp-server runs as the
+// logged-in user).
 //
 // Requests on one handle run in order (Deno has no pread/pwrite, so a read is
 // a seek then a read); other handles, and path requests (in order among
@@ -201,10 +207,14 @@ export interface SftpSink {
   close(): void;
 }
 
+/** Mode bits a client may set: no setuid or setgid. */
+const SETTABLE_MODE = 0o1777;
+
 /** One SFTP session over one channel. */
 export class SftpServer {
   readonly #root: string;
   readonly #alias: string;
+  readonly #start: string;
   readonly #sink: SftpSink;
   readonly #queue = new ByteQueue();
   #version = 0;
@@ -218,12 +228,14 @@ export class SftpServer {
   /**
    * `root` must be a real path (no symbolic links in it); `alias` is the
    * same directory as the commands see it (their working directory, which
-   * may go through links), accepted in paths too.
+   * may go through links), accepted in paths too. Relative paths start at
+   * `start` (inside the root), the root by default.
    */
-  constructor(root: string, sink: SftpSink, alias: string = root) {
+  constructor(root: string, sink: SftpSink, alias: string = root, start: string = root) {
     const trim = (p: string) => p.length > 1 ? p.replace(/\/+$/, "") : p;
     this.#root = trim(root);
     this.#alias = trim(alias);
+    this.#start = trim(start);
     this.#sink = sink;
   }
 
@@ -362,7 +374,7 @@ export class SftpServer {
   /** The client's path made absolute and normalised (no symbolic links resolved). */
   #absolute(path: string): string {
     if (path.includes("\0")) throw new SftpStatus(FX.BAD_MESSAGE, "Bad path");
-    const full = path.startsWith("/") ? path : `${this.#root}/${path}`;
+    const full = path.startsWith("/") ? path : `${this.#start}/${path}`;
     const parts: string[] = [];
     for (const part of full.split("/")) {
       if (part === "" || part === ".") continue;
@@ -437,7 +449,7 @@ export class SftpServer {
           create: creat && (pflags & OPEN_FLAGS.EXCL) === 0,
           createNew: creat && (pflags & OPEN_FLAGS.EXCL) !== 0,
           truncate: (pflags & OPEN_FLAGS.TRUNC) !== 0,
-          mode: (attrs.permissions ?? 0o666) & 0o7777,
+          mode: (attrs.permissions ?? 0o666) & SETTABLE_MODE,
         });
         return this.#newHandle(id, { kind: "file", file, path: real, queue: Promise.resolve() });
       }
@@ -528,7 +540,7 @@ export class SftpServer {
       case FXP.MKDIR: {
         const real = await this.#parentChecked(r.text());
         const attrs = readAttrs(r);
-        await Deno.mkdir(real, { mode: (attrs.permissions ?? 0o777) & 0o7777 });
+        await Deno.mkdir(real, { mode: (attrs.permissions ?? 0o777) & SETTABLE_MODE });
         return this.#status(id, FX.OK, "");
       }
       case FXP.RMDIR: {
@@ -670,12 +682,18 @@ export class SftpServer {
   }
 
   async #setAttrs(path: string, file: Deno.FsFile | null, a: SftpAttrs): Promise<void> {
+    if (a.uid !== undefined && a.gid !== undefined) {
+      // Owners stay: only a request that names the current ones passes.
+      const info = file !== null ? await file.stat() : await Deno.stat(path);
+      if (a.uid !== info.uid || a.gid !== info.gid) {
+        throw new SftpStatus(FX.PERMISSION_DENIED, "Permission denied: owners cannot be changed");
+      }
+    }
     if (a.size !== undefined) {
       if (file !== null) await file.truncate(a.size);
       else await Deno.truncate(path, a.size);
     }
-    if (a.permissions !== undefined) await Deno.chmod(path, a.permissions & 0o7777);
-    if (a.uid !== undefined && a.gid !== undefined) await Deno.chown(path, a.uid, a.gid);
+    if (a.permissions !== undefined) await Deno.chmod(path, a.permissions & SETTABLE_MODE);
     if (a.atime !== undefined && a.mtime !== undefined) {
       if (file !== null) await file.utime(a.atime, a.mtime);
       else await Deno.utime(path, a.atime, a.mtime);

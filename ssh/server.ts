@@ -8,13 +8,16 @@
  * `window-change` resizes that terminal (coreutils `stty -F` on it, which
  * also signals SIGWINCH). The `sftp` subsystem (SFTP version 3, see
  * `_sftp.ts`) serves files under the working directory, in this process,
- * refusing paths whose real location leaves it; OpenSSH's `scp` uses it.
+ * refusing paths whose real location leaves it, or runs a program that
+ * speaks SFTP on stdio (`sftpCommand`, as OpenSSH's `Subsystem sftp`)
+ * through the `spawn` hook; OpenSSH's `scp` uses it.
  *
  * @module
  */
 
 import { closeQuietly, isPeerGone, prefixed } from "../_internal/io.ts";
 import { trySignalGroup } from "../_internal/process.ts";
+import { acceptLoop } from "../_internal/accept.ts";
 import { type Channel, type ChannelHandlers, ChannelMux } from "./_channel.ts";
 import { DISCONNECT, SshError } from "./_errors.ts";
 import {
@@ -41,11 +44,16 @@ export interface SshSpawnOptions {
 
 /**
  * Starts a session's command: `argv[0]` is the program (`bash`, util-linux
- * `script`...), the rest its arguments. It must return a child with piped
- * stdin, stdout and stderr that leads its own process group (signals and the
- * final SIGKILL go to the group).
+ * `script`, the `sftpCommand`...), the rest its arguments. It must return a
+ * child with piped stdin, stdout and stderr that leads its own process group
+ * (signals and the final SIGKILL go to the group), or a promise of one: the
+ * client's request is answered when it settles (a workspace holds new
+ * commands this way while it grades).
  */
-export type SshSpawner = (argv: readonly string[], options: SshSpawnOptions) => Deno.ChildProcess;
+export type SshSpawner = (
+  argv: readonly string[],
+  options: SshSpawnOptions,
+) => Deno.ChildProcess | Promise<Deno.ChildProcess>;
 
 /** Limits on connections that have not logged in yet, as OpenSSH's `MaxStartups`. */
 export interface SshStartupLimits {
@@ -110,14 +118,15 @@ export interface SshServerOptions {
    */
   loginGraceTime?: number;
   /**
-   * Connections served at once; more are refused.
+   * Connections from the listener served at once; more are refused (those
+   * handed over through `serveConnection` are not counted).
    * @default 256
    */
   maxConnections?: number;
   /**
-   * Cap on connections that have not logged in: from `start` pending, a new
-   * one is dropped with a chance growing from `rate` percent to 100 at
-   * `full` (OpenSSH's `MaxStartups 10:30:100`).
+   * Cap on connections from the listener that have not logged in: from
+   * `start` pending, a new one is dropped with a chance growing from `rate`
+   * percent to 100 at `full` (OpenSSH's `MaxStartups 10:30:100`).
    * @default { start: 10, rate: 30, full: 100 }
    */
   maxStartups?: SshStartupLimits;
@@ -151,6 +160,14 @@ export interface SshServerOptions {
    * @default true
    */
   sftp?: boolean;
+  /**
+   * A program speaking SFTP on stdin and stdout (OpenSSH's `sftp-server`,
+   * or the SDK's own in a workspace sandbox) to start through `spawn` for
+   * each `sftp` subsystem request, in `cwd` with the commands'
+   * environment, instead of serving SFTP in this process.
+   * @default undefined: SFTP in this process (when `sftp` is on)
+   */
+  sftpCommand?: readonly string[];
 }
 
 /** A running SSH server, as returned by {@linkcode startSshServer}. */
@@ -163,8 +180,11 @@ export interface SshServer {
   readonly finished: Promise<void>;
   /**
    * Serves one connection accepted elsewhere (a control server's
-   * `tunnel.open`) as if it had come to the listener, with the same limits;
-   * `head` holds bytes already read from it. Resolves when it ends.
+   * `tunnel.open`) as if it had come to the listener; `head` holds bytes
+   * already read from it. Resolves when it ends. Such connections were
+   * authenticated by whoever hands them over, and are bounded there: they
+   * neither count towards nor wait for `maxConnections` and `maxStartups`,
+   * so anonymous TCP connections cannot crowd them out.
    */
   serveConnection(conn: Deno.Conn, head?: Uint8Array): Promise<void>;
   /** Stops listening, ends every connection (killing its commands) and waits. */
@@ -317,6 +337,8 @@ interface ServerConfig {
   onError: (error: unknown) => void;
   /** The real path of `cwd` when SFTP is on, else null. */
   sftpRoot: Promise<string> | null;
+  /** The program that serves SFTP on stdio, or null to serve it here. */
+  sftpCommand: readonly string[] | null;
 }
 
 /** One exec/shell session channel. */
@@ -325,6 +347,8 @@ class Session {
   readonly #config: ServerConfig;
   readonly #env: Record<string, string> = {};
   #proc: Deno.ChildProcess | null = null;
+  /** A command requested and not started yet (the spawner is async). */
+  #starting = false;
   #pty: { term: string; cols: number; rows: number } | null = null;
   #stdin: WritableStreamDefaultWriter<Uint8Array> | null = null;
   #stdinQueue: Uint8Array[] = [];
@@ -368,12 +392,12 @@ class Session {
       case "env": {
         const name = r.text();
         const value = r.text();
-        if (!ENV_NAME.test(name) || this.#proc !== null) return false;
+        if (!ENV_NAME.test(name) || this.#busy) return false;
         this.#env[name] = value;
         return true;
       }
       case "pty-req": {
-        if (this.#proc !== null || !canAllocatePty()) return false;
+        if (this.#busy || !canAllocatePty()) return false;
         const term = r.text();
         const cols = r.uint32();
         const rows = r.uint32();
@@ -406,10 +430,19 @@ class Session {
     }
   }
 
+  /** Whether a command, SFTP session or request for one holds this channel. */
+  get #busy(): boolean {
+    return this.#proc !== null || this.#starting || this.#sftp !== null;
+  }
+
   async #subsystem(name: string): Promise<boolean> {
     const rootP = this.#config.sftpRoot;
     if (name !== "sftp" || rootP === null) return false;
-    if (this.#proc !== null || this.#sftp !== null || this.#channel.isClosing) return false;
+    if (this.#busy || this.#channel.isClosing) return false;
+    if (this.#config.sftpCommand !== null) {
+      this.#pty = null; // a subsystem speaks bytes, not a terminal
+      return this.#start([...this.#config.sftpCommand], this.#commandEnv());
+    }
     let root: string;
     try {
       root = await rootP;
@@ -462,9 +495,8 @@ class Session {
     });
   }
 
-  #spawn(args: string[]): boolean {
-    if (this.#proc !== null || this.#sftp !== null || this.#channel.isClosing) return false;
-    const env: Record<string, string> = {
+  #commandEnv(): Record<string, string> {
+    return {
       PATH: hostEnv("PATH") ?? DEFAULT_PATH,
       HOME: hostEnv("HOME") ?? "/",
       USER: hostEnv("USER") ?? "root",
@@ -472,6 +504,11 @@ class Session {
       ...this.#config.env,
       ...this.#env,
     };
+  }
+
+  #spawn(args: string[]): boolean | Promise<boolean> {
+    if (this.#busy || this.#channel.isClosing) return false;
+    const env = this.#commandEnv();
     // No profile or rc file: what one session plants there must not run in
     // the next.
     let argv = ["bash", "--noprofile", "--norc", ...args];
@@ -483,14 +520,43 @@ class Session {
       }`;
       argv = [SCRIPT, "-q", "-e", "-c", inner, "/dev/null"];
     }
+    return this.#start(argv, env);
+  }
+
+  /** Starts `argv` through the spawner; the reply to the request that asked. */
+  #start(argv: string[], env: Record<string, string>): boolean | Promise<boolean> {
+    let spawned: Deno.ChildProcess | Promise<Deno.ChildProcess>;
     try {
-      this.#proc = this.#config.spawn(argv, { cwd: this.#config.cwd, env });
+      spawned = this.#config.spawn(argv, { cwd: this.#config.cwd, env });
     } catch (err) {
       this.#config.onError(err);
       return false;
     }
-    this.#stdin = this.#proc.stdin.getWriter();
-    this.#done = this.#run(this.#proc);
+    if (!(spawned instanceof Promise)) return this.#started(spawned);
+    this.#starting = true;
+    return spawned.then(
+      (proc) => {
+        this.#starting = false;
+        return this.#started(proc);
+      },
+      (err) => {
+        this.#starting = false;
+        this.#config.onError(err);
+        return false;
+      },
+    );
+  }
+
+  #started(proc: Deno.ChildProcess): boolean {
+    this.#proc = proc;
+    this.#stdin = proc.stdin.getWriter();
+    this.#done = this.#run(proc);
+    if (this.#killed || this.#channel.isClosing) {
+      // The channel went while the spawner waited.
+      this.#killed = false;
+      this.#kill();
+      return false;
+    }
     this.#pumpStdin(); // closes stdin at once if EOF came first
     return true;
   }
@@ -606,7 +672,8 @@ class Session {
 
   #onData(data: Uint8Array, ext: number): void {
     if (this.#sftp !== null && ext === 0) return this.#sftp.receive(data);
-    if (ext !== 0 || this.#stdin === null || this.#stdinEof) {
+    // Bytes may come before an async spawner has started the command.
+    if (ext !== 0 || (this.#stdin === null && !this.#starting) || this.#stdinEof) {
       this.#channel.consumed(data.length);
       return;
     }
@@ -804,8 +871,10 @@ class Server implements SshServer {
   readonly #maxConnections: number;
   readonly #startups: SshStartupLimits;
   readonly #conns = new Map<ServerConnection, Promise<void>>();
-  /** Connections that have not logged in yet. */
+  /** Connections from our listener that have not logged in yet. */
   readonly #unauthed = new Set<ServerConnection>();
+  /** Connections from our listener being served. */
+  #listened = 0;
   readonly #hostPublicKey: string;
   readonly #finished: Promise<void>;
   #finishedResolve!: () => void;
@@ -851,7 +920,20 @@ class Server implements SshServer {
       ciphers: checkCiphers(options.ciphers),
       onError: options.onError ?? (() => {}),
       sftpRoot: null,
+      sftpCommand: null,
     };
+    const sftpCommand = options.sftpCommand;
+    if (sftpCommand !== undefined) {
+      if (
+        !Array.isArray(sftpCommand) || sftpCommand.length === 0 ||
+        !sftpCommand.every((a) => typeof a === "string")
+      ) {
+        throw new TypeError(
+          "Cannot start SSH server: sftpCommand must be a non-empty string array",
+        );
+      }
+      this.#config.sftpCommand = [...sftpCommand];
+    }
     if (options.sftp ?? true) {
       this.#config.sftpRoot = Deno.realPath(this.#config.cwd);
       this.#config.sftpRoot.catch(() => {});
@@ -886,17 +968,10 @@ class Server implements SshServer {
   }
 
   async #accept(): Promise<void> {
-    while (true) {
-      let conn: Deno.TcpConn;
-      try {
-        conn = await this.#listener.accept();
-      } catch (err) {
-        if (this.#shuttingDown === null && !isPeerGone(err)) this.#config.onError(err);
-        if (this.#shuttingDown !== null || err instanceof Deno.errors.BadResource) return;
-        continue;
-      }
-      void this.#serve(conn);
-    }
+    await acceptLoop(this.#listener, (conn) => void this.#serve(conn), {
+      closing: () => this.#shuttingDown !== null,
+      onError: this.#config.onError,
+    });
   }
 
   serveConnection(conn: Deno.Conn, head?: Uint8Array): Promise<void> {
@@ -904,7 +979,7 @@ class Server implements SshServer {
       closeQuietly(conn);
       return Promise.resolve();
     }
-    if (head === undefined || head.length === 0) return this.#serve(conn);
+    if (head === undefined || head.length === 0) return this.#serve(conn, true);
     const from = prefixed(conn, head);
     // The transport reads, writes and closes; nothing else of a Conn.
     const joined = {
@@ -913,21 +988,33 @@ class Server implements SshServer {
       closeWrite: () => conn.closeWrite(),
       close: () => conn.close(),
     } as unknown as Deno.Conn;
-    return this.#serve(joined);
+    return this.#serve(joined, true);
   }
 
-  #serve(conn: Deno.Conn): Promise<void> {
-    if (this.#conns.size >= this.#maxConnections || this.#dropStartup()) {
+  /**
+   * Serves a connection. Only those from our listener count towards the
+   * connection cap and the unauthenticated slots: handed-over ones were
+   * authenticated (the control token) and are capped by whoever handed
+   * them over.
+   */
+  #serve(conn: Deno.Conn, attached = false): Promise<void> {
+    if (!attached && (this.#listened >= this.#maxConnections || this.#dropStartup())) {
       closeQuietly(conn);
       return Promise.resolve();
     }
     if ("setNoDelay" in conn) (conn as Deno.TcpConn).setNoDelay(true);
     const c = new ServerConnection(conn, this.#hostKey, this.#config);
-    this.#unauthed.add(c);
-    c.authed.then(() => this.#unauthed.delete(c));
+    if (!attached) {
+      this.#listened++;
+      this.#unauthed.add(c);
+      c.authed.then(() => this.#unauthed.delete(c));
+    }
     const task = c.run(this.#grace, this.#versionTimeout).catch((err) => this.#config.onError(err))
       .finally(() => {
-        this.#unauthed.delete(c);
+        if (!attached) {
+          this.#listened--;
+          this.#unauthed.delete(c);
+        }
         this.#conns.delete(c);
       });
     this.#conns.set(c, task);

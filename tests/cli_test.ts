@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { main } from "../cli.ts";
-import { SubprocessRuntime } from "../mod.ts";
+import { SubprocessRuntime } from "../runtime/mod.ts";
 import { waitFor, waitForLine } from "./_helpers.ts";
 import { testSignal } from "./_deadline.ts";
 

@@ -7,10 +7,15 @@ import {
   Environment,
   HudProtocolError,
   NotReadyError,
+  ProtocolViolationError,
 } from "../mod.ts";
 import { parseControlUrl } from "../client.ts";
 import { LineReader, parseLine } from "../_internal/framing.ts";
 import { demoEnv, echoServer, tcpServer, waitFor } from "./_helpers.ts";
+import { FileTrackerClient, startFileTracker } from "../filetracking/mod.ts";
+import { generateSshKeyPair, SshClient } from "../ssh/mod.ts";
+import { functionAgent, rollout } from "../eval/mod.ts";
+import { Runtime } from "../runtime/mod.ts";
 
 function freePort(): number {
   const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
@@ -169,8 +174,8 @@ Deno.test("HudClient heartbeat keeps a healthy session", async () => {
 });
 
 Deno.test("HudClient refuses protocol violations", async (t) => {
-  await t.step("a grade whose score is not a number is -32603", async () => {
-    for (const score of [true, "1", null]) {
+  await t.step("a grade whose score is not a number is a ProtocolViolationError", async () => {
+    for (const score of ["1", null, [1]]) {
       const server = scriptedServer((req, n) =>
         n === 0 ? HELLO(req.id) : { jsonrpc: "2.0", id: req.id, result: { score } }
       );
@@ -179,7 +184,8 @@ Deno.test("HudClient refuses protocol violations", async (t) => {
       });
       await assert.rejects(
         client.grade({ answer: 1 }),
-        (e: unknown) => e instanceof HudProtocolError && e.code === -32603,
+        (e: unknown) =>
+          e instanceof ProtocolViolationError && /score must be a number/.test(e.message),
       );
       await client.close();
       await server.close();
@@ -190,7 +196,10 @@ Deno.test("HudClient refuses protocol violations", async (t) => {
       n === 0 ? HELLO(req.id) : { jsonrpc: "2.0", id: 999, result: { tasks: [] } }
     );
     await using client = await connect(`tcp://127.0.0.1:${server.port}`, { readyTimeout: 10_000 });
-    await assert.rejects(client.listTasks(), /mismatch/);
+    await assert.rejects(client.listTasks(), {
+      name: "ProtocolViolationError",
+      message: /mismatch/,
+    });
     assert.equal(client.closed, true);
     await assert.rejects(client.listTasks(), ConnectionClosedError);
     await client.close();
@@ -448,4 +457,265 @@ Deno.test("HudClient sends the token in every hello, heartbeats included", async
     await client.close();
     await server.close();
   }
+});
+
+Deno.test("HudClient.open() returns the client for the binding's family, through the forwarder", async (t) => {
+  const root = await Deno.makeTempDir();
+  await using tracker = await startFileTracker(root);
+  const keys = await generateSshKeyPair();
+  const echo = echoServer();
+  const env = new Environment("open", {
+    capabilities: [
+      tracker.capability(),
+      Capability.ssh({
+        url: `127.0.0.1:${echo.port}`,
+        hostPubkey: keys.publicKey,
+        clientKey: keys.privateKey,
+      }),
+      Capability.rfb({ url: `127.0.0.1:${echo.port}` }),
+    ],
+  });
+  await using server = bind(env);
+  await using client = await connect(server, { readyTimeout: 10_000 });
+  try {
+    await t.step("filetracking: a connected FileTrackerClient", async () => {
+      await Deno.writeTextFile(`${root}/a.txt`, "a\n");
+      await using files = await client.open("filetracking");
+      assert.ok(files instanceof FileTrackerClient);
+      assert.deepEqual((await files.snapshot()).files.map((f) => f.path), ["a.txt"]);
+    });
+    await t.step("ssh, by name: an SshClient for the forwarder's port", async () => {
+      const shell = await client.open("shell");
+      assert.ok(shell instanceof SshClient);
+      assert.equal(shell.connected, false, "it connects on first use");
+    });
+    await t.step("a protocol without a client names binding() as the way out", async () => {
+      await assert.rejects(client.open("screen"), {
+        name: "TypeError",
+        message: /"screen".*"rfb\/3\.8".*binding\("screen"\)/,
+      });
+    });
+    await t.step("an unknown ref is refused as by binding()", async () => {
+      await assert.rejects(client.open("nothing"), { name: "RangeError", message: /"nothing"/ });
+    });
+  } finally {
+    await echo.close();
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
+Deno.test("HudClient reads the replies HUD's client reads", async (t) => {
+  await t.step(
+    'a dict score of true or false, as HUD\'s server sends {"score": True}',
+    async () => {
+      for (const [score, read] of [[true, 1], [false, 0]] as const) {
+        const server = scriptedServer((req, n) =>
+          n === 0 ? HELLO(req.id) : { jsonrpc: "2.0", id: req.id, result: { score, info: {} } }
+        );
+        try {
+          await using client = await connect(`tcp://127.0.0.1:${server.port}`, {
+            readyTimeout: 10_000,
+          });
+          assert.deepEqual(await client.grade({ answer: 1 }), { score: read, info: {} });
+        } finally {
+          await server.close();
+        }
+      }
+    },
+  );
+  await t.step("a reply nested deeper than 64 (the limit is for requests)", async () => {
+    let deep: unknown = "bottom";
+    for (let i = 0; i < 200; i++) deep = [deep];
+    const server = scriptedServer((req, n) =>
+      n === 0 ? HELLO(req.id) : { jsonrpc: "2.0", id: req.id, result: { prompt: deep } }
+    );
+    try {
+      await using client = await connect(`tcp://127.0.0.1:${server.port}`, {
+        readyTimeout: 10_000,
+      });
+      assert.deepEqual(await client.startTask("deep"), { prompt: deep });
+      assert.equal(client.closed, false);
+    } finally {
+      await server.close();
+    }
+  });
+});
+
+Deno.test("HudClient.binding() keeps the user name of a url, never its password", async () => {
+  const echo = echoServer();
+  const env = new Environment("userinfo", {
+    capabilities: [
+      new Capability({
+        name: "db",
+        protocol: "x/1",
+        url: `x://me:s3cret@127.0.0.1:${echo.port}/d`,
+      }),
+      new Capability({ name: "anon", protocol: "y/1", url: `y://:s3cret@127.0.0.1:${echo.port}` }),
+    ],
+  });
+  await using server = bind(env);
+  await using client = await connect(server, { readyTimeout: 10_000 });
+  assert.match(client.binding("db").url, /^x:\/\/me@127\.0\.0\.1:\d+\/d$/);
+  assert.match(client.binding("anon").url, /^y:\/\/127\.0\.0\.1:\d+$/);
+  for (const cap of client.bindings) assert.doesNotMatch(cap.url, /s3cret/);
+  await echo.close();
+});
+
+Deno.test("HudClient.manifest gives an attached capability's placeholder url its forwarder's", async () => {
+  const root = await Deno.makeTempDir();
+  try {
+    await Deno.writeTextFile(`${root}/a.txt`, "a\n");
+    const tracker = await startFileTracker(root, { listen: false });
+    const env = new Environment("attached");
+    env.addCapability(tracker.capability(), {
+      attach: (conn, head) => tracker.serveConnection(conn, head),
+    });
+    await using server = bind(env);
+    await using client = await connect(server, { readyTimeout: 10_000 });
+    const raw = client.manifest.bindings.find((b) => b.protocol === "filetracking/1")!;
+    assert.doesNotMatch(raw.url, /:0$/, "the placeholder cannot be dialled");
+    assert.equal(raw.url, client.binding("filetracking").url);
+    await using files = await FileTrackerClient.connect(raw.url);
+    assert.equal((await files.snapshot()).files_scanned, 1);
+    await tracker.shutdown();
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
+Deno.test("connect() and rollout() fail soon, saying so, where nothing listens", async (t) => {
+  await t.step(
+    "an address refused for 10 s (the default) is a one-line NotReadyError",
+    async () => {
+      const port = freePort();
+      const url = `tcp://127.0.0.1:${port}`;
+      const row = { env: "none", id: "t", args: {}, slug: "t" };
+      const [connecting, run] = await Promise.all([
+        connect(url).then(() => null, (e: unknown) => e),
+        rollout(row, functionAgent(() => "never"), { runtime: new Runtime(url) }),
+      ]);
+      assert.ok(connecting instanceof NotReadyError, String(connecting));
+      assert.match(
+        connecting.message,
+        new RegExp(
+          `^Cannot connect to ${url}: connection refused for 10000 ms .*nothing listens there`,
+        ),
+      );
+      assert.doesNotMatch(connecting.message, /\n/);
+      assert.equal(run.trace.failedPhase, "provisioning");
+      assert.match(run.trace.errors[0].message, /nothing listens there/);
+    },
+  );
+  await t.step(
+    "refusedTimeout counts refusals only; an accepting server gets readyTimeout",
+    async () => {
+      const server = scriptedServer(() => "close");
+      try {
+        await assert.rejects(
+          connect(`tcp://127.0.0.1:${server.port}`, {
+            refusedTimeout: 50,
+            readyTimeout: 600,
+            retryInterval: 20,
+          }),
+          (e: unknown) => {
+            assert.ok(e instanceof NotReadyError);
+            assert.match(e.message, /not ready after 600 ms/);
+            return true;
+          },
+        );
+      } finally {
+        await server.close();
+      }
+    },
+  );
+});
+
+/** Runs `bash -c script` (as uid 65534 with `asNobody`); its stdout. */
+async function bashOutput(script: string, asNobody: boolean): Promise<string> {
+  const argv = ["timeout", "10", "bash", "-c", script];
+  const command = asNobody
+    ? new Deno.Command("setpriv", {
+      args: ["--reuid=65534", "--regid=65534", "--clear-groups", ...argv],
+      stdout: "piped",
+      stderr: "piped",
+    })
+    : new Deno.Command(argv[0], { args: argv.slice(1), stdout: "piped", stderr: "piped" });
+  const out = await command.output();
+  return new TextDecoder().decode(out.stdout);
+}
+
+Deno.test({
+  name: "HudClient forwarders serve only the user who opened them: another uid is refused",
+  // Needs root to act as another user, and Linux's socket tables.
+  ignore: Deno.build.os !== "linux" || Deno.uid() !== 0,
+  async fn(t) {
+    const echo = echoServer();
+    const env = new Environment("users", {
+      capabilities: [
+        new Capability({
+          name: "echo",
+          protocol: "echo/1",
+          url: `tcp://127.0.0.1:${echo.port}`,
+        }),
+      ],
+    });
+    await using server = bind(env);
+    // The same 4 bytes out and back through the forwarder at `port`.
+    const ping = (port: number) =>
+      `exec 3<>/dev/tcp/127.0.0.1/${port}; printf ping >&3; head -c 4 <&3`;
+    try {
+      await t.step("by default: our own uid gets through, uid 65534 is closed", async () => {
+        const errors: unknown[] = [];
+        await using client = await connect(server, {
+          readyTimeout: 10_000,
+          onError: (e) => errors.push(e),
+        });
+        const port = Number(new URL(client.binding("echo").url.replace("tcp:", "http:")).port);
+        assert.equal(await bashOutput(ping(port), false), "ping");
+        assert.deepEqual(errors, []);
+        assert.equal(await bashOutput(ping(port), true), "", "uid 65534 got an answer");
+        assert.equal(errors.length, 1);
+        assert.match(
+          String(errors[0]),
+          /"echo" refused a connection from uid 65534: it serves uid 0/,
+        );
+        assert.equal(await bashOutput(ping(port), false), "ping", "and we still do");
+        // From an IPv6 socket (the peer shows in /proc/net/tcp6, IPv4-mapped).
+        const conn = await Deno.connect({ hostname: "::ffff:127.0.0.1", port });
+        try {
+          await conn.write(new TextEncoder().encode("ping"));
+          const buf = new Uint8Array(4);
+          let n = 0;
+          while (n < 4) {
+            const got = await conn.read(buf.subarray(n));
+            if (got === null) break;
+            n += got;
+          }
+          assert.equal(new TextDecoder().decode(buf.subarray(0, n)), "ping");
+        } finally {
+          conn.close();
+        }
+        assert.equal(errors.length, 1);
+      });
+      await t.step("forwardUsers lets the listed uids in", async () => {
+        await using client = await connect(server, {
+          readyTimeout: 10_000,
+          forwardUsers: [0, 65534],
+        });
+        const port = Number(new URL(client.binding("echo").url.replace("tcp:", "http:")).port);
+        assert.equal(await bashOutput(ping(port), true), "ping");
+      });
+      await t.step('forwardUsers: "any" serves everyone, and a bad list is refused', async () => {
+        await using client = await connect(server, { readyTimeout: 10_000, forwardUsers: "any" });
+        const port = Number(new URL(client.binding("echo").url.replace("tcp:", "http:")).port);
+        assert.equal(await bashOutput(ping(port), true), "ping");
+        await assert.rejects(
+          connect(server, { readyTimeout: 10_000, forwardUsers: [-1] }),
+          { name: "TypeError", message: /forwardUsers/ },
+        );
+      });
+    } finally {
+      await echo.close();
+    }
+  },
 });

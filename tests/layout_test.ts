@@ -11,20 +11,26 @@ const ROOT = new URL("../", import.meta.url);
  * Layers, lowest first. A file may import its own unit (a folder, or a
  * top-level file) and units of lower layers only; units of one layer do not
  * import each other, except the protocol core's files, which form one unit
- * (`env.ts` uses `schema.ts` and `capability.ts`).
+ * (`env.ts` uses `schema.ts` and `capability.ts`; `loader.ts` loads an
+ * environment module).
  */
 const LAYERS: readonly (readonly string[])[] = [
+  ["deno.json"],
   ["errors.ts"],
   ["_internal/"],
-  ["schema.ts", "capability.ts", "env.ts"],
+  ["schema.ts", "capability.ts", "env.ts", "loader.ts"],
   ["ssh/", "filetracking/", "mcp/", "cdp/"],
   ["server.ts", "client.ts"],
   ["workspace/", "runtime/"],
+  ["engines/"],
   ["eval/"],
   ["agents/", "viewer/"],
-  ["cli.ts", "mod.ts"],
+  ["graders/"],
+  ["harbor/"],
+  ["cli/", "mod.ts"],
+  ["cli.ts"],
 ];
-const CORE_FILES = ["schema.ts", "capability.ts", "env.ts"];
+const CORE_FILES = ["schema.ts", "capability.ts", "env.ts", "loader.ts"];
 
 const ENTRY_POINTS = [
   "mod.ts",
@@ -35,16 +41,20 @@ const ENTRY_POINTS = [
   "filetracking/mod.ts",
   "workspace/mod.ts",
   "runtime/mod.ts",
+  "engines/mod.ts",
   "eval/mod.ts",
   "agents/mod.ts",
   "mcp/mod.ts",
   "cdp/mod.ts",
   "viewer/mod.ts",
+  "harbor/mod.ts",
+  "graders/mod.ts",
 ];
 
 interface Dependency {
   code?: { specifier: string };
   type?: { specifier: string };
+  isDynamic?: boolean;
 }
 interface ModuleInfo {
   specifier: string;
@@ -170,14 +180,95 @@ Deno.test("layout: imports point down the layers", async () => {
   assert.deepEqual(wrong, []);
 });
 
-Deno.test("layout: the light entry points load no SSH, file tracking or eval", async (t) => {
-  for (const entry of ["env.ts", "server.ts", "capability.ts"]) {
+/**
+ * The local files that importing `entry` loads: static imports of code,
+ * followed from the entry. Type-only imports load nothing, and a dynamic
+ * `import()` loads its module only when it runs.
+ */
+async function loadedFiles(entry: string): Promise<string[]> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["info", "--json", entry],
+    cwd: ROOT,
+    stdout: "piped",
+    stderr: "piped",
+    env: { NO_COLOR: "1" },
+    signal: AbortSignal.timeout(30_000),
+  }).output();
+  assert.ok(out.success, `deno info ${entry} failed: ${new TextDecoder().decode(out.stderr)}`);
+  const info = JSON.parse(new TextDecoder().decode(out.stdout)) as { modules: ModuleInfo[] };
+  const bySpecifier = new Map(info.modules.map((m) => [m.specifier, m]));
+  const seen = new Set<string>();
+  const visit = (specifier: string): void => {
+    if (seen.has(specifier) || !specifier.startsWith(ROOT.href)) return;
+    seen.add(specifier);
+    for (const dep of bySpecifier.get(specifier)?.dependencies ?? []) {
+      if (!dep.isDynamic && dep.code?.specifier) visit(dep.code.specifier);
+    }
+  };
+  visit(new URL(entry, ROOT).href);
+  return [...seen].map((s) => s.slice(ROOT.href.length));
+}
+
+/** The folders a light entry point must not load (its own folder aside). */
+const HEAVY = [
+  "ssh/",
+  "filetracking/",
+  "mcp/",
+  "cdp/",
+  "workspace/",
+  "runtime/",
+  "engines/",
+  "eval/",
+  "agents/",
+  "viewer/",
+];
+
+/**
+ * The light entry points. `stillLoads` lists heavy folders an entry point
+ * loads today although it should not; the test checks that it still does,
+ * so that whoever removes the import must also remove the exception here.
+ */
+const LIGHT: readonly { entry: string; stillLoads?: readonly string[] }[] = [
+  { entry: "env.ts" },
+  { entry: "capability.ts" },
+  { entry: "loader.ts" },
+  { entry: "server.ts" },
+  // HudClient.open() loads each protocol client with a dynamic import().
+  { entry: "client.ts" },
+  { entry: "runtime/mod.ts" },
+];
+
+Deno.test("layout: the light entry points load no heavy subsystem", async (t) => {
+  for (const { entry, stillLoads = [] } of LIGHT) {
     await t.step(entry, async () => {
-      const loaded = [...(await importGraph(entry)).keys()];
-      const heavy = loaded.filter((p) => /^(ssh|filetracking|workspace|runtime|eval)\//.test(p));
-      assert.deepEqual(heavy, []);
+      const loaded = await loadedFiles(entry);
+      const own = entry.includes("/") ? entry.slice(0, entry.indexOf("/") + 1) : null;
+      const folders = new Set(loaded.map((p) => p.slice(0, p.indexOf("/") + 1)));
+      const heavy = HEAVY.filter((f) => f !== own && !stillLoads.includes(f) && folders.has(f));
+      assert.deepEqual(heavy, [], `${entry} loads ${heavy.join(", ")}`);
+      const gone = stillLoads.filter((f) => !folders.has(f));
+      assert.deepEqual(
+        gone,
+        [],
+        `${entry} no longer loads ${gone.join(", ")}: delete them from its stillLoads`,
+      );
     });
   }
+});
+
+Deno.test("layout: cli.ts loads a command's module only when that command runs", async (t) => {
+  await t.step("cli.ts itself loads no command", async () => {
+    const loaded = (await loadedFiles("cli.ts")).sort();
+    const more = loaded.filter((p) =>
+      !["cli.ts", "cli/_common.ts", "deno.json"].includes(p) && !p.startsWith("_internal/")
+    );
+    assert.deepEqual(more, []);
+  });
+  await t.step("cli.ts serve loads no client and no heavy subsystem", async () => {
+    const loaded = await loadedFiles("cli/serve.ts");
+    const heavy = loaded.filter((p) => p === "client.ts" || HEAVY.some((f) => p.startsWith(f)));
+    assert.deepEqual(heavy, []);
+  });
 });
 
 Deno.test("layout: each subsystem folder has a mod.ts exported from deno.json", async () => {
@@ -188,7 +279,9 @@ Deno.test("layout: each subsystem folder has a mod.ts exported from deno.json", 
   for (const layer of LAYERS) {
     for (const entry of layer) {
       if (!entry.endsWith("/") || entry.startsWith("_")) continue;
-      assert.ok(faces.has(`./${entry}mod.ts`), `deno.json exports no ./${entry}mod.ts`);
+      // cli/ holds the commands of cli.ts, which is its face.
+      const face = entry === "cli/" ? "./cli.ts" : `./${entry}mod.ts`;
+      assert.ok(faces.has(face), `deno.json exports no ${face}`);
     }
   }
 });

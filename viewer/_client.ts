@@ -20,6 +20,10 @@ export const CLIENT_JS: string = String.raw`
     return { name: f.name, rows: (f.rows || []).map(unpack), records: f.records || null, generation: f.generation || 0 };
   });
   var live = boot.live === true;
+  // The live viewer's requests carry its token (the page came with it).
+  function api(path) {
+    return fetch(path, { headers: boot.token ? { authorization: "Bearer " + boot.token } : {} });
+  }
   var main = document.getElementById("main");
   var state = { sort: { key: "i", dir: 1 }, filter: "", view: null };
 
@@ -289,7 +293,7 @@ export const CLIENT_JS: string = String.raw`
   function getRecord(f, i) {
     var file = files[f];
     if (file.records) return Promise.resolve(file.records[i]);
-    return fetch("api/record?file=" + f + "&i=" + i).then(function (res) {
+    return api("api/record?file=" + f + "&i=" + i).then(function (res) {
       if (!res.ok) throw new Error("HTTP " + res.status);
       return res.json();
     });
@@ -355,7 +359,7 @@ export const CLIENT_JS: string = String.raw`
   // ------------------------------------------------------------ live updates
   function poll() {
     Promise.all(files.map(function (file, f) {
-      return fetch("api/rows?file=" + f + "&from=" + file.rows.length + "&generation=" + file.generation)
+      return api("api/rows?file=" + f + "&from=" + file.rows.length + "&generation=" + file.generation)
         .then(function (res) { return res.ok ? res.json() : null; })
         .then(function (body) {
           if (!body) return false;

@@ -2,7 +2,7 @@
 // table, the raw line for the rollout view, and tailing a file that a job is
 // still writing.
 
-import type { RunRecord } from "../eval/taskset.ts";
+import type { RunRecord } from "../eval/results.ts";
 import { isRecord } from "../_internal/util.ts";
 
 /** What the table shows of one rollout. */

@@ -94,6 +94,8 @@ export interface PageData {
   live: boolean;
   /** Poll interval in ms. */
   pollInterval?: number;
+  /** The live viewer's token, sent with the page's requests. */
+  token?: string;
 }
 
 /** The whole page. */

@@ -8,9 +8,11 @@
  * @module
  */
 
-import type { RunRecord } from "../eval/taskset.ts";
+import type { RunRecord } from "../eval/results.ts";
 import { packRow, parseRecord, ResultsFile, ROW_FIELDS, summarize } from "./_data.ts";
 import { renderPage } from "./_page.ts";
+import { bearerToken, generateToken, tokenProblem, TokenVerifier } from "../_internal/auth.ts";
+import { formatHost, isLoopback } from "../_internal/net.ts";
 
 /** Options for {@linkcode renderReport}. */
 export interface ReportOptions {
@@ -116,28 +118,50 @@ export interface ViewerOptions {
    * @default "HUD results"
    */
   title?: string;
+  /**
+   * The secret every request must carry (in the url's `token` parameter or
+   * as `Authorization: Bearer`); others get 403.
+   * @default a fresh 256-bit one
+   */
+  token?: string;
 }
 
 /** A running viewer, shaped like `Deno.serve`'s handle. */
 export interface ViewerServer extends AsyncDisposable {
   /** Where it listens. */
   readonly addr: Deno.NetAddr;
-  /** The page's url, `http://127.0.0.1:<port>/`. */
+  /**
+   * The page's url with its token, `http://127.0.0.1:<port>/?token=...`:
+   * whoever has it can read the results, so show it only to the viewer's
+   * user.
+   */
   readonly url: string;
+  /** The token requests must carry. */
+  readonly token: string;
   /** Settles when the server has shut down. */
   readonly finished: Promise<void>;
   /** Stops serving; idempotent. */
   shutdown(): Promise<void>;
 }
 
+/** Headers on every response: nothing cached, sniffed or sent on as a referrer (the url holds the token). */
+const COMMON_HEADERS: Record<string, string> = {
+  "cache-control": "no-store",
+  "x-content-type-options": "nosniff",
+  "referrer-policy": "no-referrer",
+};
+
 function jsonResponse(body: string, status = 200): Response {
   return new Response(body, {
     status,
-    headers: {
-      "content-type": "application/json; charset=utf-8",
-      "cache-control": "no-store",
-      "x-content-type-options": "nosniff",
-    },
+    headers: { "content-type": "application/json; charset=utf-8", ...COMMON_HEADERS },
+  });
+}
+
+function textResponse(body: string, status: number): Response {
+  return new Response(body, {
+    status,
+    headers: { "content-type": "text/plain; charset=utf-8", ...COMMON_HEADERS },
   });
 }
 
@@ -145,8 +169,11 @@ function jsonResponse(body: string, status = 200): Response {
  * Serves the viewer over results files on 127.0.0.1: the page at `/`, new
  * rows at `/api/rows?file=F&from=N`, one record at `/api/record?file=F&i=N`.
  * Files are read incrementally, so a job that is still writing one shows
- * its rollouts as they finish. Requests whose `Host` is not a loopback
- * name are refused (no DNS rebinding).
+ * its rollouts as they finish. Every request must carry the viewer's token
+ * (`?token=` as in {@linkcode ViewerServer.url}, or `Authorization: Bearer`;
+ * the page sends it with each of its requests), so that other local users,
+ * who can reach any loopback port, read nothing; requests whose `Host` is
+ * not a loopback name are refused too (no DNS rebinding).
  *
  * @example
  * ```ts
@@ -155,23 +182,32 @@ function jsonResponse(body: string, status = 200): Response {
  *
  * const file = await Deno.makeTempFile({ suffix: ".jsonl" });
  * await using viewer = await serveViewer([file]);
- * const res = await fetch(new URL("api/rows?file=0&from=0", viewer.url));
+ * const res = await fetch(new URL("api/rows?file=0&from=0", viewer.url), {
+ *   headers: { authorization: `Bearer ${viewer.token}` },
+ * });
  * assert.deepEqual((await res.json()).rows, []);
+ * const stranger = await fetch(new URL("api/rows?file=0&from=0", viewer.url));
+ * assert.equal(stranger.status, 403);
+ * await stranger.body?.cancel();
  * await Deno.remove(file);
  * ```
  *
  * @param paths results files (JSONL)
- * @throws {TypeError} when no file is given or one does not exist
+ * @throws {TypeError} when no file is given or one does not exist, or for a bad token
  */
 export async function serveViewer(
   paths: string[],
   options: ViewerOptions = {},
 ): Promise<ViewerServer> {
   await checkFiles(paths, "view results");
+  const token = options.token ?? generateToken();
+  const problem = tokenProblem(token);
+  if (problem !== null) throw new TypeError(`Cannot view results: ${problem}`);
+  const verifier = new TokenVerifier(token);
   const names = namesOf(paths);
   const files = paths.map((p) => new ResultsFile(p));
   const title = options.title ?? "HUD results";
-  const loopback = ["127.0.0.1", "localhost", "::1"].includes(options.hostname ?? "127.0.0.1");
+  const loopback = isLoopback(options.hostname ?? "127.0.0.1");
   const fileOf = (url: URL): ResultsFile | null => {
     const f = Number(url.searchParams.get("file") ?? "0");
     return Number.isInteger(f) && f >= 0 && f < files.length ? files[f] : null;
@@ -181,11 +217,16 @@ export async function serveViewer(
   const handler = async (request: Request, info: Deno.ServeHandlerInfo): Promise<Response> => {
     void info;
     const host = (request.headers.get("host") ?? "").replace(/:\d+$/, "");
-    if (loopback && !["127.0.0.1", "localhost", "[::1]"].includes(host)) {
-      return new Response("Forbidden: unexpected Host header\n", { status: 403 });
+    if (loopback && !isLoopback(host)) {
+      return textResponse("Forbidden: unexpected Host header\n", 403);
     }
     const url = new URL(request.url);
-    if (request.method !== "GET") return new Response("Method not allowed\n", { status: 405 });
+    const given = bearerToken(request.headers.get("authorization")) ??
+      url.searchParams.get("token");
+    if (!verifier.verify(given)) {
+      return textResponse("Forbidden: open the url with the token that view printed\n", 403);
+    }
+    if (request.method !== "GET") return textResponse("Method not allowed\n", 405);
     if (url.pathname === "/") {
       // The rows so far ride in the page: one round trip to a full table.
       await Promise.all(files.map((f) => f.refresh()));
@@ -198,13 +239,10 @@ export async function serveViewer(
         fields: ROW_FIELDS,
         live: true,
         pollInterval: options.pollInterval ?? 1000,
+        token,
       });
       return new Response(page, {
-        headers: {
-          "content-type": "text/html; charset=utf-8",
-          "cache-control": "no-store",
-          "x-content-type-options": "nosniff",
-        },
+        headers: { "content-type": "text/html; charset=utf-8", ...COMMON_HEADERS },
       });
     }
     const file = fileOf(url);
@@ -227,7 +265,7 @@ export async function serveViewer(
       }
       return jsonResponse(file.lines[i]);
     }
-    return new Response("Not found\n", { status: 404 });
+    return textResponse("Not found\n", 404);
   };
   let listened: (addr: Deno.NetAddr) => void;
   const listening = new Promise<Deno.NetAddr>((resolve) => listened = resolve);
@@ -243,12 +281,13 @@ export async function serveViewer(
   }, handler);
   const addr = await listening;
   options.onListen?.(addr);
-  const host = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
+  const host = formatHost(addr.hostname);
   let stopping: Promise<void> | null = null;
   const shutdown = () => stopping ??= server.shutdown();
   return {
     addr,
-    url: `http://${host}:${addr.port}/`,
+    url: `http://${host}:${addr.port}/?token=${encodeURIComponent(token)}`,
+    token,
     finished: server.finished,
     shutdown,
     [Symbol.asyncDispose]: shutdown,

@@ -1,29 +1,68 @@
 // The workspace's sandbox: every command (and anything else the SSH server
-// starts, through its `spawn` hook) runs in bubblewrap, or util-linux
-// `unshare` where bwrap is missing. It gets a fresh PID namespace with its
-// own /proc, the workspace root and a private HOME writable, the rest of the
-// file system read-only, a private /tmp, and no network unless asked. Under
-// root it runs as an unprivileged uid. We use these tools rather than write
-// a sandbox: they are what Flatpak and agent sandboxes rely on.
+// starts, through its `spawn` hook: the SFTP server, a browser) runs in
+// bubblewrap, or util-linux `unshare` where bwrap is missing. It gets a
+// fresh PID namespace with its own /proc, no network unless asked, and a
+// file system of its own: the system's directories (/usr, /etc and the /bin,
+// /lib links) read-only, the workspace root and a private HOME writable,
+// size-capped private tmpfs at /tmp, /dev/shm, /run and /var, a minimal /dev
+// and an empty /sys; nothing else of the host (no /home, /root, /run, /var or
+// /sys, so no unix socket the host listens on). Under root it runs as an
+// unprivileged uid with no capabilities. Resource limits come from cgroups
+// (joined before the sandbox starts) and rlimits (prlimit). We use these
+// tools rather than write a sandbox: they are what Flatpak and agent
+// sandboxes rely on.
 
 import type { SshSpawnOptions } from "../ssh/server.ts";
 
 /** A sandbox mechanism; "none" runs commands as they are. */
 export type Isolation = "bwrap" | "unshare" | "none";
 
+/** A host path shown at `dest` inside the sandbox. */
+export interface SandboxMount {
+  /** The host path (a directory or a file). */
+  src: string;
+  /** Where the sandbox sees it (absolute). */
+  dest: string;
+  /** Whether the sandbox may write it; read-only when unset. */
+  writable?: boolean;
+}
+
+/** Rlimits and tmpfs sizes of a sandbox; null leaves one unset. */
+export interface SandboxLimits {
+  /** Bytes of each private tmpfs (/tmp, /dev/shm, /run, /var). */
+  tmpSize: number | null;
+  /** Largest file a process may write, in bytes (RLIMIT_FSIZE). */
+  fileSize: number | null;
+  /** Processes and threads of the command's uid (RLIMIT_NPROC): a uid of its own only. */
+  processes: number | null;
+}
+
 /** What the sandbox lets a command reach. */
 export interface SandboxConfig {
   /** The mechanism. */
   isolation: Isolation;
-  /** Directories the command may write (the workspace root, its HOME). */
+  /** Directories the command may write (the workspace root, its HOME), at their own paths. */
   writable: readonly string[];
+  /** More host paths (the SFTP server's code, a grader's files, the author's `mounts`). */
+  mounts?: readonly SandboxMount[];
   /** Whether the command keeps this host's network. */
   network: boolean;
   /** Uid and gid to switch to (only when this process is root), or null. */
   user: { uid: number; gid: number } | null;
+  /** Rlimits and tmpfs sizes. */
+  limits?: SandboxLimits;
+  /** `cgroup.procs` files the command joins before the sandbox starts (as root). */
+  cgroups?: readonly string[];
 }
 
-const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+export const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/**
+ * The host's system directories the sandbox shows read-only: what programs
+ * need to run, and nothing where services keep their sockets (/run, /var)
+ * or users their files (/home, /root). Merged-/usr links stay links.
+ */
+const SYSTEM_PATHS = ["/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
 
 /**
  * The absolute path of `program` on this process's PATH, or null. Looked up
@@ -49,7 +88,81 @@ export function findProgram(program: string): string | null {
 }
 
 function isUnder(path: string, dir: string): boolean {
-  return path === dir || path.startsWith(`${dir}/`);
+  return path === dir || path.startsWith(dir === "/" ? "/" : `${dir}/`);
+}
+
+/** One step of building the sandbox's file system, in order. */
+type MountOp =
+  | { op: "ro-bind" | "bind"; src: string; dest: string }
+  | { op: "symlink"; target: string; dest: string }
+  | { op: "tmpfs"; dest: string; mode: string; size: number | null }
+  | { op: "dir"; dest: string; mode: string }
+  | { op: "dev" | "proc" | "remount-ro"; dest: string };
+
+let systemOps: MountOp[] | null = null;
+
+function systemMounts(): MountOp[] {
+  if (systemOps !== null) return systemOps;
+  const ops: MountOp[] = [];
+  for (const path of SYSTEM_PATHS) {
+    let info: Deno.FileInfo;
+    try {
+      info = Deno.lstatSync(path);
+    } catch {
+      continue;
+    }
+    if (info.isSymlink) ops.push({ op: "symlink", target: Deno.readLinkSync(path), dest: path });
+    else if (info.isDirectory) ops.push({ op: "ro-bind", src: path, dest: path });
+  }
+  return systemOps = ops;
+}
+
+/** The sandbox's file system: the system read-only, private tmpfs, then the binds. */
+function mountPlan(config: SandboxConfig): MountOp[] {
+  const size = config.limits?.tmpSize ?? null;
+  const ops: MountOp[] = [
+    ...systemMounts(),
+    { op: "dev", dest: "/dev" },
+    { op: "proc", dest: "/proc" },
+    { op: "tmpfs", dest: "/tmp", mode: "1777", size },
+    { op: "tmpfs", dest: "/dev/shm", mode: "1777", size },
+    { op: "tmpfs", dest: "/run", mode: "0755", size },
+    { op: "tmpfs", dest: "/var", mode: "0755", size },
+    { op: "dir", dest: "/var/tmp", mode: "1777" },
+    { op: "symlink", target: "../run", dest: "/var/run" },
+    { op: "symlink", target: "../run/lock", dest: "/var/lock" },
+    { op: "dir", dest: "/sys", mode: "0555" },
+  ];
+  const binds: MountOp[] = [
+    ...config.writable.map((dir) => ({ op: "bind" as const, src: dir, dest: dir })),
+    ...(config.mounts ?? []).map((m) => ({
+      op: m.writable ? "bind" as const : "ro-bind" as const,
+      src: m.src,
+      dest: m.dest,
+    })),
+  ].sort((a, b) => a.dest.split("/").length - b.dest.split("/").length);
+  // The directories leading to each bind: made 0755 (walkable by the
+  // sandbox's user) where they lie in a tmpfs or in the empty root; taken as
+  // they are inside a bind of the host's own tree.
+  const mounted: MountOp[] = ops.filter((o) => o.op !== "symlink");
+  const made = new Set<string>(["/", ...ops.map((o) => o.dest)]);
+  for (const bind of binds) {
+    const parts = bind.dest.split("/").filter(Boolean);
+    for (let i = 1; i < parts.length; i++) {
+      const dir = `/${parts.slice(0, i).join("/")}`;
+      if (made.has(dir)) continue;
+      const under = mounted.filter((o) => isUnder(dir, o.dest)).pop();
+      if (under?.op === "bind" || under?.op === "ro-bind") continue;
+      ops.push({ op: "dir", dest: dir, mode: "0755" });
+      made.add(dir);
+    }
+    ops.push(bind);
+    mounted.push(bind);
+    made.add(bind.dest);
+  }
+  // The empty root itself: nothing may be added to it.
+  ops.push({ op: "remount-ro", dest: "/" });
+  return ops;
 }
 
 /**
@@ -70,6 +183,17 @@ function dropArgv(user: { uid: number; gid: number } | null, userNs = false): st
   ];
 }
 
+/** `prlimit` setting the rlimits, soft and hard (lowering needs no privilege). */
+function limitArgv(config: SandboxConfig): string[] {
+  const l = config.limits;
+  if (l === undefined) return [];
+  const args: string[] = [];
+  if (l.fileSize !== null) args.push(`--fsize=${l.fileSize}`);
+  // RLIMIT_NPROC counts every process of the uid: only a uid of its own.
+  if (l.processes !== null && config.user !== null) args.push(`--nproc=${l.processes}`);
+  return args.length === 0 ? [] : ["prlimit", ...args, "--"];
+}
+
 // Files this process (root) adds to the workspace after start would be
 // read-only for the agent's uid: before each command, still root but inside
 // the sandbox, where everything but the writable directories is mounted
@@ -81,10 +205,13 @@ chown -R -P -h --from=0 "$owner" -- "\${@:1:$n}" 2>/dev/null || :
 shift $((n + 1)); exec "$@"
 `;
 
-/** As root switching to a user: hand the writable directories over first, then drop. */
-function enterArgv(config: SandboxConfig): string[] {
-  const drop = dropArgv(config.user);
-  if (config.user === null || drop.length === 0) return drop;
+/** What runs inside the sandbox before `argv`: hand-over, limits, then the drop. */
+function enterArgv(config: SandboxConfig, userNs = false): string[] {
+  const drop = dropArgv(config.user, userNs);
+  const limit = limitArgv(config);
+  if (config.user === null || drop.length === 0 || config.isolation === "none") {
+    return [...limit, ...drop];
+  }
   const { uid, gid } = config.user;
   return [
     "bash",
@@ -96,6 +223,7 @@ function enterArgv(config: SandboxConfig): string[] {
     `${uid}:${gid}`,
     ...config.writable,
     "--",
+    ...limit,
     ...drop,
   ];
 }
@@ -106,33 +234,28 @@ function bwrapArgv(argv: readonly string[], cwd: string, config: SandboxConfig):
     "--die-with-parent",
     "--unshare-pid",
     "--unshare-ipc",
+    "--unshare-cgroup-try",
     ...(config.network ? [] : ["--unshare-net"]),
-    "--ro-bind",
-    "/",
-    "/",
-    "--dev",
-    "/dev",
-    "--proc",
-    "/proc",
-    "--perms",
-    "1777",
-    "--tmpfs",
-    "/tmp",
-    "--perms",
-    "1777",
-    "--tmpfs",
-    "/dev/shm",
   ];
-  for (const dir of config.writable) {
-    // bwrap makes missing mount points 0700 root; an unprivileged user must
-    // be able to walk through the ones it makes inside the private /tmp.
-    if (isUnder(dir, "/tmp")) {
-      const parts = dir.split("/").filter(Boolean);
-      for (let i = 2; i < parts.length; i++) {
-        args.push("--perms", "0755", "--dir", `/${parts.slice(0, i).join("/")}`);
-      }
+  for (const o of mountPlan(config)) {
+    switch (o.op) {
+      case "ro-bind":
+      case "bind":
+        args.push(`--${o.op}`, o.src, o.dest);
+        break;
+      case "symlink":
+        args.push("--symlink", o.target, o.dest);
+        break;
+      case "tmpfs":
+        args.push("--perms", o.mode, ...(o.size === null ? [] : ["--size", String(o.size)]));
+        args.push("--tmpfs", o.dest);
+        break;
+      case "dir":
+        args.push("--perms", o.mode, "--dir", o.dest);
+        break;
+      default:
+        args.push(`--${o.op}`, o.dest);
     }
-    args.push("--bind", dir, dir);
   }
   // No --new-session: Deno's `detached` already gave the sandbox a session
   // without a terminal, and staying in one process group lets the server
@@ -142,30 +265,79 @@ function bwrapArgv(argv: readonly string[], cwd: string, config: SandboxConfig):
   return args;
 }
 
-// unshare(1) has no bind or read-only options: a small script does the
-// mounts inside the new namespaces, then drops privileges and runs argv.
+// unshare(1) makes the namespaces but no file system: this script builds the
+// same one bwrap would in a tmpfs and chroots into it. Bind sources are held
+// open first (the new root covers this namespace's /tmp, where a workspace
+// may live). Arguments: cwd, then mount ops (as encoded by unshareArgv), "--",
+// then the command.
 const UNSHARE_SETUP = `set -e
+umask 022
 cwd=$1; shift
-n=0; while [ "$1" != -- ]; do eval "w$n=\\$1; exec $((n + 3))<\\"\\$1\\""; n=$((n + 1)); shift; done; shift
-awk '{print $5}' /proc/self/mountinfo | while IFS= read -r mp; do
-  case $mp in *\\*) mp=$(printf '%b' "$mp") ;; esac
-  mount -o remount,bind,ro "$mp" 2>/dev/null || true
+ops=(); fds=()
+while [ "$1" != -- ]; do
+  case $1 in
+    ro-bind | bind) exec {fd}<"$2"; fds+=("$fd"); ops+=("$1" "/proc/self/fd/$fd" "$3"); shift 3 ;;
+    symlink | dir) ops+=("$1" "$2" "$3"); shift 3 ;;
+    tmpfs) ops+=("$1" "$2" "$3" "$4"); shift 4 ;;
+    *) ops+=("$1" "$2"); shift 2 ;;
+  esac
 done
-case $(awk '$5 == "/" {o = $6} END {print o}' /proc/self/mountinfo) in ro,* | ro) ;; *)
-  echo "Cannot sandbox: / stayed writable" >&2; exit 126 ;; esac
-mount -t tmpfs -o mode=1777 tmpfs /tmp
-mount -t tmpfs -o mode=1777 tmpfs /dev/shm 2>/dev/null || true
-i=0; while [ $i -lt $n ]; do
-  eval "d=\\$w$i"; mkdir -p -m 0755 "$d"
-  mount --no-canonicalize --bind "/proc/self/fd/$((i + 3))" "$d"; mount -o remount,bind,rw "$d"
-  eval "exec $((i + 3))<&-"; i=$((i + 1))
+shift
+r=/tmp
+mount -t tmpfs -o mode=0755 hud-root "$r"
+i=0
+while [ $i -lt \${#ops[@]} ]; do
+  op=\${ops[i]}
+  case $op in
+    ro-bind | bind)
+      src=\${ops[i+1]}; d=$r\${ops[i+2]}; i=$((i + 3))
+      if [ -d "$src" ]; then mkdir -p "$d"; elif [ ! -e "$d" ]; then mkdir -p "\${d%/*}"; : > "$d"; fi
+      mount --no-canonicalize --bind "$src" "$d"
+      [ "$op" = bind ] || mount --no-canonicalize -o remount,bind,ro "$d" ;;
+    symlink) d=$r\${ops[i+2]}; mkdir -p "\${d%/*}"; ln -s "\${ops[i+1]}" "$d"; i=$((i + 3)) ;;
+    dir) d=$r\${ops[i+1]}; mkdir -p "$d"; chmod "\${ops[i+2]}" "$d"; i=$((i + 3)) ;;
+    tmpfs)
+      d=$r\${ops[i+1]}; mkdir -p "$d"; size=\${ops[i+3]}
+      mount -t tmpfs -o "mode=\${ops[i+2]}\${size:+,size=$size}" hud-tmp "$d"; i=$((i + 4)) ;;
+    proc) d=$r\${ops[i+1]}; mkdir -p "$d"; mount -t proc proc "$d"; i=$((i + 2)) ;;
+    dev)
+      d=$r\${ops[i+1]}; i=$((i + 2)); mkdir -p "$d"
+      mount -t tmpfs -o mode=0755,size=1m hud-dev "$d"
+      for n in null zero full random urandom tty; do : > "$d/$n"; mount --bind "/dev/$n" "$d/$n"; done
+      mkdir "$d/pts" "$d/shm"
+      mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts "$d/pts" 2>/dev/null &&
+        ln -s pts/ptmx "$d/ptmx"
+      ln -s /proc/self/fd "$d/fd"
+      ln -s /proc/self/fd/0 "$d/stdin"; ln -s /proc/self/fd/1 "$d/stdout"; ln -s /proc/self/fd/2 "$d/stderr" ;;
+    remount-ro) mount -o remount,bind,ro "$r\${ops[i+1]%/}"; i=$((i + 2)) ;;
+  esac
 done
-cd "$cwd"
-exec "$@"
+for fd in "\${fds[@]}"; do exec {fd}<&-; done
+exec chroot "$r" "$BASH" --noprofile --norc -c 'cd -- "$1" || exit 126; shift; exec "$@"' hud-chdir "$cwd" "$@"
 `;
 
 function unshareArgv(argv: readonly string[], cwd: string, config: SandboxConfig): string[] {
   const root = Deno.uid() === 0;
+  const ops: string[] = [];
+  for (const o of mountPlan(config)) {
+    switch (o.op) {
+      case "ro-bind":
+      case "bind":
+        ops.push(o.op, o.src, o.dest);
+        break;
+      case "symlink":
+        ops.push(o.op, o.target, o.dest);
+        break;
+      case "dir":
+        ops.push(o.op, o.dest, o.mode);
+        break;
+      case "tmpfs":
+        ops.push(o.op, o.dest, o.mode, o.size === null ? "" : String(o.size));
+        break;
+      default:
+        ops.push(o.op, o.dest);
+    }
+  }
   return [
     "unshare",
     ...(root ? [] : ["--user", "--map-root-user"]),
@@ -186,12 +358,18 @@ function unshareArgv(argv: readonly string[], cwd: string, config: SandboxConfig
     UNSHARE_SETUP,
     "hud-sandbox",
     cwd,
-    ...config.writable,
+    ...ops,
     "--",
-    ...(root ? enterArgv(config) : dropArgv(null, true)),
+    ...enterArgv(config, !root),
     ...argv,
   ];
 }
+
+// Joining cgroups happens on the host side, as root, before the sandbox
+// starts: everything the command starts is born inside them.
+const JOIN_CGROUPS = `while [ "$1" != -- ]; do printf '%s\\n' $$ > "$1" || exit 125; shift; done
+shift; exec "$@"
+`;
 
 /**
  * The full command line that runs `argv` in `cwd` under `config`.
@@ -205,14 +383,37 @@ export function sandboxArgv(
   cwd: string,
   config: SandboxConfig,
 ): string[] {
+  let inner: string[];
   switch (config.isolation) {
     case "bwrap":
-      return bwrapArgv(argv, cwd, config);
+      inner = bwrapArgv(argv, cwd, config);
+      break;
     case "unshare":
-      return unshareArgv(argv, cwd, config);
+      inner = unshareArgv(argv, cwd, config);
+      break;
     case "none":
-      return [...dropArgv(config.user), ...argv];
+      inner = [...enterArgv(config), ...argv];
+      break;
   }
+  const cgroups = config.cgroups ?? [];
+  if (cgroups.length === 0) return inner;
+  return [
+    "bash",
+    "--noprofile",
+    "--norc",
+    "-c",
+    JOIN_CGROUPS,
+    "hud-cgroup",
+    ...cgroups,
+    "--",
+    ...inner,
+  ];
+}
+
+/** Whether `config` wraps commands at all (a sandbox, a uid switch, limits or cgroups). */
+function wraps(config: SandboxConfig): boolean {
+  return config.isolation !== "none" || Deno.uid() === 0 ||
+    (config.cgroups ?? []).length > 0 || limitArgv(config).length > 0;
 }
 
 /**
@@ -227,7 +428,7 @@ export function spawnInSandbox(
   argv: readonly string[],
   options: SshSpawnOptions & { sandbox: SandboxConfig },
 ): Deno.ChildProcess {
-  const wrapped = options.sandbox.isolation !== "none" || Deno.uid() === 0;
+  const wrapped = wraps(options.sandbox);
   // The command's environment holds what the client sent (LD_PRELOAD, PATH,
   // BASH_ENV...): the wrappers, which may run as root, get a fixed one, and
   // env(1) sets the command's only at the end, after privileges are gone.
@@ -260,11 +461,7 @@ export function spawnInSandbox(
  */
 export async function probeSandbox(config: SandboxConfig, cwd: string): Promise<string | null> {
   try {
-    const child = spawnInSandbox(["true"], {
-      cwd,
-      env: { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" },
-      sandbox: config,
-    });
+    const child = spawnInSandbox(["true"], { cwd, env: { PATH: DEFAULT_PATH }, sandbox: config });
     await child.stdin.close().catch(() => {});
     const out = await child.output();
     if (out.success) return null;

@@ -1,10 +1,22 @@
 /**
  * The `shell` capability: {@linkcode addWorkspace} gives an environment an
  * SSH workspace on a directory, served from the environment's process, and
- * a file tracker of it. This is where the SSH server and the file tracker
- * meet an {@linkcode Environment}; the core knows neither.
+ * a file tracker of it; the {@linkcode Workspace} it returns runs grading
+ * commands in the same sandbox. This is where the SSH server and the file
+ * tracker meet an {@linkcode Environment}; the core knows neither.
  *
  * @module
  */
 
-export { addWorkspace, type WorkspaceIsolation, type WorkspaceOptions } from "./workspace.ts";
+export {
+  addWorkspace,
+  type Workspace,
+  type WorkspaceExecOptions,
+  type WorkspaceExecResult,
+  type WorkspaceGrading,
+  type WorkspaceIsolation,
+  type WorkspaceLimits,
+  type WorkspaceLimitsInForce,
+  type WorkspaceOptions,
+  type WorkspaceSpawnOptions,
+} from "./workspace.ts";

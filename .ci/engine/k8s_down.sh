@@ -8,7 +8,6 @@ set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 STATE=${K8S_STATE:-/var/lib/hud-k8s}
 GUARD=$HERE/guard.sh
-[ -x "$GUARD" ] || GUARD=$HERE/../../tests/engine/guard.sh
 # shellcheck source=_nodes.sh
 . "$HERE/_nodes.sh"
 nodes=$({

@@ -20,7 +20,6 @@ NET=10.214.0
 API=$NET.254
 PODS=10.244
 GUARD=$HERE/guard.sh
-[ -x "$GUARD" ] || GUARD=$HERE/../../tests/engine/guard.sh
 # shellcheck source=_nodes.sh
 . "$HERE/_nodes.sh"
 [ "$(id -u)" = 0 ] || { log "must run as root"; exit 1; }

@@ -7,7 +7,6 @@ set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 STATE=${SLURM_STATE:-/run/hud-slurm}
 GUARD=$HERE/guard.sh
-[ -x "$GUARD" ] || GUARD=$HERE/../../tests/engine/guard.sh
 # shellcheck source=_nodes.sh
 . "$HERE/_nodes.sh"
 if [ -d "$STATE" ]; then

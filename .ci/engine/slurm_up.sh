@@ -15,7 +15,6 @@ N=${SLURM_NODES:-3}
 BR=br-slurm
 NET=10.215.0
 GUARD=$HERE/guard.sh
-[ -x "$GUARD" ] || GUARD=$HERE/../../tests/engine/guard.sh
 # shellcheck source=_nodes.sh
 . "$HERE/_nodes.sh"
 [ "$(id -u)" = 0 ] || { log "must run as root"; exit 1; }

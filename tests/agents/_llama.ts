@@ -1,16 +1,16 @@
 // llama.cpp's llama-server with the committed tiny tool-calling model, for
-// tests/agents/llama_test.ts and bench/llama_bench.ts. The server binary is
-// built outside the tests (tests/fixtures/llama/build_llama_server.sh).
+// tests/agents/llama_test.ts and bench/llama.ts. The server binary is
+// built outside the tests (.ci/llama/build_llama_server.sh).
 
 const DIR = Deno.env.get("HUD_LLAMA_DIR") ?? "/var/cache/hud-sdk/llama";
 /** The llama-server binary. */
 export const LLAMA_SERVER = `${DIR}/bin/llama-server`;
-/** The committed fixture; its recipe is beside it (tests/fixtures/llama/README.md). */
+/** The committed fixture; its recipe is in .ci/llama/ (README.md there). */
 export const LLAMA_MODEL = Deno.env.get("HUD_LLAMA_MODEL") ??
   new URL("../fixtures/llama/tiny-toolcall.gguf", import.meta.url).pathname;
 /** How to get the server when it is missing. */
 export const LLAMA_BUILD_HINT =
-  "build it: bash tests/fixtures/llama/build_llama_server.sh /var/cache/hud-sdk/llama";
+  "build it: bash .ci/llama/build_llama_server.sh /var/cache/hud-sdk/llama";
 
 /** The server binary and the model, those of them that are not there. */
 export function missingLlama(): string[] {

@@ -339,32 +339,34 @@ Deno.test("addBrowser() publishes a browser an agent drives through the forwarde
   const marker = crypto.randomUUID();
   const env = vaultEnv(marker);
 
-  await t.step('HudClient.open("cdp") reaches the browser at the forwarder\'s port', async () => {
-    const signal = AbortSignal.timeout(45_000);
-    await env.start();
-    try {
-      assert.ok(processesWith(marker).length > 0, "no browser process with the marker");
-      await using server = bind(env);
-      await using client = await connect(server, { readyTimeout: 10_000 });
-      const published = env.capability("browser")!;
-      const local = client.binding("browser");
-      assert.equal(local.protocol, "cdp/1.3");
-      assert.notEqual(new URL(local.url).port, new URL(published.url).port);
-      assert.equal(new URL(local.url).pathname, new URL(published.url).pathname);
-      assert.throws(() => client.open("browser"), { name: "TypeError", message: /openCdp/ });
-      await using cdp = await client.open("cdp", { signal });
-      const { product } = await cdp.send<{ product: string }>("Browser.getVersion", {}, {
-        signal,
-      });
-      assert.match(product, /Chrome\//);
-      await using named = await client.openCdp("browser", { signal });
-      assert.equal(named.isClosed, false);
-    } finally {
-      await env.stop();
-    }
-    assert.deepEqual(processesWith(marker), [], "the browser outlived env.stop()");
-    assert.equal(env.capability("browser"), undefined);
-  });
+  await t.step(
+    'HudClient.open("cdp") and open("browser") reach the browser at the forwarder\'s port',
+    async () => {
+      const signal = AbortSignal.timeout(45_000);
+      await env.start();
+      try {
+        assert.ok(processesWith(marker).length > 0, "no browser process with the marker");
+        await using server = bind(env);
+        await using client = await connect(server, { readyTimeout: 10_000 });
+        const published = env.capability("browser")!;
+        const local = client.binding("browser");
+        assert.equal(local.protocol, "cdp/1.3");
+        assert.notEqual(new URL(local.url).port, new URL(published.url).port);
+        assert.equal(new URL(local.url).pathname, new URL(published.url).pathname);
+        await using cdp = await client.open("cdp", { signal });
+        const { product } = await cdp.send<{ product: string }>("Browser.getVersion", {}, {
+          signal,
+        });
+        assert.match(product, /Chrome\//);
+        await using named = await client.open("browser", { signal });
+        assert.equal(named.isClosed, false);
+      } finally {
+        await env.stop();
+      }
+      assert.deepEqual(processesWith(marker), [], "the browser outlived env.stop()");
+      assert.equal(env.capability("browser"), undefined);
+    },
+  );
 
   await t.step("an agent reads the page through the browser and scores 1", async () => {
     const agent = functionAgent(async (prompt, run: Run, { signal }) => {

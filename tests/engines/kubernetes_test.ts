@@ -17,11 +17,13 @@ import {
   RUNTIME_LABEL,
 } from "../../engines/kubernetes.ts";
 import { KubeClient, loadKubeConfig } from "../../engines/_kube.ts";
-import { buildEnvironmentImage, OWNER_LABEL } from "../../runtime/container.ts";
-import { EngineClient, findEngineSocket } from "../../runtime/_engine.ts";
-import { connect, type Placement, type PlaceOptions } from "../../client.ts";
+import { buildEnvironmentImage } from "../../engines/image.ts";
+import { OWNER_LABEL } from "../../engines/container.ts";
+import { EngineClient, findEngineSocket } from "../../engines/_engine.ts";
+import { connect } from "../../client.ts";
+import type { Placement, PlaceOptions } from "../../runtime/placement.ts";
 import { Taskset } from "../../eval/taskset.ts";
-import { functionAgent } from "../../eval/run.ts";
+import { functionAgent } from "../../eval/agent.ts";
 import { taskSlug } from "../../env.ts";
 import { delay } from "../../_internal/async.ts";
 import { withDeadline } from "../_deadline.ts";
@@ -42,7 +44,7 @@ function skipReason(): string | null {
   try {
     findEngineSocket();
   } catch {
-    return "needs Docker to build the image (tests/engine/engine_up.sh)";
+    return "needs Docker to build the image (.ci/engine/engine_up.sh)";
   }
   if (given !== undefined) {
     return exists(`${given}/admin.kubeconfig`)

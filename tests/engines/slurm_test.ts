@@ -9,9 +9,10 @@
 
 import assert from "node:assert/strict";
 import { cancelStaleJobs, SlurmRuntime } from "../../engines/slurm.ts";
-import { connect, type Placement, type PlaceOptions } from "../../client.ts";
+import { connect } from "../../client.ts";
+import type { Placement, PlaceOptions } from "../../runtime/placement.ts";
 import { Taskset } from "../../eval/taskset.ts";
-import { functionAgent } from "../../eval/run.ts";
+import { functionAgent } from "../../eval/agent.ts";
 import { taskSlug } from "../../env.ts";
 import { delay } from "../../_internal/async.ts";
 import { withDeadline } from "../_deadline.ts";

@@ -1,14 +1,6 @@
 import assert from "node:assert/strict";
-import {
-  Capability,
-  Environment,
-  type FileDiff,
-  type FlushResult,
-  functionAgent,
-  LocalRuntime,
-  rollout,
-  startFileTracker,
-} from "../../mod.ts";
+import { Capability, Environment, functionAgent, LocalRuntime, rollout } from "../../mod.ts";
+import { type FileDiff, type FlushResult, startFileTracker } from "../../filetracking/mod.ts";
 
 function trackedEnv(root: string): Environment {
   const env = new Environment("tracked");

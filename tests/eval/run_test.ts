@@ -1,7 +1,6 @@
 import assert from "node:assert/strict";
 import {
   bind,
-  CommandAgent,
   connect,
   Environment,
   functionAgent,
@@ -9,9 +8,9 @@ import {
   LocalRuntime,
   rollout,
   Run,
-  Runtime,
-  type RuntimeProvider,
 } from "../../mod.ts";
+import { Runtime, type RuntimeProvider } from "../../runtime/mod.ts";
+import { CommandAgent } from "../../agents/mod.ts";
 
 function arithEnv(log: string[] = []): Environment {
   const env = new Environment("arith");

@@ -5,11 +5,9 @@ import {
   integer,
   type JobProgress,
   LocalRuntime,
-  type Placement,
-  type RuntimeProvider,
-  Shared,
   Taskset,
 } from "../../mod.ts";
+import { type Placement, type RuntimeProvider, Shared } from "../../runtime/mod.ts";
 
 function makeEnv() {
   const env = new Environment("sets");

@@ -1,5 +1,8 @@
 import assert from "node:assert/strict";
-import { CommandAgent, type FileDiff, Taskset } from "../../mod.ts";
+import { type Agent, Taskset } from "../../mod.ts";
+import type { FileDiff } from "../../filetracking/mod.ts";
+import { CommandAgent } from "../../agents/mod.ts";
+import type { SshClient } from "../../ssh/mod.ts";
 import { fixBug, scriptedAgent, tasks } from "../../examples/robolab.ts";
 import { testSignal } from "../_deadline.ts";
 
@@ -42,7 +45,8 @@ Deno.test("robolab: each trace shows its own agent's fix as a unified diff", asy
     for (const p of [...patches, ...setup.patches]) {
       assert.ok(p.path.startsWith(`${dir}/`), `${p.path} belongs to ${dir}`);
     }
-    assert.ok(setup.patches.some((p) => p.path === `${dir}/check.sh`), "setup diff has check.sh");
+    assert.ok(setup.patches.some((p) => p.path.endsWith(".sh")), "setup diff has the program");
+    assert.ok(!setup.patches.some((p) => p.path === `${dir}/check.sh`), "the check is not there");
     if (record.task.args.difficulty !== 1) return;
     const count = patches.find((p) => p.path === `${dir}/count.sh`)!;
     assert.equal(count.status, "modified");
@@ -108,4 +112,76 @@ Deno.test("cli.ts serve examples/robolab.ts announces one port and stops on SIGT
   assert.ok(killed, `announced the port within 30 s; stdout: ${text}`);
   assert.equal(code, 0);
   assert.equal(text.split("\n").filter((l) => l.startsWith("HUD_SERVE_PORT=")).length, 1, text);
+});
+
+// Agents that try to earn what they did not: each gets exactly the reward
+// its honest work earns, and nothing it writes runs outside the sandbox.
+
+/** The scripted agent, then `tamper(cwd, shell)` before it answers. */
+function tamperingAgent(
+  tamper: (cwd: string, shell: SshClient) => Promise<void>,
+  fix = true,
+): Agent {
+  return {
+    async run(run, context) {
+      const cwd = (run.bindings.shell as { cwd: string }).cwd;
+      if (fix) await scriptedAgent.run(run, context);
+      await using shell = await run.client.open("shell", { signal: context.signal });
+      await tamper(cwd, shell);
+    },
+  };
+}
+
+Deno.test("robolab: an agent that rewrites check.sh instead of fixing earns nothing", async () => {
+  const agent = tamperingAgent(async (cwd, shell) => {
+    await shell.writeText(`${cwd}/check.sh`, "#!/usr/bin/env bash\nexit 0\n");
+    await shell.exec(`chmod +x ${cwd}/check.sh`);
+  }, false);
+  const job = await new Taskset(tasks).run(agent, { maxConcurrent: 3 });
+  const checks = job.liveRuns.map((r) =>
+    (r!.trace.steps.find((s) => s.type === "evaluate")!.content as {
+      subscores: { check: number };
+    }).subscores.check
+  );
+  assert.deepEqual(checks, [0, 0, 0, 0, 0, 0]);
+  assert.deepEqual(job.runs.map((r) => r.reward), [0, 0, 0, 0, 0, 0]);
+});
+
+Deno.test("robolab: a line appended to the program runs only in the sandbox, as the agent", async () => {
+  // A directory only root may write, outside the workspace: the appended
+  // line tries to leave its uid there when the check runs the program.
+  const outside = await Deno.makeTempDir({ prefix: "robolab-outside-" });
+  await Deno.chmod(outside, 0o700);
+  try {
+    const agent = tamperingAgent(async (cwd, shell) => {
+      const programs = (await shell.listDir(cwd)).filter((e) => e.name.endsWith(".sh"));
+      for (const p of programs) {
+        const text = await shell.readText(`${cwd}/${p.name}`);
+        await shell.writeText(
+          `${cwd}/${p.name}`,
+          `${text}echo "uid=$(id -u)" >&2; echo "uid=$(id -u)" >> ${outside}/ran 2>/dev/null || :\n`,
+        );
+      }
+    });
+    const job = await new Taskset(tasks).run(agent, { maxConcurrent: 3 });
+    assert.deepEqual(
+      job.runs.map((r) => [r.task.args.difficulty, r.reward]),
+      [[1, 1], [1, 1], [2, 0.5], [2, 0.5], [3, 0], [3, 0]],
+    );
+    // The check ran each program as the sandbox's user: what it printed says who.
+    for (const r of job.liveRuns) {
+      const info = (r!.trace.steps.find((s) => s.type === "evaluate")!.content as {
+        info: { check_output: string };
+      }).info;
+      const uids = [...info.check_output.matchAll(/uid=(\d+)/g)].map((m) => Number(m[1]));
+      assert.ok(uids.length > 0, info.check_output);
+      // As root, the workspace's own uid (59000-59999); else this process's.
+      const agent = (u: number) => Deno.uid() === 0 ? u >= 59000 && u <= 59999 : u === Deno.uid();
+      assert.ok(uids.every(agent), info.check_output);
+    }
+    const ran = await Deno.readTextFile(`${outside}/ran`).catch(() => null);
+    assert.equal(ran, null, `the appended line ran outside the sandbox: ${ran}`);
+  } finally {
+    await Deno.remove(outside, { recursive: true });
+  }
 });

@@ -12,7 +12,7 @@ import {
   parseGitignore,
 } from "../../filetracking/_rules.ts";
 import { readSameFileSync } from "../../filetracking/_scan.ts";
-import { redactSecrets } from "../../filetracking/_redact.ts";
+import { redactSecrets } from "../../_internal/redact.ts";
 import { Capability } from "../../capability.ts";
 import { encodeFrame, LineReader, parseLine } from "../../_internal/framing.ts";
 import { writeAll } from "../../_internal/io.ts";

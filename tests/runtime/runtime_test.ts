@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { connect, Environment, LocalRuntime, Runtime } from "../../mod.ts";
+import { connect, Environment, LocalRuntime } from "../../mod.ts";
+import { Runtime } from "../../runtime/mod.ts";
 import { demoEnv } from "../_helpers.ts";
 
 Deno.test("Runtime places at its address and releases nothing", async () => {

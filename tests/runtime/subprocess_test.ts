@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { connect, NotReadyError, SubprocessRuntime } from "../../mod.ts";
+import { connect, NotReadyError } from "../../mod.ts";
+import { SubprocessRuntime } from "../../runtime/mod.ts";
 import { ChildProcess, waitFor } from "../_helpers.ts";
 
 const FIXTURE = decodeURIComponent(

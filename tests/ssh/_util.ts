@@ -350,6 +350,7 @@ export async function startTestServer(
     rekeyLimit?: number;
     viaLink?: boolean;
     ciphers?: readonly string[];
+    sftpCommand?: readonly string[];
   } = {},
 ): Promise<TestServer> {
   const { startSshServer } = await import("../../ssh/server.ts");

@@ -7,7 +7,7 @@ import { ClientConnection } from "../../ssh/_connection.ts";
 import { Ed25519Signer, parsePrivateKey, parsePublicKey } from "../../ssh/_keys.ts";
 import { FX, FXP } from "../../ssh/_sftp.ts";
 import { SshReader, SshWriter } from "../../ssh/_wire.ts";
-import { bigData, sha256Hex, startTestServer, type TestServer } from "./_util.ts";
+import { bigData, have, run, sha256Hex, startTestServer, type TestServer } from "./_util.ts";
 
 function clientOf(s: TestServer): Promise<SshClient> {
   return SshClient.connect({
@@ -275,5 +275,72 @@ Deno.test("startSshServer() answers malformed SFTP with a status", async (t) => 
     await using client = await clientOf(s);
     assert.equal(await client.readText("f.txt"), "content");
   });
+  assert.deepEqual(s.errors, []);
+});
+
+Deno.test("startSshServer() SFTP changes no owner and sets no setuid or setgid bit", {
+  ignore: Deno.uid() !== 0,
+}, async () => {
+  await using s = await startTestServer();
+  const file = `${s.root}/prog`;
+  await Deno.writeTextFile(file, "#!/bin/sh\n", { mode: 0o755 });
+  await Deno.chown(file, 65534, 65534);
+  await using sftp = await rawSftp(s);
+  const w = () => new SshWriter(64);
+  await sftp.send(w().byte(FXP.INIT).uint32(3).bytes());
+  assert.equal((await sftp.next())?.type, FXP.VERSION);
+  const setstat = (id: number, attrs: (w: SshWriter) => SshWriter) =>
+    sftp.send(attrs(w().byte(FXP.SETSTAT).uint32(id).string("prog")).bytes());
+  await setstat(1, (w) => w.uint32(2).uint32(0).uint32(0)); // UIDGID 0:0
+  assert.equal(await sftp.status(1), FX.PERMISSION_DENIED);
+  await setstat(2, (w) => w.uint32(2).uint32(65534).uint32(65534)); // unchanged: fine
+  assert.equal(await sftp.status(2), FX.OK);
+  await setstat(3, (w) => w.uint32(4).uint32(0o106755)); // PERMISSIONS with setuid, setgid
+  assert.equal(await sftp.status(3), FX.OK);
+  await sftp.send(
+    w().byte(FXP.MKDIR).uint32(4).string("d").uint32(4).uint32(0o6777).bytes(),
+  );
+  assert.equal(await sftp.status(4), FX.OK);
+  const info = await Deno.stat(file);
+  assert.deepEqual([info.uid, info.gid, (info.mode! & 0o7777).toString(8)], [65534, 65534, "755"]);
+  assert.equal(((await Deno.stat(`${s.root}/d`)).mode! & 0o7000).toString(8), "0");
+});
+
+Deno.test("startSshServer() sftpCommand serves SFTP from a program on stdio (ssh/_sftp_main.ts)", async () => {
+  const main = new URL("../../ssh/_sftp_main.ts", import.meta.url).pathname;
+  await using s = await startTestServer({
+    sftpCommand: [
+      Deno.execPath(),
+      "run",
+      "--no-config",
+      "--no-lock",
+      "--allow-read",
+      "--allow-write",
+      "--allow-run=stat",
+      main,
+    ],
+  });
+  await using client = await clientOf(s);
+  const data = bigData(8 * 1024 * 1024);
+  await client.writeFile("big.bin", data);
+  assert.equal(await sha256Hex(await Deno.readFile(`${s.root}/big.bin`)), await sha256Hex(data));
+  assert.equal(await sha256Hex(await client.readFile("big.bin")), await sha256Hex(data));
+  await client.writeText("a.txt", "A");
+  assert.deepEqual((await client.listDir(".")).map((e) => e.name), ["a.txt", "big.bin"]);
+  // Rooted at "/": what it may reach is what its process may.
+  assert.equal((await client.stat("/etc")).isDirectory, true);
+  if (have("sftp")) {
+    await Deno.writeTextFile(`${s.home}/batch`, "mkdir sub\nrename a.txt sub/b.txt\nls sub\ndf\n");
+    const r = await run("sftp", [
+      ...s.sshOptions,
+      "-P",
+      String(s.port),
+      "-b",
+      `${s.home}/batch`,
+      "agent@127.0.0.1",
+    ]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /b\.txt/);
+  }
   assert.deepEqual(s.errors, []);
 });

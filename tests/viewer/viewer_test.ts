@@ -365,7 +365,7 @@ Deno.test("serveViewer() refuses a foreign Host header and unknown records", asy
     } finally {
       conn.close();
     }
-    const missing = await fetch(new URL("api/record?file=0&i=0", viewer.url));
+    const missing = await fetch(new URL(`api/record?file=0&i=0&token=${viewer.token}`, viewer.url));
     await missing.body?.cancel();
     assert.equal(missing.status, 404);
     const page = await fetch(viewer.url);
@@ -389,4 +389,30 @@ Deno.test("renderReport() and cli.ts view name a missing file in one line", asyn
   assert.equal(code, 1);
   assert.equal(stderr.trim().split("\n").length, 1);
   assert.match(stderr, /"\/nonexistent\/r\.jsonl" is not a file/);
+});
+
+Deno.test("serveViewer() on 127.0.0.2 is loopback too: it refuses a foreign Host header", async () => {
+  const file = await Deno.makeTempFile({ suffix: ".jsonl" });
+  try {
+    await using viewer = await serveViewer([file], { hostname: "127.0.0.2" });
+    const ask = async (host: string) => {
+      const conn = await Deno.connect({ hostname: "127.0.0.2", port: viewer.addr.port });
+      try {
+        await conn.write(
+          new TextEncoder().encode(
+            `GET /?token=${viewer.token} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`,
+          ),
+        );
+        const head = new Uint8Array(64);
+        const n = await conn.read(head);
+        return new TextDecoder().decode(head.subarray(0, n ?? 0));
+      } finally {
+        conn.close();
+      }
+    };
+    assert.match(await ask("rebind.attacker.example"), /^HTTP\/1\.1 403/);
+    assert.match(await ask(`127.0.0.2:${viewer.addr.port}`), /^HTTP\/1\.1 200/);
+  } finally {
+    await Deno.remove(file);
+  }
 });

@@ -2,11 +2,14 @@
 // checked for each mechanism this machine has.
 
 import assert from "node:assert/strict";
+import { connect } from "../../client.ts";
 import { Environment } from "../../env.ts";
+import { bind } from "../../server.ts";
 import { SshClient } from "../../ssh/mod.ts";
-import { addWorkspace, type WorkspaceOptions } from "../../workspace/workspace.ts";
+import { addWorkspace, type Workspace, type WorkspaceOptions } from "../../workspace/workspace.ts";
 
 const IS_ROOT = Deno.uid() === 0;
+const DEFAULT_PATH_FOR_TESTS = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 function installed(path: string): boolean {
   try {
@@ -19,15 +22,15 @@ function installed(path: string): boolean {
 /** Starts a workspace on a fresh root; `run` gets a logged-in client. */
 async function withWorkspace(
   options: WorkspaceOptions,
-  run: (shell: SshClient, root: string, env: Environment) => Promise<void>,
+  run: (shell: SshClient, root: string, env: Environment, workspace: Workspace) => Promise<void>,
 ): Promise<void> {
   const root = await Deno.makeTempDir({ prefix: "ws-sandbox-" });
   const env = new Environment("sandbox-test");
-  addWorkspace(env, root, { trackFiles: false, ...options });
+  const workspace = addWorkspace(env, root, { trackFiles: false, ...options });
   await env.start();
   try {
     await using shell = SshClient.fromBinding(env.capability("shell")!);
-    await run(shell, root, env);
+    await run(shell, root, env, workspace);
   } finally {
     await env.stop();
     await Deno.remove(root, { recursive: true });
@@ -51,7 +54,7 @@ for (
     const outside = await Deno.makeTempDir({ prefix: "ws-outside-" });
     await Deno.chmod(outside, 0o777);
     try {
-      await withWorkspace({ isolation }, async (shell, root, env) => {
+      await withWorkspace({ isolation }, async (shell, root, env, workspace) => {
         assert.equal(env.capability("shell")!.params.isolation, isolation);
 
         await t.step("the server's environment stays unreadable", async () => {
@@ -69,9 +72,10 @@ for (
             `for p in /proc/[0-9]*; do echo "$(basename $p) $(tr '\\0' ' ' <$p/cmdline)"; done 2>/dev/null; echo done`,
           );
           assert.match(out, /done\n$/);
-          // The test runner is deno; none of its processes shows.
-          assert.doesNotMatch(out, /deno/, out);
-          assert.doesNotMatch(await sh(shell, "ps -e -o comm="), /deno/);
+          // The test runner is `deno test`; none of its processes shows (the
+          // sandbox's own command line names the deno it shows SFTP).
+          assert.doesNotMatch(out, /deno test/, out);
+          assert.doesNotMatch(await sh(shell, "ps -e -o args="), /deno test/);
         });
 
         await t.step("writes reach only the root and HOME", async () => {
@@ -94,10 +98,14 @@ for (
         });
 
         if (IS_ROOT) {
-          await t.step("runs as nobody, with the root's files its own", async () => {
-            assert.equal(await sh(shell, "id -u; id -g; id -G"), "65534\n65534\n65534\n");
+          await t.step("runs as a uid of its own, with the root's files its own", async () => {
+            const uid = workspace.uid!;
+            assert.ok(uid >= 59000 && uid <= 59999, `uid ${uid}`);
+            assert.equal(await sh(shell, "id -u; id -g; id -G"), `${uid}\n${uid}\n${uid}\n`);
+            // Named, as scp, git and whoami need.
+            assert.equal(await sh(shell, "whoami; id -gn"), "agent\nagent\n");
             await Deno.writeTextFile(`${root}/given`, "x");
-            await Deno.chown(`${root}/given`, 65534, 65534);
+            await Deno.chown(`${root}/given`, uid, uid);
             assert.equal(await sh(shell, "echo y >> given && cat given"), "xy\n");
             assert.equal(
               await sh(shell, "cat /root/.profile /etc/shadow 2>/dev/null; echo $?"),
@@ -120,7 +128,7 @@ for (
           });
           assert.equal(r.code, 0, r.stderrText);
           const ran = await Deno.readTextFile(log).catch(() => "");
-          assert.equal(ran, `${IS_ROOT ? 65534 : Deno.uid()}\n`, "who ran the planted files");
+          assert.equal(ran, `${workspace.uid ?? Deno.uid()}\n`, "who ran the planted files");
         });
 
         await t.step("has no network by default", async () => {
@@ -247,4 +255,262 @@ Deno.test("addWorkspace() refuses to start when no sandbox works", async () => {
     () => addWorkspace(new Environment("x"), "/tmp", { isolation: "jail" as "none" }),
     RangeError,
   );
+});
+
+for (
+  const isolation of [
+    ...(installed("/usr/bin/bwrap") ? ["bwrap" as const] : []),
+    ...(installed("/usr/bin/unshare") ? ["unshare" as const] : []),
+  ]
+) {
+  Deno.test(
+    `addWorkspace() isolation "${isolation}" reaches no host unix socket and shows its own /sys`,
+    {
+      ignore: !IS_ROOT || !installed("/usr/bin/curl"),
+    },
+    async () => {
+      // A root-owned, world-writable socket outside /tmp (as /run/docker.sock
+      // or a database's would be), answering anyone who connects.
+      const dir = await Deno.makeTempDir({ dir: "/var/tmp", prefix: "hud-sock-" });
+      await Deno.chmod(dir, 0o755);
+      const path = `${dir}/open.sock`;
+      const listener = Deno.listen({ transport: "unix", path });
+      await Deno.chmod(path, 0o666);
+      let reached = 0;
+      const serving = (async () => {
+        for await (const conn of listener) {
+          reached++;
+          // curl sends its request first; answering before reading it loses the answer.
+          await conn.read(new Uint8Array(4096)).catch(() => null);
+          await conn.write(
+            new TextEncoder().encode("HTTP/1.0 200 OK\r\nContent-Length: 7\r\n\r\nreached"),
+          ).catch(() => {});
+          conn.close();
+        }
+      })();
+      try {
+        // Control: the host reaches it.
+        const host = await new Deno.Command("curl", {
+          args: ["-s", "-m", "5", "--unix-socket", path, "http://x/"],
+        }).output();
+        assert.equal(new TextDecoder().decode(host.stdout), "reached");
+        await withWorkspace({ isolation }, async (shell) => {
+          const out = await sh(
+            shell,
+            `curl -s -m 5 --unix-socket ${path} http://x/; echo; ` +
+              "for s in /run/docker.sock /var/run/docker.sock /run/dbus/system_bus_socket; do " +
+              '[ -e "$s" ] && echo "sees $s"; done; ' +
+              'ls /sys/fs/cgroup /sys/class/net 2>/dev/null | head -n 3; echo "mounts $(wc -l < /proc/mounts)"; echo done',
+          );
+          assert.doesNotMatch(out, /reached|sees |cgroup|eth|lo\n/, out);
+          assert.match(out, /done\n$/);
+        });
+        assert.equal(reached, 1, "only the host's own connection came");
+      } finally {
+        listener.close();
+        await serving.catch(() => {});
+        await Deno.remove(dir, { recursive: true });
+      }
+    },
+  );
+}
+
+Deno.test("addWorkspace() limits processes, memory, /tmp and file size per workspace", {
+  ignore: !IS_ROOT || !installed("/usr/bin/bwrap"),
+}, async (t) => {
+  const MiB = 1024 * 1024;
+  const limits = { processes: 64, memory: 256 * MiB, tmpSize: 32 * MiB, fileSize: 16 * MiB };
+  await withWorkspace({ limits }, async (shell) => {
+    await t.step("processes", async () => {
+      // python, not bash: bash retries a failed fork for 15 s.
+      const out = await sh(
+        shell,
+        `python3 -c '
+import os, time
+n = 0
+try:
+    for i in range(100):
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+        n += 1
+except OSError:
+    pass
+print(n)'`,
+      );
+      assert.ok(Number(out) < 64, `started ${out.trim()} of 100 under a limit of 64`);
+    });
+    await t.step("/tmp", async () => {
+      const out = await sh(shell, "head -c 48M /dev/zero > /tmp/big 2>/dev/null; du -m /tmp/big");
+      assert.ok(parseInt(out) <= 32, `/tmp holds ${out.trim()} MiB under a size of 32`);
+    });
+    await t.step("file size", async () => {
+      const r = await shell.exec("head -c 24M /dev/zero > ~/big; stat -c %s ~/big", {
+        timeout: 20_000,
+      });
+      assert.ok(Number(r.stdoutText) <= 16 * MiB, `a file of ${r.stdoutText.trim()} bytes`);
+    });
+    await t.step("memory", async () => {
+      const r = await shell.exec(`python3 -c 'b = b"x" * (512 << 20); print("allocated")'`, {
+        timeout: 20_000,
+      });
+      assert.doesNotMatch(r.stdoutText, /allocated/);
+    });
+  });
+});
+
+Deno.test(
+  "addWorkspace() a fork bomb or a 20 GiB write in one workspace leaves the server and the others answering",
+  {
+    ignore: !IS_ROOT || !installed("/usr/bin/bwrap"),
+  },
+  async (t) => {
+    const roots = [
+      await Deno.makeTempDir({ prefix: "ws-bomb-" }),
+      await Deno.makeTempDir({ prefix: "ws-other-" }),
+    ];
+    const envs = roots.map((_, i) => new Environment(`episode-${i}`));
+    const workspaces = envs.map((env, i) => addWorkspace(env, roots[i], { trackFiles: false }));
+    await Promise.all(envs.map((env) => env.start()));
+    try {
+      const [a, b] = workspaces;
+      assert.notEqual(a.uid, b.uid, "each workspace has a uid of its own");
+      await using server = bind(envs[0]);
+      await using shellA = SshClient.fromBinding(envs[0].capability("shell")!);
+      await using shellB = SshClient.fromBinding(envs[1].capability("shell")!);
+      const answering = async () => {
+        assert.equal(await sh(shellB, "echo ok"), "ok\n", "the other workspace answers");
+        await using client = await connect(server, { readyTimeout: 20_000 });
+        assert.equal(client.manifest.env.name, "episode-0", "the control server answers");
+        assert.deepEqual(await client.listTasks(), []);
+      };
+
+      await t.step("a fork bomb", async () => {
+        const bomb = shellA.exec("b() { b | b & }; b; sleep 60", { timeout: 5000 }).catch((e) => e);
+        await new Promise((r) => setTimeout(r, 2000));
+        await answering();
+        await bomb;
+        // Once the killed bomb's processes are reaped (a moment for a thousand).
+        let back = "";
+        for (let i = 0; i < 40 && back !== "back\n"; i++) {
+          back = await sh(shellA, "echo back");
+          if (back !== "back\n") await new Promise((r) => setTimeout(r, 500));
+        }
+        assert.equal(back, "back\n", "the bombed workspace recovers");
+      });
+
+      await t.step("a 20 GiB write into /tmp", async () => {
+        const out = await sh(
+          shellA,
+          "head -c 20G /dev/zero > /tmp/big; echo status $?; du -m /tmp/big | cut -f1",
+        );
+        const [status, mib] = out.trim().split("\n");
+        assert.notEqual(status, "status 0");
+        assert.ok(Number(mib) <= 1024, `/tmp took ${mib} MiB`);
+        await answering();
+      });
+    } finally {
+      await Promise.all(envs.map((env) => env.stop()));
+      for (const root of roots) await Deno.remove(root, { recursive: true });
+    }
+  },
+);
+
+/** A user that is not root, for running a workspace's server as one. */
+const OTHER_UID = 58777;
+
+/** Runs tests/fixtures/workspace_probe.ts under `wrapper` (argv before deno). */
+async function probe(
+  wrapper: string[],
+  root: string,
+  command: string,
+  env: Record<string, string>,
+): Promise<{ stdout?: string; error?: string }> {
+  const fixture = new URL("../fixtures/workspace_probe.ts", import.meta.url).pathname;
+  const out = await new Deno.Command(wrapper[0], {
+    args: [...wrapper.slice(1), Deno.execPath(), "run", "-A", "--no-lock", fixture, root, command],
+    env,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+    signal: AbortSignal.timeout(120_000),
+  }).output();
+  const text = new TextDecoder().decode(out.stdout).trim();
+  assert.equal(out.code, 0, text + new TextDecoder().decode(out.stderr));
+  return JSON.parse(text.split("\n").pop()!);
+}
+
+Deno.test("addWorkspace() run by an ordinary user reaches none of that user's own sockets", {
+  ignore: !IS_ROOT || !installed("/usr/bin/bwrap") || !installed("/usr/bin/curl"),
+}, async () => {
+  // The server's user holds a 0600 socket outside /tmp (as D-Bus, systemd
+  // --user or ssh-agent would); the agent's commands run as that user too.
+  const dir = await Deno.makeTempDir({ dir: "/var/tmp", prefix: "hud-usersock-" });
+  const home = await Deno.makeTempDir({ prefix: "hud-user-home-" });
+  const root = await Deno.makeTempDir({ prefix: "ws-user-" });
+  for (const d of [dir, home, root]) await Deno.chown(d, OTHER_UID, OTHER_UID);
+  await Deno.chmod(dir, 0o700);
+  const path = `${dir}/agent.sock`;
+  const listener = Deno.listen({ transport: "unix", path });
+  await Deno.chown(path, OTHER_UID, OTHER_UID);
+  await Deno.chmod(path, 0o600);
+  let reached = 0;
+  const serving = (async () => {
+    for await (const conn of listener) {
+      reached++;
+      conn.close();
+    }
+  })();
+  try {
+    const r = await probe(
+      ["setpriv", `--reuid=${OTHER_UID}`, `--regid=${OTHER_UID}`, "--clear-groups"],
+      root,
+      `curl -s -m 5 --unix-socket ${path} http://x/; echo "curl $?"; id -u`,
+      { PATH: DEFAULT_PATH_FOR_TESTS, HOME: home, DENO_DIR: `${home}/deno` },
+    );
+    assert.equal(r.error, undefined, r.error);
+    assert.match(r.stdout!, new RegExp(`^curl [1-9]\\d*\\n${OTHER_UID}\\n$`), r.stdout);
+    assert.equal(reached, 0, "the sandbox connected to the user's socket");
+  } finally {
+    listener.close();
+    await serving.catch(() => {});
+    for (const d of [dir, home, root]) await Deno.remove(d, { recursive: true });
+  }
+});
+
+Deno.test("addWorkspace() without user namespaces refuses in one line that names the way out", {
+  ignore: !IS_ROOT || !installed("/usr/bin/unshare"),
+}, async () => {
+  // A user namespace that may make exactly one more, spent on the one this
+  // probe runs in as an ordinary user: bwrap and unshare can make none.
+  const root = await Deno.makeTempDir({ prefix: "ws-nouserns-" });
+  try {
+    const r = await probe(
+      [
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "--",
+        "sh",
+        "-c",
+        `echo 1 > /proc/sys/user/max_user_namespaces && exec unshare --user --map-user=${OTHER_UID} --map-group=${OTHER_UID} -- "$@"`,
+        "hud-nouserns",
+      ],
+      root,
+      "true",
+      {
+        PATH: DEFAULT_PATH_FOR_TESTS,
+        HOME: Deno.env.get("HOME")!,
+        DENO_DIR: Deno.env.get("DENO_DIR")!,
+      },
+    );
+    assert.equal(r.stdout, undefined);
+    assert.match(
+      r.error!,
+      /^Cannot start workspace: no sandbox works here: this user may not create user namespaces \(.*\); run as root, allow unprivileged user namespaces .*, or set isolation: "none" to run commands unconfined$/,
+    );
+    assert.doesNotMatch(r.error!, /\n/);
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
 });

@@ -103,3 +103,39 @@ Deno.test("addWorkspace() serves its shell's tunnel in-process, with the bytes s
     await Deno.remove(root, { recursive: true });
   }
 });
+
+Deno.test("addWorkspace() logins through the tunnel never wait for anonymous TCP connections' slots", async () => {
+  const root = await Deno.makeTempDir({ prefix: "ws-slots-" });
+  const env = new Environment("ws");
+  addWorkspace(env, root, { writeKeyFile: false, trackFiles: false });
+  await env.start();
+  const idle: Deno.Conn[] = [];
+  try {
+    await using server = bind(env);
+    await using client = await connect(server, { readyTimeout: 10_000 });
+    // 256 connections that never log in, each past its version line (so
+    // held for the 30 s login grace, not the 10 s version timeout).
+    const port = Number(new URL(env.capability("shell")!.url).port);
+    for (let i = 0; i < 256; i++) {
+      const conn = await Deno.connect({ hostname: "127.0.0.1", port });
+      idle.push(conn);
+      await conn.write(new TextEncoder().encode("SSH-2.0-idle\r\n")).catch(() => {});
+    }
+    const results = await Promise.allSettled(
+      Array.from({ length: 5 }, async () => {
+        await using shell = SshClient.fromBinding(client.binding("shell"), {
+          connectTimeout: 10_000,
+        });
+        return (await shell.exec("echo in")).stdoutText;
+      }),
+    );
+    assert.deepEqual(
+      results.map((r) => r.status === "fulfilled" ? r.value : String(r.reason)),
+      ["in\n", "in\n", "in\n", "in\n", "in\n"],
+    );
+  } finally {
+    for (const c of idle) c.close();
+    await env.stop();
+    await Deno.remove(root, { recursive: true });
+  }
+});

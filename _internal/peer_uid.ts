@@ -1,0 +1,105 @@
+// Which local user opened a loopback TCP connection: on Linux the kernel's
+// socket tables (/proc/net/tcp and tcp6) give each socket's owner uid, so
+// the peer's socket (local = the connection's remote address, remote = its
+// local address) names the user. Elsewhere it cannot be told.
+
+/** Whether {@linkcode loopbackPeerUid} can tell the user on this platform. */
+export const PEER_UID_SUPPORTED: boolean = Deno.build.os === "linux";
+
+const TABLES = ["/proc/net/tcp", "/proc/net/tcp6"];
+/** Sockets in TIME_WAIT are listed with uid 0, whoever owned them. */
+const TIME_WAIT = "06";
+const LISTEN = "0A";
+
+const littleEndian = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+
+/** This process's user id, or `null` where it cannot be read. */
+export function ownUid(): number | null {
+  try {
+    return Deno.uid();
+  } catch {
+    // No --allow-sys: /proc/self/status says it too.
+  }
+  try {
+    const m = /^Uid:\s+(\d+)/m.exec(Deno.readTextFileSync("/proc/self/status"));
+    return m ? Number(m[1]) : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The uid that owns the other end of `conn`, an accepted loopback TCP
+ * connection, or `null` when it cannot be found (not Linux, the tables
+ * cannot be read, or the peer's socket is gone).
+ * @throws {Deno.errors.PermissionDenied} without read access to /proc/net
+ */
+export async function loopbackPeerUid(conn: Deno.Conn): Promise<number | null> {
+  if (!PEER_UID_SUPPORTED) return null;
+  const local = conn.localAddr as Deno.NetAddr;
+  const remote = conn.remoteAddr as Deno.NetAddr;
+  if (local.transport !== "tcp" || remote.transport !== "tcp") return null;
+  // The peer's socket: its local address is our remote one, and back.
+  const want = {
+    local: key(remote.hostname, remote.port),
+    remote: key(local.hostname, local.port),
+  };
+  for (const table of TABLES) {
+    let text: string;
+    try {
+      text = await Deno.readTextFile(table);
+    } catch (err) {
+      if (err instanceof Deno.errors.NotFound) continue;
+      throw err;
+    }
+    for (const line of text.split("\n").slice(1)) {
+      const f = line.trim().split(/\s+/);
+      if (f.length < 8 || f[3] === TIME_WAIT || f[3] === LISTEN) continue;
+      const from = procAddress(f[1]);
+      const to = procAddress(f[2]);
+      if (from === want.local && to === want.remote) return Number(f[7]);
+    }
+  }
+  return null;
+}
+
+/** `address:port` in one canonical form (IPv4-mapped IPv6 as IPv4). */
+function key(hostname: string, port: number): string {
+  const h = hostname.toLowerCase().replace(/^\[|\]$/g, "");
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(h);
+  return `${mapped ? mapped[1] : expandIpv6(h)}:${port}`;
+}
+
+/** Full lowercase IPv6 (eight groups of four hex digits); IPv4 as it is. */
+function expandIpv6(h: string): string {
+  if (!h.includes(":")) return h;
+  const [head, tail = ""] = h.split("::");
+  const a = head === "" ? [] : head.split(":");
+  const b = h.includes("::") ? (tail === "" ? [] : tail.split(":")) : [];
+  const groups = h.includes("::") ? [...a, ...Array(8 - a.length - b.length).fill("0"), ...b] : a;
+  return groups.map((g) => g.padStart(4, "0")).join(":");
+}
+
+/** A `/proc/net/tcp{,6}` address (`0100007F:1F90`) as {@linkcode key} writes it. */
+function procAddress(field: string): string | null {
+  const [hex, portHex] = field.split(":");
+  if (portHex === undefined) return null;
+  const port = parseInt(portHex, 16);
+  // Each 32-bit word is printed as a number in the host's byte order.
+  const bytes: number[] = [];
+  for (let i = 0; i < hex.length; i += 8) {
+    const word = parseInt(hex.slice(i, i + 8), 16);
+    const be = [(word >>> 24) & 255, (word >>> 16) & 255, (word >>> 8) & 255, word & 255];
+    bytes.push(...(littleEndian ? be.reverse() : be));
+  }
+  if (bytes.length === 4) return `${bytes.join(".")}:${port}`;
+  if (bytes.length !== 16) return null;
+  const mapped = bytes.slice(0, 10).every((b) => b === 0) && bytes[10] === 255 &&
+    bytes[11] === 255;
+  if (mapped) return `${bytes.slice(12).join(".")}:${port}`;
+  const groups: string[] = [];
+  for (let i = 0; i < 16; i += 2) {
+    groups.push(((bytes[i] << 8) | bytes[i + 1]).toString(16).padStart(4, "0"));
+  }
+  return `${groups.join(":")}:${port}`;
+}

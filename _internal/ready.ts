@@ -1,0 +1,91 @@
+// Readiness: "open a TCP connection, say hello" until the environment
+// answers. connect() keeps the connection; the runtimes' probe closes it.
+
+import {
+  ConnectionClosedError,
+  HudProtocolError,
+  NotReadyError,
+  ProtocolViolationError,
+} from "../errors.ts";
+import { abortable, Deadline, delay } from "./async.ts";
+import { isPeerGone } from "./io.ts";
+import { JsonRpcCaller } from "./rpc.ts";
+
+/** Options for {@linkcode helloUntilReady}. */
+export interface HelloUntilReadyOptions {
+  /** The control address as it may be shown (no token), for messages. */
+  url: string;
+  /** How long to keep trying, in ms. */
+  readyTimeout: number;
+  /**
+   * How long connections may be refused, from the start, before giving up
+   * with "nothing listens there" (once one was accepted, only the ready
+   * timeout counts: something is there, starting).
+   */
+  refusedTimeout: number;
+  /** Pause between attempts, in ms. */
+  retryInterval: number;
+  /** Largest reply accepted, in bytes. */
+  maxFrameBytes: number;
+  /** Aborts the wait (its reason is thrown). */
+  signal?: AbortSignal;
+}
+
+/**
+ * Connects to `addr` and sends `hello` with `params` until a reply comes: a
+ * refused connection, or one closed before the reply, means "not ready
+ * yet"; an error reply fails at once.
+ * @returns the connection and the `hello` result
+ * @throws {NotReadyError} when connections were refused for the whole
+ *   refused timeout, or nothing answered within the ready timeout
+ * @throws {HudProtocolError} for an error reply to `hello`
+ * @throws {ProtocolViolationError} for a reply that breaks the protocol
+ */
+export async function helloUntilReady(
+  addr: { hostname: string; port: number },
+  params: Record<string, unknown>,
+  options: HelloUntilReadyOptions,
+): Promise<{ caller: JsonRpcCaller; result: Record<string, unknown> }> {
+  const { url, readyTimeout, refusedTimeout, signal } = options;
+  const started = Date.now();
+  using deadline = new Deadline(readyTimeout, signal, "connect");
+  let lastError: unknown;
+  let attempts = 0;
+  let accepted = false;
+  while (true) {
+    if (deadline.signal.aborted) {
+      if (signal?.aborted) throw signal.reason;
+      throw new NotReadyError(
+        `Cannot connect to ${url}: not ready after ${readyTimeout} ms (${attempts} attempts)`,
+        { cause: lastError },
+      );
+    }
+    attempts++;
+    let caller: JsonRpcCaller | null = null;
+    try {
+      const conn = await abortable(Deno.connect(addr), deadline.signal);
+      accepted = true;
+      caller = new JsonRpcCaller(conn, { maxFrameBytes: options.maxFrameBytes, peer: url });
+      const result = await caller.call("hello", params, { signal: deadline.signal });
+      return { caller, result };
+    } catch (err) {
+      caller?.close();
+      if (err instanceof HudProtocolError || err instanceof ProtocolViolationError) throw err;
+      if (deadline.signal.aborted) continue;
+      const refused = err instanceof Deno.errors.ConnectionRefused;
+      if (!refused && !isPeerGone(err) && !(err instanceof ConnectionClosedError)) throw err;
+      lastError = err;
+      if (refused && !accepted && Date.now() - started >= refusedTimeout) {
+        throw new NotReadyError(
+          `Cannot connect to ${url}: connection refused for ${refusedTimeout} ms (${attempts} attempts), nothing listens there; start the environment first, or pass readyTimeout to wait for one that is starting`,
+          { cause: err },
+        );
+      }
+    }
+    try {
+      await delay(options.retryInterval, deadline.signal);
+    } catch {
+      // The loop head reports the timeout or the abort.
+    }
+  }
+}

@@ -1,0 +1,150 @@
+// What every command of the command line shares: how it talks to the world
+// (Io), its exit codes, and the argument helpers. Kept free of the SDK's
+// subsystems, so that loading a command loads only what that command needs.
+
+import { parseArgs } from "node:util";
+import type { TaskEntry } from "../env.ts";
+
+/** The program name shown in usage texts. */
+export const PROGRAM = "hud";
+/** The port `serve` listens on unless told otherwise. */
+export const DEFAULT_PORT = 8765;
+
+/** Signals that stop a command, all alike (Windows has only SIGINT). */
+export const STOP_SIGNALS: Deno.Signal[] = Deno.build.os === "windows"
+  ? ["SIGINT"]
+  : ["SIGINT", "SIGTERM", "SIGHUP"];
+
+/** Exit codes: success, failure, bad usage, interrupted by a signal. */
+export const EXIT_OK = 0;
+export const EXIT_FAILURE = 1;
+export const EXIT_USAGE = 2;
+export const EXIT_INTERRUPTED = 130;
+
+/** Colour and cursor escapes (Deno's import errors carry them). */
+// deno-lint-ignore no-control-regex
+export const ANSI = /\x1b\[[0-9;?]*[A-Za-z]/g;
+
+/** Bad usage: reported on one line, exit code 2. */
+export class UsageError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "UsageError";
+  }
+}
+
+/** What a command gets to talk to the world. */
+export interface Io {
+  out(text: string): void;
+  err(text: string): void;
+  stdin(): ReadableStream<Uint8Array>;
+  signal: AbortSignal | undefined;
+  /** Whether progress may redraw one line (standard error is a terminal). */
+  live: boolean;
+  /** Called on a second interrupting signal: stop now, skipping grace periods. */
+  onHurry?: () => void;
+}
+
+/** A command module under `cli/`: its help and its body. */
+export interface Command {
+  USAGE: string;
+  run(args: string[], io: Io): Promise<number>;
+}
+
+/** The options of a command, as `node:util` `parseArgs` takes them. */
+export type OptionSpec = Record<
+  string,
+  { type: "string" | "boolean"; short?: string; multiple?: boolean }
+>;
+/** Parsed option values. */
+export type Values = Record<string, string | boolean | string[] | undefined>;
+
+/** What {@linkcode parseCommand} checks a command's arguments against. */
+export interface CommandSpec {
+  /** The command's name, for "see hud NAME --help". */
+  name: string;
+  /** The help text `--help` prints. */
+  usage: string;
+  options: OptionSpec;
+  /** The positional arguments' names, and how many are required. */
+  positionals: { names: string[]; min: number };
+}
+
+/**
+ * Parses a command's arguments. Returns `null` when `--help` was given (the
+ * usage has been printed).
+ * @throws {UsageError} for unknown options, missing values, wrong positionals
+ */
+export function parseCommand(
+  args: string[],
+  spec: CommandSpec,
+  io: Io,
+): { values: Values; positionals: string[] } | null {
+  const { name, positionals } = spec;
+  let parsed: { values: Values; positionals: string[] };
+  try {
+    parsed = parseArgs({
+      args,
+      options: { ...spec.options, help: { type: "boolean", short: "h" } },
+      strict: true,
+      allowPositionals: true,
+    }) as { values: Values; positionals: string[] };
+  } catch (err) {
+    throw new UsageError(`${parseArgsMessage(err)} (see "${PROGRAM} ${name} --help")`);
+  }
+  if (parsed.values.help) {
+    io.out(spec.usage);
+    return null;
+  }
+  const given = parsed.positionals;
+  if (given.length < positionals.min) {
+    throw new UsageError(
+      `missing ${positionals.names[given.length]} (see "${PROGRAM} ${name} --help")`,
+    );
+  }
+  if (given.length > positionals.names.length) {
+    throw new UsageError(
+      `unexpected argument "${given[positionals.names.length]}" (see "${PROGRAM} ${name} --help")`,
+    );
+  }
+  return parsed;
+}
+
+/** node:util's parse errors, as one short line. */
+function parseArgsMessage(err: unknown): string {
+  const message = err instanceof Error ? err.message : String(err);
+  const code = (err as { code?: string }).code;
+  const option = /'(-[^' ]*)/.exec(message)?.[1];
+  if (code === "ERR_PARSE_ARGS_UNKNOWN_OPTION" && option) return `unknown option "${option}"`;
+  if (code === "ERR_PARSE_ARGS_INVALID_OPTION_VALUE" && option) {
+    if (message.includes("argument missing")) return `option "${option}" needs a value`;
+    if (message.includes("does not take an argument")) {
+      return `option "${option}" does not take a value`;
+    }
+    if (message.includes("ambiguous")) {
+      return `option "${option}" needs a value; write ${option}=VALUE for one that starts with "-"`;
+    }
+  }
+  return message.split("\n").map((l) => l.trim()).filter(Boolean).join(" ");
+}
+
+/** A string option's value, or undefined. */
+export function stringOption(values: Values, name: string): string | undefined {
+  const v = values[name];
+  return typeof v === "string" ? v : undefined;
+}
+
+/** A --port value (0 to 65535), or {@linkcode DEFAULT_PORT} when not given. */
+export function parsePort(text: string | undefined): number {
+  if (text === undefined) return DEFAULT_PORT;
+  if (!/^\d+$/.test(text) || Number(text) > 65535) {
+    throw new UsageError(`--port must be an integer from 0 to 65535, got "${text}"`);
+  }
+  return Number(text);
+}
+
+/** The error for a template the environment does not have, listing those it has. */
+export function unknownTemplate(verb: string, taskId: string, templates: TaskEntry[]): RangeError {
+  const known = templates.map((t) => `"${t.id}"`).join(", ") || "none";
+  return new RangeError(`Cannot ${verb}: unknown template "${taskId}" (available: ${known})`);
+}

@@ -1,0 +1,329 @@
+// `hud eval FILE`: run an agent (a command, or a model) against an
+// environment's tasks, locally or on a container engine, and grade each
+// rollout. The engines are loaded only when --runtime names one.
+
+import { type Environment, environmentOf, type TaskRow } from "../env.ts";
+import { loadEnvironment, moduleUrl } from "../loader.ts";
+import { LocalRuntime } from "../runtime/local.ts";
+import type { RuntimeProvider } from "../runtime/placement.ts";
+import type { SwarmRuntime } from "../engines/swarm.ts";
+import { CommandAgent, parseEnvFile } from "../agents/command.ts";
+import { MODEL_FLAGS, MODEL_FLAGS_HELP, modelAgentFromFlags } from "../agents/_cli.ts";
+import { formatJobTable, formatProgress } from "../eval/report.ts";
+import { firstError, type Job, type JobProgress } from "../eval/job.ts";
+import { prepareResults } from "../eval/results.ts";
+import { Taskset } from "../eval/taskset.ts";
+import { errorMessage } from "../_internal/util.ts";
+import {
+  EXIT_FAILURE,
+  EXIT_INTERRUPTED,
+  EXIT_OK,
+  type Io,
+  parseCommand,
+  PROGRAM,
+  stringOption,
+  UsageError,
+} from "./_common.ts";
+
+function positiveInt(flag: string, text: string | undefined, fallback: number): number {
+  if (text === undefined) return fallback;
+  if (!/^\d+$/.test(text) || Number(text) < 1) {
+    throw new UsageError(`${flag} must be a positive integer, got "${text}"`);
+  }
+  return Number(text);
+}
+
+/** The rows to run: `--tasks FILE`, else the module's `tasks` export, else argument-free templates. */
+async function evalRows(
+  file: string,
+  env: Environment,
+  tasksFile: string | undefined,
+): Promise<TaskRow[]> {
+  if (tasksFile !== undefined) {
+    const set = await Taskset.load(tasksFile);
+    const foreign = set.rows.filter((r) => r.env !== env.name).map((r) => r.slug);
+    if (foreign.length > 0) {
+      throw new RangeError(
+        `Cannot evaluate: rows ${
+          foreign.map((s) => `"${s}"`).join(", ")
+        } are not for environment "${env.name}"`,
+      );
+    }
+    if (set.rows.length === 0) {
+      throw new UsageError(`${tasksFile} holds no rows: add tasks to it, or leave out --tasks`);
+    }
+    return [...set.rows];
+  }
+  // The module is in the cache already: loadEnvironment imported it.
+  const mod = await import(moduleUrl(file).href) as Record<string, unknown>;
+  const exported = mod.tasks instanceof Taskset ? [...mod.tasks.rows] : mod.tasks;
+  if (Array.isArray(exported)) {
+    const rows = (exported as TaskRow[]).filter((r) =>
+      environmentOf(r) === env || r.env === env.name
+    );
+    if (rows.length === 0) {
+      throw new UsageError(
+        `${file} exports "tasks" with no rows for environment "${env.name}"; ` +
+          `add some, or pass --tasks`,
+      );
+    }
+    return rows;
+  }
+  const free = env.listTasks().filter((t) => !Array.isArray(t.args.required));
+  if (free.length === 0) {
+    throw new UsageError(
+      `${file} exports no "tasks" and every template needs arguments; export tasks or pass --tasks`,
+    );
+  }
+  return free.map((t) => ({ env: env.name, id: t.id, args: {}, slug: t.id }));
+}
+
+/** What is safe to echo of an agent command: its program, never its arguments or assignments. */
+function commandShown(command: string): string {
+  const words = command.trim().split(/\s+/);
+  const program = words.find((w) => !/^[A-Za-z_][A-Za-z0-9_]*=/.test(w)) ?? "";
+  const hidden = words.length - 1;
+  return hidden > 0 ? `${program} (+${hidden} more words, not shown)` : program;
+}
+
+function seconds(flag: string, text: string | undefined): number | undefined {
+  if (text === undefined) return undefined;
+  if (!/^\d+(\.\d+)?$/.test(text) || !(Number(text) > 0)) {
+    throw new UsageError(`${flag} must be a positive number of seconds, got "${text}"`);
+  }
+  return Number(text);
+}
+
+function interrupted(io: Io, done: number, total: number): number {
+  io.err(`interrupted: ${done} of ${total} rollouts done; rerun with --resume to finish\n`);
+  return EXIT_INTERRUPTED;
+}
+
+/** The help of `hud eval`. */
+export const USAGE: string =
+  `Usage: ${PROGRAM} eval FILE (--agent CMD | --model NAME) [--env NAME] [--tasks ROWS] [--group N]
+            [--max-concurrent N] [--timeout S] [--agent-timeout S]
+            [--pass-env NAME]... [--env-file PATH] [--max-output BYTES]
+            [--out results.jsonl [--resume | --force]] [--json]
+
+Serves the environment module FILE in this process and runs the agent
+command CMD once per task and repeat, grading each answer. The tasks are
+the rows in ROWS (a .json or .jsonl taskset; a row without "slug" gets the
+Python SDK's), else the module's "tasks" export, else every template that
+needs no arguments.
+
+CMD follows the command agent contract: prompt on stdin and in the file
+named by HUD_PROMPT_FILE (and in HUD_PROMPT when under 64 KiB), capability
+urls in HUD_CAP_<NAME>_URL, the answer on stdout. It gets only PATH, HOME
+and the HUD_* variables, plus what --pass-env and --env-file give it. The
+command itself is not echoed: it may hold secrets.
+
+On a terminal the progress is one live line; otherwise one line per
+finished rollout. A table per task closes the run, then the first error of
+each failing task. Results are only ever appended to the --out file, one
+synced line per rollout; --resume runs only what is not graded there.
+
+SIGINT, SIGTERM or SIGHUP stop the job: running agents get SIGTERM, then
+SIGKILL after 2 s (a second signal kills them at once), the environment's
+shutdown hooks run, and key files are removed.
+
+Exit codes: 0 when every rollout was graded, 1 when any was not (or the
+environment could not start), 2 for bad usage, 130 when interrupted.
+
+Options:
+  --agent CMD           the agent command, run with bash -c
+  --env NAME            the environment, by export or environment name
+  --tasks ROWS          a taskset file to run instead of the module's tasks
+  --group N             rollouts per task (default: 1); the table then
+                        shows mean ± standard error, and pass@1 and pass@N
+  --max-concurrent N    rollouts at once (default: 4)
+  --timeout S           seconds each rollout may take (default: 600)
+  --agent-timeout S     seconds the agent may take; what it answered by
+                        then is still graded (default: the rollout's)
+  --pass-env NAME       pass this variable of ours to the agent; a glob
+                        such as "OPENAI_*" passes all that match (repeatable)
+  --env-file PATH       NAME=value lines for the agent's environment
+  --max-output BYTES    the most an agent may write on stdout; past it the
+                        rollout errors, ungraded (default: 16777216)
+  --out FILE            append one JSON line per finished rollout
+  --resume              with --out: keep what FILE holds, run the rest
+  --force               with --out: rename an existing FILE aside and
+                        start over
+  --json                print a JSON summary instead of the table
+  --runtime WHERE       "local" (this process, the default),
+                        "container:IMAGE" (a container per rollout, from an
+                        image made by "${PROGRAM} image") or "swarm:IMAGE"
+                        (a pool of replicas on the Docker Swarm whose
+                        manager DOCKER_HOST names, removed at the end)
+${MODEL_FLAGS_HELP}  -h, --help            show this help
+`;
+
+/** Runs `hud eval` with `args` (after the command name); returns the exit code. */
+export async function run(args: string[], io: Io): Promise<number> {
+  const parsed = parseCommand(args, {
+    name: "eval",
+    usage: USAGE,
+    options: {
+      agent: { type: "string" },
+      env: { type: "string" },
+      tasks: { type: "string" },
+      group: { type: "string" },
+      "max-concurrent": { type: "string" },
+      timeout: { type: "string" },
+      "agent-timeout": { type: "string" },
+      "pass-env": { type: "string", multiple: true },
+      "env-file": { type: "string" },
+      "max-output": { type: "string" },
+      out: { type: "string" },
+      resume: { type: "boolean" },
+      force: { type: "boolean" },
+      json: { type: "boolean" },
+      ...MODEL_FLAGS,
+      runtime: { type: "string" },
+    },
+    positionals: { names: ["FILE"], min: 1 },
+  }, io);
+  if (parsed === null) return EXIT_OK;
+  const { values, positionals: [file] } = parsed;
+  const command = stringOption(values, "agent");
+  const runtimeSpec = stringOption(values, "runtime") ?? "local";
+  if (runtimeSpec !== "local" && !/^(container|swarm):\S+$/.test(runtimeSpec)) {
+    throw new UsageError(
+      `--runtime must be "local", "container:IMAGE" or "swarm:IMAGE", got "${runtimeSpec}"`,
+    );
+  }
+  const runtimeKind = runtimeSpec.split(":")[0];
+  const image = runtimeSpec.slice(runtimeKind.length + 1);
+  // A model agent (--model ...) or an external one (--agent CMD).
+  const model = modelAgentFromFlags(values, (m) => new UsageError(m));
+  if (model && command !== undefined) throw new UsageError("pass --agent or --model, not both");
+  if (!model && (command === undefined || command.trim() === "")) {
+    throw new UsageError(`missing --agent or --model (see "${PROGRAM} eval --help")`);
+  }
+  const group = positiveInt("--group", stringOption(values, "group"), 1);
+  const maxConcurrent = positiveInt(
+    "--max-concurrent",
+    stringOption(values, "max-concurrent"),
+    4,
+  );
+  const timeout = seconds("--timeout", stringOption(values, "timeout")) ?? 600;
+  const agentTimeout = seconds("--agent-timeout", stringOption(values, "agent-timeout"));
+  if (agentTimeout !== undefined && agentTimeout >= timeout) {
+    throw new UsageError(
+      `--agent-timeout (${agentTimeout} s) must be less than --timeout (${timeout} s)`,
+    );
+  }
+  const maxOutput = positiveInt(
+    "--max-output",
+    stringOption(values, "max-output"),
+    16 * 1024 * 1024,
+  );
+  const passEnv = (values["pass-env"] ?? []) as unknown as string[];
+  for (const name of passEnv) {
+    if (!/^[A-Za-z_*][A-Za-z0-9_*]*$/.test(name)) {
+      throw new UsageError(`--pass-env takes a variable name or glob, got "${name}"`);
+    }
+  }
+  const envFile = stringOption(values, "env-file");
+  const out = stringOption(values, "out");
+  const resume = values.resume === true;
+  const force = values.force === true;
+  if (resume && out === undefined) {
+    throw new UsageError(`--resume needs --out (see "${PROGRAM} eval --help")`);
+  }
+  if (force && out === undefined) {
+    throw new UsageError(`--force needs --out (see "${PROGRAM} eval --help")`);
+  }
+  if (resume && force) throw new UsageError("give --resume or --force, not both");
+  // Everything that can be refused is refused before the environment loads.
+  if (envFile !== undefined) {
+    const text = await Deno.readTextFile(envFile).catch((err) => {
+      throw new Error(`Cannot read env file "${envFile}": ${errorMessage(err)}`, { cause: err });
+    });
+    parseEnvFile(text, `env file "${envFile}"`);
+  }
+  if (out !== undefined) {
+    const aside = await prepareResults(out, { resume, force });
+    if (aside !== null) io.err(`eval: moved the old results to ${aside}\n`);
+  }
+  if (io.signal?.aborted) return interrupted(io, 0, 0);
+
+  const env = await loadEnvironment(file, { name: stringOption(values, "env") });
+  const rows = await evalRows(file, env, stringOption(values, "tasks"));
+  const total = rows.length * group;
+  // The engines' code loads only when --runtime names one.
+  let swarm: SwarmRuntime | null = null;
+  let runtime: RuntimeProvider;
+  if (runtimeKind === "local") {
+    runtime = new LocalRuntime(env);
+  } else if (runtimeKind === "swarm") {
+    const { SwarmRuntime } = await import("../engines/swarm.ts");
+    // A pool: one replica per concurrent rollout, and one for the held placement.
+    runtime = swarm = new SwarmRuntime(image, { maxReplicas: maxConcurrent + 1 });
+  } else {
+    const { ContainerRuntime } = await import("../engines/container.ts");
+    runtime = new ContainerRuntime(image);
+  }
+  // Start the environment once, up front: when it cannot start, that is
+  // one error with its message, not one per rollout. The held placement
+  // keeps it up between rollouts.
+  let held: AsyncDisposable;
+  try {
+    held = await runtime.place({ signal: io.signal });
+  } catch (err) {
+    await swarm?.close().catch(() => {});
+    await env.stop().catch(() => {});
+    if (io.signal?.aborted) return interrupted(io, 0, total);
+    throw new Error(`Cannot start environment "${env.name}": ${errorMessage(err)}`, {
+      cause: err,
+    });
+  }
+  const commandAgent = model ? null : new CommandAgent(command!, {
+    passEnv,
+    envFile,
+    maxOutputBytes: maxOutput,
+  });
+  const agent = model?.agent ?? commandAgent!;
+  io.onHurry = () => commandAgent?.kill();
+  const live = io.live;
+  io.err(
+    `eval: ${rows.length} tasks x ${group} from "${env.name}", agent: ${
+      model?.label ?? commandShown(command!)
+    }\n`,
+  );
+  const show = (p: JobProgress) => {
+    if (live) io.err(`\r\x1b[2K${formatProgress(p)}`);
+    else if (p.last) {
+      const what = p.last.reward ?? `${p.last.status} (${firstError([p.last]) ?? "-"})`;
+      io.err(`${p.last.task.slug}: ${what}  (${formatProgress(p)})\n`);
+    }
+  };
+  let job: Job;
+  try {
+    job = await new Taskset(rows).run(agent, {
+      runtime,
+      group,
+      maxConcurrent,
+      rolloutTimeout: timeout * 1000,
+      agentTimeout: agentTimeout === undefined ? undefined : agentTimeout * 1000,
+      out,
+      resume,
+      signal: io.signal,
+      onProgress: show,
+    });
+  } finally {
+    // Nothing of the run may outlive it: agents' process groups, key and
+    // prompt files, the environment (its shutdown hooks remove its keys).
+    await commandAgent?.whenIdle();
+    await Promise.resolve(held[Symbol.asyncDispose]()).catch(() => {});
+    await swarm?.close().catch((err) => io.err(`warning: ${errorMessage(err)}\n`));
+    await env.stop().catch((err) => io.err(`warning: ${errorMessage(err)}\n`));
+    if (live) io.err("\n");
+  }
+  if (io.signal?.aborted) {
+    const done = job.runs.filter((r) => r.status !== "cancelled").length;
+    return interrupted(io, done, total);
+  }
+  io.out(values.json ? JSON.stringify(job.summary()) + "\n" : formatJobTable(job));
+  return job.errored.length === 0 ? EXIT_OK : EXIT_FAILURE;
+}

@@ -1,0 +1,80 @@
+// `hud grade TASK`: grade a task that `hud start --url` left parked.
+
+import { abortable } from "../_internal/async.ts";
+import { errorMessage } from "../_internal/util.ts";
+import {
+  EXIT_OK,
+  type Io,
+  parseCommand,
+  PROGRAM,
+  stringOption,
+  unknownTemplate,
+  UsageError,
+} from "./_common.ts";
+import { checkUrl, connectTo, DEFAULT_URL, readyTimeoutHelp, readyTimeoutMs } from "./_connect.ts";
+
+/** The help of `hud grade`. */
+export const USAGE: string =
+  `Usage: ${PROGRAM} grade TASK (--answer TEXT | --answer-file PATH) [--url URL] [--session ID]
+
+Grades a task that "${PROGRAM} start --url" left parked, and prints the grade
+as JSON. With --session, resumes that session and grades its task; without,
+the environment grades its only parked task (and refuses when several are
+parked).
+
+TASK is the template the task was started from; it is checked to exist
+(the protocol does not say which template a parked task came from).
+
+Options:
+  --answer TEXT       the answer
+  --answer-file PATH  read the answer from a file, or from standard input
+                      with "-" (one trailing newline is dropped)
+  --url URL           the served environment (default: ${DEFAULT_URL})
+  --session ID        the session id "${PROGRAM} start" printed
+${readyTimeoutHelp(22)}
+  -h, --help          show this help
+`;
+
+/** Runs `hud grade` with `args` (after the command name); returns the exit code. */
+export async function run(args: string[], io: Io): Promise<number> {
+  const parsed = parseCommand(args, {
+    name: "grade",
+    usage: USAGE,
+    options: {
+      answer: { type: "string" },
+      "answer-file": { type: "string" },
+      url: { type: "string" },
+      session: { type: "string" },
+      "ready-timeout": { type: "string" },
+    },
+    positionals: { names: ["TASK"], min: 1 },
+  }, io);
+  if (parsed === null) return EXIT_OK;
+  const { values, positionals: [taskId] } = parsed;
+  let answer = stringOption(values, "answer");
+  const answerFile = stringOption(values, "answer-file");
+  if (answer !== undefined && answerFile !== undefined) {
+    throw new UsageError("give --answer or --answer-file, not both");
+  }
+  if (answer === undefined && answerFile === undefined) {
+    throw new UsageError(`missing --answer or --answer-file (see "${PROGRAM} grade --help")`);
+  }
+  const target = checkUrl(stringOption(values, "url") ?? DEFAULT_URL);
+  readyTimeoutMs(values); // a bad value is a usage error before anything is read
+  if (answerFile !== undefined) {
+    const text = answerFile === "-"
+      ? await abortable(new Response(io.stdin()).text(), io.signal)
+      : await Deno.readTextFile(answerFile).catch((err) => {
+        throw new Error(`Cannot read answer file "${answerFile}": ${errorMessage(err)}`, {
+          cause: err,
+        });
+      });
+    answer = text.endsWith("\n") ? text.slice(0, -1).replace(/\r$/, "") : text;
+  }
+  await using client = await connectTo(target, io, values, stringOption(values, "session"));
+  const templates = await client.listTasks();
+  if (!templates.some((t) => t.id === taskId)) throw unknownTemplate("grade", taskId, templates);
+  const grade = await client.grade({ answer });
+  io.out(JSON.stringify(grade) + "\n");
+  return EXIT_OK;
+}

@@ -1,0 +1,53 @@
+/**
+ * Agents: an {@linkcode Agent} drives a {@linkcode Run} to an answer;
+ * {@linkcode functionAgent} adapts a function into one.
+ *
+ * @module
+ */
+
+import type { Run } from "./run.ts";
+
+/** What an agent gets besides the run. */
+export interface AgentContext {
+  /** Aborts when the agent's time is up or the rollout is cancelled. */
+  signal: AbortSignal;
+}
+
+/**
+ * An agent: drives a run to completion and sets `run.answer`. It may throw;
+ * the answer it had set is still graded.
+ */
+export interface Agent {
+  /** Works on the task until done; sets `run.answer`. */
+  run(run: Run, context: AgentContext): Promise<void>;
+}
+
+/**
+ * Adapts a function into an {@linkcode Agent}: it gets the prompt, the run
+ * and the context, and its return value (when not `undefined`) becomes the
+ * answer.
+ */
+export function functionAgent(
+  fn: (prompt: unknown, run: Run, context: AgentContext) => unknown,
+): Agent {
+  if (typeof fn !== "function") throw new TypeError("Cannot create agent: expected a function");
+  return {
+    async run(run, context) {
+      const answer = await fn(run.prompt, run, context);
+      if (answer !== undefined) run.answer = answer;
+    },
+  };
+}
+
+/**
+ * An agent failure after which nothing may be graded: the agent could not
+ * start (a command not found or not executable), or its output went over
+ * its cap. {@linkcode rollout} cancels the task and records an error.
+ */
+export class NotGradedError extends Error {
+  /** Makes one; `cause` as for `Error`. */
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "NotGradedError";
+  }
+}

@@ -1,0 +1,156 @@
+/**
+ * What happened in a run: a {@linkcode Trace} of steps and failures, and
+ * its JSON form with the HUD SDK's field names (the results file's `trace`).
+ *
+ * @module
+ */
+
+import { redactDeep, redactSecrets } from "../_internal/redact.ts";
+
+/** The phase of a rollout in which something failed. */
+export type Phase = "provisioning" | "start" | "agent" | "grading";
+
+/** How a trace ended. */
+export type TraceStatus = "running" | "completed" | "error" | "cancelled";
+
+/** One step of a trace. */
+export interface TraceStep {
+  /** `setup`, `user`, `agent`, `evaluate`, `error`, `cancel`, or an observer's kind. */
+  type: string;
+  /** When the step was recorded, ISO-8601 UTC. */
+  timestamp: string;
+  /** The step's payload: the prompt, the answer, the grade, a diff... */
+  content?: unknown;
+  /** Extra data about the step. */
+  info?: Record<string, unknown>;
+}
+
+/** A failure recorded in a trace. */
+export interface TraceError {
+  /** The phase that failed. */
+  phase: Phase;
+  /** What went wrong. */
+  message: string;
+  /** The error's name (`TimeoutError`, `HudProtocolError`...). */
+  name: string;
+}
+
+/** A trace as JSON (the results file's `trace`), with the HUD SDK's field names. */
+export interface TraceJson {
+  /** How the run ended. */
+  status: TraceStatus;
+  /** Why it stopped (`graded`, `agent_error`, `timeout`...). */
+  stop_reason: string | null;
+  /** The agent's answer. */
+  content: unknown;
+  /** ISO-8601 UTC. */
+  started_at: string;
+  /** ISO-8601 UTC, or `null` while running. */
+  ended_at: string | null;
+  /** Failures, in order. */
+  errors: TraceError[];
+  /** Steps, in order. */
+  steps: TraceStep[];
+}
+
+function nowIso(): string {
+  return new Date().toISOString();
+}
+
+/**
+ * What happened in a run: its steps, how it ended, and the answer. The JSON
+ * form uses the HUD SDK's field names so traces mean the same on both sides.
+ *
+ * Everything recorded (each step's content and info, failure messages, the
+ * answer) goes through the file tracker's redactor first: private keys,
+ * tokens and `*_API_KEY=`-style values become `[REDACTED kind]`, so that
+ * what an agent read in its workspace (a command's output, a model's
+ * messages) does not reach a results file. The run itself (what the agent
+ * answered, what the environment grades) is not changed.
+ */
+export class Trace {
+  readonly #steps: TraceStep[] = [];
+  readonly #startedAt: string = nowIso();
+  #endedAt: string | null = null;
+  #status: TraceStatus = "running";
+  #stopReason: string | null = null;
+  #content: unknown = undefined;
+  #errors: TraceError[] = [];
+
+  /** Recorded steps, in order. */
+  get steps(): readonly TraceStep[] {
+    return this.#steps;
+  }
+  /** `running` until the run ends, then `completed`, `error` or `cancelled`. */
+  get status(): TraceStatus {
+    return this.#status;
+  }
+  /** Why the run stopped (`graded`, `agent_error`, `timeout`...). */
+  get stopReason(): string | null {
+    return this.#stopReason;
+  }
+  /** The agent's answer. */
+  get content(): unknown {
+    return this.#content;
+  }
+  /** Failures, in the order they happened. */
+  get errors(): readonly TraceError[] {
+    return this.#errors;
+  }
+  /** The first failure's phase, if any. */
+  get failedPhase(): Phase | null {
+    return this.#errors[0]?.phase ?? null;
+  }
+  /** When the run began, ISO-8601 UTC. */
+  get startedAt(): string {
+    return this.#startedAt;
+  }
+  /** When the run ended, ISO-8601 UTC. */
+  get endedAt(): string | null {
+    return this.#endedAt;
+  }
+
+  /** Appends a step, stamped now, its content and info redacted. */
+  record(type: string, content?: unknown, info?: Record<string, unknown>): TraceStep {
+    const step: TraceStep = { type, timestamp: nowIso() };
+    if (content !== undefined) step.content = redactDeep(content);
+    if (info !== undefined) step.info = redactDeep(info) as Record<string, unknown>;
+    this.#steps.push(step);
+    return step;
+  }
+
+  /** Records a failure in `phase` as an `error` step. */
+  fail(phase: Phase, error: unknown): void {
+    const err = error instanceof Error ? error : new Error(String(error));
+    const message = redactSecrets(err.message);
+    const entry = { phase, message, name: err.name };
+    this.#errors.push(entry);
+    this.record("error", message, { phase, name: err.name });
+  }
+
+  /** Sets the answer (redacted, as the steps are). */
+  setContent(content: unknown): void {
+    this.#content = redactDeep(content);
+  }
+
+  /** Ends the trace; later calls are ignored. */
+  finish(status: Exclude<TraceStatus, "running">, stopReason: string): void {
+    if (this.#status !== "running") return;
+    this.#status = status;
+    this.#stopReason = stopReason;
+    this.#endedAt = nowIso();
+  }
+
+  /** The JSON form, with the HUD SDK's field names. */
+  toJSON(): TraceJson {
+    return {
+      status: this.#status,
+      stop_reason: this.#stopReason,
+      content: this.#content ?? null,
+      started_at: this.#startedAt,
+      ended_at: this.#endedAt,
+      errors: this.#errors,
+      steps: this.#steps,
+    };
+  }
+}

@@ -1,0 +1,179 @@
+/**
+ * {@linkcode bashGrader}: runs a command in the workspace's sandbox, after
+ * the agent's processes are gone, and scores it by its exit code, keeping
+ * the code, the output (bounded) and the timing in `info`. It needs only
+ * an {@linkcode ExecTarget}: anything with the `exec(argv, options)` of
+ * the workspace handle `addWorkspace` returns.
+ *
+ * @module
+ */
+
+import type { SubScore } from "./combine.ts";
+
+/** Options of one {@linkcode ExecTarget.exec} call (the workspace's `exec` contract). */
+export interface ExecOptions {
+  /** The working directory, inside the workspace. */
+  cwd?: string;
+  /** Kill the command after this many ms. */
+  timeoutMs?: number;
+  /** Extra environment variables. */
+  env?: Record<string, string>;
+  /** Input for the command. */
+  stdin?: string | Uint8Array;
+  /** Abort the command. */
+  signal?: AbortSignal;
+}
+
+/** How one {@linkcode ExecTarget.exec} call ended. */
+export interface ExecResult {
+  /** The exit code, or `null` when a signal ended it. */
+  code: number | null;
+  /** The signal that ended it (`SIGKILL`), or `null`. */
+  signal: string | null;
+  /** Its standard output. */
+  stdout: string;
+  /** Its standard error. */
+  stderr: string;
+  /** Whether `timeoutMs` ran out. */
+  timedOut: boolean;
+  /** How long it ran. */
+  durationMs: number;
+}
+
+/** Where a command runs: the workspace handle, or anything with the same `exec`. */
+export interface ExecTarget {
+  /** Runs `argv` (no shell) and waits for it to end. */
+  exec(argv: string[], options?: ExecOptions): Promise<ExecResult>;
+}
+
+/** Options for {@linkcode bashGrader}. */
+export interface BashGraderOptions {
+  /**
+   * The subscore's name.
+   * @default "bash"
+   */
+  name?: string;
+  /**
+   * The subscore's weight; negative for a penalty (a command that should fail).
+   * @default 1
+   */
+  weight?: number;
+  /** The working directory. @default the workspace's */
+  cwd?: string;
+  /**
+   * Kill the command after this many ms; it then scores 0.
+   * @default 600_000
+   */
+  timeoutMs?: number;
+  /** Extra environment variables. */
+  env?: Record<string, string>;
+  /** Input for the command. */
+  stdin?: string | Uint8Array;
+  /** Abort grading. */
+  signal?: AbortSignal;
+  /**
+   * The most characters of each of stdout and stderr kept in `info`; the
+   * end is kept, where test runners print their summary.
+   * @default 16_384
+   */
+  maxOutput?: number;
+}
+
+/** The end of `s`, at most `max` characters, saying how much went before. */
+function tail(s: string, max: number): string {
+  if (s.length <= max) return s;
+  const cut = s.length - max;
+  return `[${cut} earlier characters cut]\n${s.slice(cut)}`;
+}
+
+/**
+ * Runs `command` in the sandbox and scores 1 when it exits 0, else 0 (a
+ * time-out or a signal too). A string runs with `bash -lc`, as the Python
+ * SDK's `BashGrader` does; an array is the argv itself.
+ *
+ * `info` holds `command`, `exit_code`, `signal`, `timed_out`,
+ * `duration_ms`, `stdout` and `stderr` (each the last `maxOutput`
+ * characters).
+ *
+ * @param target the workspace (its `exec`)
+ * @param command a bash command line, or an argv
+ * @throws {TypeError} for an empty command
+ * @throws {RangeError} for a non-positive timeout or output bound
+ * @throws {Error} `Cannot run bash grader "name": ...` when the command cannot
+ *   be run at all (the workspace is gone...): not a score, a failure to grade
+ * @throws the signal's reason when `signal` aborts
+ *
+ * @example
+ * ```ts
+ * import { bashGrader, combine, type ExecTarget } from "./mod.ts";
+ * import assert from "node:assert/strict";
+ *
+ * // Any exec(argv) will do; a workspace handle is the usual one.
+ * const here: ExecTarget = {
+ *   async exec(argv) {
+ *     const out = await new Deno.Command(argv[0], { args: argv.slice(1) }).output();
+ *     const decode = (b: Uint8Array) => new TextDecoder().decode(b);
+ *     return {
+ *       code: out.code, signal: out.signal, stdout: decode(out.stdout),
+ *       stderr: decode(out.stderr), timedOut: false, durationMs: 0,
+ *     };
+ *   },
+ * };
+ * const grade = await combine([
+ *   bashGrader(here, "test 2 -gt 1 && echo ok", { name: "compare" }),
+ *   bashGrader(here, ["false"], { name: "false", weight: -0.5 }),
+ * ]);
+ * assert.equal(grade.score, 1);
+ * assert.equal(grade.info.breakdown[0].info?.stdout, "ok\n");
+ * assert.equal(grade.info.breakdown[1].info?.exit_code, 1);
+ * ```
+ */
+export async function bashGrader(
+  target: ExecTarget,
+  command: string | readonly string[],
+  options: BashGraderOptions = {},
+): Promise<SubScore> {
+  const name = options.name ?? "bash";
+  const argv = typeof command === "string" ? ["bash", "-lc", command] : [...command];
+  if ((typeof command === "string" ? command.trim() : argv[0] ?? "") === "") {
+    throw new TypeError(`Cannot run bash grader "${name}": the command is empty`);
+  }
+  const timeoutMs = options.timeoutMs ?? 600_000;
+  if (!(timeoutMs > 0)) {
+    throw new RangeError(`Cannot run bash grader "${name}": timeoutMs ${timeoutMs} must be > 0`);
+  }
+  const maxOutput = options.maxOutput ?? 16_384;
+  if (!(maxOutput > 0)) {
+    throw new RangeError(`Cannot run bash grader "${name}": maxOutput ${maxOutput} must be > 0`);
+  }
+  options.signal?.throwIfAborted();
+  const exec: ExecOptions = { timeoutMs };
+  if (options.cwd !== undefined) exec.cwd = options.cwd;
+  if (options.env !== undefined) exec.env = options.env;
+  if (options.stdin !== undefined) exec.stdin = options.stdin;
+  if (options.signal !== undefined) exec.signal = options.signal;
+  let result: ExecResult;
+  try {
+    result = await target.exec(argv, exec);
+  } catch (err) {
+    if (options.signal?.aborted) throw options.signal.reason;
+    throw new Error(`Cannot run bash grader "${name}": ${(err as Error)?.message ?? err}`, {
+      cause: err,
+    });
+  }
+  const passed = result.code === 0 && !result.timedOut;
+  return {
+    name,
+    value: passed ? 1 : 0,
+    weight: options.weight ?? 1,
+    info: {
+      command: typeof command === "string" ? command : argv,
+      exit_code: result.code,
+      signal: result.signal,
+      timed_out: result.timedOut,
+      duration_ms: Math.round(result.durationMs),
+      stdout: tail(result.stdout, maxOutput),
+      stderr: tail(result.stderr, maxOutput),
+    },
+  };
+}

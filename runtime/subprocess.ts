@@ -1,0 +1,407 @@
+/**
+ * {@linkcode SubprocessRuntime}: an environment module served by the
+ * command line's `serve` in a child process, one per placement, and
+ * {@linkcode SERVER_V8_FLAGS}, the V8 flags servers start with.
+ *
+ * @module
+ */
+
+import { abortable, Deadline, settleWithin } from "../_internal/async.ts";
+import { signalGroup } from "../_internal/process.ts";
+import { generateToken, withToken } from "../_internal/auth.ts";
+import { NotReadyError } from "../errors.ts";
+import { probeReady } from "./_probe.ts";
+import type { Placement, PlaceOptions, RuntimeProvider } from "./placement.ts";
+
+/**
+ * The V8 flags that {@linkcode SubprocessRuntime} and the image of
+ * `buildEnvironmentImage` start servers with: a young generation capped at
+ * 1 MiB a semi-space. V8 otherwise grows it to 48 MiB while thousands of
+ * sessions arrive and keeps it resident, 4.8 KiB a session at 10,000 held
+ * sessions (11 KiB in all, against 7 KiB with the cap); the benchmarks
+ * measured no cost to request throughput or SSH (BENCHMARKS.md, "Memory per
+ * held session"). V8 sizes its heap at start-up, so the flag is for whoever
+ * starts the process: `deno run -A --v8-flags=--max-semi-space-size=1 ...`.
+ */
+export const SERVER_V8_FLAGS: readonly string[] = Object.freeze(["--max-semi-space-size=1"]);
+
+/**
+ * Checks a `v8Flags` option: an array of `--name[=value]` strings without
+ * commas (they are joined with commas on the command line).
+ */
+export function checkV8Flags(owner: string, flags: unknown): void {
+  if (flags === undefined) return;
+  if (!Array.isArray(flags)) {
+    throw new TypeError(`Cannot create ${owner}: "v8Flags" must be an array of strings`);
+  }
+  for (const f of flags) {
+    if (typeof f !== "string" || !/^--[A-Za-z0-9_-]+(=[^,\s]*)?$/.test(f)) {
+      throw new TypeError(
+        `Cannot create ${owner}: v8Flags entry ${JSON.stringify(f)} is not a V8 flag ` +
+          `(write it as "--name" or "--name=value", without commas or spaces)`,
+      );
+    }
+  }
+}
+
+/** Options for {@linkcode SubprocessRuntime}. */
+export interface SubprocessRuntimeOptions {
+  /**
+   * Which environment of the module to serve: an export name or an
+   * environment's name (the CLI's `--env`).
+   * @default the module's only environment
+   */
+  name?: string;
+  /**
+   * Environment variables for the child, on top of this process's.
+   * @default {}
+   */
+  env?: Record<string, string>;
+  /**
+   * How long the child may take to announce its port, in ms (this includes
+   * compiling the module and running the initialize hooks).
+   * @default 60_000
+   */
+  readyTimeout?: number;
+  /**
+   * How long teardown waits after SIGTERM before sending SIGKILL, in ms.
+   * @default 5_000
+   */
+  killGrace?: number;
+  /**
+   * Flags for `deno run`, placed before the script: permissions, `--config`...
+   * @default ["-A"]
+   */
+  denoArgs?: string[];
+  /**
+   * V8 flags for the child (`deno run --v8-flags=...`); `[]` keeps V8's
+   * defaults. A `--v8-flags` in `denoArgs` comes later and wins where the
+   * two set the same flag.
+   * @default {@linkcode SERVER_V8_FLAGS}
+   */
+  v8Flags?: readonly string[];
+  /**
+   * Called with every line the child writes, for as long as it runs (the
+   * runtime itself never prints).
+   */
+  onOutput?: (line: string, stream: "stdout" | "stderr") => void;
+}
+
+const TAIL_LINES = 50;
+const SHOWN_LINES = 20;
+const MAX_LINE_CHARS = 2_000;
+/** How long to wait for the output pipes to close once the child is gone. */
+const DRAIN_MS = 1_000;
+const ANNOUNCE = /^HUD_SERVE_PORT=(\d+)$/;
+/** How long a child that announced its port may take to answer hello. */
+const PROBE_TIMEOUT = 10_000;
+
+function checkTimeout(what: string, value: unknown, infiniteOk: boolean): void {
+  if (value === undefined) return;
+  if (
+    typeof value !== "number" || Number.isNaN(value) || value < 0 ||
+    (!infiniteOk && !Number.isFinite(value))
+  ) {
+    throw new RangeError(
+      `Cannot create SubprocessRuntime: "${what}" must be a non-negative number, got "${value}"`,
+    );
+  }
+}
+
+/** `path` made absolute against the current directory; URLs stay as they are. */
+function absolutePath(path: string): string {
+  if (/^[a-zA-Z][a-zA-Z0-9+.-]+:/.test(path)) return path;
+  const windows = Deno.build.os === "windows";
+  if (windows ? /^([a-zA-Z]:)?[\\/]/.test(path) : path.startsWith("/")) return path;
+  return `${Deno.cwd()}${windows ? "\\" : "/"}${path}`;
+}
+
+/**
+ * An environment module served in a child process, one child per placement:
+ * `deno run -A cli.ts serve <path> --port 0 [--env NAME]` in a process group
+ * (session) of its own. Each child gets a fresh token through its
+ * environment (`HUD_SERVE_TOKEN`, never its arguments), and the placement's
+ * url carries it. Placing waits for the child's `HUD_SERVE_PORT=` line;
+ * releasing the placement ends the child's whole process group: SIGTERM
+ * (the child stops serving and runs its shutdown hooks), SIGKILL after the
+ * grace period, and SIGKILL for any process of the group still there when
+ * the child has exited. Processes that the environment's hooks spawn are in
+ * that group unless they start a session of their own.
+ *
+ * The child's output is read for as long as it runs; the last lines are
+ * kept for error messages and every line goes to `onOutput`. The child's
+ * standard input stays open until teardown: should this process die
+ * without tearing down, the child sees end of file and stops serving.
+ *
+ * On Windows there are no process groups: only the child is ended.
+ *
+ * @example
+ * ```ts ignore
+ * import { connect } from "../mod.ts";
+ * import { SubprocessRuntime } from "./mod.ts";
+ *
+ * const runtime = new SubprocessRuntime("./my_env.ts", { name: "robolab" });
+ * await using placed = await runtime.place();
+ * await using client = await connect(placed);
+ * console.log(await client.listTasks());
+ * ```
+ */
+export class SubprocessRuntime implements RuntimeProvider {
+  readonly #path: string;
+  readonly #module: string;
+  readonly #options: SubprocessRuntimeOptions;
+
+  /**
+   * Serves the environment module at `path` in child processes.
+   * @param path the module's file path (relative to the current directory
+   *   at construction) or URL
+   * @throws {TypeError} for a bad path or `env` that is not an object of strings
+   * @throws {RangeError} for a negative timeout or an infinite grace period
+   */
+  constructor(path: string, options: SubprocessRuntimeOptions = {}) {
+    if (typeof path !== "string" || path === "") {
+      throw new TypeError("Cannot create SubprocessRuntime: path must be a non-empty string");
+    }
+    const env = options.env;
+    if (
+      env !== undefined &&
+      (typeof env !== "object" || env === null ||
+        Object.values(env).some((v) => typeof v !== "string"))
+    ) {
+      throw new TypeError(
+        'Cannot create SubprocessRuntime: "env" must be an object of environment variables (strings); pick the environment with "name"',
+      );
+    }
+    if (options.name !== undefined && (typeof options.name !== "string" || options.name === "")) {
+      throw new TypeError('Cannot create SubprocessRuntime: "name" must be a non-empty string');
+    }
+    if (options.denoArgs !== undefined && !Array.isArray(options.denoArgs)) {
+      throw new TypeError('Cannot create SubprocessRuntime: "denoArgs" must be an array');
+    }
+    checkV8Flags("SubprocessRuntime", options.v8Flags);
+    checkTimeout("readyTimeout", options.readyTimeout, true);
+    checkTimeout("killGrace", options.killGrace, false);
+    this.#path = path;
+    this.#module = absolutePath(path);
+    this.#options = { ...options };
+  }
+
+  /**
+   * Spawns a child serving the environment and waits for its port.
+   *
+   * @returns the placement: `url` is `tcp://:TOKEN@127.0.0.1:<port>`,
+   *   `params` holds the child's `pid` and `port`
+   * @throws {Error} when the child exits before serving (the message gives
+   *   the exit code and the last lines of output)
+   * @throws {NotReadyError} when the child does not announce a port within
+   *   the ready timeout (the message gives the last lines of output)
+   * @throws the signal's reason when `signal` aborts. The child is ended
+   *   first, as at teardown: a child busy in its initialize hooks finishes
+   *   them and runs its shutdown hooks, or is killed after `killGrace`
+   */
+  async place(options: PlaceOptions = {}): Promise<Placement> {
+    options.signal?.throwIfAborted();
+    const timeout = this.#options.readyTimeout ?? 60_000;
+    const grace = this.#options.killGrace ?? 5_000;
+    // The author's own HUD_SERVE_TOKEN wins; otherwise one per child.
+    const token = this.#options.env?.HUD_SERVE_TOKEN ?? generateToken();
+    const v8Flags = this.#options.v8Flags ?? SERVER_V8_FLAGS;
+    const args = [
+      "run",
+      ...(v8Flags.length === 0 ? [] : [`--v8-flags=${v8Flags.join(",")}`]),
+      ...(this.#options.denoArgs ?? ["-A"]),
+      new URL("../cli.ts", import.meta.url).href,
+      "serve",
+      "--host=127.0.0.1",
+      "--port=0",
+      // The child stops when its stdin closes: it never outlives this process.
+      "--stop-on-eof",
+      ...(this.#options.name === undefined ? [] : [`--env=${this.#options.name}`]),
+      "--",
+      this.#module,
+    ];
+    const child = new ServerProcess(
+      new Deno.Command(Deno.execPath(), {
+        args,
+        env: { ...this.#options.env, HUD_SERVE_TOKEN: token },
+        stdin: "piped",
+        stdout: "piped",
+        stderr: "piped",
+        // A session of its own (setsid), so that teardown can signal the group.
+        detached: true,
+      }).spawn(),
+      this.#options.onOutput,
+    );
+    const what = `Cannot place environment "${this.#path}"`;
+    using deadline = new Deadline(timeout, options.signal, "placing");
+    let outcome: { port: number } | { status: Deno.CommandStatus };
+    try {
+      outcome = await abortable(
+        Promise.race([
+          child.announced.then((port) => ({ port })),
+          child.status.then((status) => ({ status })),
+        ]),
+        deadline.signal,
+      );
+    } catch (err) {
+      await child.stop(grace);
+      if (options.signal?.aborted) throw options.signal.reason;
+      if (deadline.signal.aborted) {
+        throw new NotReadyError(
+          `${what}: the server did not announce its port within ${timeout} ms${child.output()}`,
+          { cause: err },
+        );
+      }
+      throw err;
+    }
+    if ("status" in outcome) {
+      await child.stop(grace);
+      const how = outcome.status.signal
+        ? `was killed by ${outcome.status.signal}`
+        : `exited with code ${outcome.status.code}`;
+      throw new Error(`${what}: the server ${how} before serving${child.output()}`);
+    }
+    const port = outcome.port;
+    const url = withToken(`tcp://127.0.0.1:${port}`, token);
+    // The port line says it listens; a hello with the token says it is the
+    // server we started and that it takes our token.
+    try {
+      await probeReady(url, { readyTimeout: PROBE_TIMEOUT, signal: deadline.signal });
+    } catch (err) {
+      await child.stop(grace);
+      if (options.signal?.aborted) throw options.signal.reason;
+      throw new NotReadyError(
+        `${what}: the server announced port ${port} but did not answer hello: ${
+          err instanceof Error ? err.message : String(err)
+        }${child.output()}`,
+        { cause: err },
+      );
+    }
+    return {
+      url,
+      params: Object.freeze({ pid: child.pid, port }),
+      [Symbol.asyncDispose]: () => child.stop(grace),
+    };
+  }
+}
+
+/** A spawned `serve` child: its output readers, its port, its teardown. */
+class ServerProcess {
+  readonly #child: Deno.ChildProcess;
+  readonly #onOutput: SubprocessRuntimeOptions["onOutput"];
+  readonly #tail: string[] = [];
+  readonly #announced: PromiseWithResolvers<number> = Promise.withResolvers();
+  readonly #readers: ReadableStreamDefaultReader<Uint8Array>[] = [];
+  readonly #reading: Promise<unknown>;
+  readonly #status: Promise<Deno.CommandStatus>;
+  #exited = false;
+  #stopping: Promise<void> | null = null;
+
+  constructor(child: Deno.ChildProcess, onOutput: SubprocessRuntimeOptions["onOutput"]) {
+    this.#child = child;
+    this.#onOutput = onOutput;
+    this.#status = child.status.then((status) => {
+      this.#exited = true;
+      return status;
+    });
+    this.#reading = Promise.allSettled([
+      this.#read(child.stdout, "stdout"),
+      this.#read(child.stderr, "stderr"),
+    ]);
+  }
+
+  get pid(): number {
+    return this.#child.pid;
+  }
+
+  /** Resolves with the announced port; never rejects. */
+  get announced(): Promise<number> {
+    return this.#announced.promise;
+  }
+
+  get status(): Promise<Deno.CommandStatus> {
+    return this.#status;
+  }
+
+  /** The last lines of output, as a message suffix. */
+  output(): string {
+    const lines = this.#tail.slice(-SHOWN_LINES);
+    if (lines.length === 0) return "; it wrote no output";
+    return `; last output:\n${lines.map((l) => `  | ${l}`).join("\n")}`;
+  }
+
+  async #read(stream: ReadableStream<Uint8Array>, which: "stdout" | "stderr"): Promise<void> {
+    const reader = stream.getReader();
+    this.#readers.push(reader);
+    const decoder = new TextDecoder();
+    let pending = "";
+    try {
+      while (true) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        pending += decoder.decode(value, { stream: true });
+        let nl: number;
+        while ((nl = pending.indexOf("\n")) >= 0) {
+          this.#line(pending.slice(0, nl), which);
+          pending = pending.slice(nl + 1);
+        }
+        // A line that never ends must not grow without bound.
+        if (pending.length > MAX_LINE_CHARS * 8) {
+          this.#line(pending, which);
+          pending = "";
+        }
+      }
+      pending += decoder.decode();
+    } catch {
+      // Cancelled at teardown, or the pipe broke: nothing more to read.
+    } finally {
+      reader.releaseLock();
+    }
+    if (pending !== "") this.#line(pending, which);
+  }
+
+  #line(raw: string, which: "stdout" | "stderr"): void {
+    let line = raw.endsWith("\r") ? raw.slice(0, -1) : raw;
+    // A child that made its own token announces it; it goes no further.
+    if (which === "stdout" && line.startsWith("HUD_SERVE_TOKEN=")) line = "HUD_SERVE_TOKEN=***";
+    if (which === "stdout") {
+      const m = ANNOUNCE.exec(line);
+      if (m) this.#announced.resolve(Number(m[1]));
+    }
+    this.#tail.push(line.length > MAX_LINE_CHARS ? `${line.slice(0, MAX_LINE_CHARS)}...` : line);
+    if (this.#tail.length > TAIL_LINES) this.#tail.shift();
+    try {
+      this.#onOutput?.(line, which);
+    } catch {
+      // A failing observer must not stop the draining that keeps the child alive.
+    }
+  }
+
+  #signalGroup(signal: Deno.Signal): void {
+    signalGroup(this.pid, signal);
+  }
+
+  /** Ends the process group and waits for the child and its output. Idempotent. */
+  stop(grace: number): Promise<void> {
+    this.#stopping ??= this.#stop(grace);
+    return this.#stopping;
+  }
+
+  async #stop(grace: number): Promise<void> {
+    if (!this.#exited) {
+      this.#signalGroup("SIGTERM");
+      await settleWithin(this.#status, grace);
+      if (!this.#exited) this.#signalGroup("SIGKILL");
+    }
+    await this.#status;
+    await this.#child.stdin.close().catch(() => {});
+    // Whatever the group still holds goes with the child. The child is
+    // reaped, but its pid stays reserved while the group has members.
+    if (Deno.build.os !== "windows") this.#signalGroup("SIGKILL");
+    // A process outside the group may still hold the pipes open.
+    if (!(await settleWithin(this.#reading, DRAIN_MS))) {
+      await Promise.allSettled(this.#readers.map((r) => r.cancel()));
+      await this.#reading;
+    }
+  }
+}

@@ -1,0 +1,104 @@
+import assert from "node:assert/strict";
+import { Environment, loadEnvironment } from "../mod.ts";
+
+const fixture = (name: string) => new URL(`./fixtures/${name}`, import.meta.url);
+
+/** `to` (a file URL) as a path relative to the current directory. */
+function relativeToCwd(to: URL): string {
+  const from = Deno.cwd().split("/").filter(Boolean);
+  const target = decodeURIComponent(to.pathname).split("/").filter(Boolean);
+  let common = 0;
+  while (common < from.length && from[common] === target[common]) common++;
+  return [...from.slice(common).map(() => ".."), ...target.slice(common)].join("/");
+}
+
+Deno.test("loadEnvironment() picks a module's only environment", async (t) => {
+  await t.step("from a path relative to the current directory", async () => {
+    const path = relativeToCwd(fixture("basic_env.ts"));
+    assert.ok(!path.startsWith("/"));
+    const env = await loadEnvironment(path);
+    assert.ok(env instanceof Environment);
+    assert.equal(env.name, "fixture");
+    assert.deepEqual(env.listTasks().map((task) => task.id), ["add", "echo"]);
+  });
+  await t.step("from an absolute path and from a URL, the same module instance", async () => {
+    const byUrl = await loadEnvironment(fixture("basic_env.ts"));
+    const byPath = await loadEnvironment(decodeURIComponent(fixture("basic_env.ts").pathname));
+    assert.equal(byUrl, byPath);
+  });
+  await t.step("by its export name or its environment name", async () => {
+    const url = fixture("basic_env.ts");
+    const env = await loadEnvironment(url);
+    assert.equal(await loadEnvironment(url, { name: "alias" }), env);
+    assert.equal(await loadEnvironment(url, { name: "fixture" }), env);
+  });
+});
+
+Deno.test("loadEnvironment() selects among several environments", async (t) => {
+  const url = fixture("multi_env.ts");
+  await t.step("by export name", async () => {
+    assert.equal((await loadEnvironment(url, { name: "beta" })).name, "beta-env");
+  });
+  await t.step("by environment name", async () => {
+    assert.equal((await loadEnvironment(url, { name: "beta-env" })).name, "beta-env");
+    assert.equal((await loadEnvironment(url, { name: "alpha" })).name, "alpha");
+  });
+  await t.step("refuses to guess without a name, listing the candidates", async () => {
+    await assert.rejects(loadEnvironment(url), (err: Error) => {
+      assert.ok(err instanceof RangeError);
+      assert.match(err.message, /exports several environments/);
+      assert.match(err.message, /"alpha" \(environment "alpha"\)/);
+      assert.match(err.message, /"beta" \(environment "beta-env"\)/);
+      return true;
+    });
+  });
+  await t.step("refuses a name two environments share", async () => {
+    await assert.rejects(loadEnvironment(url, { name: "twin" }), (err: Error) => {
+      assert.ok(err instanceof RangeError);
+      assert.match(err.message, /several environments named "twin": "twinOne".*"twinTwo"/);
+      return true;
+    });
+    assert.equal((await loadEnvironment(url, { name: "twinTwo" })).name, "twin");
+  });
+  await t.step("refuses an unknown name, listing what is available", async () => {
+    await assert.rejects(loadEnvironment(url, { name: "gamma" }), (err: Error) => {
+      assert.ok(err instanceof RangeError);
+      assert.match(err.message, /has no environment "gamma"; available: "alpha"/);
+      return true;
+    });
+  });
+});
+
+Deno.test("loadEnvironment() reports modules it cannot use", async (t) => {
+  await t.step("a module without an environment", async () => {
+    await assert.rejects(loadEnvironment(fixture("no_env.ts")), {
+      name: "TypeError",
+      message: /exports no Environment/,
+    });
+  });
+  await t.step("an export that only looks like one by name", async () => {
+    await assert.rejects(
+      loadEnvironment(fixture("basic_env.ts"), { name: "notAnEnvironment" }),
+      RangeError,
+    );
+  });
+  await t.step("a missing file", async () => {
+    await assert.rejects(loadEnvironment("tests/fixtures/does_not_exist.ts"), (err: Error) => {
+      assert.ok(err instanceof Deno.errors.NotFound);
+      assert.match(err.message, /file "tests\/fixtures\/does_not_exist.ts" not found/);
+      return true;
+    });
+  });
+  await t.step("a module that throws on import, with the cause kept", async () => {
+    await assert.rejects(loadEnvironment(fixture("broken_env.ts")), (err: Error) => {
+      assert.match(err.message, /Cannot load environment from .*: fixture refuses to load/);
+      assert.equal((err.cause as Error).message, "fixture refuses to load");
+      return true;
+    });
+  });
+  await t.step("bad arguments", async () => {
+    await assert.rejects(loadEnvironment(""), TypeError);
+    await assert.rejects(loadEnvironment(42 as unknown as string), TypeError);
+    await assert.rejects(loadEnvironment(fixture("basic_env.ts"), { name: "" }), TypeError);
+  });
+});

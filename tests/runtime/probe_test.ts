@@ -1,0 +1,41 @@
+import assert from "node:assert/strict";
+import { probeReady } from "../../runtime/_probe.ts";
+import { bind } from "../../server.ts";
+import { HudProtocolError, NotReadyError } from "../../errors.ts";
+import { demoEnv } from "../_helpers.ts";
+
+function freePort(): number {
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = l.addr.port;
+  l.close();
+  return port;
+}
+
+Deno.test("probeReady() waits for a server that starts late, with its token", async () => {
+  const port = freePort();
+  const token = "p".repeat(64);
+  let server: ReturnType<typeof bind> | null = null;
+  const timer = setTimeout(() => server = bind(demoEnv(), { port, token }), 300);
+  try {
+    await probeReady(`tcp://:${token}@127.0.0.1:${port}`, {
+      readyTimeout: 20_000,
+      retryInterval: 50,
+    });
+    assert.ok(server !== null);
+  } finally {
+    clearTimeout(timer);
+    await (server as ReturnType<typeof bind> | null)?.shutdown();
+  }
+});
+
+Deno.test("probeReady() fails at once on a wrong token, and in time where nothing listens", async () => {
+  await using server = bind(demoEnv(), { token: "a".repeat(64) });
+  await assert.rejects(
+    probeReady(`tcp://:${"b".repeat(64)}@127.0.0.1:${server.addr.port}`, { readyTimeout: 30_000 }),
+    (e: unknown) => e instanceof HudProtocolError && e.code === -32001,
+  );
+  await assert.rejects(
+    probeReady(`tcp://127.0.0.1:${freePort()}`, { readyTimeout: 30_000, refusedTimeout: 200 }),
+    (e: unknown) => e instanceof NotReadyError && /nothing listens there/.test(e.message),
+  );
+});

@@ -1,0 +1,249 @@
+// Workspace.exec and grading(): checks run in the workspace's sandbox, as
+// the agent's user, while the agent's processes are stopped, with files the
+// agent never saw. The contract graders depend on (PLAN.md) is checked
+// field by field.
+
+import assert from "node:assert/strict";
+import { Environment } from "../../env.ts";
+import { bashGrader, combine } from "../../graders/mod.ts";
+import { SshClient } from "../../ssh/mod.ts";
+import { addWorkspace, type Workspace } from "../../workspace/workspace.ts";
+
+const IS_ROOT = Deno.uid() === 0;
+
+async function withWorkspace(
+  fn: (ws: Workspace, shell: SshClient, root: string) => Promise<void>,
+): Promise<void> {
+  const root = await Deno.makeTempDir({ prefix: "ws-grade-" });
+  const env = new Environment("grading-test");
+  const ws = addWorkspace(env, root, { trackFiles: false });
+  await env.start();
+  try {
+    await using shell = SshClient.fromBinding(env.capability("shell")!);
+    await fn(ws, shell, root);
+  } finally {
+    await env.stop();
+    await Deno.remove(root, { recursive: true });
+  }
+}
+
+Deno.test("Workspace.exec() runs a check in the sandbox and reports it per the contract", async (t) => {
+  await withWorkspace(async (ws, shell, root) => {
+    await t.step("code, stdout, stderr, stdin, env, cwd", async () => {
+      await Deno.mkdir(`${root}/sub`);
+      const r = await ws.exec([
+        "bash",
+        "-c",
+        'read x; echo "$x $MARK $(pwd)"; echo err >&2; exit 3',
+      ], {
+        cwd: `${root}/sub`,
+        stdin: "in",
+        env: { MARK: "m" },
+        timeoutMs: 20_000,
+      });
+      assert.deepEqual(
+        {
+          code: r.code,
+          signal: r.signal,
+          stdout: r.stdout,
+          stderr: r.stderr,
+          timedOut: r.timedOut,
+        },
+        { code: 3, signal: null, stdout: `in m ${root}/sub\n`, stderr: "err\n", timedOut: false },
+      );
+      assert.ok(typeof r.durationMs === "number" && r.durationMs >= 0);
+    });
+
+    await t.step("as the agent's user, in the agent's sandbox", async () => {
+      const agent = (await shell.exec("id -u")).stdoutText.trim();
+      const r = await ws.exec([
+        "bash",
+        "-c",
+        "id -u; [ -e /run/docker.sock ] && echo host-socket; (echo > /dev/tcp/127.0.0.1/22) 2>/dev/null && echo net; echo done",
+      ], { timeoutMs: 20_000 });
+      assert.equal(r.stdout, `${agent}\ndone\n`);
+      if (IS_ROOT) assert.equal(agent, String(ws.uid));
+    });
+
+    await t.step("a timeout kills the whole command", async () => {
+      const mark = String(800 + Math.floor(Math.random() * 99));
+      const r = await ws.exec(["bash", "-c", `setsid sleep ${mark}.25 & sleep ${mark}.25`], {
+        timeoutMs: 500,
+      });
+      assert.equal(r.timedOut, true);
+      assert.equal(r.code, null);
+      assert.equal(r.signal, "SIGKILL");
+      const alive = [...Deno.readDirSync("/proc")].some((e) => {
+        try {
+          return Deno.readTextFileSync(`/proc/${e.name}/cmdline`) === `sleep\0${mark}.25\0`;
+        } catch {
+          return false;
+        }
+      });
+      assert.equal(alive, false);
+    });
+
+    await t.step("hidden files: read-only, only for this command", async () => {
+      const r = await ws.exec([
+        "bash",
+        "-c",
+        'cat "$HUD_GRADER_FILES/tests/t.txt"; echo x > "$HUD_GRADER_FILES/tests/t.txt" 2>/dev/null || echo read-only',
+      ], { files: { "tests/t.txt": "hidden\n" }, timeoutMs: 20_000 });
+      assert.equal(r.stdout, "hidden\nread-only\n");
+      const seen = await shell.exec("ls /grader 2>&1; ls -d /tmp/hud-grade-* 2>/dev/null | wc -l");
+      assert.match(seen.stdoutText, /No such file or directory\n0\n$/);
+    });
+
+    await t.step("a fresh HOME, whatever the agent planted in its own", async () => {
+      await shell.exec(
+        "echo 'echo PLANTED' > ~/.bashrc; cp ~/.bashrc ~/.profile; mkdir -p ~/.config; echo x > ~/.config/mark",
+      );
+      const r = await ws.exec(["bash", "-lc", 'echo "$HOME"; ls -A "$HOME" | wc -l'], {
+        timeoutMs: 20_000,
+      });
+      const [home, count] = r.stdout.trim().split("\n");
+      assert.notEqual(home, (await shell.exec("printf %s $HOME")).stdoutText);
+      assert.equal(count, "0");
+      assert.doesNotMatch(r.stdout, /PLANTED/);
+    });
+
+    await t.step("bad arguments", async () => {
+      await assert.rejects(ws.exec([]), TypeError);
+      await assert.rejects(ws.exec(["true"], { cwd: "/etc" }), RangeError);
+      await assert.rejects(ws.exec(["true"], { files: { "../x": "y" } }), TypeError);
+      await assert.rejects(ws.exec(["true"], { timeoutMs: 0 }), RangeError);
+    });
+  });
+});
+
+Deno.test("Workspace.grading() stops the agent's processes: a lingering one cannot race the check", async () => {
+  await withWorkspace(async (ws, shell, root) => {
+    // The agent leaves a loop rewriting the file the check reads.
+    const stop = new AbortController();
+    const loop = shell.exec("while :; do echo hacked > f; done", { signal: stop.signal })
+      .catch(() => null);
+    try {
+      const deadline = Date.now() + 20_000;
+      while (await Deno.readTextFile(`${root}/f`).catch(() => "") !== "hacked\n") {
+        assert.ok(Date.now() < deadline, "the agent's loop never wrote");
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      {
+        await using phase = await ws.grading();
+        // A command the agent asks for now waits for the phase to end.
+        const late = shell.exec("echo late > late.txt");
+        late.catch(() => {}); // awaited below; a failed assertion must not leave it unhandled
+        const r = await phase.exec(
+          [
+            "bash",
+            "-c",
+            'for i in $(seq 50); do echo good > f; sleep 0.01; [ "$(cat f)" = good ] || { echo raced; exit 1; }; done; ls',
+          ],
+          { timeoutMs: 30_000 },
+        );
+        assert.equal(r.code, 0, r.stdout + r.stderr);
+        assert.doesNotMatch(r.stdout, /late\.txt/);
+        await phase.end();
+        assert.equal((await late).code, 0);
+      }
+      // The agent runs again.
+      assert.equal(await Deno.readTextFile(`${root}/late.txt`), "late\n");
+      while (await Deno.readTextFile(`${root}/f`).catch(() => "") !== "hacked\n") {
+        assert.ok(Date.now() < deadline, "the agent's loop did not resume");
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    } finally {
+      stop.abort();
+      await loop;
+    }
+  });
+});
+
+Deno.test("Workspace.exec() refuses before start and after stop", async () => {
+  const root = await Deno.makeTempDir({ prefix: "ws-grade-" });
+  try {
+    const env = new Environment("grading-test");
+    const ws = addWorkspace(env, root, { trackFiles: false });
+    await assert.rejects(ws.exec(["true"]), /Cannot grade in workspace "shell": it is not started/);
+    assert.equal(ws.isolation, null);
+    await env.start();
+    assert.notEqual(ws.isolation, null);
+    await env.stop();
+    await assert.rejects(ws.exec(["true"]), /not started/);
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
+Deno.test("Workspace is an ExecTarget: graders' bashGrader and combine run in its sandbox", async () => {
+  await withWorkspace(async (ws, shell) => {
+    await shell.exec("echo 42 > answer.txt");
+    // combine() runs its graders at once: each opens a grading phase.
+    const grade = await combine([
+      bashGrader(ws, 'test "$(cat answer.txt)" = 42', { name: "answer", timeoutMs: 20_000 }),
+      bashGrader(ws, ["bash", "-c", 'test "$(id -u)" = "$0"', String(ws.uid ?? Deno.uid())], {
+        name: "uid",
+        timeoutMs: 20_000,
+      }),
+      bashGrader(ws, "touch /etc/x", { name: "escape", weight: -1, timeoutMs: 20_000 }),
+    ]);
+    assert.equal(grade.score, 1, JSON.stringify(grade.info));
+    assert.deepEqual(grade.subscores, { answer: 1, uid: 1, escape: 0 });
+  });
+});
+
+Deno.test("Workspace.spawn() starts a long-lived process on the agent's side: sandboxed, stopped while grading, killed at stop", async () => {
+  const extra = await Deno.makeTempDir({ prefix: "ws-spawn-extra-" });
+  await Deno.writeTextFile(`${extra}/tool.txt`, "tool\n");
+  await Deno.chmod(extra, 0o755);
+  let pid = 0;
+  try {
+    await withWorkspace(async (ws, _shell, root) => {
+      const child = await ws.spawn(
+        [
+          "bash",
+          "-c",
+          'cat "$1/tool.txt"; id -u; while :; do date +%s%N > tick; sleep 0.01; done',
+          "x",
+          extra,
+        ],
+        { mounts: [extra] },
+      );
+      pid = child.pid;
+      const reader = child.stdout.getReader();
+      let out = "";
+      while (out.split("\n").length < 3) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        out += new TextDecoder().decode(value);
+      }
+      reader.releaseLock();
+      assert.equal(out, `tool\n${ws.uid ?? Deno.uid()}\n`);
+      const tick = () => Deno.readTextFile(`${root}/tick`).catch(() => "");
+      await using phase = await ws.grading();
+      const before = await tick();
+      await new Promise((r) => setTimeout(r, 300));
+      assert.equal(await tick(), before, "it ticked while the agent was stopped");
+      await phase.end();
+      const deadline = Date.now() + 10_000;
+      while (await tick() === before) {
+        assert.ok(Date.now() < deadline, "it did not resume");
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      await child.stdin.close().catch(() => {});
+      child.stdout.cancel().catch(() => {});
+      child.stderr.cancel().catch(() => {});
+      // env.stop() kills it.
+      void child.status;
+    });
+    let gone = false;
+    try {
+      Deno.kill(pid, "SIGCONT");
+    } catch {
+      gone = true;
+    }
+    assert.ok(gone, "still running after stop");
+  } finally {
+    await Deno.remove(extra, { recursive: true });
+  }
+});

@@ -1,0 +1,96 @@
+// The agent's processes, as process trees under the children the workspace
+// started. Each child is a sandbox with a PID namespace of its own, whose
+// init reaps orphans, so every process a command starts stays in the tree
+// under its child, whatever it does with sessions or process groups.
+
+interface Proc {
+  ppid: number;
+  state: string;
+}
+
+function processTable(): Map<number, Proc> {
+  const table = new Map<number, Proc>();
+  for (const e of Deno.readDirSync("/proc")) {
+    if (!/^\d+$/.test(e.name)) continue;
+    let stat: string;
+    try {
+      stat = Deno.readTextFileSync(`/proc/${e.name}/stat`);
+    } catch {
+      continue; // exited meanwhile
+    }
+    // pid (comm) state ppid ...; comm may hold spaces and parentheses.
+    const [state, ppid] = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    table.set(Number(e.name), { ppid: Number(ppid), state });
+  }
+  return table;
+}
+
+/** The live processes of the trees under `roots` (the roots included). */
+function trees(roots: Iterable<number>, table: Map<number, Proc>): number[] {
+  const children = new Map<number, number[]>();
+  for (const [pid, p] of table) {
+    const list = children.get(p.ppid);
+    if (list) list.push(pid);
+    else children.set(p.ppid, [pid]);
+  }
+  const out: number[] = [];
+  const queue = [...roots].filter((pid) => table.has(pid));
+  const seen = new Set<number>();
+  while (queue.length > 0) {
+    const pid = queue.pop()!;
+    if (seen.has(pid)) continue;
+    seen.add(pid);
+    const state = table.get(pid)?.state;
+    if (state !== "Z" && state !== "X") out.push(pid);
+    queue.push(...(children.get(pid) ?? []));
+  }
+  return out;
+}
+
+function signal(pid: number, sig: Deno.Signal): void {
+  try {
+    Deno.kill(pid, sig);
+  } catch {
+    // gone
+  }
+}
+
+/**
+ * Stops every process of the trees under `roots` (SIGSTOP, which no process
+ * can catch), until a scan finds none still running: a stopped process forks
+ * no more, so what a scan misses the next one sees.
+ * @returns whether all were stopped within `timeoutMs`
+ */
+export async function stopTrees(
+  roots: () => Iterable<number>,
+  timeoutMs: number,
+): Promise<boolean> {
+  if (Deno.build.os !== "linux") return false;
+  const deadline = Date.now() + timeoutMs;
+  while (true) {
+    const table = processTable();
+    const running = trees(roots(), table).filter((pid) => {
+      const s = table.get(pid)!.state;
+      return s !== "T" && s !== "t";
+    });
+    if (running.length === 0) return true;
+    if (Date.now() > deadline) return false;
+    for (const pid of running) signal(pid, "SIGSTOP");
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+/** Lets the trees under `roots` run again. */
+export function continueTrees(roots: Iterable<number>): void {
+  if (Deno.build.os !== "linux") return;
+  for (const pid of trees(roots, processTable())) signal(pid, "SIGCONT");
+}
+
+/** SIGKILLs the trees under `roots` and each root's process group. */
+export function killTrees(roots: Iterable<number>): void {
+  const list = [...roots];
+  // The trees first: once a parent is gone its children are reparented away.
+  const all = Deno.build.os === "linux" ? trees(list, processTable()) : [];
+  for (const pid of list) signal(-pid, "SIGKILL");
+  for (const pid of all) signal(pid, "SIGKILL");
+}
