@@ -48,16 +48,13 @@ stop_pid() { # pidfile   (TERM, up to 20 s, then KILL)
 
 # Adds the guard and the bridge BR with the host's address HOST_IP/24, accepting bridged traffic
 # between its ports (dockerd sets the FORWARD policy to DROP and br_netfilter sends bridged frames
-# through FORWARD). The clusters register their bridge in $GUARD_USERS; the guard is removed by
-# the last of them to go, and only if one of them added it (not when engine_up.sh had).
-GUARD_USERS=/run/hud-guard-users
+# through FORWARD). Each cluster is a user of the guard (guard.sh acquire, witnessed by its bridge,
+# made first with no port and no address); the last user to go (cluster, swarm or engines)
+# removes the guard, and only if a user added it.
 bridge_up() { # guard.sh BR HOST_IP
   local guard=$1 br=$2 ip=$3
-  mkdir -p "$GUARD_USERS"
-  if ! iptables -w -S ENGINE-GUARD >/dev/null 2>&1; then touch "$GUARD_USERS/.added"; fi
-  touch "$GUARD_USERS/$br"
-  "$guard" add
   ip link show "$br" >/dev/null 2>&1 || ip link add "$br" type bridge
+  "$guard" acquire "$br" "link $br"
   ip addr replace "$ip/24" dev "$br"
   ip link set "$br" up
   iptables -w -C FORWARD -i "$br" -o "$br" -j ACCEPT 2>/dev/null ||
@@ -108,12 +105,7 @@ bridge_down() { # guard.sh BR
   local guard=$1 br=$2
   ip link del "$br" 2>/dev/null
   while iptables -w -D FORWARD -i "$br" -o "$br" -j ACCEPT 2>/dev/null; do :; done
-  rm -f "$GUARD_USERS/$br"
-  # The last cluster to go removes the guard if a cluster added it (and no swarm still needs it).
-  if [ -z "$(ls "$GUARD_USERS" 2>/dev/null)" ]; then
-    if [ -f "$GUARD_USERS/.added" ] && ! ip link show brswarm >/dev/null 2>&1; then "$guard" del; fi
-    rm -rf "$GUARD_USERS"
-  fi
+  "$guard" release "$br"
   return 0
 }
 
