@@ -324,7 +324,8 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
       options.signal,
       () => `${this.#pool.readyCount} ready of ${this.#tasks}${this.#lastErrorText()}`,
     );
-    return this.#pool.lease(task);
+    // A moment for the task's connection to say that its server died with the rollout.
+    return this.#pool.lease(task, undefined, () => delay(50));
   }
 
   /** Cancels the jobs, ends the tasks' connections, waits (bounded) for the jobs to end; idempotent. */
