@@ -32,6 +32,11 @@ import { crashNode, exists, namespacePids, required, sh, which } from "./_cluste
 const FIXTURE = new URL("../fixtures/basic_env.ts", import.meta.url).pathname;
 const NODES = ["k8s-n1", "k8s-n2", "k8s-n3"];
 const IMAGE = "hud-k8s-fixture:test";
+// The runner inside the cluster: its module, its image, and the module's path in the image
+// (buildEnvironmentImage puts the files under /app, relative to the repository's root).
+const RUNNER = new URL("../fixtures/k8s_runner.ts", import.meta.url).pathname;
+const RUNNER_IMAGE = "hud-k8s-runner:test";
+const RUNNER_IN_IMAGE = "/app/tests/fixtures/k8s_runner.ts";
 const CACHE = Deno.env.get("K8S_CACHE") ?? "/var/cache/hud-sdk/k8s";
 const REQUIRED = required("HUD_REQUIRE_K8S");
 // The cluster .ci/run (or k8s_up.sh by hand) started, else none.
@@ -75,19 +80,24 @@ async function clusterDown(): Promise<void> {
   await sh("k8s_down.sh", { K8S_STATE: state }, 120_000).catch((err) => console.error(String(err)));
 }
 
-/** Builds the fixture's image with Docker and imports it into every node's containerd. */
-async function loadImage(): Promise<void> {
-  await buildEnvironmentImage(FIXTURE, IMAGE, {
-    envName: "fixture",
+/** Builds an image of `module` with Docker and imports it into the containerd of `nodes`. */
+async function loadImage(
+  module: string,
+  tag: string,
+  envName: string,
+  nodes: readonly string[],
+): Promise<void> {
+  await buildEnvironmentImage(module, tag, {
+    envName,
     envVersion: "0.3.0",
     signal: AbortSignal.timeout(240_000),
   });
   using engine = await EngineClient.open();
-  const saved = await engine.raw("GET", `/images/get?names=${encodeURIComponent(IMAGE)}`, {
+  const saved = await engine.raw("GET", `/images/get?names=${encodeURIComponent(tag)}`, {
     signal: AbortSignal.timeout(120_000),
   });
   const tar = new Uint8Array(await saved.arrayBuffer());
-  for (const node of NODES) {
+  for (const node of nodes) {
     const child = new Deno.Command("ctr", {
       args: ["-a", `/run/hud-k8s/${node}/containerd.sock`, "-n", "k8s.io", "images", "import", "-"],
       stdin: "piped",
@@ -185,7 +195,7 @@ function setUp(): Promise<void> {
       owned = true;
       await sh("k8s_up.sh", { K8S_STATE: state, K8S_CACHE: CACHE }, 300_000);
     }
-    await loadImage();
+    await loadImage(FIXTURE, IMAGE, "fixture", NODES);
   })();
   return ready;
 }
@@ -512,6 +522,210 @@ clusterTest(
         await Deno.remove(dir, { recursive: true });
         await api("DELETE", `/api/v1/namespaces/${ns}`);
       }
+    }
+  },
+);
+
+clusterTest(
+  "KubernetesRuntime inside the cluster: the pod's service account, pods owned by the runner's pod",
+  59_000,
+  async () => {
+    const ns = `hud-incluster-${Deno.pid}`;
+    const runner = `hud-runner-${Deno.pid}`;
+    await api("POST", "/api/v1/namespaces", { metadata: { name: ns } });
+    try {
+      // The runner's image: its module and the SDK, on the node it is pinned to.
+      await loadImage(RUNNER, RUNNER_IMAGE, "k8s-runner", ["k8s-n1"]);
+      await api("POST", `/api/v1/namespaces/${ns}/serviceaccounts`, {
+        metadata: { name: "hud-runner" },
+      });
+      // Only the permissions KubernetesRuntime documents, in its namespace (nodes: none).
+      await api("POST", `/apis/rbac.authorization.k8s.io/v1/namespaces/${ns}/roles`, {
+        metadata: { name: "hud-runner" },
+        rules: [
+          { apiGroups: [""], resources: ["pods"], verbs: ["create", "get", "list", "delete"] },
+          { apiGroups: [""], resources: ["pods/portforward"], verbs: ["create", "get"] },
+          { apiGroups: [""], resources: ["pods/log"], verbs: ["get"] },
+          { apiGroups: [""], resources: ["secrets"], verbs: ["create", "delete"] },
+          { apiGroups: [""], resources: ["events"], verbs: ["list"] },
+        ],
+      });
+      await api("POST", `/apis/rbac.authorization.k8s.io/v1/namespaces/${ns}/rolebindings`, {
+        metadata: { name: "hud-runner" },
+        roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: "hud-runner" },
+        subjects: [{ kind: "ServiceAccount", name: "hud-runner", namespace: ns }],
+      });
+      // Pods are refused until the namespace's service accounts have their token Secrets.
+      const tokens = AbortSignal.timeout(60_000);
+      while (!tokens.aborted) {
+        const list = await api("GET", `/api/v1/namespaces/${ns}/secrets`) as {
+          items: { type: string; metadata: { annotations?: Record<string, string> } }[];
+        };
+        const named = new Set(
+          list.items.filter((i) => i.type === "kubernetes.io/service-account-token")
+            .map((i) => i.metadata.annotations?.["kubernetes.io/service-account.name"]),
+        );
+        if (named.has("default") && named.has("hud-runner")) break;
+        await delay(250);
+      }
+      await api("POST", `/api/v1/namespaces/${ns}/pods`, {
+        metadata: { name: runner },
+        spec: {
+          serviceAccountName: "hud-runner",
+          nodeName: "k8s-n1",
+          restartPolicy: "Never",
+          enableServiceLinks: false,
+          terminationGracePeriodSeconds: 0,
+          containers: [{
+            name: "runner",
+            image: RUNNER_IMAGE,
+            imagePullPolicy: "IfNotPresent",
+            command: ["/usr/local/bin/deno", "run", "-A", RUNNER_IN_IMAGE, IMAGE],
+            // The test cluster runs no kube-proxy: the API server's own address stands in for
+            // the kubernetes Service's (its certificate names both).
+            env: [
+              { name: "KUBERNETES_SERVICE_HOST", value: "10.214.0.254" },
+              { name: "KUBERNETES_SERVICE_PORT", value: "6443" },
+            ],
+          }],
+        },
+      });
+      // The runner's lines, from its log.
+      const lines = async () => {
+        const text = await api("GET", `/api/v1/namespaces/${ns}/pods/${runner}/log`)
+          .catch(() => "") as string;
+        return String(text ?? "").split("\n").filter((l) => l.startsWith("{")).map((l) =>
+          JSON.parse(l) as Record<string, string>
+        );
+      };
+      const until = AbortSignal.timeout(150_000);
+      let seen = await lines();
+      while (!seen.some((l) => l.ready) && !until.aborted) {
+        const pod = await api("GET", `/api/v1/namespaces/${ns}/pods/${runner}`) as {
+          status?: { phase?: string };
+        };
+        if (pod.status?.phase === "Failed" || pod.status?.phase === "Succeeded") break;
+        await delay(500);
+        seen = await lines();
+      }
+      const log = await api("GET", `/api/v1/namespaces/${ns}/pods/${runner}/log`).catch(String);
+      const [done, ready] = seen;
+      assert.ok(ready?.ready, `the runner did not get ready: ${String(log).slice(-1500)}`);
+      assert.deepEqual(done, { prompt: "What is 20 + 22?", namespace: ns, reach: "pod-ip" });
+      // Its Secret is owned by the runner's pod, and the pool's pods by the Secret.
+      const name = ready.ready;
+      const sel = encodeURIComponent(`${RUNTIME_LABEL}=${name}`);
+      const self = await api("GET", `/api/v1/namespaces/${ns}/pods/${runner}`) as {
+        metadata: { uid: string };
+      };
+      const secret = await api("GET", `/api/v1/namespaces/${ns}/secrets/${name}`) as {
+        metadata: { uid: string; ownerReferences?: { kind: string; name: string; uid: string }[] };
+      };
+      assert.deepEqual(
+        secret.metadata.ownerReferences?.map((o) => [o.kind, o.name, o.uid]),
+        [["Pod", runner, self.metadata.uid]],
+      );
+      type Listed = {
+        items: {
+          metadata: { ownerReferences?: { kind: string; uid: string }[] };
+          spec: { automountServiceAccountToken?: boolean };
+        }[];
+      };
+      const pods = await api("GET", `/api/v1/namespaces/${ns}/pods?labelSelector=${sel}`) as Listed;
+      assert.equal(pods.items.length, 2);
+      for (const p of pods.items) {
+        assert.deepEqual(
+          p.metadata.ownerReferences?.map((o) => [o.kind, o.uid]),
+          [["Secret", secret.metadata.uid]],
+        );
+        // The environment's pods get no API credentials.
+        assert.equal(p.spec.automountServiceAccountToken, false);
+      }
+      // The runner's pod goes (not closing anything): the garbage collector takes the rest.
+      await api("DELETE", `/api/v1/namespaces/${ns}/pods/${runner}?gracePeriodSeconds=0`);
+      const gone = AbortSignal.timeout(120_000);
+      const left = async () =>
+        ((await api("GET", `/api/v1/namespaces/${ns}/pods?labelSelector=${sel}`)) as Listed)
+          .items.length +
+        ((await api("GET", `/api/v1/namespaces/${ns}/secrets?labelSelector=${sel}`)) as Listed)
+          .items.length;
+      while ((await left()) > 0 && !gone.aborted) await delay(250);
+      assert.equal(await left(), 0, "the runner's pod went and left its pool behind");
+    } finally {
+      await api("DELETE", `/api/v1/namespaces/${ns}`);
+    }
+  },
+);
+
+clusterTest(
+  "hud eval --runtime k8s:IMAGE runs a taskset on a pool of pods; hud gc --kubernetes finds nothing after",
+  59_000,
+  async () => {
+    const dir = await Deno.makeTempDir();
+    const before = Deno.env.get("KUBECONFIG");
+    try {
+      const rowsFile = `${dir}/rows.jsonl`;
+      await Deno.writeTextFile(
+        rowsFile,
+        rows(6).map((r) => JSON.stringify(r)).join("\n") + "\n",
+      );
+      const { main } = await import("../../cli.ts");
+      let out = "";
+      let err = "";
+      const io = { stdout: (t: string) => out += t, stderr: (t: string) => err += t };
+      // The agent reads "What is A + B?" on stdin and computes it.
+      const agent = `read -r q; set -- $q; echo $(( $3 + \${5%?} ))`;
+      Deno.env.set("KUBECONFIG", kubeconfig());
+      // What ran: the pods of this process seen running while the command ran.
+      const seen = new Set<string>();
+      let watching = true;
+      const watch = (async () => {
+        while (watching) {
+          const list = await api(
+            "GET",
+            `/api/v1/namespaces/default/pods?labelSelector=${
+              encodeURIComponent(`${OWNER_LABEL}=${Deno.pid}`)
+            }`,
+          ) as { items: { metadata: { name: string }; status?: { phase?: string } }[] };
+          for (const p of list.items) {
+            if (p.status?.phase === "Running") seen.add(p.metadata.name);
+          }
+          await delay(250);
+        }
+      })();
+      const code = await main([
+        "eval",
+        FIXTURE,
+        "--agent",
+        agent,
+        "--tasks",
+        rowsFile,
+        "--runtime",
+        `k8s:${IMAGE}`,
+        "--max-concurrent",
+        "3",
+        "--out",
+        `${dir}/results.jsonl`,
+      ], io).finally(async () => {
+        watching = false;
+        await watch;
+      });
+      assert.equal(code, 0, err);
+      assert.match(out, /mean reward 1\.000 ± 0\.000 over 6 graded runs, 0 errored/);
+      assert.equal((await Deno.readTextFile(`${dir}/results.jsonl`)).trim().split("\n").length, 6);
+      // A pool of pods served them: at most --max-concurrent + 1 (the held placement).
+      assert.ok(seen.size >= 1 && seen.size <= 4, `pods seen: ${[...seen].join(", ")}`);
+      // The pool and its Secret went with the run, and gc finds nothing.
+      assert.deepEqual(await waitNone("default", 30_000), []);
+      out = "";
+      err = "";
+      assert.equal(await main(["gc", "--kubernetes", "--namespace", "default"], io), 0, err);
+      assert.equal(out, "");
+      assert.match(err, /^gc: removed 0 pods and 0 secrets\n$/);
+    } finally {
+      if (before === undefined) Deno.env.delete("KUBECONFIG");
+      else Deno.env.set("KUBECONFIG", before);
+      await Deno.remove(dir, { recursive: true });
     }
   },
 );

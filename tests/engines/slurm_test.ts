@@ -160,7 +160,13 @@ Deno.test({
       assert.ok(good >= 40, `only ${good} of 60 rollouts rewarded`);
       for (const r of errored) {
         assert.ok(r.failed_phase, "an errored rollout names its phase");
-        assert.match(JSON.stringify(r.trace), /slurm-n3/, "an errored rollout names the node");
+        assert.match(
+          JSON.stringify(r.trace),
+          /slurm-n3/,
+          `an errored rollout names the node:\n${
+            errored.map((e) => JSON.stringify(e.trace).slice(0, 600)).join("\n")
+          }`,
+        );
       }
       // The lost node's tasks left the pool; the others serve on.
       assert.ok(!("slurm-n3" in runtime.readyByNode), JSON.stringify(runtime.readyByNode));
@@ -176,6 +182,76 @@ Deno.test({
       // The lost node comes back for what follows (slurm_up.sh restarts its slurmd).
       await sh("slurm_up.sh", { SLURM_STATE: state }, 120_000);
     });
+
+    await t.step(
+      "hud eval --runtime slurm:PARTITION; hud gc --slurm finds nothing after",
+      async () => {
+        const dir = await Deno.makeTempDir();
+        const vars = { SLURMRESTD: rest, SLURM_JWT: jwt, HUD_ANNOUNCE_HOST: ANNOUNCE };
+        const before = Object.fromEntries(Object.keys(vars).map((k) => [k, Deno.env.get(k)]));
+        try {
+          const rowsFile = `${dir}/rows.jsonl`;
+          await Deno.writeTextFile(
+            rowsFile,
+            rows(6).map((r) => JSON.stringify(r)).join("\n") + "\n",
+          );
+          const { main } = await import("../../cli.ts");
+          let out = "";
+          let err = "";
+          const io = { stdout: (t: string) => out += t, stderr: (t: string) => err += t };
+          // The agent reads "What is A + B?" on stdin and computes it.
+          const agent = `read -r q; set -- $q; echo $(( $3 + \${5%?} ))`;
+          for (const [k, v] of Object.entries(vars)) Deno.env.set(k, v);
+          // What ran: the jobs of this process seen while the command ran, with their partition.
+          const seen = new Set<string>();
+          let watching = true;
+          const watch = (async () => {
+            while (watching) {
+              const lines = (await run("squeue", ["-h", "-o", "%i %P %k"])).split("\n");
+              for (const l of lines) {
+                if (l.endsWith(`:${Deno.pid}`)) seen.add(l.split(" ").slice(0, 2).join(" "));
+              }
+              await delay(250);
+            }
+          })();
+          const code = await main([
+            "eval",
+            FIXTURE,
+            "--agent",
+            agent,
+            "--tasks",
+            rowsFile,
+            "--runtime",
+            "slurm:hud",
+            "--max-concurrent",
+            "2",
+          ], io).finally(async () => {
+            watching = false;
+            await watch;
+          });
+          assert.equal(code, 0, err);
+          assert.match(out, /mean reward 1\.000 ± 0\.000 over 6 graded runs, 0 errored/);
+          // One job, in the partition asked for, served every rollout.
+          assert.equal(seen.size, 1, [...seen].join(", "));
+          assert.match([...seen][0], /^\d+ hud$/);
+          // Its job went with the run, and gc finds nothing.
+          const until = AbortSignal.timeout(30_000);
+          while ((await ourJobs()).length > 0 && !until.aborted) await delay(250);
+          assert.deepEqual(await ourJobs(), []);
+          out = "";
+          err = "";
+          assert.equal(await main(["gc", "--slurm"], io), 0, err);
+          assert.equal(out, "");
+          assert.match(err, /^gc: cancelled 0 jobs\n$/);
+        } finally {
+          for (const [k, v] of Object.entries(before)) {
+            if (v === undefined) Deno.env.delete(k);
+            else Deno.env.set(k, v);
+          }
+          await Deno.remove(dir, { recursive: true });
+        }
+      },
+    );
 
     await t.step("sbatch, a job per placement, cancelled on release", async () => {
       await using runtime = new SlurmRuntime({
