@@ -1,5 +1,5 @@
 // Cluster figures for BENCHMARKS.md, beside Docker's and the swarm's
-// (bench_containers.ts): for KubernetesRuntime and SlurmRuntime on the
+// (bench/containers.ts): for KubernetesRuntime and SlurmRuntime on the
 // 3-node test clusters, start-to-ready of one placement (a bare pod; a job
 // of its own), rollouts per second through a pool of 4 over three nodes,
 // 4 at a time, and the time close() takes to clean up. Root; the clusters
