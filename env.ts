@@ -10,7 +10,7 @@
  */
 
 import { Capability } from "./capability.ts";
-import { ErrorCode, HudProtocolError } from "./errors.ts";
+import { TaskError } from "./errors.ts";
 import { sha1Hex } from "./_internal/sha1.ts";
 import { pyJson } from "./_internal/pyjson.ts";
 import {
@@ -26,6 +26,7 @@ import {
   showValue,
 } from "./schema.ts";
 import { errorMessage, isRecord } from "./_internal/util.ts";
+import { stringifyJson } from "./_internal/framing.ts";
 
 /** A task row: which template of which environment, with which arguments. */
 export interface TaskRow {
@@ -303,26 +304,29 @@ export class ActiveTask {
 
   /**
    * Sends the answer in and returns the normalised evaluation.
-   * @throws {HudProtocolError} `-32600` when already graded or cancelled;
-   *   `-32000` when the task throws, ends without a second `yield`, or
-   *   yields something that is not a grade (a non-finite score included)
+   * @throws {Error} when already graded or cancelled
+   * @throws {TaskError} when the task throws, ends without a second
+   *   `yield`, or yields something that is not a grade (a non-finite score
+   *   included)
    */
   async grade(answer: unknown): Promise<GradeFrame> {
-    if (this.#done) throw new HudProtocolError(ErrorCode.INVALID_REQUEST, "no task in progress");
-    this.#done = true;
     const id = this.#template.id;
+    if (this.#done) {
+      throw new Error(`Cannot grade task "${id}": it was already graded or cancelled`);
+    }
+    this.#done = true;
     let step: IteratorResult<unknown, unknown>;
     try {
       step = await this.#gen.next(this.#answerFor(answer));
     } catch (err) {
-      throw new HudProtocolError(ErrorCode.SERVER_ERROR, errorMessage(err), { cause: err });
+      throw new TaskError(id, errorMessage(err), { cause: err });
     } finally {
       await this.#close();
     }
     if (step.done) {
       // The HUD SDK scores this 0, which hides a grader that forgot to grade.
-      throw new HudProtocolError(
-        ErrorCode.SERVER_ERROR,
+      throw new TaskError(
+        id,
         step.value === undefined
           ? `Cannot grade task "${id}": the template ended without a second yield; yield the evaluation (a number, or an object with a numeric "score")`
           : `Cannot grade task "${id}": the template returned ${
@@ -351,7 +355,7 @@ export class ActiveTask {
   #answerFor(answer: unknown): unknown {
     const returns = this.#template.returns;
     if (returns === undefined) return answer;
-    const raw = typeof answer === "string" ? answer : JSON.stringify(answer ?? null);
+    const raw = typeof answer === "string" ? answer : stringifyJson(answer ?? null);
     let content: unknown = answer;
     if (!returns.accepts(answer)) {
       const coerced = returns.coerce(answer);
@@ -365,8 +369,8 @@ function normaliseGrade(id: string, evaluation: unknown): GradeFrame {
   // JSON has no NaN or Infinity: such a score would go out as null.
   const finite = (score: number, where: string): number => {
     if (Number.isFinite(score)) return score;
-    throw new HudProtocolError(
-      ErrorCode.SERVER_ERROR,
+    throw new TaskError(
+      id,
       `Cannot grade task "${id}": the ${where} is ${score}; a score must be a finite number`,
     );
   };
@@ -387,8 +391,8 @@ function normaliseGrade(id: string, evaluation: unknown): GradeFrame {
       return out as GradeFrame;
     }
   }
-  throw new HudProtocolError(
-    ErrorCode.SERVER_ERROR,
+  throw new TaskError(
+    id,
     `Cannot grade task "${id}": the evaluation must be a number, or an object with a numeric "score" or "reward", got ${
       showValue(evaluation)
     }`,
@@ -685,23 +689,25 @@ export class Environment {
    * @param id the template id
    * @param args the arguments
    * @returns the task waiting for its answer
-   * @throws {HudProtocolError} `-32602` for an unknown id or non-object args;
-   *   `-32000` for refused arguments (unknown, missing, or of the wrong
-   *   type: the message names each with its value and what was expected)
-   *   or task code that throws
+   * @throws {RangeError} for an id no template has
+   * @throws {TypeError} for args that are not an object, or refused
+   *   arguments (unknown, missing, or of the wrong type: the message names
+   *   each with its value and what was expected)
+   * @throws {TaskError} when the task code throws, or returns before
+   *   yielding a prompt
    */
   async startTask(id: string, args: unknown = {}): Promise<ActiveTask> {
     const template = this.#templates.get(id);
     if (template === undefined) {
-      throw new HudProtocolError(ErrorCode.INVALID_PARAMS, `unknown task: ${id}`);
+      throw new RangeError(`Cannot start task: unknown template ${JSON.stringify(id)}`);
     }
     if (args === null || args === undefined) args = {};
     if (!isRecord(args)) {
-      throw new HudProtocolError(ErrorCode.INVALID_PARAMS, "args must be an object");
+      throw new TypeError(`Cannot start task "${id}": args must be an object`);
     }
     const prepared = checkArgs(template, args);
     if (typeof prepared === "string") {
-      throw new HudProtocolError(ErrorCode.SERVER_ERROR, `Cannot start task "${id}": ${prepared}`);
+      throw new TypeError(`Cannot start task "${id}": ${prepared}`);
     }
     const gen = template.body(prepared) as AsyncGenerator<
       unknown,
@@ -712,11 +718,11 @@ export class Environment {
     try {
       first = await gen.next();
     } catch (err) {
-      throw new HudProtocolError(ErrorCode.SERVER_ERROR, errorMessage(err), { cause: err });
+      throw new TaskError(id, errorMessage(err), { cause: err });
     }
     if (first.done) {
-      throw new HudProtocolError(
-        ErrorCode.SERVER_ERROR,
+      throw new TaskError(
+        id,
         `Cannot start task "${id}": the template returned before yielding a prompt`,
       );
     }

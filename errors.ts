@@ -1,6 +1,13 @@
 /**
  * Errors callers catch, and the JSON-RPC error codes of the protocol.
  *
+ * Wire errors apart from local ones: a {@linkcode HudProtocolError} is an
+ * error reply (with its code), made where a reply is written or read. What
+ * goes wrong in this process has its own class: {@linkcode TaskError} for
+ * task code, {@linkcode ProtocolViolationError} for a peer that broke the
+ * protocol, `TypeError`/`RangeError` for bad arguments. The server maps
+ * local errors to codes in one place (`-32000` for all of these).
+ *
  * @module
  */
 
@@ -28,7 +35,7 @@ export const ErrorCode = {
   LIMIT_EXCEEDED: -32002,
 } as const;
 
-/** An error frame from the peer, or a protocol violation, with its JSON-RPC code. */
+/** An error reply on the wire, with its JSON-RPC code. */
 export class HudProtocolError extends Error {
   /** The JSON-RPC error code. */
   readonly code: number;
@@ -66,6 +73,28 @@ export class NotReadyError extends Error {
   constructor(message: string, options?: ErrorOptions) {
     super(message, options);
     this.name = "NotReadyError";
+  }
+}
+
+/**
+ * Task code failed: a template's body threw, or broke the template contract
+ * (returned before yielding a prompt, ended without yielding an evaluation,
+ * yielded something that is not a grade). The server answers `-32000` with
+ * the message.
+ */
+export class TaskError extends Error {
+  /** The template id. */
+  readonly taskId: string;
+
+  /**
+   * Creates the error.
+   * @param taskId the template id
+   * @param message what went wrong (for a body that threw: its message)
+   */
+  constructor(taskId: string, message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "TaskError";
+    this.taskId = taskId;
   }
 }
 

@@ -113,6 +113,7 @@ export {
   HudProtocolError,
   NotReadyError,
   ProtocolViolationError,
+  TaskError,
 } from "./errors.ts";
 export { bind, type BindOptions, type HudServer, serve, type ServeOptions } from "./server.ts";
 export {

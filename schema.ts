@@ -28,6 +28,7 @@
  */
 
 import { isRecord } from "./_internal/util.ts";
+import { stringifyJson } from "./_internal/framing.ts";
 
 /** A JSON Schema object, as published on the wire. */
 export type JsonSchema = { [key: string]: unknown };
@@ -159,7 +160,7 @@ export function showValue(value: unknown): string {
   if (typeof value === "number" && !Number.isFinite(value)) return String(value);
   let text: string | undefined;
   try {
-    text = JSON.stringify(value);
+    text = stringifyJson(value);
   } catch {
     text = undefined;
   }
@@ -255,11 +256,16 @@ function docs(options: SchemaOptions | undefined): JsonSchema {
 const INTEGER_TEXT = /^\s*[-+]?\d+\s*$/;
 const NUMBER_TEXT = /^\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*$/;
 
+const SAFE_RANGE = `an integer from ${-Number.MAX_SAFE_INTEGER} to ${Number.MAX_SAFE_INTEGER}`;
+
 /**
- * An integer. Also taken: a string of decimal digits with an optional sign
- * and surrounding blanks (`"3"`, `" -12 "`) within the safe integer range.
- * Refused: fractions (`2.5`), other text (`"abc"`, `"2.5"`, `"1e3"`, `""`),
- * booleans.
+ * An integer, exactly: within ±(2^53−1), the integers a JavaScript number
+ * holds without rounding. Also taken: a string of decimal digits with an
+ * optional sign and surrounding blanks (`"3"`, `" -12 "`), and a `bigint`
+ * in that range. Refused: fractions (`2.5`), other text (`"abc"`, `"2.5"`,
+ * `"1e3"`, `""`), booleans, and integers beyond the range (a number there
+ * may already be rounded; a `bigint` or digits there would be), with a
+ * message that says so.
  */
 export function integer(options?: SchemaOptions): Schema<number, false> {
   const expected = "an integer";
@@ -268,21 +274,29 @@ export function integer(options?: SchemaOptions): Schema<number, false> {
     expected,
     json: () => ({ ...docs(options), type: "integer" }),
     parse: (v) => {
-      if (typeof v === "number" && Number.isInteger(v)) return ok(v);
+      if (typeof v === "number" && Number.isInteger(v)) {
+        // Shown as the double's exact value, which tells of the rounding.
+        return Number.isSafeInteger(v) ? ok(v) : refuse(SAFE_RANGE, BigInt(v));
+      }
+      if (typeof v === "bigint") {
+        const n = Number(v);
+        return Number.isSafeInteger(n) ? ok(n) : refuse(SAFE_RANGE, v);
+      }
       if (typeof v === "string" && INTEGER_TEXT.test(v)) {
         const n = Number(v);
-        if (Number.isSafeInteger(n)) return ok(n);
+        return Number.isSafeInteger(n) ? ok(n) : refuse(SAFE_RANGE, v);
       }
       return refuse(expected, v);
     },
-    accepts: (v) => typeof v === "number" && Number.isInteger(v),
+    accepts: (v) => typeof v === "number" && Number.isSafeInteger(v),
   }, false);
 }
 
 /**
  * A finite number. Also taken: a string holding a decimal number, with
- * optional sign, fraction and exponent (`"2.5"`, `"-1e3"`). Refused: NaN,
- * infinities, other text (`"0x10"`, `"Infinity"`, `""`), booleans.
+ * optional sign, fraction and exponent (`"2.5"`, `"-1e3"`), and a `bigint`
+ * that a number holds exactly. Refused: NaN, infinities, other text
+ * (`"0x10"`, `"Infinity"`, `""`), booleans, a `bigint` that would round.
  */
 export function number(options?: SchemaOptions): Schema<number, false> {
   const expected = "a number";
@@ -292,6 +306,7 @@ export function number(options?: SchemaOptions): Schema<number, false> {
     json: () => ({ ...docs(options), type: "number" }),
     parse: (v) => {
       if (typeof v === "number" && Number.isFinite(v)) return ok(v);
+      if (typeof v === "bigint" && BigInt(Number(v)) === v) return ok(Number(v));
       if (typeof v === "string" && NUMBER_TEXT.test(v)) {
         const n = Number(v);
         if (Number.isFinite(n)) return ok(n);

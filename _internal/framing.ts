@@ -16,9 +16,14 @@ export type LineResult =
    */
   /**
    * `overBudget`: the line was not over the limit, but would have needed
-   * more buffer than the shared {@linkcode ByteBudget} has left.
+   * more buffer than the shared {@linkcode ByteBudget} has left. `head`: a
+   * copy of the line's first bytes (at most {@linkcode OVERSIZED_HEAD}), to
+   * read the request's id from.
    */
-  | { kind: "oversized"; size: number; overBudget?: true };
+  | { kind: "oversized"; size: number; overBudget?: true; head: Uint8Array };
+
+/** How many first bytes of an oversized line {@linkcode LineReader} keeps. */
+export const OVERSIZED_HEAD = 1024;
 
 /**
  * Bytes of line buffers shared by many readers (a server's connections), so
@@ -50,6 +55,13 @@ export class ByteBudget {
   give(n: number): void {
     this.#used = Math.max(0, this.#used - n);
   }
+}
+
+function oversized(
+  line: Uint8Array,
+  size: number,
+): { kind: "oversized"; size: number; head: Uint8Array } {
+  return { kind: "oversized", size, head: line.slice(0, OVERSIZED_HEAD) };
 }
 
 /** Buffers larger than this shrink back once they hold little. */
@@ -141,7 +153,7 @@ export class LineReader {
       const line = this.#buf.subarray(this.#start, lineEnd);
       this.#start = lineEnd + 1;
       this.#fresh = true;
-      if (line.length > this.#maxLine) return { kind: "oversized", size: line.length };
+      if (line.length > this.#maxLine) return oversized(line, line.length);
       return { kind: "line", line };
     }
     const pending = this.#end - this.#start;
@@ -150,22 +162,24 @@ export class LineReader {
       const line = this.#buf.subarray(this.#start, this.#end);
       this.#start = this.#end;
       this.#fresh = true;
-      if (line.length > this.#maxLine) return { kind: "oversized", size: line.length };
+      if (line.length > this.#maxLine) return oversized(line, line.length);
       return { kind: "line", line };
     }
     if (pending > this.#maxLine) {
       // Report at once rather than reading the rest of a line of unknown
       // length; the stream is mid-line afterwards, so callers close it.
+      const result = oversized(this.#buf.subarray(this.#start, this.#end), pending);
       this.#start = this.#end = 0;
       this.#fresh = true;
-      return { kind: "oversized", size: pending };
+      return result;
     }
     // Only the bytes about to arrive need scanning; makeRoom may move the
     // pending bytes, so keep the offset relative to the line start.
     if (!this.#makeRoom()) {
+      const result = oversized(this.#buf.subarray(this.#start, this.#end), pending);
       this.#start = this.#end = 0;
       this.#fresh = true;
-      return { kind: "oversized", size: pending, overBudget: true };
+      return { ...result, overBudget: true };
     }
     this.#scanFrom = this.#end;
     return undefined;
@@ -239,9 +253,32 @@ export class LineReader {
 
 const encoder = new TextEncoder();
 
+// V8 ships JSON.rawJSON with JSON.parse's source text access; TypeScript's
+// lib does not declare it yet.
+const rawJSON = (JSON as unknown as { rawJSON(text: string): unknown }).rawJSON;
+
+/** Writes a `bigint` as its digits (a JSON number), for values parsed exactly. */
+function bigintReplacer(_key: string, value: unknown): unknown {
+  return typeof value === "bigint" ? rawJSON(value.toString()) : value;
+}
+
+/**
+ * `JSON.stringify` that also writes a `bigint` (an integer
+ * {@linkcode parseLine} kept exact) as a JSON number. The common case costs
+ * nothing extra: the replacer runs only after a plain stringify met a bigint.
+ */
+export function stringifyJson(value: unknown): string {
+  try {
+    return JSON.stringify(value);
+  } catch (err) {
+    if (!(err instanceof TypeError) || !/BigInt/i.test(err.message)) throw err;
+    return JSON.stringify(value, bigintReplacer);
+  }
+}
+
 /** Compact JSON plus `\n`, as bytes: one write per frame. */
 export function encodeFrame(value: unknown): Uint8Array {
-  return encoder.encode(JSON.stringify(value) + "\n");
+  return encoder.encode(stringifyJson(value) + "\n");
 }
 
 const decoder = new TextDecoder("utf-8", { fatal: true });
@@ -255,30 +292,122 @@ const OPEN_ARRAY = 0x5b;
 const OPEN_OBJECT = 0x7b;
 const CLOSE_ARRAY = 0x5d;
 const CLOSE_OBJECT = 0x7d;
+const DIGIT_0 = 0x30;
+const DIGIT_9 = 0x39;
+
+/** {@linkcode scanFrame}: the frame nests deeper than the limit. */
+const TOO_DEEP = 1;
+/**
+ * {@linkcode scanFrame}: a run of 16 or more digits outside strings, so a
+ * number that may not fit a double exactly (2^53 has 16 digits).
+ */
+const LONG_NUMBER = 2;
 
 /**
- * Whether the JSON text in `bytes` nests arrays and objects deeper than
- * `max`, judged on the raw bytes (brackets inside strings do not count), so
- * that a deep frame is refused before `JSON.parse` spends time on it. Stops
- * at the first level past `max`.
+ * One pass over the raw bytes (brackets and digits inside strings do not
+ * count): whether the text nests arrays and objects deeper than `max`
+ * (stopping there, before `JSON.parse` spends time on it), and whether it
+ * holds a number long enough to need exact parsing.
  */
-export function nestsDeeperThan(bytes: Uint8Array, max: number): boolean {
+function scanFrame(bytes: Uint8Array, max: number): number {
   let depth = 0;
+  let digits = 0;
+  let flags = 0;
   let inString = false;
   for (let i = 0; i < bytes.length; i++) {
     const b = bytes[i];
     if (inString) {
       if (b === BACKSLASH) i++;
       else if (b === QUOTE) inString = false;
-    } else if (b === QUOTE) {
-      inString = true;
-    } else if (b === OPEN_ARRAY || b === OPEN_OBJECT) {
-      if (++depth > max) return true;
-    } else if (b === CLOSE_ARRAY || b === CLOSE_OBJECT) {
-      depth--;
+    } else if (b <= DIGIT_9 && b >= DIGIT_0) {
+      if (++digits === 16) flags |= LONG_NUMBER;
+    } else {
+      digits = 0;
+      if (b === QUOTE) {
+        inString = true;
+      } else if (b === OPEN_ARRAY || b === OPEN_OBJECT) {
+        if (++depth > max) return flags | TOO_DEEP;
+      } else if (b === CLOSE_ARRAY || b === CLOSE_OBJECT) {
+        depth--;
+      }
     }
   }
-  return false;
+  return flags;
+}
+
+/**
+ * Whether the JSON text in `bytes` nests arrays and objects deeper than
+ * `max`, judged on the raw bytes (brackets inside strings do not count).
+ */
+export function nestsDeeperThan(bytes: Uint8Array, max: number): boolean {
+  return (scanFrame(bytes, max) & TOO_DEEP) !== 0;
+}
+
+const INTEGER_SOURCE = /^-?\d+$/;
+
+/** Keeps integers a double cannot hold exactly as `bigint` (JSON.parse source text access). */
+function exactIntegers(_key: string, value: unknown, context?: { source?: string }): unknown {
+  if (typeof value !== "number" || Number.isSafeInteger(value)) return value;
+  const source = context?.source;
+  return source !== undefined && INTEGER_SOURCE.test(source) ? BigInt(source) : value;
+}
+
+// Python's json module writes NaN, Infinity and -Infinity (HUD's client
+// does, by default); JSON has no such tokens. They are read through
+// sentinel strings that a peer cannot guess.
+const SENTINEL = `\u0000hud-${crypto.randomUUID()}:`;
+const NON_FINITE = /NaN|Infinity/;
+
+/**
+ * `text` with each bare `NaN`, `Infinity` and `-Infinity` (outside strings)
+ * replaced by a sentinel string, or `null` when it has none.
+ */
+function quoteNonFinite(text: string): string | null {
+  let out = "";
+  let from = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === BACKSLASH) i++;
+      else if (c === QUOTE) inString = false;
+      continue;
+    }
+    if (c === QUOTE) {
+      inString = true;
+      continue;
+    }
+    for (const token of ["NaN", "Infinity", "-Infinity"]) {
+      if (text.startsWith(token, i)) {
+        out += text.slice(from, i) + JSON.stringify(SENTINEL + token);
+        i += token.length - 1;
+        from = i + 1;
+        break;
+      }
+    }
+  }
+  return from === 0 ? null : out + text.slice(from);
+}
+
+function nonFiniteValues(exact: boolean) {
+  return (key: string, value: unknown, context?: { source?: string }): unknown => {
+    if (typeof value === "string" && value.startsWith(SENTINEL)) {
+      return Number(value.slice(SENTINEL.length));
+    }
+    return exact ? exactIntegers(key, value, context) : value;
+  };
+}
+
+/** How {@linkcode parseLine} reads numbers. */
+export interface ParseOptions {
+  /**
+   * Integers a double cannot hold exactly (beyond ±(2^53−1)) become
+   * `bigint`, never a rounded number.
+   * @default false
+   */
+  exactIntegers?: boolean;
+  /** Python's `NaN`, `Infinity` and `-Infinity` tokens are read as those numbers. @default false */
+  nonFinite?: boolean;
 }
 
 /**
@@ -286,8 +415,13 @@ export function nestsDeeperThan(bytes: Uint8Array, max: number): boolean {
  * @throws {SyntaxError} for bad UTF-8 or JSON
  * @throws {RangeError} when the frame nests deeper than `maxDepth`
  */
-export function parseLine(line: Uint8Array, maxDepth: number = MAX_JSON_DEPTH): unknown {
-  if (nestsDeeperThan(line, maxDepth)) {
+export function parseLine(
+  line: Uint8Array,
+  maxDepth: number = MAX_JSON_DEPTH,
+  options?: ParseOptions,
+): unknown {
+  const flags = scanFrame(line, maxDepth);
+  if (flags & TOO_DEEP) {
     throw new RangeError(`frame nests arrays and objects deeper than the limit of ${maxDepth}`);
   }
   let text: string;
@@ -296,5 +430,70 @@ export function parseLine(line: Uint8Array, maxDepth: number = MAX_JSON_DEPTH): 
   } catch {
     throw new SyntaxError("Invalid UTF-8 in frame");
   }
-  return JSON.parse(text);
+  const exact = options?.exactIntegers === true && (flags & LONG_NUMBER) !== 0;
+  try {
+    return exact ? JSON.parse(text, exactIntegers) : JSON.parse(text);
+  } catch (err) {
+    if (!options?.nonFinite || !NON_FINITE.test(text)) throw err;
+    const quoted = quoteNonFinite(text);
+    if (quoted === null) throw err;
+    return JSON.parse(quoted, nonFiniteValues(options?.exactIntegers === true));
+  }
+}
+
+const WHITESPACE = new Set([0x20, 0x09, 0x0a, 0x0d]);
+
+/**
+ * The top-level `"id"` of a frame that could not be parsed whole (too deep,
+ * not JSON further on, cut off), when it can be read: a string, a number or
+ * `null` in the first object's own members. `undefined` when it cannot.
+ */
+export function peekId(bytes: Uint8Array): unknown {
+  let i = 0;
+  const skip = () => {
+    while (i < bytes.length && WHITESPACE.has(bytes[i])) i++;
+  };
+  skip();
+  if (bytes[i] !== OPEN_OBJECT) return undefined;
+  let depth = 0;
+  for (; i < bytes.length; i++) {
+    const b = bytes[i];
+    if (b === QUOTE) {
+      const start = i;
+      for (i++; i < bytes.length && bytes[i] !== QUOTE; i++) if (bytes[i] === BACKSLASH) i++;
+      if (
+        depth !== 1 || i - start !== 3 || bytes[start + 1] !== 0x69 || bytes[start + 2] !== 0x64
+      ) {
+        continue;
+      }
+      i++;
+      skip();
+      if (bytes[i] !== 0x3a) continue; // "id" as a value, not a key
+      i++;
+      skip();
+      return readScalar(bytes, i);
+    }
+    if (b === OPEN_ARRAY || b === OPEN_OBJECT) depth++;
+    else if (b === CLOSE_ARRAY || b === CLOSE_OBJECT) depth--;
+  }
+  return undefined;
+}
+
+/** The string, number or `null` starting at `i`, else `undefined`. */
+function readScalar(bytes: Uint8Array, i: number): unknown {
+  let end = i;
+  if (bytes[i] === QUOTE) {
+    for (end++; end < bytes.length && bytes[end] !== QUOTE; end++) {
+      if (bytes[end] === BACKSLASH) end++;
+    }
+    end++;
+  } else {
+    while (end < bytes.length && /[-+.\deEnul]/.test(String.fromCharCode(bytes[end]))) end++;
+  }
+  try {
+    const value = JSON.parse(decoder.decode(bytes.subarray(i, end)), exactIntegers);
+    return value === null || typeof value !== "object" ? value : undefined;
+  } catch {
+    return undefined;
+  }
 }

@@ -110,3 +110,104 @@ Deno.bench({
     scratch[written] = 10;
   },
 });
+
+// Issue 24's exact integers and Python's NaN/Infinity: the server reads every
+// frame with both on. The common frame has no 16-digit run, so the cost is
+// the digit test in the depth scan; measured against the parse as it was.
+const decoderBefore = new TextDecoder("utf-8", { fatal: true });
+
+/** parseLine as it was before exact integers: the depth scan, decode, JSON.parse. */
+function parseLineBefore(line: Uint8Array, max = 64): unknown {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < line.length; i++) {
+    const b = line[i];
+    if (inString) {
+      if (b === 0x5c) i++;
+      else if (b === 0x22) inString = false;
+    } else if (b === 0x22) {
+      inString = true;
+    } else if (b === 0x5b || b === 0x7b) {
+      if (++depth > max) throw new RangeError("too deep");
+    } else if (b === 0x5d || b === 0x7d) {
+      depth--;
+    }
+  }
+  return JSON.parse(decoderBefore.decode(line));
+}
+
+const SERVER_PARSE = { exactIntegers: true, nonFinite: true };
+const START = encoder.encode(JSON.stringify({
+  jsonrpc: "2.0",
+  id: 7,
+  method: "tasks.start",
+  params: { id: "t", args: { a: 1, b: "two", c: [1, 2, 3] } },
+}));
+const BIG = encoder.encode(
+  '{"jsonrpc":"2.0","id":1152921504606846977,"method":"tasks.start","params":{"id":"t","args":{"n":1152921504606846977}}}',
+);
+
+Deno.bench({
+  name: "server parse, tasks.grade: as before exact integers (baseline)",
+  group: "server parse, grade",
+  baseline: true,
+  fn() {
+    parseLineBefore(LINE);
+  },
+});
+
+Deno.bench({
+  name: "server parse, tasks.grade: exact integers and NaN on",
+  group: "server parse, grade",
+  fn() {
+    parseLine(LINE, 64, SERVER_PARSE);
+  },
+});
+
+Deno.bench({
+  name: "server parse, tasks.start: as before exact integers (baseline)",
+  group: "server parse, start",
+  baseline: true,
+  fn() {
+    parseLineBefore(START);
+  },
+});
+
+Deno.bench({
+  name: "server parse, tasks.start: exact integers and NaN on",
+  group: "server parse, start",
+  fn() {
+    parseLine(START, 64, SERVER_PARSE);
+  },
+});
+
+Deno.bench({
+  name: "server parse, 2^60 + 1 in id and args: rounded, as before (baseline)",
+  group: "server parse, big integers",
+  baseline: true,
+  fn() {
+    parseLineBefore(BIG);
+  },
+});
+
+Deno.bench({
+  name: "server parse, 2^60 + 1 in id and args: exact (reviver)",
+  group: "server parse, big integers",
+  fn() {
+    parseLine(BIG, 64, SERVER_PARSE);
+  },
+});
+
+const BIG_REPLY = {
+  jsonrpc: "2.0",
+  id: 1152921504606846977n,
+  result: { prompt: 1152921504606846977n },
+};
+
+Deno.bench({
+  name: "encode a reply with bigints: encodeFrame (stringify fails, then the replacer)",
+  group: "encode",
+  fn() {
+    encodeFrame(BIG_REPLY);
+  },
+});

@@ -47,6 +47,16 @@ async function serveAuth(
   } catch {
     // No --allow-env: nothing to take.
   }
+  if (values["no-auth-without-token"]) {
+    if (values["no-auth"]) {
+      throw new UsageError("give --no-auth or --no-auth-without-token, not both");
+    }
+    // An image that HUD's runtimes start: they pass no token, and reach the
+    // port the engine publishes, so the server listens on every interface.
+    if (tokenFile === undefined && fromEnv === undefined) {
+      return { auth: false, insecureListen: true };
+    }
+  }
   if (values["no-auth"]) {
     if (tokenFile !== undefined) throw new UsageError("give --token-file or --no-auth, not both");
     const loopback = /^(localhost|127\.\d+\.\d+\.\d+|::1|\[::1\])$/i.test(hostname);
@@ -57,7 +67,9 @@ async function serveAuth(
     }
     return { auth: false, insecureListen: Boolean(values["insecure-listen"]) };
   }
-  if (values["insecure-listen"]) throw new UsageError("--insecure-listen needs --no-auth");
+  if (values["insecure-listen"] && !values["no-auth-without-token"]) {
+    throw new UsageError("--insecure-listen needs --no-auth");
+  }
   if (tokenFile === undefined) return { auth: true, token: fromEnv };
   let text: string;
   try {
@@ -73,7 +85,7 @@ async function serveAuth(
 /** The help of `hud serve`. */
 export const USAGE: string =
   `Usage: ${PROGRAM} serve FILE [--env NAME] [--host HOST] [--port PORT] [--stop-on-eof]
-                 [--token-file PATH | --no-auth [--insecure-listen]]
+                 [--token-file PATH | --no-auth [--insecure-listen] | --no-auth-without-token]
 
 Loads the environment from FILE (a TypeScript module), runs its initialize
 hooks, binds the control port and prints HUD_SERVE_PORT=<port> on standard
@@ -100,10 +112,17 @@ Options:
                         SDK does: anyone who can reach the port can use the
                         environment; loopback hosts only, unless also given
   --insecure-listen     allow --no-auth on a non-loopback host
+  --no-auth-without-token
+                        require the token only when one is given
+                        (--token-file or HUD_SERVE_TOKEN); else serve
+                        without authentication, on any host, as HUD's
+                        images do (what images of "image" run, so that
+                        HUD's runtimes, which send no token, can use them)
   --parked-ttl SECONDS  how long a parked task waits for its grader
                         (default: 3600)
   --max-parked N        most tasks parked at once (default: 10000)
-  --max-connections N   most connections at once (default: 1024)
+  --max-connections N   most connections at once (default: the open-files
+                        limit less a reserve)
   -h, --help            show this help
 `;
 
@@ -119,6 +138,7 @@ export async function run(args: string[], io: Io): Promise<number> {
       "stop-on-eof": { type: "boolean" },
       "token-file": { type: "string" },
       "no-auth": { type: "boolean" },
+      "no-auth-without-token": { type: "boolean" },
       "insecure-listen": { type: "boolean" },
       "parked-ttl": { type: "string" },
       "max-parked": { type: "string" },

@@ -73,8 +73,10 @@ function commonDir(paths: string[]): string {
  * Builds an OCI image of an environment module with the local engine, no
  * registry needed: Deno's own binary and the shared libraries it links
  * (`ldd`), the module and its local imports, and this SDK's command line,
- * started as `serve --host 0.0.0.0 --port 8765` (with the token the
- * runtime passes in `HUD_SERVE_TOKEN`; never without one).
+ * started as `serve --host 0.0.0.0 --port 8765 --no-auth-without-token`:
+ * with the token {@linkcode ContainerRuntime} passes in `HUD_SERVE_TOKEN`,
+ * and without authentication when started with none (HUD's DockerRuntime
+ * sends none), as HUD's own images serve.
  *
  * @param modulePath the environment module
  * @param tag the image name
@@ -135,6 +137,7 @@ export async function buildEnvironmentImage(
     "0.0.0.0",
     "--port",
     String(CONTAINER_PORT),
+    "--no-auth-without-token",
   ];
   const dockerfile = [
     `FROM ${from}`,

@@ -27,7 +27,7 @@ import type { TaskRow } from "../env.ts";
 import { environmentOf } from "../env.ts";
 import type { Placement, RuntimeProvider } from "../runtime/placement.ts";
 import { LocalRuntime } from "../runtime/local.ts";
-import { type FileTrackingEvent, observeFiles } from "../filetracking/tracker.ts";
+import { type FileTrackingEvent, type FlushResult, observeFiles } from "../filetracking/tracker.ts";
 import { abortable, Deadline } from "../_internal/async.ts";
 import { isRecord } from "../_internal/util.ts";
 import { type Agent, NotGradedError } from "./agent.ts";
@@ -109,20 +109,23 @@ function scoped(event: FileTrackingEvent, scope: string | null): unknown | null 
         : { ...event.result, patches, files_changed: patches.length };
     }
     case "flush": {
-      const patches = event.result.patches.filter((p) => inScope(p.path));
-      const capture = event.result.capture;
-      const files = capture.files.filter((f) => inScope(f.path));
-      const skipped = capture.skipped_files.filter((f) => inScope(f.path));
+      // HUD's shape, which this project's tracker sends too (a HUD tracker
+      // has no skipped_files; a flat flush of an earlier version of this
+      // one has the diff's members beside capture).
+      const diff = event.result.diff ?? (event.result as unknown as FlushResult["diff"]);
+      const capture = event.result.capture ?? { files: [] };
+      const patches = (diff.patches ?? []).filter((p) => inScope(p.path));
+      const files = (capture.files ?? []).filter((f) => inScope(f.path));
+      const skipped = (capture.skipped_files ?? []).filter((f) => inScope(f.path));
       if (patches.length === 0 && files.length === 0 && skipped.length === 0) return null;
       return {
-        ...event.result,
-        patches,
-        files_changed: patches.length,
+        diff: { ...diff, patches, files_changed: patches.length },
         capture: {
+          ...capture,
           files,
-          eligible: files.length + skipped.length,
-          captured: files.length,
-          skipped: skipped.length,
+          files_eligible: files.length + skipped.length,
+          files_captured: files.length,
+          files_skipped: skipped.length,
           skipped_files: skipped,
         },
       };

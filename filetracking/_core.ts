@@ -8,7 +8,10 @@ import { type Entry, sameContent, type Scan, type ScanIssue, Scanner, sha256Hex 
 export type { ScanIssue };
 
 // Wire payloads keep the protocol's snake_case names: they are recorded in
-// traces as they are, so a camelCase copy would only add a conversion.
+// traces as they are, so a camelCase copy would only add a conversion. Their
+// shapes are those of HUD's tracker (hud/environment/file_tracker.py), so
+// that either side's observer reads the other's tracker; what this one adds
+// (`skipped_paths`, `skipped_files`, scan data on `advance`) is extra members.
 
 /** One file in a `snapshot` result. */
 export interface SnapshotFile {
@@ -46,10 +49,10 @@ export interface FilePatch {
   status: PatchStatus;
   /** Unified diff text, or a one-line placeholder where no diff is recorded. */
   patch: string;
-  /** Size before, `null` when added. */
-  size_before: number | null;
-  /** Size after, `null` when deleted. */
-  size_after: number | null;
+  /** Size before, 0 when added. */
+  size_before: number;
+  /** Size after, 0 when deleted. */
+  size_after: number;
   /** sha256 hex before, `null` when added, credential-shaped or unread. */
   content_hash_before: string | null;
   /** sha256 hex after, `null` when deleted, credential-shaped or unread. */
@@ -58,8 +61,8 @@ export interface FilePatch {
 
 /** Result of `diff` and `setup`: what changed since the reference point. */
 export interface FileDiff {
-  /** When the scan started, ISO 8601 UTC. */
-  snapshot_timestamp: string;
+  /** When the scan started, in seconds since the Unix epoch (HUD's `time.time()`). */
+  snapshot_timestamp: number;
   /** How long the scan took, in milliseconds. */
   scan_duration_ms: number;
   /** Number of files the scan tracked. */
@@ -79,8 +82,10 @@ export interface FileDiff {
 
 /** Result of `advance`: the new reference point. */
 export interface AdvanceResult {
-  /** When the scan started, ISO 8601 UTC. */
-  snapshot_timestamp: string;
+  /** Always `true` (all HUD's tracker answers). */
+  advanced: true;
+  /** When the scan started, in seconds since the Unix epoch. */
+  snapshot_timestamp: number;
   /** How long the scan took, in milliseconds. */
   scan_duration_ms: number;
   /** Number of files the scan tracked. */
@@ -103,9 +108,11 @@ export interface CapturedFile {
   /** sha256 hex of the content. */
   content_hash: string;
   /** Media type guessed from the extension. */
-  mime_type: string;
-  /** The content, base64. */
-  content_base64: string;
+  content_type: string;
+  /** The content, as a file part (the shape model APIs take). */
+  file: { type: "file"; data: string; media_type: string };
+  /** Whether the file is new since the run's baseline, or changed. */
+  status: "added" | "modified";
 }
 
 /** An artifact file `flush` did not capture, and why. */
@@ -120,20 +127,32 @@ export interface SkippedArtifact {
 
 /** Artifacts (documents, images, html, spreadsheets) added or changed during the run. */
 export interface ArtifactCapture {
+  /** When the scan started, in seconds since the Unix epoch. */
+  snapshot_timestamp: number;
+  /** How long the scan took, in milliseconds. */
+  scan_duration_ms: number;
+  /** Number of files the scan tracked. */
+  files_scanned: number;
+  /** Files added or changed since the run's baseline, artifacts or not. */
+  files_changed: number;
+  /** Artifact files among them. */
+  files_eligible: number;
+  /** Entries in `files`. */
+  files_captured: number;
+  /** Eligible files not captured. */
+  files_skipped: number;
   /** Captured files, sorted by path. */
   files: CapturedFile[];
-  /** Artifact files added or changed since the run's baseline. */
-  eligible: number;
-  /** Entries in `files`. */
-  captured: number;
-  /** Eligible files not captured. */
-  skipped: number;
+  /** Present and `true` when a capture cap left eligible files out. */
+  truncated?: boolean;
   /** The skipped files and the reason for each. */
   skipped_files: SkippedArtifact[];
 }
 
-/** Result of `flush`: the final diff and the captured artifacts. */
-export interface FlushResult extends FileDiff {
+/** Result of `flush`: the final diff and the captured artifacts, as HUD's tracker sends them. */
+export interface FlushResult {
+  /** Changes since the last report. */
+  diff: FileDiff;
   /** Artifacts added or changed since the run's baseline. */
   capture: ArtifactCapture;
 }
@@ -241,7 +260,8 @@ export class Tracker {
       const scan = await this.#scanner.scan();
       cursor.last = cursor.run = scan;
       const result: AdvanceResult = {
-        snapshot_timestamp: scan.timestamp.toISOString(),
+        advanced: true,
+        snapshot_timestamp: epochSeconds(scan.timestamp),
         scan_duration_ms: roundMs(scan.durationMs),
         files_scanned: scan.files.size,
       };
@@ -255,9 +275,9 @@ export class Tracker {
   flush(cursor: TrackerCursor = this.#shared): Promise<FlushResult> {
     return this.#serial(async () => {
       const scan = await this.#scanner.scan();
-      const result = this.#compare(cursor.last, scan);
+      const diff = this.#compare(cursor.last, scan);
       cursor.last = scan;
-      return { ...result, capture: await this.#capture(cursor.run, scan) };
+      return { diff, capture: await this.#capture(cursor.run, scan) };
     });
   }
 
@@ -284,8 +304,8 @@ export class Tracker {
         path,
         status: before === undefined ? "added" : after === undefined ? "deleted" : "modified",
         patch,
-        size_before: before?.size ?? null,
-        size_after: after?.size ?? null,
+        size_before: before?.size ?? 0,
+        size_after: after?.size ?? 0,
         content_hash_before: before ? publicHash(before) : null,
         content_hash_after: after ? publicHash(after) : null,
       });
@@ -298,7 +318,7 @@ export class Tracker {
       add(path, before, after);
     }
     const result: FileDiff = {
-      snapshot_timestamp: to.timestamp.toISOString(),
+      snapshot_timestamp: epochSeconds(to.timestamp),
       scan_duration_ms: roundMs(to.durationMs),
       files_scanned: to.files.size,
       files_changed: patches.length,
@@ -341,13 +361,15 @@ export class Tracker {
     const files: CapturedFile[] = [];
     const skipped: SkippedArtifact[] = [];
     let eligible = 0;
+    let changed = 0;
     let total = 0;
     for (const [path, entry] of to.files) {
+      const before = from.files.get(path);
+      if (before && sameContent(before, entry)) continue;
+      changed++;
       const mime = artifactType(path);
       if (mime === null || entry.kind === "credential" || entry.kind === "symlink") continue;
       if (isCredentialPath(path)) continue;
-      const before = from.files.get(path);
-      if (before && sameContent(before, entry)) continue;
       eligible++;
       const skip = (reason: SkippedArtifact["reason"]) =>
         skipped.push({ path, size: entry.size, reason });
@@ -376,24 +398,36 @@ export class Tracker {
             path,
             size: bytes.length,
             content_hash: await sha256Hex(bytes),
-            mime_type: mime,
-            content_base64: bytes.toBase64(),
+            content_type: mime,
+            file: { type: "file", data: bytes.toBase64(), media_type: mime },
+            status: before ? "modified" : "added",
           });
         }
       }
     }
-    return {
+    const capture: ArtifactCapture = {
+      snapshot_timestamp: epochSeconds(to.timestamp),
+      scan_duration_ms: roundMs(to.durationMs),
+      files_scanned: to.files.size,
+      files_changed: changed,
+      files_eligible: eligible,
+      files_captured: files.length,
+      files_skipped: skipped.length,
       files,
-      eligible,
-      captured: files.length,
-      skipped: skipped.length,
       skipped_files: skipped,
     };
+    if (skipped.some((f) => f.reason !== "unreadable")) capture.truncated = true;
+    return capture;
   }
 }
 
 function publicHash(e: Entry): string | null {
   return e.kind === "credential" ? null : e.hash;
+}
+
+/** A time as HUD's tracker writes it: seconds since the Unix epoch, a float. */
+function epochSeconds(date: Date): number {
+  return date.getTime() / 1000;
 }
 
 function roundMs(ms: number): number {

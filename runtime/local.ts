@@ -6,8 +6,8 @@
  */
 
 import type { Environment } from "../env.ts";
-import { bind, type HudServer } from "../server.ts";
-import { Deadline } from "../_internal/async.ts";
+import { type HudServer, serve } from "../server.ts";
+import { abortable, Deadline } from "../_internal/async.ts";
 import { generateToken } from "../_internal/auth.ts";
 import type { Placement, PlaceOptions, RuntimeProvider } from "./placement.ts";
 
@@ -49,7 +49,7 @@ export interface LocalRuntimeOptions {
 export class LocalRuntime implements RuntimeProvider {
   readonly #source: Environment | (() => Environment | Promise<Environment>);
   readonly #options: LocalRuntimeOptions;
-  #shared: Promise<{ env: Environment; server: HudServer }> | null = null;
+  #shared: Promise<HudServer> | null = null;
   #users = 0;
 
   /**
@@ -70,23 +70,19 @@ export class LocalRuntime implements RuntimeProvider {
   /**
    * Starts the environment (bounded by the ready timeout) and serves it.
    * On failure everything started so far is torn down before the error is
-   * thrown.
+   * thrown, or, for a timeout, once the initialize hooks settle.
    */
   async place(options: PlaceOptions = {}): Promise<Placement> {
     options.signal?.throwIfAborted();
     if (typeof this.#source === "function") {
-      const env = await this.#source();
-      const server = await this.#boot(env, options.signal);
-      return placement(server, async () => {
-        await server.shutdown();
-        await env.stop();
-      });
+      const server = await this.#boot(await this.#source(), options.signal);
+      return placement(server, () => server.shutdown());
     }
     const env = this.#source;
     this.#users++;
     try {
-      this.#shared ??= this.#boot(env, options.signal).then((server) => ({ env, server }));
-      const { server } = await this.#shared;
+      this.#shared ??= this.#boot(env, options.signal);
+      const server = await this.#shared;
       let released = false;
       return placement(server, async () => {
         if (released) return;
@@ -104,34 +100,26 @@ export class LocalRuntime implements RuntimeProvider {
     if (--this.#users > 0) return;
     const shared = this.#shared;
     this.#shared = null;
-    if (!shared) return;
-    const { env, server } = await shared;
-    await server.shutdown();
-    await env.stop();
+    await (await shared)?.shutdown();
   }
 
+  /**
+   * The serve lifecycle, announcing nothing and leaving signals alone; the
+   * handle's shutdown also runs the shutdown hooks. The ready timeout (and
+   * the placement's signal) bound only the start: a late start is torn
+   * down by `serve` itself once the hooks settle.
+   */
   async #boot(env: Environment, signal?: AbortSignal): Promise<HudServer> {
     const timeout = this.#options.readyTimeout ?? 60_000;
     using deadline = new Deadline(timeout, signal, `starting environment "${env.name}"`);
-    const started = env.start();
-    try {
-      await new Promise<void>((resolve, reject) => {
-        deadline.signal.addEventListener("abort", () => reject(deadline.signal.reason), {
-          once: true,
-        });
-        started.then(resolve, reject);
-      });
-    } catch (err) {
-      // Tear down whatever the hooks managed, once they settle.
-      started.then(() => env.stop(), () => {}).catch(() => {});
-      throw err;
-    }
-    try {
-      return bind(env, { onError: this.#options.onError, token: generateToken() });
-    } catch (err) {
-      await env.stop().catch(() => {});
-      throw err;
-    }
+    const serving = serve(env, {
+      signal: deadline.signal,
+      token: generateToken(),
+      announce: () => {},
+      handleSignals: false,
+      onError: this.#options.onError,
+    });
+    return await abortable(serving, deadline.signal);
   }
 }
 

@@ -417,7 +417,52 @@ Deno.test("main() serve takes its token from --token-file and prints it nowhere"
       assert.equal(served.code, 0, served.stderr);
       assert.ok(!served.stdout.includes(token) && !served.stderr.includes(token));
     });
+    await t.step("--no-auth-without-token: HUD's runtimes, which send none, get in", async () => {
+      // What images built by `image` run (issue 24, point 8).
+      const controller = new AbortController();
+      let announced = "";
+      const serving = run(
+        ["serve", BASIC, "--port", "0", "--host", "0.0.0.0", "--no-auth-without-token"],
+        { signal: controller.signal, onStdout: (text) => announced += text },
+      );
+      try {
+        await waitFor(() => /HUD_SERVE_PORT=\d+\n/.test(announced), 10_000);
+        assert.doesNotMatch(announced, /HUD_SERVE_TOKEN=/, "no token made, none printed");
+        const port = /HUD_SERVE_PORT=(\d+)\n/.exec(announced)![1];
+        const ran = await run(["tasks", "--url", `tcp://127.0.0.1:${port}`, "--json"]);
+        assert.equal(ran.code, 0, ran.stderr);
+      } finally {
+        controller.abort();
+      }
+      const served = await serving;
+      assert.equal(served.code, 0, served.stderr);
+      assert.match(served.stderr, /without authentication/, "it says so");
+    });
+    await t.step("--no-auth-without-token with a token requires it", async () => {
+      const controller = new AbortController();
+      let announced = "";
+      Deno.env.set("HUD_SERVE_TOKEN", token);
+      const serving = run(["serve", BASIC, "--port", "0", "--no-auth-without-token"], {
+        signal: controller.signal,
+        onStdout: (text) => announced += text,
+      });
+      try {
+        await waitFor(() => announced.includes("\n"), 10_000);
+        const port = /^HUD_SERVE_PORT=(\d+)\n$/.exec(announced)?.[1];
+        assert.ok(port, announced);
+        const refused = await run(["tasks", "--url", `tcp://127.0.0.1:${port}`]);
+        assert.match(refused.stderr, /unauthorized/);
+      } finally {
+        controller.abort();
+        Deno.env.delete("HUD_SERVE_TOKEN");
+      }
+      assert.equal((await serving).code, 0);
+    });
     await t.step("bad combinations are usage errors", async () => {
+      assertUsageError(
+        await run(["serve", BASIC, "--no-auth", "--no-auth-without-token"]),
+        /--no-auth or --no-auth-without-token/,
+      );
       assertUsageError(
         await run(["serve", BASIC, "--no-auth", "--host", "0.0.0.0"]),
         /--no-auth on "0.0.0.0".*--insecure-listen/,

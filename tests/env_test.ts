@@ -6,14 +6,13 @@ import {
   enumOf,
   Environment,
   environmentOf,
-  ErrorCode,
-  HudProtocolError,
   integer,
   literal,
   number,
   object,
   optional,
   string,
+  TaskError,
   taskSlug,
   type TemplateGenerator,
   type TypedAnswer,
@@ -257,16 +256,14 @@ Deno.test("Environment.startTask() refuses before any task code runs", async (t)
   });
   await t.step("unknown template", async () => {
     await assert.rejects(env.startTask("nope"), (e: unknown) => {
-      assert.ok(e instanceof HudProtocolError);
-      assert.equal(e.code, ErrorCode.INVALID_PARAMS);
-      assert.equal(e.message, "unknown task: nope");
+      assert.ok(e instanceof RangeError);
+      assert.equal(e.message, 'Cannot start task: unknown template "nope"');
       return true;
     });
   });
   await t.step("unknown and missing args name the template and the args", async () => {
     await assert.rejects(env.startTask("t", { b: 1, c: 2 }), (e: unknown) => {
-      assert.ok(e instanceof HudProtocolError);
-      assert.equal(e.code, ErrorCode.SERVER_ERROR);
+      assert.ok(e instanceof TypeError);
       assert.match(e.message, /task "t"/);
       assert.match(e.message, /unknown arguments "b", "c"/);
       assert.match(e.message, /missing arguments "a"/);
@@ -274,7 +271,10 @@ Deno.test("Environment.startTask() refuses before any task code runs", async (t)
     });
   });
   await t.step("args not an object", async () => {
-    await assert.rejects(env.startTask("t", [1]), { code: ErrorCode.INVALID_PARAMS });
+    await assert.rejects(env.startTask("t", [1]), {
+      name: "TypeError",
+      message: 'Cannot start task "t": args must be an object',
+    });
   });
   assert.equal(ran, 0);
 });
@@ -316,7 +316,7 @@ Deno.test("ActiveTask.grade() normalises every grade shape", async (t) => {
       }
     });
     await assert.rejects((await env.startTask("t")).grade("x"), {
-      code: ErrorCode.SERVER_ERROR,
+      name: "TaskError",
       message: /^Cannot grade task "t": the template ended without a second yield/,
     });
     assert.deepEqual(log, ["finally"]);
@@ -328,7 +328,7 @@ Deno.test("ActiveTask.grade() normalises every grade shape", async (t) => {
       return 1;
     });
     await assert.rejects((await env.startTask("t")).grade("x"), {
-      code: ErrorCode.SERVER_ERROR,
+      name: "TaskError",
       message: /the template returned 1 instead of yielding it/,
     });
   });
@@ -350,8 +350,8 @@ Deno.test("ActiveTask.grade() normalises every grade shape", async (t) => {
         yield bad;
       });
       await assert.rejects((await env.startTask("t")).grade("x"), (e: unknown) => {
-        assert.ok(e instanceof HudProtocolError);
-        assert.equal(e.code, ErrorCode.SERVER_ERROR);
+        assert.ok(e instanceof TaskError);
+        assert.equal(e.taskId, "t");
         assert.equal(
           e.message,
           `Cannot grade task "t": ${shown}; a score must be a finite number`,
@@ -369,7 +369,7 @@ Deno.test("ActiveTask.grade() normalises every grade shape", async (t) => {
       });
       const task = await env.startTask("t");
       await assert.rejects(task.grade("x"), {
-        code: ErrorCode.SERVER_ERROR,
+        name: "TaskError",
         message: /evaluation must be a number/,
       });
     });
@@ -382,10 +382,13 @@ Deno.test("ActiveTask.grade() normalises every grade shape", async (t) => {
     });
     const task = await env.startTask("t");
     await assert.rejects(task.grade("x"), {
-      code: ErrorCode.SERVER_ERROR,
+      name: "TaskError",
       message: "grader broke",
     });
-    await assert.rejects(task.grade("x"), { code: ErrorCode.INVALID_REQUEST });
+    await assert.rejects(task.grade("x"), {
+      name: "Error",
+      message: 'Cannot grade task "t": it was already graded or cancelled',
+    });
   });
 });
 
@@ -440,11 +443,11 @@ Deno.test("Environment prompt frames", async (t) => {
       // deno-lint-ignore no-unreachable
       yield 1;
     });
-    await assert.rejects(env.startTask("boom"), { code: -32000, message: "setup failed" });
+    await assert.rejects(env.startTask("boom"), { name: "TaskError", message: "setup failed" });
   });
   await t.step("a template that returns before its prompt", async () => {
     env.template({ id: "empty" }, async function* () {});
-    await assert.rejects(env.startTask("empty"), { code: -32000, message: /before yielding/ });
+    await assert.rejects(env.startTask("empty"), { name: "TaskError", message: /before yielding/ });
   });
 });
 
@@ -495,8 +498,7 @@ Deno.test("Environment.template() with strict refuses arguments of the wrong typ
   const ok = await env.startTask("t", { n: "3", tags: '["a"]' });
   await ok.cancel();
   await assert.rejects(env.startTask("t", { n: "three", tags: [1] }), (e: unknown) => {
-    assert.ok(e instanceof HudProtocolError);
-    assert.equal(e.code, -32000);
+    assert.ok(e instanceof TypeError);
     assert.equal(
       e.message,
       'Cannot start task "t": argument "n" must be an integer, got "three"; argument "tags[0]" must be a string, got 1',
@@ -529,8 +531,7 @@ Deno.test("Environment.startTask() checks arguments strictly by default", async 
   );
   const refused = async (args: Record<string, unknown>, message: string) => {
     await assert.rejects(env.startTask("job", args), (e: unknown) => {
-      assert.ok(e instanceof HudProtocolError);
-      assert.equal(e.code, ErrorCode.SERVER_ERROR);
+      assert.ok(e instanceof TypeError);
       assert.equal(e.message, `Cannot start task "job": ${message}`);
       return true;
     });
@@ -642,7 +643,7 @@ Deno.test("Environment.startTask() looks argument names up as own properties onl
   });
   await t.step("inherited names do not count as given", async () => {
     await assert.rejects(env.startTask("odd", {}), {
-      code: ErrorCode.SERVER_ERROR,
+      name: "TypeError",
       message:
         'Cannot start task "odd": missing arguments "constructor", "__proto__" (expected "constructor", "toString", "__proto__")',
     });
@@ -705,7 +706,7 @@ Deno.test("Environment.template() without args takes no arguments", async (t) =>
   );
   await t.step("refused with the names given", async () => {
     await assert.rejects(env.startTask("none", { x: 1 }), {
-      code: ErrorCode.SERVER_ERROR,
+      name: "TypeError",
       message: 'Cannot start task "none": unknown arguments "x" (expected no arguments)',
     });
     // deno-lint-ignore no-explicit-any

@@ -18,7 +18,7 @@ import {
 
 function takes(schema: Schema<unknown>, cases: [unknown, unknown][]): void {
   for (const [given, value] of cases) {
-    assert.deepEqual(schema.parse(given), { ok: true, value }, `${JSON.stringify(given)}`);
+    assert.deepEqual(schema.parse(given), { ok: true, value }, String(given));
   }
 }
 
@@ -38,11 +38,30 @@ Deno.test("integer().parse() takes integers and integer text only", () => {
     ["2.5", 'must be an integer, got "2.5"'],
     ["1e3", 'must be an integer, got "1e3"'],
     ["", 'must be an integer, got ""'],
-    ["99999999999999999999", 'must be an integer, got "99999999999999999999"'],
     [true, "must be an integer, got true"],
     [null, "must be an integer, got null"],
     [NaN, "must be an integer, got NaN"],
   ]);
+});
+
+Deno.test("integer().parse() never takes a rounded integer (issue 24, point 2)", () => {
+  const range = "must be an integer from -9007199254740991 to 9007199254740991";
+  takes(integer(), [
+    [9007199254740991, 9007199254740991],
+    [-9007199254740991, -9007199254740991],
+    [12n, 12],
+    [9007199254740991n, 9007199254740991],
+  ]);
+  refuses(integer(), [
+    // 2^60 + 1 as JSON.parse reads it, already rounded to 2^60.
+    [2 ** 60, `${range}, got 1152921504606846976`],
+    [1152921504606846977n, `${range}, got 1152921504606846977`],
+    [-9007199254740993n, `${range}, got -9007199254740993`],
+    ["99999999999999999999", `${range}, got "99999999999999999999"`],
+  ]);
+  assert.equal(integer().accepts(2 ** 60), false);
+  takes(number(), [[12n, 12], [2n ** 60n, 2 ** 60]]);
+  refuses(number(), [[1152921504606846977n, "must be a number, got 1152921504606846977"]]);
 });
 
 Deno.test("number().parse() takes finite numbers and decimal text", () => {

@@ -217,13 +217,15 @@ export const CLIENT_JS: string = String.raw`
       patch.patch ? h("pre", { class: "diff" }, lines.map(function (l) {
         var cls = l.slice(0, 3) === "+++" || l.slice(0, 3) === "---" ? "meta" : l[0] === "+" ? "add" : l[0] === "-" ? "del" : l.slice(0, 2) === "@@" ? "hunk" : "ctx";
         return h("span", { class: "line " + cls }, l + "\n");
-      })) : h("p", { class: "muted" }, "no content shown (" + (patch.size_after === null ? "removed" : (patch.size_after + " bytes")) + ")"));
+      })) : h("p", { class: "muted" }, "no content shown (" + (patch.status === "deleted" ? "removed" : (patch.size_after + " bytes")) + ")"));
   }
 
   function stepBody(step) {
     var c = step.content;
     if (step.type.slice(0, 13) === "filetracking." && c && typeof c === "object") {
-      if (Array.isArray(c.patches)) return h("div", null, c.patches.map(diffBlock));
+      // A flush nests its diff (HUD's shape): { diff: { patches }, capture }.
+      var d = c.diff && typeof c.diff === "object" ? c.diff : c;
+      if (Array.isArray(d.patches)) return h("div", null, d.patches.map(diffBlock));
       if (Array.isArray(c.files)) {
         return h("ul", { class: "files" }, c.files.map(function (f) { return h("li", null, h("code", null, f.path), " " + f.size + " bytes"); }));
       }

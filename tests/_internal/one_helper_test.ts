@@ -48,7 +48,6 @@ const COPIES: { what: string; helper: string; pattern: RegExp }[] = [
  * to the helper also removes it here.
  */
 const REMAINING: Record<string, readonly string[]> = {
-  "server.ts": ["IPv6 brackets", "a loopback test", "an accept loop"],
   "cli/serve.ts": ["a loopback test"],
 };
 

@@ -10,7 +10,7 @@ import { buildEnvironmentImage, ContainerRuntime, OWNER_LABEL } from "../../engi
 import { EngineClient, findEngineSocket } from "../../engines/_engine.ts";
 import { TarWriter } from "../../engines/_tar.ts";
 import { functionAgent, Taskset } from "../../eval/mod.ts";
-import type { FileDiff } from "../../filetracking/mod.ts";
+import type { FileDiff, FlushResult } from "../../filetracking/mod.ts";
 import { scriptedAgent, tasks } from "../../examples/robolab.ts";
 import { withDeadline } from "../_deadline.ts";
 
@@ -146,8 +146,13 @@ Deno.test({
     const first = job.liveRuns.find((r) => r?.task.args.difficulty === 1)!;
     const dir = (first.bindings.filetracking as { path: string }).path;
     const patches = first.trace.steps
-      .filter((s) => s.type === "filetracking.diff" || s.type === "filetracking.flush")
-      .flatMap((s) => (s.content as FileDiff).patches);
+      .flatMap((s) =>
+        s.type === "filetracking.diff"
+          ? (s.content as FileDiff).patches
+          : s.type === "filetracking.flush"
+          ? (s.content as FlushResult).diff.patches
+          : []
+      );
     const count = patches.find((p) => p.path === `${dir}/count.sh`);
     assert.ok(count, `no diff of ${dir}/count.sh in ${JSON.stringify(patches.map((p) => p.path))}`);
     assert.match(count.patch, /^\+while \[ "\$i" -le "\$n" \]; do$/m);

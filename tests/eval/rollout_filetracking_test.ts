@@ -42,10 +42,14 @@ Deno.test("rollout() records the files the agent changed, as unified diffs", asy
     const last = run.trace.steps.findLast((s) => s.type.startsWith("filetracking."))!;
     assert.equal(last.type, "filetracking.flush", "flush comes after the agent");
     assert.ok((last.content as FlushResult).capture, "the flush carries the artifact capture");
-    const all = run.trace.steps.filter((s) =>
-      s.type === "filetracking.diff" || s.type === "filetracking.flush"
-    )
-      .flatMap((s) => (s.content as FileDiff).patches);
+    // A flush nests its diff, as HUD's tracker sends it.
+    const all = run.trace.steps.flatMap((s) =>
+      s.type === "filetracking.diff"
+        ? (s.content as FileDiff).patches
+        : s.type === "filetracking.flush"
+        ? (s.content as FlushResult).diff.patches
+        : []
+    );
     const app = all.find((p) => p.path === "app.py")!;
     assert.equal(app.status, "modified");
     assert.match(app.patch, /^- {4}return a - b$/m);

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { type Agent, Taskset } from "../../mod.ts";
-import type { FileDiff } from "../../filetracking/mod.ts";
+import type { FileDiff, FlushResult } from "../../filetracking/mod.ts";
 import { CommandAgent } from "../../agents/mod.ts";
 import type { SshClient } from "../../ssh/mod.ts";
 import { fixBug, scriptedAgent, tasks } from "../../examples/robolab.ts";
@@ -39,8 +39,13 @@ Deno.test("robolab: each trace shows its own agent's fix as a unified diff", asy
     const steps = job.liveRuns[i]!.trace.steps;
     const dir = (job.liveRuns[i]!.bindings.filetracking as { path: string }).path;
     const patches = steps
-      .filter((s) => s.type === "filetracking.diff" || s.type === "filetracking.flush")
-      .flatMap((s) => (s.content as FileDiff).patches);
+      .flatMap((s) =>
+        s.type === "filetracking.diff"
+          ? (s.content as FileDiff).patches
+          : s.type === "filetracking.flush"
+          ? (s.content as FlushResult).diff.patches
+          : []
+      );
     const setup = steps.find((s) => s.type === "filetracking.setup")!.content as FileDiff;
     for (const p of [...patches, ...setup.patches]) {
       assert.ok(p.path.startsWith(`${dir}/`), `${p.path} belongs to ${dir}`);

@@ -330,7 +330,7 @@ function scriptedTracker(
 }
 
 const EMPTY_DIFF = {
-  snapshot_timestamp: "2026-01-01T00:00:00.000Z",
+  snapshot_timestamp: 1767225600.0,
   scan_duration_ms: 1,
   files_scanned: 1,
   files_changed: 0,
@@ -343,17 +343,33 @@ const ONE_PATCH = {
     path: "a.txt",
     status: "added",
     patch: "+a\n",
-    size_before: null,
+    size_before: 0,
     size_after: 2,
     content_hash_before: null,
     content_hash_after: null,
   }],
 };
 
+/** An empty flush as HUD's tracker answers it: `{diff, capture}`. */
+const HUD_FLUSH = {
+  diff: EMPTY_DIFF,
+  capture: {
+    snapshot_timestamp: 1767225600.0,
+    scan_duration_ms: 1,
+    files_scanned: 1,
+    files_changed: 0,
+    files_eligible: 0,
+    files_captured: 0,
+    files_skipped: 0,
+    files: [],
+  },
+};
+
 Deno.test("observeFiles() keeps polling after an error reply", async () => {
   let diffs = 0;
   const tracker = scriptedTracker((method) => {
-    if (method === "advance" || method === "setup") return { result: { ...EMPTY_DIFF } };
+    if (method === "advance") return { result: { advanced: true } };
+    if (method === "setup") return { result: { ...EMPTY_DIFF } };
     if (method === "snapshot") return { result: { files: [], files_scanned: 0 } };
     if (method === "diff") {
       diffs++;
@@ -361,12 +377,7 @@ Deno.test("observeFiles() keeps polling after an error reply", async () => {
         ? { error: { code: -32000, message: "scan failed" } }
         : { result: diffs === 2 ? ONE_PATCH : EMPTY_DIFF };
     }
-    return {
-      result: {
-        ...EMPTY_DIFF,
-        capture: { files: [], eligible: 0, captured: 0, skipped: 0, skipped_files: [] },
-      },
-    };
+    return { result: HUD_FLUSH };
   });
   try {
     const events: FileTrackingEvent[] = [];
@@ -387,19 +398,15 @@ Deno.test("observeFiles() keeps polling after an error reply", async () => {
 Deno.test("observeFiles() reconnects after losing the connection", async () => {
   let diffs = 0;
   const tracker = scriptedTracker((method) => {
-    if (method === "advance" || method === "setup") return { result: { ...EMPTY_DIFF } };
+    if (method === "advance") return { result: { advanced: true } };
+    if (method === "setup") return { result: { ...EMPTY_DIFF } };
     if (method === "snapshot") return { result: { files: [], files_scanned: 0 } };
     if (method === "diff") {
       diffs++;
       if (diffs === 1) return "close";
       return { result: diffs === 2 ? ONE_PATCH : EMPTY_DIFF };
     }
-    return {
-      result: {
-        ...EMPTY_DIFF,
-        capture: { files: [], eligible: 0, captured: 0, skipped: 0, skipped_files: [] },
-      },
-    };
+    return { result: HUD_FLUSH };
   });
   try {
     const events: FileTrackingEvent[] = [];
@@ -431,6 +438,6 @@ Deno.test("startFileTracker() serves a tree with a 1,100-level chain", async () 
     assert.deepEqual(errors, []);
     const flush = events.find((e) => e.kind === "flush");
     assert.ok(flush && flush.kind === "flush");
-    assert.deepEqual(flush.result.patches.map((p) => p.path), ["fix.sh"]);
+    assert.deepEqual(flush.result.diff.patches.map((p) => p.path), ["fix.sh"]);
   });
 });

@@ -87,9 +87,11 @@ Deno.test("Tracker.diff() reports adds, edits, deletes and renames", async () =>
     assert.equal(a.size_after, 14);
     assert.equal(a.content_hash_after, await sha256(new TextEncoder().encode("one\nTWO\nthree\n")));
     assert.equal(diff.patches[1].patch, "--- a/b.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-bee\n");
-    assert.equal(diff.patches[2].size_before, null);
+    assert.equal(diff.patches[2].size_before, 0, "0 when added, as HUD's tracker");
     assert.equal(diff.patches[2].content_hash_before, null);
-    assert.match(diff.snapshot_timestamp, /^\d{4}-\d\d-\d\dT/);
+    // Seconds since the epoch, a float, as HUD's tracker (time.time()).
+    assert.equal(typeof diff.snapshot_timestamp, "number");
+    assert.ok(Math.abs(diff.snapshot_timestamp - Date.now() / 1000) < 600);
     assert.equal(typeof diff.scan_duration_ms, "number");
     // Changes are reported once.
     assert.equal((await tracker.diff()).files_changed, 0);
@@ -351,10 +353,11 @@ Deno.test("Tracker.setup() reports the setup, Tracker.advance() skips it", async
           );
         } else {
           assert.equal(result.files_scanned, 2);
+          assert.equal((result as { advanced?: boolean }).advanced, true, "HUD's advance reply");
         }
         assert.equal((await tracker.diff()).files_changed, 0);
         const flush = await tracker.flush();
-        assert.equal(flush.capture.eligible, 0); // task.md came from the setup
+        assert.equal(flush.capture.files_eligible, 0); // task.md came from the setup
       });
     });
   }
@@ -379,22 +382,26 @@ Deno.test("Tracker.flush() captures artifacts within limits", async (t) => {
         "notes.txt": "not an artifact",
         ".env.pdf": "secret",
       });
-      const { capture, patches } = await tracker.flush();
-      assert.equal(patches.length, 8);
-      assert.equal(capture.eligible, 6);
-      assert.equal(capture.captured, 3);
-      assert.equal(capture.skipped, 3);
-      assert.deepEqual(capture.files.map((f) => [f.path, f.mime_type]), [
-        ["a.pdf", "application/pdf"],
-        ["b.png", "image/png"],
-        ["e.md", "text/markdown"],
+      const { capture, diff } = await tracker.flush();
+      assert.equal(diff.patches.length, 8);
+      assert.equal(capture.files_changed, 8);
+      assert.equal(capture.files_eligible, 6);
+      assert.equal(capture.files_captured, 3);
+      assert.equal(capture.files_skipped, 3);
+      assert.equal(capture.truncated, true);
+      assert.deepEqual(capture.files.map((f) => [f.path, f.content_type, f.status]), [
+        ["a.pdf", "application/pdf", "added"],
+        ["b.png", "image/png", "added"],
+        ["e.md", "text/markdown", "added"],
       ]);
       assert.deepEqual(capture.skipped_files.map((s) => [s.path, s.reason]), [
         ["c.csv", "size"],
         ["d.html", "total"],
         ["f.xlsx", "count"],
       ]);
-      const png = Uint8Array.from(atob(capture.files[1].content_base64), (c) => c.charCodeAt(0));
+      assert.equal(capture.files[1].file.type, "file");
+      assert.equal(capture.files[1].file.media_type, "image/png");
+      const png = Uint8Array.from(atob(capture.files[1].file.data), (c) => c.charCodeAt(0));
       assert.deepEqual(png, new Uint8Array(60).fill(7));
       assert.equal(capture.files[1].content_hash, await sha256(png));
     });
@@ -408,9 +415,9 @@ Deno.test("Tracker.flush() captures artifacts within limits", async (t) => {
       }
       await write(root, files);
       const { capture } = await tracker.flush();
-      assert.equal(capture.eligible, 25);
-      assert.equal(capture.captured, 20);
-      assert.equal(capture.skipped, 5);
+      assert.equal(capture.files_eligible, 25);
+      assert.equal(capture.files_captured, 20);
+      assert.equal(capture.files_skipped, 5);
       assert.ok(capture.skipped_files.every((s) => s.reason === "count"));
     });
   });
@@ -516,13 +523,13 @@ Deno.test("startFileTracker() serves the five methods over TCP", async () => {
     await Deno.writeTextFile(`${root}/a.txt`, "A\n");
     assert.deepEqual((await client.setup()).patches.map((p) => p.path), ["a.txt"]);
     assert.equal((await client.snapshot()).files[0].path, "a.txt");
-    assert.equal((await client.advance()).files_scanned, 1);
+    assert.equal((await client.advance()).advanced, true);
     // Concurrent calls queue on the one connection.
     const [d1, d2] = await Promise.all([client.diff(), client.diff()]);
     assert.equal(d1.files_changed + d2.files_changed, 0);
     await Deno.writeTextFile(`${root}/out.html`, "<p>hi</p>");
     const flush = await client.flush();
-    assert.equal(flush.capture.captured, 1);
+    assert.equal(flush.capture.files_captured, 1);
     assert.deepEqual(errors, []);
   });
 });
@@ -600,8 +607,9 @@ Deno.test("observeFiles() reports setup, snapshot, diffs and the flush", async (
     assert.equal(kinds.at(-1), "flush");
     const setup = events[0] as Extract<FileTrackingEvent, { kind: "setup" }>;
     assert.deepEqual(setup.result.patches.map((p) => p.path), ["task.txt"]);
-    const patches = events.filter((e) => e.kind === "diff" || e.kind === "flush")
-      .flatMap((e) => (e.result as { patches: { path: string; patch: string }[] }).patches);
+    const patches = events.flatMap((e) =>
+      e.kind === "diff" ? e.result.patches : e.kind === "flush" ? e.result.diff.patches : []
+    );
     const main = patches.find((p) => p.path === "main.py");
     assert.ok(main?.patch.includes("-print(1)\n+print(2)\n"));
     assert.ok(patches.some((p) => p.path === "report.md"));
@@ -620,7 +628,7 @@ Deno.test("observeFiles() calls advance when setup_diff is false", async () => {
     }, { onResult: (e) => events.push(e) });
     assert.deepEqual(events.map((e) => e.kind), ["snapshot", "flush"]);
     const flush = events[1] as Extract<FileTrackingEvent, { kind: "flush" }>;
-    assert.deepEqual(flush.result.patches.map((p) => p.path), ["agent.txt"]);
+    assert.deepEqual(flush.result.diff.patches.map((p) => p.path), ["agent.txt"]);
   });
 });
 
@@ -690,7 +698,7 @@ Deno.test("startFileTracker() gives each connection its own position", async () 
     assert.deepEqual((await a.diff()).patches, []);
     await Deno.writeTextFile(`${root}/two.txt`, "2\n");
     assert.deepEqual((await b.diff()).patches.map((p) => p.path), ["one.txt", "two.txt"]);
-    assert.deepEqual((await a.flush()).patches.map((p) => p.path), ["two.txt"]);
+    assert.deepEqual((await a.flush()).diff.patches.map((p) => p.path), ["two.txt"]);
   } finally {
     await Deno.remove(root, { recursive: true });
   }

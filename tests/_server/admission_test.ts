@@ -1,0 +1,75 @@
+import assert from "node:assert/strict";
+import { FirstFrameDeadlines, Gate, UNAUTHORIZED_MESSAGE } from "../../_server/admission.ts";
+import { waitFor } from "../_helpers.ts";
+
+const TOKEN = "k".repeat(64);
+
+Deno.test("Gate admits only a first hello or tunnel.open with the token", async (t) => {
+  const gate = new Gate(TOKEN);
+  assert.equal(gate.required, true);
+  const refused = (id: unknown) => ({
+    jsonrpc: "2.0",
+    id,
+    error: { code: -32001, message: UNAUTHORIZED_MESSAGE },
+  });
+  await t.step("first frames", () => {
+    assert.equal(gate.check({ id: 1, method: "hello", params: { token: TOKEN } }, false), null);
+    assert.equal(
+      gate.check(
+        { id: 1, method: "tunnel.open", params: { capability: "x", token: TOKEN } },
+        false,
+      ),
+      null,
+    );
+    for (
+      const request of [
+        { id: 1, method: "hello", params: {} },
+        { id: 1, method: "hello" },
+        { id: 1, method: "hello", params: { token: TOKEN.slice(1) + "j" } },
+        { id: 1, method: "hello", params: { token: [TOKEN] } },
+        { id: 1, method: "tasks.list", params: { token: TOKEN } },
+        { id: 1, method: "tasks.start", params: { id: "add", token: TOKEN } },
+      ]
+    ) {
+      assert.deepEqual(gate.check(request, false), refused(1), JSON.stringify(request));
+    }
+    assert.deepEqual(gate.check({ method: "hello" }, false), refused(null));
+  });
+  await t.step("later frames need no token; a later hello with one must be right", () => {
+    assert.equal(gate.check({ id: 2, method: "tasks.list" }, true), null);
+    assert.equal(gate.check({ id: 2, method: "hello", params: {} }, true), null);
+    assert.equal(gate.check({ id: 2, method: "hello", params: { token: TOKEN } }, true), null);
+    assert.deepEqual(
+      gate.check({ id: 3, method: "hello", params: { token: "x" } }, true),
+      refused(3),
+    );
+  });
+  await t.step("without a token everything passes", () => {
+    const open = new Gate(null);
+    assert.equal(open.required, false);
+    assert.equal(open.check({ id: 1, method: "tasks.list" }, false), null);
+    assert.equal(open.check({ id: 1, method: "hello", params: { token: "x" } }, true), null);
+  });
+});
+
+Deno.test("FirstFrameDeadlines expires only the connections that did not speak, in order", async () => {
+  const expired: string[] = [];
+  const deadlines = new FirstFrameDeadlines<string>(30, (key) => expired.push(key));
+  try {
+    deadlines.start("a");
+    deadlines.start("b");
+    deadlines.start("c");
+    assert.equal(deadlines.arrived("b"), true);
+    assert.equal(deadlines.arrived("b"), false, "once");
+    await waitFor(() => expired.length === 2);
+    assert.deepEqual(expired, ["a", "c"]);
+    assert.equal(deadlines.arrived("a"), false, "too late");
+    // The timer re-arms for connections that come after a sweep.
+    deadlines.start("d");
+    await waitFor(() => expired.length === 3);
+    assert.deepEqual(expired, ["a", "c", "d"]);
+    assert.equal(deadlines.size, 0);
+  } finally {
+    deadlines.clear();
+  }
+});
