@@ -4,6 +4,7 @@
 // SlurmRuntime and `hud gc` need.
 
 import { isRecord } from "../_internal/util.ts";
+import { isPeerGone } from "../_internal/io.ts";
 
 /** A job to submit. */
 export interface JobSpec {
@@ -270,12 +271,28 @@ export class CommandConnection implements SlurmConnection {
     }
     if (options.stdin !== undefined) {
       const w = child.stdin.getWriter();
-      await w.write(new TextEncoder().encode(options.stdin));
-      await w.close();
+      try {
+        await w.write(new TextEncoder().encode(options.stdin));
+        await w.close();
+      } catch (err) {
+        // The command exited without reading (a bad configuration): its output says why.
+        if (!isPeerGone(err)) throw err;
+      }
     }
     const out = await child.output();
     const dec = new TextDecoder();
-    return { ok: out.success, out: dec.decode(out.stdout), err: dec.decode(out.stderr).trim() };
+    // One line for errors: the command's own prefix off, lines joined.
+    const err = dec.decode(out.stderr).trim().split("\n").map((l) =>
+      l.replace(new RegExp(`^${cmd}: `), "").trim()
+    ).filter((l) => l !== "").join("; ");
+    return { ok: out.success, out: dec.decode(out.stdout), err };
+  }
+
+  /** Where the commands look for the cluster, for errors that may mean it is not found. */
+  #wayOut(): string {
+    return `; is SLURM_CONF (${
+      this.#env.SLURM_CONF ?? Deno.env.get("SLURM_CONF") ?? "the default /etc/slurm/slurm.conf"
+    }) this cluster's? Or give slurmrestd (SLURMRESTD)`;
   }
 
   async submit(job: JobSpec, signal?: AbortSignal): Promise<string> {
@@ -301,7 +318,9 @@ export class CommandConnection implements SlurmConnection {
       ...job.extra,
     ];
     const r = await this.#run("sbatch", args, { stdin: job.script, env: job.env, signal });
-    if (!r.ok) throw new SlurmError(`sbatch refused the job: ${r.err || r.out.trim()}`);
+    if (!r.ok) {
+      throw new SlurmError(`sbatch refused the job: ${r.err || r.out.trim()}${this.#wayOut()}`);
+    }
     const id = r.out.trim().split(";")[0];
     if (!/^\d+$/.test(id)) throw new SlurmError(`sbatch gave no job id: "${r.out.trim()}"`);
     return id;
@@ -337,7 +356,7 @@ export class CommandConnection implements SlurmConnection {
 
   async jobs(): Promise<JobListing[]> {
     const r = await this.#run("squeue", ["-h", "-o", "%i|%T|%j|%k"]);
-    if (!r.ok) throw new SlurmError(`squeue: ${r.err}`);
+    if (!r.ok) throw new SlurmError(`squeue failed: ${r.err}${this.#wayOut()}`);
     return r.out.split("\n").filter((l) => l !== "").map((l) => {
       const [id, state, name, ...comment] = l.split("|");
       return { id, state, name, comment: comment.join("|") };

@@ -336,3 +336,27 @@ Deno.test("SlurmRuntime rejects a missing module and counts out of range", () =>
     /signalGrace must be a whole number of seconds/,
   );
 });
+
+Deno.test({
+  name: "SlurmRuntime without a cluster to reach says which SLURM_CONF it used and the way out",
+  ignore: !which("sbatch") || !which("squeue"),
+  async fn() {
+    // An empty file: the commands fail at once (a missing one, they retry for a minute).
+    const dir = await Deno.makeTempDir();
+    const conf = `${dir}/slurm.conf`;
+    await Deno.writeTextFile(conf, "");
+    await using _dir = { [Symbol.asyncDispose]: () => Deno.remove(dir, { recursive: true }) };
+    await using runtime = new SlurmRuntime({
+      module: FIXTURE,
+      slurmConf: conf,
+      announceHost: "127.0.0.1",
+    });
+    const err = await runtime.place().catch((e) => e);
+    const wayOut =
+      `is SLURM_CONF \\(${conf}\\) this cluster's\\? Or give slurmrestd \\(SLURMRESTD\\)`;
+    assert.match(String(err?.message), new RegExp(`^sbatch refused the job: .+; ${wayOut}$`));
+    assert.doesNotMatch(String(err?.message), /\n/);
+    const gc = await cancelStaleJobs({ slurmConf: conf }).catch((e) => e);
+    assert.match(String(gc?.message), new RegExp(`^squeue failed: .+; ${wayOut}$`));
+  },
+});
