@@ -44,7 +44,7 @@
  */
 
 import type { Run } from "../eval/run.ts";
-import { type Agent, type AgentContext, NotGradedError } from "../eval/agent.ts";
+import { type Agent, type AgentContext, type AgentInfo, NotGradedError } from "../eval/agent.ts";
 import { killProcessGroup, liveGroupMembers, trySignalGroup } from "../_internal/process.ts";
 import { delay } from "../_internal/async.ts";
 import { concat } from "../_internal/io.ts";
@@ -190,6 +190,21 @@ export class CommandAgent implements Agent {
   /** The argv that is run. */
   get argv(): readonly string[] {
     return this.#argv;
+  }
+
+  /**
+   * What ran, for results files and the viewer: the program's name only
+   * (its arguments may hold secrets, so they are counted, not shown), and
+   * the limits.
+   */
+  get info(): AgentInfo {
+    const words = this.#argv[0] === "bash" && this.#argv[1] === "-c" && this.#argv.length === 3
+      ? this.#argv[2].trim().split(/\s+/).filter((w) => !/^[A-Za-z_][A-Za-z0-9_]*=/.test(w))
+      : this.#argv;
+    const settings: Record<string, unknown> = { max_output_bytes: this.#maxOutput };
+    if (words.length > 1) settings.hidden_words = words.length - 1;
+    if (this.#options.passEnv?.length) settings.pass_env = [...this.#options.passEnv];
+    return { kind: "command", name: words[0] ?? "", settings };
   }
 
   /** Runs in flight now. */

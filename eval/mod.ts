@@ -21,6 +21,7 @@ export { type Grade, gradeFromFrame, Run, type RunStartOptions } from "./run.ts"
 export {
   type Agent,
   type AgentContext,
+  type AgentInfo,
   functionAgent,
   type ModelCallUsage,
   NotGradedError,
@@ -37,7 +38,14 @@ export {
   Taskset,
   type TasksetRunOptions,
 } from "./taskset.ts";
-export { Job, type JobProgress, type JobStop, type JobSummary, type TaskResult } from "./job.ts";
+export {
+  Job,
+  type JobProgress,
+  type JobStop,
+  type JobSummary,
+  type TaskResult,
+  type TaskSummary,
+} from "./job.ts";
 export { type RunRecord } from "./results.ts";
 export {
   classifyError,
@@ -83,4 +91,16 @@ export {
   type TrainingSequence,
   type TrainingTurn,
 } from "./training.ts";
-export { formatDuration, formatJobTable, formatProgress } from "./report.ts";
+export { formatCount, formatDuration, formatJobTable, formatProgress } from "./report.ts";
+export {
+  type AtifAgent,
+  type AtifFinalMetrics,
+  type AtifMetrics,
+  type AtifObservationResult,
+  type AtifOptions,
+  type AtifStep,
+  type AtifToolCall,
+  type AtifTrajectory,
+  toAtif,
+  writeTrajectories,
+} from "./atif.ts";

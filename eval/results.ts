@@ -12,6 +12,7 @@ import { openPrivate } from "../_internal/private_file.ts";
 import { stringifyJson } from "../_internal/framing.ts";
 import type { TraceJson, TraceStatus } from "./trace.ts";
 import type { RolloutErrorClass } from "./failure.ts";
+import type { AgentInfo } from "./agent.ts";
 
 /** One finished rollout, as streamed to the results file. */
 export interface RunRecord {
@@ -39,6 +40,10 @@ export interface RunRecord {
    * rollout has a record per attempt, and the latest counts. Absent in older files (1).
    */
   attempt?: number;
+  /** The grade's flat subscores (`parent/child` for nested ones), when it had any. */
+  subscores?: Record<string, number>;
+  /** What ran, when the agent says ({@linkcode Agent.info}). */
+  agent?: AgentInfo;
   /** The full trace; `{}` only for a slot a job never started. */
   trace: TraceJson | Record<string, never>;
 }

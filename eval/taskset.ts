@@ -312,6 +312,8 @@ export class Taskset {
     const kept = new Map<string, RunRecord>();
     const tries = new Map<string, number>();
     const spent = emptyUsage();
+    // Read once: what the agent is does not change during a job.
+    const agentInfo = agent.info;
     let jobId = options.jobId;
     let out: ResultsFile | null = null;
     if (options.out) {
@@ -460,6 +462,8 @@ export class Taskset {
         reward: run.reward,
         failed_phase: run.trace.failedPhase,
         error_class: run.trace.errors[0]?.class ?? (status === "cancelled" ? "cancelled" : null),
+        ...(run.grade?.subscores ? { subscores: run.grade.subscores } : {}),
+        ...(agentInfo ? { agent: agentInfo } : {}),
         trace: run.trace.toJSON(),
       };
       if (out) await out.append(record);
@@ -473,6 +477,8 @@ export class Taskset {
 
     const pending = slots.map((_, i) => i).filter((i) => records[i] === null);
     let next = 0;
+    // This run's failed attempts that a retry replaced: history, not counted.
+    const retriedHere: RunRecord[] = [];
     const starting = () => !signal.aborted && stopped === null;
     const worker = async () => {
       while (next < pending.length && starting()) {
@@ -493,6 +499,7 @@ export class Taskset {
             break; // Stopped while waiting: the failed attempt stands.
           }
           if (!starting()) break;
+          retriedHere.push(result.record);
           result = await attemptOnce(slot, result.record.attempt! + 1);
         }
         const { run, record } = result;
@@ -530,7 +537,13 @@ export class Taskset {
         trace: {},
       }
     );
+    // The file's older attempts of every slot stay as history.
+    const counted = new Set(kept.values());
+    const slotKeys = new Set(slots.map((s) => recordKey(s.row.slug, s.repeat)));
+    const superseded = (out?.records ?? []).filter((r) =>
+      !counted.has(r) && slotKeys.has(recordKey(r.task.slug, r.repeat))
+    );
     report();
-    return new Job(jobId, final, runs, { stopped, usage: spent });
+    return new Job(jobId, final, runs, [...superseded, ...retriedHere], { stopped, usage: spent });
   }
 }

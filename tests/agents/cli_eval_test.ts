@@ -127,7 +127,7 @@ test("cli eval --cost-limit stops the job; --resume finishes it with no rollout 
       first.stderr,
       /stopped at the cost-limit \(\$0\.0600 of \$0\.05 spent\); 3 of 6 rollouts not run; raise --cost-limit \(or leave it out\) and rerun with --resume/,
     );
-    assert.match(first.stdout, /\$0\.0600/);
+    assert.match(first.stdout, /; cost \$0\.06\n/);
     assert.equal(model.received.length, 3);
 
     // The same limit again: the job has spent it already; nothing runs.

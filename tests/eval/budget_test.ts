@@ -81,7 +81,7 @@ test("ChatAgent prices each call; the job counts tokens and cost per rollout and
     assert.ok(Math.abs(u.costUsd - 0.007) < 1e-12, `${u.costUsd}`);
   }
   assert.equal(job.usage.inputTokens, 4_000);
-  assert.ok(Math.abs(job.summary().usage.cost_usd - 0.014) < 1e-12);
+  assert.ok(Math.abs(job.summary().cost_usd! - 0.014) < 1e-12);
 });
 
 test("Taskset.run() stops at its cost limit; resume finishes; no rollout is graded twice", async () => {

@@ -7,6 +7,7 @@ import {
   decodeTurnTokens,
   encodeTurnTokens,
   type RunRecord,
+  toAtif,
   traceTokens,
   trainingRows,
   type TurnTokens,
@@ -150,4 +151,43 @@ test("trainingRows(): loss masks over the model's tokens, a new sequence where t
     assert.equal(row.sequences.length, 1);
     assert.deepEqual(row.turns[1].completion_token_ids, [7]);
   });
+});
+
+test("toAtif() gives each agent step the whole prompt's ids, the sampled ids and logprobs that ChatAgent kept", () => {
+  const first = { promptIds: [1, 2, 3], completionIds: [7, 8], logprobs: [-0.5, -0.25] };
+  const second = { promptIds: [1, 2, 3, 7, 8, 9, 10], completionIds: [4], logprobs: [-1] };
+  const model = (tokens: unknown) => ({
+    type: "model",
+    timestamp: "2026-01-01T00:00:00.500Z",
+    content: { request: [], reply: { role: "assistant", content: "x" } },
+    info: { model: "tiny", input_tokens: 3, output_tokens: 2, tokens },
+  });
+  const record = {
+    job_id: "j",
+    group_id: "j:t",
+    task: { env: "e", id: "t", args: {}, slug: "t" },
+    repeat: 0,
+    status: "completed",
+    reward: 1,
+    failed_phase: null,
+    trace: {
+      status: "completed",
+      errors: [],
+      started_at: "2026-01-01T00:00:00.000Z",
+      ended_at: "2026-01-01T00:00:01.000Z",
+      steps: [
+        { type: "user", timestamp: "2026-01-01T00:00:00.100Z", content: "go" },
+        model(encodeTurnTokens(first, null)),
+        { type: "tool", timestamp: "2026-01-01T00:00:00.600Z", content: { id: "a", result: "" } },
+        model(encodeTurnTokens(second, first)),
+      ],
+    },
+  } as unknown as RunRecord;
+  const agentSteps = toAtif(record).steps.filter((s) => s.source === "agent");
+  assert.deepEqual(agentSteps.map((s) => s.metrics?.prompt_token_ids), [
+    first.promptIds,
+    second.promptIds,
+  ]);
+  assert.deepEqual(agentSteps.map((s) => s.metrics?.completion_token_ids), [[7, 8], [4]]);
+  assert.deepEqual(agentSteps.map((s) => s.metrics?.logprobs), [[-0.5, -0.25], [-1]]);
 });
