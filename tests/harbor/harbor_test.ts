@@ -1,0 +1,291 @@
+// Harbor tasks in: a dataset of Harbor-format tasks written here, their
+// Dockerfiles FROM a base image this test builds (no registry is reachable):
+// the oracle scores 1.0, a do-nothing agent 0.0, reward.json gives
+// subscores, a verifier time-out, a failing build and a missing reward each
+// fail with their own message, and a second run builds nothing. Needs an
+// engine socket; skipped without one, saying why (in CI it runs).
+
+import assert from "node:assert/strict";
+import {
+  buildHarborImage,
+  type HarborTask,
+  loadHarborTasks,
+  oracleAgent,
+  parseHarborConfig,
+  runHarborTasks,
+} from "../../harbor/mod.ts";
+import { EngineClient, findEngineSocket } from "../../engines/_engine.ts";
+import { TarWriter } from "../../engines/_tar.ts";
+import { OWNER_LABEL } from "../../engines/mod.ts";
+import { functionAgent } from "../../eval/mod.ts";
+import { withDeadline } from "../_deadline.ts";
+
+function engineSocket(): string | null {
+  try {
+    return findEngineSocket();
+  } catch {
+    return null;
+  }
+}
+const SOCKET = engineSocket();
+const CI = Deno.env.get("CI") === "true";
+if (SOCKET === null && !CI) console.log("harbor_test: skipped: no engine socket");
+const ignore = SOCKET === null && !CI;
+
+const BASE = "hud-test-harbor-base:latest";
+const TOOLS = ["bash", "grep", "sed", "setpriv", "env", "sleep"];
+
+async function output(cmd: string, args: string[]): Promise<string> {
+  const out = await new Deno.Command(cmd, { args, stdout: "piped", stderr: "piped" }).output();
+  if (!out.success) {
+    throw new Error(`${cmd} ${args.join(" ")}: ${new TextDecoder().decode(out.stderr)}`);
+  }
+  return new TextDecoder().decode(out.stdout);
+}
+
+function inUsr(path: string): string {
+  return path.replace(/^\/(bin|sbin|lib|lib64)\//, "/usr/$1/");
+}
+
+/** A FROM-scratch base of this machine's bash, coreutils and the libraries they and Deno link. */
+async function buildBase(): Promise<void> {
+  const coreutils = (await output("dpkg", ["-L", "coreutils"])).split("\n")
+    .filter((p) => /^\/(usr\/)?bin\/[^/]+$/.test(p));
+  const bins = new Set<string>();
+  for (const p of [...coreutils, ...TOOLS.map((t) => `/usr/bin/${t}`)]) {
+    try {
+      bins.add(await Deno.realPath(p));
+    } catch {
+      // not on this machine
+    }
+  }
+  const libs = new Set<string>();
+  for (const bin of [...bins, await Deno.realPath(Deno.execPath())]) {
+    const ldd = await output("ldd", [bin]).catch(() => "");
+    for (const lib of ldd.match(/\/[^ :()]+\.so[^ :()]*/g) ?? []) libs.add(lib);
+  }
+  const tar = new TarWriter();
+  for (const d of ["usr/bin", "usr/sbin", "usr/lib", "usr/lib64", "etc"]) tar.dir(`root/${d}`);
+  for (const l of ["bin", "sbin", "lib", "lib64"]) tar.symlink(`root/${l}`, `usr/${l}`);
+  tar.dir("root/tmp", 0o1777);
+  tar.file("root/etc/passwd", new TextEncoder().encode("root:x:0:0:root:/root:/bin/bash\n"));
+  tar.file("root/etc/group", new TextEncoder().encode("root:x:0:\n"));
+  for (const bin of bins) tar.file(`root${inUsr(bin)}`, await Deno.readFile(bin), 0o755);
+  tar.symlink("root/usr/bin/sh", "bash");
+  for (const lib of libs) {
+    const path = `root${inUsr(lib)}`;
+    const dir = path.slice(0, path.lastIndexOf("/"));
+    if (!["root/usr/lib", "root/usr/lib64"].includes(dir)) tar.dir(dir);
+    tar.file(path, await Deno.readFile(await Deno.realPath(lib)), 0o755);
+  }
+  tar.file(
+    "Dockerfile",
+    new TextEncoder().encode("FROM scratch\nCOPY root/ /\nENV PATH=/usr/local/bin:/usr/bin:/bin\n"),
+  );
+  using engine = await EngineClient.open();
+  const res = await engine.raw("POST", `/build?t=${encodeURIComponent(BASE)}&rm=1&forcerm=1`, {
+    body: tar.bytes(),
+    headers: { "content-type": "application/x-tar" },
+    signal: AbortSignal.timeout(240_000),
+  });
+  for (const line of (await res.text()).split("\n")) {
+    if (line.trim() === "") continue;
+    const msg = JSON.parse(line) as { error?: string };
+    if (msg.error) throw new Error(`Cannot build ${BASE}: ${msg.error}`);
+  }
+}
+
+/** Writes a task directory: files by relative path. */
+async function writeTask(root: string, name: string, files: Record<string, string>) {
+  for (const [rel, text] of Object.entries(files)) {
+    const path = `${root}/${name}/${rel}`;
+    await Deno.mkdir(path.slice(0, path.lastIndexOf("/")), { recursive: true });
+    await Deno.writeTextFile(path, text, { mode: rel.endsWith(".sh") ? 0o755 : 0o644 });
+  }
+}
+
+const DOCKERFILE = `FROM ${BASE}\nWORKDIR /app\nRUN echo seed > /app/seed.txt\n`;
+// The expected text sits in a dot-file of tests/: the whole tree is copied.
+const HELLO_TEST = [
+  "#!/bin/bash",
+  'echo "checking $(pwd)"',
+  'if [ "$(cat /app/out.txt 2>/dev/null)" = "$(cat /tests/.expected)" ]; then',
+  "  echo 1 > /logs/verifier/reward.txt",
+  "else",
+  "  echo 0 > /logs/verifier/reward.txt",
+  "fi",
+  "",
+].join("\n");
+
+/** A dataset of six tasks, two of which cannot be adapted. */
+async function writeDataset(root: string): Promise<void> {
+  const common = {
+    "environment/Dockerfile": DOCKERFILE,
+    "instruction.md": "Write hello to /app/out.txt.\n",
+    "solution/solve.sh": "#!/bin/bash\necho hello > /app/out.txt\n",
+  };
+  await writeTask(root, "hello", {
+    ...common,
+    "task.toml": 'version = "1.0"\n[agent]\ntimeout_sec = 60.0\n[verifier]\ntimeout_sec = 30.0\n',
+    "tests/test.sh": HELLO_TEST,
+    "tests/.expected": "hello\n",
+  });
+  await writeTask(root, "multi", {
+    ...common,
+    "task.toml": "[verifier]\ntimeout_sec = 30\n[environment]\ncpus = 1\nmemory_mb = 512\n",
+    "tests/test.sh":
+      "#!/bin/bash\nok=0; [ -f /app/out.txt ] && ok=1\necho '{\"correctness\": '$ok', \"style\": 0.5}' > /logs/verifier/reward.json\necho 0 > /logs/verifier/reward.txt\n",
+  });
+  await writeTask(root, "slow", {
+    ...common,
+    "task.toml": "[verifier]\ntimeout_sec = 2\n",
+    "tests/test.sh": "#!/bin/bash\necho started\nsleep 60\necho 1 > /logs/verifier/reward.txt\n",
+  });
+  await writeTask(root, "noreward", {
+    ...common,
+    "task.toml": "[verifier]\ntimeout_sec = 30\n",
+    "tests/test.sh": "#!/bin/bash\necho forgot the reward\n",
+  });
+  await writeTask(root, "broken", {
+    ...common,
+    "environment/Dockerfile": `FROM ${BASE}\nRUN echo about to fail && exit 3\n`,
+    "task.toml": "",
+    "tests/test.sh": HELLO_TEST,
+  });
+  await writeTask(root, "compose", {
+    "environment/docker-compose.yaml": "services: {}\n",
+    "instruction.md": "x\n",
+    "task.toml": "",
+    "tests/test.sh": HELLO_TEST,
+  });
+  await writeTask(root, "badconfig", {
+    ...common,
+    "task.toml": '[agent]\ntimeout_sec = "soon"\n',
+    "tests/test.sh": HELLO_TEST,
+  });
+}
+
+async function containersLeft(): Promise<string[]> {
+  using engine = await EngineClient.open();
+  const filters = encodeURIComponent(JSON.stringify({ label: [`${OWNER_LABEL}=${Deno.pid}`] }));
+  const list = await engine.call("GET", `/containers/json?all=true&filters=${filters}`) as {
+    Id: string;
+  }[];
+  return list.map((c) => c.Id);
+}
+
+Deno.test("loadHarborTasks() loads the valid tasks and lists the others with a reason code", async () => {
+  const root = await Deno.makeTempDir({ prefix: "hud-harbor-" });
+  try {
+    await writeDataset(root);
+    const { tasks, skipped } = await loadHarborTasks(root);
+    assert.deepEqual(tasks.map((t) => t.name), ["broken", "hello", "multi", "noreward", "slow"]);
+    assert.deepEqual(skipped.map((s) => [s.name, s.code]), [
+      ["badconfig", "bad_config"],
+      ["compose", "compose"],
+    ]);
+    assert.match(
+      skipped[0].reason,
+      /badconfig\/task\.toml: "agent\.timeout_sec" must be a positive number/,
+    );
+    const hello = tasks[1];
+    assert.equal(hello.instruction, "Write hello to /app/out.txt.\n");
+    assert.equal(hello.config.agentTimeoutSec, 60);
+    assert.equal(hello.config.verifierTimeoutSec, 30);
+    assert.equal(hello.config.environment.memoryMb, 2048);
+    assert.ok(hello.solutionDir?.endsWith("/hello/solution"));
+    // One task directory loads alone.
+    const one = await loadHarborTasks(`${root}/multi`);
+    assert.equal(one.tasks[0].config.environment.memoryMb, 512);
+    await assert.rejects(loadHarborTasks(`${root}/nope`), /is not a directory/);
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
+Deno.test("parseHarborConfig() names the file and key of a bad shape", () => {
+  assert.throws(
+    () => parseHarborConfig("[environment]\nallow_internet = 1\n", "t/task.toml"),
+    /^TypeError: Cannot load Harbor task: t\/task\.toml: "environment\.allow_internet" must be a boolean$/,
+  );
+  assert.throws(() => parseHarborConfig("[agent\n", "t/task.toml"), /line 1, column/);
+  const c = parseHarborConfig('[environment]\nworkdir = "/w"\nallow_internet = false\n', "x");
+  assert.equal(c.environment.workdir, "/w");
+  assert.equal(c.environment.allowInternet, false);
+});
+
+let base: Promise<void> | null = null;
+
+/** Runs `fn` on the dataset's loaded tasks, in a directory removed after. */
+async function withDataset(fn: (tasks: HarborTask[]) => Promise<void>): Promise<void> {
+  base ??= buildBase();
+  await base;
+  const root = await Deno.makeTempDir({ prefix: "hud-harbor-" });
+  try {
+    await writeDataset(root);
+    await fn((await loadHarborTasks(root)).tasks);
+    assert.deepEqual(await containersLeft(), [], "containers left behind");
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+}
+
+function pick(tasks: HarborTask[], ...names: string[]): HarborTask[] {
+  return names.map((n) => tasks.find((t) => t.name === n)!);
+}
+
+Deno.test({
+  name: "runHarborTasks() with the oracle scores 1.0, and reward.json's keys become subscores",
+  ignore,
+  fn: withDeadline(59_000, () =>
+    withDataset(async (tasks) => {
+      const [hello, multi] = await runHarborTasks(pick(tasks, "hello", "multi"), "oracle");
+      assert.equal(hello.error, null);
+      assert.equal(hello.reward, 1);
+      // The verifier's output is in the grade's info, in the trace.
+      assert.match(JSON.stringify(hello.runs[0].trace), /checking \/app/);
+      assert.equal(multi.error, null);
+      assert.deepEqual(multi.subscores, { correctness: 1, style: 0.5 });
+      assert.equal(multi.reward, 0.75);
+    })),
+});
+
+Deno.test({
+  name: "runHarborTasks() tells a verifier time-out, a missing reward and a failed build apart",
+  ignore,
+  fn: withDeadline(59_000, () =>
+    withDataset(async (tasks) => {
+      const [slow, noreward, broken] = await runHarborTasks(
+        pick(tasks, "slow", "noreward", "broken"),
+        "oracle",
+      );
+      assert.equal(slow.reward, null);
+      assert.match(slow.error ?? "", /verifier timed out after 2 s/);
+      assert.equal(noreward.reward, null);
+      assert.match(noreward.error ?? "", /no reward written/);
+      assert.equal(broken.reward, null);
+      assert.match(broken.error ?? "", /Cannot run Harbor task "broken": build failed: .*3/);
+    })),
+});
+
+Deno.test({
+  name: "runHarborTasks() scores a do-nothing agent 0.0 and reuses the images it built",
+  ignore,
+  fn: withDeadline(59_000, () =>
+    withDataset(async (tasks) => {
+      const [hello] = pick(tasks, "hello");
+      const first = await buildHarborImage(hello);
+      const [idle] = await runHarborTasks([hello], functionAgent(() => undefined));
+      assert.equal(idle.error, null);
+      assert.equal(idle.reward, 0);
+      assert.equal(idle.built, false);
+      const again = await buildHarborImage(hello);
+      assert.equal(again.built, false);
+      assert.equal(again.image, first.image);
+      assert.equal(again.workdir, "/app");
+      assert.throws(
+        () => oracleAgent({ ...hello, solutionDir: null }),
+        /Harbor task "hello": it has no solution\/solve\.sh/,
+      );
+    })),
+});
