@@ -36,7 +36,7 @@ import { closeQuietly, isPeerGone, pump, writeAll } from "./_internal/io.ts";
 import { acceptLoop } from "./_internal/accept.ts";
 import type { JsonRpcCaller } from "./_internal/rpc.ts";
 import { helloUntilReady } from "./_internal/ready.ts";
-import { loopbackPeerUid, ownUid, PEER_UID_SUPPORTED } from "./_internal/peer_uid.ts";
+import { type PeerUsers, peerUsers, refusePeer } from "./_internal/peer_uid.ts";
 import { isRecord } from "./_internal/util.ts";
 import { redactUrl, tokenFromEnv } from "./_internal/auth.ts";
 import { parseControlUrl } from "./_internal/control_url.ts";
@@ -238,7 +238,7 @@ class TcpForwarder {
   readonly #conns = new Set<Deno.Conn>();
   readonly #tasks = new Set<Promise<void>>();
   readonly #onError: (err: unknown) => void;
-  readonly #users: ReadonlySet<number> | "any";
+  readonly #users: PeerUsers;
   readonly #loop: Promise<void>;
   #closed = false;
 
@@ -246,7 +246,7 @@ class TcpForwarder {
     capability: Capability,
     control: { hostname: string; port: number },
     token: string | undefined,
-    users: ReadonlySet<number> | "any",
+    users: PeerUsers,
     onError: (err: unknown) => void,
   ) {
     this.capability = capability;
@@ -267,21 +267,20 @@ class TcpForwarder {
   async #serve(local: Deno.Conn): Promise<void> {
     if (this.#users !== "any") {
       this.#conns.add(local);
-      let uid: number | null;
+      let refused: Error | null;
       try {
-        uid = await loopbackPeerUid(local);
+        refused = await refusePeer(
+          local,
+          this.#users,
+          `Forwarder for "${this.capability.name}"`,
+          "forwardUsers",
+        );
       } finally {
         this.#conns.delete(local);
       }
-      if (uid === null || !this.#users.has(uid)) {
+      if (refused !== null) {
         closeQuietly(local);
-        this.#onError(
-          new Error(
-            `Forwarder for "${this.capability.name}" refused a connection from ${
-              uid === null ? "a user it cannot tell" : `uid ${uid}`
-            }: it serves uid ${[...this.#users].join(", ")} (add others with forwardUsers)`,
-          ),
-        );
+        this.#onError(refused);
         return;
       }
     }
@@ -360,44 +359,14 @@ class TcpForwarder {
   }
 }
 
-/**
- * The users the forwarders serve, from `forwardUsers`.
- * @throws {TypeError} for a list that is not of uids
- * @throws {Deno.errors.NotSupported} where the user of a connection cannot
- *   be told and `"any"` was not asked for
- * @throws {Deno.errors.PermissionDenied} without read access to /proc/net
- */
-function forwardUsers(option: readonly number[] | "any" | undefined): ReadonlySet<number> | "any" {
-  if (option === "any") return "any";
-  if (option !== undefined && (!Array.isArray(option) || !option.every(isUid))) {
-    throw new TypeError(
-      `Cannot forward: forwardUsers must be "any" or a list of uids, got ${JSON.stringify(option)}`,
-    );
-  }
-  if (!PEER_UID_SUPPORTED) {
-    throw new Deno.errors.NotSupported(
-      `Cannot forward: on ${Deno.build.os} a forwarder cannot tell which user a connection comes from; pass forwardUsers: "any" to serve every local user, or forward: false`,
-    );
-  }
-  for (const path of ["/proc/net/tcp", "/proc/net/tcp6"]) {
-    if (Deno.permissions.querySync({ name: "read", path }).state !== "granted") {
-      throw new Deno.errors.PermissionDenied(
-        `Cannot forward: reading ${path} is how a forwarder tells which user a connection comes from; grant --allow-read=/proc/net, or pass forwardUsers: "any"`,
-      );
-    }
-  }
-  if (option !== undefined) return new Set(option);
-  const uid = ownUid();
-  if (uid === null) {
-    throw new Deno.errors.PermissionDenied(
-      `Cannot forward: cannot read this process's uid; grant --allow-sys=uid, or pass forwardUsers`,
-    );
-  }
-  return new Set([uid]);
-}
-
-function isUid(v: unknown): boolean {
-  return typeof v === "number" && Number.isInteger(v) && v >= 0 && v <= 0xffffffff;
+/** The users the forwarders serve, from `forwardUsers` (see {@linkcode peerUsers}). */
+function forwardUsers(option: readonly number[] | "any" | undefined): PeerUsers {
+  return peerUsers(option, {
+    what: "Cannot forward",
+    listener: "a forwarder",
+    option: "forwardUsers",
+    orElse: "forward: false",
+  });
 }
 
 /**
@@ -661,6 +630,9 @@ export class HudClient implements AsyncDisposable {
 
   /**
    * Sends one request and returns its result. Calls queue behind each other.
+   * Integers beyond ±(2^53−1) are exact both ways: a `bigint` in `params`
+   * goes out as its digits, and such an integer in a reply arrives as a
+   * `bigint`.
    * @throws {HudProtocolError} for an error reply
    * @throws {ProtocolViolationError} for a reply that breaks the protocol
    *   (the connection is closed)

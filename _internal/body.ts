@@ -25,13 +25,15 @@ export function formatBytes(n: number): string {
 
 /**
  * `body` passed through unchanged until more than `limit` bytes have come,
- * then errored with a {@linkcode BodyTooLargeError} and the source cancelled,
- * so that the rest is never read.
+ * then errored with a {@linkcode BodyTooLargeError} (or what `wrap` makes of
+ * it, for a caller whose callers catch their own class) and the source
+ * cancelled, so that the rest is never read.
  */
 export function cappedBody(
   body: ReadableStream<Uint8Array>,
   limit: number,
   what: string,
+  wrap: (err: BodyTooLargeError) => unknown = (err) => err,
 ): ReadableStream<Uint8Array> {
   const reader = body.getReader();
   let seen = 0;
@@ -46,7 +48,7 @@ export function cappedBody(
       if (seen > limit) {
         const err = new BodyTooLargeError(what, limit);
         await reader.cancel(err).catch(() => {});
-        controller.error(err);
+        controller.error(wrap(err));
         return;
       }
       controller.enqueue(value);

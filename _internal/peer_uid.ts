@@ -63,6 +63,90 @@ export async function loopbackPeerUid(conn: Deno.Conn): Promise<number | null> {
   return null;
 }
 
+/** The users a loopback listener serves: a set of uids, or `"any"`. */
+export type PeerUsers = ReadonlySet<number> | "any";
+
+/** How a listener that checks its peers' users names itself in messages. */
+export interface PeerUsersNaming {
+  /** The start of every message: `Cannot forward`. */
+  what: string;
+  /** The listener, as a noun: `a forwarder`. */
+  listener: string;
+  /** The option that lists the users: `forwardUsers`. */
+  option: string;
+  /** Another way out where the user cannot be told: `forward: false`. */
+  orElse: string;
+}
+
+function isUid(v: unknown): boolean {
+  return typeof v === "number" && Number.isInteger(v) && v >= 0 && v <= 0xffffffff;
+}
+
+/**
+ * The users a loopback listener serves, from its option: `"any"`, a list of
+ * uids, or by default this process's uid. Checked once, before listening,
+ * so that a listener that could not tell its peers apart never opens.
+ * @throws {TypeError} for a list that is not of uids
+ * @throws {Deno.errors.NotSupported} where the user of a connection cannot
+ *   be told and `"any"` was not asked for
+ * @throws {Deno.errors.PermissionDenied} without read access to /proc/net,
+ *   or without this process's uid
+ */
+export function peerUsers(
+  option: readonly number[] | "any" | undefined,
+  naming: PeerUsersNaming,
+): PeerUsers {
+  const { what, listener, option: name, orElse } = naming;
+  if (option === "any") return "any";
+  if (option !== undefined && (!Array.isArray(option) || !option.every(isUid))) {
+    throw new TypeError(
+      `${what}: ${name} must be "any" or a list of uids, got ${JSON.stringify(option)}`,
+    );
+  }
+  if (!PEER_UID_SUPPORTED) {
+    throw new Deno.errors.NotSupported(
+      `${what}: on ${Deno.build.os} ${listener} cannot tell which user a connection comes from; pass ${name}: "any" to serve every local user, or ${orElse}`,
+    );
+  }
+  for (const path of TABLES) {
+    if (Deno.permissions.querySync({ name: "read", path }).state !== "granted") {
+      throw new Deno.errors.PermissionDenied(
+        `${what}: reading ${path} is how ${listener} tells which user a connection comes from; grant --allow-read=/proc/net, or pass ${name}: "any"`,
+      );
+    }
+  }
+  if (option !== undefined) return new Set(option);
+  const uid = ownUid();
+  if (uid === null) {
+    throw new Deno.errors.PermissionDenied(
+      `${what}: cannot read this process's uid; grant --allow-sys=uid, or pass ${name}`,
+    );
+  }
+  return new Set([uid]);
+}
+
+/**
+ * Why `conn` (an accepted loopback connection) may not be served, or `null`
+ * when its peer is one of `users`. Nothing is read from `conn`.
+ * @param who the listener, for the message: `Forwarder for "echo"`
+ * @param option the option that lists the users, for the way out
+ */
+export async function refusePeer(
+  conn: Deno.Conn,
+  users: PeerUsers,
+  who: string,
+  option: string,
+): Promise<Error | null> {
+  if (users === "any") return null;
+  const uid = await loopbackPeerUid(conn);
+  if (uid !== null && users.has(uid)) return null;
+  return new Error(
+    `${who} refused a connection from ${
+      uid === null ? "a user it cannot tell" : `uid ${uid}`
+    }: it serves uid ${[...users].join(", ")} (add others with ${option})`,
+  );
+}
+
 /** `address:port` in one canonical form (IPv4-mapped IPv6 as IPv4). */
 function key(hostname: string, port: number): string {
   const h = hostname.toLowerCase().replace(/^\[|\]$/g, "");

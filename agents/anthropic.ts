@@ -7,10 +7,12 @@
 
 import {
   httpError,
+  maxResponseBytes,
   type ModelBackend,
   type ModelReply,
   type ModelRequest,
   ModelStreamError,
+  replyJson,
   type ToolCall,
 } from "./model.ts";
 import { isRecord } from "../_internal/util.ts";
@@ -29,6 +31,11 @@ export interface AnthropicBackendOptions {
    * @default the `ANTHROPIC_API_KEY` environment variable
    */
   apiKey?: string;
+  /**
+   * Past this many bytes a reply is cut off with a {@linkcode ModelStreamError}.
+   * @default 64 MiB
+   */
+  maxResponseBytes?: number;
   /**
    * The `anthropic-version` header.
    * @default "2023-06-01"
@@ -128,6 +135,7 @@ export class AnthropicBackend implements ModelBackend {
   /** The model's name. */
   readonly model: string;
   readonly #url: string;
+  readonly #maxResponse: number;
   readonly #headers: Record<string, string>;
   readonly #defaultMaxTokens: number;
 
@@ -148,6 +156,7 @@ export class AnthropicBackend implements ModelBackend {
     }
     this.model = options.model;
     this.#url = url.href;
+    this.#maxResponse = maxResponseBytes(options.maxResponseBytes, "Anthropic");
     this.#defaultMaxTokens = options.defaultMaxTokens ?? 4096;
     const key = options.apiKey ?? envVar("ANTHROPIC_API_KEY");
     this.#headers = {
@@ -170,14 +179,7 @@ export class AnthropicBackend implements ModelBackend {
       signal,
     });
     if (!response.ok) throw await httpError(response, "Messages request");
-    let body: unknown;
-    try {
-      body = await response.json();
-    } catch (err) {
-      throw new ModelStreamError("Cannot read messages reply: the body is not JSON", {
-        cause: err,
-      });
-    }
+    const body = await replyJson(response, this.#maxResponse, "messages reply");
     if (!isRecord(body) || !Array.isArray(body.content)) {
       throw new ModelStreamError("Cannot read messages reply: it has no content");
     }

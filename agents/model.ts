@@ -8,6 +8,7 @@
 
 import type { JsonSchema } from "../schema.ts";
 import { delay } from "../_internal/async.ts";
+import { BodyTooLargeError, cappedBody, headText, readCapped } from "../_internal/body.ts";
 
 /** A tool call the model asked for. */
 export interface ToolCall {
@@ -78,6 +79,8 @@ export interface TokenUsage {
   inputTokens: number;
   /** Completion tokens. */
   outputTokens: number;
+  /** What the call cost in USD, when the API says (OpenRouter's `usage.cost`). */
+  costUsd?: number;
 }
 
 /** What a model answered. */
@@ -140,12 +143,71 @@ export class ModelStreamError extends Error {
   }
 }
 
+/** Default of the backends' `maxResponseBytes`: past any model's longest reply, streamed or not. */
+export const MAX_RESPONSE_BYTES = 64 << 20;
+/** How much of an error reply is read for its message. */
+const MAX_ERROR_BYTES = 64 << 10;
+
+/** The error for a reply past its ceiling, naming the option that sets it. */
+function tooLarge(what: string, err: BodyTooLargeError): ModelStreamError {
+  return new ModelStreamError(`Cannot read ${what}: ${err.message} (maxResponseBytes)`, {
+    cause: err,
+  });
+}
+
+/**
+ * A reply's body, cut off with a {@linkcode ModelStreamError} past `limit`
+ * bytes (the rest is never read), so that a server that sends without end
+ * does not grow the agent without end.
+ */
+export function cappedReply(
+  response: Response,
+  limit: number,
+  what: string,
+): ReadableStream<Uint8Array> {
+  const body = response.body ?? new ReadableStream<Uint8Array>({ start: (c) => c.close() });
+  return cappedBody(body, limit, `the ${what}`, (err) => tooLarge(what, err));
+}
+
+/**
+ * A reply's JSON body, read with {@linkcode cappedReply}'s ceiling.
+ * @throws {ModelStreamError} for a body over `limit` bytes, or not JSON
+ */
+export async function replyJson(response: Response, limit: number, what: string): Promise<unknown> {
+  let bytes: Uint8Array;
+  try {
+    bytes = await readCapped(response.body, limit, `the ${what}`);
+  } catch (err) {
+    throw err instanceof BodyTooLargeError ? tooLarge(what, err) : err;
+  }
+  try {
+    return JSON.parse(new TextDecoder().decode(bytes));
+  } catch (err) {
+    throw new ModelStreamError(`Cannot read ${what}: the body is not JSON`, { cause: err });
+  }
+}
+
+/**
+ * A backend's `maxResponseBytes` option, checked.
+ * @throws {RangeError} for anything but a positive integer
+ */
+export function maxResponseBytes(value: number | undefined, backend: string): number {
+  if (value === undefined) return MAX_RESPONSE_BYTES;
+  if (!Number.isSafeInteger(value) || value <= 0) {
+    throw new RangeError(
+      `Cannot make ${backend} backend: maxResponseBytes must be a positive integer, got "${value}"`,
+    );
+  }
+  return value;
+}
+
 const OVERFLOW =
   /context[_ ]length|context window|maximum context|too many tokens|prompt is too long|exceeds the context/i;
 
 /** Reads an HTTP error reply into a {@linkcode ModelHttpError}. */
 export async function httpError(response: Response, what: string): Promise<ModelHttpError> {
-  const text = await response.text().catch(() => "");
+  // Only the head: an error body is a message, however much the server sends.
+  const text = await headText(response.body, MAX_ERROR_BYTES);
   let message = text.trim().slice(0, 500);
   let code = "";
   try {

@@ -8,12 +8,15 @@
  */
 
 import {
+  cappedReply,
   type ChatMessage,
   httpError,
+  maxResponseBytes,
   type ModelBackend,
   type ModelReply,
   type ModelRequest,
   ModelStreamError,
+  replyJson,
   type TokenUsage,
   type ToolCall,
 } from "./model.ts";
@@ -34,6 +37,12 @@ export interface OpenAiBackendOptions {
    * @default the `OPENAI_API_KEY` environment variable, else none
    */
   apiKey?: string;
+  /**
+   * Past this many bytes a reply (its JSON, or the whole event stream) is
+   * cut off with a {@linkcode ModelStreamError}.
+   * @default 64 MiB
+   */
+  maxResponseBytes?: number;
   /**
    * Whether to stream the reply (server-sent events).
    * @default true
@@ -75,7 +84,9 @@ function usageOf(value: unknown): TokenUsage | null {
   if (!isRecord(value)) return null;
   const input = Number(value.prompt_tokens ?? 0);
   const output = Number(value.completion_tokens ?? 0);
-  return { inputTokens: input, outputTokens: output };
+  const usage: TokenUsage = { inputTokens: input, outputTokens: output };
+  if (typeof value.cost === "number" && Number.isFinite(value.cost)) usage.costUsd = value.cost;
+  return usage;
 }
 
 /** The Chat Completions request body for `request`. */
@@ -119,6 +130,7 @@ export class OpenAiBackend implements ModelBackend {
   /** The model's name. */
   readonly model: string;
   readonly #url: string;
+  readonly #maxResponse: number;
   readonly #headers: Record<string, string>;
   readonly #stream: boolean;
 
@@ -141,6 +153,7 @@ export class OpenAiBackend implements ModelBackend {
       throw new TypeError(`Cannot make OpenAI backend: base url "${base}" is not http(s)`);
     }
     this.model = options.model;
+    this.#maxResponse = maxResponseBytes(options.maxResponseBytes, "OpenAI");
     this.#url = url.href;
     this.#stream = options.stream ?? true;
     const key = options.apiKey ?? envVar("OPENAI_API_KEY");
@@ -170,16 +183,10 @@ export class OpenAiBackend implements ModelBackend {
     });
     if (!response.ok) throw await httpError(response, "Chat completion");
     const type = response.headers.get("content-type") ?? "";
-    if (type.includes("text/event-stream")) return await readStream(response.body!);
-    let body: unknown;
-    try {
-      body = await response.json();
-    } catch (err) {
-      throw new ModelStreamError("Cannot read chat completion: the body is not JSON", {
-        cause: err,
-      });
+    if (type.includes("text/event-stream")) {
+      return await readStream(cappedReply(response, this.#maxResponse, "chat completion"));
     }
-    return readCompletion(body);
+    return readCompletion(await replyJson(response, this.#maxResponse, "chat completion"));
   }
 }
 

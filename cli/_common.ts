@@ -4,6 +4,7 @@
 
 import { parseArgs } from "node:util";
 import type { TaskEntry } from "../env.ts";
+import { readCapped } from "../_internal/body.ts";
 
 /** The program name shown in usage texts. */
 export const PROGRAM = "hud";
@@ -132,6 +133,45 @@ function parseArgsMessage(err: unknown): string {
 export function stringOption(values: Values, name: string): string | undefined {
   const v = values[name];
   return typeof v === "string" ? v : undefined;
+}
+
+/**
+ * Reads the token in `--token-file` (one line): a file that only its owner
+ * may read and write, since the token opens the environment.
+ * @throws {UsageError} for a file its group or others can use, an empty one,
+ *   or one that cannot be read
+ */
+export async function readTokenFile(path: string): Promise<string> {
+  let text: string;
+  try {
+    // One descriptor for the check and the read: the file checked is the file read.
+    const file = await Deno.open(path, { read: true });
+    let mode: number | null;
+    try {
+      mode = (await file.stat()).mode;
+    } catch (err) {
+      file.close();
+      throw err;
+    }
+    if (mode !== null && (mode & 0o077) !== 0) {
+      file.close();
+      const how = (mode & 0o044) !== 0 ? "read" : "written";
+      throw new UsageError(
+        `--token-file "${path}" can be ${how} by its group or others (mode 0${
+          (mode & 0o777).toString(8)
+        }); chmod 600 "${path}"`,
+      );
+    }
+    // A token is one short line; the readable closes the file.
+    text = new TextDecoder().decode(await readCapped(file.readable, 64 * 1024, "the file"));
+  } catch (err) {
+    if (err instanceof UsageError) throw err;
+    const message = err instanceof Error ? err.message : String(err);
+    throw new UsageError(`cannot read --token-file "${path}": ${message}`);
+  }
+  const token = text.replace(/\r?\n$/, "");
+  if (token === "") throw new UsageError(`--token-file "${path}" is empty`);
+  return token;
 }
 
 /** A --port value (0 to 65535), or {@linkcode DEFAULT_PORT} when not given. */

@@ -5,7 +5,8 @@ import { connect, type HudClient } from "../client.ts";
 import { NotReadyError } from "../errors.ts";
 import { errorMessage } from "../_internal/util.ts";
 import { redactUrl } from "../_internal/auth.ts";
-import { type Io, stringOption, UsageError, type Values } from "./_common.ts";
+import { parseControlUrl } from "../_internal/control_url.ts";
+import { type Io, readTokenFile, stringOption, UsageError, type Values } from "./_common.ts";
 
 /** The served environment `tasks`, `start` and `grade` reach unless told otherwise. */
 export const DEFAULT_URL = "tcp://127.0.0.1:8765";
@@ -18,6 +19,48 @@ export function checkUrl(url: string): string {
     throw new UsageError(`--url must be tcp://host:port, got "${redactUrl(url)}"`);
   }
   return url;
+}
+
+/** A served environment as a command reaches it: the url, and the token when one was given. */
+export interface Target {
+  /** The --url value, checked; it may hold a token. */
+  url: string;
+  /** The token from --token-file; else the url's, else `HUD_SERVE_TOKEN` (connect reads it). */
+  token?: string;
+  /** The --token-file path, for hints that repeat the command. */
+  tokenFile?: string;
+}
+
+/**
+ * The --url (checked, default {@linkcode DEFAULT_URL}) and --token-file of
+ * `tasks`, `start` and `grade`. A token in --url is taken, with a warning:
+ * every local user can read a command line (`/proc/PID/cmdline`).
+ * @throws {UsageError} for a bad url, both a token in it and --token-file, or
+ *   a token file {@linkcode readTokenFile} refuses
+ */
+export async function resolveTarget(values: Values, io: Io): Promise<Target> {
+  const url = checkUrl(stringOption(values, "url") ?? DEFAULT_URL);
+  const tokenFile = stringOption(values, "token-file");
+  let inUrl: boolean;
+  try {
+    inUrl = parseControlUrl(url).token !== undefined;
+  } catch (err) {
+    throw new UsageError(`--url: ${errorMessage(err)}`);
+  }
+  if (tokenFile !== undefined) {
+    if (inUrl) {
+      throw new UsageError(
+        `give the token in --url or --token-file, not both (--token-file keeps it off the command line)`,
+      );
+    }
+    return { url, token: await readTokenFile(tokenFile), tokenFile };
+  }
+  if (inUrl) {
+    io.err(
+      `warning: the token in --url can be read by every local user (in this process's command line); set HUD_SERVE_TOKEN or pass --token-file PATH (a file only you can read) instead\n`,
+    );
+  }
+  return { url };
 }
 
 /** The --ready-timeout value in ms. */
@@ -35,13 +78,14 @@ export function readyTimeoutMs(values: Values): number {
  * forwarders, and a "not ready" error that says why.
  */
 export async function connectTo(
-  url: string,
+  target: Target,
   io: Io,
   values: Values,
   sessionId?: string,
 ): Promise<HudClient> {
   try {
-    return await connect(url, {
+    return await connect(target.url, {
+      token: target.token,
       readyTimeout: readyTimeoutMs(values),
       retryInterval: 200,
       heartbeatInterval: 0,
@@ -63,6 +107,13 @@ export async function connectTo(
     }
     throw err;
   }
+}
+
+/** The --token-file lines of a help text whose descriptions start at `column`. */
+export function tokenFileHelp(column: number): string {
+  const pad = " ".repeat(column);
+  return `  --token-file PATH`.padEnd(column) +
+    `read the token from this file (mode 0600; else\n${pad}HUD_SERVE_TOKEN; a token in --url warns)`;
 }
 
 /** The --ready-timeout lines of a help text whose descriptions start at `column`. */

@@ -11,11 +11,19 @@ import {
   unknownTemplate,
   UsageError,
 } from "./_common.ts";
-import { checkUrl, connectTo, DEFAULT_URL, readyTimeoutHelp, readyTimeoutMs } from "./_connect.ts";
+import {
+  connectTo,
+  DEFAULT_URL,
+  readyTimeoutHelp,
+  readyTimeoutMs,
+  resolveTarget,
+  tokenFileHelp,
+} from "./_connect.ts";
 
 /** The help of `hud grade`. */
 export const USAGE: string =
-  `Usage: ${PROGRAM} grade TASK (--answer TEXT | --answer-file PATH) [--url URL] [--session ID]
+  `Usage: ${PROGRAM} grade TASK (--answer TEXT | --answer-file PATH) [--url URL]
+                 [--token-file PATH] [--session ID]
 
 Grades a task that "${PROGRAM} start --url" left parked, and prints the grade
 as JSON. With --session, resumes that session and grades its task; without,
@@ -30,6 +38,7 @@ Options:
   --answer-file PATH  read the answer from a file, or from standard input
                       with "-" (one trailing newline is dropped)
   --url URL           the served environment (default: ${DEFAULT_URL})
+${tokenFileHelp(22)}
   --session ID        the session id "${PROGRAM} start" printed
 ${readyTimeoutHelp(22)}
   -h, --help          show this help
@@ -44,6 +53,7 @@ export async function run(args: string[], io: Io): Promise<number> {
       answer: { type: "string" },
       "answer-file": { type: "string" },
       url: { type: "string" },
+      "token-file": { type: "string" },
       session: { type: "string" },
       "ready-timeout": { type: "string" },
     },
@@ -59,7 +69,7 @@ export async function run(args: string[], io: Io): Promise<number> {
   if (answer === undefined && answerFile === undefined) {
     throw new UsageError(`missing --answer or --answer-file (see "${PROGRAM} grade --help")`);
   }
-  const target = checkUrl(stringOption(values, "url") ?? DEFAULT_URL);
+  const target = await resolveTarget(values, io);
   readyTimeoutMs(values); // a bad value is a usage error before anything is read
   if (answerFile !== undefined) {
     const text = answerFile === "-"

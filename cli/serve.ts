@@ -4,6 +4,7 @@
 import type { Environment } from "../env.ts";
 import { loadEnvironment } from "../loader.ts";
 import { serve } from "../server.ts";
+import { isLoopback } from "../_internal/net.ts";
 import { errorMessage } from "../_internal/util.ts";
 import {
   DEFAULT_PORT,
@@ -13,6 +14,7 @@ import {
   parseCommand,
   parsePort,
   PROGRAM,
+  readTokenFile,
   STOP_SIGNALS,
   stringOption,
   UsageError,
@@ -59,8 +61,8 @@ async function serveAuth(
   }
   if (values["no-auth"]) {
     if (tokenFile !== undefined) throw new UsageError("give --token-file or --no-auth, not both");
-    const loopback = /^(localhost|127\.\d+\.\d+\.\d+|::1|\[::1\])$/i.test(hostname);
-    if (!loopback && !values["insecure-listen"]) {
+    // The name as given; bind() checks the address it resolves to as well.
+    if (!isLoopback(hostname) && !values["insecure-listen"]) {
       throw new UsageError(
         `--no-auth on "${hostname}" lets anyone who can reach it in; add --insecure-listen to mean it, or listen on 127.0.0.1`,
       );
@@ -71,15 +73,7 @@ async function serveAuth(
     throw new UsageError("--insecure-listen needs --no-auth");
   }
   if (tokenFile === undefined) return { auth: true, token: fromEnv };
-  let text: string;
-  try {
-    text = await Deno.readTextFile(tokenFile);
-  } catch (err) {
-    throw new UsageError(`cannot read --token-file "${tokenFile}": ${errorMessage(err)}`);
-  }
-  const token = text.replace(/\r?\n$/, "");
-  if (token === "") throw new UsageError(`--token-file "${tokenFile}" is empty`);
-  return { auth: true, token };
+  return { auth: true, token: await readTokenFile(tokenFile) };
 }
 
 /** The help of `hud serve`. */

@@ -16,7 +16,13 @@ import {
   UsageError,
   type Values,
 } from "./_common.ts";
-import { checkUrl, connectTo, DEFAULT_URL, readyTimeoutHelp } from "./_connect.ts";
+import {
+  connectTo,
+  DEFAULT_URL,
+  readyTimeoutHelp,
+  resolveTarget,
+  tokenFileHelp,
+} from "./_connect.ts";
 
 function parseJsonObject(flag: string, text: string | undefined): Record<string, unknown> {
   if (text === undefined) return {};
@@ -93,7 +99,8 @@ async function startSource(
 }
 
 /** The help of `hud start`. */
-export const USAGE: string = `Usage: ${PROGRAM} start TASK [--args JSON] [--url URL] [--json]
+export const USAGE: string =
+  `Usage: ${PROGRAM} start TASK [--args JSON] [--url URL] [--token-file PATH] [--json]
        ${PROGRAM} start TASK [--args JSON] --source FILE [--env NAME] [--answer TEXT] [--json]
 
 Starts a task from template TASK and prints its prompt.
@@ -110,6 +117,7 @@ printed, the answer is read from one line of standard input (or taken from
 Options:
   --args JSON     the task's arguments, a JSON object (default: {})
   --url URL       a served environment (default: ${DEFAULT_URL})
+${tokenFileHelp(21)}
   --source FILE   run the environment module FILE in this process
   --env NAME      with --source: the environment, by export or environment name
   --answer TEXT   with --source: the answer, instead of reading standard input
@@ -127,6 +135,7 @@ export async function run(args: string[], io: Io): Promise<number> {
     options: {
       args: { type: "string" },
       url: { type: "string" },
+      "token-file": { type: "string" },
       source: { type: "string" },
       env: { type: "string" },
       answer: { type: "string" },
@@ -145,10 +154,13 @@ export async function run(args: string[], io: Io): Promise<number> {
   }
   if (source !== undefined) return await startSource(taskId, taskArgs, source, values, io);
   if (values.env !== undefined) throw new UsageError("--env needs --source");
+  if (source !== undefined && values["token-file"] !== undefined) {
+    throw new UsageError("--token-file needs --url, not --source");
+  }
   if (values.answer !== undefined) {
     throw new UsageError(`--answer needs --source; with --url, answer with "${PROGRAM} grade"`);
   }
-  const target = checkUrl(url ?? DEFAULT_URL);
+  const target = await resolveTarget(values, io);
   await using client = await connectTo(target, io, values);
   let prompt: PromptFrame;
   try {
@@ -166,7 +178,9 @@ export async function run(args: string[], io: Io): Promise<number> {
     io.out(promptText(prompt.prompt) + "\n");
     io.err(
       `Session ${sessionId} holds the task. Grade it with:\n  ${PROGRAM} grade ${taskId} --url ${
-        redactUrl(target)
+        redactUrl(target.url)
+      }${
+        target.tokenFile === undefined ? "" : ` --token-file ${JSON.stringify(target.tokenFile)}`
       } --session ${sessionId} --answer TEXT\n`,
     );
   }

@@ -5,7 +5,13 @@ import type { TaskEntry } from "../env.ts";
 import type { JsonSchema } from "../schema.ts";
 import { loadEnvironment } from "../loader.ts";
 import { EXIT_OK, type Io, parseCommand, PROGRAM, stringOption, UsageError } from "./_common.ts";
-import { checkUrl, connectTo, DEFAULT_URL, readyTimeoutHelp } from "./_connect.ts";
+import {
+  connectTo,
+  DEFAULT_URL,
+  readyTimeoutHelp,
+  resolveTarget,
+  tokenFileHelp,
+} from "./_connect.ts";
 
 /** A JSON Schema type, briefly: `integer`, `"a"|"b"`, `string[]`... */
 function typeName(schema: JsonSchema): string {
@@ -48,7 +54,7 @@ function taskTable(tasks: TaskEntry[]): string {
 
 /** The help of `hud tasks`. */
 export const USAGE: string = `Usage: ${PROGRAM} tasks FILE [--env NAME] [--json]
-       ${PROGRAM} tasks [--url URL] [--json]
+       ${PROGRAM} tasks [--url URL] [--token-file PATH] [--json]
 
 Lists the task templates of an environment module (its hooks are not run)
 or of a served environment, with their arguments: "name?" is optional,
@@ -56,6 +62,7 @@ or of a served environment, with their arguments: "name?" is optional,
 
 Options:
   --url URL      a served environment (default: ${DEFAULT_URL})
+${tokenFileHelp(21)}
   --env NAME     with FILE: the environment, by export or environment name
   --json         print the tasks.list entries as JSON
 ${readyTimeoutHelp(21)}
@@ -69,6 +76,7 @@ export async function run(args: string[], io: Io): Promise<number> {
     usage: USAGE,
     options: {
       url: { type: "string" },
+      "token-file": { type: "string" },
       env: { type: "string" },
       json: { type: "boolean" },
       "ready-timeout": { type: "string" },
@@ -81,6 +89,9 @@ export async function run(args: string[], io: Io): Promise<number> {
   if (file !== undefined && url !== undefined) {
     throw new UsageError("give FILE or --url, not both");
   }
+  if (file !== undefined && values["token-file"] !== undefined) {
+    throw new UsageError("--token-file needs --url, not FILE");
+  }
   if (file === undefined && values.env !== undefined) {
     throw new UsageError("--env needs FILE");
   }
@@ -89,7 +100,7 @@ export async function run(args: string[], io: Io): Promise<number> {
     const env = await loadEnvironment(file, { name: stringOption(values, "env") });
     tasks = env.listTasks();
   } else {
-    await using client = await connectTo(checkUrl(url ?? DEFAULT_URL), io, values);
+    await using client = await connectTo(await resolveTarget(values, io), io, values);
     tasks = await client.listTasks();
   }
   io.out(values.json ? JSON.stringify(tasks) + "\n" : taskTable(tasks));

@@ -1,7 +1,7 @@
 /**
  * A pool of environment replicas on Docker Swarm: {@linkcode SwarmRuntime}
- * runs a service of an environment image across a swarm's nodes and hands
- * its replicas out to rollouts.
+ * runs an environment image across a swarm's nodes, one service and one
+ * token per replica, and hands the replicas out to rollouts.
  *
  * @module
  */
@@ -13,6 +13,9 @@ import { generateToken, withToken } from "../_internal/auth.ts";
 import { Deadline, delay } from "../_internal/async.ts";
 import { EngineClient, EngineError } from "./_engine.ts";
 import { CONTAINER_PORT, OWNER_LABEL } from "./container.ts";
+
+/** The label naming the pool a replica's service belongs to. */
+const POOL_LABEL = "dev.hud.pool";
 
 /** Options for {@linkcode SwarmRuntime}. */
 export interface SwarmRuntimeOptions {
@@ -58,7 +61,7 @@ export interface SwarmRuntimeOptions {
    */
   labels?: Record<string, string>;
   /**
-   * The service's name.
+   * The pool's name: its services are `<name>-1`, `<name>-2`...
    * @default `hud-<pid>-<random>`
    */
   name?: string;
@@ -86,6 +89,7 @@ export interface SwarmRuntimeOptions {
 
 interface TaskInfo {
   ID: string;
+  ServiceID?: string;
   NodeID?: string;
   Slot?: number;
   DesiredState?: string;
@@ -105,7 +109,15 @@ interface NodeInfo {
   ManagerStatus?: { Addr?: string };
 }
 
+/** One replica's service: its own token, so that one replica's leak opens no other. */
+interface Slot {
+  id: string;
+  name: string;
+  token: string;
+}
+
 interface Replica {
+  slot: Slot;
   taskId: string;
   node: string;
   nodeId: string;
@@ -126,17 +138,21 @@ interface Waiter {
 }
 
 /**
- * Places an environment image on a Docker Swarm: a service of replicas
- * (host-mode publishing of the control port, since the swarm's ingress
- * mesh needs IPVS), whose tasks' node addresses and published ports it
+ * Places an environment image on a Docker Swarm: one single-replica service
+ * per replica (host-mode publishing of the control port, only on the node
+ * that runs it, since the swarm's ingress mesh would publish it on every
+ * node and needs IPVS), whose tasks' node addresses and published ports it
  * reads through the Engine API. Each placement is one replica, leased to
  * one rollout at a time (`width` at a time if set); a replica whose task
  * dies leaves the pool (a rollout holding it fails, and its release says
- * why) and the swarm starts another. Demand scales the service up to
- * `maxReplicas`; an idle pool scales back down to `minReplicas`. Closing
- * removes the service.
+ * why) and the swarm starts another for its service. Demand adds services
+ * up to `maxReplicas`; an idle pool removes idle ones down to
+ * `minReplicas`. Closing removes them all.
  *
- * All replicas share one token, passed to them as `HUD_SERVE_TOKEN`.
+ * Each replica's service has a token of its own (256 bits, passed as
+ * `HUD_SERVE_TOKEN`), and a placement's url carries only its replica's: a
+ * token read out of one replica, or from one rollout's client, opens no
+ * other replica.
  *
  * @example
  * ```ts ignore
@@ -152,7 +168,9 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
   readonly #image: string;
   readonly #options: SwarmRuntimeOptions;
   readonly #name: string;
-  readonly #token = generateToken();
+  /** The services, by id; one replica each. */
+  readonly #slots = new Map<string, Slot>();
+  #slotCount = 0;
   readonly #min: number;
   readonly #max: number;
   readonly #width: number;
@@ -161,7 +179,6 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
   readonly #checks = new Set<Promise<void>>();
   #engine: EngineClient | null = null;
   #started: Promise<void> | null = null;
-  #serviceId: string | null = null;
   #desired: number;
   #timer: ReturnType<typeof setTimeout> | null = null;
   #polling: Promise<void> | null = null;
@@ -217,12 +234,12 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
     return this.#image;
   }
 
-  /** The service's name. */
+  /** The pool's name (its services are `<name>-<n>`). */
   get name(): string {
     return this.#name;
   }
 
-  /** Replicas the service is set to run now. */
+  /** Replicas (services) the pool is set to run now. */
   get desiredReplicas(): number {
     return this.#desired;
   }
@@ -237,8 +254,8 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
   }
 
   /**
-   * Creates the service (once) and waits until `n` replicas are ready.
-   * `place()` starts the service by itself; call this to wait for the pool.
+   * Creates the services (once) and waits until `n` replicas are ready.
+   * `place()` starts them by itself; call this to wait for the pool.
    *
    * @param n replicas to wait for
    * @param options `timeout` in ms (default `readyTimeout`), `signal`
@@ -280,7 +297,7 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
     return this.#lease(replica);
   }
 
-  /** Removes the service and waits (bounded) for its tasks to go; idempotent. */
+  /** Removes the services and waits (bounded) for their tasks to go; idempotent. */
   close(): Promise<void> {
     this.#closed ??= this.#shutdown();
     return this.#closed;
@@ -334,24 +351,53 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
         `Cannot create service "${this.#name}": the engine at ${engine.socket} is not a swarm manager; run \`docker swarm init\` there or point socket at a manager`,
       );
     }
-    const created = await engine.call("POST", "/services/create", this.#spec(this.#desired), signal)
-      .catch((err) => {
+    try {
+      for (let i = 0; i < this.#desired; i++) await this.#addSlot(signal);
+    } catch (err) {
+      this.#desired = this.#slots.size;
+      // Services made before the failure go with close(); with none, nothing is held.
+      if (this.#slots.size === 0) {
         this.#engine = null;
         engine.close();
-        throw err;
-      }) as { ID: string };
-    this.#serviceId = created.ID;
+      }
+      throw err;
+    }
     this.#schedule();
   }
 
-  #spec(replicas: number): unknown {
+  /** Creates one replica's service, with a token of its own. */
+  async #addSlot(signal?: AbortSignal): Promise<void> {
+    const name = `${this.#name}-${++this.#slotCount}`;
+    const token = generateToken();
+    const created = await this.#engine!.call(
+      "POST",
+      "/services/create",
+      this.#spec(name, token),
+      signal,
+    ) as { ID: string };
+    this.#slots.set(created.ID, { id: created.ID, name, token });
+  }
+
+  /** Removes a replica's service; its replicas leave the pool. */
+  async #removeSlot(slot: Slot, why: string): Promise<void> {
+    this.#slots.delete(slot.id);
+    for (const r of this.#replicas.values()) if (r.slot === slot && !r.dead) this.#kill(r, why);
+    try {
+      await this.#engine!.call("DELETE", `/services/${slot.id}`);
+    } catch (err) {
+      if (!(err instanceof EngineError) || err.status !== 404) throw err;
+    }
+  }
+
+  #spec(name: string, token: string): unknown {
     const o = this.#options;
-    const env = { ...o.env, HUD_SERVE_TOKEN: this.#token };
+    const env = { ...o.env, HUD_SERVE_TOKEN: token };
     return {
-      Name: this.#name,
+      Name: name,
       Labels: {
         ...o.labels,
         [OWNER_LABEL]: String(Deno.pid),
+        [POOL_LABEL]: this.#name,
         "dev.hud.created": new Date().toISOString(),
       },
       TaskTemplate: {
@@ -369,8 +415,9 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
         },
         RestartPolicy: { Condition: "any", Delay: 500_000_000 },
       },
-      Mode: { Replicated: { Replicas: replicas } },
-      // Host-mode publishing, a port per task: the ingress mesh needs IPVS.
+      Mode: { Replicated: { Replicas: 1 } },
+      // Host-mode publishing, a port per task on its own node only: the
+      // ingress mesh would open it on every node, and needs IPVS.
       EndpointSpec: {
         Mode: "dnsrr",
         Ports: [{ Protocol: "tcp", TargetPort: CONTAINER_PORT, PublishMode: "host" }],
@@ -399,8 +446,9 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
 
   async #refresh(): Promise<void> {
     const engine = this.#engine;
-    if (engine === null || this.#serviceId === null || this.#closed) return;
-    const filters = encodeURIComponent(JSON.stringify({ service: [this.#serviceId] }));
+    if (engine === null || this.#closed) return;
+    if (this.#slots.size === 0) return await this.#scale();
+    const filters = encodeURIComponent(JSON.stringify({ service: [...this.#slots.keys()] }));
     const [tasks, nodes] = await Promise.all([
       engine.call("GET", `/tasks?filters=${filters}`) as Promise<TaskInfo[]>,
       engine.call("GET", "/nodes") as Promise<NodeInfo[]>,
@@ -408,6 +456,8 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
     const byId = new Map(nodes.map((n) => [n.ID, n]));
     const seen = new Set<string>();
     for (const task of tasks) {
+      const slot = this.#slots.get(task.ServiceID ?? "");
+      if (slot === undefined) continue; // a service being removed
       const node = byId.get(task.NodeID ?? "");
       const hostname = node?.Description?.Hostname ?? task.NodeID ?? "?";
       const state = task.Status?.State ?? "unknown";
@@ -435,12 +485,13 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
       const host = nodeAddress(node!);
       if (!port || !host) continue;
       this.#replicas.set(task.ID, {
+        slot,
         taskId: task.ID,
         node: hostname,
         nodeId: node!.ID,
         host,
         port,
-        url: withToken(`tcp://${host}:${port}`, this.#token),
+        url: withToken(`tcp://${host}:${port}`, slot.token),
         ready: false,
         checking: false,
         dead: null,
@@ -482,7 +533,6 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
   }
 
   async #scale(): Promise<void> {
-    const engine = this.#engine!;
     const leased = [...this.#replicas.values()].reduce((n, r) => n + r.leases, 0);
     const demand = leased + this.#waiters.length;
     if (demand > 0) this.#idleSince = Date.now();
@@ -492,25 +542,26 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
     else if (
       demand === 0 && Date.now() - this.#idleSince >= (this.#options.scaleDownAfter ?? 10_000)
     ) {
-      // Scaling down only when idle: the swarm picks which tasks to stop, busy or not.
       want = this.#min;
     }
-    if (want === this.#desired) return;
-    const svc = await engine.call("GET", `/services/${this.#serviceId}`) as {
-      Version: { Index: number };
-      Spec: { Mode: { Replicated: { Replicas: number } } };
-    };
-    svc.Spec.Mode.Replicated.Replicas = want;
     try {
-      await engine.call(
-        "POST",
-        `/services/${this.#serviceId}/update?version=${svc.Version.Index}`,
-        svc.Spec,
-      );
-      this.#desired = want;
+      while (this.#slots.size < want && !this.#closed) await this.#addSlot();
+      if (this.#slots.size > want) {
+        // Only idle replicas' services go (the pool is idle when it shrinks).
+        const busy = new Set(
+          [...this.#replicas.values()].filter((r) => r.leases > 0).map((r) => r.slot),
+        );
+        const idle = [...this.#slots.values()].filter((s) => !busy.has(s)).reverse();
+        for (const slot of idle.slice(0, this.#slots.size - want)) {
+          await this.#removeSlot(slot, "scaled down");
+        }
+      }
     } catch (err) {
-      // Another update came first ("update out of sequence"): retry at the next poll.
+      // Retried at the next poll; said by the next place() that times out.
       if (!(err instanceof EngineError)) throw err;
+      this.#lastTaskError = `scaling to ${want} replicas: ${err.message}`;
+    } finally {
+      this.#desired = this.#slots.size;
     }
   }
 
@@ -579,7 +630,8 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
     return {
       url: replica.url,
       params: {
-        service: this.#name,
+        service: replica.slot.name,
+        pool: this.#name,
         taskId: replica.taskId,
         node: replica.node,
         host: replica.host,
@@ -613,12 +665,10 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
       await this.#polling?.catch(() => {});
       await Promise.allSettled([...this.#checks]);
       const engine = this.#engine;
-      if (engine === null || this.#serviceId === null) return;
-      try {
-        await engine.call("DELETE", `/services/${this.#serviceId}`);
-      } catch (err) {
-        if (!(err instanceof EngineError) || err.status !== 404) throw err;
-      }
+      if (engine === null) return;
+      const ids = new Set(this.#slots.keys());
+      for (const slot of [...this.#slots.values()]) await this.#removeSlot(slot, "closed");
+      if (ids.size === 0) return;
       // Wait (bounded) for the nodes to stop the tasks; a down node never reports.
       const timeout = this.#options.closeTimeout ?? 30_000;
       using deadline = new Deadline(timeout, undefined, "service removal");
@@ -630,7 +680,7 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
         ]);
         const up = new Set(nodes.filter((n) => n.Status?.State === "ready").map((n) => n.ID));
         const left = all.filter((t) =>
-          t.ServiceID === this.#serviceId && up.has(t.NodeID ?? "") &&
+          ids.has(t.ServiceID ?? "") && up.has(t.NodeID ?? "") &&
           !["shutdown", "failed", "complete", "rejected", "orphaned"]
             .includes(t.Status?.State ?? "")
         );

@@ -23,6 +23,7 @@ import { closeQuietly, isPeerGone, prefixed, writeAll } from "../_internal/io.ts
 import { abortable, Deadline, delay } from "../_internal/async.ts";
 import { acceptLoop } from "../_internal/accept.ts";
 import { formatHost } from "../_internal/net.ts";
+import { type PeerUsers, peerUsers, refusePeer } from "../_internal/peer_uid.ts";
 import { JsonRpcCaller } from "../_internal/rpc.ts";
 import {
   type AdvanceResult,
@@ -67,12 +68,25 @@ export interface FileTrackerOptions {
   port?: number;
   /**
    * Listen on a TCP port. `false` serves only the connections handed to
-   * {@linkcode FileTracker.serveConnection} (as the control server's tunnel
+   * {@linkcode FileTracker.attach} (as the control server's tunnel
    * does), so that the tracker has no port of its own; its `url` is then
    * the placeholder `tcp://127.0.0.1:0`.
    * @default true
    */
   listen?: boolean;
+  /**
+   * The local users (uids) whose connections the tracker's port serves; a
+   * connection from anyone else is closed before it is read (and reported
+   * to `onError`), since the tracker reads the tree as this process's user.
+   * On Linux the owner of each accepted loopback connection is read from
+   * `/proc/net/tcp` and `/proc/net/tcp6`; where it cannot be told (not
+   * Linux), listening needs `"any"`, which serves every local user, or
+   * `listen: false`. Connections handed to
+   * {@linkcode FileTracker.attach} (the authenticated tunnel's) are
+   * not checked.
+   * @default [this process's uid]
+   */
+  allowUsers?: readonly number[] | "any";
   /** Shuts the tracker down when aborted. */
   signal?: AbortSignal;
   /** Called once listening, with the bound address. */
@@ -129,7 +143,7 @@ export interface FileTracker extends AsyncDisposable {
    * Serves one already-open connection until it ends; `head` holds bytes
    * already read from it. The connection is closed afterwards.
    */
-  serveConnection(conn: Deno.Conn, head?: Uint8Array): Promise<void>;
+  attach(conn: Deno.Conn, head?: Uint8Array): Promise<void>;
   /** The tracked directory, resolved. */
   readonly root: string;
   /** Resolves once the tracker has shut down. */
@@ -185,6 +199,8 @@ function positive(name: string, value: number | undefined, fallback: number): nu
  * @throws {TypeError} when `root` is not a directory or an option has the wrong type
  * @throws {RangeError} when a limit is negative
  * @throws {Deno.errors.NotFound} when `root` does not exist
+ * @throws {Deno.errors.NotSupported} when listening where a connection's
+ *   user cannot be told, unless `allowUsers` is `"any"`
  */
 export async function startFileTracker(
   root: string,
@@ -203,12 +219,25 @@ export async function startFileTracker(
     maxCaptureTotal: positive("maxCaptureTotal", options.maxCaptureTotal, 15 * MIB),
   });
   options.signal?.throwIfAborted();
+  // Who may use the port, settled before it opens.
+  const users = options.listen === false ? "any" : peerUsers(options.allowUsers, {
+    what: "Cannot start file tracker",
+    listener: "the file tracker",
+    option: "allowUsers",
+    orElse: "listen: false (and attach it to the environment)",
+  });
   const listener = options.listen === false ? null : Deno.listen({
     hostname: options.hostname ?? "127.0.0.1",
     port: options.port ?? 0,
     transport: "tcp",
   });
-  const server = new FileTrackerServer(listener, tracker, await Deno.realPath(root), options);
+  const server = new FileTrackerServer(
+    listener,
+    users,
+    tracker,
+    await Deno.realPath(root),
+    options,
+  );
   options.onListen?.(server.addr);
   return server;
 }
@@ -218,6 +247,7 @@ type Method = typeof METHODS[number];
 
 class FileTrackerServer implements FileTracker {
   readonly #listener: Deno.Listener<Deno.TcpConn, Deno.NetAddr> | null;
+  readonly #users: PeerUsers;
   readonly #tracker: Tracker;
   readonly #root: string;
   readonly #setupDiff: boolean;
@@ -233,11 +263,13 @@ class FileTrackerServer implements FileTracker {
 
   constructor(
     listener: Deno.Listener<Deno.TcpConn, Deno.NetAddr> | null,
+    users: PeerUsers,
     tracker: Tracker,
     root: string,
     options: FileTrackerOptions,
   ) {
     this.#listener = listener;
+    this.#users = users;
     this.#tracker = tracker;
     this.#root = root;
     this.#setupDiff = options.setupDiff ?? true;
@@ -293,13 +325,39 @@ class FileTrackerServer implements FileTracker {
 
   async #accept(): Promise<void> {
     if (this.#listener === null) return;
-    await acceptLoop(this.#listener, (conn) => void this.serveConnection(conn), {
+    await acceptLoop(this.#listener, (conn) => {
+      const task: Promise<void> = this.#admit(conn).catch((err) => this.#onError(err))
+        .finally(() => this.#tasks.delete(task));
+      this.#tasks.add(task);
+    }, {
       closing: () => this.#shutdown !== null,
       onError: this.#onError,
     });
   }
 
-  serveConnection(conn: Deno.Conn, head: Uint8Array = new Uint8Array()): Promise<void> {
+  /** Serves a connection to the port if its user is allowed; closes it unread if not. */
+  async #admit(conn: Deno.Conn): Promise<void> {
+    if (this.#users !== "any") {
+      this.#conns.add(conn);
+      let refused: Error | null;
+      try {
+        refused = await refusePeer(conn, this.#users, "File tracker", "allowUsers");
+      } catch (err) {
+        closeQuietly(conn);
+        throw err;
+      } finally {
+        this.#conns.delete(conn);
+      }
+      if (refused !== null) {
+        closeQuietly(conn);
+        this.#onError(refused);
+        return;
+      }
+    }
+    await this.attach(conn);
+  }
+
+  attach(conn: Deno.Conn, head: Uint8Array = new Uint8Array()): Promise<void> {
     if (this.#shutdown) {
       closeQuietly(conn);
       return Promise.resolve();

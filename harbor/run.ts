@@ -195,6 +195,12 @@ async function runOne(
       socket: options.socket,
       cpus: env.cpus,
       memory: env.memoryMb * 1024 * 1024,
+      // Harbor's semantics: the agent and the verifier are the container's
+      // root (still without capabilities, under the runtime's seccomp list
+      // and no-new-privileges), the image writable, the network as the task says.
+      user: "0:0",
+      readOnly: false,
+      network: env.allowInternet,
       labels: { "dev.hud.harbor.task": task.name },
     }),
     options.socket,

@@ -1,3 +1,4 @@
+import { test } from "./_test.ts";
 import assert from "node:assert/strict";
 import { main } from "../cli.ts";
 import { SubprocessRuntime } from "../runtime/mod.ts";
@@ -35,9 +36,11 @@ async function run(
 }
 
 /** Runs the command line in a child process. */
-async function spawnCli(...args: string[]): Promise<Ran> {
+/** Runs cli.ts in a child whose environment adds `env` to this process's. */
+async function spawnCliWith(env: Record<string, string>, ...args: string[]): Promise<Ran> {
   const out = await new Deno.Command(Deno.execPath(), {
     args: ["run", "-A", CLI, ...args],
+    env,
     stdin: "null",
     signal: testSignal(),
   }).output();
@@ -52,7 +55,7 @@ function assertUsageError(ran: Ran, pattern: RegExp): void {
   assert.match(ran.stderr, pattern);
 }
 
-Deno.test("main() prints help for the program and every command", async (t) => {
+test("main() prints help for the program and every command", async (t) => {
   await t.step("top level, listing the commands", async () => {
     for (const flag of ["--help", "-h", "help"]) {
       const ran = await run([flag]);
@@ -82,7 +85,7 @@ Deno.test("main() prints help for the program and every command", async (t) => {
   });
 });
 
-Deno.test("main() rejects bad usage with one line and exit code 2", async () => {
+test("main() rejects bad usage with one line and exit code 2", async () => {
   assertUsageError(await run(["frobnicate"]), /unknown command "frobnicate"/);
   assertUsageError(await run(["--frob"]), /unknown option "--frob"/);
   assertUsageError(await run(["tasks", "--frob"]), /unknown option "--frob" \(see "hud tasks/);
@@ -106,7 +109,7 @@ Deno.test("main() rejects bad usage with one line and exit code 2", async () => 
   assertUsageError(await run(["tasks", BASIC, "--url", "tcp://a:1"]), /FILE or --url, not both/);
 });
 
-Deno.test("main() fails with exit code 1 and one message when a command fails", async () => {
+test("main() fails with exit code 1 and one message when a command fails", async () => {
   const ran = await run(["tasks", MULTI]);
   assert.equal(ran.code, 1);
   assert.match(ran.stderr, /^error: Cannot load environment: .* exports several environments/);
@@ -115,7 +118,7 @@ Deno.test("main() fails with exit code 1 and one message when a command fails", 
   assert.match(missing.stderr, /file "no\/such\/env.ts" not found/);
 });
 
-Deno.test("main() tasks lists a module's templates", async (t) => {
+test("main() tasks lists a module's templates", async (t) => {
   await t.step("as a table", async () => {
     const ran = await run(["tasks", BASIC]);
     assert.equal(ran.code, 0, ran.stderr);
@@ -134,7 +137,7 @@ Deno.test("main() tasks lists a module's templates", async (t) => {
   });
 });
 
-Deno.test("main() start --source runs, reads the answer and grades in-process", async (t) => {
+test("main() start --source runs, reads the answer and grades in-process", async (t) => {
   await t.step("answer from standard input", async () => {
     const ran = await run(["start", "add", "--source", BASIC, "--args", '{"a":3}'], {
       stdin: "5\nignored\n",
@@ -161,7 +164,7 @@ Deno.test("main() start --source runs, reads the answer and grades in-process", 
   });
 });
 
-Deno.test("main() serve runs until its signal aborts, and tasks reaches it by url", async () => {
+test("main() serve runs until its signal aborts, and tasks reaches it by url", async () => {
   const controller = new AbortController();
   let announced = "";
   const serving = run(["serve", BASIC, "--port", "0"], {
@@ -194,19 +197,24 @@ Deno.test("main() serve runs until its signal aborts, and tasks reaches it by ur
   assert.match(served.stderr, /^Serving "fixture" 0.3.0 on tcp:\/\/127.0.0.1:\d+/);
 });
 
-Deno.test("cli.ts end to end in child processes: serve, tasks, start, then grade elsewhere", async (t) => {
+test("cli.ts end to end in child processes: serve, tasks, start, then grade elsewhere", async (t) => {
   // SubprocessRuntime runs "cli.ts serve" in a child of its own.
   await using served = await new SubprocessRuntime(BASIC).place();
-  const url = served.url;
+  // The token goes by HUD_SERVE_TOKEN, as it should: in --url it would be on
+  // the command line, for every local user to read (and cli.ts would warn).
+  const [, token, address] = /^tcp:\/\/:([^@]+)@(.+)$/.exec(served.url)!;
+  const url = `tcp://${address}`;
+  const spawn = (...args: string[]) =>
+    spawnCliWith({ HUD_SERVE_TOKEN: decodeURIComponent(token) }, ...args);
 
   await t.step("tasks --url", async () => {
-    const ran = await spawnCli("tasks", "--url", url);
+    const ran = await spawn("tasks", "--url", url);
     assert.equal(ran.code, 0, ran.stderr);
     assert.match(ran.stdout, /^add {3}a: integer, b: integer = 2 {2}Add two numbers$/m);
   });
 
   await t.step("start in one process, grade its session from another", async () => {
-    const started = await spawnCli(
+    const started = await spawn(
       "start",
       "add",
       "--args",
@@ -220,7 +228,7 @@ Deno.test("cli.ts end to end in child processes: serve, tasks, start, then grade
     assert.equal(frame.prompt, "What is 2 + 3?");
     assert.match(frame.session_id, /^sess-[0-9a-f]{32}$/);
 
-    const graded = await spawnCli(
+    const graded = await spawn(
       "grade",
       "add",
       "--answer",
@@ -233,7 +241,7 @@ Deno.test("cli.ts end to end in child processes: serve, tasks, start, then grade
     assert.equal(graded.code, 0, graded.stderr);
     assert.deepEqual(JSON.parse(graded.stdout), { score: 1 });
 
-    const again = await spawnCli("grade", "add", "--answer", "5", "--url", url);
+    const again = await spawn("grade", "add", "--answer", "5", "--url", url);
     assert.equal(again.code, 1);
     assert.match(again.stderr, /^error: no task in progress\n$/);
   });
@@ -241,24 +249,24 @@ Deno.test("cli.ts end to end in child processes: serve, tasks, start, then grade
   await t.step(
     "start prints the prompt and how to grade; grade adopts the lone parked task",
     async () => {
-      const started = await spawnCli("start", "add", "--args", '{"a":40}', "--url", url);
+      const started = await spawn("start", "add", "--args", '{"a":40}', "--url", url);
       assert.equal(started.code, 0, started.stderr);
       assert.equal(started.stdout, "What is 40 + 2?\n");
       assert.match(started.stderr, /Session sess-[0-9a-f]{32} holds the task/);
       assert.match(started.stderr, /hud grade add --url tcp:\/\/127.0.0.1:\d+ --session sess-/);
 
-      const wrongTemplate = await spawnCli("grade", "nope", "--answer", "42", "--url", url);
+      const wrongTemplate = await spawn("grade", "nope", "--answer", "42", "--url", url);
       assert.equal(wrongTemplate.code, 1);
       assert.match(wrongTemplate.stderr, /unknown template "nope" \(available: "add", "echo"\)/);
 
-      const graded = await spawnCli("grade", "add", "--answer", "41", "--url", url);
+      const graded = await spawn("grade", "add", "--answer", "41", "--url", url);
       assert.equal(graded.code, 0, graded.stderr);
       assert.deepEqual(JSON.parse(graded.stdout), { score: 0 });
     },
   );
 
   await t.step("an unknown session", async () => {
-    const ran = await spawnCli(
+    const ran = await spawn(
       "grade",
       "add",
       "--answer",
@@ -273,15 +281,15 @@ Deno.test("cli.ts end to end in child processes: serve, tasks, start, then grade
   });
 
   await t.step("bad flags exit 2 from a real process", async () => {
-    const ran = await spawnCli("start", "add", "--url", url, "--args", "{nope");
+    const ran = await spawn("start", "add", "--url", url, "--args", "{nope");
     assertUsageError(ran, /--args is not valid JSON/);
-    const help = await spawnCli("grade", "--help");
+    const help = await spawn("grade", "--help");
     assert.equal(help.code, 0);
     assert.match(help.stdout, /^Usage: hud grade TASK \(--answer TEXT \| --answer-file PATH\)/);
   });
 });
 
-Deno.test("main() eval runs an external agent, streams results and resumes", async (t) => {
+test("main() eval runs an external agent, streams results and resumes", async (t) => {
   const dir = await Deno.makeTempDir();
   try {
     const rows = `${dir}/rows.jsonl`;
@@ -367,7 +375,7 @@ Deno.test("main() eval runs an external agent, streams results and resumes", asy
   }
 });
 
-Deno.test("main() serve takes its token from --token-file and prints it nowhere", async (t) => {
+test("main() serve takes its token from --token-file and prints it nowhere", async (t) => {
   const dir = await Deno.makeTempDir();
   try {
     const file = `${dir}/token`;
@@ -477,7 +485,7 @@ async function fastRows(dir: string, n: number): Promise<string> {
   return path;
 }
 
-Deno.test("main() eval never loses a results file", async (t) => {
+test("main() eval never loses a results file", async (t) => {
   const dir = await Deno.makeTempDir();
   try {
     const rows = await fastRows(dir, 2);
@@ -565,7 +573,7 @@ Deno.test("main() eval never loses a results file", async (t) => {
   }
 });
 
-Deno.test("main() eval counts and explains every failure", async (t) => {
+test("main() eval counts and explains every failure", async (t) => {
   const dir = await Deno.makeTempDir();
   try {
     const rows = await fastRows(dir, 2);
@@ -657,7 +665,7 @@ Deno.test("main() eval counts and explains every failure", async (t) => {
   }
 });
 
-Deno.test("main() behaves like a Unix tool", async (t) => {
+test("main() behaves like a Unix tool", async (t) => {
   await t.step("--version matches deno.json", async () => {
     const config = JSON.parse(
       await Deno.readTextFile(new URL("../deno.json", import.meta.url)),

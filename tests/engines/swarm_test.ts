@@ -6,6 +6,7 @@
 // the engine's binaries are needed; without them the test is skipped, saying
 // why (in CI it runs). Run alone with `deno task test-engine`.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { connect } from "../../client.ts";
 import type { Placement, PlaceOptions } from "../../runtime/placement.ts";
@@ -16,6 +17,7 @@ import { functionAgent, Taskset } from "../../eval/mod.ts";
 import { taskSlug } from "../../env.ts";
 import { delay } from "../../_internal/async.ts";
 import { withDeadline } from "../_deadline.ts";
+import { type HeldLock, holdSwarmLock } from "./_swarm_lock.ts";
 
 const ENGINE_DIR = new URL("../../.ci/engine/", import.meta.url).pathname;
 const FIXTURE = new URL("../fixtures/basic_env.ts", import.meta.url).pathname;
@@ -127,23 +129,31 @@ async function crash(node: string, state: string): Promise<void> {
 }
 
 const shared = Deno.env.get("ENGINE_STATE");
-/** The scripts' environment, once the test has made its state directory. */
+/** The scripts' environment, once the test holds the swarm lock and has made its state directory. */
 let env: Record<string, string> | null = null;
+/** The machine-wide lock, held from before swarm_up.sh until after swarm_down.sh. */
+let lock: HeldLock | null = null;
 
-/** Bounded: daemons (by PID), namespaces, bridge, rules, state. */
+/** Bounded: daemons (by PID), namespaces, bridge, rules, state; then the lock. */
 async function swarmDown(): Promise<void> {
-  if (env === null) return;
-  await sh("swarm_down.sh", env, 120_000).catch((err) => console.error(String(err)));
-  if (shared === undefined) {
-    await Deno.remove(env.ENGINE_STATE, { recursive: true }).catch(() => {});
+  try {
+    // Without the lock the swarm on this machine is another run's: leave it.
+    if (env === null) return;
+    await sh("swarm_down.sh", env, 120_000).catch((err) => console.error(String(err)));
+    if (shared === undefined) {
+      await Deno.remove(env.ENGINE_STATE, { recursive: true }).catch(() => {});
+    }
+  } finally {
+    await lock?.release();
   }
 }
 
-Deno.test({
+test({
   name: "SwarmRuntime serves 60 rollouts on 3 nodes and survives a node's crash",
   ignore,
   fn: withDeadline(59_000, async (t) => {
     if (SKIP !== null) throw new Error(`swarm test cannot run in CI: ${SKIP}`);
+    lock = await holdSwarmLock();
     env = {
       ENGINE_STATE: shared ?? await Deno.makeTempDir({ prefix: "hud-swarm-" }),
       SWARM_REGISTRY: which("docker-registry") ? "1" : "0",
@@ -255,6 +265,20 @@ Deno.test({
       const held = await Promise.all([1, 2, 3].map(() => runtime.place()));
       assert.equal(runtime.desiredReplicas, 3);
       assert.equal(new Set(held.map((p) => p.params.taskId)).size, 3, "three replicas");
+      // Each replica has a token of its own: one's token opens no other.
+      const tokens = held.map((p) => decodeURIComponent(/^tcp:\/\/:([^@]+)@/.exec(p.url)![1]));
+      assert.equal(new Set(tokens).size, 3, "the replicas share a token");
+      const [a, b] = held;
+      const borrowed = `tcp://:${encodeURIComponent(tokens[0])}@${b.params.host}:${b.params.port}`;
+      await assert.rejects(
+        connect(borrowed, { readyTimeout: 5_000, forward: false }),
+        /unauthorized/,
+        "replica B took replica A's token",
+      );
+      {
+        await using own = await connect(a.url, { readyTimeout: 5_000, forward: false });
+        assert.equal(own.manifest.env.name, "fixture");
+      }
       // A fourth waits for a free one: it gets the first released.
       const fourth = runtime.place({ signal: AbortSignal.timeout(30_000) });
       await held[0][Symbol.asyncDispose]();
@@ -338,7 +362,28 @@ Deno.test({
   }),
 });
 
-Deno.test("SwarmRuntime rejects replica counts and width out of range", () => {
+test("holdSwarmLock() waits while another process holds the lock, and takes it after", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const path = `${dir}/swarm.lock`;
+    const first = await holdSwarmLock(path);
+    // A second run (another process's flock) cannot have it meanwhile.
+    await assert.rejects(
+      holdSwarmLock(path, { ms: 1_000 }),
+      new RegExp(`Timed out after 1000 ms waiting for the machine-wide swarm lock ${path}`),
+    );
+    const probe = await new Deno.Command("flock", { args: ["--nonblock", path, "true"] }).output();
+    assert.equal(probe.code, 1, "flock --nonblock took the held lock");
+    await first.release();
+    await first.release(); // idempotent
+    await using second = await holdSwarmLock(path, { ms: 20_000 });
+    assert.equal(second.path, path);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+test("SwarmRuntime rejects replica counts and width out of range", () => {
   assert.throws(() => new SwarmRuntime(""), /image must be a non-empty string/);
   assert.throws(
     () => new SwarmRuntime("x", { minReplicas: 0 }),
@@ -351,7 +396,7 @@ Deno.test("SwarmRuntime rejects replica counts and width out of range", () => {
   );
 });
 
-Deno.test({
+test({
   name: "SwarmRuntime.place() on an engine that is not a swarm manager says how to make one",
   ignore: (() => {
     try {

@@ -4,6 +4,7 @@
 // scripted model, through `cli.ts eval` run with umask 000; the results file
 // is 0600 in a directory no wider than 0700, and holds neither secret.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { completion, scriptedServer } from "../agents/_scripted.ts";
 import { Trace } from "../../eval/trace.ts";
@@ -99,7 +100,7 @@ async function checkResults(out: string, planted: Planted): Promise<void> {
   assert.equal(dirMode & 0o077, 0, `results directory mode ${dirMode.toString(8)}`);
 }
 
-Deno.test("cli.ts eval with a command agent keeps planted secrets out of a 0600 results file", async () => {
+test("cli.ts eval with a command agent keeps planted secrets out of a 0600 results file", async () => {
   const dir = await Deno.makeTempDir({ prefix: "results-secrets-" });
   try {
     const planted = await plant(dir);
@@ -117,7 +118,7 @@ Deno.test("cli.ts eval with a command agent keeps planted secrets out of a 0600 
   }
 });
 
-Deno.test("cli.ts eval --model keeps what ChatAgent read out of a 0600 results file", async () => {
+test("cli.ts eval --model keeps what ChatAgent read out of a 0600 results file", async () => {
   const dir = await Deno.makeTempDir({ prefix: "results-secrets-" });
   try {
     const planted = await plant(dir);
@@ -147,7 +148,7 @@ Deno.test("cli.ts eval --model keeps what ChatAgent read out of a 0600 results f
   }
 });
 
-Deno.test("Trace redacts what it records: steps, info, failures and the answer", () => {
+test("Trace redacts what it records: steps, info, failures and the answer", () => {
   const key = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmU\n" +
     "-----END OPENSSH PRIVATE KEY-----\n";
   const trace = new Trace();
@@ -163,4 +164,39 @@ Deno.test("Trace redacts what it records: steps, info, failures and the answer",
   assert.match(json, /\[REDACTED GitHub token\]/);
   // What the caller passed is left as it was.
   assert.ok(content.request[0].content.includes("b3BlbnNz"));
+});
+
+test("cli.ts report --html writes its page 0600 whatever the umask", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const results = `${dir}/results.jsonl`;
+    const record = {
+      job_id: "job",
+      group_id: "job:t",
+      task: { env: "e", id: "t", args: {}, slug: "t" },
+      repeat: 0,
+      status: "completed",
+      reward: 1,
+      failed_phase: null,
+      trace: { started_at: "2026-01-01T00:00:00.000Z", ended_at: null, errors: [], steps: [] },
+    };
+    await Deno.writeTextFile(results, JSON.stringify(record) + "\n");
+    const page = `${dir}/report.html`;
+    // The page holds every trace of the results it was given: as private as they are.
+    const ran = await new Deno.Command("bash", {
+      args: ["-c", 'umask 000 && exec "$@"', "bash", Deno.execPath(), "run", "-A", CLI, "report"]
+        .concat([results, "--html", page]),
+      env: { NO_COLOR: "1" },
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+      signal: AbortSignal.timeout(60_000),
+    }).output();
+    assert.equal(ran.code, 0, new TextDecoder().decode(ran.stderr));
+    const mode = (await Deno.stat(page)).mode! & 0o777;
+    assert.equal(mode, 0o600, `report mode ${mode.toString(8)}`);
+    assert.match(await Deno.readTextFile(page), /^<!doctype html>/i);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });

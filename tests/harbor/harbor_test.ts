@@ -1,10 +1,12 @@
 // Harbor tasks in: a dataset of Harbor-format tasks written here, their
-// Dockerfiles FROM a base image this test builds (no registry is reachable):
+// Dockerfiles FROM a base image this test builds (tests/engines/_shell_base.ts;
+// no registry is reachable):
 // the oracle scores 1.0, a do-nothing agent 0.0, reward.json gives
 // subscores, a verifier time-out, a failing build and a missing reward each
 // fail with their own message, and a second run builds nothing. Needs an
 // engine socket; skipped without one, saying why (in CI it runs).
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import {
   buildHarborImage,
@@ -15,7 +17,7 @@ import {
   runHarborTasks,
 } from "../../harbor/mod.ts";
 import { EngineClient, findEngineSocket } from "../../engines/_engine.ts";
-import { TarWriter } from "../../engines/_tar.ts";
+import { buildShellBase } from "../engines/_shell_base.ts";
 import { OWNER_LABEL } from "../../engines/mod.ts";
 import { functionAgent } from "../../eval/mod.ts";
 import { withDeadline } from "../_deadline.ts";
@@ -33,68 +35,6 @@ if (SOCKET === null && !CI) console.log("harbor_test: skipped: no engine socket"
 const ignore = SOCKET === null && !CI;
 
 const BASE = "hud-test-harbor-base:latest";
-const TOOLS = ["bash", "grep", "sed", "setpriv", "env", "sleep"];
-
-async function output(cmd: string, args: string[]): Promise<string> {
-  const out = await new Deno.Command(cmd, { args, stdout: "piped", stderr: "piped" }).output();
-  if (!out.success) {
-    throw new Error(`${cmd} ${args.join(" ")}: ${new TextDecoder().decode(out.stderr)}`);
-  }
-  return new TextDecoder().decode(out.stdout);
-}
-
-function inUsr(path: string): string {
-  return path.replace(/^\/(bin|sbin|lib|lib64)\//, "/usr/$1/");
-}
-
-/** A FROM-scratch base of this machine's bash, coreutils and the libraries they and Deno link. */
-async function buildBase(): Promise<void> {
-  const coreutils = (await output("dpkg", ["-L", "coreutils"])).split("\n")
-    .filter((p) => /^\/(usr\/)?bin\/[^/]+$/.test(p));
-  const bins = new Set<string>();
-  for (const p of [...coreutils, ...TOOLS.map((t) => `/usr/bin/${t}`)]) {
-    try {
-      bins.add(await Deno.realPath(p));
-    } catch {
-      // not on this machine
-    }
-  }
-  const libs = new Set<string>();
-  for (const bin of [...bins, await Deno.realPath(Deno.execPath())]) {
-    const ldd = await output("ldd", [bin]).catch(() => "");
-    for (const lib of ldd.match(/\/[^ :()]+\.so[^ :()]*/g) ?? []) libs.add(lib);
-  }
-  const tar = new TarWriter();
-  for (const d of ["usr/bin", "usr/sbin", "usr/lib", "usr/lib64", "etc"]) tar.dir(`root/${d}`);
-  for (const l of ["bin", "sbin", "lib", "lib64"]) tar.symlink(`root/${l}`, `usr/${l}`);
-  tar.dir("root/tmp", 0o1777);
-  tar.file("root/etc/passwd", new TextEncoder().encode("root:x:0:0:root:/root:/bin/bash\n"));
-  tar.file("root/etc/group", new TextEncoder().encode("root:x:0:\n"));
-  for (const bin of bins) tar.file(`root${inUsr(bin)}`, await Deno.readFile(bin), 0o755);
-  tar.symlink("root/usr/bin/sh", "bash");
-  for (const lib of libs) {
-    const path = `root${inUsr(lib)}`;
-    const dir = path.slice(0, path.lastIndexOf("/"));
-    if (!["root/usr/lib", "root/usr/lib64"].includes(dir)) tar.dir(dir);
-    tar.file(path, await Deno.readFile(await Deno.realPath(lib)), 0o755);
-  }
-  tar.file(
-    "Dockerfile",
-    new TextEncoder().encode("FROM scratch\nCOPY root/ /\nENV PATH=/usr/local/bin:/usr/bin:/bin\n"),
-  );
-  using engine = await EngineClient.open();
-  const res = await engine.raw("POST", `/build?t=${encodeURIComponent(BASE)}&rm=1&forcerm=1`, {
-    body: tar.bytes(),
-    headers: { "content-type": "application/x-tar" },
-    signal: AbortSignal.timeout(240_000),
-  });
-  for (const line of (await res.text()).split("\n")) {
-    if (line.trim() === "") continue;
-    const msg = JSON.parse(line) as { error?: string };
-    if (msg.error) throw new Error(`Cannot build ${BASE}: ${msg.error}`);
-  }
-}
-
 /** Writes a task directory: files by relative path. */
 async function writeTask(root: string, name: string, files: Record<string, string>) {
   for (const [rel, text] of Object.entries(files)) {
@@ -136,6 +76,15 @@ async function writeDataset(root: string): Promise<void> {
     "tests/test.sh":
       "#!/bin/bash\nok=0; [ -f /app/out.txt ] && ok=1\necho '{\"correctness\": '$ok', \"style\": 0.5}' > /logs/verifier/reward.json\necho 0 > /logs/verifier/reward.txt\n",
   });
+  // Reward 1 when the container has no interface but its loopback.
+  const offline =
+    '#!/bin/bash\nn=$(tail -n +3 /proc/net/dev | grep -vc "^ *lo:")\n[ "$n" = 0 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n';
+  await writeTask(root, "offline", {
+    ...common,
+    "task.toml": "[environment]\nallow_internet = false\n",
+    "tests/test.sh": offline,
+  });
+  await writeTask(root, "online", { ...common, "task.toml": "", "tests/test.sh": offline });
   await writeTask(root, "slow", {
     ...common,
     "task.toml": "[verifier]\ntimeout_sec = 2\n",
@@ -174,12 +123,20 @@ async function containersLeft(): Promise<string[]> {
   return list.map((c) => c.Id);
 }
 
-Deno.test("loadHarborTasks() loads the valid tasks and lists the others with a reason code", async () => {
+test("loadHarborTasks() loads the valid tasks and lists the others with a reason code", async () => {
   const root = await Deno.makeTempDir({ prefix: "hud-harbor-" });
   try {
     await writeDataset(root);
     const { tasks, skipped } = await loadHarborTasks(root);
-    assert.deepEqual(tasks.map((t) => t.name), ["broken", "hello", "multi", "noreward", "slow"]);
+    assert.deepEqual(tasks.map((t) => t.name), [
+      "broken",
+      "hello",
+      "multi",
+      "noreward",
+      "offline",
+      "online",
+      "slow",
+    ]);
     assert.deepEqual(skipped.map((s) => [s.name, s.code]), [
       ["badconfig", "bad_config"],
       ["compose", "compose"],
@@ -203,7 +160,7 @@ Deno.test("loadHarborTasks() loads the valid tasks and lists the others with a r
   }
 });
 
-Deno.test("parseHarborConfig() names the file and key of a bad shape", () => {
+test("parseHarborConfig() names the file and key of a bad shape", () => {
   assert.throws(
     () => parseHarborConfig("[environment]\nallow_internet = 1\n", "t/task.toml"),
     /^TypeError: Cannot load Harbor task: t\/task\.toml: "environment\.allow_internet" must be a boolean$/,
@@ -218,7 +175,7 @@ let base: Promise<void> | null = null;
 
 /** Runs `fn` on the dataset's loaded tasks, in a directory removed after. */
 async function withDataset(fn: (tasks: HarborTask[]) => Promise<void>): Promise<void> {
-  base ??= buildBase();
+  base ??= buildShellBase(BASE);
   await base;
   const root = await Deno.makeTempDir({ prefix: "hud-harbor-" });
   try {
@@ -234,7 +191,7 @@ function pick(tasks: HarborTask[], ...names: string[]): HarborTask[] {
   return names.map((n) => tasks.find((t) => t.name === n)!);
 }
 
-Deno.test({
+test({
   name: "runHarborTasks() with the oracle scores 1.0, and reward.json's keys become subscores",
   ignore,
   fn: withDeadline(59_000, () =>
@@ -247,10 +204,14 @@ Deno.test({
       assert.equal(multi.error, null);
       assert.deepEqual(multi.subscores, { correctness: 1, style: 0.5 });
       assert.equal(multi.reward, 0.75);
+      // allow_internet = false: no network; Harbor's default (true): the engine's bridge.
+      const [offline, online] = await runHarborTasks(pick(tasks, "offline", "online"), "oracle");
+      assert.equal(offline.reward, 1, offline.error ?? "");
+      assert.equal(online.reward, 0, online.error ?? "");
     })),
 });
 
-Deno.test({
+test({
   name: "runHarborTasks() tells a verifier time-out, a missing reward and a failed build apart",
   ignore,
   fn: withDeadline(59_000, () =>
@@ -268,7 +229,7 @@ Deno.test({
     })),
 });
 
-Deno.test({
+test({
   name: "runHarborTasks() scores a do-nothing agent 0.0 and reuses the images it built",
   ignore,
   fn: withDeadline(59_000, () =>
