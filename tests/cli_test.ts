@@ -107,6 +107,27 @@ test("main() rejects bad usage with one line and exit code 2", async () => {
   assertUsageError(await run(["grade", "add"]), /missing --answer/);
   assertUsageError(await run(["grade", "add", "--answer", "-3"]), /write --answer=VALUE/);
   assertUsageError(await run(["tasks", BASIC, "--url", "tcp://a:1"]), /FILE or --url, not both/);
+  for (const spec of ["vm:x", "k8s", "k8s:", "swarm", "slurm:", "slurmx"]) {
+    assertUsageError(
+      await run(["eval", BASIC, "--agent", "cat", "--runtime", spec]),
+      new RegExp(
+        `--runtime must be "local", "container:IMAGE", "swarm:IMAGE", "k8s:IMAGE" or "slurm\\[:PARTITION\\]", got "${spec}"`,
+      ),
+    );
+  }
+  assertUsageError(await run(["gc", "--namespace", "evals"]), /--namespace needs --kubernetes/);
+  assertUsageError(
+    await run(["gc", "--kubernetes", "--slurm"]),
+    /give --kubernetes or --slurm, not both/,
+  );
+  assertUsageError(
+    await run(["gc", "--slurm", "--older-than", "60"]),
+    /--older-than does not apply to --slurm/,
+  );
+  assertUsageError(
+    await run(["gc", "--kubernetes", "--socket", "/run/x.sock"]),
+    /--socket is for containers: leave it out with --kubernetes/,
+  );
 });
 
 test("main() fails with exit code 1 and one message when a command fails", async () => {

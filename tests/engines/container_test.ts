@@ -485,7 +485,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
       );
       assert.match(
         err,
-        /--runtime must be "local", "container:IMAGE" or "swarm:IMAGE", got "vm:x"/,
+        /--runtime must be "local", "container:IMAGE", "swarm:IMAGE", "k8s:IMAGE" or "slurm\[:PARTITION\]", got "vm:x"/,
       );
       err = "";
       assert.equal(await main(["gc"], quiet), 0);
