@@ -15,6 +15,8 @@ import { bashGrader, type ExecTarget } from "../graders/bash.ts";
 /** What the image layer holds about its task, at {@linkcode TASK_FILE}. */
 export interface HarborTaskFile {
   name: string;
+  /** The task image's ENV. */
+  env: Record<string, string>;
   instruction: string;
   workdir: string;
   verifierTimeoutSec: number;
@@ -39,7 +41,9 @@ const isolation = Deno.env.get("HUD_HARBOR_ISOLATION") === "auto" ? "auto" : "no
 const workspace = addWorkspace(
   env,
   task.workdir,
-  isolation === "none" ? { isolation, uid: 0, trackFiles: false } : { trackFiles: false },
+  isolation === "none"
+    ? { isolation, uid: 0, trackFiles: false, env: task.env }
+    : { trackFiles: false, env: task.env },
 );
 
 async function exists(path: string): Promise<boolean> {

@@ -124,11 +124,11 @@ function slug(name: string): string {
 async function imageInfo(
   engine: EngineClient,
   ref: string,
-): Promise<{ Id: string; Config?: { WorkingDir?: string } } | null> {
+): Promise<{ Id: string; Config?: { WorkingDir?: string; Env?: string[] | null } } | null> {
   try {
     return await engine.call("GET", `/images/${encodeURIComponent(ref)}/json`) as {
       Id: string;
-      Config?: { WorkingDir?: string };
+      Config?: { WorkingDir?: string; Env?: string[] | null };
     };
   } catch (err) {
     if (err instanceof EngineError && err.status === 404) return null;
@@ -210,8 +210,16 @@ export async function buildHarborImage(
     );
   }
   const workdir = task.config.environment.workdir ?? (info.Config?.WorkingDir || "/");
+  // The image's ENV, for the agent's and the verifier's commands (the
+  // workspace gives them only what it is told).
+  const env: Record<string, string> = {};
+  for (const pair of info.Config?.Env ?? []) {
+    const at = pair.indexOf("=");
+    if (at > 0) env[pair.slice(0, at)] = pair.slice(at + 1);
+  }
   const facts: HarborTaskFile = {
     name: task.name,
+    env,
     instruction: task.instruction,
     workdir,
     verifierTimeoutSec: task.config.verifierTimeoutSec,

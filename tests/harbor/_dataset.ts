@@ -13,7 +13,8 @@ export async function writeTask(root: string, name: string, files: Record<string
   }
 }
 
-const DOCKERFILE = `FROM ${BASE}\nWORKDIR /app\nRUN echo seed > /app/seed.txt\n`;
+const DOCKERFILE =
+  `FROM ${BASE}\nWORKDIR /app\nENV GREETING=hello\nRUN echo seed > /app/seed.txt\n`;
 // The expected text sits in a dot-file of tests/: the whole tree is copied.
 const HELLO_TEST = [
   "#!/bin/bash",
@@ -31,7 +32,8 @@ export async function writeDataset(root: string): Promise<void> {
   const common = {
     "environment/Dockerfile": DOCKERFILE,
     "instruction.md": "Write hello to /app/out.txt.\n",
-    "solution/solve.sh": "#!/bin/bash\necho hello > /app/out.txt\n",
+    // The image's ENV reaches the agent.
+    "solution/solve.sh": '#!/bin/bash\necho "$GREETING" > /app/out.txt\n',
   };
   await writeTask(root, "hello", {
     ...common,
