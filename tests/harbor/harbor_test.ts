@@ -151,13 +151,24 @@ test({
 });
 
 test({
-  name: "runHarborTasks() scores a do-nothing agent 0.0 and reuses the images it built",
+  name:
+    "runHarborTasks() scores a do-nothing agent 0.0, hides tests/, and reuses the images it built",
   ignore,
   fn: withDeadline(59_000, () =>
     withDataset(async (tasks) => {
       const [hello] = pick(tasks, "hello");
       const first = await buildHarborImage(hello);
-      const [idle] = await runHarborTasks([hello], functionAgent(() => undefined));
+      // It only looks: tests/ and solution/ are not in the container while it works.
+      let seen = "";
+      const looker = functionAgent(async (_prompt, run, { signal }) => {
+        await using shell = await run.client.open("shell", { signal });
+        const r = await shell.exec("ls -a /tests /solution 2>&1; pwd", { signal });
+        seen = r.stdoutText;
+      });
+      const [idle] = await runHarborTasks([hello], looker);
+      assert.match(seen, /\/tests.*No such file/);
+      assert.match(seen, /\/solution.*No such file/);
+      assert.match(seen, /^\/app$/m);
       assert.equal(idle.error, null);
       assert.equal(idle.reward, 0);
       assert.equal(idle.built, false);
