@@ -142,6 +142,13 @@ export const USAGE: string =
             [--out results.jsonl [--resume | --force]] [--json]
             [--runtime WHERE [--container-network] [--container-env NAME=VALUE]...]
 
+FILE may be harbor:PATH, a Harbor task directory or a dataset of them: each
+task runs in a container of its own Dockerfile's image (built once, cached
+by content), its instruction the prompt, its tests/test.sh the grader;
+--agent oracle runs each task's solution/solve.sh (a dataset validates when
+every task scores 1.0). With harbor:PATH only --agent, --model flags,
+--group and --json apply.
+
 Serves the environment module FILE in this process and runs the agent
 command CMD once per task and repeat, grading each answer. The tasks are
 the rows in ROWS (a .json or .jsonl taskset; a row without "slug" gets the
@@ -267,6 +274,10 @@ export async function run(args: string[], io: Io): Promise<number> {
   }, io);
   if (parsed === null) return EXIT_OK;
   const { values, positionals: [file] } = parsed;
+  if (file.startsWith("harbor:")) {
+    const { runHarborEval } = await import("./_eval_harbor.ts");
+    return await runHarborEval(file.slice("harbor:".length), values, io);
+  }
   const command = stringOption(values, "agent");
   const runtimeSpec = stringOption(values, "runtime") ?? "local";
   if (

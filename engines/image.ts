@@ -34,6 +34,17 @@ export interface BuildImageOptions {
    * @default {@linkcode SERVER_V8_FLAGS}
    */
   v8Flags?: readonly string[];
+  /**
+   * Where the module and the SDK go in the image (a base image's own `/app`
+   * may be the agent's working directory).
+   * @default "/app"
+   */
+  appDir?: string;
+  /**
+   * More files for the image, by absolute path (a task's facts, say).
+   * @default {}
+   */
+  files?: Record<string, Uint8Array>;
   /** Aborts the build. */
   signal?: AbortSignal;
 }
@@ -136,7 +147,17 @@ export async function buildEnvironmentImage(
       );
     }
   }
-  for (const f of files) tar.file(`root/app/${rel(f)}`, await Deno.readFile(f));
+  const appDir = (options.appDir ?? "/app").replace(/\/+$/, "");
+  if (!appDir.startsWith("/") || appDir === "") {
+    throw new TypeError(`Cannot build image "${tag}": appDir "${appDir}" must be an absolute path`);
+  }
+  for (const f of files) tar.file(`root${appDir}/${rel(f)}`, await Deno.readFile(f));
+  for (const [path, data] of Object.entries(options.files ?? {})) {
+    if (!path.startsWith("/") || path.split("/").includes("..")) {
+      throw new TypeError(`Cannot build image "${tag}": file "${path}" must be an absolute path`);
+    }
+    tar.file(`root${path}`, data);
+  }
   const labels = {
     ...options.labels,
     [ENV_LABEL]: options.envName,
@@ -148,9 +169,9 @@ export async function buildEnvironmentImage(
     "run",
     "-A",
     ...(v8Flags.length === 0 ? [] : [`--v8-flags=${v8Flags.join(",")}`]),
-    `/app/${rel(entry)}`,
-    `/app/${rel(cli)}`,
-    `/app/${rel(modulePathAbs)}`,
+    `${appDir}/${rel(entry)}`,
+    `${appDir}/${rel(cli)}`,
+    `${appDir}/${rel(modulePathAbs)}`,
   ];
   const dockerfile = [
     `FROM ${from}`,
@@ -160,6 +181,8 @@ export async function buildEnvironmentImage(
       Object.entries(labels).map(([k, v]) => `${JSON.stringify(k)}=${JSON.stringify(v)}`).join(" ")
     }`,
     `EXPOSE ${CONTAINER_PORT}`,
+    // A base image's ENTRYPOINT would take the server's command as its arguments.
+    ...(from === "scratch" ? [] : ["ENTRYPOINT []"]),
     `CMD ${JSON.stringify(cmd)}`,
     "",
   ].join("\n");
