@@ -28,7 +28,7 @@ import {
   SshHostKeyError,
 } from "./_errors.ts";
 import { S_IFDIR, S_IFLNK, S_IFMT, S_IFREG, SftpClient } from "./_sftp_client.ts";
-import type { SftpAttrs } from "./_sftp.ts";
+import type { SftpAttrs } from "./_sftp_wire.ts";
 import { Ed25519Signer, parsePrivateKey, parsePublicKey } from "./_keys.ts";
 import { concat, fromUtf8, utf8 } from "./_wire.ts";
 import { collectStream, ExecResult, statusFrom, StreamSink } from "./_exec.ts";
