@@ -4,7 +4,8 @@
 // packet queue the upper layers send through.
 
 import { DISCONNECT, SshError } from "./_errors.ts";
-import { ByteReader, CIPHERS, MACS, PacketOpener, PacketSealer, type Payload } from "./_cipher.ts";
+import { CIPHERS, MACS } from "./_cipher.ts";
+import { ByteReader, PacketOpener, PacketSealer, type Payload } from "./_packet.ts";
 import {
   DEFAULT_CIPHERS,
   DEFAULT_MACS,
