@@ -20,6 +20,13 @@ import {
 } from "./_protocol.ts";
 import { type CdpChannel, webSocketChannel } from "./_channel.ts";
 import { discoverBrowserWsUrl } from "./_discover.ts";
+import {
+  type CdpNavigateOptions,
+  type CdpNavigateResult,
+  evaluateInPage,
+  navigatePage,
+  screenshotPage,
+} from "./_page.ts";
 
 export {
   CdpError,
@@ -30,7 +37,7 @@ export {
   type CdpParams,
 };
 export type { CdpChannel };
-export { discoverBrowserWsUrl };
+export { type CdpNavigateOptions, type CdpNavigateResult, discoverBrowserWsUrl };
 
 /** Options for {@linkcode CdpClient.connect}. */
 export interface CdpConnectOptions {
@@ -535,22 +542,6 @@ export class CdpClient implements AsyncDisposable {
   }
 }
 
-/** Options for {@linkcode CdpSession.navigate}. */
-export interface CdpNavigateOptions {
-  /** Lifecycle event to wait for; `"none"` returns right after `Page.navigate`. */
-  waitUntil?: "load" | "DOMContentLoaded" | "none";
-  /** Stops waiting. */
-  signal?: AbortSignal;
-}
-
-/** Result of {@linkcode CdpSession.navigate}. */
-export interface CdpNavigateResult {
-  /** Frame that navigated. */
-  frameId: string;
-  /** Loader id; absent for same-document navigations. */
-  loaderId: string | undefined;
-}
-
 /** A flat target session on a {@linkcode CdpClient}. */
 export class CdpSession implements AsyncDisposable {
   #client: CdpClient;
@@ -612,44 +603,8 @@ export class CdpSession implements AsyncDisposable {
    * for this one. Requires `Page.enable` + `Page.setLifecycleEventsEnabled` (done by
    * {@linkcode CdpClient.newPage}). Throws `CdpError` if navigation fails (`errorText`).
    */
-  async navigate(url: string, options: CdpNavigateOptions = {}): Promise<CdpNavigateResult> {
-    const { signal, waitUntil = "load" } = options;
-    const seen = new Set<string>();
-    const abort = new AbortController();
-    const combined = signal ? AbortSignal.any([signal, abort.signal]) : abort.signal;
-    let wanted: string | undefined;
-    const lifecycle = waitUntil === "none" ? undefined : this.waitFor(
-      "Page.lifecycleEvent",
-      (p) => {
-        if (p.name !== waitUntil || typeof p.loaderId !== "string") return false;
-        seen.add(p.loaderId);
-        return wanted !== undefined && seen.has(wanted);
-      },
-      { signal: combined },
-    );
-    lifecycle?.catch(() => {}); // handled below; avoid unhandled rejection when aborted early
-    try {
-      const result = await this.send<{ frameId: string; loaderId?: string; errorText?: string }>(
-        "Page.navigate",
-        { url },
-        { signal },
-      );
-      if (result.errorText) {
-        throw new CdpError(`Navigation to ${url} failed: ${result.errorText}`, {
-          kind: "protocol",
-          method: "Page.navigate",
-          data: result.errorText,
-        });
-      }
-      const out: CdpNavigateResult = { frameId: result.frameId, loaderId: result.loaderId };
-      if (lifecycle === undefined || result.loaderId === undefined) return out;
-      wanted = result.loaderId;
-      if (seen.has(wanted)) return out;
-      await lifecycle;
-      return out;
-    } finally {
-      abort.abort();
-    }
+  navigate(url: string, options: CdpNavigateOptions = {}): Promise<CdpNavigateResult> {
+    return navigatePage(this, url, options);
   }
 
   /**
@@ -657,44 +612,18 @@ export class CdpSession implements AsyncDisposable {
    * and returns the JSON value. A thrown exception becomes `CdpError` with
    * `kind: "exception"`; values that cannot be serialized come back as `undefined`.
    */
-  async evaluate<T = unknown>(
+  evaluate<T = unknown>(
     expression: string,
     options: { signal?: AbortSignal; awaitPromise?: boolean } = {},
   ): Promise<T> {
-    const { signal, awaitPromise = true } = options;
-    const res = await this.send<{ result: CdpParams; exceptionDetails?: CdpParams }>(
-      "Runtime.evaluate",
-      { expression, returnByValue: true, awaitPromise },
-      { signal },
-    );
-    if (res.exceptionDetails !== undefined) {
-      const d = res.exceptionDetails;
-      const exc = isObject(d.exception) ? d.exception : undefined;
-      const description = typeof exc?.description === "string"
-        ? exc.description
-        : typeof d.text === "string"
-        ? d.text
-        : "Uncaught exception";
-      throw new CdpError(`Evaluation failed: ${description}`, {
-        kind: "exception",
-        method: "Runtime.evaluate",
-        exceptionDetails: d,
-      });
-    }
-    return res.result.value as T;
+    return evaluateInPage<T>(this, expression, options);
   }
 
   /** Captures a PNG screenshot (`Page.captureScreenshot`) and returns its bytes. */
-  async screenshot(
+  screenshot(
     options: { signal?: AbortSignal; fullPage?: boolean } = {},
   ): Promise<Uint8Array<ArrayBuffer>> {
-    const { signal, fullPage = false } = options;
-    const { data } = await this.send<{ data: string }>(
-      "Page.captureScreenshot",
-      { format: "png", captureBeyondViewport: fullPage },
-      { signal },
-    );
-    return Uint8Array.fromBase64(data);
+    return screenshotPage(this, options);
   }
 
   /** Closes the target (`Target.closeTarget`); no-op if the client is already closed. */
