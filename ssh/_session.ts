@@ -12,6 +12,7 @@ import { trySignalGroup } from "../_internal/process.ts";
 import type { Channel, ChannelHandlers } from "./_channel.ts";
 import type { SshReader } from "./_wire.ts";
 import { SftpServer } from "./_sftp.ts";
+import { shellQuote } from "../_internal/shell.ts";
 
 /** What a {@linkcode SshSpawner} is asked to run. */
 export interface SshSpawnOptions {
@@ -67,10 +68,6 @@ function canAllocatePty(): boolean {
     }
   }
   return scriptAvailable;
-}
-
-function shellQuote(s: string): string {
-  return `'${s.replace(/'/g, `'\\''`)}'`;
 }
 
 /**
