@@ -32,7 +32,7 @@ import { generateSshKeyPair, SshClient } from "../ssh/mod.ts";
 import { startSshServer } from "../ssh/server.ts";
 import { bigData, opensshOptions, startSshd } from "../tests/ssh/_util.ts";
 import { ChaChaPolyOpenSsh } from "../ssh/_chacha.ts";
-import { PacketSealer } from "../ssh/_cipher.ts";
+import { PacketSealer } from "../ssh/_packet.ts";
 
 const quick = Deno.args.includes("--quick");
 const filesOnly = Deno.args.includes("--files");

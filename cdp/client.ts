@@ -9,70 +9,35 @@
  */
 
 import type { Capability } from "../capability.ts";
+import {
+  CdpError,
+  type CdpErrorKind,
+  type CdpErrorOptions,
+  type CdpEvent,
+  type CdpEventHandler,
+  type CdpParams,
+  isObject,
+} from "./_protocol.ts";
+import { type CdpChannel, webSocketChannel } from "./_channel.ts";
+import { discoverBrowserWsUrl } from "./_discover.ts";
+import {
+  type CdpNavigateOptions,
+  type CdpNavigateResult,
+  evaluateInPage,
+  navigatePage,
+  screenshotPage,
+} from "./_page.ts";
 
-/** JSON object as sent/received over CDP. */
-export type CdpParams = Record<string, unknown>;
-
-/** A protocol event as delivered to listeners. */
-export interface CdpEvent {
-  /** Event name, e.g. `Page.loadEventFired`. */
-  readonly method: string;
-  /** Event parameters (empty object if none were sent). */
-  readonly params: CdpParams;
-  /** Session the event belongs to; `undefined` for browser-level events. */
-  readonly sessionId: string | undefined;
-}
-
-/** Listener for {@linkcode CdpClient.on}. */
-export type CdpEventHandler = (params: CdpParams, event: CdpEvent) => void;
-
-/** What produced a {@linkcode CdpError}. */
-export type CdpErrorKind = "protocol" | "closed" | "exception";
-
-/** Options for constructing a {@linkcode CdpError}. */
-export interface CdpErrorOptions extends ErrorOptions {
-  /** Origin of the error. */
-  kind: CdpErrorKind;
-  /** JSON-RPC error code (only for `kind: "protocol"`). */
-  code?: number;
-  /** Method whose call failed, if any. */
-  method?: string;
-  /** Extra `data` string from the protocol error. */
-  data?: string;
-  /** `Runtime.ExceptionDetails` (only for `kind: "exception"`). */
-  exceptionDetails?: CdpParams;
-}
-
-/**
- * Error raised by the client.
- *
- * - `kind: "protocol"`: the browser answered with a JSON-RPC error (`code` is set).
- * - `kind: "closed"`: the connection closed before an answer arrived.
- * - `kind: "exception"`: evaluated JavaScript threw (`exceptionDetails` is set).
- */
-export class CdpError extends Error {
-  /** Origin of the error. */
-  readonly kind: CdpErrorKind;
-  /** JSON-RPC error code; `undefined` unless `kind` is `"protocol"`. */
-  readonly code: number | undefined;
-  /** Method whose call failed, if known. */
-  readonly method: string | undefined;
-  /** Extra protocol `data`, if any. */
-  readonly data: string | undefined;
-  /** `Runtime.ExceptionDetails` for `kind: "exception"`. */
-  readonly exceptionDetails: CdpParams | undefined;
-
-  /** Creates a new CdpError. */
-  constructor(message: string, options: CdpErrorOptions) {
-    super(message, options.cause === undefined ? undefined : { cause: options.cause });
-    this.name = "CdpError";
-    this.kind = options.kind;
-    this.code = options.code;
-    this.method = options.method;
-    this.data = options.data;
-    this.exceptionDetails = options.exceptionDetails;
-  }
-}
+export {
+  CdpError,
+  type CdpErrorKind,
+  type CdpErrorOptions,
+  type CdpEvent,
+  type CdpEventHandler,
+  type CdpParams,
+};
+export type { CdpChannel };
+export { type CdpNavigateOptions, type CdpNavigateResult, discoverBrowserWsUrl };
 
 /** Options for {@linkcode CdpClient.connect}. */
 export interface CdpConnectOptions {
@@ -102,10 +67,6 @@ interface Pending {
   reject: (reason: unknown) => void;
 }
 
-function isObject(value: unknown): value is CdpParams {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
-
 function abortReason(signal: AbortSignal): unknown {
   return signal.reason ?? new DOMException("Aborted", "AbortError");
 }
@@ -114,19 +75,6 @@ function abortReason(signal: AbortSignal): unknown {
 export interface CdpBindingOptions {
   /** Aborts connecting. */
   signal?: AbortSignal;
-}
-
-/**
- * What a {@linkcode CdpClient} talks over: a WebSocket, or the browser's
- * relay in this process (`cdp/_relay.ts`). Not part of the face.
- */
-export interface CdpChannel {
-  /** Sends one message. */
-  send(text: string): void;
-  /** Closes the channel; the owner then calls the client's `end`. */
-  close(): void;
-  /** Whether `send` still reaches the browser. */
-  readonly open: boolean;
 }
 
 /** A client over a {@linkcode CdpChannel}, and the two calls that feed it. */
@@ -150,16 +98,6 @@ let newChannelClient: (channel: CdpChannel) => ChannelClient;
  */
 export function channelClient(channel: CdpChannel): ChannelClient {
   return newChannelClient(channel);
-}
-
-function webSocketChannel(ws: WebSocket): CdpChannel {
-  return {
-    send: (text) => ws.send(text),
-    close: () => ws.close(),
-    get open() {
-      return ws.readyState < WebSocket.CLOSING;
-    },
-  };
 }
 
 /**
@@ -604,22 +542,6 @@ export class CdpClient implements AsyncDisposable {
   }
 }
 
-/** Options for {@linkcode CdpSession.navigate}. */
-export interface CdpNavigateOptions {
-  /** Lifecycle event to wait for; `"none"` returns right after `Page.navigate`. */
-  waitUntil?: "load" | "DOMContentLoaded" | "none";
-  /** Stops waiting. */
-  signal?: AbortSignal;
-}
-
-/** Result of {@linkcode CdpSession.navigate}. */
-export interface CdpNavigateResult {
-  /** Frame that navigated. */
-  frameId: string;
-  /** Loader id; absent for same-document navigations. */
-  loaderId: string | undefined;
-}
-
 /** A flat target session on a {@linkcode CdpClient}. */
 export class CdpSession implements AsyncDisposable {
   #client: CdpClient;
@@ -681,44 +603,8 @@ export class CdpSession implements AsyncDisposable {
    * for this one. Requires `Page.enable` + `Page.setLifecycleEventsEnabled` (done by
    * {@linkcode CdpClient.newPage}). Throws `CdpError` if navigation fails (`errorText`).
    */
-  async navigate(url: string, options: CdpNavigateOptions = {}): Promise<CdpNavigateResult> {
-    const { signal, waitUntil = "load" } = options;
-    const seen = new Set<string>();
-    const abort = new AbortController();
-    const combined = signal ? AbortSignal.any([signal, abort.signal]) : abort.signal;
-    let wanted: string | undefined;
-    const lifecycle = waitUntil === "none" ? undefined : this.waitFor(
-      "Page.lifecycleEvent",
-      (p) => {
-        if (p.name !== waitUntil || typeof p.loaderId !== "string") return false;
-        seen.add(p.loaderId);
-        return wanted !== undefined && seen.has(wanted);
-      },
-      { signal: combined },
-    );
-    lifecycle?.catch(() => {}); // handled below; avoid unhandled rejection when aborted early
-    try {
-      const result = await this.send<{ frameId: string; loaderId?: string; errorText?: string }>(
-        "Page.navigate",
-        { url },
-        { signal },
-      );
-      if (result.errorText) {
-        throw new CdpError(`Navigation to ${url} failed: ${result.errorText}`, {
-          kind: "protocol",
-          method: "Page.navigate",
-          data: result.errorText,
-        });
-      }
-      const out: CdpNavigateResult = { frameId: result.frameId, loaderId: result.loaderId };
-      if (lifecycle === undefined || result.loaderId === undefined) return out;
-      wanted = result.loaderId;
-      if (seen.has(wanted)) return out;
-      await lifecycle;
-      return out;
-    } finally {
-      abort.abort();
-    }
+  navigate(url: string, options: CdpNavigateOptions = {}): Promise<CdpNavigateResult> {
+    return navigatePage(this, url, options);
   }
 
   /**
@@ -726,44 +612,18 @@ export class CdpSession implements AsyncDisposable {
    * and returns the JSON value. A thrown exception becomes `CdpError` with
    * `kind: "exception"`; values that cannot be serialized come back as `undefined`.
    */
-  async evaluate<T = unknown>(
+  evaluate<T = unknown>(
     expression: string,
     options: { signal?: AbortSignal; awaitPromise?: boolean } = {},
   ): Promise<T> {
-    const { signal, awaitPromise = true } = options;
-    const res = await this.send<{ result: CdpParams; exceptionDetails?: CdpParams }>(
-      "Runtime.evaluate",
-      { expression, returnByValue: true, awaitPromise },
-      { signal },
-    );
-    if (res.exceptionDetails !== undefined) {
-      const d = res.exceptionDetails;
-      const exc = isObject(d.exception) ? d.exception : undefined;
-      const description = typeof exc?.description === "string"
-        ? exc.description
-        : typeof d.text === "string"
-        ? d.text
-        : "Uncaught exception";
-      throw new CdpError(`Evaluation failed: ${description}`, {
-        kind: "exception",
-        method: "Runtime.evaluate",
-        exceptionDetails: d,
-      });
-    }
-    return res.result.value as T;
+    return evaluateInPage<T>(this, expression, options);
   }
 
   /** Captures a PNG screenshot (`Page.captureScreenshot`) and returns its bytes. */
-  async screenshot(
+  screenshot(
     options: { signal?: AbortSignal; fullPage?: boolean } = {},
   ): Promise<Uint8Array<ArrayBuffer>> {
-    const { signal, fullPage = false } = options;
-    const { data } = await this.send<{ data: string }>(
-      "Page.captureScreenshot",
-      { format: "png", captureBeyondViewport: fullPage },
-      { signal },
-    );
-    return Uint8Array.fromBase64(data);
+    return screenshotPage(this, options);
   }
 
   /** Closes the target (`Target.closeTarget`); no-op if the client is already closed. */
@@ -780,34 +640,4 @@ export class CdpSession implements AsyncDisposable {
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close().catch(() => {});
   }
-}
-
-/**
- * Fetches `http://<address>/json/version` and returns the browser `webSocketDebuggerUrl`.
- *
- * The host:port of the returned URL is rewritten to `address`, because Chromium reports its
- * own listening address, which is wrong when reached through a TCP forwarder or proxy.
- * Note: Chromium rejects HTTP requests whose `Host` header is not an IP or `localhost`.
- */
-export async function discoverBrowserWsUrl(
-  address: string,
-  options: { signal?: AbortSignal } = {},
-): Promise<string> {
-  const base = new URL(/^[a-z]+:\/\//i.test(address) ? address : `http://${address}`);
-  if (base.protocol !== "http:" && base.protocol !== "https:") {
-    throw new TypeError(`Expected an http(s) address or host:port, got ${address}`);
-  }
-  const res = await fetch(new URL("/json/version", base), { signal: options.signal });
-  if (!res.ok) {
-    await res.body?.cancel();
-    throw new TypeError(`GET ${base.host}/json/version failed: HTTP ${res.status}`);
-  }
-  const body: unknown = await res.json();
-  if (!isObject(body) || typeof body.webSocketDebuggerUrl !== "string") {
-    throw new TypeError(`No webSocketDebuggerUrl in ${base.host}/json/version`);
-  }
-  const ws = new URL(body.webSocketDebuggerUrl);
-  ws.host = base.host;
-  ws.protocol = base.protocol === "https:" ? "wss:" : "ws:";
-  return ws.href;
 }

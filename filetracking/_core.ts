@@ -7,6 +7,11 @@ import { type Entry, sameContent, type Scan, type ScanIssue, Scanner, sha256Hex 
 
 export type { ScanIssue };
 
+/** The tracker's methods a `filetracking/1` server serves, by their wire names. */
+export const METHODS = ["snapshot", "diff", "setup", "advance", "flush"] as const;
+/** One of {@linkcode METHODS}. */
+export type Method = typeof METHODS[number];
+
 // Wire payloads keep the protocol's snake_case names: they are recorded in
 // traces as they are, so a camelCase copy would only add a conversion. Their
 // shapes are those of HUD's tracker (hud/environment/file_tracker.py), so

@@ -16,22 +16,14 @@
  * @module
  */
 
-import { Capability, parseHostPort } from "../capability.ts";
-import { ErrorCode, HudProtocolError } from "../errors.ts";
+import { Capability } from "../capability.ts";
+import { ErrorCode } from "../errors.ts";
 import { encodeFrame, LineReader, parseLine } from "../_internal/framing.ts";
 import { closeQuietly, isPeerGone, prefixed, writeAll } from "../_internal/io.ts";
-import { abortable, Deadline, delay } from "../_internal/async.ts";
 import { acceptLoop } from "../_internal/accept.ts";
 import { formatHost } from "../_internal/net.ts";
 import { type PeerUsers, peerUsers, refusePeer } from "../_internal/peer_uid.ts";
-import { JsonRpcCaller } from "../_internal/rpc.ts";
-import {
-  type AdvanceResult,
-  type FileDiff,
-  type FileSnapshot,
-  type FlushResult,
-  Tracker,
-} from "./_core.ts";
+import { type Method, METHODS, Tracker } from "./_core.ts";
 import { isRecord } from "../_internal/util.ts";
 
 export type {
@@ -47,12 +39,16 @@ export type {
   SkippedArtifact,
   SnapshotFile,
 } from "./_core.ts";
+export {
+  type FileTrackerCallOptions,
+  FileTrackerClient,
+  type FileTrackerClientOptions,
+} from "./_client.ts";
+export { type FileTrackingEvent, observeFiles, type ObserveFilesOptions } from "./_observe.ts";
 
 const MIB = 1024 * 1024;
 /** Requests are small: a method name and empty params. */
 const MAX_REQUEST = MIB;
-/** Replies carry up to 50 MiB of patches plus 15 MiB of base64 artifacts. */
-const DEFAULT_MAX_REPLY = 256 * MIB;
 
 /** Options for {@linkcode startFileTracker}. */
 export interface FileTrackerOptions {
@@ -242,9 +238,6 @@ export async function startFileTracker(
   return server;
 }
 
-const METHODS = ["snapshot", "diff", "setup", "advance", "flush"] as const;
-type Method = typeof METHODS[number];
-
 class FileTrackerServer implements FileTracker {
   readonly #listener: Deno.Listener<Deno.TcpConn, Deno.NetAddr> | null;
   readonly #users: PeerUsers;
@@ -423,377 +416,4 @@ class FileTrackerServer implements FileTracker {
       if (!isPeerGone(err)) throw err;
     }
   }
-}
-
-/** Options for {@linkcode FileTrackerClient.connect}. */
-export interface FileTrackerClientOptions {
-  /** Aborts the connection attempt. */
-  signal?: AbortSignal;
-  /**
-   * Largest reply accepted, in bytes; a longer one closes the connection.
-   * @default 268435456 (256 MiB)
-   */
-  maxFrame?: number;
-}
-
-/** Options for one {@linkcode FileTrackerClient} call. */
-export interface FileTrackerCallOptions {
-  /** Aborts the call; the connection is closed, as a reply may be half read. */
-  signal?: AbortSignal;
-}
-
-/**
- * A client for a `filetracking/1` server. Calls are sent one at a time on a
- * single connection; concurrent calls queue.
- *
- * @example Read what changed
- * ```ts
- * import { FileTrackerClient, startFileTracker } from "./tracker.ts";
- * import assert from "node:assert/strict";
- *
- * const root = await Deno.makeTempDir();
- * try {
- *   await using tracker = await startFileTracker(root);
- *   await using client = await FileTrackerClient.connect(tracker.url);
- *   const snapshot = await client.snapshot();
- *   assert.equal(snapshot.files_scanned, 0);
- * } finally {
- *   await Deno.remove(root, { recursive: true });
- * }
- * ```
- */
-export class FileTrackerClient implements AsyncDisposable {
-  readonly #caller: JsonRpcCaller;
-
-  /** Use {@linkcode FileTrackerClient.connect}. */
-  constructor(conn: Deno.TcpConn, maxFrame: number = DEFAULT_MAX_REPLY) {
-    this.#caller = new JsonRpcCaller(conn, { maxFrameBytes: maxFrame, peer: "the file tracker" });
-  }
-
-  /**
-   * Connects to a tracker.
-   * @param url `tcp://host:port` or `host:port`
-   * @param options cancellation and the reply size limit
-   * @returns the connected client
-   * @throws {TypeError} when the url is not a `tcp` url with a host and port
-   */
-  static async connect(
-    url: string,
-    options: FileTrackerClientOptions = {},
-  ): Promise<FileTrackerClient> {
-    const { hostname, port } = parseTrackerUrl(url);
-    const { signal } = options;
-    signal?.throwIfAborted();
-    const connecting = Deno.connect({ hostname, port, transport: "tcp" });
-    let conn: Deno.TcpConn;
-    try {
-      conn = await abortable(connecting, signal);
-    } catch (err) {
-      // A connection that lands after the abort must not leak.
-      connecting.then((c) => closeQuietly(c), () => {});
-      throw err;
-    }
-    return new FileTrackerClient(conn, options.maxFrame ?? DEFAULT_MAX_REPLY);
-  }
-
-  /**
-   * Connects to a `filetracking/1` capability's url (from
-   * `HudClient.binding()`, the local forwarder's).
-   * @param capability a `filetracking/1` binding
-   * @param options cancellation and the reply size limit
-   * @returns the connected client
-   * @throws {TypeError} when the capability is not a file tracker or its url
-   *   is not a `tcp` url with a host and port
-   */
-  static async fromBinding(
-    capability: Capability,
-    options: FileTrackerClientOptions = {},
-  ): Promise<FileTrackerClient> {
-    if (capability?.family !== "filetracking") {
-      throw new TypeError(
-        `Cannot open binding "${capability?.name}": expected a filetracking binding, got "${capability?.protocol}"`,
-      );
-    }
-    return await FileTrackerClient.connect(capability.url, options);
-  }
-
-  /** Whether {@linkcode FileTrackerClient.close} was called or the connection broke. */
-  get closed(): boolean {
-    return this.#caller.closed;
-  }
-
-  /** Every tracked file now. */
-  snapshot(options?: FileTrackerCallOptions): Promise<FileSnapshot> {
-    return this.#call("snapshot", options);
-  }
-
-  /** Changes since this connection's last `diff`, `setup`, `advance` or `flush`. */
-  diff(options?: FileTrackerCallOptions): Promise<FileDiff> {
-    return this.#call("diff", options);
-  }
-
-  /** Changes since the tracker started (what the task's setup did); then re-baselines. */
-  setup(options?: FileTrackerCallOptions): Promise<FileDiff> {
-    return this.#call("setup", options);
-  }
-
-  /** Re-baselines without reporting changes. */
-  advance(options?: FileTrackerCallOptions): Promise<AdvanceResult> {
-    return this.#call("advance", options);
-  }
-
-  /** The final diff plus captured artifact files. */
-  flush(options?: FileTrackerCallOptions): Promise<FlushResult> {
-    return this.#call("flush", options);
-  }
-
-  /** Closes the connection. Idempotent; queued calls fail with `ConnectionClosedError`. */
-  close(): void {
-    this.#caller.close();
-  }
-
-  /** Closes the connection. */
-  [Symbol.asyncDispose](): Promise<void> {
-    this.close();
-    return Promise.resolve();
-  }
-
-  async #call<T>(method: Method, options: FileTrackerCallOptions = {}): Promise<T> {
-    return await this.#caller.call(method, {}, { signal: options.signal }) as T;
-  }
-}
-
-function parseTrackerUrl(url: string): { hostname: string; port: number } {
-  if (typeof url !== "string") {
-    throw new TypeError("Cannot connect to file tracker: url must be a string");
-  }
-  const scheme = /^([a-zA-Z][a-zA-Z0-9+.-]*):\/\//.exec(url)?.[1]?.toLowerCase();
-  if (scheme !== undefined && scheme !== "tcp") {
-    throw new TypeError(
-      `Cannot connect to file tracker: unsupported scheme "${scheme}" in "${url}"`,
-    );
-  }
-  const parsed = parseHostPort(scheme === undefined ? `tcp://${url}` : url);
-  if (parsed === null || parsed.port === null) {
-    throw new TypeError(`Cannot connect to file tracker: invalid url "${url}"`);
-  }
-  return { hostname: parsed.hostname, port: parsed.port };
-}
-
-/** One result an observer reports, tagged with the call that produced it. */
-export type FileTrackingEvent =
-  | { kind: "setup"; result: FileDiff }
-  | { kind: "snapshot"; result: FileSnapshot }
-  | { kind: "diff"; result: FileDiff }
-  | { kind: "flush"; result: FlushResult };
-
-/** Options for {@linkcode observeFiles}. */
-export interface ObserveFilesOptions {
-  /**
-   * Milliseconds between `diff` calls while the run goes on.
-   * @default 2000
-   */
-  pollInterval?: number;
-  /**
-   * Milliseconds each tracker call (and the connection) may take.
-   * @default 60000
-   */
-  callTimeout?: number;
-  /**
-   * Receives each non-empty result: a `setup` or `diff` with changes, a
-   * `snapshot` with files, a `flush` with changes or eligible artifacts.
-   */
-  onResult?: (event: FileTrackingEvent) => void;
-  /**
-   * Receives tracker failures (connection refused, error replies, timeouts).
-   * Tracking goes on: after an error reply on the same connection, after a
-   * lost connection on a new one (changes made while it was down may be
-   * missing from the trace); the run goes on in any case.
-   */
-  onError?: (error: unknown) => void;
-  /**
-   * Consecutive failed reconnections after which tracking stops.
-   * @default 3
-   */
-  maxReconnects?: number;
-  /** Stops tracking (not the run) when aborted. */
-  signal?: AbortSignal;
-}
-
-/**
- * Runs `run` while observing a `filetracking/1` capability: before it,
- * `setup` (or `advance` when the capability's `setup_diff` is not `true`) and
- * `snapshot`; while it runs, `diff` every `pollInterval`; after it (even when
- * it throws), `flush`. Tracker failures never fail the run: they go to
- * `onError`, and tracking goes on (see {@linkcode ObserveFilesOptions.onError}).
- *
- * @example Observe a run
- * ```ts
- * import { type FileTrackingEvent, observeFiles, startFileTracker } from "./tracker.ts";
- * import assert from "node:assert/strict";
- *
- * const root = await Deno.makeTempDir();
- * try {
- *   await using tracker = await startFileTracker(root);
- *   const events: FileTrackingEvent[] = [];
- *   const answer = await observeFiles(tracker.capability(), async () => {
- *     await Deno.writeTextFile(`${root}/fix.py`, "print('fixed')\n");
- *     return 42;
- *   }, { onResult: (e) => events.push(e) });
- *   assert.equal(answer, 42);
- *   assert.deepEqual(events.map((e) => e.kind), ["flush"]);
- * } finally {
- *   await Deno.remove(root, { recursive: true });
- * }
- * ```
- *
- * @param capability the `filetracking/1` binding (its url must be reachable)
- * @param run the agent run
- * @param options polling, callbacks and cancellation
- * @returns what `run` returns
- * @throws whatever `run` throws, and nothing else
- */
-export async function observeFiles<T>(
-  capability: Capability,
-  run: () => Promise<T>,
-  options: ObserveFilesOptions = {},
-): Promise<T> {
-  const pollInterval = options.pollInterval ?? 2000;
-  const callTimeout = options.callTimeout ?? 60_000;
-  const { signal } = options;
-  const report = (err: unknown) => {
-    try {
-      options.onError?.(err);
-    } catch {
-      // A failing reporter must not fail the run either.
-    }
-  };
-  const emit = (event: FileTrackingEvent) => {
-    try {
-      options.onResult?.(event);
-    } catch (err) {
-      report(err);
-    }
-  };
-  let client: FileTrackerClient | null = null;
-  const call = async <R>(
-    what: string,
-    fn: (c: FileTrackerClient, s: AbortSignal) => Promise<R>,
-  ) => {
-    using deadline = new Deadline(callTimeout, signal, `filetracking ${what}`);
-    return await fn(client!, deadline.signal);
-  };
-  // An error reply leaves the connection usable: the next poll tries again.
-  // Anything else (a timeout, a lost connection) drops it for a new one.
-  const fail = (err: unknown) => {
-    report(err);
-    if (err instanceof HudProtocolError) return;
-    client?.close();
-    client = null;
-  };
-  const open = async () => {
-    using deadline = new Deadline(callTimeout, signal, "filetracking connect");
-    client = await FileTrackerClient.connect(capability.url, { signal: deadline.signal });
-  };
-
-  try {
-    await open();
-  } catch (err) {
-    fail(err);
-  }
-  if (client) {
-    try {
-      if (capability.params.setup_diff === true) {
-        const result = await call("setup", (c, s) => c.setup({ signal: s }));
-        if (patchCount(result) > 0) emit({ kind: "setup", result });
-      } else {
-        await call("advance", (c, s) => c.advance({ signal: s }));
-      }
-      const snapshot = await call("snapshot", (c, s) => c.snapshot({ signal: s }));
-      if (Array.isArray(snapshot.files) && snapshot.files.length > 0) {
-        emit({ kind: "snapshot", result: snapshot });
-      }
-    } catch (err) {
-      fail(err);
-    }
-  }
-
-  const maxReconnects = options.maxReconnects ?? 3;
-  let reconnectFailures = client ? 0 : maxReconnects; // never connected: do not retry
-  const stop = new AbortController();
-  const pollSignal = signal ? AbortSignal.any([stop.signal, signal]) : stop.signal;
-  const poll = async () => {
-    while (client || reconnectFailures < maxReconnects) {
-      try {
-        await delay(pollInterval, pollSignal);
-      } catch {
-        return; // the run ended or tracking was cancelled
-      }
-      if (!client) {
-        try {
-          await open();
-          // A new connection starts at the tracker's baseline: move it to now.
-          await call("advance", (c, s) => c.advance({ signal: s }));
-          reconnectFailures = 0;
-        } catch (err) {
-          reconnectFailures++;
-          fail(err);
-          continue;
-        }
-      }
-      try {
-        // Not tied to `stop`: a diff in flight when the run ends completes.
-        const result = await call("diff", (c, s) => c.diff({ signal: s }));
-        if (patchCount(result) > 0) emit({ kind: "diff", result });
-      } catch (err) {
-        fail(err);
-      }
-    }
-  };
-  const polling = poll();
-  try {
-    return await run();
-  } finally {
-    stop.abort();
-    await polling;
-    if (client) {
-      try {
-        const result = await call("flush", (c, s) => c.flush({ signal: s }));
-        if (flushHasContent(result)) emit({ kind: "flush", result });
-      } catch (err) {
-        report(err);
-        // A tracker without flush (an older HUD one) still has the last
-        // changes: take them as a diff rather than lose them.
-        if (err instanceof HudProtocolError && client) {
-          try {
-            const result = await call("diff", (c, s) => c.diff({ signal: s }));
-            if (patchCount(result) > 0) emit({ kind: "diff", result });
-          } catch (again) {
-            report(again);
-          }
-        }
-      }
-      (client as FileTrackerClient | null)?.close();
-    }
-  }
-}
-
-/** Patches in a `diff`/`setup` result, whatever else it holds (0 for none). */
-function patchCount(result: unknown): number {
-  return isRecord(result) && Array.isArray(result.patches) ? result.patches.length : 0;
-}
-
-/**
- * Whether a `flush` result reports anything: changes or artifacts. It reads
- * HUD's shape (`{"diff": {...}, "capture": {"files_eligible", ...}}`, which
- * this project's tracker sends too) and the flat one of earlier versions
- * (the diff's members beside `capture: {"eligible", ...}`).
- */
-function flushHasContent(result: unknown): boolean {
-  if (!isRecord(result)) return false;
-  if (patchCount(isRecord(result.diff) ? result.diff : result) > 0) return true;
-  const capture = isRecord(result.capture) ? result.capture : {};
-  const counts = [capture.files_eligible, capture.files_captured, capture.eligible];
-  return counts.some((n) => typeof n === "number" && n > 0) ||
-    (Array.isArray(capture.files) && capture.files.length > 0);
 }

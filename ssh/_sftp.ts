@@ -24,168 +24,22 @@
 // for channel window, so a pipelined transfer streams and memory stays
 // bounded: incoming window is returned only as requests finish.
 
-import { SshReader, SshWireError, SshWriter } from "./_wire.ts";
+import { SshReader, SshWriter } from "./_wire.ts";
+import {
+  ByteQueue,
+  FX,
+  FXP,
+  MAX_DATA,
+  MAX_MESSAGE,
+  OPEN_FLAGS,
+  readAttrs,
+  type SftpAttrs,
+  writeAttrs,
+} from "./_sftp_wire.ts";
+import { attrsOf, denied, exists, longName, SftpStatus, statusOf } from "./_sftp_fs.ts";
 
-export const FXP = {
-  INIT: 1,
-  VERSION: 2,
-  OPEN: 3,
-  CLOSE: 4,
-  READ: 5,
-  WRITE: 6,
-  LSTAT: 7,
-  FSTAT: 8,
-  SETSTAT: 9,
-  FSETSTAT: 10,
-  OPENDIR: 11,
-  READDIR: 12,
-  REMOVE: 13,
-  MKDIR: 14,
-  RMDIR: 15,
-  REALPATH: 16,
-  STAT: 17,
-  RENAME: 18,
-  READLINK: 19,
-  SYMLINK: 20,
-  STATUS: 101,
-  HANDLE: 102,
-  DATA: 103,
-  NAME: 104,
-  ATTRS: 105,
-  EXTENDED: 200,
-  EXTENDED_REPLY: 201,
-} as const;
-
-export const FX = {
-  OK: 0,
-  EOF: 1,
-  NO_SUCH_FILE: 2,
-  PERMISSION_DENIED: 3,
-  FAILURE: 4,
-  BAD_MESSAGE: 5,
-  NO_CONNECTION: 6,
-  CONNECTION_LOST: 7,
-  OP_UNSUPPORTED: 8,
-} as const;
-
-export const ATTR = { SIZE: 1, UIDGID: 2, PERMISSIONS: 4, ACMODTIME: 8, EXTENDED: 0x80000000 };
-export const OPEN_FLAGS = { READ: 1, WRITE: 2, APPEND: 4, CREAT: 8, TRUNC: 0x10, EXCL: 0x20 };
-
-/** Largest SFTP packet accepted or sent (OpenSSH's SFTP_MAX_MSG_LENGTH). */
-export const MAX_MESSAGE = 256 * 1024;
-/** Largest READ served (and WRITE accepted), leaving room for headers. */
-export const MAX_DATA = MAX_MESSAGE - 1024;
 const MAX_HANDLES = 256;
 const DIR_BATCH = 100;
-
-const S_IFMT = 0o170000;
-const S_IFDIR = 0o040000;
-const S_IFREG = 0o100000;
-const S_IFLNK = 0o120000;
-
-/** File attributes as SFTP v3 carries them; absent fields are undefined. */
-export interface SftpAttrs {
-  size?: number;
-  uid?: number;
-  gid?: number;
-  permissions?: number;
-  atime?: number;
-  mtime?: number;
-}
-
-export function writeAttrs(w: SshWriter, a: SftpAttrs): SshWriter {
-  let flags = 0;
-  if (a.size !== undefined) flags |= ATTR.SIZE;
-  if (a.uid !== undefined && a.gid !== undefined) flags |= ATTR.UIDGID;
-  if (a.permissions !== undefined) flags |= ATTR.PERMISSIONS;
-  if (a.atime !== undefined && a.mtime !== undefined) flags |= ATTR.ACMODTIME;
-  w.uint32(flags);
-  if (a.size !== undefined) w.uint64(BigInt(a.size));
-  if (flags & ATTR.UIDGID) w.uint32(a.uid!).uint32(a.gid!);
-  if (a.permissions !== undefined) w.uint32(a.permissions);
-  if (flags & ATTR.ACMODTIME) w.uint32(a.atime!).uint32(a.mtime!);
-  return w;
-}
-
-export function readAttrs(r: SshReader): SftpAttrs {
-  const flags = r.uint32();
-  const a: SftpAttrs = {};
-  if (flags & ATTR.SIZE) a.size = Number(r.uint64());
-  if (flags & ATTR.UIDGID) {
-    a.uid = r.uint32();
-    a.gid = r.uint32();
-  }
-  if (flags & ATTR.PERMISSIONS) a.permissions = r.uint32();
-  if (flags & ATTR.ACMODTIME) {
-    a.atime = r.uint32();
-    a.mtime = r.uint32();
-  }
-  if (flags & ATTR.EXTENDED) {
-    const n = r.uint32();
-    for (let i = 0; i < n; i++) {
-      r.string();
-      r.string();
-    }
-  }
-  return a;
-}
-
-function attrsOf(info: Deno.FileInfo): SftpAttrs {
-  let type = 0;
-  if (info.isFile) type = S_IFREG;
-  else if (info.isDirectory) type = S_IFDIR;
-  else if (info.isSymlink) type = S_IFLNK;
-  const mode = info.mode ?? 0;
-  return {
-    size: info.size,
-    uid: info.uid ?? 0,
-    gid: info.gid ?? 0,
-    permissions: (mode & S_IFMT) !== 0 ? mode : (mode | type),
-    atime: Math.floor((info.atime?.getTime() ?? 0) / 1000),
-    mtime: Math.floor((info.mtime?.getTime() ?? 0) / 1000),
-  };
-}
-
-const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-
-/** An `ls -l` line, which clients show for `ls -l`. */
-function longName(name: string, a: SftpAttrs, nlink: number): string {
-  const mode = a.permissions ?? 0;
-  const kind = (mode & S_IFMT) === S_IFDIR ? "d" : (mode & S_IFMT) === S_IFLNK ? "l" : "-";
-  let perms = "";
-  for (let i = 8; i >= 0; i--) perms += (mode >> i) & 1 ? "rwx"[(8 - i) % 3] : "-";
-  const d = new Date((a.mtime ?? 0) * 1000);
-  const when = `${MONTHS[d.getUTCMonth()]} ${String(d.getUTCDate()).padStart(2)} ${
-    String(d.getUTCHours()).padStart(2, "0")
-  }:${String(d.getUTCMinutes()).padStart(2, "0")}`;
-  return `${kind}${perms} ${String(nlink).padStart(4)} ${String(a.uid).padEnd(8)} ${
-    String(a.gid).padEnd(8)
-  } ${String(a.size).padStart(8)} ${when} ${name}`;
-}
-
-/** A refusal with an SFTP status code. */
-class SftpStatus extends Error {
-  constructor(readonly code: number, message: string) {
-    super(message);
-  }
-}
-
-function statusOf(err: unknown): SftpStatus {
-  if (err instanceof SftpStatus) return err;
-  if (err instanceof SshWireError) return new SftpStatus(FX.BAD_MESSAGE, "Bad message");
-  if (err instanceof Deno.errors.NotFound || err instanceof Deno.errors.NotADirectory) {
-    return new SftpStatus(FX.NO_SUCH_FILE, "No such file");
-  }
-  if (err instanceof Deno.errors.PermissionDenied) {
-    return new SftpStatus(FX.PERMISSION_DENIED, "Permission denied");
-  }
-  const msg = err instanceof Error ? err.message.replace(/ \(os error \d+\).*$/s, "") : "";
-  return new SftpStatus(FX.FAILURE, msg || "Failure");
-}
-
-function denied(): SftpStatus {
-  return new SftpStatus(FX.PERMISSION_DENIED, "Permission denied: outside the workspace");
-}
 
 type Handle =
   | { kind: "file"; file: Deno.FsFile; path: string; queue: Promise<void> }
@@ -730,73 +584,5 @@ export class SftpServer {
     const w = new SshWriter(4096).byte(FXP.NAME).uint32(id).uint32(entries.length);
     for (const e of entries) writeAttrs(w.string(e.name).string(e.longname), e.attrs);
     return this.#reply(w);
-  }
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await Deno.lstat(path);
-    return true;
-  } catch (err) {
-    if (err instanceof Deno.errors.NotFound) return false;
-    throw err;
-  }
-}
-
-/**
- * Bytes received in chunks, taken off the front without copying when a
- * request lies within one chunk: the SFTP server and client frame packets
- * from it.
- */
-export class ByteQueue {
-  #chunks: Uint8Array[] = [];
-  #buffered = 0;
-
-  /** Bytes held. */
-  get length(): number {
-    return this.#buffered;
-  }
-
-  /** Appends a chunk. */
-  push(data: Uint8Array): void {
-    this.#chunks.push(data);
-    this.#buffered += data.length;
-  }
-
-  /** Drops everything held. */
-  clear(): void {
-    this.#chunks = [];
-    this.#buffered = 0;
-  }
-
-  /** Takes (or, without consuming, peeks at) the next `n` bytes; `n` must be held. */
-  take(n: number, consume: boolean): Uint8Array {
-    let out: Uint8Array;
-    const first = this.#chunks[0];
-    if (first.length >= n) {
-      out = first.subarray(0, n);
-      if (consume) {
-        if (first.length === n) this.#chunks.shift();
-        else this.#chunks[0] = first.subarray(n);
-      }
-    } else {
-      out = new Uint8Array(n);
-      let off = 0;
-      let i = 0;
-      while (off < n) {
-        const c = this.#chunks[i];
-        const m = Math.min(c.length, n - off);
-        out.set(c.subarray(0, m), off);
-        off += m;
-        if (consume && m === c.length) {
-          this.#chunks.shift();
-        } else {
-          if (consume) this.#chunks[0] = c.subarray(m);
-          i++;
-        }
-      }
-    }
-    if (consume) this.#buffered -= n;
-    return out;
   }
 }

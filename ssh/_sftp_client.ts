@@ -13,7 +13,7 @@ import {
   readAttrs,
   type SftpAttrs,
   writeAttrs,
-} from "./_sftp.ts";
+} from "./_sftp_wire.ts";
 import { SshReader, SshWriter } from "./_wire.ts";
 
 /** Requests in flight per transfer. */

@@ -4,17 +4,25 @@
 // packet queue the upper layers send through.
 
 import { DISCONNECT, SshError } from "./_errors.ts";
+import { CIPHERS, MACS } from "./_cipher.ts";
+import { ByteReader, PacketOpener, PacketSealer, type Payload } from "./_packet.ts";
 import {
-  ByteReader,
-  CIPHERS,
-  type DirectionKeys,
-  MACS,
-  PacketOpener,
-  PacketSealer,
-  type Payload,
-} from "./_cipher.ts";
+  DEFAULT_CIPHERS,
+  DEFAULT_MACS,
+  deriveKey,
+  KEX_ALGS,
+  kexError,
+  type KexState,
+  KeySwitch,
+  negotiate,
+  SERVER_CIPHERS,
+  sha256,
+  sharedSecret,
+  STRICT_C,
+  STRICT_S,
+} from "./_kex.ts";
 import { ED25519, type Ed25519Signer, parsePublicBlob, verifyEd25519 } from "./_keys.ts";
-import { bs, concat, SshReader, SshWireError, SshWriter, utf8 } from "./_wire.ts";
+import { SshReader, SshWireError, SshWriter, utf8 } from "./_wire.ts";
 import { closeQuietly, isPeerGone, writeAll } from "../_internal/io.ts";
 
 export const MSG = {
@@ -51,36 +59,6 @@ export const MSG = {
 } as const;
 
 export const VERSION = "SSH-2.0-HudSdk_0.1";
-const KEX_ALGS = ["curve25519-sha256", "curve25519-sha256@libssh.org"];
-const STRICT_C = "kex-strict-c-v00@openssh.com";
-const STRICT_S = "kex-strict-s-v00@openssh.com";
-// What our client offers, in its order of preference: chacha20-poly1305
-// first, as OpenSSH's `ssh` does. Ours runs in WebAssembly, one call per
-// packet; AES-GCM and AES-CTR go through WebCrypto calls that cost tens of
-// microseconds each, whatever their size (BENCHMARKS.md).
-export const DEFAULT_CIPHERS: readonly string[] = [
-  "chacha20-poly1305@openssh.com",
-  "aes128-gcm@openssh.com",
-  "aes256-gcm@openssh.com",
-  "aes128-ctr",
-  "aes256-ctr",
-];
-/**
- * What a server offers by default. A client takes the first of its own list
- * the server also offers, and OpenSSH's `ssh` lists chacha20-poly1305 first:
- * ours runs in WebAssembly, one call per packet, and streams a command's
- * output with about half the CPU of aes128-ctr + hmac-sha2-256-etm, whose
- * WebCrypto calls cost tens of microseconds each (BENCHMARKS.md). Dropbear's
- * client picks chacha20-poly1305 too, PuTTY aes256-ctr.
- */
-export const SERVER_CIPHERS: readonly string[] = [
-  "chacha20-poly1305@openssh.com",
-  "aes128-gcm@openssh.com",
-  "aes256-gcm@openssh.com",
-  "aes128-ctr",
-  "aes256-ctr",
-];
-export const DEFAULT_MACS: readonly string[] = ["hmac-sha2-256-etm@openssh.com", "hmac-sha2-256"];
 /** Rekey after this many bytes either way (RFC 4253 recommends 1 GB). */
 const REKEY_BYTES = 1 << 30;
 /** And after an hour. */
@@ -103,25 +81,6 @@ export interface TransportOptions {
   rekeyMs?: number;
 }
 
-interface Negotiated {
-  kex: string;
-  cipherCs: string;
-  cipherSc: string;
-  macCs: string;
-  macSc: string;
-}
-
-interface KexState {
-  ours: Uint8Array;
-  theirs: Uint8Array | null;
-  algs: Negotiated | null;
-  ephemeral: CryptoKeyPair | null;
-  ephemeralPub: Uint8Array | null;
-  inKeys: DirectionKeys | null;
-  skipNext: boolean;
-  sentNewKeys: boolean;
-}
-
 interface Deferred {
   promise: Promise<void>;
   resolve(): void;
@@ -140,48 +99,12 @@ function deferred(): Deferred {
   return { promise, resolve, reject };
 }
 
-class KeySwitch {
-  constructor(readonly keys: DirectionKeys, readonly strict: boolean) {}
-}
-
 function protocolError(what: string): SshError {
   return new SshError(`Cannot continue: ${what}`, { reason: DISCONNECT.PROTOCOL_ERROR });
 }
 
-function kexError(what: string, cause?: unknown): SshError {
-  return new SshError(`Cannot exchange keys: ${what}`, {
-    reason: DISCONNECT.KEY_EXCHANGE_FAILED,
-    cause,
-  });
-}
-
-async function sha256(data: Uint8Array): Promise<Uint8Array> {
-  return new Uint8Array(await crypto.subtle.digest("SHA-256", bs(data)));
-}
-
-function choose(what: string, client: readonly string[], server: readonly string[]): string {
-  for (const a of client) if (server.includes(a)) return a;
-  throw kexError(
-    `no common ${what} algorithm (client offers "${client.join(",")}", server offers "${
-      server.join(",")
-    }")`,
-  );
-}
-
 /** Message numbers some layer here handles; others get UNIMPLEMENTED. */
 const KNOWN_MESSAGES: ReadonlySet<number> = new Set(Object.values(MSG));
-
-async function deriveKey(
-  k: Uint8Array,
-  h: Uint8Array,
-  letter: string,
-  sessionId: Uint8Array,
-  len: number,
-): Promise<Uint8Array> {
-  let out = await sha256(concat([k, h, utf8(letter), sessionId]));
-  while (out.length < len) out = concat([out, await sha256(concat([k, h, out]))]);
-  return out.subarray(0, len);
-}
 
 /** One SSH connection's transport. */
 export class SshTransport {
@@ -543,19 +466,7 @@ export class SshTransport {
     const mine: string[][] = [];
     for (let i = 0; i < 10; i++) mine.push(ours.nameList());
     const [c, s] = server ? [lists, mine] : [mine, lists];
-    const realKex = (l: string[]) => l.filter((a) => KEX_ALGS.includes(a));
-    const algs: Negotiated = {
-      kex: choose("key exchange", realKex(c[0]), realKex(s[0])),
-      cipherCs: choose("cipher", c[2], s[2]),
-      cipherSc: choose("cipher", c[3], s[3]),
-      macCs: "",
-      macSc: "",
-    };
-    choose("host key", c[1], s[1]);
-    if (!CIPHERS[algs.cipherCs].aead) algs.macCs = choose("MAC", c[4], s[4]);
-    if (!CIPHERS[algs.cipherSc].aead) algs.macSc = choose("MAC", c[5], s[5]);
-    choose("compression", c[6], s[6]);
-    choose("compression", c[7], s[7]);
+    const algs = negotiate(c, s);
     kex.algs = algs;
     if (this.#kexCount === 0) {
       this.#peerStrict = lists[0].includes(server ? STRICT_C : STRICT_S);
@@ -574,20 +485,6 @@ export class SshTransport {
       kex.ephemeralPub = new Uint8Array(await crypto.subtle.exportKey("raw", pair.publicKey));
       this.#enqueue(new SshWriter(40).byte(MSG.KEX_ECDH_INIT).string(kex.ephemeralPub).bytes())
         .catch(() => {});
-    }
-  }
-
-  async #sharedSecret(priv: CryptoKey, peer: Uint8Array): Promise<Uint8Array> {
-    if (peer.length !== 32) throw kexError(`bad ephemeral key length "${peer.length}"`);
-    try {
-      const pub = await crypto.subtle.importKey("raw", bs(peer), { name: "X25519" }, false, []);
-      const bits = new Uint8Array(
-        await crypto.subtle.deriveBits({ name: "X25519", public: pub }, priv, 256),
-      );
-      if (bits.every((b) => b === 0)) throw new Error("all-zero shared secret");
-      return new SshWriter(40).mpint(bits).bytes().slice();
-    } catch (err) {
-      throw kexError("bad ephemeral key", err);
     }
   }
 
@@ -621,7 +518,7 @@ export class SshTransport {
       "deriveBits",
     ]) as CryptoKeyPair;
     const qs = new Uint8Array(await crypto.subtle.exportKey("raw", pair.publicKey));
-    const k = await this.#sharedSecret(pair.privateKey, qc);
+    const k = await sharedSecret(pair.privateKey, qc);
     const hostKey = await this.#opts.hostKey!;
     const h = await this.#exchangeHash(hostKey.blob, qc, qs, k);
     const sig = await hostKey.sign(h);
@@ -648,7 +545,7 @@ export class SshTransport {
       throw kexError("unsupported host key", err);
     }
     this.#opts.checkHostKey?.(hostBlob);
-    const k = await this.#sharedSecret(kex.ephemeral.privateKey, qs);
+    const k = await sharedSecret(kex.ephemeral.privateKey, qs);
     const h = await this.#exchangeHash(hostBlob, kex.ephemeralPub!, qs, k);
     if (!(await verifyEd25519(hostKey, sig, h))) {
       throw new SshError("Cannot exchange keys: bad host key signature", {

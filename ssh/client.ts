@@ -17,7 +17,7 @@
 
 import type { Capability } from "../capability.ts";
 import { parseHostPort } from "../capability.ts";
-import type { Channel, ChannelHandlers } from "./_channel.ts";
+import type { ChannelHandlers } from "./_channel.ts";
 import { ClientConnection } from "./_connection.ts";
 import {
   DISCONNECT,
@@ -28,9 +28,10 @@ import {
   SshHostKeyError,
 } from "./_errors.ts";
 import { S_IFDIR, S_IFLNK, S_IFMT, S_IFREG, SftpClient } from "./_sftp_client.ts";
-import type { SftpAttrs } from "./_sftp.ts";
+import type { SftpAttrs } from "./_sftp_wire.ts";
 import { Ed25519Signer, parsePrivateKey, parsePublicKey } from "./_keys.ts";
-import { concat, fromUtf8, type SshReader, utf8 } from "./_wire.ts";
+import { concat, fromUtf8, utf8 } from "./_wire.ts";
+import { collectStream, ExecResult, statusFrom, StreamSink } from "./_exec.ts";
 import { delay } from "../_internal/async.ts";
 import { shellQuote } from "../_internal/shell.ts";
 
@@ -246,46 +247,6 @@ function isTransient(err: unknown): boolean {
 
 function abortReason(signal: AbortSignal): unknown {
   return signal.reason ?? new DOMException("The operation was aborted", "AbortError");
-}
-
-class ExecResult implements SshExecResult {
-  readonly code: number;
-  readonly signal: string | null;
-  readonly stdout: Uint8Array;
-  readonly stderr: Uint8Array;
-
-  constructor(status: SshExitStatus, stdout: Uint8Array, stderr: Uint8Array) {
-    this.code = status.code;
-    this.signal = status.signal;
-    this.stdout = stdout;
-    this.stderr = stderr;
-  }
-  get success(): boolean {
-    return this.code === 0;
-  }
-  get stdoutText(): string {
-    return fromUtf8(this.stdout);
-  }
-  get stderrText(): string {
-    return fromUtf8(this.stderr);
-  }
-}
-
-/** Collects exit status from channel requests. */
-function statusFrom(
-  type: string,
-  r: SshReader,
-  into: { code: number; signal: string | null; received: boolean },
-): boolean {
-  if (type === "exit-status") {
-    into.code = r.uint32();
-    into.received = true;
-  } else if (type === "exit-signal") {
-    into.signal = r.text();
-    into.code = -1;
-    into.received = true;
-  }
-  return false;
 }
 
 /**
@@ -916,82 +877,5 @@ export class SshClient {
   /** Same as `close()`. */
   [Symbol.asyncDispose](): Promise<void> {
     return this.close();
-  }
-}
-
-async function collectStream(stream: ReadableStream<Uint8Array>): Promise<Uint8Array> {
-  const parts: Uint8Array[] = [];
-  for await (const part of stream) parts.push(part);
-  return concat(parts);
-}
-
-/** A ReadableStream fed by channel data; window returned as chunks are read. */
-class StreamSink {
-  #queue: Uint8Array[] = [];
-  #ended = false;
-  #waiter: (() => void) | null = null;
-  #channel: Channel | null = null;
-  #read = false;
-  #backlog = 0;
-  readonly stream: ReadableStream<Uint8Array>;
-
-  constructor() {
-    this.stream = new ReadableStream<Uint8Array>({
-      pull: async (controller) => {
-        this.#read = true;
-        while (this.#queue.length === 0 && !this.#ended) {
-          await new Promise<void>((resolve) => this.#waiter = resolve);
-        }
-        const chunk = this.#queue.shift();
-        if (chunk === undefined) {
-          controller.close();
-          return;
-        }
-        this.#channel?.consumed(chunk.length);
-        controller.enqueue(chunk);
-      },
-      cancel: () => {
-        this.#ended = true;
-        this.#drop();
-      },
-    }, { highWaterMark: 0 });
-  }
-
-  attach(channel: Channel): void {
-    this.#channel = channel;
-    this.#channel.consumed(this.#backlog);
-    this.#backlog = 0;
-  }
-
-  #drop(): void {
-    let n = 0;
-    for (const c of this.#queue.splice(0)) n += c.length;
-    if (this.#channel !== null) this.#channel.consumed(n);
-    this.#wake();
-  }
-
-  #wake(): void {
-    const w = this.#waiter;
-    this.#waiter = null;
-    w?.();
-  }
-
-  push(data: Uint8Array): void {
-    if (this.#ended) {
-      if (this.#channel !== null) this.#channel.consumed(data.length);
-      else this.#backlog += data.length;
-      return;
-    }
-    this.#queue.push(data);
-    this.#wake();
-  }
-
-  end(): void {
-    this.#ended = true;
-    this.#wake();
-  }
-
-  async cancelIfUnread(): Promise<void> {
-    if (!this.#read && !this.stream.locked) await this.stream.cancel();
   }
 }

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { SshClient, SshCommandError, SshFileError } from "../../ssh/mod.ts";
 import { ClientConnection } from "../../ssh/_connection.ts";
 import { Ed25519Signer, parsePrivateKey, parsePublicKey } from "../../ssh/_keys.ts";
-import { FX, FXP } from "../../ssh/_sftp.ts";
+import { FX, FXP } from "../../ssh/_sftp_wire.ts";
 import { SshReader, SshWriter } from "../../ssh/_wire.ts";
 import { bigData, have, run, sha256Hex, startTestServer, type TestServer } from "./_util.ts";
 
