@@ -86,7 +86,6 @@ export function parseToml(source: string | Uint8Array): TomlTable {
     text = source;
     if (!text.isWellFormed()) {
       const at = text.search(/\p{Cs}/u);
-      new Parser(text.slice(0, at)).parse; // position only
       throw errorAt(text, at, "a lone surrogate is not Unicode");
     }
   } else if (source instanceof Uint8Array) {
