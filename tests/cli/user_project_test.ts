@@ -1,0 +1,196 @@
+// Issue 30, points 1 and 2: a project of the user's own beside a checkout of
+// the SDK, depending on it through the README's import map, run with
+// `deno run`, through `../hud-sdk/cli.ts` and through an installed `hud`.
+import assert from "node:assert/strict";
+import { ChildProcess } from "../_helpers.ts";
+import { testSignal } from "../_deadline.ts";
+
+const SDK = decodeURIComponent(new URL("../../", import.meta.url).pathname).replace(/\/$/, "");
+
+/** The JSON block of the README's "Depending on the SDK from another project" section. */
+async function readmeImportMap(): Promise<Record<string, string>> {
+  const readme = await Deno.readTextFile(`${SDK}/README.md`);
+  const section = readme.slice(readme.indexOf("### Depending on the SDK from another project"));
+  const block = /```json\n([\s\S]*?)```/.exec(section);
+  assert.ok(block, "the README's section shows an import map");
+  return (JSON.parse(block[1]) as { imports: Record<string, string> }).imports;
+}
+
+// The environment imports the root and a subpath export, and serves itself
+// behind the import.meta.main guard.
+const ENV_MODULE = `import { Environment, integer, serve } from "@hud/sdk";
+import { ChatAgent } from "@hud/sdk/agents";
+
+export const env = new Environment("userland", { version: "1.0.0" });
+const add = env.template(
+  { id: "add", description: \`Add (agents: \${typeof ChatAgent})\`, args: { a: integer(), b: integer() } },
+  async function* ({ a, b }) {
+    const answer = yield \`What is \${a} + \${b}?\`;
+    yield Number(answer) === a + b ? 1 : 0;
+  },
+);
+export const tasks = [add({ a: 1, b: 2 }), add({ a: 3, b: 4 })];
+
+if (import.meta.main) await serve(env);
+`;
+
+// Reads "What is A + B?" and answers the sum.
+const AGENT = `read -r q; set -- $q; echo $(( $3 + \${5%?} ))`;
+
+interface Ran {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+async function deno(cwd: string, ...args: string[]): Promise<Ran> {
+  return await command(Deno.execPath(), cwd, args);
+}
+
+async function command(program: string, cwd: string, args: string[]): Promise<Ran> {
+  const out = await new Deno.Command(program, {
+    args,
+    cwd,
+    stdin: "null",
+    env: { NO_COLOR: "1" },
+    signal: testSignal(),
+  }).output();
+  const text = new TextDecoder();
+  return { code: out.code, stdout: text.decode(out.stdout), stderr: text.decode(out.stderr) };
+}
+
+/** A temporary dir holding `hud-sdk` (this checkout) and `project` (the user's). */
+async function makeProject(map: Record<string, string>): Promise<string> {
+  const dir = await Deno.makeTempDir({ prefix: "hud_user_project_" });
+  await Deno.symlink(SDK, `${dir}/hud-sdk`);
+  await Deno.mkdir(`${dir}/project`);
+  await Deno.writeTextFile(`${dir}/project/deno.json`, JSON.stringify({ imports: map }, null, 2));
+  await Deno.writeTextFile(`${dir}/project/env.ts`, ENV_MODULE);
+  return dir;
+}
+
+Deno.test("README's import map: a user's project runs with deno run, the CLI and an installed hud", async (t) => {
+  const map = await readmeImportMap();
+  const sdkExports = (JSON.parse(await Deno.readTextFile(`${SDK}/deno.json`)) as {
+    exports: Record<string, string>;
+  }).exports;
+  await t.step("the map names real exports, each its module (no folder prefix)", () => {
+    assert.ok(map["@hud/sdk"] && map["@hud/sdk/agents"], JSON.stringify(map));
+    for (const [name, target] of Object.entries(map)) {
+      assert.ok(!name.endsWith("/"), `"${name}" is a folder prefix`);
+      const sub = name === "@hud/sdk" ? "." : `.${name.slice("@hud/sdk".length)}`;
+      assert.equal(target, `../hud-sdk/${sdkExports[sub]?.slice(2)}`, name);
+    }
+  });
+  const dir = await makeProject(map);
+  const project = `${dir}/project`;
+  try {
+    await t.step("deno run env.ts serves it; the CLI lists its tasks by url", async () => {
+      await using child = new ChildProcess(Deno.execPath(), {
+        args: ["run", "-A", "env.ts"],
+        cwd: project,
+        env: { NO_COLOR: "1" },
+      });
+      const [, token] = await child.waitForLine(/^HUD_SERVE_TOKEN=(\w+)$/, "the token", 30_000);
+      const [, port] = await child.waitForLine(/^HUD_SERVE_PORT=(\d+)$/, "the port", 30_000);
+      const ran = await deno(
+        project,
+        "run",
+        "-A",
+        "../hud-sdk/cli.ts",
+        "tasks",
+        "--url",
+        `tcp://:${token}@127.0.0.1:${port}`,
+      );
+      assert.equal(ran.code, 0, ran.stderr);
+      assert.match(ran.stdout, /^add +a: integer, b: integer +Add \(agents: function\)$/m);
+    });
+    await t.step(
+      "../hud-sdk/cli.ts eval runs the module's tasks; view serves the results",
+      async () => {
+        const ran = await deno(
+          project,
+          "run",
+          "-A",
+          "../hud-sdk/cli.ts",
+          "eval",
+          "env.ts",
+          "--agent",
+          AGENT,
+          "--out",
+          "results.jsonl",
+        );
+        assert.equal(ran.code, 0, ran.stderr);
+        assert.match(ran.stdout, /mean reward 1\.000 ± 0\.000 over 2 graded runs, 0 errored/);
+        await using viewer = new ChildProcess(Deno.execPath(), {
+          args: ["run", "-A", "../hud-sdk/cli.ts", "view", "results.jsonl"],
+          cwd: project,
+          env: { NO_COLOR: "1" },
+        });
+        const [, url] = await viewer.waitForLine(/ at (http:\/\/\S+)$/, "the viewer's url", 30_000);
+        const res = await fetch(url, { signal: testSignal() });
+        const page = await res.text();
+        assert.equal(res.status, 200, page.slice(0, 200));
+        assert.match(page, /<html/i);
+      },
+    );
+    await t.step("hud installed with --config deno.json runs the project's modules", async () => {
+      const root = `${dir}/installed`;
+      const inst = await deno(
+        project,
+        "install",
+        "-g",
+        "-A",
+        "-n",
+        "hud",
+        "--root",
+        root,
+        "--config",
+        "deno.json",
+        "../hud-sdk/cli.ts",
+      );
+      assert.equal(inst.code, 0, inst.stderr);
+      // From another directory: the config travels with the installed command.
+      const ran = await command(`${root}/bin/hud`, dir, [
+        "eval",
+        "project/env.ts",
+        "--agent",
+        AGENT,
+      ]);
+      assert.equal(ran.code, 0, ran.stderr);
+      assert.match(ran.stdout, /mean reward 1\.000 ± 0\.000 over 2 graded runs, 0 errored/);
+    });
+    await t.step("hud installed without --config names the fix", async () => {
+      const root = `${dir}/bare`;
+      const inst = await deno(
+        project,
+        "install",
+        "-g",
+        "-A",
+        "-n",
+        "hud",
+        "--root",
+        root,
+        "../hud-sdk/cli.ts",
+      );
+      assert.equal(inst.code, 0, inst.stderr);
+      const ran = await command(`${root}/bin/hud`, project, ["tasks", "env.ts"]);
+      assert.equal(ran.code, 1, ran.stdout);
+      assert.match(ran.stderr, /^error: .*not a dependency.*install hud with --config deno\.json/);
+    });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("the README's map before issue 30 (a folder prefix) fails under deno run", async () => {
+  // A prefix maps "@hud/sdk/agents" to a folder, not to its mod.ts.
+  const dir = await makeProject({ "@hud/sdk": "../hud-sdk/mod.ts", "@hud/sdk/": "../hud-sdk/" });
+  try {
+    const ran = await deno(`${dir}/project`, "run", "-A", "env.ts");
+    assert.notEqual(ran.code, 0, ran.stdout);
+    assert.match(ran.stderr, /ERR_UNSUPPORTED_DIR_IMPORT/);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
