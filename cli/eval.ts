@@ -105,6 +105,7 @@ export const USAGE: string =
             [--max-concurrent N] [--timeout S] [--agent-timeout S]
             [--pass-env NAME]... [--env-file PATH] [--max-output BYTES]
             [--out results.jsonl [--resume | --force]] [--json]
+            [--runtime WHERE [--container-network] [--container-env NAME=VALUE]...]
 
 Serves the environment module FILE in this process and runs the agent
 command CMD once per task and repeat, grading each answer. The tasks are
@@ -155,6 +156,14 @@ Options:
                         image made by "${PROGRAM} image") or "swarm:IMAGE"
                         (a pool of replicas on the Docker Swarm whose
                         manager DOCKER_HOST names, removed at the end)
+  --container-network   with container:IMAGE, put each container on the
+                        engine's bridge network, for an environment that
+                        downloads or calls out (default: no network at all)
+  --container-env NAME=VALUE
+                        with container:IMAGE, a variable for the
+                        environment in each container, such as
+                        ROBOLAB_ISOLATION=none where the engine lets no
+                        sandbox be made there (repeatable)
 ${MODEL_FLAGS_HELP}  -h, --help            show this help
 `;
 
@@ -180,6 +189,8 @@ export async function run(args: string[], io: Io): Promise<number> {
       json: { type: "boolean" },
       ...MODEL_FLAGS,
       runtime: { type: "string" },
+      "container-network": { type: "boolean" },
+      "container-env": { type: "string", multiple: true },
     },
     positionals: { names: ["FILE"], min: 1 },
   }, io);
@@ -194,6 +205,17 @@ export async function run(args: string[], io: Io): Promise<number> {
   }
   const runtimeKind = runtimeSpec.split(":")[0];
   const image = runtimeSpec.slice(runtimeKind.length + 1);
+  const containerEnv: Record<string, string> = {};
+  for (const pair of (values["container-env"] ?? []) as unknown as string[]) {
+    const m = pair.match(/^([A-Za-z_][A-Za-z0-9_]*)=(.*)$/s);
+    if (m === null) throw new UsageError(`--container-env takes NAME=VALUE, got "${pair}"`);
+    containerEnv[m[1]] = m[2];
+  }
+  for (const flag of ["container-network", "container-env"]) {
+    if (values[flag] !== undefined && runtimeKind !== "container") {
+      throw new UsageError(`--${flag} needs --runtime container:IMAGE`);
+    }
+  }
   // A model agent (--model ...) or an external one (--agent CMD).
   const model = modelAgentFromFlags(values, (m) => new UsageError(m));
   if (model && command !== undefined) throw new UsageError("pass --agent or --model, not both");
@@ -262,7 +284,10 @@ export async function run(args: string[], io: Io): Promise<number> {
     runtime = swarm = new SwarmRuntime(image, { maxReplicas: maxConcurrent + 1 });
   } else {
     const { ContainerRuntime } = await import("../engines/container.ts");
-    runtime = new ContainerRuntime(image);
+    runtime = new ContainerRuntime(image, {
+      network: values["container-network"] === true,
+      env: containerEnv,
+    });
   }
   // Start the environment once, up front: when it cannot start, that is
   // one error with its message, not one per rollout. The held placement

@@ -6,7 +6,7 @@
  */
 
 import { EngineClient, removeContainer } from "./_engine.ts";
-import { OWNER_LABEL } from "./container.ts";
+import { CONTROL_DIR_LABEL, OWNER_LABEL } from "./container.ts";
 
 /** Options for {@linkcode removeStaleContainers}. */
 export interface RemoveStaleOptions {
@@ -31,9 +31,26 @@ function processAlive(pid: number): boolean {
 }
 
 /**
+ * Removes the control socket directory a container's label names: only one
+ * that looks like the runtime's own (`hud-container-*`, a directory of this
+ * user), since anyone who may start containers may write labels.
+ */
+async function removeControlDir(dir: string | undefined): Promise<void> {
+  if (dir === undefined || !/\/hud-container-[A-Za-z0-9_]+$/.test(dir)) return;
+  try {
+    const info = await Deno.lstat(dir);
+    if (!info.isDirectory || info.uid !== Deno.uid()) return;
+    await Deno.remove(dir, { recursive: true });
+  } catch {
+    // gone already
+  }
+}
+
+/**
  * Removes the containers a killed run left behind: those labelled by this
  * runtime whose creating process is gone (on this machine), or older than
- * `olderThan`.
+ * `olderThan`, with the directories on this host that held their
+ * control sockets.
  *
  * @returns the ids removed
  */
@@ -54,6 +71,7 @@ export async function removeStaleContainers(options: RemoveStaleOptions = {}): P
     if (orphan || old) {
       await removeContainer(engine, c.Id, 0);
       removed.push(c.Id);
+      await removeControlDir(c.Labels?.[CONTROL_DIR_LABEL]);
     }
   }
   return removed;

@@ -8,7 +8,7 @@
 import { checkV8Flags, SERVER_V8_FLAGS } from "../runtime/subprocess.ts";
 import { EngineClient, EngineError } from "./_engine.ts";
 import { TarWriter } from "./_tar.ts";
-import { CONTAINER_PORT, ENV_LABEL } from "./container.ts";
+import { CONTAINER_PORT, CONTROL_LABEL, ENV_LABEL } from "./container.ts";
 
 /** Options for {@linkcode buildEnvironmentImage}. */
 export interface BuildImageOptions {
@@ -73,10 +73,15 @@ function commonDir(paths: string[]): string {
  * Builds an OCI image of an environment module with the local engine, no
  * registry needed: Deno's own binary and the shared libraries it links
  * (`ldd`), the module and its local imports, and this SDK's command line,
- * started as `serve --host 0.0.0.0 --port 8765 --no-auth-without-token`:
- * with the token {@linkcode ContainerRuntime} passes in `HUD_SERVE_TOKEN`,
- * and without authentication when started with none (HUD's DockerRuntime
- * sends none), as HUD's own images serve.
+ * started as `serve` on port 8765 (`_container_main.ts`): on the
+ * container's loopback behind the unix socket {@linkcode ContainerRuntime}
+ * shares (label `dev.hud.control=socket`), with the token it passes in
+ * `HUD_SERVE_TOKEN`; or, when no socket is given (a swarm replica, HUD's
+ * DockerRuntime), on every interface for the engine to publish, with
+ * `--no-auth-without-token`: without authentication when started with no
+ * token either (HUD's runtimes send none), as HUD's own images serve. A
+ * `FROM scratch` image has `root` and `nobody` (65534, the user
+ * ContainerRuntime runs as) in /etc/passwd.
  *
  * @param modulePath the environment module
  * @param tag the image name
@@ -92,7 +97,14 @@ export async function buildEnvironmentImage(
   const v8Flags = options.v8Flags ?? SERVER_V8_FLAGS;
   const modulePathAbs = await Deno.realPath(modulePath);
   const cli = new URL("cli.ts", SDK_ROOT).pathname;
-  const files = [...new Set([...await localModules(modulePathAbs), ...await localModules(cli)])];
+  const entry = new URL("_container_main.ts", import.meta.url).pathname;
+  const files = [
+    ...new Set([
+      ...await localModules(modulePathAbs),
+      ...await localModules(cli),
+      ...await localModules(entry),
+    ]),
+  ];
   const root = commonDir(files);
   const rel = (p: string) => p.slice(root === "/" ? 1 : root.length + 1);
   const tar = new TarWriter();
@@ -103,7 +115,12 @@ export async function buildEnvironmentImage(
     tar.symlink("root/bin", "usr/bin");
     tar.symlink("root/lib", "usr/lib");
     tar.symlink("root/lib64", "usr/lib64");
-    tar.file("root/etc/passwd", new TextEncoder().encode("root:x:0:0:root:/root:/bin/sh\n"));
+    // nobody: the user ContainerRuntime runs as (scp and whoami want a name).
+    tar.file(
+      "root/etc/passwd",
+      new TextEncoder().encode("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534::/:/bin/sh\n"),
+    );
+    tar.file("root/etc/group", new TextEncoder().encode("root:x:0:\nnogroup:x:65534:\n"));
   }
   tar.dir("root/tmp", 0o1777);
   const deno = await Deno.realPath(Deno.execPath());
@@ -124,20 +141,16 @@ export async function buildEnvironmentImage(
     ...options.labels,
     [ENV_LABEL]: options.envName,
     "dev.hud.env.version": options.envVersion,
+    [CONTROL_LABEL]: "socket",
   };
   const cmd = [
     "/usr/local/bin/deno",
     "run",
     "-A",
     ...(v8Flags.length === 0 ? [] : [`--v8-flags=${v8Flags.join(",")}`]),
+    `/app/${rel(entry)}`,
     `/app/${rel(cli)}`,
-    "serve",
     `/app/${rel(modulePathAbs)}`,
-    "--host",
-    "0.0.0.0",
-    "--port",
-    String(CONTAINER_PORT),
-    "--no-auth-without-token",
   ];
   const dockerfile = [
     `FROM ${from}`,

@@ -18,6 +18,7 @@ export {
   CONTAINER_PORT,
   ContainerRuntime,
   type ContainerRuntimeOptions,
+  CONTROL_LABEL,
   ENV_LABEL,
   OWNER_LABEL,
 } from "./container.ts";

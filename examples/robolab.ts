@@ -120,11 +120,12 @@ env.initialize(async () => {
 env.shutdown(async () => {
   await Deno.remove(root, { recursive: true }).catch(() => {});
 });
-// In a container, the container is the sandbox (its seccomp profile forbids
-// the namespaces bwrap and unshare need): ROBOLAB_ISOLATION=none says so.
-// Without a sandbox there is no safe hand-over of the directories each task
-// makes (as root) to another uid, so the agent is the container's root,
-// with every capability dropped.
+// The workspace sandboxes its commands wherever it runs, also in a container
+// ContainerRuntime placed (bubblewrap in user namespaces). Where none can be
+// made (a swarm replica, a kernel without user namespaces),
+// ROBOLAB_ISOLATION=none runs them unconfined; without a sandbox there is no
+// safe hand-over of the directories each task makes (as root) to another
+// uid, so the agent is then the server's user, with every capability dropped.
 /** The workspace: the agent's shell, and where the checks run. */
 export const workspace: Workspace = addWorkspace(
   env,

@@ -14,6 +14,8 @@ import {
   removeStaleContainers,
 } from "../../engines/mod.ts";
 import { EngineClient, findEngineSocket } from "../../engines/_engine.ts";
+import { TarWriter } from "../../engines/_tar.ts";
+import { buildShellBase } from "./_shell_base.ts";
 import { functionAgent, Taskset } from "../../eval/mod.ts";
 import { taskSlug } from "../../env.ts";
 
@@ -32,8 +34,78 @@ if (PODMAN_SOCKET === null) {
   console.log("container_test: Podman skipped: set HUD_TEST_PODMAN_SOCKET=/run/podman/podman.sock");
 }
 const fixture = (name: string) => new URL(`../fixtures/${name}`, import.meta.url).pathname;
-const TAG = "hud-test-fixture:latest";
-const BROKEN_TAG = "hud-test-broken:latest";
+const TAG = "hud-test-env:latest";
+const BROKEN_TAG = "hud-test-env-broken:latest";
+const PROBE_TAG = "hud-test-env-probe:latest";
+const PROBE_BASE = "hud-test-env-probe-base:latest";
+
+/**
+ * tests/fixtures/syscall_probe.c built static, or null without gcc (or off
+ * x86_64, where its 32-bit call does not exist).
+ */
+async function syscallProbe(): Promise<Uint8Array | null> {
+  if (Deno.build.arch !== "x86_64") return null;
+  const dir = await Deno.makeTempDir({ prefix: "hud-syscall-probe-" });
+  try {
+    const out = await new Deno.Command("gcc", {
+      args: ["-static", "-O1", "-o", `${dir}/probe`, fixture("syscall_probe.c")],
+      stdout: "null",
+      stderr: "piped",
+    }).output().catch(() => null);
+    return out?.success ? await Deno.readFile(`${dir}/probe`) : null;
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+const SYSCALL_PROBE = await syscallProbe();
+if (SYSCALL_PROBE === null) console.log("container_test: the system call probe is skipped: no gcc");
+
+/**
+ * An IPv4 address of this host on an engine's bridge (Docker's docker0
+ * first): a service there is what a container on a bridge reaches through
+ * its gateway, as it would a cloud's metadata service.
+ */
+function bridgeAddress(): string | null {
+  const ours = Deno.networkInterfaces().filter((i) =>
+    i.family === "IPv4" && /^(docker0|podman\d*|cni-podman\d*|br-)/.test(i.name)
+  );
+  return (ours.find((i) => i.name === "docker0") ?? ours[0])?.address ?? null;
+}
+
+/** A TCP service on `hostname` that counts the connections it accepts. */
+function countingService(hostname: string) {
+  const listener = Deno.listen({ hostname, port: 0 });
+  let accepted = 0;
+  const loop = (async () => {
+    for await (const conn of listener) {
+      accepted++;
+      conn.close();
+    }
+  })();
+  return {
+    target: `${hostname}:${listener.addr.port}`,
+    get accepted() {
+      return accepted;
+    },
+    async close() {
+      listener.close();
+      await loop.catch(() => {});
+    },
+  };
+}
+
+interface Facts {
+  uid: number;
+  capEff: string;
+  capBnd: string;
+  noNewPrivs: string;
+  seccomp: string;
+  routes: string[];
+  masks: string[];
+  imageWritable: string;
+  reached: Record<string, string>;
+  syscalls: Record<string, string>;
+}
 
 /**
  * Registers the suite against one engine: `socket` (undefined: the default
@@ -57,6 +129,18 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
         socket,
         signal: AbortSignal.timeout(240_000),
       });
+      await buildShellBase(
+        PROBE_BASE,
+        socket,
+        SYSCALL_PROBE ? { "/usr/local/bin/hud-syscall-probe": SYSCALL_PROBE } : {},
+      );
+      await buildEnvironmentImage(fixture("container_probe_env.ts"), PROBE_TAG, {
+        from: PROBE_BASE,
+        envName: "probe",
+        envVersion: "1.0.0",
+        socket,
+        signal: AbortSignal.timeout(240_000),
+      });
     })();
     return built;
   }
@@ -70,6 +154,16 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
     return list.map((c) => c.Id);
   }
 
+  /** The control socket directory the container of `pid` names in its label. */
+  async function controlDirOf(pid: number): Promise<string> {
+    using engine = await EngineClient.open(socket);
+    const filters = encodeURIComponent(JSON.stringify({ label: [`${OWNER_LABEL}=${pid}`] }));
+    const [c] = await engine.call("GET", `/containers/json?all=true&filters=${filters}`) as {
+      Labels: Record<string, string>;
+    }[];
+    return c.Labels["dev.hud.control.dir"];
+  }
+
   Deno.test({
     name: `buildEnvironmentImage() makes an image with the env's label from no registry (${label})`,
     ignore,
@@ -80,6 +174,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
         Config: { Labels: Record<string, string>; Cmd: string[] };
       };
       assert.equal(info.Config.Labels["dev.hud.env"], "fixture");
+      assert.equal(info.Config.Labels["dev.hud.control"], "socket");
       // The server starts with a small young generation (SERVER_V8_FLAGS).
       assert.ok(
         info.Config.Cmd.includes("--v8-flags=--max-semi-space-size=1"),
@@ -109,6 +204,174 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
         containerId = mine[0];
       }
       assert.deepEqual(await containersOf(Deno.pid), [], `container ${containerId} left behind`);
+    },
+  });
+
+  /** The probe's facts from a container of `runtime`. */
+  async function factsOf(runtime: ContainerRuntime, targets: string[]): Promise<Facts> {
+    await using client = await connect(runtime, { readyTimeout: 60_000 });
+    const { prompt } = await client.startTask("facts", { targets });
+    assert.equal((await client.grade({ answer: "ok" })).score, 1);
+    return JSON.parse(String(prompt)) as Facts;
+  }
+
+  Deno.test({
+    name:
+      `ContainerRuntime runs the container unprivileged: not root, no capabilities, no_new_privs, seccomp, a read-only image (${label})`,
+    ignore,
+    async fn() {
+      await buildImages();
+      const facts = await factsOf(new ContainerRuntime(PROBE_TAG, { socket }), []);
+      assert.equal(facts.uid, 65534);
+      assert.equal(facts.capEff, "0000000000000000");
+      assert.equal(facts.capBnd, "0000000000000000");
+      assert.equal(facts.noNewPrivs, "1");
+      assert.equal(facts.seccomp, "2");
+      assert.notEqual(facts.imageWritable, "yes");
+      // Nothing covers /proc (the sandbox mounts a fresh one); /sys keeps its masks.
+      assert.deepEqual(facts.masks.filter((m) => m.startsWith("/proc/")), [], String(facts.masks));
+      assert.ok(facts.masks.includes("/sys/firmware"), String(facts.masks));
+      assert.deepEqual(await containersOf(Deno.pid), []);
+    },
+  });
+
+  Deno.test({
+    name:
+      `ContainerRuntime's seccomp profile refuses keyrings, bpf, perf, userfaultfd, io_uring, other processes' memory and 32-bit calls, and allows user namespaces (${label})`,
+    ignore: ignore || SYSCALL_PROBE === null,
+    async fn() {
+      await buildImages();
+      const { syscalls } = await factsOf(new ContainerRuntime(PROBE_TAG, { socket }), []);
+      // EPERM from Docker 20.10 (no defaultErrnoRet), ENOSYS from Podman.
+      const refused = /^-1 (1|38)$/;
+      for (
+        const name of [
+          "keyctl",
+          "add_key",
+          "bpf",
+          "perf_event_open",
+          "userfaultfd",
+          "io_uring_setup",
+          "process_vm_readv",
+        ]
+      ) {
+        assert.match(syscalls[name] ?? "missing", refused, `${name}: ${JSON.stringify(syscalls)}`);
+      }
+      assert.equal(syscalls.unshare_user, "0 0", JSON.stringify(syscalls));
+      assert.equal(syscalls.i386, "killed by SIGSYS", JSON.stringify(syscalls));
+    },
+  });
+
+  Deno.test({
+    name:
+      `ContainerRuntime network: false: no route, so the bridge gateway, a host service and 169.254.169.254 are unreachable, while the control port answers (${label})`,
+    ignore,
+    async fn(t) {
+      await buildImages();
+      const address = bridgeAddress();
+      if (address === null) {
+        console.log("container_test: no engine bridge on this host: the host service is skipped");
+      }
+      const service = address === null ? null : countingService(address);
+      try {
+        const targets = ["169.254.169.254:80", ...(service ? [service.target] : [])];
+        // The control port answers: the task runs at all.
+        const facts = await factsOf(new ContainerRuntime(PROBE_TAG, { socket }), targets);
+        assert.deepEqual(facts.routes, [], "the container has routes");
+        for (const target of targets) {
+          assert.match(facts.reached[target], /unreachable/i, target);
+        }
+        assert.equal(service?.accepted ?? 0, 0, "the host service was reached");
+        await t.step("network: true puts it on the bridge, with a route out", async () => {
+          const open = await factsOf(
+            new ContainerRuntime(PROBE_TAG, { socket, network: true }),
+            service ? [service.target] : [],
+          );
+          assert.ok(open.routes.some((r) => r.split("\t")[1] === "00000000"), "no default route");
+          if (service) assert.equal(open.reached[service.target], "connected");
+        });
+      } finally {
+        await service?.close();
+      }
+      assert.deepEqual(await containersOf(Deno.pid), []);
+    },
+  });
+
+  Deno.test({
+    name:
+      `hud eval --runtime container: --container-network and --container-env reach the container (${label})`,
+    // The command line finds the default engine only.
+    ignore: ignore || socket !== undefined,
+    async fn() {
+      await buildImages();
+      const { main } = await import("../../cli.ts");
+      const dir = await Deno.makeTempDir({ prefix: "hud-eval-flags-" });
+      try {
+        const rows = `${dir}/rows.jsonl`;
+        await Deno.writeTextFile(
+          rows,
+          JSON.stringify({ env: "probe", id: "facts", args: { targets: [] } }) + "\n",
+        );
+        // Answers "ok" when the facts it is given match what it expects.
+        const agent = (route: string, note: string) =>
+          `p=$(cat); case "$p" in *'"routes":[]'*) r=none;; *) r=some;; esac; ` +
+          `case "$p" in *'"note":"hello"'*) n=hello;; *) n=null;; esac; ` +
+          `[ "$r $n" = "${route} ${note}" ] && echo ok || echo "$r $n"`;
+        let out = "";
+        let err = "";
+        const io = { stdout: (t: string) => out += t, stderr: (t: string) => err += t };
+        const probe = fixture("container_probe_env.ts");
+        const common = ["--tasks", rows, "--runtime", `container:${PROBE_TAG}`, "--json"];
+        assert.equal(
+          await main(["eval", probe, "--agent", agent("none", "null"), ...common], io),
+          0,
+          err,
+        );
+        assert.equal(JSON.parse(out).mean_reward, 1, out);
+        out = "";
+        const flags = ["--container-network", "--container-env", "PROBE_NOTE=hello"];
+        assert.equal(
+          await main(["eval", probe, "--agent", agent("some", "hello"), ...common, ...flags], io),
+          0,
+          err,
+        );
+        assert.equal(JSON.parse(out).mean_reward, 1, out);
+        err = "";
+        assert.equal(await main(["eval", probe, "--agent", "true", "--container-network"], io), 2);
+        assert.match(err, /--container-network needs --runtime container:IMAGE/);
+        assert.equal(
+          await main(["eval", probe, "--agent", "true", ...common, "--container-env", "X"], io),
+          2,
+        );
+        assert.match(err, /--container-env takes NAME=VALUE, got "X"/);
+      } finally {
+        await Deno.remove(dir, { recursive: true });
+      }
+      assert.deepEqual(await containersOf(Deno.pid), []);
+    },
+  });
+
+  Deno.test({
+    name: `ContainerRuntime refuses an image whose server has no control socket (${label})`,
+    ignore,
+    async fn() {
+      using engine = await EngineClient.open(socket);
+      const tar = new TarWriter();
+      tar.file("f", new TextEncoder().encode("x"));
+      tar.file("Dockerfile", new TextEncoder().encode("FROM scratch\nCOPY f /f\n"));
+      const res = await engine.raw("POST", `/build?t=hud-test-unlabelled:latest&rm=1`, {
+        body: tar.bytes(),
+        headers: { "content-type": "application/x-tar" },
+      });
+      await res.text();
+      const err = await new ContainerRuntime("hud-test-unlabelled:latest", { socket }).place()
+        .catch((e) => e);
+      assert.ok(err instanceof TypeError, String(err));
+      assert.match(err.message, /has no "dev\.hud\.control=socket" label.*rebuild it/);
+      const missing = await new ContainerRuntime("hud-test-no-such-image:latest", { socket })
+        .place().catch((e) => e);
+      assert.match(String(missing), /no image "hud-test-no-such-image:latest"/);
+      assert.deepEqual(await containersOf(Deno.pid), []);
     },
   });
 
@@ -194,9 +457,12 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
       await reader.cancel();
       assert.match(out, /placed/, "the runner placed its container");
       assert.equal((await containersOf(child.pid)).length, 1);
+      const dir = await controlDirOf(child.pid);
+      assert.ok((await Deno.stat(dir)).isDirectory, dir);
       const removed = await removeStaleContainers({ socket });
       assert.ok(removed.length >= 1);
       assert.deepEqual(await containersOf(child.pid), []);
+      await assert.rejects(Deno.stat(dir), Deno.errors.NotFound, `${dir} left behind`);
     },
   });
 
