@@ -4,70 +4,7 @@
 import assert from "node:assert/strict";
 import { ChildProcess } from "../_helpers.ts";
 import { testSignal } from "../_deadline.ts";
-
-const SDK = decodeURIComponent(new URL("../../", import.meta.url).pathname).replace(/\/$/, "");
-
-/** The JSON block of the README's "Depending on the SDK from another project" section. */
-async function readmeImportMap(): Promise<Record<string, string>> {
-  const readme = await Deno.readTextFile(`${SDK}/README.md`);
-  const section = readme.slice(readme.indexOf("### Depending on the SDK from another project"));
-  const block = /```json\n([\s\S]*?)```/.exec(section);
-  assert.ok(block, "the README's section shows an import map");
-  return (JSON.parse(block[1]) as { imports: Record<string, string> }).imports;
-}
-
-// The environment imports the root and a subpath export, and serves itself
-// behind the import.meta.main guard.
-const ENV_MODULE = `import { Environment, integer, serve } from "@hud/sdk";
-import { ChatAgent } from "@hud/sdk/agents";
-
-export const env = new Environment("userland", { version: "1.0.0" });
-const add = env.template(
-  { id: "add", description: \`Add (agents: \${typeof ChatAgent})\`, args: { a: integer(), b: integer() } },
-  async function* ({ a, b }) {
-    const answer = yield \`What is \${a} + \${b}?\`;
-    yield Number(answer) === a + b ? 1 : 0;
-  },
-);
-export const tasks = [add({ a: 1, b: 2 }), add({ a: 3, b: 4 })];
-
-if (import.meta.main) await serve(env);
-`;
-
-// Reads "What is A + B?" and answers the sum.
-const AGENT = `read -r q; set -- $q; echo $(( $3 + \${5%?} ))`;
-
-interface Ran {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-async function deno(cwd: string, ...args: string[]): Promise<Ran> {
-  return await command(Deno.execPath(), cwd, args);
-}
-
-async function command(program: string, cwd: string, args: string[]): Promise<Ran> {
-  const out = await new Deno.Command(program, {
-    args,
-    cwd,
-    stdin: "null",
-    env: { NO_COLOR: "1" },
-    signal: testSignal(),
-  }).output();
-  const text = new TextDecoder();
-  return { code: out.code, stdout: text.decode(out.stdout), stderr: text.decode(out.stderr) };
-}
-
-/** A temporary dir holding `hud-sdk` (this checkout) and `project` (the user's). */
-async function makeProject(map: Record<string, string>): Promise<string> {
-  const dir = await Deno.makeTempDir({ prefix: "hud_user_project_" });
-  await Deno.symlink(SDK, `${dir}/hud-sdk`);
-  await Deno.mkdir(`${dir}/project`);
-  await Deno.writeTextFile(`${dir}/project/deno.json`, JSON.stringify({ imports: map }, null, 2));
-  await Deno.writeTextFile(`${dir}/project/env.ts`, ENV_MODULE);
-  return dir;
-}
+import { AGENT, command, deno, makeProject, readmeImportMap, SDK } from "../_project.ts";
 
 Deno.test("README's import map: a user's project runs with deno run, the CLI and an installed hud", async (t) => {
   const map = await readmeImportMap();
