@@ -9,7 +9,7 @@ import type { RuntimeProvider } from "../runtime/placement.ts";
 import type { SwarmRuntime } from "../engines/swarm.ts";
 import { CommandAgent, parseEnvFile } from "../agents/command.ts";
 import { MODEL_FLAGS, MODEL_FLAGS_HELP, modelAgentFromFlags } from "../agents/_cli.ts";
-import { formatJobTable, formatProgress } from "../eval/report.ts";
+import { formatJobTable, formatProgress, formatReward } from "../eval/report.ts";
 import { firstError, type Job, type JobProgress } from "../eval/job.ts";
 import { prepareResults } from "../eval/results.ts";
 import { Taskset } from "../eval/taskset.ts";
@@ -316,10 +316,18 @@ export async function run(args: string[], io: Io): Promise<number> {
       model?.label ?? commandShown(command!)
     }\n`,
   );
+  if (out === undefined) {
+    io.err("eval: no --out FILE: the traces are not kept (only the table below is printed)\n");
+  }
+  // The interrupt line says what the progress line said last.
+  let done = 0;
   const show = (p: JobProgress) => {
+    done = p.done;
     if (live) io.err(`\r\x1b[2K${formatProgress(p)}`);
     else if (p.last) {
-      const what = p.last.reward ?? `${p.last.status} (${firstError([p.last]) ?? "-"})`;
+      const what = p.last.reward === null
+        ? `${p.last.status} (${firstError([p.last]) ?? "-"})`
+        : formatReward(p.last.reward);
       io.err(`${p.last.task.slug}: ${what}  (${formatProgress(p)})\n`);
     }
   };
@@ -345,10 +353,7 @@ export async function run(args: string[], io: Io): Promise<number> {
     await env.stop().catch((err) => io.err(`warning: ${errorMessage(err)}\n`));
     if (live) io.err("\n");
   }
-  if (io.signal?.aborted) {
-    const done = job.runs.filter((r) => r.status !== "cancelled").length;
-    return interrupted(io, done, total);
-  }
+  if (io.signal?.aborted) return interrupted(io, done, total);
   io.out(values.json ? JSON.stringify(job.summary()) + "\n" : formatJobTable(job));
   return job.errored.length === 0 ? EXIT_OK : EXIT_FAILURE;
 }

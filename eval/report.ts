@@ -29,6 +29,11 @@ export function formatDuration(ms: number): string {
   return `${Math.floor(s / 3600)}h${String(Math.floor(s / 60) % 60).padStart(2, "0")}m`;
 }
 
+/** A reward as progress lines print it: 3 significant digits (`0.767`, `1`, `0.5`). */
+export function formatReward(reward: number): string {
+  return String(Number(reward.toPrecision(3)));
+}
+
 /**
  * `done 2/4  running 1  failed 0  mean reward 0.500`, then `elapsed` and
  * `eta` when the progress has them.
