@@ -49,7 +49,7 @@ export interface SshCapabilityOptions {
    */
   user?: string;
   /** The server's host key, `ssh-ed25519 AAAA...`. */
-  hostPubkey: string;
+  hostPublicKey: string;
   /**
    * Login shell.
    * @default "bash"
@@ -223,7 +223,7 @@ function dropUndefined(params: Record<string, unknown>): Record<string, unknown>
  * import { Capability } from "./mod.ts";
  * import assert from "node:assert/strict";
  *
- * const shell = Capability.ssh({ url: "127.0.0.1:2222", hostPubkey: "ssh-ed25519 AAAA" });
+ * const shell = Capability.ssh({ url: "127.0.0.1:2222", hostPublicKey: "ssh-ed25519 AAAA" });
  * assert.equal(shell.url, "ssh://127.0.0.1:2222");
  * assert.equal(shell.params.user, "agent");
  * ```
@@ -316,8 +316,8 @@ export class Capability {
 
   /** An SSH shell (`ssh/2`). */
   static ssh(options: SshCapabilityOptions): Capability {
-    if (typeof options?.hostPubkey !== "string" || options.hostPubkey === "") {
-      throw new TypeError("Cannot create ssh capability: hostPubkey must be a non-empty string");
+    if (typeof options?.hostPublicKey !== "string" || options.hostPublicKey === "") {
+      throw new TypeError("Cannot create ssh capability: hostPublicKey must be a non-empty string");
     }
     return new Capability({
       name: options.name ?? "shell",
@@ -325,7 +325,7 @@ export class Capability {
       url: normaliseUrl("ssh", options.url, "ssh", () => 22),
       params: dropUndefined({
         user: options.user ?? "agent",
-        host_pubkey: options.hostPubkey,
+        host_pubkey: options.hostPublicKey,
         shell: options.shell ?? "bash",
         client_key: options.clientKey,
         client_key_path: options.clientKeyPath,

@@ -635,6 +635,9 @@ export class HudClient implements AsyncDisposable {
 
   /**
    * Sends one request and returns its result. Calls queue behind each other.
+   * Integers beyond ±(2^53−1) are exact both ways: a `bigint` in `params`
+   * goes out as its digits, and such an integer in a reply arrives as a
+   * `bigint`.
    * @throws {HudProtocolError} for an error reply
    * @throws {ProtocolViolationError} for a reply that breaks the protocol
    *   (the connection is closed)

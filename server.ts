@@ -67,7 +67,8 @@ export interface BindOptions {
    * one error and is closed. `false` keeps the unauthenticated protocol of
    * HUD's Python SDK: anyone who can reach the port can use the environment
    * (and does not get to adopt parked tasks). Refused together with a
-   * non-loopback `hostname` unless `insecureListen` is set.
+   * `hostname` that is not loopback, or resolves to an address that is not
+   * (`x.localhost` mapped to 0.0.0.0), unless `insecureListen` is set.
    * @default true
    */
   auth?: boolean;
@@ -218,6 +219,8 @@ function givenToken(options: BindOptions): string | null {
  * {@linkcode serve}.
  *
  * @throws {RangeError} for an out-of-range limit
+ * @throws {TypeError} for `auth: false` on a `hostname` that is not, or does
+ *   not resolve to, a loopback address (unless `insecureListen`)
  * @throws {Deno.errors.AddrInUse} when the port is taken
  */
 export function bind(env: Environment, options: BindOptions = {}): HudServer {
@@ -252,6 +255,15 @@ export function bind(env: Environment, options: BindOptions = {}): HudServer {
     }
   }
   const listener = Deno.listen({ hostname, port: options.port ?? 0 });
+  // A name is checked once more as the resolver answered it: "x.localhost"
+  // that a hosts file or DNS maps to 0.0.0.0 listens on every interface.
+  const bound = listener.addr.hostname;
+  if (!auth && !options.insecureListen && !isLoopback(bound)) {
+    listener.close();
+    throw new TypeError(
+      `Cannot bind: refusing to serve without authentication on "${hostname}", which resolves to ${bound}, not a loopback address; keep auth on, listen on 127.0.0.1, or pass insecureListen: true`,
+    );
+  }
   const maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
   const maxConnections = options.maxConnections ?? defaultMaxConnections(openFileLimit());
   return new ControlServer(env, listener, {
@@ -270,7 +282,7 @@ export function bind(env: Environment, options: BindOptions = {}): HudServer {
     signal: options.signal,
     onListen: options.onListen,
     onError: options.onError ?? (() => {}),
-    warning: token === null && !isLoopback(hostname)
+    warning: token === null && !isLoopback(bound)
       ? (addr) =>
         `Serving without authentication on ${addr.hostname}:${addr.port}: anyone who can reach this port can use the environment (its shells and files) as this server's user`
       : null,

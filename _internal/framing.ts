@@ -1,5 +1,6 @@
-// Newline-delimited JSON framing: a bounded line reader, frame encoding and
-// parsing. Reading replies is the caller's (_internal/rpc.ts).
+// Newline-delimited JSON framing: a bounded line reader (which also splits
+// Chromium's NUL-delimited pipe), frame encoding and parsing. Reading
+// replies is the caller's (_internal/rpc.ts).
 
 // Small to start with: a server holds one reader per session, and at 64 KiB
 // each, 10,000 held sessions needed 650 MiB. Long frames grow the buffer.
@@ -89,19 +90,24 @@ export class LineReader {
   /** Bytes taken from the budget: the buffer's size beyond the initial one. */
   #taken = 0;
   readonly #initial: number;
+  readonly #delimiter: number;
 
   /**
    * `initial` is the buffer's starting (and resting) size: a server holding
    * thousands of idle connections whose frames are short passes a small one,
    * and the buffer grows for a long frame and shrinks back after it.
+   * `delimiter` is the byte that ends a line (`\n`; 0 for Chromium's
+   * `--remote-debugging-pipe`).
    */
   constructor(
     reader: { read(p: Uint8Array): Promise<number | null> },
     maxLine: number,
     budget?: ByteBudget,
     initial: number = INITIAL_BUFFER,
+    delimiter: number = NEWLINE,
   ) {
     this.#reader = reader;
+    this.#delimiter = delimiter;
     this.#maxLine = maxLine;
     this.#budget = budget;
     this.#initial = Math.max(1, Math.min(initial, maxLine + 1));
@@ -123,7 +129,7 @@ export class LineReader {
     this.#taken = 0;
   }
 
-  /** Next line, or `null` at end of stream. A final line without `\n` counts. */
+  /** Next line, or `null` at end of stream. A final line without its delimiter counts. */
   async read(): Promise<LineResult | null> {
     while (true) {
       const line = this.next();
@@ -147,7 +153,7 @@ export class LineReader {
       this.#shrink();
       this.#scanFrom = this.#start;
     }
-    const nl = this.#buf.subarray(this.#scanFrom, this.#end).indexOf(NEWLINE);
+    const nl = this.#buf.subarray(this.#scanFrom, this.#end).indexOf(this.#delimiter);
     if (nl >= 0) {
       const lineEnd = this.#scanFrom + nl;
       const line = this.#buf.subarray(this.#start, lineEnd);

@@ -68,3 +68,16 @@ export async function killProcessGroup(
   trySignalGroup(pid, "SIGKILL");
   if (!exitedInTime) await exited.catch(() => {});
 }
+
+/**
+ * Whether a process with this id runs on this machine (`/proc`, Linux):
+ * the cleanup of killed runs (`hud gc`) asks it of the pid in an owner label.
+ */
+export function processAlive(pid: number): boolean {
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  try {
+    return Deno.statSync(`/proc/${pid}`).isDirectory;
+  } catch {
+    return false;
+  }
+}

@@ -65,7 +65,12 @@ export async function helloUntilReady(
     try {
       const conn = await abortable(Deno.connect(addr), deadline.signal);
       accepted = true;
-      caller = new JsonRpcCaller(conn, { maxFrameBytes: options.maxFrameBytes, peer: url });
+      // Integers are exact on the control channel both ways (PROTOCOL.md).
+      caller = new JsonRpcCaller(conn, {
+        maxFrameBytes: options.maxFrameBytes,
+        peer: url,
+        exactIntegers: true,
+      });
       const result = await caller.call("hello", params, { signal: deadline.signal });
       return { caller, result };
     } catch (err) {

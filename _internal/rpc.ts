@@ -26,6 +26,12 @@ export interface JsonRpcCallerOptions {
    * @default unlimited: replies are bounded by their size
    */
   maxDepth?: number;
+  /**
+   * Read integers beyond ±(2^53−1) in replies as `bigint` (digit for
+   * digit) instead of rounding them.
+   * @default false
+   */
+  exactIntegers?: boolean;
 }
 
 /** Options for one {@linkcode JsonRpcCaller.call}. */
@@ -55,6 +61,7 @@ export class JsonRpcCaller {
   readonly #reader: LineReader;
   readonly #peer: string;
   readonly #maxDepth: number;
+  readonly #parse: { exactIntegers: boolean };
   #nextId: number;
   #queue: Promise<unknown> = Promise.resolve();
   #failure: Error | null = null;
@@ -65,6 +72,7 @@ export class JsonRpcCaller {
     this.#reader = new LineReader(conn, options.maxFrameBytes);
     this.#peer = options.peer ?? "the peer";
     this.#maxDepth = options.maxDepth ?? Infinity;
+    this.#parse = { exactIntegers: options.exactIntegers ?? false };
     this.#nextId = options.firstId ?? 1;
   }
 
@@ -182,7 +190,7 @@ export class JsonRpcCaller {
     }
     let reply: unknown;
     try {
-      reply = parseLine(frame.line, this.#maxDepth);
+      reply = parseLine(frame.line, this.#maxDepth, this.#parse);
     } catch (err) {
       throw new ProtocolViolationError(
         `Invalid reply to "${method}": ${(err as Error).message}`,

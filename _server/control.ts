@@ -399,7 +399,7 @@ export class ControlServer {
           if (!this.#deadlines.arrived(conn)) return;
           deadline = false;
         }
-        if (frame === null || !(await this.#serveFrame(c, frame))) return;
+        if (frame === null || !(await this.#handleFrame(c, frame))) return;
       }
     } catch (err) {
       if (!isPeerGone(err)) this.#onError(err);
@@ -417,7 +417,7 @@ export class ControlServer {
    * the read loop so that a held connection does not keep its last request
    * and reply alive while it waits.
    */
-  async #serveFrame(c: Connection, frame: LineResult): Promise<boolean> {
+  async #handleFrame(c: Connection, frame: LineResult): Promise<boolean> {
     const conn = c.conn;
     const parsed = parseRequest(frame, {
       maxFrameBytes: c.reader.maxLine,

@@ -9,12 +9,13 @@
  * @module
  */
 
-import type { Agent, AgentContext } from "../eval/agent.ts";
+import type { Agent, AgentContext, AgentInfo } from "../eval/agent.ts";
 import type { Run } from "../eval/run.ts";
 import type { SshClient } from "../ssh/client.ts";
 import { McpClient, resultText as mcpText } from "../mcp/client.ts";
 import { string as stringSchema } from "../schema.ts";
 import { Deadline } from "../_internal/async.ts";
+import { stringifyJson } from "../_internal/framing.ts";
 import {
   type ChatMessage,
   type ModelBackend,
@@ -174,6 +175,20 @@ function wireMessage(m: ChatMessage): Record<string, unknown> {
   return { role: m.role, content: m.content };
 }
 
+/** `url` without user, password, query or fragment: safe to record. */
+function publicUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    u.username = "";
+    u.password = "";
+    u.search = "";
+    u.hash = "";
+    return u.href;
+  } catch {
+    return "";
+  }
+}
+
 /**
  * A model as an {@linkcode Agent}, over an OpenAI-compatible Chat
  * Completions endpoint or the Anthropic Messages API.
@@ -237,6 +252,31 @@ export class ChatAgent implements Agent {
   /** The backend the agent calls. */
   get backend(): ModelBackend {
     return this.#backend;
+  }
+
+  /**
+   * What ran, for results files and the viewer: the model, the API and its
+   * endpoint (without credentials or query), sampling and limits. Never the key.
+   */
+  get info(): AgentInfo {
+    const o = this.#options;
+    const s = o.sampling ?? {};
+    const settings: Record<string, unknown> = { api: this.#backend.format };
+    const url = (this.#backend as { url?: unknown }).url;
+    if (typeof url === "string") settings.url = publicUrl(url);
+    settings.max_steps = o.maxSteps ?? 30;
+    const optional: [string, unknown][] = [
+      ["temperature", s.temperature],
+      ["top_p", s.topP],
+      ["max_reply_tokens", s.maxTokens],
+      ["seed", s.seed],
+      ["max_tokens", o.maxTokens],
+      ["tool_choice", o.toolChoice],
+      ["tools", o.tools?.map((t) => t.name)],
+      ["capability_tools", o.capabilityTools],
+    ];
+    for (const [k, v] of optional) if (v !== undefined) settings[k] = v;
+    return { kind: "model", name: this.#backend.model, settings };
   }
 
   /** Works on the run until the model submits or answers; sets `run.answer`. */
@@ -304,7 +344,7 @@ export class ChatAgent implements Agent {
         description: t.description,
         parameters: t.parameters,
       }));
-      const prompt = typeof run.prompt === "string" ? run.prompt : JSON.stringify(run.prompt);
+      const prompt = typeof run.prompt === "string" ? run.prompt : stringifyJson(run.prompt);
       const messages: ChatMessage[] = [
         { role: "system", content: o.system ?? DEFAULT_SYSTEM },
         { role: "user", content: prompt },
@@ -392,6 +432,7 @@ export class ChatAgent implements Agent {
           finish_reason: reply.finishReason,
           attempts,
         };
+        if (reply.usage?.costUsd !== undefined) info.cost_usd = reply.usage.costUsd;
         if (retries.length > 0) info.retries = retries;
         if (trimmed > 0) info.trimmed_tool_results = trimmed;
         trace.record("model", { request, reply: wireMessage(assistant) }, info);

@@ -44,10 +44,11 @@
  */
 
 import type { Run } from "../eval/run.ts";
-import { type Agent, type AgentContext, NotGradedError } from "../eval/agent.ts";
+import { type Agent, type AgentContext, type AgentInfo, NotGradedError } from "../eval/agent.ts";
 import { killProcessGroup, liveGroupMembers, trySignalGroup } from "../_internal/process.ts";
 import { delay } from "../_internal/async.ts";
 import { concat } from "../_internal/io.ts";
+import { stringifyJson } from "../_internal/framing.ts";
 
 /** Options for {@linkcode CommandAgent}. */
 export interface CommandAgentOptions {
@@ -191,6 +192,21 @@ export class CommandAgent implements Agent {
     return this.#argv;
   }
 
+  /**
+   * What ran, for results files and the viewer: the program's name only
+   * (its arguments may hold secrets, so they are counted, not shown), and
+   * the limits.
+   */
+  get info(): AgentInfo {
+    const words = this.#argv[0] === "bash" && this.#argv[1] === "-c" && this.#argv.length === 3
+      ? this.#argv[2].trim().split(/\s+/).filter((w) => !/^[A-Za-z_][A-Za-z0-9_]*=/.test(w))
+      : this.#argv;
+    const settings: Record<string, unknown> = { max_output_bytes: this.#maxOutput };
+    if (words.length > 1) settings.hidden_words = words.length - 1;
+    if (this.#options.passEnv?.length) settings.pass_env = [...this.#options.passEnv];
+    return { kind: "command", name: words[0] ?? "", settings };
+  }
+
   /** Runs in flight now. */
   get running(): number {
     return this.#runs.size;
@@ -257,7 +273,7 @@ export class CommandAgent implements Agent {
   }
 
   async #run(run: Run, context: AgentContext): Promise<void> {
-    const prompt = typeof run.prompt === "string" ? run.prompt : JSON.stringify(run.prompt);
+    const prompt = typeof run.prompt === "string" ? run.prompt : stringifyJson(run.prompt);
     const privateFiles: string[] = [];
     try {
       const env = await this.#environment();
@@ -270,11 +286,11 @@ export class CommandAgent implements Agent {
         HUD_PROMPT_FILE: promptFile,
         HUD_TASK_ID: run.task.id,
         HUD_TASK_SLUG: run.task.slug,
-        HUD_TASK_ARGS: JSON.stringify(run.task.args),
+        HUD_TASK_ARGS: stringifyJson(run.task.args),
         HUD_SESSION_ID: run.client.sessionId,
         HUD_CONTROL_URL: run.client.url,
-        HUD_BINDINGS: JSON.stringify(run.bindings),
-        HUD_CAPABILITIES: JSON.stringify(run.capabilities.map((c) => c.toManifest())),
+        HUD_BINDINGS: stringifyJson(run.bindings),
+        HUD_CAPABILITIES: stringifyJson(run.capabilities.map((c) => c.toManifest())),
       });
       if (promptBytes.length < PROMPT_ENV_LIMIT) env.HUD_PROMPT = prompt;
       for (const cap of run.capabilities) {

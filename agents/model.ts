@@ -79,6 +79,8 @@ export interface TokenUsage {
   inputTokens: number;
   /** Completion tokens. */
   outputTokens: number;
+  /** What the call cost in USD, when the API says (OpenRouter's `usage.cost`). */
+  costUsd?: number;
 }
 
 /** What a model answered. */

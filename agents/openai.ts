@@ -84,7 +84,9 @@ function usageOf(value: unknown): TokenUsage | null {
   if (!isRecord(value)) return null;
   const input = Number(value.prompt_tokens ?? 0);
   const output = Number(value.completion_tokens ?? 0);
-  return { inputTokens: input, outputTokens: output };
+  const usage: TokenUsage = { inputTokens: input, outputTokens: output };
+  if (typeof value.cost === "number" && Number.isFinite(value.cost)) usage.costUsd = value.cost;
+  return usage;
 }
 
 /** The Chat Completions request body for `request`. */

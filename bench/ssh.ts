@@ -56,7 +56,7 @@ interface Target {
   user: string;
   keyPath: string;
   knownHosts: string;
-  hostPubkey: string;
+  hostPublicKey: string;
   privateKey: string;
 }
 
@@ -161,7 +161,7 @@ async function clientFiles(t: Target, way: "read" | "write"): Promise<number> {
   await using c = await SshClient.connect({
     port: t.port,
     user: t.user,
-    hostPubkey: t.hostPubkey,
+    hostPublicKey: t.hostPublicKey,
     privateKey: t.privateKey,
   });
   await c.stat(`${dir}/sftp.bin`); // SFTP session open before timing
@@ -175,7 +175,7 @@ async function clientRoundTrips(t: Target): Promise<number> {
   await using c = await SshClient.connect({
     port: t.port,
     user: t.user,
-    hostPubkey: t.hostPubkey,
+    hostPublicKey: t.hostPublicKey,
     privateKey: t.privateKey,
   });
   await c.exec("true");
@@ -273,17 +273,23 @@ const sshdTarget: Target = {
   name: "sshd",
   port: sshd.port,
   user: sshd.user,
-  hostPubkey: sshd.host.publicKey,
+  hostPublicKey: sshd.host.publicKey,
   ...common,
 };
 /** Ours as configured by default, and sshd. */
 const targets: Target[] = [
-  { name: "ours", port: ours.addr.port, user: "agent", hostPubkey: host.publicKey, ...common },
+  { name: "ours", port: ours.addr.port, user: "agent", hostPublicKey: host.publicKey, ...common },
   sshdTarget,
 ];
 /** Ours offering every cipher, and sshd: for the rows that force a cipher. */
 const targetsAll: Target[] = [
-  { name: "ours", port: oursAll.addr.port, user: "agent", hostPubkey: host.publicKey, ...common },
+  {
+    name: "ours",
+    port: oursAll.addr.port,
+    user: "agent",
+    hostPublicKey: host.publicKey,
+    ...common,
+  },
   sshdTarget,
 ];
 

@@ -1,108 +1,366 @@
-// Launches headless Chromium in its own session and process group, for CDP
-// (Linux). Private to cdp/: addBrowser() is the public face.
+// Starts headless Chromium for CDP over `--remote-debugging-pipe` (Linux):
+// no port, no socket, nothing another process could connect to. The pipe is
+// the child's stdin and stdout, which a shell moves to the fds 3 and 4 that
+// Chromium reads and writes (NUL-delimited JSON); the relay serves clients
+// over it. Who starts the process (a sandbox, or nothing) is the caller's
+// `spawn`. Private to the SDK: addBrowser() is the public face.
 
+import { acceptLoop } from "../_internal/accept.ts";
 import { delay } from "../_internal/async.ts";
+import { LineReader } from "../_internal/framing.ts";
+import { closeQuietly, isPeerGone, splice } from "../_internal/io.ts";
 import { liveGroupMembers } from "../_internal/process.ts";
+import type { CdpClient } from "./client.ts";
+import { type BrowserVersion, CdpRelay, MAX_MESSAGE } from "./_relay.ts";
 
-/** Default flags for a quiet, offline, headless Chromium. */
+/** Default flags for a quiet, offline, headless Chromium driven over the pipe. */
 export const DEFAULT_CHROMIUM_ARGS: readonly string[] = [
   "--headless",
-  "--no-sandbox",
   "--disable-gpu",
   "--disable-quic",
   "--no-first-run",
+  "--no-default-browser-check",
   "--disable-background-networking",
   "--disable-component-update",
   "--disable-sync",
-  "--remote-debugging-address=127.0.0.1",
-  "--remote-debugging-port=0",
+  "--disable-breakpad",
+  "--remote-debugging-pipe",
 ];
+
+/**
+ * Starts the program `argv` with exactly `env`, with piped stdin, stdout and
+ * stderr, leading its own process group (the group is what `close` kills).
+ */
+export type ChromiumSpawner = (
+  argv: readonly string[],
+  env: Record<string, string>,
+) => Deno.ChildProcess | Promise<Deno.ChildProcess>;
 
 /** Options for {@linkcode launchChromium}. */
 export interface LaunchOptions {
-  /** Executable (default `chromium`). */
-  executable?: string;
-  /** Flags; `--user-data-dir` and the start URL are appended. */
-  args?: readonly string[];
-  /** Aborts startup (the browser is killed and the profile removed). */
-  signal?: AbortSignal;
-  /** Number of stderr lines kept for diagnostics (default 50). */
-  stderrLines?: number;
   /**
-   * Run Chromium under a tiny `sh` watchdog that SIGKILLs the whole process group when our
-   * end of its stdin pipe closes, i.e. when this Deno process dies without calling `close()`
-   * (crash, uncaught error, `Deno.exit`). Default `true`. Without it a detached browser
-   * outlives Deno.
+   * Executable, looked up on the PATH of the process `spawn` starts.
+   * @default "chromium"
    */
-  watchdog?: boolean;
+  executable?: string;
+  /** Flags added to {@linkcode DEFAULT_CHROMIUM_ARGS}. */
+  args?: readonly string[];
+  /**
+   * The browser's own directory (profile, HOME), writable where Chromium
+   * runs, as Chromium sees it (a path inside its sandbox's private /tmp,
+   * say). Made here, and removed by `close`, when not given.
+   */
+  dir?: string;
+  /**
+   * A directory of this host, shown to Chromium at the same path (read-only
+   * will do), where the `hostPorts` relay finds its unix sockets; only the
+   * browser's uid should be able to enter it. Made here as `<dir>/ports`
+   * (0700, owned as `dir` is) when not given.
+   */
+  portsDir?: string;
+  /**
+   * Starts Chromium (in a sandbox, say).
+   * @default a plain child of this process, in its own session
+   */
+  spawn?: ChromiumSpawner;
+  /**
+   * Ports of this host's 127.0.0.1 that pages may reach at the same address
+   * from a network namespace of their own: a relay next to Chromium listens
+   * on each and forwards through a unix socket in `dir`.
+   * @default []
+   */
+  hostPorts?: readonly number[];
+  /**
+   * The `deno` executable that runs the `hostPorts` relay.
+   * @default this process's executable
+   */
+  deno?: string;
+  /**
+   * Whether Chromium uses its own sandbox; `undefined` tries it and starts
+   * again with `--no-sandbox` where it cannot work (no user namespaces for
+   * its uid, a read-only /proc, root).
+   */
+  chromiumSandbox?: boolean;
+  /** Aborts startup (the browser is killed, a directory made here removed). */
+  signal?: AbortSignal;
+  /**
+   * Number of stderr lines kept for diagnostics.
+   * @default 50
+   */
+  stderrLines?: number;
 }
 
-// $0 = executable, "$@" = its args. Chromium gets /dev/null as stdin; the shell blocks reading
-// the pipe from Deno and kills its own process group (== Chromium's) on EOF. If Chromium exits
-// by itself the subshell kills the group too, so Deno sees the shell die.
-const WATCHDOG_SCRIPT = '("$0" "$@" </dev/null; kill -KILL 0) & read -r _ignored; kill -KILL 0';
-
-/** A running browser. Dispose it to kill the process group and remove the profile. */
+/** A running browser. Dispose it to kill its process group. */
 export interface ChromiumProcess extends AsyncDisposable {
-  /** Browser-level WebSocket URL (from `DevToolsActivePort`). */
-  readonly wsUrl: string;
-  /** Remote debugging port chosen by Chromium. */
-  readonly port: number;
-  /** Process-group/session id: the browser's PID, or the watchdog shell's PID. */
+  /** Process group of the browser (and of its sandbox). */
   readonly pid: number;
-  /** Temporary profile directory (removed by `close`). */
-  readonly userDataDir: string;
-  /** Last stderr lines (Chromium is noisy: dbus errors etc.). */
+  /** The browser's own directory. */
+  readonly dir: string;
+  /** What `Browser.getVersion` answered. */
+  readonly version: BrowserVersion;
+  /** Whether Chromium's own sandbox is on. */
+  readonly chromiumSandbox: boolean;
+  /** The path of its WebSocket endpoint, `/devtools/browser/<id>`. */
+  readonly path: string;
+  /** Resolves once the browser has exited. */
+  readonly exited: Promise<void>;
+  /** Serves one tunnel stream (HTTP and WebSocket) until either side closes. */
+  attach(conn: Deno.Conn, head: Uint8Array): Promise<void>;
+  /** A client in this process, with its own browser session. */
+  connect(): CdpClient;
+  /** Last stderr lines (Chromium is noisy: D-Bus errors etc.). */
   stderrTail(): string[];
-  /** SIGKILLs the process group, waits until it is gone, removes the profile. Idempotent. */
+  /** Kills the process group, waits until it is gone. Idempotent. */
   close(): Promise<void>;
 }
 
-const PORT_FILE_RE = /^(\d+)\r?\n(\/devtools\/browser\/\S+)/;
+// Runs `$1` arguments after it in the background (the port relay, if any:
+// its stdin and stdout kept off the pipe, its stderr ours), then Chromium,
+// whose pipe is our stdin and stdout moved to the fds 3 and 4 it reads and
+// writes; what Chromium prints goes to stderr.
+const LAUNCH_SCRIPT = `n=$1; shift
+mkdir -p "$HOME" || exit 1
+if [ "$n" -gt 0 ]; then "\${@:1:$n}" </dev/null >/dev/null & fi
+shift "$n"
+exec 3<&0 4>&1 </dev/null >&2
+exec "$@"
+`;
 
-/** Parses `DevToolsActivePort` content; `undefined` if incomplete. */
-export function parseDevToolsActivePort(
-  text: string,
-): { port: number; path: string } | undefined {
-  const m = PORT_FILE_RE.exec(text);
-  if (m === null) return undefined;
-  const port = Number(m[1]);
-  if (!Number.isInteger(port) || port <= 0 || port > 65535) return undefined;
-  return { port, path: m[2] };
+// Runs beside Chromium (the same sandbox and network namespace): listens on
+// 127.0.0.1 at each port, forwards each connection to `<dir>/<port>`, a
+// unix socket whose other end is this process, and says on stderr that it
+// is ready (or why it failed), after the nonce it was given: `dir` may be
+// read-only. Plain JavaScript for `deno eval`: the SDK's own files may not
+// be readable (or even local) where the browser runs; so it has its own
+// accept loop and copy.
+const PORT_RELAY = `const [nonce, dir, ...ports] = Deno.args;
+const quietly = (f) => { try { f(); } catch { /* gone */ } };
+async function pump(from, to) {
+  const buf = new Uint8Array(65536);
+  try {
+    for (let n; (n = await from.read(buf)) !== null;) {
+      for (let off = 0; off < n;) off += await to.write(buf.subarray(off, n));
+    }
+    await to.closeWrite();
+  } catch {
+    quietly(() => from.close());
+    quietly(() => to.close());
+  }
+}
+async function relay(conn, path) {
+  let upstream;
+  try {
+    upstream = await Deno.connect({ transport: "unix", path });
+  } catch {
+    quietly(() => conn.close());
+    return;
+  }
+  await Promise.all([pump(conn, upstream), pump(upstream, conn)]);
+  quietly(() => conn.close());
+  quietly(() => upstream.close());
+}
+try {
+  for (const port of ports) {
+    const listener = Deno.listen({ hostname: "127.0.0.1", port: Number(port) });
+    (async () => { for await (const conn of listener) relay(conn, dir + "/" + port); })();
+  }
+} catch (err) {
+  console.error("hud-port-relay " + nonce + " failed: " + String(err?.message ?? err));
+  Deno.exit(1);
+}
+console.error("hud-port-relay " + nonce + " ready");
+`;
+
+const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/** The default spawner: a plain child in its own session (setsid: pid == pgid). */
+function spawnPlain(argv: readonly string[], env: Record<string, string>): Deno.ChildProcess {
+  return new Deno.Command(argv[0], {
+    args: argv.slice(1),
+    env,
+    clearEnv: true,
+    detached: true,
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+}
+
+/** Chromium's words when its own sandbox cannot start here. */
+const NO_CHROMIUM_SANDBOX = /No usable sandbox|without --no-sandbox/;
+
+/** Reads a byte stream through `read(p)`, as {@linkcode LineReader} wants. */
+function byteReader(
+  stream: ReadableStream<Uint8Array>,
+): { read(p: Uint8Array): Promise<number | null>; cancel(): Promise<void> } {
+  const reader = stream.getReader();
+  let rest: Uint8Array | null = null;
+  return {
+    async read(p) {
+      if (rest === null) {
+        const { value, done } = await reader.read();
+        if (done) return null;
+        rest = value;
+      }
+      const n = Math.min(p.length, rest.length);
+      p.set(rest.subarray(0, n));
+      rest = n === rest.length ? null : rest.subarray(n);
+      return n;
+    },
+    cancel: () => reader.cancel().catch(() => {}),
+  };
 }
 
 /**
- * Starts Chromium with `--remote-debugging-port=0` in a new session (`detached: true`, i.e.
- * setsid, so pid == pgid), waits for `<userDataDir>/DevToolsActivePort` and returns the
- * endpoint. `close()` kills the whole group (zygotes, renderers, GPU/utility processes);
- * the two `chrome_crashpad_handler` processes setsid themselves and exit on their own
- * within ~20 ms once the browser is gone.
+ * Starts Chromium with `--remote-debugging-pipe` through `spawn`, waits
+ * until it answers `Browser.getVersion` over the pipe, and returns it with
+ * its relay. Chromium exits by itself when the pipe closes (this process
+ * died); `close()` kills the whole group.
+ * @throws {TypeError} when Chromium exits before it answers (with its stderr)
  */
 export async function launchChromium(options: LaunchOptions = {}): Promise<ChromiumProcess> {
-  const { executable = "chromium", args = DEFAULT_CHROMIUM_ARGS, signal, watchdog = true } =
-    options;
-  const keep = options.stderrLines ?? 50;
+  const { signal } = options;
   signal?.throwIfAborted();
-  const userDataDir = await Deno.makeTempDir({ prefix: "cdp-profile-" });
+  const ownDir = options.dir === undefined;
+  const dir = options.dir ?? await Deno.makeTempDir({ prefix: "hud-browser-" });
+  let browser: ChromiumProcess;
+  try {
+    if ((options.hostPorts ?? []).length > 0 && options.portsDir === undefined) {
+      const portsDir = `${dir}/ports`;
+      await Deno.remove(portsDir, { recursive: true }).catch(() => {});
+      await Deno.mkdir(portsDir, { mode: 0o700 });
+      const owner = await Deno.stat(dir);
+      if (Deno.uid() === 0 && owner.uid !== null && owner.uid !== 0) {
+        await Deno.chown(portsDir, owner.uid, owner.gid);
+      }
+      options = { ...options, portsDir };
+    }
+    // Unconfined as root, Chromium's sandbox refuses at once: skip the try.
+    const known = options.chromiumSandbox ??
+      (options.spawn === undefined && Deno.uid() === 0 ? false : undefined);
+    if (known !== undefined) {
+      browser = await start(options, dir, known);
+    } else {
+      try {
+        browser = await start(options, dir, true);
+      } catch (err) {
+        if (!(err instanceof ChromiumExitError && NO_CHROMIUM_SANDBOX.test(err.message))) {
+          throw err;
+        }
+        browser = await start(options, dir, false);
+      }
+    }
+  } catch (err) {
+    if (ownDir) await removeDir(dir).catch(() => {});
+    throw err;
+  }
+  if (!ownDir) return browser;
+  let closing: Promise<void> | undefined;
+  const close = () =>
+    closing ??= (async () => {
+      await browser.close();
+      await removeDir(dir);
+    })();
+  return { ...browser, close, [Symbol.asyncDispose]: close };
+}
+
+/** Chromium exited during startup; the message holds its stderr. */
+class ChromiumExitError extends TypeError {
+  constructor(message: string) {
+    super(message);
+    this.name = "TypeError";
+  }
+}
+
+async function start(
+  options: LaunchOptions,
+  dir: string,
+  chromiumSandbox: boolean,
+): Promise<ChromiumProcess> {
+  const { signal } = options;
+  const keep = options.stderrLines ?? 50;
+  const hostPorts = options.hostPorts ?? [];
+  const home = `${dir}/home`;
+  const browserArgv = [
+    options.executable ?? "chromium",
+    ...DEFAULT_CHROMIUM_ARGS,
+    ...(chromiumSandbox ? [] : ["--no-sandbox"]),
+    ...(options.args ?? []),
+    `--user-data-dir=${dir}/profile`,
+    "about:blank",
+  ];
+  const env: Record<string, string> = {
+    PATH: DEFAULT_PATH,
+    HOME: home,
+    XDG_CONFIG_HOME: `${home}/.config`,
+    XDG_CACHE_HOME: `${home}/.cache`,
+    LANG: "C.UTF-8",
+  };
+  const listeners: Deno.UnixListener[] = [];
+  const bridged = new Set<Promise<void>>();
+  let relayArgv: string[] = [];
+  const nonce = crypto.randomUUID();
+  const relayUp = Promise.withResolvers<void>();
+  relayUp.promise.catch(() => {});
+  if (hostPorts.length > 0) {
+    const socketDir = options.portsDir!;
+    for (const port of hostPorts) {
+      const path = `${socketDir}/${port}`;
+      await Deno.remove(path).catch(() => {}); // a try before this one
+      const listener = Deno.listen({ transport: "unix", path });
+      listeners.push(listener);
+      // Reachable only through the ports directory, which only the browser's uid may enter.
+      await Deno.chmod(path, 0o666);
+      bridged.add(bridge(listener, port));
+    }
+    env.DENO_DIR = `${dir}/deno`;
+    env.DENO_NO_UPDATE_CHECK = "1";
+    env.NO_COLOR = "1";
+    relayArgv = [
+      options.deno ?? Deno.execPath(),
+      "eval",
+      "--no-config",
+      "-q",
+      PORT_RELAY,
+      nonce,
+      socketDir,
+      ...hostPorts.map(String),
+    ];
+  }
+  // The relay starts beside Chromium, not before it: their start-ups overlap.
+  const argv = [
+    "bash",
+    "--noprofile",
+    "--norc",
+    "-c",
+    LAUNCH_SCRIPT,
+    "hud-browser",
+    String(relayArgv.length),
+    ...relayArgv,
+    ...browserArgv,
+  ];
+  const stopBridges = async () => {
+    for (const l of listeners) closeQuietly(l);
+    await Promise.allSettled([...bridged]);
+  };
+
   let child: Deno.ChildProcess;
   try {
-    const browserArgs = [...args, `--user-data-dir=${userDataDir}`, "about:blank"];
-    child = new Deno.Command(watchdog ? "sh" : executable, {
-      args: watchdog ? ["-c", WATCHDOG_SCRIPT, executable, ...browserArgs] : browserArgs,
-      stdin: watchdog ? "piped" : "null",
-      stdout: "null",
-      stderr: "piped",
-      detached: true, // setsid(): pid == pgid == sid, so kill(-pid) reaches all children
-    }).spawn();
-  } catch (error) {
-    await Deno.remove(userDataDir, { recursive: true });
-    throw error;
+    child = await (options.spawn ?? spawnPlain)(argv, env);
+  } catch (err) {
+    await stopBridges();
+    throw err;
   }
   const pid = child.pid;
-  // Keep the pipe open (never write to it); closing it triggers the watchdog.
-  const stdin = watchdog ? child.stdin.getWriter() : undefined;
+  const pipeIn = child.stdin.getWriter();
+  let writing: Promise<void> = Promise.resolve();
+  const encoder = new TextEncoder();
+  const relay = new CdpRelay((message) => {
+    const bytes = encoder.encode(`${message}\0`);
+    writing = writing.then(() => pipeIn.write(bytes)).catch(() => {});
+  });
+
   const tail: string[] = [];
-  let listening: string | undefined;
   // Chromium must never block on a full stderr pipe: drain it until EOF.
   const drained = (async () => {
     let buf = "";
@@ -111,72 +369,94 @@ export async function launchChromium(options: LaunchOptions = {}): Promise<Chrom
       const lines = buf.split("\n");
       buf = lines.pop() ?? "";
       for (const line of lines) {
-        const m = /DevTools listening on (ws:\/\/\S+)/.exec(line);
-        if (m) listening = m[1];
+        if (line === `hud-port-relay ${nonce} ready`) relayUp.resolve();
+        const failed = `hud-port-relay ${nonce} failed: `;
+        if (line.startsWith(failed)) {
+          relayUp.reject(
+            new TypeError(`Cannot start the browser's port relay: ${line.slice(failed.length)}`),
+          );
+        }
         tail.push(line);
         if (tail.length > keep) tail.shift();
       }
     }
     if (buf) tail.push(buf);
-  })().catch(() => {});
-  let exited = false;
-  const status = child.status.then((s) => {
-    exited = true;
-    return s;
-  });
+  })().catch(() => {}).finally(() =>
+    relayUp.reject(new TypeError("Chromium exited before its port relay was ready"))
+  );
+
+  const source = byteReader(child.stdout);
+  const reading = (async () => {
+    const reader = new LineReader(source, MAX_MESSAGE, undefined, 64 * 1024, 0);
+    const decoder = new TextDecoder();
+    try {
+      while (true) {
+        const frame = await reader.read();
+        if (frame === null) break;
+        // An oversized message is dropped; the reader resynchronises at the next NUL.
+        if (frame.kind === "line") relay.receive(decoder.decode(frame.line));
+      }
+    } catch (err) {
+      if (!isPeerGone(err)) throw err;
+    } finally {
+      relay.end();
+    }
+  })().catch(() => relay.end());
+
+  const status = child.status;
+  const exited = status.then(() => {}, () => {});
 
   let closing: Promise<void> | undefined;
   const close = () =>
     closing ??= (async () => {
+      relay.close();
       try {
         Deno.kill(-pid, "SIGKILL");
       } catch (error) {
         if (!(error instanceof Deno.errors.NotFound)) throw error; // ESRCH: already gone
       }
       await status;
-      await stdin?.close().catch(() => {});
-      await drained;
+      await pipeIn.close().catch(() => {});
+      await source.cancel();
+      await Promise.all([reading, drained]);
+      await stopBridges();
       // Children are reparented to PID 1 and may linger as zombies; only wait for live ones.
       for (let i = 0; i < 200 && liveGroupMembers(pid).length > 0; i++) await delay(10);
-      for (let i = 0;; i++) {
-        try {
-          await Deno.remove(userDataDir, { recursive: true });
-          break;
-        } catch (error) {
-          if (error instanceof Deno.errors.NotFound) break;
-          if (i >= 20) throw error;
-          await delay(50);
-        }
-      }
     })();
 
   try {
-    const portFile = `${userDataDir}/DevToolsActivePort`;
-    let parsed: { port: number; path: string } | undefined;
-    while (parsed === undefined) {
-      signal?.throwIfAborted();
-      if (exited) {
+    const version = await new Promise<Record<string, unknown>>((resolve, reject) => {
+      const onAbort = () => reject(signal!.reason);
+      signal?.addEventListener("abort", onAbort, { once: true });
+      relay.call("Browser.getVersion").then(resolve, async () => {
         const s = await status;
-        throw new TypeError(
-          `Chromium exited early (code ${s.code}, signal ${s.signal}):\n${tail.join("\n")}`,
+        await drained;
+        reject(
+          new ChromiumExitError(
+            `Chromium exited early (code ${s.code}, signal ${s.signal}):\n${tail.join("\n")}`,
+          ),
         );
-      }
-      try {
-        parsed = parseDevToolsActivePort(await Deno.readTextFile(portFile));
-      } catch (error) {
-        if (!(error instanceof Deno.errors.NotFound)) throw error;
-      }
-      if (parsed === undefined) await delay(25);
-    }
-    const wsUrl = `ws://127.0.0.1:${parsed.port}${parsed.path}`;
-    if (listening !== undefined && listening !== wsUrl) {
-      throw new TypeError(`DevToolsActivePort (${wsUrl}) disagrees with stderr (${listening})`);
-    }
+      }).finally(() => signal?.removeEventListener("abort", onAbort));
+    });
+    if (hostPorts.length > 0) await abortable(relayUp.promise, signal);
+    const v = version as Partial<BrowserVersion>;
+    const known: BrowserVersion = {
+      protocolVersion: String(v.protocolVersion ?? ""),
+      product: String(v.product ?? ""),
+      revision: String(v.revision ?? ""),
+      userAgent: String(v.userAgent ?? ""),
+      jsVersion: String(v.jsVersion ?? ""),
+    };
+    relay.version = known;
     return {
-      wsUrl,
-      port: parsed.port,
       pid,
-      userDataDir,
+      dir,
+      version: known,
+      chromiumSandbox,
+      path: relay.path,
+      exited,
+      attach: (conn, head) => relay.attach(conn, head),
+      connect: () => relay.connect(),
       stderrTail: () => [...tail],
       close,
       [Symbol.asyncDispose]: close,
@@ -184,5 +464,59 @@ export async function launchChromium(options: LaunchOptions = {}): Promise<Chrom
   } catch (error) {
     await close();
     throw error;
+  }
+}
+
+/** `promise`, or the signal's reason once it aborts. */
+function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (signal === undefined) return promise;
+  signal.throwIfAborted();
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
+}
+
+/** Accepts on `listener` and joins each connection to 127.0.0.1:`port`. */
+async function bridge(listener: Deno.UnixListener, port: number): Promise<void> {
+  const tasks = new Set<Promise<void>>();
+  const conns = new Set<Deno.Conn>();
+  await acceptLoop(listener, (conn) => {
+    const task = (async () => {
+      conns.add(conn);
+      let upstream: Deno.TcpConn | null = null;
+      try {
+        upstream = await Deno.connect({ hostname: "127.0.0.1", port });
+        conns.add(upstream);
+        await splice(conn, upstream);
+      } catch (err) {
+        if (!isPeerGone(err) && !(err instanceof Deno.errors.ConnectionRefused)) throw err;
+      } finally {
+        closeQuietly(conn);
+        conns.delete(conn);
+        if (upstream !== null) {
+          closeQuietly(upstream);
+          conns.delete(upstream);
+        }
+      }
+    })().catch(() => {});
+    tasks.add(task);
+    task.finally(() => tasks.delete(task));
+  });
+  for (const c of conns) closeQuietly(c);
+  await Promise.allSettled([...tasks]);
+}
+
+async function removeDir(dir: string): Promise<void> {
+  for (let i = 0;; i++) {
+    try {
+      await Deno.remove(dir, { recursive: true });
+      return;
+    } catch (error) {
+      if (error instanceof Deno.errors.NotFound) return;
+      if (i >= 20) throw error;
+      await delay(50);
+    }
   }
 }

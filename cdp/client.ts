@@ -117,6 +117,52 @@ export interface CdpBindingOptions {
 }
 
 /**
+ * What a {@linkcode CdpClient} talks over: a WebSocket, or the browser's
+ * relay in this process (`cdp/_relay.ts`). Not part of the face.
+ */
+export interface CdpChannel {
+  /** Sends one message. */
+  send(text: string): void;
+  /** Closes the channel; the owner then calls the client's `end`. */
+  close(): void;
+  /** Whether `send` still reaches the browser. */
+  readonly open: boolean;
+}
+
+/** A client over a {@linkcode CdpChannel}, and the two calls that feed it. */
+export interface ChannelClient {
+  /** The client. */
+  client: CdpClient;
+  /** Hands the client one message from the browser. */
+  receive(text: string): void;
+  /** Tells the client that the channel closed. */
+  end(code: number, reason: string): void;
+}
+
+// Assigned in CdpClient's static block, which can reach its #private members.
+let newChannelClient: (channel: CdpChannel) => ChannelClient;
+
+/**
+ * A client over `channel`: for the relay in this process, which has no
+ * WebSocket to offer. Not part of the face (`cdp/mod.ts` leaves it out).
+ * @param channel how messages reach the browser
+ * @returns the client and the calls that deliver to it
+ */
+export function channelClient(channel: CdpChannel): ChannelClient {
+  return newChannelClient(channel);
+}
+
+function webSocketChannel(ws: WebSocket): CdpChannel {
+  return {
+    send: (text) => ws.send(text),
+    close: () => ws.close(),
+    get open() {
+      return ws.readyState < WebSocket.CLOSING;
+    },
+  };
+}
+
+/**
  * Client for one CDP WebSocket connection (usually the browser endpoint).
  *
  * @example Drive a page in a browser published by an environment
@@ -131,17 +177,32 @@ export interface CdpBindingOptions {
  * ```
  */
 export class CdpClient implements AsyncDisposable {
-  #ws: WebSocket;
+  #channel: CdpChannel;
   #nextId = 1;
   #pending = new Map<number, Pending>();
   #handlers = new Map<string, Set<CdpEventHandler>>();
+  #closeListeners = new Set<() => void>();
   #closeError: CdpError | undefined;
   #closed: Promise<void>;
 
-  private constructor(ws: WebSocket, closed: Promise<void>) {
-    this.#ws = ws;
+  private constructor(channel: CdpChannel, closed: Promise<void>) {
+    this.#channel = channel;
     this.#closed = closed;
-    ws.addEventListener("message", (ev) => this.#onMessage(ev));
+  }
+
+  static {
+    newChannelClient = (channel) => {
+      let done!: () => void;
+      const client = new CdpClient(channel, new Promise<void>((resolve) => done = resolve));
+      return {
+        client,
+        receive: (text) => client.#onMessage(text),
+        end: (code, reason) => {
+          client.#onClose(code, reason);
+          done();
+        },
+      };
+    };
   }
 
   /**
@@ -171,8 +232,12 @@ export class CdpClient implements AsyncDisposable {
       };
       const onOpen = () => {
         cleanup();
-        client = new CdpClient(ws, closed);
-        resolve(client);
+        const c = new CdpClient(webSocketChannel(ws), closed);
+        ws.addEventListener("message", (ev) => {
+          if (typeof ev.data === "string") c.#onMessage(ev.data);
+        });
+        client = c;
+        resolve(c);
       };
       const onFail = (ev: CloseEvent) => {
         cleanup();
@@ -216,7 +281,7 @@ export class CdpClient implements AsyncDisposable {
 
   /** `true` once the socket has closed or {@linkcode close} was called. */
   get isClosed(): boolean {
-    return this.#closeError !== undefined || this.#ws.readyState >= WebSocket.CLOSING;
+    return this.#closeError !== undefined || !this.#channel.open;
   }
 
   /** Resolves when the underlying socket has closed (for any reason). */
@@ -267,7 +332,7 @@ export class CdpClient implements AsyncDisposable {
         },
       });
       signal?.addEventListener("abort", onAbort, { once: true });
-      this.#ws.send(JSON.stringify(message));
+      this.#channel.send(JSON.stringify(message));
     });
   }
 
@@ -361,7 +426,7 @@ export class CdpClient implements AsyncDisposable {
       const finish = () => {
         off();
         signal?.removeEventListener("abort", onAbort);
-        this.#ws.removeEventListener("close", onClose);
+        this.#closeListeners.delete(onClose);
       };
       const onAbort = () => {
         finish();
@@ -393,7 +458,7 @@ export class CdpClient implements AsyncDisposable {
         }
       });
       signal?.addEventListener("abort", onAbort, { once: true });
-      this.#ws.addEventListener("close", onClose, { once: true });
+      this.#closeListeners.add(onClose);
     });
   }
 
@@ -415,16 +480,18 @@ export class CdpClient implements AsyncDisposable {
   }
 
   /**
-   * Creates a new page target (`Target.createTarget`), attaches to it and enables the
-   * `Page` and `Runtime` domains. Close it with {@linkcode CdpSession.close}.
+   * Creates a new page target in a window of its own (`Target.createTarget`), attaches to it
+   * and enables the `Page` and `Runtime` domains. Close it with {@linkcode CdpSession.close}.
    */
   async newPage(
     url = "about:blank",
     options: { signal?: AbortSignal } = {},
   ): Promise<CdpSession> {
+    // A window of its own: a background tab of a shared window renders no
+    // frames, and a screenshot of it waits until another tab yields.
     const { targetId } = await this.send<{ targetId: string }>(
       "Target.createTarget",
-      { url },
+      { url, newWindow: true },
       options,
     );
     try {
@@ -449,7 +516,7 @@ export class CdpClient implements AsyncDisposable {
     if (this.#closeError === undefined) {
       this.#failPending(new CdpError("CDP client was closed", { kind: "closed" }));
     }
-    if (this.#ws.readyState < WebSocket.CLOSING) this.#ws.close();
+    if (this.#channel.open) this.#channel.close();
     return this.#closed;
   }
 
@@ -459,13 +526,17 @@ export class CdpClient implements AsyncDisposable {
   }
 
   #onClose(code: number, reason: string) {
-    if (this.#closeError !== undefined) return;
-    this.#failPending(
-      new CdpError(
-        `CDP connection closed (code ${code}${reason ? `, reason: ${reason}` : ""})`,
-        { kind: "closed" },
-      ),
-    );
+    if (this.#closeError === undefined) {
+      this.#failPending(
+        new CdpError(
+          `CDP connection closed (code ${code}${reason ? `, reason: ${reason}` : ""})`,
+          { kind: "closed" },
+        ),
+      );
+    }
+    const listeners = [...this.#closeListeners];
+    this.#closeListeners.clear();
+    for (const listener of listeners) listener();
   }
 
   #failPending(error: CdpError) {
@@ -483,11 +554,10 @@ export class CdpClient implements AsyncDisposable {
     }
   }
 
-  #onMessage(ev: MessageEvent) {
-    if (typeof ev.data !== "string") return;
+  #onMessage(text: string) {
     let msg: unknown;
     try {
-      msg = JSON.parse(ev.data);
+      msg = JSON.parse(text);
     } catch {
       return;
     }

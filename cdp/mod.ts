@@ -1,8 +1,9 @@
 /**
  * The Chrome DevTools Protocol: {@linkcode CdpClient}, a small client over
  * the built-in `WebSocket` (what `HudClient.open("cdp")` returns for a
- * `cdp/1.3` binding), and {@linkcode addBrowser}, which gives an
- * environment a headless Chromium published as that capability.
+ * `cdp/1.3` binding). The environment's side, `addBrowser` (a sandboxed
+ * headless Chromium published as that capability), is in
+ * `@hud/sdk/workspace`, next to the sandbox it runs in.
  *
  * @module
  */
@@ -24,4 +25,3 @@ export {
   type CdpWaitForOptions,
   discoverBrowserWsUrl,
 } from "./client.ts";
-export { addBrowser, type BrowserOptions } from "./browser.ts";

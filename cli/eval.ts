@@ -6,7 +6,6 @@ import { type Environment, environmentOf, type TaskRow } from "../env.ts";
 import { loadEnvironment, moduleUrl } from "../loader.ts";
 import { LocalRuntime } from "../runtime/local.ts";
 import type { RuntimeProvider } from "../runtime/placement.ts";
-import type { SwarmRuntime } from "../engines/swarm.ts";
 import { CommandAgent, parseEnvFile } from "../agents/command.ts";
 import { MODEL_FLAGS, MODEL_FLAGS_HELP, modelAgentFromFlags } from "../agents/_cli.ts";
 import { formatJobTable, formatProgress, formatReward } from "../eval/report.ts";
@@ -153,9 +152,16 @@ Options:
   --json                print a JSON summary instead of the table
   --runtime WHERE       "local" (this process, the default),
                         "container:IMAGE" (a container per rollout, from an
-                        image made by "${PROGRAM} image") or "swarm:IMAGE"
+                        image made by "${PROGRAM} image"), "swarm:IMAGE"
                         (a pool of replicas on the Docker Swarm whose
-                        manager DOCKER_HOST names, removed at the end)
+                        manager DOCKER_HOST names), "k8s:IMAGE" (a pool of
+                        pods on the Kubernetes cluster KUBECONFIG names, or
+                        the one this runs in) or "slurm[:PARTITION]" (the
+                        tasks of one Slurm job serve FILE, through
+                        slurmrestd when SLURMRESTD is set, else sbatch;
+                        the nodes must read FILE at its path and reach this
+                        machine at HUD_ANNOUNCE_HOST, by default its first
+                        address); pools and jobs are removed at the end
   --container-network   with container:IMAGE, put each container on the
                         engine's bridge network, for an environment that
                         downloads or calls out (default: no network at all)
@@ -198,13 +204,16 @@ export async function run(args: string[], io: Io): Promise<number> {
   const { values, positionals: [file] } = parsed;
   const command = stringOption(values, "agent");
   const runtimeSpec = stringOption(values, "runtime") ?? "local";
-  if (runtimeSpec !== "local" && !/^(container|swarm):\S+$/.test(runtimeSpec)) {
+  if (
+    runtimeSpec !== "local" && !/^(container|swarm|k8s):\S+$|^slurm(:\S+)?$/.test(runtimeSpec)
+  ) {
     throw new UsageError(
-      `--runtime must be "local", "container:IMAGE" or "swarm:IMAGE", got "${runtimeSpec}"`,
+      `--runtime must be "local", "container:IMAGE", "swarm:IMAGE", "k8s:IMAGE" or "slurm[:PARTITION]", got "${runtimeSpec}"`,
     );
   }
   const runtimeKind = runtimeSpec.split(":")[0];
-  const image = runtimeSpec.slice(runtimeKind.length + 1);
+  // The image, or (slurm) the partition.
+  const where = runtimeSpec.slice(runtimeKind.length + 1);
   const containerEnv: Record<string, string> = {};
   for (const pair of (values["container-env"] ?? []) as unknown as string[]) {
     const m = pair.match(/^([A-Za-z_][A-Za-z0-9_]*)=(.*)$/s);
@@ -273,18 +282,39 @@ export async function run(args: string[], io: Io): Promise<number> {
   const env = await loadEnvironment(file, { name: stringOption(values, "env") });
   const rows = await evalRows(file, env, stringOption(values, "tasks"));
   const total = rows.length * group;
-  // The engines' code loads only when --runtime names one.
-  let swarm: SwarmRuntime | null = null;
+  // The engines' code loads only when --runtime names one. A pool (swarm,
+  // k8s, slurm) has a server per concurrent rollout and one for the held
+  // placement, and is closed at the end.
+  let pool: { close(): Promise<void> } | null = null;
   let runtime: RuntimeProvider;
+  // The dead-man's switch of pods and jobs: every rollout's turn at the
+  // slowest, plus grace, should this process die without closing them.
+  const lifetime = (Math.ceil(total / maxConcurrent) * timeout + 600) * 1000;
   if (runtimeKind === "local") {
     runtime = new LocalRuntime(env);
   } else if (runtimeKind === "swarm") {
     const { SwarmRuntime } = await import("../engines/swarm.ts");
-    // A pool: one replica per concurrent rollout, and one for the held placement.
-    runtime = swarm = new SwarmRuntime(image, { maxReplicas: maxConcurrent + 1 });
+    runtime = pool = new SwarmRuntime(where, { maxReplicas: maxConcurrent + 1 });
+  } else if (runtimeKind === "k8s") {
+    const { KubernetesRuntime } = await import("../engines/kubernetes.ts");
+    runtime = pool = new KubernetesRuntime(where, {
+      pool: { minReplicas: 1, maxReplicas: maxConcurrent + 1 },
+      activeDeadline: lifetime,
+    });
+  } else if (runtimeKind === "slurm") {
+    const { SlurmRuntime } = await import("../engines/slurm.ts");
+    runtime = pool = new SlurmRuntime({
+      // The nodes load it themselves: an absolute file url (or the url given).
+      module: moduleUrl(file).href,
+      envName: stringOption(values, "env"),
+      partition: where === "" ? undefined : where,
+      tasks: maxConcurrent + 1,
+      announceHost: Deno.env.get("HUD_ANNOUNCE_HOST") || undefined,
+      time: lifetime,
+    });
   } else {
     const { ContainerRuntime } = await import("../engines/container.ts");
-    runtime = new ContainerRuntime(image, {
+    runtime = new ContainerRuntime(where, {
       network: values["container-network"] === true,
       env: containerEnv,
     });
@@ -296,7 +326,7 @@ export async function run(args: string[], io: Io): Promise<number> {
   try {
     held = await runtime.place({ signal: io.signal });
   } catch (err) {
-    await swarm?.close().catch(() => {});
+    await pool?.close().catch(() => {});
     await env.stop().catch(() => {});
     if (io.signal?.aborted) return interrupted(io, 0, total);
     throw new Error(`Cannot start environment "${env.name}": ${errorMessage(err)}`, {
@@ -349,7 +379,7 @@ export async function run(args: string[], io: Io): Promise<number> {
     // prompt files, the environment (its shutdown hooks remove its keys).
     await commandAgent?.whenIdle();
     await Promise.resolve(held[Symbol.asyncDispose]()).catch(() => {});
-    await swarm?.close().catch((err) => io.err(`warning: ${errorMessage(err)}\n`));
+    await pool?.close().catch((err) => io.err(`warning: ${errorMessage(err)}\n`));
     await env.stop().catch((err) => io.err(`warning: ${errorMessage(err)}\n`));
     if (live) io.err("\n");
   }

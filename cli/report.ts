@@ -1,53 +1,76 @@
-// `hud report FILE...`: a table per task of results files, or one HTML page.
+// `hud report FILE...`: a table per task of results files, one HTML page,
+// or the rollouts as Harbor trajectories (ATIF).
 
+import meta from "../deno.json" with { type: "json" };
 import { renderReport } from "../viewer/mod.ts";
 import { Job } from "../eval/job.ts";
-import type { RunRecord } from "../eval/results.ts";
 import { formatJobTable } from "../eval/report.ts";
 import { writePrivateText } from "../_internal/private_file.ts";
-import { EXIT_OK, type Io, parseCommand, PROGRAM, stringOption } from "./_common.ts";
+import { writeTrajectories } from "../eval/atif.ts";
+import { EXIT_OK, type Io, parseCommand, PROGRAM, stringOption, UsageError } from "./_common.ts";
 
 /** The help of `hud report`. */
 export const USAGE: string = `Usage: ${PROGRAM} report FILE [FILE...] [--html OUT]
+       ${PROGRAM} report FILE --atif DIR
 
 Prints a table per task of the results file (the JSONL that "eval --out"
-writes). With --html, writes instead one self-contained HTML page (inline
-CSS and script, no network) that shows what "view" shows, to attach to a
-review or open from disk.
+writes), as "eval" closes a run: the latest attempt of each task and repeat
+counts, the attempts it replaced (a resumed job's cancelled ones) are named,
+never counted. With --html, writes instead one self-contained HTML page
+(inline CSS and script, no network) that shows what "view" shows, to attach
+to a review or open from disk. With --atif, writes each counted rollout as a
+trajectory in Harbor's format (ATIF v1.4), DIR/<task slug>.<repeat>.json,
+readable by the user only.
 
 Options:
   --html OUT     write the page to OUT (created 0600: it holds the traces)
+  --atif DIR     write ATIF v1.4 trajectories into DIR (made if missing)
   -h, --help     show this help
 `;
+
+/** Fails in one line naming `path` when it is not a file. */
+async function checkFile(path: string): Promise<void> {
+  const info = await Deno.stat(path).catch(() => null);
+  if (info === null || !info.isFile) {
+    throw new Error(`Cannot read results: "${path}" is not a file (run a job with --out first)`);
+  }
+}
 
 /** Runs `hud report` with `args` (after the command name); returns the exit code. */
 export async function run(args: string[], io: Io): Promise<number> {
   const parsed = parseCommand(args, {
     name: "report",
     usage: USAGE,
-    options: { html: { type: "string" } },
+    options: { html: { type: "string" }, atif: { type: "string" } },
     positionals: { names: ["FILE", ...Array(64).fill("FILE")], min: 1 },
   }, io);
   if (parsed === null) return EXIT_OK;
   const html = stringOption(parsed.values, "html");
+  const atif = stringOption(parsed.values, "atif");
+  if (html !== undefined && atif !== undefined) {
+    throw new UsageError("give --html or --atif, not both");
+  }
   if (html !== undefined) {
     // The page holds the traces of the results files, which are their owner's alone.
     await writePrivateText(html, await renderReport(parsed.positionals));
     io.err(`Wrote ${html}\n`);
     return EXIT_OK;
   }
-  for (const path of parsed.positionals) {
-    const records: RunRecord[] = [];
-    for (const line of (await Deno.readTextFile(path)).split("\n")) {
-      if (line.trim() === "") continue;
-      try {
-        records.push(JSON.parse(line));
-      } catch {
-        // A line cut short by a crash.
-      }
+  if (atif !== undefined) {
+    if (parsed.positionals.length > 1) {
+      throw new UsageError("--atif takes one results file; run it once per file");
     }
+    await checkFile(parsed.positionals[0]);
+    const written = await writeTrajectories(parsed.positionals[0], atif, {
+      sdkVersion: meta.version,
+    });
+    io.err(`Wrote ${written.length} trajectories (ATIF v1.4) into ${atif}\n`);
+    return EXIT_OK;
+  }
+  for (const path of parsed.positionals) {
+    await checkFile(path);
     if (parsed.positionals.length > 1) io.out(`${path}\n`);
-    io.out(formatJobTable(new Job(records[0]?.job_id ?? "-", records, records.map(() => null))));
+    io.out(formatJobTable(await Job.load(path)));
   }
   return EXIT_OK;
 }

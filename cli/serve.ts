@@ -4,6 +4,7 @@
 import type { Environment } from "../env.ts";
 import { loadEnvironment } from "../loader.ts";
 import { serve } from "../server.ts";
+import { isLoopback } from "../_internal/net.ts";
 import { errorMessage } from "../_internal/util.ts";
 import {
   DEFAULT_PORT,
@@ -60,8 +61,8 @@ async function serveAuth(
   }
   if (values["no-auth"]) {
     if (tokenFile !== undefined) throw new UsageError("give --token-file or --no-auth, not both");
-    const loopback = /^(localhost|127\.\d+\.\d+\.\d+|::1|\[::1\])$/i.test(hostname);
-    if (!loopback && !values["insecure-listen"]) {
+    // The name as given; bind() checks the address it resolves to as well.
+    if (!isLoopback(hostname) && !values["insecure-listen"]) {
       throw new UsageError(
         `--no-auth on "${hostname}" lets anyone who can reach it in; add --insecure-listen to mean it, or listen on 127.0.0.1`,
       );

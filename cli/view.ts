@@ -1,6 +1,6 @@
 // `hud view FILE...`: serve a local web page over results files.
 
-import { serveViewer } from "../viewer/mod.ts";
+import { startViewer } from "../viewer/mod.ts";
 import {
   EXIT_OK,
   type Io,
@@ -15,11 +15,15 @@ import {
 export const USAGE: string = `Usage: ${PROGRAM} view FILE [FILE...] [--port PORT]
 
 Serves a page over the results files (the JSONL that "eval --out" writes)
-on 127.0.0.1 and prints its url. The page shows each job's summary, a
-sortable, filterable table of rollouts, each rollout's steps with the
-file diffs and the grade, and, with two files or more, a comparison of
-rewards task by task. Rollouts appended to a file while the page is open
-appear as they arrive. Serves until SIGINT or SIGTERM.
+on 127.0.0.1 and prints its url, which carries the page's token. For each
+job: what ran (agent or model and its settings, the environment), the
+counts, mean reward, pass@k, subscores, tokens and cost, plots of rewards
+and durations, a table per task, and a sortable, filterable table of
+rollouts; for each rollout its grade, a timeline, the conversation or the
+command's output, and the file diffs; with two files or more, a comparison
+task by task. A resumed job's replaced attempts are history, never
+counted. Rollouts appended to a file while the page is open appear as they
+arrive. Serves until SIGINT or SIGTERM.
 
 Options:
   --port PORT    port to listen on, 0 for any free port (default: 0)
@@ -41,7 +45,7 @@ export async function run(args: string[], io: Io): Promise<number> {
   const onSignal = () => stopped.abort();
   for (const s of STOP_SIGNALS) Deno.addSignalListener(s, onSignal);
   try {
-    const viewer = await serveViewer(parsed.positionals, { port, signal });
+    const viewer = await startViewer(parsed.positionals, { port, signal });
     io.out(`Viewing ${parsed.positionals.length} results file(s) at ${viewer.url}\n`);
     await viewer.finished;
   } finally {

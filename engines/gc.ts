@@ -7,6 +7,7 @@
 
 import { EngineClient, removeContainer } from "./_engine.ts";
 import { CONTROL_DIR_LABEL, OWNER_LABEL } from "./container.ts";
+import { processAlive } from "../_internal/process.ts";
 
 /** Options for {@linkcode removeStaleContainers}. */
 export interface RemoveStaleOptions {
@@ -20,14 +21,6 @@ export interface RemoveStaleOptions {
    * @default Infinity (only those whose creating process is gone)
    */
   olderThan?: number;
-}
-
-function processAlive(pid: number): boolean {
-  try {
-    return Deno.statSync(`/proc/${pid}`).isDirectory;
-  } catch {
-    return false;
-  }
 }
 
 /**

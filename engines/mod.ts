@@ -1,7 +1,8 @@
 /**
  * Engine-backed runtimes: environments placed by a container engine
- * (Docker or Podman, through the Docker Engine API over its unix socket).
- * Each implements the runtime contract of `@hud/sdk/runtime`.
+ * (Docker or Podman, through the Docker Engine API over its unix socket),
+ * a Docker Swarm, Kubernetes or Slurm. Each implements the runtime
+ * contract of `@hud/sdk/runtime`.
  *
  * - {@linkcode ContainerRuntime}: an environment image in a Docker or Podman
  *   container, one per placement; {@linkcode buildEnvironmentImage} makes
@@ -9,6 +10,12 @@
  * - {@linkcode SwarmRuntime}: a pool of replicas of an environment image on a
  *   Docker Swarm across hosts, each leased to one rollout at a time, scaled
  *   with demand.
+ * - {@linkcode KubernetesRuntime}: an environment image in a bare Pod per
+ *   placement, or a pool of pods leased to rollouts, through the API server
+ *   (no kubectl); {@linkcode removeStalePods} cleans up after a killed run.
+ * - {@linkcode SlurmRuntime}: a TypeScript environment module served by the
+ *   tasks of a Slurm allocation (Deno on the nodes, no image), leased to
+ *   rollouts; {@linkcode cancelStaleJobs} cleans up after a killed run.
  *
  * @module
  */
@@ -25,3 +32,22 @@ export {
 export { buildEnvironmentImage, type BuildImageOptions } from "./image.ts";
 export { removeStaleContainers, type RemoveStaleOptions } from "./gc.ts";
 export { SwarmRuntime, type SwarmRuntimeOptions } from "./swarm.ts";
+export {
+  HOST_LABEL,
+  KubeApiError,
+  type KubernetesOwner,
+  type KubernetesPoolOptions,
+  KubernetesRuntime,
+  type KubernetesRuntimeOptions,
+  removeStalePods,
+  type RemoveStalePodsOptions,
+  RUNTIME_LABEL,
+} from "./kubernetes.ts";
+export {
+  cancelStaleJobs,
+  type CancelStaleJobsOptions,
+  OWNER_COMMENT,
+  SlurmError,
+  SlurmRuntime,
+  type SlurmRuntimeOptions,
+} from "./slurm.ts";

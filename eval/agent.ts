@@ -14,12 +14,29 @@ export interface AgentContext {
 }
 
 /**
+ * What an agent is, as results files record it with each rollout and the
+ * viewer and `report` show it: no secrets (no keys, no full command lines).
+ */
+export interface AgentInfo {
+  /** `model`, `command`, or another kind. */
+  kind: string;
+  /** The model, or the command's program name. */
+  name: string;
+  /** The agent's own version, when it has one. */
+  version?: string;
+  /** Settings worth comparing runs by: the API, sampling, limits... */
+  settings?: Record<string, unknown>;
+}
+
+/**
  * An agent: drives a run to completion and sets `run.answer`. It may throw;
  * the answer it had set is still graded.
  */
 export interface Agent {
   /** Works on the task until done; sets `run.answer`. */
   run(run: Run, context: AgentContext): Promise<void>;
+  /** What the agent is, recorded with each rollout (`RunRecord.agent`). */
+  readonly info?: AgentInfo;
 }
 
 /**

@@ -7,9 +7,18 @@
  */
 
 import type { TaskRow } from "../env.ts";
-import type { TraceJson } from "./trace.ts";
 import type { Run } from "./run.ts";
-import { readResults, recordKey, type RunRecord } from "./results.ts";
+import { readResults, type RunRecord } from "./results.ts";
+import {
+  digestRecord,
+  type JobSummary,
+  latestAttempts,
+  meanAndError,
+  passAtK,
+  summarizeDigests,
+} from "./_summary.ts";
+
+export type { JobSummary, TaskSummary } from "./_summary.ts";
 
 /** Progress of a running job, for {@linkcode TasksetRunOptions.onProgress}. */
 export interface JobProgress {
@@ -49,57 +58,58 @@ export interface TaskResult {
   stderr: number | null;
 }
 
-/** A job's summary, as `hud eval --json` prints it. */
-export interface JobSummary {
-  /** The job id. */
-  id: string;
-  /** Rollouts in the job. */
-  total: number;
-  /** Rollouts graded. */
-  graded: number;
-  /** Rollouts not graded. */
-  errored: number;
-  /** Mean reward over graded rollouts. */
-  mean_reward: number | null;
-  /** Its standard error. */
-  stderr: number | null;
-  /** pass@k for k = 1 and k = the group size (a pass is a reward of 1). */
-  pass_at: Record<string, number | null>;
-  /** Per task. */
-  tasks: {
-    slug: string;
-    id: string;
-    args: Record<string, unknown>;
-    runs: number;
-    graded: number;
-    errored: number;
-    mean_reward: number | null;
-    stderr: number | null;
-    /** The first failure, `phase: message`, if any. */
-    first_error: string | null;
-  }[];
-}
-
-/** A finished job: every rollout's record, in expansion order. */
+/**
+ * A finished job: the record of every rollout that counts (the latest
+ * attempt of each task and repeat), in expansion order, and the earlier
+ * attempts they replaced.
+ */
 export class Job {
   readonly #id: string;
   readonly #records: RunRecord[];
   readonly #runs: (Run | null)[];
+  readonly #superseded: RunRecord[];
 
-  /** @internal Made by {@linkcode Taskset.run}. */
-  constructor(id: string, records: RunRecord[], runs: (Run | null)[]) {
+  /**
+   * @internal Made by {@linkcode Taskset.run} and {@linkcode Job.load}.
+   * Records that repeat a (task, repeat) are kept as history: the last of
+   * them counts.
+   */
+  constructor(
+    id: string,
+    records: RunRecord[],
+    runs: (Run | null)[],
+    superseded: RunRecord[] = [],
+  ) {
+    const { counted, superseded: older } = latestAttempts(
+      records.map((r) => ({ slug: r.task.slug, repeat: r.repeat })),
+    );
     this.#id = id;
-    this.#records = records;
-    this.#runs = runs;
+    if (older.length === 0) {
+      this.#records = records;
+      this.#runs = runs;
+      this.#superseded = superseded;
+    } else {
+      this.#records = counted.map((i) => records[i]);
+      this.#runs = counted.map((i) => runs[i] ?? null);
+      this.#superseded = [...superseded, ...older.map((i) => records[i])];
+    }
   }
 
   /** The job id. */
   get id(): string {
     return this.#id;
   }
-  /** Every rollout's record, in expansion order (task by task, repeat by repeat). */
+  /** Every counted rollout's record, in expansion order (task by task, repeat by repeat). */
   get runs(): readonly RunRecord[] {
     return this.#records;
+  }
+  /**
+   * Earlier attempts that a later attempt of the same task and repeat
+   * replaced (a resumed job's cancelled or failed lines), oldest first:
+   * history, never counted.
+   */
+  get superseded(): readonly RunRecord[] {
+    return this.#superseded;
   }
   /** The live runs of this process, in the same order; `null` for records kept from a resumed file. */
   get liveRuns(): readonly (Run | null)[] {
@@ -107,11 +117,11 @@ export class Job {
   }
   /** Mean reward over graded rollouts, or `null` when none was graded. */
   get meanReward(): number | null {
-    return mean(this.#records);
+    return meanAndError(rewardsOf(this.#records)).mean;
   }
   /** Standard error of {@linkcode Job.meanReward}, or `null` below two graded rollouts. */
   get stderr(): number | null {
-    return standardError(this.#records);
+    return meanAndError(rewardsOf(this.#records)).stderr;
   }
   /** Rollouts per task (the largest repeat count of any task). */
   get groupSize(): number {
@@ -127,75 +137,46 @@ export class Job {
    * a fail. `null` when a task has fewer than k rollouts.
    */
   passAtK(k: number, threshold = 1): number | null {
-    const results = [...this.results.values()];
-    if (results.length === 0 || !(k >= 1)) return null;
-    let sum = 0;
-    for (const { records } of results) {
-      const n = records.length;
-      if (n < k) return null;
-      const c = records.filter((r) => r.reward !== null && r.reward >= threshold).length;
-      // 1 - C(n-c, k) / C(n, k), as a product to stay finite.
-      let fail = 1;
-      if (n - c < k) fail = 0;
-      else for (let i = n - c + 1; i <= n; i++) fail *= 1 - k / i;
-      sum += 1 - fail;
-    }
-    return sum / results.length;
+    return passAtK(
+      [...this.results.values()].map(({ records }) => ({
+        n: records.length,
+        c: records.filter((r) => r.reward !== null && r.reward >= threshold).length,
+      })),
+      k,
+    );
   }
 
-  /** A summary without the traces: counts, means, pass@k, and each task's first error. */
+  /**
+   * The summary without the traces, exact numbers: counts, means, pass@k
+   * for every k up to the group size, subscores, tokens, what ran, and
+   * each task's figures. `eval --json`, `report`, `view` and the table all
+   * show this one.
+   */
   summary(): JobSummary {
-    const k = this.groupSize;
-    const passAt: Record<string, number | null> = { "1": this.passAtK(1) };
-    if (k > 1) passAt[String(k)] = this.passAtK(k);
-    return {
+    return summarizeDigests(this.#records.map(digestRecord), {
       id: this.#id,
-      total: this.#records.length,
-      graded: this.#records.length - this.errored.length,
-      errored: this.errored.length,
-      mean_reward: this.meanReward,
-      stderr: this.stderr,
-      pass_at: passAt,
-      tasks: [...this.results.values()].map((r) => {
-        const graded = r.records.filter((x) => x.reward !== null).length;
-        return {
-          slug: r.task.slug,
-          id: r.task.id,
-          args: r.task.args,
-          runs: r.records.length,
-          graded,
-          errored: r.records.length - graded,
-          mean_reward: r.meanReward,
-          stderr: r.stderr,
-          first_error: firstError(r.records),
-        };
-      }),
-    };
+      superseded: this.#superseded.map(digestRecord),
+    });
   }
 
   /**
    * Reads a results file back: the latest attempt of each (task slug,
-   * repeat), in the order the file first mentions them. Lines that are not
-   * records are skipped.
+   * repeat), in the order the file first mentions them; earlier attempts
+   * are {@linkcode Job.superseded}. Lines that are not records are skipped.
    * @throws {Deno.errors.NotFound} when the file does not exist
    */
   static async load(path: string): Promise<Job> {
     const { records } = await readResults(path, true);
-    const latest = new Map<string, RunRecord>();
-    for (const r of records) {
-      const key = recordKey(r.task.slug, r.repeat);
-      latest.delete(key);
-      latest.set(key, r);
-    }
-    // Order by first mention: re-sort by each key's first line.
-    const first = new Map<string, number>();
-    records.forEach((r, i) => {
-      const key = recordKey(r.task.slug, r.repeat);
-      if (!first.has(key)) first.set(key, i);
-    });
-    const ordered = [...latest.entries()].sort((a, b) => first.get(a[0])! - first.get(b[0])!)
-      .map(([, r]) => r);
-    return new Job(ordered[0]?.job_id ?? "", ordered, ordered.map(() => null));
+    const { counted, superseded } = latestAttempts(
+      records.map((r) => ({ slug: r.task.slug, repeat: r.repeat })),
+    );
+    const latest = counted.map((i) => records[i]);
+    return new Job(
+      latest[0]?.job_id ?? "",
+      latest,
+      latest.map(() => null),
+      superseded.map((i) => records[i]),
+    );
   }
   /** Rollouts that were not graded. */
   get errored(): readonly RunRecord[] {
@@ -212,8 +193,9 @@ export class Job {
       entry.records.push(r);
     }
     for (const entry of out.values()) {
-      entry.meanReward = mean(entry.records);
-      entry.stderr = standardError(entry.records);
+      const stats = meanAndError(rewardsOf(entry.records));
+      entry.meanReward = stats.mean;
+      entry.stderr = stats.stderr;
     }
     return out;
   }
@@ -230,28 +212,15 @@ export class Job {
   }
 }
 
-function standardError(records: RunRecord[]): number | null {
-  const xs = records.filter((r) => r.reward !== null).map((r) => r.reward!);
-  if (xs.length < 2) return null;
-  const m = xs.reduce((a, b) => a + b, 0) / xs.length;
-  const variance = xs.reduce((a, x) => a + (x - m) ** 2, 0) / (xs.length - 1);
-  return Math.sqrt(variance / xs.length);
+function rewardsOf(records: readonly RunRecord[]): number[] {
+  return records.filter((r) => r.reward !== null).map((r) => r.reward!);
 }
 
 /** `phase: message` of the first failure among `records`, if any. */
 export function firstError(records: readonly RunRecord[]): string | null {
   for (const r of records) {
-    const errors = (r.trace as Partial<TraceJson>).errors;
-    if (Array.isArray(errors) && errors.length > 0) {
-      return `${errors[0].phase}: ${String(errors[0].message).split("\n")[0]}`;
-    }
-    if (r.reward === null && r.status !== "completed") return `${r.status}`;
+    const { error } = digestRecord(r);
+    if (error !== "") return error;
   }
   return null;
-}
-
-function mean(records: RunRecord[]): number | null {
-  const graded = records.filter((r) => r.reward !== null);
-  if (graded.length === 0) return null;
-  return graded.reduce((s, r) => s + r.reward!, 0) / graded.length;
 }

@@ -18,7 +18,13 @@ export {
   type TraceStep,
 } from "./trace.ts";
 export { type Grade, gradeFromFrame, Run, type RunStartOptions } from "./run.ts";
-export { type Agent, type AgentContext, functionAgent, NotGradedError } from "./agent.ts";
+export {
+  type Agent,
+  type AgentContext,
+  type AgentInfo,
+  functionAgent,
+  NotGradedError,
+} from "./agent.ts";
 export {
   defaultRuntimeFor,
   rollout,
@@ -26,6 +32,24 @@ export {
   type RolloutOptions,
 } from "./rollout.ts";
 export { type RowSelector, Taskset, type TasksetRunOptions } from "./taskset.ts";
-export { Job, type JobProgress, type JobSummary, type TaskResult } from "./job.ts";
+export {
+  Job,
+  type JobProgress,
+  type JobSummary,
+  type TaskResult,
+  type TaskSummary,
+} from "./job.ts";
 export { type RunRecord } from "./results.ts";
-export { formatDuration, formatJobTable, formatProgress } from "./report.ts";
+export { formatCount, formatDuration, formatJobTable, formatProgress } from "./report.ts";
+export {
+  type AtifAgent,
+  type AtifFinalMetrics,
+  type AtifMetrics,
+  type AtifObservationResult,
+  type AtifOptions,
+  type AtifStep,
+  type AtifToolCall,
+  type AtifTrajectory,
+  toAtif,
+  writeTrajectories,
+} from "./atif.ts";

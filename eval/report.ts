@@ -19,7 +19,7 @@
  * @module
  */
 
-import { firstError, type Job, type JobProgress } from "./job.ts";
+import type { Job, JobProgress, JobSummary } from "./job.ts";
 
 /** `12s`, `1m05s`, `2h03m`. */
 export function formatDuration(ms: number): string {
@@ -67,39 +67,80 @@ function argsText(args: Record<string, unknown>, width = 40): string {
 }
 
 /**
+ * A count for people: exact below 10,000, else 3 significant digits with
+ * k or M (`12.3k`, `4.56M`).
+ */
+export function formatCount(n: number): string {
+  if (Math.abs(n) < 10_000) return String(Math.round(n));
+  const [d, unit] = Math.abs(n) < 1e6 ? [1e3, "k"] : [1e6, "M"];
+  return `${Number((n / d).toPrecision(3))}${unit}`;
+}
+
+/** What ran and what it used, on one line; `""` when nothing is known. */
+function agentLine(s: JobSummary): string {
+  const parts: string[] = [];
+  if (s.agent) {
+    const what = s.agent.kind === "model"
+      ? `model "${s.agent.name}"${s.agent.settings?.api ? ` (${s.agent.settings.api})` : ""}`
+      : `${s.agent.kind} ${s.agent.name}`;
+    parts.push(`agent ${what}`);
+  }
+  if (s.env) parts.push(`env ${s.env.name}${s.env.version ? ` ${s.env.version}` : ""}`);
+  if (s.model_calls > 0) parts.push(`${s.model_calls} model calls, ${s.tool_calls} tool calls`);
+  if (s.input_tokens !== null || s.output_tokens !== null) {
+    parts.push(
+      `tokens ${formatCount(s.input_tokens ?? 0)} in, ${formatCount(s.output_tokens ?? 0)} out`,
+    );
+  }
+  if (s.cost_usd !== null) parts.push(`cost $${Number(s.cost_usd.toPrecision(3))}`);
+  return parts.join("; ");
+}
+
+/** Subscore columns: at most this many, the first names met. */
+const SUBSCORE_COLUMNS = 6;
+
+/**
  * A table with one row per task (its args, runs, graded, errored, mean
- * reward ± standard error, the phases that failed), then the job's mean ±
- * standard error, pass@k when tasks ran more than once, and the first error
- * of each failing task.
+ * reward ± standard error, the mean of each subscore, the phases that
+ * failed), then the job's mean ± standard error, pass@k when tasks ran more
+ * than once, the earlier attempts that later ones replaced (never
+ * counted), what ran, and the first error of each failing task. The
+ * figures are {@linkcode Job.summary}'s, as every other view shows them.
  */
 export function formatJobTable(job: Job): string {
-  const rows = [["task", "args", "runs", "graded", "errored", "mean reward", "failures"]];
+  const s = job.summary();
+  const names = Object.keys(s.subscores).slice(0, SUBSCORE_COLUMNS);
+  const rows = [["task", "args", "runs", "graded", "errored", "mean reward", ...names, "failures"]];
   const errors: string[] = [];
-  for (const [slug, result] of job.results) {
-    const failures = [...new Set(result.records.map((r) => r.failed_phase).filter(Boolean))];
-    const graded = result.records.filter((r) => r.reward !== null).length;
+  for (const t of s.tasks) {
     rows.push([
-      slug,
-      argsText(result.task.args),
-      String(result.records.length),
-      String(graded),
-      String(result.records.length - graded),
-      meanText(result.meanReward, result.stderr),
-      failures.join(",") || "-",
+      t.slug,
+      argsText(t.args),
+      String(t.runs),
+      String(t.graded),
+      String(t.errored),
+      meanText(t.mean_reward, t.stderr),
+      ...names.map((n) => Object.hasOwn(t.subscores, n) ? t.subscores[n].toFixed(3) : "-"),
+      t.failed_phases.join(",") || "-",
     ]);
-    const first = firstError(result.records);
-    if (first !== null) errors.push(`${slug}: ${first}`);
+    if (t.first_error !== null) errors.push(`${t.slug}: ${t.first_error}`);
   }
-  const graded = job.runs.length - job.errored.length;
   let text = table(rows) +
     `\nmean reward ${
-      meanText(job.meanReward, job.stderr)
-    } over ${graded} graded runs, ${job.errored.length} errored (job ${job.id})\n`;
-  const k = job.groupSize;
+      meanText(s.mean_reward, s.stderr)
+    } over ${s.graded} graded runs, ${s.errored} errored (job ${s.id})\n`;
+  const k = s.group_size;
   if (k > 1) {
-    const at = (n: number) => job.passAtK(n)?.toFixed(3) ?? "-";
+    const at = (n: number) => s.pass_at[String(n)]?.toFixed(3) ?? "-";
     text += `pass@1 ${at(1)}  pass@${k} ${at(k)}\n`;
   }
+  if (s.superseded > 0) {
+    text += `${s.superseded} earlier attempt${
+      s.superseded === 1 ? "" : "s"
+    } replaced by a later one, not counted\n`;
+  }
+  const line = agentLine(s);
+  if (line !== "") text += `${line}\n`;
   if (errors.length > 0) text += `\nfirst error of each failing task:\n${errors.join("\n")}\n`;
   return text;
 }

@@ -9,7 +9,9 @@
 import type { TaskRow } from "../env.ts";
 import { isRecord } from "../_internal/util.ts";
 import { openPrivate } from "../_internal/private_file.ts";
+import { stringifyJson } from "../_internal/framing.ts";
 import type { TraceJson, TraceStatus } from "./trace.ts";
+import type { AgentInfo } from "./agent.ts";
 
 /** One finished rollout, as streamed to the results file. */
 export interface RunRecord {
@@ -27,6 +29,10 @@ export interface RunRecord {
   reward: number | null;
   /** The phase that failed, if any. */
   failed_phase: string | null;
+  /** The grade's flat subscores (`parent/child` for nested ones), when it had any. */
+  subscores?: Record<string, number>;
+  /** What ran, when the agent says ({@linkcode Agent.info}). */
+  agent?: AgentInfo;
   /** The full trace; `{}` only for a slot a job never started. */
   trace: TraceJson | Record<string, never>;
 }
@@ -147,7 +153,8 @@ export async function openResults(
   let closed = false;
   return {
     records,
-    append: (record) => write(encoder.encode(JSON.stringify(record) + "\n")),
+    // Integers the client read exactly (bigint) are written digit for digit.
+    append: (record) => write(encoder.encode(stringifyJson(record) + "\n")),
     async close() {
       if (closed) return;
       closed = true;

@@ -113,6 +113,7 @@ export class Run implements AsyncDisposable {
     this.#trace.record("setup", { id: this.#task.id, args: this.#task.args }, {
       slug: this.#task.slug,
       session_id: this.client.sessionId,
+      env_version: this.client.manifest.env.version,
     });
     this.#frame = await this.client.startTask(this.#task.id, this.#task.args, { signal });
     this.#trace.record("user", this.#frame.prompt);

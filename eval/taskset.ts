@@ -225,6 +225,8 @@ export class Taskset {
     const runtimeOf = this.#rows.map((row) => options.runtime ?? defaultRuntimeFor(row, runtimes));
 
     const kept = new Map<string, RunRecord>();
+    // Read once: what the agent is does not change during a job.
+    const agentInfo = agent.info;
     let jobId = options.jobId;
     let out: ResultsFile | null = null;
     if (options.out) {
@@ -313,6 +315,8 @@ export class Taskset {
           status: run.trace.status as RunRecord["status"],
           reward: run.reward,
           failed_phase: run.trace.failedPhase,
+          ...(run.grade?.subscores ? { subscores: run.grade.subscores } : {}),
+          ...(agentInfo ? { agent: agentInfo } : {}),
           trace: run.trace.toJSON(),
         };
         records[i] = record;
@@ -354,6 +358,12 @@ export class Taskset {
         trace: {},
       }
     );
-    return new Job(jobId, final, runs);
+    // The file's older attempts of every slot stay as history.
+    const counted = new Set(kept.values());
+    const slotKeys = new Set(slots.map((s) => recordKey(s.row.slug, s.repeat)));
+    const superseded = (out?.records ?? []).filter((r) =>
+      !counted.has(r) && slotKeys.has(recordKey(r.task.slug, r.repeat))
+    );
+    return new Job(jobId, final, runs, superseded);
   }
 }

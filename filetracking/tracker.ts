@@ -68,7 +68,7 @@ export interface FileTrackerOptions {
   port?: number;
   /**
    * Listen on a TCP port. `false` serves only the connections handed to
-   * {@linkcode FileTracker.serveConnection} (as the control server's tunnel
+   * {@linkcode FileTracker.attach} (as the control server's tunnel
    * does), so that the tracker has no port of its own; its `url` is then
    * the placeholder `tcp://127.0.0.1:0`.
    * @default true
@@ -82,7 +82,7 @@ export interface FileTrackerOptions {
    * `/proc/net/tcp` and `/proc/net/tcp6`; where it cannot be told (not
    * Linux), listening needs `"any"`, which serves every local user, or
    * `listen: false`. Connections handed to
-   * {@linkcode FileTracker.serveConnection} (the authenticated tunnel's) are
+   * {@linkcode FileTracker.attach} (the authenticated tunnel's) are
    * not checked.
    * @default [this process's uid]
    */
@@ -143,7 +143,7 @@ export interface FileTracker extends AsyncDisposable {
    * Serves one already-open connection until it ends; `head` holds bytes
    * already read from it. The connection is closed afterwards.
    */
-  serveConnection(conn: Deno.Conn, head?: Uint8Array): Promise<void>;
+  attach(conn: Deno.Conn, head?: Uint8Array): Promise<void>;
   /** The tracked directory, resolved. */
   readonly root: string;
   /** Resolves once the tracker has shut down. */
@@ -354,10 +354,10 @@ class FileTrackerServer implements FileTracker {
         return;
       }
     }
-    await this.serveConnection(conn);
+    await this.attach(conn);
   }
 
-  serveConnection(conn: Deno.Conn, head: Uint8Array = new Uint8Array()): Promise<void> {
+  attach(conn: Deno.Conn, head: Uint8Array = new Uint8Array()): Promise<void> {
     if (this.#shutdown) {
       closeQuietly(conn);
       return Promise.resolve();

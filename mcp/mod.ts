@@ -22,9 +22,9 @@ export {
   addMcpServer,
   type AddMcpServerOptions,
   checkArgs,
+  mcpHandler,
   type McpServerOptions,
   type McpTool,
   mcpTool,
   type McpToolDefinition,
-  serveMcp,
 } from "./server.ts";

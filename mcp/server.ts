@@ -94,7 +94,7 @@ export function mcpTool<S extends ArgsShape>(definition: McpToolDefinition<S>): 
   };
 }
 
-/** Options for {@linkcode serveMcp} and {@linkcode addMcpServer}. */
+/** Options for {@linkcode mcpHandler} and {@linkcode addMcpServer}. */
 export interface McpServerOptions {
   /** The tools to serve. */
   tools: McpTool[];
@@ -111,7 +111,7 @@ export interface McpServerOptions {
    * TOKEN`), compared in constant time; others get 401 before their body is
    * read. {@linkcode addMcpServer} makes a 256-bit one when none is given
    * and publishes it in the capability's `auth_token`.
-   * @default none for {@linkcode serveMcp} (every request is served), a fresh one for {@linkcode addMcpServer}
+   * @default none for {@linkcode mcpHandler} (every request is served), a fresh one for {@linkcode addMcpServer}
    */
   authToken?: string;
   /**
@@ -174,7 +174,7 @@ function hostForm(hostname: string): string {
  * @throws {TypeError} for tool names that clash or a bad token
  * @throws {RangeError} for a `maxBodyBytes` that is not a positive integer
  */
-export function serveMcp(options: McpServerOptions): (request: Request) => Promise<Response> {
+export function mcpHandler(options: McpServerOptions): (request: Request) => Promise<Response> {
   const tools = new Map<string, McpTool>();
   for (const t of options.tools ?? []) {
     if (tools.has(t.name)) {
@@ -408,7 +408,7 @@ export function addMcpServer(env: Environment, options: AddMcpServerOptions): vo
   const authToken = options.authToken ?? generateToken();
   const listening = hostForm(hostname);
   const wildcard = listening === "0.0.0.0" || listening === "[::]";
-  const handler = serveMcp({
+  const handler = mcpHandler({
     ...options,
     authToken,
     allowedHosts: [...(options.allowedHosts ?? []), ...(wildcard ? [] : [listening])],

@@ -8,7 +8,7 @@ import { bytesEqual, SshWriter } from "./_wire.ts";
 
 /** What a connection needs from the client options. */
 export interface ConnectionOptions {
-  hostPubkey: string;
+  hostPublicKey: string;
   ciphers?: readonly string[];
   macs?: readonly string[];
   rekeyLimit?: number;
@@ -30,7 +30,7 @@ export class ClientConnection {
           throw new SshHostKeyError(
             `Cannot connect: host key "${
               formatPublicKey(parsePublicBlob(blob))
-            }" is not the expected "${options.hostPubkey.trim()}"`,
+            }" is not the expected "${options.hostPublicKey.trim()}"`,
           );
         }
       },

@@ -53,7 +53,7 @@ export interface SshClientOptions {
    */
   user?: string;
   /** The server's host key, `ssh-ed25519 AAAA...`; any other key is refused. */
-  hostPubkey: string;
+  hostPublicKey: string;
   /**
    * Our key: an unencrypted OpenSSH Ed25519 private key. Either this or
    * `privateKeyPath` is required.
@@ -310,7 +310,7 @@ function statusFrom(
  * });
  * await using client = await SshClient.connect({
  *   port: server.addr.port,
- *   hostPubkey: server.hostPublicKey,
+ *   hostPublicKey: server.hostPublicKey,
  *   privateKey: key.privateKey,
  * });
  * const result = await client.exec("echo hello");
@@ -337,7 +337,7 @@ export class SshClient {
     if (typeof options !== "object" || options === null) {
       throw new TypeError("Cannot create SSH client: expected an options object");
     }
-    parsePublicKey(options.hostPubkey);
+    parsePublicKey(options.hostPublicKey);
     const { privateKey, privateKeyPath } = options;
     if (typeof privateKey === "string") {
       parsePrivateKey(privateKey);
@@ -354,7 +354,7 @@ export class SshClient {
    * Connects and logs in.
    * @param options where to connect and with which keys
    * @returns a connected client
-   * @throws {SshHostKeyError} when the server's host key is not `hostPubkey`
+   * @throws {SshHostKeyError} when the server's host key is not `hostPublicKey`
    * @throws {SshAuthError} when the server refuses the key
    * @throws {SshError} when the connection fails three times
    */
@@ -383,8 +383,8 @@ export class SshClient {
       throw new TypeError(`Cannot create SSH client: invalid url "${capability.url}"`);
     }
     const p = capability.params;
-    const hostPubkey = p.host_pubkey;
-    if (typeof hostPubkey !== "string") {
+    const hostPublicKey = p.host_pubkey;
+    if (typeof hostPublicKey !== "string") {
       throw new TypeError(
         `Cannot create SSH client: binding "${capability.name}" has no host_pubkey`,
       );
@@ -407,7 +407,7 @@ export class SshClient {
       hostname: hp.hostname,
       port: hp.port ?? 22,
       user: typeof p.user === "string" ? p.user : "agent",
-      hostPubkey,
+      hostPublicKey,
       privateKey,
       privateKeyPath,
       signal: options.signal,
@@ -462,7 +462,7 @@ export class SshClient {
     const opts = this.#options;
     const keyText = await this.#keyText();
     const signer = await Ed25519Signer.fromParsed(parsePrivateKey(keyText));
-    const hostBlob = parsePublicKey(opts.hostPubkey).blob;
+    const hostBlob = parsePublicKey(opts.hostPublicKey).blob;
     const tcp = await Deno.connect({
       hostname: opts.hostname ?? "127.0.0.1",
       port: opts.port ?? 22,

@@ -28,7 +28,7 @@
  *   port: server.addr.port,
  *   user: "agent",
  *   privateKey: user.privateKey,
- *   hostPubkey: server.hostPublicKey,
+ *   hostPublicKey: server.hostPublicKey,
  * });
  * assert.equal((await client.exec("echo hi")).stdoutText, "hi\n");
  * ```

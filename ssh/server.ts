@@ -119,7 +119,7 @@ export interface SshServerOptions {
   loginGraceTime?: number;
   /**
    * Connections from the listener served at once; more are refused (those
-   * handed over through `serveConnection` are not counted).
+   * handed over through `attach` are not counted).
    * @default 256
    */
   maxConnections?: number;
@@ -186,7 +186,7 @@ export interface SshServer {
    * neither count towards nor wait for `maxConnections` and `maxStartups`,
    * so anonymous TCP connections cannot crowd them out.
    */
-  serveConnection(conn: Deno.Conn, head?: Uint8Array): Promise<void>;
+  attach(conn: Deno.Conn, head?: Uint8Array): Promise<void>;
   /** Stops listening, ends every connection (killing its commands) and waits. */
   shutdown(): Promise<void>;
   /** Same as `shutdown()`. */
@@ -974,7 +974,7 @@ class Server implements SshServer {
     });
   }
 
-  serveConnection(conn: Deno.Conn, head?: Uint8Array): Promise<void> {
+  attach(conn: Deno.Conn, head?: Uint8Array): Promise<void> {
     if (this.#shuttingDown !== null) {
       closeQuietly(conn);
       return Promise.resolve();
@@ -1039,7 +1039,9 @@ class Server implements SshServer {
         c.transport.disconnect(DISCONNECT.BY_APPLICATION, "server shutting down").catch(() => {});
       }
       await Promise.allSettled([...this.#conns.values()]);
+      // Operations the constructor started end before the server is done.
       await this.#hostKey.catch(() => {});
+      await this.#config.sftpRoot?.catch(() => {});
       this.#finishedResolve();
     })();
     return this.#shuttingDown;

@@ -2,12 +2,12 @@
 // out of time fails naming what it was waiting for, instead of hanging the
 // suite until CI's own limit.
 //
-// Importing this module (tests/_helpers.ts does; `deno task test` preloads
-// it) wraps `Deno.test` so that every test gets TEST_BOUND_MS unless it
-// declares its own with withDeadline(). Inside a test, `waitingFor(what, p)`
-// names a pending operation and rejects when the test's deadline passes, and
-// `testSignal()` is the signal to hand to library calls that take one.
-// Sanitizers stay on: the deadline's timer is cleared before the test ends.
+// `test()` (tests/_test.ts) gives every test it declares TEST_BOUND_MS
+// unless the test declares its own with withDeadline(). Inside a test,
+// `waitingFor(what, p)` names a pending operation and rejects when the
+// test's deadline passes, and `testSignal()` is the signal to hand to library
+// calls that take one. The resource and op sanitizers are on (deno.json):
+// every timer here is cleared before the test ends.
 
 /**
  * The bound for a test that declares none, in ms: 45 s, well under a
@@ -49,7 +49,8 @@ let current: Running | null = null;
 let nextId = 0;
 const BOUNDED = Symbol("bounded");
 
-type TestFn = (t: Deno.TestContext) => void | Promise<void>;
+/** A test body, as `Deno.test` takes it. */
+export type TestFn = (t: Deno.TestContext) => void | Promise<void>;
 
 /** A timeout of a test or of one operation in it. */
 export class DeadlineError extends Error {
@@ -203,33 +204,12 @@ export function waitingFor<T>(
   });
 }
 
-/** Wraps a test function with the default bound unless it has its own. */
-function bound(name: string, fn: TestFn): TestFn {
+/**
+ * A test function under the default bound (TEST_BOUND_MS), unless
+ * withDeadline() already gave it one. `test()` in tests/_test.ts applies it
+ * to every test it declares.
+ */
+export function withDefaultDeadline(name: string, fn: TestFn): TestFn {
   if ((fn as { [BOUNDED]?: boolean })[BOUNDED]) return fn;
   return (t) => runBounded(name, TEST_BOUND_MS, fn, t);
 }
-
-/** Puts every test declared after this call under a bound. Idempotent. */
-function installDeadlines(): void {
-  const g = globalThis as { [BOUNDED]?: boolean };
-  if (g[BOUNDED]) return;
-  g[BOUNDED] = true;
-  const original = Deno.test;
-  // deno-lint-ignore no-explicit-any
-  const wrapped = function (this: unknown, ...args: any[]) {
-    // The overloads: (name, fn), (name, options, fn), (options), (fn), (options, fn).
-    const last = args.length - 1;
-    if (typeof args[last] === "function") {
-      const fn = args[last] as TestFn;
-      const name = typeof args[0] === "string" ? args[0] : args[0]?.name ?? fn.name;
-      args[last] = bound(name, fn);
-    } else if (args[0] && typeof args[0].fn === "function") {
-      args[0] = { ...args[0], fn: bound(args[0].name, args[0].fn) };
-    }
-    // deno-lint-ignore no-explicit-any
-    return (original as any).apply(this, args);
-  };
-  Object.defineProperty(Deno, "test", { value: Object.assign(wrapped, original) });
-}
-
-installDeadlines();

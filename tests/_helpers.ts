@@ -1,7 +1,6 @@
 // Shared test helpers: a raw NDJSON peer over a real socket, child processes
 // read line by line, and small environments used across suites.
 
-import "./_deadline.ts"; // every test declared after this is bounded
 import { waitingFor } from "./_deadline.ts";
 import { LineReader, parseLine } from "../_internal/framing.ts";
 import { writeAll } from "../_internal/io.ts";
@@ -267,7 +266,9 @@ export class ChildProcess implements AsyncDisposable {
     ]);
     this.#exited = this.#process.status.then(async (status) => {
       // The output is complete once the pipes close; a grandchild may hold them.
-      await Promise.race([this.#drained, new Promise((r) => setTimeout(r, 200))]);
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([this.#drained, new Promise((r) => timer = setTimeout(r, 200))]);
+      clearTimeout(timer);
       this.#status = status;
       return status;
     });

@@ -1,4 +1,5 @@
 // Argument checking and grading errors as a peer sees them on the wire.
+import { test } from "./_test.ts";
 import assert from "node:assert/strict";
 import { bind, connect, enumOf, Environment, HudProtocolError, integer } from "../mod.ts";
 import { RawPeer } from "./_helpers.ts";
@@ -33,7 +34,7 @@ function errorOf(reply: Record<string, unknown>): { code: number; message: strin
   return reply.error as { code: number; message: string };
 }
 
-Deno.test("tasks.start refuses mistyped arguments with -32000, naming them", async (t) => {
+test("tasks.start refuses mistyped arguments with -32000, naming them", async (t) => {
   const ran: string[] = [];
   await using server = bind(argsEnv(ran));
   await using peer = await RawPeer.login(server);
@@ -101,7 +102,7 @@ Deno.test("tasks.start refuses mistyped arguments with -32000, naming them", asy
   });
 });
 
-Deno.test("tasks.grade reports a template that ends without grading", async () => {
+test("tasks.grade reports a template that ends without grading", async () => {
   await using server = bind(argsEnv([]));
   await using peer = await RawPeer.login(server);
   await peer.call("tasks.start", { id: "forgot" });
@@ -117,7 +118,7 @@ Deno.test("tasks.grade reports a template that ends without grading", async () =
   });
 });
 
-Deno.test("tasks.grade refuses a non-finite score instead of sending null", async (t) => {
+test("tasks.grade refuses a non-finite score instead of sending null", async (t) => {
   await using server = bind(argsEnv([]));
   await using client = await connect(server, { readyTimeout: 10_000 });
   for (

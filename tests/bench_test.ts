@@ -2,6 +2,7 @@
 // figure at small sizes. Nothing here looks at the figures' values beyond
 // their being numbers; correctness counts (every rollout graded) are checked.
 
+import { test } from "./_test.ts";
 import assert from "node:assert/strict";
 import { killProcessGroup, liveGroupMembers } from "../_internal/process.ts";
 import { waitingFor } from "./_deadline.ts";
@@ -16,7 +17,7 @@ interface Figure {
   graded_ok?: number;
 }
 
-Deno.test("bench/run.ts --quick runs every figure to the end and leaves no process", async () => {
+test("bench/run.ts --quick runs every figure to the end and leaves no process", async () => {
   const child = new Deno.Command(Deno.execPath(), {
     args: ["run", "-A", RUN, "--quick"],
     stdin: "null",

@@ -1,12 +1,13 @@
+import { test } from "./_test.ts";
 import assert from "node:assert/strict";
 import { Capability, Environment } from "../mod.ts";
 import { parseHostPort } from "../capability.ts";
 
-Deno.test("Capability factories fill defaults and normalise urls", async (t) => {
+test("Capability factories fill defaults and normalise urls", async (t) => {
   await t.step("ssh", () => {
     const c = Capability.ssh({
       url: "127.0.0.1",
-      hostPubkey: "ssh-ed25519 AAAA",
+      hostPublicKey: "ssh-ed25519 AAAA",
       cwd: "/w",
       isolation: "none",
     });
@@ -22,8 +23,8 @@ Deno.test("Capability factories fill defaults and normalise urls", async (t) => 
         isolation: "none",
       },
     });
-    assert.equal(Capability.ssh({ url: "ssh://h:2222", hostPubkey: "k" }).url, "ssh://h:2222");
-    assert.throws(() => Capability.ssh({ url: "h", hostPubkey: "" }), TypeError);
+    assert.equal(Capability.ssh({ url: "ssh://h:2222", hostPublicKey: "k" }).url, "ssh://h:2222");
+    assert.throws(() => Capability.ssh({ url: "h", hostPublicKey: "" }), TypeError);
   });
   await t.step("cdp", () => {
     const c = Capability.cdp({ url: "127.0.0.1/devtools/browser/x", targetId: "T" });
@@ -70,8 +71,8 @@ Deno.test("Capability factories fill defaults and normalise urls", async (t) => 
   });
 });
 
-Deno.test("Capability.fromManifest() round-trips and validates", () => {
-  const c = Capability.ssh({ url: "h:1", hostPubkey: "k" });
+test("Capability.fromManifest() round-trips and validates", () => {
+  const c = Capability.ssh({ url: "h:1", hostPublicKey: "k" });
   assert.deepEqual(
     Capability.fromManifest(JSON.parse(JSON.stringify(c))).toManifest(),
     c.toManifest(),
@@ -87,7 +88,7 @@ Deno.test("Capability.fromManifest() round-trips and validates", () => {
   );
 });
 
-Deno.test("parseHostPort() reads host and port", () => {
+test("parseHostPort() reads host and port", () => {
   assert.deepEqual(parseHostPort("ssh://agent@127.0.0.1:22/x"), {
     hostname: "127.0.0.1",
     port: 22,
@@ -98,10 +99,10 @@ Deno.test("parseHostPort() reads host and port", () => {
   assert.equal(parseHostPort("tcp://h:99999"), null);
 });
 
-Deno.test("Environment.addCapability() replaces by name", () => {
+test("Environment.addCapability() replaces by name", () => {
   const env = new Environment("caps");
-  env.addCapability(Capability.ssh({ url: "h:1", hostPubkey: "k" }));
-  env.addCapability(Capability.ssh({ url: "h:2", hostPubkey: "k" }));
+  env.addCapability(Capability.ssh({ url: "h:1", hostPublicKey: "k" }));
+  env.addCapability(Capability.ssh({ url: "h:2", hostPublicKey: "k" }));
   assert.equal(env.capabilities.length, 1);
   assert.equal(env.capability("shell")!.url, "ssh://h:2");
   // deno-lint-ignore no-explicit-any

@@ -1,3 +1,4 @@
+import { test } from "./_test.ts";
 import assert from "node:assert/strict";
 import { main } from "../cli.ts";
 import { SubprocessRuntime } from "../runtime/mod.ts";
@@ -54,7 +55,7 @@ function assertUsageError(ran: Ran, pattern: RegExp): void {
   assert.match(ran.stderr, pattern);
 }
 
-Deno.test("main() prints help for the program and every command", async (t) => {
+test("main() prints help for the program and every command", async (t) => {
   await t.step("top level, listing the commands", async () => {
     for (const flag of ["--help", "-h", "help"]) {
       const ran = await run([flag]);
@@ -84,7 +85,7 @@ Deno.test("main() prints help for the program and every command", async (t) => {
   });
 });
 
-Deno.test("main() rejects bad usage with one line and exit code 2", async () => {
+test("main() rejects bad usage with one line and exit code 2", async () => {
   assertUsageError(await run(["frobnicate"]), /unknown command "frobnicate"/);
   assertUsageError(await run(["--frob"]), /unknown option "--frob"/);
   assertUsageError(await run(["tasks", "--frob"]), /unknown option "--frob" \(see "hud tasks/);
@@ -106,9 +107,30 @@ Deno.test("main() rejects bad usage with one line and exit code 2", async () => 
   assertUsageError(await run(["grade", "add"]), /missing --answer/);
   assertUsageError(await run(["grade", "add", "--answer", "-3"]), /write --answer=VALUE/);
   assertUsageError(await run(["tasks", BASIC, "--url", "tcp://a:1"]), /FILE or --url, not both/);
+  for (const spec of ["vm:x", "k8s", "k8s:", "swarm", "slurm:", "slurmx"]) {
+    assertUsageError(
+      await run(["eval", BASIC, "--agent", "cat", "--runtime", spec]),
+      new RegExp(
+        `--runtime must be "local", "container:IMAGE", "swarm:IMAGE", "k8s:IMAGE" or "slurm\\[:PARTITION\\]", got "${spec}"`,
+      ),
+    );
+  }
+  assertUsageError(await run(["gc", "--namespace", "evals"]), /--namespace needs --kubernetes/);
+  assertUsageError(
+    await run(["gc", "--kubernetes", "--slurm"]),
+    /give --kubernetes or --slurm, not both/,
+  );
+  assertUsageError(
+    await run(["gc", "--slurm", "--older-than", "60"]),
+    /--older-than does not apply to --slurm/,
+  );
+  assertUsageError(
+    await run(["gc", "--kubernetes", "--socket", "/run/x.sock"]),
+    /--socket is for containers: leave it out with --kubernetes/,
+  );
 });
 
-Deno.test("main() fails with exit code 1 and one message when a command fails", async () => {
+test("main() fails with exit code 1 and one message when a command fails", async () => {
   const ran = await run(["tasks", MULTI]);
   assert.equal(ran.code, 1);
   assert.match(ran.stderr, /^error: Cannot load environment: .* exports several environments/);
@@ -117,7 +139,7 @@ Deno.test("main() fails with exit code 1 and one message when a command fails", 
   assert.match(missing.stderr, /file "no\/such\/env.ts" not found/);
 });
 
-Deno.test("main() tasks lists a module's templates", async (t) => {
+test("main() tasks lists a module's templates", async (t) => {
   await t.step("as a table", async () => {
     const ran = await run(["tasks", BASIC]);
     assert.equal(ran.code, 0, ran.stderr);
@@ -136,7 +158,7 @@ Deno.test("main() tasks lists a module's templates", async (t) => {
   });
 });
 
-Deno.test("main() start --source runs, reads the answer and grades in-process", async (t) => {
+test("main() start --source runs, reads the answer and grades in-process", async (t) => {
   await t.step("answer from standard input", async () => {
     const ran = await run(["start", "add", "--source", BASIC, "--args", '{"a":3}'], {
       stdin: "5\nignored\n",
@@ -163,7 +185,7 @@ Deno.test("main() start --source runs, reads the answer and grades in-process", 
   });
 });
 
-Deno.test("main() serve runs until its signal aborts, and tasks reaches it by url", async () => {
+test("main() serve runs until its signal aborts, and tasks reaches it by url", async () => {
   const controller = new AbortController();
   let announced = "";
   const serving = run(["serve", BASIC, "--port", "0"], {
@@ -196,7 +218,7 @@ Deno.test("main() serve runs until its signal aborts, and tasks reaches it by ur
   assert.match(served.stderr, /^Serving "fixture" 0.3.0 on tcp:\/\/127.0.0.1:\d+/);
 });
 
-Deno.test("cli.ts end to end in child processes: serve, tasks, start, then grade elsewhere", async (t) => {
+test("cli.ts end to end in child processes: serve, tasks, start, then grade elsewhere", async (t) => {
   // SubprocessRuntime runs "cli.ts serve" in a child of its own.
   await using served = await new SubprocessRuntime(BASIC).place();
   // The token goes by HUD_SERVE_TOKEN, as it should: in --url it would be on
@@ -288,7 +310,7 @@ Deno.test("cli.ts end to end in child processes: serve, tasks, start, then grade
   });
 });
 
-Deno.test("main() eval runs an external agent, streams results and resumes", async (t) => {
+test("main() eval runs an external agent, streams results and resumes", async (t) => {
   const dir = await Deno.makeTempDir();
   try {
     const rows = `${dir}/rows.jsonl`;
@@ -374,7 +396,7 @@ Deno.test("main() eval runs an external agent, streams results and resumes", asy
   }
 });
 
-Deno.test("main() serve takes its token from --token-file and prints it nowhere", async (t) => {
+test("main() serve takes its token from --token-file and prints it nowhere", async (t) => {
   const dir = await Deno.makeTempDir();
   try {
     const file = `${dir}/token`;
@@ -484,7 +506,7 @@ async function fastRows(dir: string, n: number): Promise<string> {
   return path;
 }
 
-Deno.test("main() eval never loses a results file", async (t) => {
+test("main() eval never loses a results file", async (t) => {
   const dir = await Deno.makeTempDir();
   try {
     const rows = await fastRows(dir, 2);
@@ -572,7 +594,7 @@ Deno.test("main() eval never loses a results file", async (t) => {
   }
 });
 
-Deno.test("main() eval counts and explains every failure", async (t) => {
+test("main() eval counts and explains every failure", async (t) => {
   const dir = await Deno.makeTempDir();
   try {
     const rows = await fastRows(dir, 2);
@@ -664,7 +686,7 @@ Deno.test("main() eval counts and explains every failure", async (t) => {
   }
 });
 
-Deno.test("main() behaves like a Unix tool", async (t) => {
+test("main() behaves like a Unix tool", async (t) => {
   await t.step("--version matches deno.json", async () => {
     const config = JSON.parse(
       await Deno.readTextFile(new URL("../deno.json", import.meta.url)),

@@ -3,6 +3,7 @@
 // the ways that keep it off the command line (HUD_SERVE_TOKEN, --token-file),
 // and --token-file refuses a file that its group or others can read.
 
+import { test } from "./_test.ts";
 import assert from "node:assert/strict";
 import { main } from "../cli.ts";
 import { bind, Environment } from "../mod.ts";
@@ -57,7 +58,7 @@ function assertRefusedFile(ran: Ran, path: string, mode: number): void {
   assert.ok(!ran.stderr.includes(TOKEN));
 }
 
-Deno.test("cli.ts tasks: a token in --url works, with a warning naming HUD_SERVE_TOKEN and --token-file", async () => {
+test("cli.ts tasks: a token in --url works, with a warning naming HUD_SERVE_TOKEN and --token-file", async () => {
   await using server = served();
   const ran = await run([
     "tasks",
@@ -73,7 +74,7 @@ Deno.test("cli.ts tasks: a token in --url works, with a warning naming HUD_SERVE
   assert.ok(!ran.stderr.includes(TOKEN));
 });
 
-Deno.test("cli.ts tasks, start and grade --token-file: the token from a file only its owner reads", async () => {
+test("cli.ts tasks, start and grade --token-file: the token from a file only its owner reads", async () => {
   await using server = served();
   const dir = await Deno.makeTempDir();
   try {
@@ -117,7 +118,7 @@ Deno.test("cli.ts tasks, start and grade --token-file: the token from a file onl
   }
 });
 
-Deno.test("cli.ts serve --token-file refuses a file its group or others can read", async () => {
+test("cli.ts serve --token-file refuses a file its group or others can read", async () => {
   const dir = await Deno.makeTempDir();
   try {
     for (const mode of [0o640, 0o604]) {

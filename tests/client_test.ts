@@ -1,5 +1,7 @@
+import { test } from "./_test.ts";
 import assert from "node:assert/strict";
 import {
+  any,
   bind,
   Capability,
   connect,
@@ -47,7 +49,7 @@ const HELLO = (id: unknown) => ({
   result: { session_id: "sess-0000abcd", env: { name: "s", version: "1" }, bindings: [] },
 });
 
-Deno.test("parseControlUrl() accepts tcp:// and host:port only", () => {
+test("parseControlUrl() accepts tcp:// and host:port only", () => {
   assert.deepEqual(parseControlUrl("tcp://127.0.0.1:8765"), { hostname: "127.0.0.1", port: 8765 });
   assert.deepEqual(parseControlUrl("localhost:1"), { hostname: "localhost", port: 1 });
   assert.deepEqual(parseControlUrl("tcp://[::1]:9"), { hostname: "::1", port: 9 });
@@ -59,7 +61,7 @@ Deno.test("parseControlUrl() accepts tcp:// and host:port only", () => {
   assert.throws(() => parseControlUrl("127.0.0.1"), TypeError);
 });
 
-Deno.test("parseControlUrl() takes the token from the url's password, and never shows it", () => {
+test("parseControlUrl() takes the token from the url's password, and never shows it", () => {
   assert.deepEqual(parseControlUrl("tcp://:s3cr%2Ft@127.0.0.1:8765"), {
     hostname: "127.0.0.1",
     port: 8765,
@@ -77,7 +79,7 @@ Deno.test("parseControlUrl() takes the token from the url's password, and never 
   });
 });
 
-Deno.test("connect() retries until a late server answers", async () => {
+test("connect() retries until a late server answers", async () => {
   const port = freePort();
   const env = demoEnv();
   let server: ReturnType<typeof bind> | null = null;
@@ -95,7 +97,7 @@ Deno.test("connect() retries until a late server answers", async () => {
   }
 });
 
-Deno.test("connect() treats accept-then-close as not ready, then succeeds", async () => {
+test("connect() treats accept-then-close as not ready, then succeeds", async () => {
   let attempts = 0;
   const server = scriptedServer((req) => {
     attempts++;
@@ -111,7 +113,7 @@ Deno.test("connect() treats accept-then-close as not ready, then succeeds", asyn
   await server.close();
 });
 
-Deno.test("connect() fails at once on an error reply", async () => {
+test("connect() fails at once on an error reply", async () => {
   const server = scriptedServer((req) => ({
     jsonrpc: "2.0",
     id: req.id,
@@ -126,7 +128,7 @@ Deno.test("connect() fails at once on an error reply", async () => {
   await server.close();
 });
 
-Deno.test("connect() gives up at the ready timeout and honours abort", async () => {
+test("connect() gives up at the ready timeout and honours abort", async () => {
   const port = freePort();
   await assert.rejects(
     connect(`tcp://127.0.0.1:${port}`, { readyTimeout: 200, retryInterval: 50 }),
@@ -147,7 +149,7 @@ Deno.test("connect() gives up at the ready timeout and honours abort", async () 
   await server.close();
 });
 
-Deno.test("HudClient heartbeat surfaces a dead server as an error", async () => {
+test("HudClient heartbeat surfaces a dead server as an error", async () => {
   const server = scriptedServer((req, n) => (n === 0 ? HELLO(req.id) : "hang"));
   await using client = await connect(`tcp://127.0.0.1:${server.port}`, {
     heartbeatInterval: 50,
@@ -160,7 +162,7 @@ Deno.test("HudClient heartbeat surfaces a dead server as an error", async () => 
   await server.close();
 });
 
-Deno.test("HudClient heartbeat keeps a healthy session", async () => {
+test("HudClient heartbeat keeps a healthy session", async () => {
   await using server = bind(demoEnv());
   await using client = await connect(server, {
     heartbeatInterval: 20,
@@ -173,7 +175,7 @@ Deno.test("HudClient heartbeat keeps a healthy session", async () => {
   assert.equal((await client.grade({ answer: 3 })).score, 1);
 });
 
-Deno.test("HudClient refuses protocol violations", async (t) => {
+test("HudClient refuses protocol violations", async (t) => {
   await t.step("a grade whose score is not a number is a ProtocolViolationError", async () => {
     for (const score of ["1", null, [1]]) {
       const server = scriptedServer((req, n) =>
@@ -219,7 +221,7 @@ Deno.test("HudClient refuses protocol violations", async (t) => {
   });
 });
 
-Deno.test("HudClient calls are serialised on one connection", async () => {
+test("HudClient calls are serialised on one connection", async () => {
   await using server = bind(demoEnv());
   await using client = await connect(server, { readyTimeout: 10_000 });
   const results = await Promise.all([
@@ -233,7 +235,7 @@ Deno.test("HudClient calls are serialised on one connection", async () => {
   }]);
 });
 
-Deno.test("HudClient resumes a parked session and grades it", async () => {
+test("HudClient resumes a parked session and grades it", async () => {
   await using server = bind(demoEnv());
   const url = server.url;
   const first = await connect(url, { readyTimeout: 10_000 });
@@ -245,7 +247,7 @@ Deno.test("HudClient resumes a parked session and grades it", async () => {
   assert.equal((await second.grade({ answer: 6 })).score, 1);
 });
 
-Deno.test("HudClient.bye() cancels the task and ends the session", async () => {
+test("HudClient.bye() cancels the task and ends the session", async () => {
   await using server = bind(demoEnv());
   const client = await connect(server, { readyTimeout: 10_000 });
   await client.startTask("add", { a: 4 });
@@ -255,7 +257,7 @@ Deno.test("HudClient.bye() cancels the task and ends the session", async () => {
   await assert.rejects(other.grade({ answer: 6 }), { code: -32600 });
 });
 
-Deno.test("HudClient.binding() resolves refs and forwards through the control port", async (t) => {
+test("HudClient.binding() resolves refs and forwards through the control port", async (t) => {
   const echo = echoServer();
   const env = new Environment("fwd", {
     capabilities: [
@@ -264,7 +266,10 @@ Deno.test("HudClient.binding() resolves refs and forwards through the control po
         protocol: "echo/1",
         url: `tcp://127.0.0.1:${echo.port}/p?q=1#f`,
       }),
-      Capability.ssh({ url: `ssh://agent@127.0.0.1:${echo.port}`, hostPubkey: "ssh-ed25519 AAAA" }),
+      Capability.ssh({
+        url: `ssh://agent@127.0.0.1:${echo.port}`,
+        hostPublicKey: "ssh-ed25519 AAAA",
+      }),
       Capability.mcp({ name: "tools-a", url: `ws://127.0.0.1:${echo.port}/mcp` }),
       Capability.mcp({ name: "tools-b", url: `ws://127.0.0.1:${echo.port}/mcp2` }),
     ],
@@ -348,7 +353,7 @@ Deno.test("HudClient.binding() resolves refs and forwards through the control po
   await echo.close();
 });
 
-Deno.test("HudClient forwarder closes the local side when the tunnel is refused", async () => {
+test("HudClient forwarder closes the local side when the tunnel is refused", async () => {
   const port = freePort();
   const env = new Environment("refused", {
     capabilities: [
@@ -369,7 +374,7 @@ Deno.test("HudClient forwarder closes the local side when the tunnel is refused"
   assert.match(String(errors[0]), /down/);
 });
 
-Deno.test("HudClient call aborted by its signal rejects and closes the connection", async () => {
+test("HudClient call aborted by its signal rejects and closes the connection", async () => {
   const server = scriptedServer((req, n) => (n === 0 ? HELLO(req.id) : "hang"));
   await using client = await connect(`tcp://127.0.0.1:${server.port}`, {
     heartbeatInterval: 0,
@@ -386,7 +391,7 @@ Deno.test("HudClient call aborted by its signal rejects and closes the connectio
   await server.close();
 });
 
-Deno.test("connect() takes the token from the option, the url, or HUD_SERVE_TOKEN", async (t) => {
+test("connect() takes the token from the option, the url, or HUD_SERVE_TOKEN", async (t) => {
   const token = "a".repeat(64);
   await using server = bind(demoEnv(), { token });
   const plain = `tcp://127.0.0.1:${server.addr.port}`;
@@ -438,7 +443,7 @@ Deno.test("connect() takes the token from the option, the url, or HUD_SERVE_TOKE
   });
 });
 
-Deno.test("HudClient sends the token in every hello, heartbeats included", async () => {
+test("HudClient sends the token in every hello, heartbeats included", async () => {
   const seen: unknown[] = [];
   const server = scriptedServer((req) => {
     if (req.method === "hello") seen.push((req.params as Record<string, unknown>).token);
@@ -459,7 +464,7 @@ Deno.test("HudClient sends the token in every hello, heartbeats included", async
   }
 });
 
-Deno.test("HudClient.open() returns the client for the binding's family, through the forwarder", async (t) => {
+test("HudClient.open() returns the client for the binding's family, through the forwarder", async (t) => {
   const root = await Deno.makeTempDir();
   await using tracker = await startFileTracker(root);
   const keys = await generateSshKeyPair();
@@ -469,7 +474,7 @@ Deno.test("HudClient.open() returns the client for the binding's family, through
       tracker.capability(),
       Capability.ssh({
         url: `127.0.0.1:${echo.port}`,
-        hostPubkey: keys.publicKey,
+        hostPublicKey: keys.publicKey,
         clientKey: keys.privateKey,
       }),
       Capability.rfb({ url: `127.0.0.1:${echo.port}` }),
@@ -504,7 +509,7 @@ Deno.test("HudClient.open() returns the client for the binding's family, through
   }
 });
 
-Deno.test("HudClient reads the replies HUD's client reads", async (t) => {
+test("HudClient reads the replies HUD's client reads", async (t) => {
   await t.step(
     'a dict score of true or false, as HUD\'s server sends {"score": True}',
     async () => {
@@ -541,7 +546,7 @@ Deno.test("HudClient reads the replies HUD's client reads", async (t) => {
   });
 });
 
-Deno.test("HudClient.binding() keeps the user name of a url, never its password", async () => {
+test("HudClient.binding() keeps the user name of a url, never its password", async () => {
   const echo = echoServer();
   const env = new Environment("userinfo", {
     capabilities: [
@@ -561,14 +566,14 @@ Deno.test("HudClient.binding() keeps the user name of a url, never its password"
   await echo.close();
 });
 
-Deno.test("HudClient.manifest gives an attached capability's placeholder url its forwarder's", async () => {
+test("HudClient.manifest gives an attached capability's placeholder url its forwarder's", async () => {
   const root = await Deno.makeTempDir();
   try {
     await Deno.writeTextFile(`${root}/a.txt`, "a\n");
     const tracker = await startFileTracker(root, { listen: false });
     const env = new Environment("attached");
     env.addCapability(tracker.capability(), {
-      attach: (conn, head) => tracker.serveConnection(conn, head),
+      attach: (conn, head) => tracker.attach(conn, head),
     });
     await using server = bind(env);
     await using client = await connect(server, { readyTimeout: 10_000 });
@@ -583,7 +588,7 @@ Deno.test("HudClient.manifest gives an attached capability's placeholder url its
   }
 });
 
-Deno.test("connect() and rollout() fail soon, saying so, where nothing listens", async (t) => {
+test("connect() and rollout() fail soon, saying so, where nothing listens", async (t) => {
   await t.step(
     "an address refused for 10 s (the default) is a one-line NotReadyError",
     async () => {
@@ -644,7 +649,7 @@ async function bashOutput(script: string, asNobody: boolean): Promise<string> {
   return new TextDecoder().decode(out.stdout);
 }
 
-Deno.test({
+test({
   name: "HudClient forwarders serve only the user who opened them: another uid is refused",
   // Needs root to act as another user, and Linux's socket tables.
   ignore: Deno.build.os !== "linux" || Deno.uid() !== 0,
@@ -718,4 +723,25 @@ Deno.test({
       await echo.close();
     }
   },
+});
+
+test("HudClient keeps integers beyond 2^53 exact both ways, against our server", async () => {
+  // HUD's Python client does (json keeps ints exact); a double would round
+  // 2^60 + 1 to ...976 (issue 24, points 2 and 5).
+  const BIG = 2n ** 60n + 1n;
+  const env = new Environment("exact");
+  env.template({ id: "exact", args: { n: any() } }, async function* ({ n }) {
+    // What arrived, as digits: the send half apart from the read half.
+    const answer = yield { prompt: n, sent: String(n) };
+    yield { score: 1, content: answer, received: String(answer) };
+  });
+  await using server = bind(env);
+  await using client = await connect(server.url, { readyTimeout: 10_000 });
+  const prompt = await client.startTask("exact", { n: BIG });
+  assert.equal(prompt.sent, "1152921504606846977", "the bigint argument went out exactly");
+  assert.equal(prompt.prompt, BIG, "the prompt came back exactly, as a bigint");
+  const grade = await client.grade({ answer: BIG + 1n });
+  assert.equal(grade.received, "1152921504606846978");
+  assert.equal(grade.content, BIG + 1n);
+  assert.equal((await client.listTasks()).length, 1, "the connection stays usable");
 });

@@ -1,3 +1,4 @@
+import { test } from "./_test.ts";
 import assert from "node:assert/strict";
 import {
   any,
@@ -19,7 +20,7 @@ import {
   withDefault,
 } from "../mod.ts";
 
-Deno.test("taskSlug() matches the HUD SDK's examples", () => {
+test("taskSlug() matches the HUD SDK's examples", () => {
   assert.equal(taskSlug("t", { a: 1, b: 2 }), "t-1744f53e");
   assert.equal(taskSlug("t", { b: 2, a: 1 }), "t-1744f53e");
   assert.equal(taskSlug("t", { n: 1 }), "t-bae34777");
@@ -27,7 +28,7 @@ Deno.test("taskSlug() matches the HUD SDK's examples", () => {
   assert.equal(taskSlug("plain", {}), "plain");
 });
 
-Deno.test("Environment.template() mints task rows", async (t) => {
+test("Environment.template() mints task rows", async (t) => {
   const env = new Environment("robolab");
   const fix = env.template(
     { id: "fix_bug", args: { difficulty: integer(), tag: optional(string()) } },
@@ -68,7 +69,7 @@ Deno.test("Environment.template() mints task rows", async (t) => {
   });
 });
 
-Deno.test("Environment.template() refuses bad registrations", () => {
+test("Environment.template() refuses bad registrations", () => {
   const env = new Environment("e");
   // deno-lint-ignore no-explicit-any
   const plain: any = async () => {};
@@ -96,7 +97,7 @@ Deno.test("Environment.template() refuses bad registrations", () => {
   );
 });
 
-Deno.test("Environment.listTasks() publishes JSON Schemas", async (t) => {
+test("Environment.listTasks() publishes JSON Schemas", async (t) => {
   const env = new Environment("schemas");
   env.template(
     {
@@ -197,7 +198,7 @@ Deno.test("Environment.listTasks() publishes JSON Schemas", async (t) => {
   });
 });
 
-Deno.test("Environment.startTask() with strict: false coerces laxly", async () => {
+test("Environment.startTask() with strict: false coerces laxly", async () => {
   const env = new Environment("coerce");
   let seen: unknown;
   env.template(
@@ -246,7 +247,7 @@ Deno.test("Environment.startTask() with strict: false coerces laxly", async () =
   await task.cancel();
 });
 
-Deno.test("Environment.startTask() refuses before any task code runs", async (t) => {
+test("Environment.startTask() refuses before any task code runs", async (t) => {
   const env = new Environment("refuse");
   let ran = 0;
   env.template({ id: "t", args: { a: integer() } }, async function* () {
@@ -279,7 +280,7 @@ Deno.test("Environment.startTask() refuses before any task code runs", async (t)
   assert.equal(ran, 0);
 });
 
-Deno.test("ActiveTask.grade() normalises every grade shape", async (t) => {
+test("ActiveTask.grade() normalises every grade shape", async (t) => {
   const cases: [string, unknown, unknown][] = [
     ["a number", 0.25, { score: 0.25 }],
     ["a boolean", true, { score: 1 }],
@@ -392,7 +393,7 @@ Deno.test("ActiveTask.grade() normalises every grade shape", async (t) => {
   });
 });
 
-Deno.test("ActiveTask with a returns schema receives { content, raw }", async () => {
+test("ActiveTask with a returns schema receives { content, raw }", async () => {
   const env = new Environment("typed");
   const seen: unknown[] = [];
   env.template(
@@ -413,7 +414,7 @@ Deno.test("ActiveTask with a returns schema receives { content, raw }", async ()
   ]);
 });
 
-Deno.test("Environment prompt frames", async (t) => {
+test("Environment prompt frames", async (t) => {
   const env = new Environment("p");
   for (
     const [id, value, frame] of [
@@ -451,7 +452,7 @@ Deno.test("Environment prompt frames", async (t) => {
   });
 });
 
-Deno.test("Environment hooks run in order, shutdown in reverse, best effort", async () => {
+test("Environment hooks run in order, shutdown in reverse, best effort", async () => {
   const log: string[] = [];
   const env = new Environment("hooks");
   env.initialize(() => void log.push("init 1"));
@@ -472,7 +473,7 @@ Deno.test("Environment hooks run in order, shutdown in reverse, best effort", as
   assert.deepEqual(log, ["init 1", "init 2", "down 2", "down 1"]);
 });
 
-Deno.test("Environment.start() tears down when a hook fails", async () => {
+test("Environment.start() tears down when a hook fails", async () => {
   const log: string[] = [];
   const env = new Environment("fails");
   env.initialize(() => {
@@ -484,7 +485,7 @@ Deno.test("Environment.start() tears down when a hook fails", async () => {
   assert.equal(env.started, false);
 });
 
-Deno.test("Environment.template() with strict refuses arguments of the wrong type", async () => {
+test("Environment.template() with strict refuses arguments of the wrong type", async () => {
   const env = new Environment("strict");
   let ran = 0;
   const t = env.template(
@@ -514,7 +515,7 @@ Deno.test("Environment.template() with strict refuses arguments of the wrong typ
 type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
 function sameType<A, B>(_proof: Same<A, B>): void {}
 
-Deno.test("Environment.startTask() checks arguments strictly by default", async (t) => {
+test("Environment.startTask() checks arguments strictly by default", async (t) => {
   const env = new Environment("strict-default");
   let ran = 0;
   const seen: unknown[] = [];
@@ -578,7 +579,7 @@ Deno.test("Environment.startTask() checks arguments strictly by default", async 
   });
 });
 
-Deno.test("Environment.template() with strict: false passes unconvertible values through", async () => {
+test("Environment.template() with strict: false passes unconvertible values through", async () => {
   const env = new Environment("lax");
   const seen: unknown[] = [];
   const t = env.template(
@@ -600,7 +601,7 @@ Deno.test("Environment.template() with strict: false passes unconvertible values
   await assert.rejects(env.startTask("t", { n: 1 }), { message: /missing arguments "lang"/ });
 });
 
-Deno.test("optional() accepts null as left out", async () => {
+test("optional() accepts null as left out", async () => {
   const env = new Environment("nulls");
   const seen: Record<string, unknown>[] = [];
   const t = env.template(
@@ -622,7 +623,7 @@ Deno.test("optional() accepts null as left out", async () => {
   });
 });
 
-Deno.test("Environment.startTask() looks argument names up as own properties only", async (t) => {
+test("Environment.startTask() looks argument names up as own properties only", async (t) => {
   const env = new Environment("names");
   const seen: Record<string, unknown>[] = [];
   env.template(
@@ -680,7 +681,7 @@ Deno.test("Environment.startTask() looks argument names up as own properties onl
   });
 });
 
-Deno.test("Environment.template() without args takes no arguments", async (t) => {
+test("Environment.template() without args takes no arguments", async (t) => {
   const env = new Environment("no-args");
   const seen: unknown[] = [];
   const none = env.template({ id: "none" }, async function* (args) {

@@ -3,6 +3,7 @@
 // an import against the layer order, and on a light entry point that loads
 // a heavy subsystem.
 
+import { test } from "./_test.ts";
 import assert from "node:assert/strict";
 
 const ROOT = new URL("../", import.meta.url);
@@ -155,18 +156,18 @@ function unitOf(path: string): { unit: string; layer: number } | null {
   return null;
 }
 
-Deno.test("layout: no import cycle between files", async () => {
+test("layout: no import cycle between files", async () => {
   const found = cycles(await wholeGraph());
   assert.deepEqual(found, [], `import cycles: ${found.map((c) => c.join(" ⇄ ")).join("; ")}`);
 });
 
-Deno.test("layout: every library file belongs to a layer", async () => {
+test("layout: every library file belongs to a layer", async () => {
   const graph = await wholeGraph();
   const unruled = [...graph.keys()].filter((p) => unitOf(p) === null);
   assert.deepEqual(unruled, [], "add these files' folder to LAYERS in tests/layout_test.ts");
 });
 
-Deno.test("layout: imports point down the layers", async () => {
+test("layout: imports point down the layers", async () => {
   const graph = await wholeGraph();
   const wrong: string[] = [];
   for (const [from, deps] of graph) {
@@ -239,7 +240,7 @@ const LIGHT: readonly { entry: string; stillLoads?: readonly string[] }[] = [
   { entry: "runtime/mod.ts" },
 ];
 
-Deno.test("layout: the light entry points load no heavy subsystem", async (t) => {
+test("layout: the light entry points load no heavy subsystem", async (t) => {
   for (const { entry, stillLoads = [] } of LIGHT) {
     await t.step(entry, async () => {
       const loaded = await loadedFiles(entry);
@@ -257,7 +258,7 @@ Deno.test("layout: the light entry points load no heavy subsystem", async (t) =>
   }
 });
 
-Deno.test("layout: cli.ts loads a command's module only when that command runs", async (t) => {
+test("layout: cli.ts loads a command's module only when that command runs", async (t) => {
   await t.step("cli.ts itself loads no command", async () => {
     const loaded = (await loadedFiles("cli.ts")).sort();
     const more = loaded.filter((p) =>
@@ -272,7 +273,7 @@ Deno.test("layout: cli.ts loads a command's module only when that command runs",
   });
 });
 
-Deno.test("layout: each subsystem folder has a mod.ts exported from deno.json", async () => {
+test("layout: each subsystem folder has a mod.ts exported from deno.json", async () => {
   const config = JSON.parse(await Deno.readTextFile(new URL("deno.json", ROOT))) as {
     exports: Record<string, string>;
   };
@@ -285,4 +286,31 @@ Deno.test("layout: each subsystem folder has a mod.ts exported from deno.json", 
       assert.ok(faces.has(face), `deno.json exports no ${face}`);
     }
   }
+});
+
+test("layout: every test under tests/ is declared with test() from tests/_test.ts", async () => {
+  // Deno's own test() would run the test without its bound (tests/_deadline.ts).
+  // (The pattern is spelled so that it does not match this file.)
+  const bareCall = new RegExp(String.raw`\bDeno\s*\.\s*` + "test\\b");
+  const tests = new URL("tests/", ROOT);
+  const bare: string[] = [];
+  const walk = async (dir: URL): Promise<void> => {
+    for await (const entry of Deno.readDir(dir)) {
+      const url = new URL(entry.name + (entry.isDirectory ? "/" : ""), dir);
+      if (entry.isDirectory) await walk(url);
+      else if (entry.name.endsWith(".ts") && url.href !== new URL("_test.ts", tests).href) {
+        const code = (await Deno.readTextFile(url))
+          .replace(/\/\*[\s\S]*?\*\//g, "")
+          .replace(/\/\/.*$/gm, "");
+        if (bareCall.test(code)) bare.push(url.href.slice(ROOT.href.length));
+      }
+    }
+  };
+  await walk(tests);
+  assert.deepEqual(
+    bare,
+    [],
+    "these call Deno's own test(): declare their tests with test() from tests/_test.ts " +
+      "(deno run -A .ci/use_test.ts converts them)",
+  );
 });

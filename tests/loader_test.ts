@@ -1,3 +1,4 @@
+import { test } from "./_test.ts";
 import assert from "node:assert/strict";
 import { Environment, loadEnvironment } from "../mod.ts";
 
@@ -12,7 +13,7 @@ function relativeToCwd(to: URL): string {
   return [...from.slice(common).map(() => ".."), ...target.slice(common)].join("/");
 }
 
-Deno.test("loadEnvironment() picks a module's only environment", async (t) => {
+test("loadEnvironment() picks a module's only environment", async (t) => {
   await t.step("from a path relative to the current directory", async () => {
     const path = relativeToCwd(fixture("basic_env.ts"));
     assert.ok(!path.startsWith("/"));
@@ -34,7 +35,7 @@ Deno.test("loadEnvironment() picks a module's only environment", async (t) => {
   });
 });
 
-Deno.test("loadEnvironment() selects among several environments", async (t) => {
+test("loadEnvironment() selects among several environments", async (t) => {
   const url = fixture("multi_env.ts");
   await t.step("by export name", async () => {
     assert.equal((await loadEnvironment(url, { name: "beta" })).name, "beta-env");
@@ -69,7 +70,7 @@ Deno.test("loadEnvironment() selects among several environments", async (t) => {
   });
 });
 
-Deno.test("loadEnvironment() reports modules it cannot use", async (t) => {
+test("loadEnvironment() reports modules it cannot use", async (t) => {
   await t.step("a module without an environment", async () => {
     await assert.rejects(loadEnvironment(fixture("no_env.ts")), {
       name: "TypeError",

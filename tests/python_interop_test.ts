@@ -1,5 +1,6 @@
 // Interop with Python peers written from PROTOCOL.md alone: a client that
 // drives our server, and a server that our client drives.
+import { test } from "./_test.ts";
 import assert from "node:assert/strict";
 import { Capability, connect } from "../mod.ts";
 import { serve } from "../server.ts";
@@ -19,7 +20,7 @@ const python = await new Deno.Command("python3", {
 // standard library, and start faster without site's .pth imports.
 const PY_FLAGS = ["-I", "-S"];
 
-Deno.test({
+test({
   name: "serve() with auth: false is driven by a Python client that follows PROTOCOL.md",
   ignore: !python,
   async fn() {
@@ -67,7 +68,7 @@ Deno.test({
   },
 });
 
-Deno.test({
+test({
   name: "connect() drives a Python server that follows PROTOCOL.md",
   ignore: !python,
   fn: withDeadline(40_000, async () => {
@@ -84,7 +85,13 @@ Deno.test({
       {
         await using client = await connect(url, options);
         assert.deepEqual(client.manifest.env, { name: "pyenv", version: "0.6.0" });
-        assert.deepEqual((await client.listTasks()).map((t) => t.id), ["add"]);
+        assert.deepEqual((await client.listTasks()).map((t) => t.id), ["add", "exact"]);
+        // Integers beyond 2^53 both ways, digit for digit (issue 24, points 2 and 5).
+        const big = 2n ** 60n + 1n;
+        assert.deepEqual(await client.startTask("exact", { n: big }), {
+          prompt: big,
+          sent: "1152921504606846977",
+        });
         assert.deepEqual(await client.startTask("add", { a: 3 }), { prompt: "add:3:2" });
         assert.deepEqual(await client.grade({ answer: "5" }), { score: 1 }, "1.0 reads as 1");
         await assert.rejects(client.grade({ answer: "5" }), { code: -32600 });

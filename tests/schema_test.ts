@@ -1,5 +1,6 @@
 // The conversion table of strict checking, factory by factory: what is
 // taken as is, what converts, and what is refused with which message.
+import { test } from "./_test.ts";
 import assert from "node:assert/strict";
 import {
   any,
@@ -30,7 +31,7 @@ function refuses(schema: Schema<unknown>, cases: [unknown, string][]): void {
   }
 }
 
-Deno.test("integer().parse() takes integers and integer text only", () => {
+test("integer().parse() takes integers and integer text only", () => {
   takes(integer(), [[3, 3], [-7, -7], ["3", 3], [" -12 ", -12], ["+4", 4], [3.0, 3]]);
   refuses(integer(), [
     ["abc", 'must be an integer, got "abc"'],
@@ -44,7 +45,7 @@ Deno.test("integer().parse() takes integers and integer text only", () => {
   ]);
 });
 
-Deno.test("integer().parse() never takes a rounded integer (issue 24, point 2)", () => {
+test("integer().parse() never takes a rounded integer (issue 24, point 2)", () => {
   const range = "must be an integer from -9007199254740991 to 9007199254740991";
   takes(integer(), [
     [9007199254740991, 9007199254740991],
@@ -64,7 +65,7 @@ Deno.test("integer().parse() never takes a rounded integer (issue 24, point 2)",
   refuses(number(), [[1152921504606846977n, "must be a number, got 1152921504606846977"]]);
 });
 
-Deno.test("number().parse() takes finite numbers and decimal text", () => {
+test("number().parse() takes finite numbers and decimal text", () => {
   takes(number(), [[2.5, 2.5], ["2.5", 2.5], [" -1e3 ", -1000], [".5", 0.5], ["7", 7]]);
   refuses(number(), [
     ["0x10", 'must be a number, got "0x10"'],
@@ -76,12 +77,12 @@ Deno.test("number().parse() takes finite numbers and decimal text", () => {
   ]);
 });
 
-Deno.test("string().parse() takes strings only", () => {
+test("string().parse() takes strings only", () => {
   takes(string(), [["7", "7"], ["", ""]]);
   refuses(string(), [[7, "must be a string, got 7"], [null, "must be a string, got null"]]);
 });
 
-Deno.test("boolean().parse() takes booleans, 0/1, and true/false/1/0 text", () => {
+test("boolean().parse() takes booleans, 0/1, and true/false/1/0 text", () => {
   takes(boolean(), [
     [true, true],
     [false, false],
@@ -98,7 +99,7 @@ Deno.test("boolean().parse() takes booleans, 0/1, and true/false/1/0 text", () =
   ]);
 });
 
-Deno.test("enumOf().parse() names every allowed value", () => {
+test("enumOf().parse() names every allowed value", () => {
   const lang = enumOf(["python", "shell"]);
   takes(lang, [["python", "python"]]);
   refuses(lang, [["rust", 'must be one of "python", "shell", got "rust"']]);
@@ -110,7 +111,7 @@ Deno.test("enumOf().parse() names every allowed value", () => {
   refuses(literal(null), [[0, "must be exactly null, got 0"]]);
 });
 
-Deno.test("array().parse() checks each item and names its index", () => {
+test("array().parse() checks each item and names its index", () => {
   const xs = array(integer());
   takes(xs, [[[1, "2"], [1, 2]], ['["1", 2]', [1, 2]], [[], []]]);
   refuses(xs, [["nope", 'must be an array, got "nope"']]);
@@ -123,7 +124,7 @@ Deno.test("array().parse() checks each item and names its index", () => {
   });
 });
 
-Deno.test("object().parse() checks properties as arguments are checked", () => {
+test("object().parse() checks properties as arguments are checked", () => {
   const cfg = object({ depth: integer(), note: optional(string()), k: withDefault(integer(), 1) });
   takes(cfg, [
     [{ depth: "2" }, { depth: 2, k: 1 }],
@@ -141,14 +142,14 @@ Deno.test("object().parse() checks properties as arguments are checked", () => {
   refuses(object(), [[[1], "must be an object, got [1]"]]);
 });
 
-Deno.test("optional() takes null and undefined as left out; any() takes anything", () => {
+test("optional() takes null and undefined as left out; any() takes anything", () => {
   takes(optional(integer()), [[null, undefined], [undefined, undefined], ["4", 4]]);
   refuses(optional(integer()), [["x", 'must be an integer, got "x"']]);
   refuses(withDefault(integer(), 2), [[null, "must be an integer, got null"]]);
   takes(any(), [[null, null], [{ a: 1 }, { a: 1 }]]);
 });
 
-Deno.test("Schema.coerce() converts what parse() converts and passes the rest through", () => {
+test("Schema.coerce() converts what parse() converts and passes the rest through", () => {
   assert.equal(integer().coerce("3"), 3);
   assert.equal(integer().coerce("abc"), "abc");
   assert.deepEqual(array(integer()).coerce('["1", "x"]'), [1, "x"]);

@@ -3,6 +3,7 @@
 // serve lifecycle. What the methods do is tested in-process, without a
 // socket, in tests/_server/dispatcher_test.ts.
 
+import { test } from "./_test.ts";
 import assert from "node:assert/strict";
 import { any, bind, Capability, connect, Environment, integer, serve } from "../mod.ts";
 import { isRecord } from "../_internal/util.ts";
@@ -34,7 +35,7 @@ function resultOf(reply: Record<string, unknown> | null): Record<string, unknown
   return result;
 }
 
-Deno.test("bind() serves a control session over TCP, one compact line per reply", async (t) => {
+test("bind() serves a control session over TCP, one compact line per reply", async (t) => {
   const journal: Journal = { events: [] };
   await using server = bind(demoEnv(journal));
   await using peer = await RawPeer.login(server);
@@ -85,7 +86,7 @@ Deno.test("bind() serves a control session over TCP, one compact line per reply"
   });
 });
 
-Deno.test("bind() answers bad frames and goes on; an oversized one ends the connection", async (t) => {
+test("bind() answers bad frames and goes on; an oversized one ends the connection", async (t) => {
   await using server = bind(demoEnv(), { maxFrameBytes: 1024 });
   await t.step("bad JSON, a blank line, bad UTF-8, a non-object: the session goes on", async () => {
     await using peer = await RawPeer.login(server);
@@ -136,7 +137,7 @@ Deno.test("bind() answers bad frames and goes on; an oversized one ends the conn
   });
 });
 
-Deno.test("bind() parks the task of a dropped connection; a new connection resumes it", async () => {
+test("bind() parks the task of a dropped connection; a new connection resumes it", async () => {
   const journal: Journal = { events: [] };
   await using server = bind(demoEnv(journal), { parkedTtl: 60_000 });
   const first = await RawPeer.login(server);
@@ -150,7 +151,7 @@ Deno.test("bind() parks the task of a dropped connection; a new connection resum
   assert.deepEqual(journal.events, ["start add 5", "finally add 5"], "nothing was cancelled");
 });
 
-Deno.test({
+test({
   name: "bind() with auth: false serves HUD's client at the edges of the wire (issue 24)",
   ignore: !python,
   async fn() {
@@ -220,7 +221,7 @@ Deno.test({
   },
 });
 
-Deno.test("bind() with auth: false takes any first frame, without a token", async () => {
+test("bind() with auth: false takes any first frame, without a token", async () => {
   await using server = bind(demoEnv(), { auth: false });
   assert.equal(server.token, null);
   assert.equal(server.url, `tcp://127.0.0.1:${server.addr.port}`);
@@ -231,7 +232,7 @@ Deno.test("bind() with auth: false takes any first frame, without a token", asyn
   assert.deepEqual(resultOf(await peer.call("tasks.grade", { answer: 3 })), { score: 1 });
 });
 
-Deno.test("serve() binds nothing when its signal aborts during the initialize hooks", async () => {
+test("serve() binds nothing when its signal aborts during the initialize hooks", async () => {
   const log: string[] = [];
   const env = new Environment("aborted");
   const controller = new AbortController();
@@ -251,7 +252,7 @@ Deno.test("serve() binds nothing when its signal aborts during the initialize ho
   assert.deepEqual(lines, [], "no port was announced");
 });
 
-Deno.test("bind() shutdown cancels held tasks and closes connections", async () => {
+test("bind() shutdown cancels held tasks and closes connections", async () => {
   const journal: Journal = { events: [] };
   const server = bind(demoEnv(journal));
   const live = await RawPeer.login(server);
@@ -268,7 +269,7 @@ Deno.test("bind() shutdown cancels held tasks and closes connections", async () 
   await assert.rejects(Deno.connect({ hostname: "127.0.0.1", port: server.addr.port }));
 });
 
-Deno.test("bind() tunnel.open splices to a published capability", async (t) => {
+test("bind() tunnel.open splices to a published capability", async (t) => {
   const echo = echoServer();
   const env = new Environment("tunnels", {
     capabilities: [
@@ -377,7 +378,7 @@ Deno.test("bind() tunnel.open splices to a published capability", async (t) => {
   await echo.close();
 });
 
-Deno.test("serve() runs hooks, announces the port and stops on abort", async () => {
+test("serve() runs hooks, announces the port and stops on abort", async () => {
   const log: string[] = [];
   const env = new Environment("served");
   env.initialize(() => void log.push("init"));
@@ -400,7 +401,7 @@ Deno.test("serve() runs hooks, announces the port and stops on abort", async () 
   assert.deepEqual(log, ["init", "shutdown"]);
 });
 
-Deno.test("bind() shutdown is bounded when task code never returns", async () => {
+test("bind() shutdown is bounded when task code never returns", async () => {
   const env = new Environment("stuck");
   let release!: () => void;
   const gate = new Promise<void>((r) => release = r);
@@ -466,7 +467,7 @@ async function exchange(port: number, text: string): Promise<string> {
   }
 }
 
-Deno.test("bind() without the right token sends one error, no manifest, and closes", async (t) => {
+test("bind() without the right token sends one error, no manifest, and closes", async (t) => {
   const echo = echoServer();
   let attached = 0;
   const env = demoEnv();
@@ -581,7 +582,7 @@ async function serverFiles(): Promise<string[]> {
   return out.sort();
 }
 
-Deno.test("bind() compares tokens in constant time", async (t) => {
+test("bind() compares tokens in constant time", async (t) => {
   const { timingSafeEqual, TokenVerifier } = await import("../_internal/auth.ts");
   await t.step("timingSafeEqual() compares every byte", () => {
     const a = new Uint8Array(32).fill(7);
@@ -619,7 +620,7 @@ Deno.test("bind() compares tokens in constant time", async (t) => {
   });
 });
 
-Deno.test("bind() refuses auth: false on a non-loopback address without insecureListen", () => {
+test("bind() refuses auth: false on a non-loopback address without insecureListen", () => {
   for (const hostname of ["0.0.0.0", "::", "192.0.2.1"]) {
     assert.throws(() => bind(demoEnv(), { auth: false, hostname }), {
       name: "TypeError",
@@ -630,7 +631,7 @@ Deno.test("bind() refuses auth: false on a non-loopback address without insecure
   assert.throws(() => bind(demoEnv(), { token: "short" }), /at least 32 characters/);
 });
 
-Deno.test("bind() caps connections: one more gets one error, with its request's id, and is closed", async () => {
+test("bind() caps connections: one more gets one error, with its request's id, and is closed", async () => {
   const errors: unknown[] = [];
   await using server = bind(demoEnv(), { maxConnections: 8, onError: (e) => errors.push(e) });
   // Sessions that hold their connections (the observation: 1,100 HUD
@@ -677,7 +678,7 @@ Deno.test("bind() caps connections: one more gets one error, with its request's 
   );
 });
 
-Deno.test("bind() gives connections that have not authenticated a pool of their own (issue 23, point 7)", async (t) => {
+test("bind() gives connections that have not authenticated a pool of their own (issue 23, point 7)", async (t) => {
   await t.step("1,100 idle strangers, by default: the token holder's hello succeeds", async () => {
     await using server = bind(demoEnv());
     await using before = await RawPeer.login(server);
@@ -727,7 +728,7 @@ Deno.test("bind() gives connections that have not authenticated a pool of their 
   });
 });
 
-Deno.test("bind() closes a connection that sends no first frame in time", async () => {
+test("bind() closes a connection that sends no first frame in time", async () => {
   await using server = bind(demoEnv(), { firstFrameTimeout: 100 });
   await using peer = await RawPeer.open(server.addr.port);
   // A partial line does not count as a frame.
@@ -742,7 +743,7 @@ Deno.test("bind() closes a connection that sends no first frame in time", async 
   assert.ok((await ok.call("tasks.list")).result);
 });
 
-Deno.test("bind() sweeps first-frame deadlines as connections come, sparing those that spoke", async () => {
+test("bind() sweeps first-frame deadlines as connections come, sparing those that spoke", async () => {
   // One timer sweeps every deadline: it must re-arm for connections that
   // come after a sweep, and never touch one that has spoken.
   await using server = bind(demoEnv(), { firstFrameTimeout: 200 });
@@ -758,7 +759,7 @@ Deno.test("bind() sweeps first-frame deadlines as connections come, sparing thos
   assert.ok((await spoke.call("tasks.list")).result, "the connection that spoke was not swept");
 });
 
-Deno.test("bind() bounds the bytes buffered across connections", async () => {
+test("bind() bounds the bytes buffered across connections", async () => {
   // The observation: 40 connections each holding 15 MiB of an unfinished
   // line; here 6 × 900 KiB against a 2 MiB budget.
   await using server = bind(demoEnv(), {
@@ -803,7 +804,7 @@ async function writeAllTo(conn: Deno.Conn, data: Uint8Array): Promise<void> {
   while (off < data.length) off += await conn.write(data.subarray(off));
 }
 
-Deno.test("bind() refuses a deeply nested frame before parsing it", async () => {
+test("bind() refuses a deeply nested frame before parsing it", async () => {
   await using server = bind(demoEnv());
   await using deep = await RawPeer.login(server);
   await using other = await RawPeer.login(server);
@@ -824,7 +825,7 @@ Deno.test("bind() refuses a deeply nested frame before parsing it", async () => 
   assert.ok((await deep.call("tasks.list", { nested, text: "[[[[".repeat(100) })).result);
 });
 
-Deno.test("bind() hands tunnel.open of an attached capability to its handler", async () => {
+test("bind() hands tunnel.open of an attached capability to its handler", async () => {
   const env = new Environment("attached");
   const heads: string[] = [];
   env.addCapability(new Capability({ name: "upper", protocol: "x/1", url: "tcp://127.0.0.1:0" }), {
@@ -863,7 +864,7 @@ Deno.test("bind() hands tunnel.open of an attached capability to its handler", a
   fwd.close();
 });
 
-Deno.test("bind() with auth: false publishes a dialable url for an in-process capability (issue 24, point 10)", async () => {
+test("bind() with auth: false publishes a dialable url for an in-process capability (issue 24, point 10)", async () => {
   // An agent inside the environment that reads the raw manifest bindings,
   // as HUD's do, dials the url; without a token that port exposes nothing
   // the control port's tunnel does not.
@@ -892,7 +893,7 @@ Deno.test("bind() with auth: false publishes a dialable url for an in-process ca
   }
 });
 
-Deno.test("addWorkspace()'s file tracker has no port: only the authenticated tunnel reaches it", async () => {
+test("addWorkspace()'s file tracker has no port: only the authenticated tunnel reaches it", async () => {
   const { addWorkspace } = await import("../workspace/workspace.ts");
   const { FileTrackerClient } = await import("../filetracking/tracker.ts");
   const root = await Deno.makeTempDir({ prefix: "ws-auth-" });
@@ -984,7 +985,7 @@ async function withLimitedChild(
   }
 }
 
-Deno.test("bind() caps connections by what the process can hold (issue 24, point 4)", async (t) => {
+test("bind() caps connections by what the process can hold (issue 24, point 4)", async (t) => {
   const token = "t".repeat(64);
   const login = async (port: number) => {
     const peer = await RawPeer.open(port);

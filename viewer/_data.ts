@@ -1,78 +1,33 @@
-// Reading results files for the viewer: one summary row per rollout for the
-// table, the raw line for the rollout view, and tailing a file that a job is
-// still writing.
+// Reading results files for the viewer: one row per attempt for the table
+// (packed as arrays), the raw line for the rollout page, the job's summary
+// from the one summarizer, and tailing a file that a job is still writing.
 
 import type { RunRecord } from "../eval/results.ts";
+import { recordKey } from "../eval/results.ts";
+import {
+  digestRecord,
+  type JobSummary,
+  type RolloutDigest,
+  summarizeDigests,
+} from "../eval/_summary.ts";
 import { isRecord } from "../_internal/util.ts";
 
-/** What the table shows of one rollout. */
-export interface RowSummary {
+/** One attempt: its digest, its place in the file, and the attempt it replaced. */
+export interface Row extends RolloutDigest {
   /** Index of the record in its file. */
   i: number;
-  /** Task slug. */
-  task: string;
-  /** Template id. */
-  id: string;
-  /** Arguments, as compact JSON. */
-  args: string;
-  /** Group id. */
-  group: string;
-  /** Which repeat of the task. */
-  repeat: number;
-  /** The reward, or `null` when not graded. */
-  reward: number | null;
-  /** `completed`, `error` or `cancelled`. */
-  status: string;
-  /** The failed phase, if any. */
-  phase: string | null;
-  /** Wall time of the rollout in ms, when the trace has both ends. */
-  duration: number | null;
-  /** Start time in ms since the epoch, when known. */
-  started: number | null;
-  /** End time in ms since the epoch, when known. */
-  ended: number | null;
-  /** The first error's message, or "". */
-  error: string;
+  /** Index of the earlier attempt of the same task and repeat that this one replaced, or `null`. */
+  prev: number | null;
+  /** Which attempt of its task and repeat this is, from 1. */
+  attempt: number;
 }
 
-function time(value: unknown): number | null {
-  if (typeof value !== "string") return null;
-  const t = Date.parse(value);
-  return Number.isNaN(t) ? null : t;
-}
-
-/** The summary row of a record. */
-export function summarize(record: RunRecord, i: number): RowSummary {
-  // Records come from files: read them as untyped JSON, whatever RunRecord says.
-  const raw = record as unknown as Record<string, unknown>;
-  const trace: Record<string, unknown> = isRecord(raw.trace) ? raw.trace : {};
-  const started = time(trace.started_at);
-  const ended = time(trace.ended_at);
-  const errors: unknown[] = Array.isArray(trace.errors) ? trace.errors : [];
-  const first = errors.find(isRecord);
-  const task = isRecord(record.task) ? record.task : { slug: "?", id: "?", args: {} };
-  return {
-    i,
-    task: String(task.slug),
-    id: String(task.id),
-    args: JSON.stringify(task.args ?? {}),
-    group: String(record.group_id ?? ""),
-    repeat: typeof record.repeat === "number" ? record.repeat : 0,
-    reward: typeof record.reward === "number" ? record.reward : null,
-    status: String(record.status ?? "?"),
-    phase: typeof record.failed_phase === "string" ? record.failed_phase : null,
-    duration: started !== null && ended !== null ? ended - started : null,
-    started,
-    ended,
-    error: first ? String(first.message ?? "") : "",
-  };
-}
-
-/** The fields of {@linkcode RowSummary}, in the order {@linkcode packRow} writes them. */
-export const ROW_FIELDS: readonly (keyof RowSummary)[] = [
-  "i",
+/**
+ * The fields of a packed row, in order. The row's index is its place;
+ * `group` is `null` when it is the job's usual `<job id>:<slug>`.
+ */
+export const ROW_FIELDS: readonly string[] = [
   "task",
-  "id",
   "args",
   "group",
   "repeat",
@@ -80,14 +35,43 @@ export const ROW_FIELDS: readonly (keyof RowSummary)[] = [
   "status",
   "phase",
   "duration",
-  "started",
-  "ended",
   "error",
+  "prev",
+  "attempt",
+  "sub",
+  "calls",
+  "tools",
+  "tokens",
 ];
 
-/** A summary as an array (a third smaller on the wire than an object). */
-export function packRow(row: RowSummary): unknown[] {
-  return ROW_FIELDS.map((k) => row[k]);
+/**
+ * A row as an array (a third smaller on the wire than an object);
+ * subscores as values in the order of `names`.
+ */
+export function packRow(row: Row, names: readonly string[]): unknown[] {
+  const sub = row.subscores === null
+    ? null
+    : names.map((n) => Object.hasOwn(row.subscores!, n) ? row.subscores![n] : null);
+  const tokens = row.inputTokens === null && row.outputTokens === null
+    ? null
+    : (row.inputTokens ?? 0) + (row.outputTokens ?? 0);
+  return [
+    row.slug,
+    JSON.stringify(row.args),
+    row.group === `${row.job}:${row.slug}` ? null : row.group,
+    row.repeat,
+    row.reward,
+    row.status,
+    row.phase,
+    row.duration,
+    row.errorMessage || row.error,
+    row.prev,
+    row.attempt,
+    sub,
+    row.modelCalls,
+    row.toolCalls,
+    tokens,
+  ];
 }
 
 /** Parses one results line; `null` for a blank or unreadable one. */
@@ -102,6 +86,86 @@ export function parseRecord(line: string): RunRecord | null {
   }
 }
 
+/** The summary's head: everything but the per-task lines, which can be many. */
+export type SummaryHead = Omit<JobSummary, "tasks">;
+
+/**
+ * The rows of a file's records, in order: which attempt each is and
+ * which one it replaced, from the same key the summarizer counts by.
+ */
+export class Rows {
+  readonly rows: Row[] = [];
+  readonly #packed: unknown[][] = [];
+  readonly #latest = new Map<string, number>();
+  readonly #names: string[] = [];
+  readonly #known = new Set<string>();
+  #summary: JobSummary | null = null;
+  #head: SummaryHead | null = null;
+
+  /** Adds the record on line `i` (its index among the records). */
+  add(record: RunRecord): Row {
+    const digest = digestRecord(record);
+    const key = recordKey(digest.slug, digest.repeat);
+    const prev = this.#latest.get(key) ?? null;
+    const row: Row = {
+      ...digest,
+      i: this.rows.length,
+      prev,
+      attempt: prev === null ? 1 : this.rows[prev].attempt + 1,
+    };
+    this.#latest.set(key, row.i);
+    this.rows.push(row);
+    for (const name of Object.keys(digest.subscores ?? {})) {
+      if (!this.#known.has(name)) {
+        this.#known.add(name);
+        this.#names.push(name);
+      }
+    }
+    // Packed once: names only grow, so a row packed earlier stays right
+    // (the page reads a missing subscore as none).
+    this.#packed.push(packRow(row, this.#names));
+    this.#summary = null;
+    this.#head = null;
+    return row;
+  }
+
+  /** Subscore names in the order first met: the columns of packed rows. */
+  get subscoreNames(): readonly string[] {
+    return this.#names;
+  }
+
+  /** The job's summary over these attempts (cached until the next add). */
+  get summary(): JobSummary {
+    this.#summary ??= summarizeDigests(this.rows);
+    return this.#summary;
+  }
+
+  /** The summary without its per-task lines, which can be many (cached too). */
+  get head(): SummaryHead {
+    if (this.#head === null) {
+      const { tasks: _, ...head } = this.summary;
+      this.#head = head;
+    }
+    return this.#head;
+  }
+
+  /** Forgets every row. */
+  clear(): void {
+    this.rows.length = 0;
+    this.#latest.clear();
+    this.#names.length = 0;
+    this.#known.clear();
+    this.#packed.length = 0;
+    this.#summary = null;
+    this.#head = null;
+  }
+
+  /** Rows from `from` on, packed. */
+  packed(from = 0): unknown[][] {
+    return from === 0 ? this.#packed : this.#packed.slice(from);
+  }
+}
+
 /**
  * A results file read incrementally: each {@linkcode ResultsFile.refresh}
  * reads what was appended since the last one, keeping a partial last line
@@ -111,7 +175,7 @@ export function parseRecord(line: string): RunRecord | null {
 export class ResultsFile {
   readonly path: string;
   readonly lines: string[] = [];
-  readonly rows: RowSummary[] = [];
+  readonly table: Rows = new Rows();
   #generation = 0;
   #offset = 0;
   #rest = "";
@@ -141,7 +205,7 @@ export class ResultsFile {
       this.#rest = "";
       this.#decoder = new TextDecoder();
       this.lines.length = 0;
-      this.rows.length = 0;
+      this.table.clear();
     }
     if (size === this.#offset) return;
     await file.seek(this.#offset, Deno.SeekMode.Start);
@@ -156,22 +220,16 @@ export class ResultsFile {
     const text = this.#rest + this.#decoder.decode(buffer.subarray(0, got), { stream: true });
     const parts = text.split("\n");
     this.#rest = parts.pop() ?? "";
+    let added = false;
     for (const line of parts) {
       const record = parseRecord(line);
       if (record === null) continue;
-      this.rows.push(summarize(record, this.lines.length));
+      this.table.add(record);
       this.lines.push(line);
+      added = true;
     }
+    // Summarized as it is read, as the rows are: the page, every poll and
+    // the page's next request need it, so that none of them waits for it.
+    if (added) void this.table.head;
   }
-}
-
-/** Reads a whole results file: its records, in order. */
-export async function readResults(path: string): Promise<RunRecord[]> {
-  const text = await Deno.readTextFile(path);
-  const out: RunRecord[] = [];
-  for (const line of text.split("\n")) {
-    const record = parseRecord(line);
-    if (record !== null) out.push(record);
-  }
-  return out;
 }

@@ -1,6 +1,6 @@
 /**
  * A local trace viewer for results files (the JSONL a job writes):
- * {@linkcode serveViewer} serves it on 127.0.0.1 and follows files that are
+ * {@linkcode startViewer} serves it on 127.0.0.1 and follows files that are
  * still being written; {@linkcode renderReport} writes the same page as one
  * self-contained HTML file. The page shows the job summary (mean reward ±
  * standard error, pass@k, errors by phase, duration), a sortable, filterable
@@ -14,7 +14,7 @@
 export {
   renderReport,
   type ReportOptions,
-  serveViewer,
+  startViewer,
   type ViewerOptions,
   type ViewerServer,
 } from "./viewer.ts";

@@ -1,5 +1,5 @@
 /**
- * The trace viewer: {@linkcode serveViewer} serves a page over one or more
+ * The trace viewer: {@linkcode startViewer} serves a page over one or more
  * results files (the JSONL that `Taskset.run({ out })` writes) on
  * 127.0.0.1 and shows new rollouts as a job appends them;
  * {@linkcode renderReport} makes the same page as one self-contained HTML
@@ -8,8 +8,7 @@
  * @module
  */
 
-import type { RunRecord } from "../eval/results.ts";
-import { packRow, parseRecord, ResultsFile, ROW_FIELDS, summarize } from "./_data.ts";
+import { parseRecord, ResultsFile, ROW_FIELDS, Rows } from "./_data.ts";
 import { renderPage } from "./_page.ts";
 import { bearerToken, generateToken, tokenProblem, TokenVerifier } from "../_internal/auth.ts";
 import { formatHost, isLoopback } from "../_internal/net.ts";
@@ -78,12 +77,21 @@ export async function renderReport(paths: string[], options: ReportOptions = {})
   const names = namesOf(paths);
   const files = [];
   for (let f = 0; f < paths.length; f++) {
-    const records: RunRecord[] = [];
+    const table = new Rows();
+    const records = [];
     for (const line of (await Deno.readTextFile(paths[f])).split("\n")) {
       const record = parseRecord(line);
-      if (record !== null) records.push(record);
+      if (record === null) continue;
+      table.add(record);
+      records.push(record);
     }
-    files.push({ name: names[f], rows: records.map((r, i) => packRow(summarize(r, i))), records });
+    files.push({
+      name: names[f],
+      rows: table.packed(),
+      subscores: table.subscoreNames,
+      summary: table.summary,
+      records,
+    });
   }
   return await renderPage(options.title ?? "HUD results", {
     files,
@@ -92,7 +100,7 @@ export async function renderReport(paths: string[], options: ReportOptions = {})
   });
 }
 
-/** Options for {@linkcode serveViewer}. */
+/** Options for {@linkcode startViewer}. */
 export interface ViewerOptions {
   /**
    * Interface to listen on.
@@ -167,7 +175,9 @@ function textResponse(body: string, status: number): Response {
 
 /**
  * Serves the viewer over results files on 127.0.0.1: the page at `/`, new
- * rows at `/api/rows?file=F&from=N`, one record at `/api/record?file=F&i=N`.
+ * rows at `/api/rows?file=F&from=N` (with the summary's head), the job's
+ * summary at `/api/summary?file=F` (what `Job.summary()` says of
+ * the file, exact), one record at `/api/record?file=F&i=N`.
  * Files are read incrementally, so a job that is still writing one shows
  * its rollouts as they finish. Every request must carry the viewer's token
  * (`?token=` as in {@linkcode ViewerServer.url}, or `Authorization: Bearer`;
@@ -177,11 +187,11 @@ function textResponse(body: string, status: number): Response {
  *
  * @example
  * ```ts
- * import { serveViewer } from "./viewer.ts";
+ * import { startViewer } from "./viewer.ts";
  * import assert from "node:assert/strict";
  *
  * const file = await Deno.makeTempFile({ suffix: ".jsonl" });
- * await using viewer = await serveViewer([file]);
+ * await using viewer = await startViewer([file]);
  * const res = await fetch(new URL("api/rows?file=0&from=0", viewer.url), {
  *   headers: { authorization: `Bearer ${viewer.token}` },
  * });
@@ -195,7 +205,7 @@ function textResponse(body: string, status: number): Response {
  * @param paths results files (JSONL)
  * @throws {TypeError} when no file is given or one does not exist, or for a bad token
  */
-export async function serveViewer(
+export async function startViewer(
   paths: string[],
   options: ViewerOptions = {},
 ): Promise<ViewerServer> {
@@ -233,7 +243,9 @@ export async function serveViewer(
       const page = await renderPage(title, {
         files: files.map((f, i) => ({
           name: names[i],
-          rows: f.rows.map(packRow),
+          rows: f.table.packed(),
+          subscores: f.table.subscoreNames,
+          summary: f.table.head,
           generation: f.generation,
         })),
         fields: ROW_FIELDS,
@@ -253,9 +265,17 @@ export async function serveViewer(
       const from = generation === file.generation
         ? Math.max(0, Number(url.searchParams.get("from") ?? "0") || 0)
         : 0;
-      return jsonResponse(
-        JSON.stringify({ generation: file.generation, rows: file.rows.slice(from).map(packRow) }),
-      );
+      return jsonResponse(JSON.stringify({
+        generation: file.generation,
+        rows: file.table.packed(from),
+        subscores: file.table.subscoreNames,
+        summary: file.table.head,
+      }));
+    }
+    if (url.pathname === "/api/summary") {
+      if (file === null) return jsonResponse('{"error":"unknown file"}', 404);
+      await file.refresh();
+      return jsonResponse(JSON.stringify(file.table.summary));
     }
     if (url.pathname === "/api/record") {
       if (file === null) return jsonResponse('{"error":"unknown file"}', 404);

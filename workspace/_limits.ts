@@ -3,6 +3,54 @@
 // RLIMIT_NPROC, signals and file ownership never cross workspaces. Both need
 // root; where they cannot be had, the caller is told why, in one line each.
 
+import { findProgram } from "./_sandbox.ts";
+
+const GiB = 1024 * 1024 * 1024;
+
+/**
+ * Limits on what a workspace's commands (or a browser) may use. Each is a
+ * positive number, or `Infinity` for none. Where one cannot be enforced here
+ * (no cgroup, not root), the workspace says so through `onError` at start
+ * and in `Workspace.limits`.
+ */
+export interface WorkspaceLimits {
+  /**
+   * Bytes of memory (tmpfs pages included) everything the workspace runs may
+   * use together: a cgroup; the kernel kills within it when it is full.
+   * @default 4294967296 (4 GiB)
+   */
+  memory?: number;
+  /**
+   * Processes and threads at once, all commands together: a cgroup, else
+   * RLIMIT_NPROC of the workspace's own uid.
+   * @default 1024
+   */
+  processes?: number;
+  /**
+   * Bytes each private tmpfs (/tmp, /dev/shm, /run, /var) of a command holds.
+   * @default 1073741824 (1 GiB)
+   */
+  tmpSize?: number;
+  /**
+   * Largest file a command may write anywhere, the root and HOME included
+   * (RLIMIT_FSIZE), in bytes. The root and HOME have no total limit.
+   * @default 4294967296 (4 GiB)
+   */
+  fileSize?: number;
+}
+
+/** The limits in force in a started workspace; null where none is. */
+export interface WorkspaceLimitsInForce {
+  /** Bytes of memory, or null. */
+  memory: number | null;
+  /** Processes and threads, or null. */
+  processes: number | null;
+  /** Bytes of each private tmpfs, or null. */
+  tmpSize: number | null;
+  /** Bytes of the largest file, or null. */
+  fileSize: number | null;
+}
+
 /** A cgroup (v2, or v1 memory and pids hierarchies) made for one workspace. */
 export interface WorkspaceCgroup {
   /** `cgroup.procs` files a process writes its pid to, to join. */
@@ -401,4 +449,86 @@ export async function leaseUid(first: number, last: number): Promise<UidLease> {
   throw new Error(
     `Cannot lease a uid: all of ${first}-${last} are in use; widen uidRange or stop other workspaces`,
   );
+}
+
+/**
+ * Checks one of {@linkcode WorkspaceLimits} as given.
+ * @param verb what is refused: "add workspace", "add browser"
+ * @throws {RangeError} for a value that is not a positive integer or Infinity
+ */
+export function checkLimit(verb: string, what: string, value: number | undefined): void {
+  if (value === undefined || value === Infinity) return;
+  if (!(Number.isInteger(value) && value > 0)) {
+    throw new RangeError(
+      `Cannot ${verb}: invalid limits.${what} "${value}" (a positive integer, or Infinity for none)`,
+    );
+  }
+}
+
+function limitOf(value: number | undefined, fallback: number): number | null {
+  const v = value ?? fallback;
+  return v === Infinity ? null : v;
+}
+
+/** What {@linkcode resolveLimits} could set up. */
+export interface ResolvedLimits {
+  /** The cgroup made (for memory and processes), or null. */
+  cgroup: WorkspaceCgroup | null;
+  /** What is in force. */
+  inForce: WorkspaceLimitsInForce;
+  /** RLIMIT_NPROC to set (no pids cgroup, and a uid of one's own), or null. */
+  nproc: number | null;
+  /** One line per limit asked for and not in force, saying why. */
+  notInForce: string[];
+}
+
+/**
+ * Applies the defaults (4 GiB of memory, 1024 processes, 1 GiB tmpfs, 4 GiB
+ * files) and makes the cgroup, for a workspace or a browser.
+ * @param limits what the author asked for
+ * @param prefix the start of the cgroup's name
+ * @param ownUid whether the processes run as a uid no one else uses (then
+ *   RLIMIT_NPROC stands in for a pids cgroup)
+ */
+export function resolveLimits(
+  limits: WorkspaceLimits | undefined,
+  prefix: string,
+  ownUid: boolean,
+): ResolvedLimits {
+  const l = limits ?? {};
+  const memory = limitOf(l.memory, 4 * GiB);
+  const processes = limitOf(l.processes, 1024);
+  const { cgroup, reasons } = createCgroup(
+    `${prefix}-${crypto.randomUUID().slice(0, 8)}`,
+    memory,
+    processes,
+  );
+  // Without a pids cgroup, RLIMIT_NPROC holds the processes of a uid of
+  // one's own (and of no one else's).
+  const nproc = processes !== null && cgroup?.processes == null && ownUid ? processes : null;
+  const prlimit = findProgram("prlimit") !== null;
+  const inForce = {
+    memory: cgroup?.memory ?? null,
+    processes: cgroup?.processes ?? (prlimit ? nproc : null),
+    tmpSize: limitOf(l.tmpSize, GiB),
+    fileSize: prlimit ? limitOf(l.fileSize, 4 * GiB) : null,
+  };
+  const notInForce: string[] = [];
+  if (memory !== null && inForce.memory === null) {
+    notInForce.push(
+      `memory is not limited: ${reasons.find((r) => /memory|root|cgroups/.test(r))}`,
+    );
+  }
+  if (processes !== null && inForce.processes === null) {
+    const why = reasons.find((r) => /pids|root|cgroups/.test(r)) ?? "";
+    notInForce.push(
+      `processes are not limited: ${why}${
+        ownUid ? "; and no prlimit" : "; and no uid of its own for RLIMIT_NPROC"
+      }`,
+    );
+  }
+  if (!prlimit && l.fileSize !== Infinity) {
+    notInForce.push("file size is not limited: util-linux prlimit is not installed");
+  }
+  return { cgroup, inForce, nproc: prlimit ? nproc : null, notInForce };
 }

@@ -91,6 +91,15 @@ function isUnder(path: string, dir: string): boolean {
   return path === dir || path.startsWith(dir === "/" ? "/" : `${dir}/`);
 }
 
+/**
+ * Whether the sandbox shows `path` (absolute, links resolved) anyway: it
+ * lies in one of the system's directories. Anything else a program needs
+ * (a browser installed under /opt or a cache) must be mounted.
+ */
+export function systemShows(path: string): boolean {
+  return SYSTEM_PATHS.some((dir) => isUnder(path, dir));
+}
+
 /** One step of building the sandbox's file system, in order. */
 type MountOp =
   | { op: "ro-bind" | "bind"; src: string; dest: string }
@@ -316,6 +325,11 @@ for fd in "\${fds[@]}"; do exec {fd}<&-; done
 exec chroot "$r" "$BASH" --noprofile --norc -c 'cd -- "$1" || exit 126; shift; exec "$@"' hud-chdir "$cwd" "$@"
 `;
 
+// A new network namespace starts with its loopback down: bring it up, so
+// that pages and servers inside the sandbox reach each other on 127.0.0.1
+// (bwrap does this itself).
+const LOOPBACK_UP = "ip link set lo up 2>/dev/null || :\n";
+
 function unshareArgv(argv: readonly string[], cwd: string, config: SandboxConfig): string[] {
   const root = Deno.uid() === 0;
   const ops: string[] = [];
@@ -355,7 +369,7 @@ function unshareArgv(argv: readonly string[], cwd: string, config: SandboxConfig
     "--noprofile",
     "--norc",
     "-c",
-    UNSHARE_SETUP,
+    config.network ? UNSHARE_SETUP : LOOPBACK_UP + UNSHARE_SETUP,
     "hud-sandbox",
     cwd,
     ...ops,
@@ -472,4 +486,63 @@ export async function probeSandbox(config: SandboxConfig, cwd: string): Promise<
       ? `"${config.isolation}" is not installed`
       : String(err instanceof Error ? err.message : err);
   }
+}
+
+/** What bwrap and unshare say when this user may not make namespaces. */
+const NO_USERNS =
+  /namespace|uid map|Operation not permitted|No space left on device|Permission denied/i;
+
+/** Who asks {@linkcode chooseSandbox}, for its one-line refusal. */
+export interface SandboxSubject {
+  /** What cannot start: "workspace", "browser". */
+  what: string;
+  /** What `isolation: "none"` would run unconfined: "commands", "Chromium". */
+  runs: string;
+}
+
+/**
+ * The first mechanism of `wanted` ("auto": bubblewrap, then `unshare`)
+ * under which `true` runs here with `base`: the one chooser of the
+ * workspace and the browser.
+ * @param wanted the mechanism, or "auto"
+ * @param base the rest of the sandbox
+ * @param cwd the directory the probe runs in
+ * @param subject who asks, for the error
+ * @returns the working configuration
+ * @throws {Error} one line saying why none works here and naming the way out
+ */
+export async function chooseSandbox(
+  wanted: Isolation | "auto",
+  base: Omit<SandboxConfig, "isolation">,
+  cwd: string,
+  subject: SandboxSubject,
+): Promise<SandboxConfig> {
+  if (wanted === "none") return { ...base, isolation: "none" };
+  const { what, runs } = subject;
+  const none = `set isolation: "none" to run ${runs} unconfined`;
+  if (Deno.build.os !== "linux") {
+    throw new Error(
+      `Cannot start ${what}: no sandbox on ${Deno.build.os} (it is made of Linux namespaces); run the environment on Linux (a container or a VM), or ${none}`,
+    );
+  }
+  const failures: string[] = [];
+  for (const isolation of wanted === "auto" ? ["bwrap", "unshare"] as const : [wanted]) {
+    const config = { ...base, isolation };
+    const failure = await probeSandbox(config, cwd);
+    if (failure === null) return config;
+    failures.push(`${isolation}: ${failure}`);
+  }
+  const installed = failures.filter((f) => !f.endsWith("is not installed"));
+  if (Deno.uid() !== 0 && installed.length > 0 && installed.every((f) => NO_USERNS.test(f))) {
+    throw new Error(
+      `Cannot start ${what}: no sandbox works here: this user may not create user namespaces (${
+        failures.join("; ")
+      }); run as root, allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, or kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu 24.04), or ${none}`,
+    );
+  }
+  throw new Error(
+    `Cannot start ${what}: no sandbox works here (${
+      failures.join("; ")
+    }); install bubblewrap, or ${none}`,
+  );
 }

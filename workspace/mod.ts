@@ -3,7 +3,9 @@
  * SSH workspace on a directory, served from the environment's process, and
  * a file tracker of it; the {@linkcode Workspace} it returns runs grading
  * commands in the same sandbox. This is where the SSH server and the file
- * tracker meet an {@linkcode Environment}; the core knows neither.
+ * tracker meet an {@linkcode Environment}; the core knows neither. The
+ * `browser` capability, {@linkcode addBrowser}, runs headless Chromium in a
+ * workspace's sandbox, or in one of its own.
  *
  * @module
  */
@@ -20,3 +22,4 @@ export {
   type WorkspaceOptions,
   type WorkspaceSpawnOptions,
 } from "./workspace.ts";
+export { addBrowser, type BrowserOptions } from "./browser.ts";

@@ -21,14 +21,24 @@ import { generateSshKeyPair } from "../ssh/keys.ts";
 import { type SshServer, type SshSpawnOptions, startSshServer } from "../ssh/server.ts";
 import { type FileTracker, startFileTracker } from "../filetracking/tracker.ts";
 import {
+  chooseSandbox,
   DEFAULT_PATH,
   findProgram,
-  probeSandbox,
   type SandboxConfig,
   type SandboxMount,
   spawnInSandbox,
 } from "./_sandbox.ts";
-import { createCgroup, leaseUid, type UidLease, type WorkspaceCgroup } from "./_limits.ts";
+import {
+  checkLimit,
+  leaseUid,
+  resolveLimits,
+  type UidLease,
+  type WorkspaceCgroup,
+  type WorkspaceLimits,
+  type WorkspaceLimitsInForce,
+} from "./_limits.ts";
+
+export type { WorkspaceLimits, WorkspaceLimitsInForce };
 import { continueTrees, killTrees, stopTrees } from "./_processes.ts";
 import { SFTP_MAIN_URL } from "../ssh/_sftp_main.ts";
 
@@ -47,8 +57,6 @@ const NOBODY = 65534;
 /** The uids workspaces take one each of, by default (no system or package uses them). */
 const UID_RANGE: readonly [number, number] = [59000, 59999];
 
-const GiB = 1024 * 1024 * 1024;
-
 /** Where a grading command finds its `files`, inside the sandbox. */
 const GRADER_FILES = "/grader";
 
@@ -58,50 +66,6 @@ const SFTP_DENO = "/run/hud/deno";
 const SFTP_MAIN = "ssh/_sftp_main.ts";
 /** The `sftpCommand` our spawner recognises and replaces with the real one. */
 const SFTP_MARKER = "hud-sftp-server";
-
-/**
- * Limits on what a workspace's commands may use. Each is a positive number,
- * or `Infinity` for none. Where one cannot be enforced here (no cgroup, not
- * root), the workspace says so through `onError` at start and in
- * {@linkcode Workspace.limits}.
- */
-export interface WorkspaceLimits {
-  /**
-   * Bytes of memory (tmpfs pages included) everything the workspace runs may
-   * use together: a cgroup; the kernel kills within it when it is full.
-   * @default 4294967296 (4 GiB)
-   */
-  memory?: number;
-  /**
-   * Processes and threads at once, all commands together: a cgroup, else
-   * RLIMIT_NPROC of the workspace's own uid.
-   * @default 1024
-   */
-  processes?: number;
-  /**
-   * Bytes each private tmpfs (/tmp, /dev/shm, /run, /var) of a command holds.
-   * @default 1073741824 (1 GiB)
-   */
-  tmpSize?: number;
-  /**
-   * Largest file a command may write anywhere, the root and HOME included
-   * (RLIMIT_FSIZE), in bytes. The root and HOME have no total limit.
-   * @default 4294967296 (4 GiB)
-   */
-  fileSize?: number;
-}
-
-/** The limits in force in a started workspace; null where none is. */
-export interface WorkspaceLimitsInForce {
-  /** Bytes of memory, or null. */
-  memory: number | null;
-  /** Processes and threads, or null. */
-  processes: number | null;
-  /** Bytes of each private tmpfs, or null. */
-  tmpSize: number | null;
-  /** Bytes of the largest file, or null. */
-  fileSize: number | null;
-}
 
 /** Options for {@linkcode addWorkspace}. */
 export interface WorkspaceOptions {
@@ -302,6 +266,8 @@ export interface Workspace {
   readonly root: string;
   /** The mechanism in force, once started; null before. */
   readonly isolation: Exclude<WorkspaceIsolation, "auto"> | null;
+  /** Whether commands keep this host's network (the `network` option). */
+  readonly network: boolean;
   /** The uid commands run as, when this process is root and started; else null. */
   readonly uid: number | null;
   /** The limits in force, once started; null before. */
@@ -346,20 +312,6 @@ function checkId(what: string, id: number | undefined): void {
   }
 }
 
-function checkLimit(what: string, value: number | undefined): void {
-  if (value === undefined || value === Infinity) return;
-  if (!(Number.isInteger(value) && value > 0)) {
-    throw new RangeError(
-      `Cannot add workspace: invalid limits.${what} "${value}" (a positive integer, or Infinity for none)`,
-    );
-  }
-}
-
-function limitOf(value: number | undefined, fallback: number): number | null {
-  const v = value ?? fallback;
-  return v === Infinity ? null : v;
-}
-
 /** Gives `paths` (recursively, links not followed) to `uid`:`gid`. */
 async function chownTree(paths: string[], uid: number, gid: number): Promise<void> {
   const out = await new Deno.Command("chown", {
@@ -371,43 +323,6 @@ async function chownTree(paths: string[], uid: number, gid: number): Promise<voi
     const why = new TextDecoder().decode(out.stderr).trim().split("\n")[0];
     throw new Error(`Cannot start workspace: cannot give the root to uid ${uid}: ${why}`);
   }
-}
-
-/** What bwrap and unshare say when this user may not make namespaces. */
-const NO_USERNS =
-  /namespace|uid map|Operation not permitted|No space left on device|Permission denied/i;
-
-async function chooseIsolation(
-  wanted: WorkspaceIsolation,
-  base: Omit<SandboxConfig, "isolation">,
-  cwd: string,
-): Promise<SandboxConfig> {
-  if (wanted === "none") return { ...base, isolation: "none" };
-  if (Deno.build.os !== "linux") {
-    throw new Error(
-      `Cannot start workspace: no sandbox on ${Deno.build.os} (it is made of Linux namespaces); run the environment on Linux (a container or a VM), or set isolation: "none" to run commands unconfined`,
-    );
-  }
-  const failures: string[] = [];
-  for (const isolation of wanted === "auto" ? ["bwrap", "unshare"] as const : [wanted]) {
-    const config = { ...base, isolation };
-    const failure = await probeSandbox(config, cwd);
-    if (failure === null) return config;
-    failures.push(`${isolation}: ${failure}`);
-  }
-  const installed = failures.filter((f) => !f.endsWith("is not installed"));
-  if (Deno.uid() !== 0 && installed.length > 0 && installed.every((f) => NO_USERNS.test(f))) {
-    throw new Error(
-      `Cannot start workspace: no sandbox works here: this user may not create user namespaces (${
-        failures.join("; ")
-      }); run as root, allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, or kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu 24.04), or set isolation: "none" to run commands unconfined`,
-    );
-  }
-  throw new Error(
-    `Cannot start workspace: no sandbox works here (${
-      failures.join("; ")
-    }); install bubblewrap, or set isolation: "none" to run commands unconfined`,
-  );
 }
 
 function absolute(path: string): string {
@@ -548,6 +463,10 @@ class WorkspaceHandle implements Workspace {
     return this.#episode?.sandbox.isolation ?? null;
   }
 
+  get network(): boolean {
+    return this.#options.network ?? false;
+  }
+
   get uid(): number | null {
     const e = this.#episode;
     if (e === null || Deno.uid() !== 0) return null;
@@ -610,41 +529,11 @@ class WorkspaceHandle implements Workspace {
       if (uid !== 0) user = { uid, gid };
     }
     ep.user = user;
-    const l = options.limits ?? {};
-    const memory = limitOf(l.memory, 4 * GiB);
-    const processes = limitOf(l.processes, 1024);
-    const { cgroup, reasons } = createCgroup(
-      `hud-${Deno.pid}-${crypto.randomUUID().slice(0, 8)}`,
-      memory,
-      processes,
-    );
-    ep.cgroup = cgroup;
-    // Without a pids cgroup, RLIMIT_NPROC holds the processes of a uid of
-    // the workspace's own (and of no one else's).
-    const nproc = processes !== null && cgroup?.processes == null && ep.lease !== null
-      ? processes
-      : null;
-    const prlimit = findProgram("prlimit") !== null;
-    ep.limits = {
-      memory: cgroup?.memory ?? null,
-      processes: cgroup?.processes ?? (prlimit ? nproc : null),
-      tmpSize: limitOf(l.tmpSize, GiB),
-      fileSize: prlimit ? limitOf(l.fileSize, 4 * GiB) : null,
-    };
-    if (memory !== null && ep.limits.memory === null) {
-      this.#report(`memory is not limited: ${reasons.find((r) => /memory|root|cgroups/.test(r))}`);
-    }
-    if (processes !== null && ep.limits.processes === null) {
-      const why = reasons.find((r) => /pids|root|cgroups/.test(r)) ?? "";
-      this.#report(
-        `processes are not limited: ${why}${
-          ep.lease === null ? "; and no uid of its own for RLIMIT_NPROC" : "; and no prlimit"
-        }`,
-      );
-    }
-    if (!prlimit && l.fileSize !== Infinity) {
-      this.#report("file size is not limited: util-linux prlimit is not installed");
-    }
+    const limits = resolveLimits(options.limits, `hud-${Deno.pid}`, ep.lease !== null);
+    ep.cgroup = limits.cgroup;
+    ep.limits = limits.inForce;
+    for (const line of limits.notInForce) this.#report(line);
+    const nproc = limits.nproc;
     if (user !== null) await chownTree([cwd, ep.home], user.uid, user.gid);
     const mounts: SandboxMount[] = (options.mounts ?? []).map((p) => ({ src: p, dest: p }));
     if (user !== null) {
@@ -693,18 +582,23 @@ class WorkspaceHandle implements Workspace {
     } else {
       this.#report("SFTP is off: no deno binary here to run the sandboxed SFTP server");
     }
-    ep.sandbox = await chooseIsolation(options.isolation ?? "auto", {
-      writable: [cwd, ep.home],
-      mounts,
-      network: options.network ?? false,
-      user,
-      limits: {
-        tmpSize: ep.limits.tmpSize,
-        fileSize: ep.limits.fileSize,
-        processes: nproc,
+    ep.sandbox = await chooseSandbox(
+      options.isolation ?? "auto",
+      {
+        writable: [cwd, ep.home],
+        mounts,
+        network: options.network ?? false,
+        user,
+        limits: {
+          tmpSize: ep.limits.tmpSize,
+          fileSize: ep.limits.fileSize,
+          processes: nproc,
+        },
+        cgroups: ep.cgroup?.procs ?? [],
       },
-      cgroups: cgroup?.procs ?? [],
-    }, cwd);
+      cwd,
+      { what: "workspace", runs: "commands" },
+    );
     if (ep.sandbox.isolation === "none") {
       this.#options.onError?.(
         new Error(
@@ -751,19 +645,19 @@ class WorkspaceHandle implements Workspace {
         name: this.#name,
         url: `ssh://${hostname}:${addr.port}`,
         user: this.#user,
-        hostPubkey: server.hostPublicKey,
+        hostPublicKey: server.hostPublicKey,
         clientKey: client.privateKey,
         clientKeyPath,
         cwd,
         isolation: ep.sandbox.isolation,
       }),
-      { attach: (conn, head) => server.serveConnection(conn, head) },
+      { attach: (conn, head) => server.attach(conn, head) },
     );
     if (options.trackFiles ?? true) {
       const t = await startFileTracker(cwd, { onError: options.onError, listen: false });
       ep.tracker = t;
       this.#env.addCapability(t.capability(), {
-        attach: (conn, head) => t.serveConnection(conn, head),
+        attach: (conn, head) => t.attach(conn, head),
       });
     }
   }
@@ -1167,7 +1061,7 @@ export function addWorkspace(
     throw new RangeError(`Cannot add workspace: invalid uidRange "${range}" ([first, last] uids)`);
   }
   for (const key of ["memory", "processes", "tmpSize", "fileSize"] as const) {
-    checkLimit(key, options.limits?.[key]);
+    checkLimit("add workspace", key, options.limits?.[key]);
   }
   for (const p of options.mounts ?? []) {
     if (typeof p !== "string" || !p.startsWith("/")) {

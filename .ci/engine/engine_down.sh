@@ -37,7 +37,14 @@ for t in filter nat mangle; do
 done
 [ -f "$STATE/orig_forward_policy" ] && iptables -w -P FORWARD "$(cat "$STATE/orig_forward_policy")" && rm -f "$STATE/orig_forward_policy"
 [ -f "$STATE/orig_ip_forward" ] && cat "$STATE/orig_ip_forward" > /proc/sys/net/ipv4/ip_forward && rm -f "$STATE/orig_ip_forward"
-"$HERE/guard.sh" del
+# The guard goes with its last user (the swarm and the clusters use it too). Engines started before
+# the guard had users were not registered: theirs goes when no one else uses it.
+user="engine$(echo "$STATE" | tr -c 'A-Za-z0-9_.\n-' _)"
+if [ -f "/run/hud-guard-users/$user" ]; then
+  "$HERE/guard.sh" release "$user"
+elif [ -z "$("$HERE/guard.sh" users)" ]; then
+  "$HERE/guard.sh" del
+fi
 if [ "${ENGINE_WIPE:-0}" = 1 ]; then
   for m in $(awk '$2 ~ "^/(var/lib/(docker|containers|containerd)|run/(docker|containerd|containers))/" {print $2}' /proc/mounts | sort -r); do umount -l "$m"; done
   rm -rf /var/lib/docker /var/lib/containers/storage /var/lib/containerd /run/docker /run/containerd /run/containers /var/run/docker.sock /var/run/docker.pid

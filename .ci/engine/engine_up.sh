@@ -38,7 +38,8 @@ apt_install iptables curl
 # record pre-existing state once, so engine_down.sh can restore it
 [ -f "$STATE/orig_ip_forward" ] || cat /proc/sys/net/ipv4/ip_forward >"$STATE/orig_ip_forward"
 [ -f "$STATE/orig_forward_policy" ] || iptables -w -S FORWARD | awk '$1=="-P"{print $3}' >"$STATE/orig_forward_policy"
-"$HERE/guard.sh" add
+# The guard, shared with the swarm and the clusters: the last user to go removes it.
+"$HERE/guard.sh" acquire "engine$(echo "$STATE" | tr -c 'A-Za-z0-9_.\n-' _)" "path $STATE"
 pk=(); want docker && pk+=(docker.io containerd)
 want podman && pk+=(podman runc buildah netavark aardvark-dns)
 # the swarm test distributes its image through Debian's registry (save|load without it)

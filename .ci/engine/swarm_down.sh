@@ -70,7 +70,12 @@ rm -rf "$STATE/registry" "$STATE/registry.addr"
 if [ -f "$STATE/containerd-swarm.pid" ]; then
   stop_pid "$STATE/containerd-swarm.pid"
 fi
-if [ -f "$STATE/swarm_guard_added" ]; then
-  "$HERE/guard.sh" del; rm -f "$STATE/swarm_guard_added"
+# The last user of the guard removes it (guard.sh release); a swarm started before the guard had
+# users marked that it added the guard.
+if [ -f "$STATE/swarm_guard_added" ] && [ -z "$("$HERE/guard.sh" users)" ]; then
+  "$HERE/guard.sh" del
+else
+  "$HERE/guard.sh" release brswarm
 fi
+rm -f "$STATE/swarm_guard_added"
 exit 0

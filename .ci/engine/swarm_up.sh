@@ -17,15 +17,15 @@ wait_for() { # tries cmd...  (0.2 s steps, bounded)
 for b in dockerd containerd ctr nsenter unshare iptables; do
   command -v $b >/dev/null || { log "missing $b: install docker.io containerd iptables util-linux"; exit 1; }
 done
-# The guard first; remember whether it was ours to remove.
-if ! iptables -w -S ENGINE-GUARD >/dev/null 2>&1; then touch "$STATE/swarm_guard_added"; fi
-"$HERE/guard.sh" add
+# The guard first, shared with the engines and the clusters (guard.sh acquire; the last user to go
+# removes it), witnessed by the bridge, made first with no port and no address.
+ip link show $BR >/dev/null 2>&1 || ip link add $BR type bridge
+"$HERE/guard.sh" acquire $BR "link $BR"
 if ! ctr version >/dev/null 2>&1; then
   nohup containerd >"$STATE/containerd-swarm.log" 2>&1 &
   echo $! >"$STATE/containerd-swarm.pid"
   wait_for 300 ctr version || { log "containerd failed"; tail "$STATE/containerd-swarm.log"; exit 1; }
 fi
-ip link show $BR >/dev/null 2>&1 || ip link add $BR type bridge
 ip addr replace $NET.254/24 dev $BR; ip link set $BR up
 # br_netfilter is built in (bridge-nf-call-iptables=1) and dockerd sets FORWARD policy DROP:
 # bridged traffic between the namespaces must be explicitly accepted.

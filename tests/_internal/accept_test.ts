@@ -1,7 +1,8 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { acceptLoop } from "../../_internal/accept.ts";
 
-Deno.test("acceptLoop() hands over each connection and ends when the listener closes", async () => {
+test("acceptLoop() hands over each connection and ends when the listener closes", async () => {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const accepted: Deno.Conn[] = [];
   const errors: unknown[] = [];
@@ -21,7 +22,7 @@ Deno.test("acceptLoop() hands over each connection and ends when the listener cl
   assert.deepEqual(errors.map((e) => String(e)), ["Error: handler broke"]);
 });
 
-Deno.test({
+test({
   name: "acceptLoop() outlives running out of file descriptors (the file tracker's listener)",
   ignore: Deno.build.os !== "linux",
   async fn() {

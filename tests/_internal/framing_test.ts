@@ -1,3 +1,4 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { encodeFrame, LineReader, parseLine } from "../../_internal/framing.ts";
 
@@ -24,7 +25,7 @@ function chunked(chunks: Uint8Array[]): { read(p: Uint8Array): Promise<number | 
 const enc = (s: string) => new TextEncoder().encode(s);
 const dec = (b: Uint8Array) => new TextDecoder().decode(b);
 
-Deno.test("LineReader splits lines across arbitrary chunk boundaries", async () => {
+test("LineReader splits lines across arbitrary chunk boundaries", async () => {
   const text =
     Array.from({ length: 200 }, (_, i) => `{"n":${i},"pad":"${"x".repeat(i * 37)}"}`).join("\n") +
     "\nlast-without-newline";
@@ -47,7 +48,7 @@ Deno.test("LineReader splits lines across arbitrary chunk boundaries", async () 
   }
 });
 
-Deno.test("LineReader reports an oversized line without buffering it", async () => {
+test("LineReader reports an oversized line without buffering it", async () => {
   const big = enc("y".repeat(300_000) + "\n");
   const reader = new LineReader(chunked([enc('{"a":1}\n'), big]), 1000);
   const first = await reader.read();
@@ -57,14 +58,14 @@ Deno.test("LineReader reports an oversized line without buffering it", async () 
   assert.ok(second!.kind === "oversized" && second!.size > 1000);
 });
 
-Deno.test("LineReader.takeBuffered() returns bytes read past the line", async () => {
+test("LineReader.takeBuffered() returns bytes read past the line", async () => {
   const reader = new LineReader(chunked([enc('{"m":1}\nraw bytes')]), 1000);
   const r = await reader.read();
   assert.equal(r?.kind === "line" && dec(r.line), '{"m":1}');
   assert.equal(dec(reader.takeBuffered()), "raw bytes");
 });
 
-Deno.test("encodeFrame() and parseLine() round-trip compact JSON", () => {
+test("encodeFrame() and parseLine() round-trip compact JSON", () => {
   const frame = encodeFrame({ jsonrpc: "2.0", id: 1, result: { s: "é\n" } });
   assert.equal(dec(frame), '{"jsonrpc":"2.0","id":1,"result":{"s":"é\\n"}}\n');
   assert.deepEqual(parseLine(frame.subarray(0, frame.length - 1)), {
@@ -76,7 +77,7 @@ Deno.test("encodeFrame() and parseLine() round-trip compact JSON", () => {
   assert.throws(() => parseLine(enc("{")), SyntaxError);
 });
 
-Deno.test("LineReader with a small initial buffer grows for a long line and shrinks back", async (t) => {
+test("LineReader with a small initial buffer grows for a long line and shrinks back", async (t) => {
   const long = `{"pad":"${"z".repeat(20_000)}"}`;
   const text = `{"a":1}\n${long}\n{"b":2}\n`;
   await t.step("read()", async () => {

@@ -1,7 +1,8 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { formatHost, formatHostPort, isLoopback } from "../../_internal/net.ts";
 
-Deno.test("formatHost() brackets IPv6 hosts only, once", () => {
+test("formatHost() brackets IPv6 hosts only, once", () => {
   assert.equal(formatHost("::1"), "[::1]");
   assert.equal(formatHost("[::1]"), "[::1]");
   assert.equal(formatHost("fe80::1"), "[fe80::1]");
@@ -11,7 +12,7 @@ Deno.test("formatHost() brackets IPv6 hosts only, once", () => {
   assert.equal(formatHostPort("10.0.0.1", 22), "10.0.0.1:22");
 });
 
-Deno.test("isLoopback() is the whole of 127.0.0.0/8, ::1 and localhost", () => {
+test("isLoopback() is the whole of 127.0.0.0/8, ::1 and localhost", () => {
   for (
     const host of [
       "127.0.0.1",

@@ -2,6 +2,7 @@
 // second copy of host formatting, the loopback test, an accept loop or a
 // JSON-RPC reply reader appears outside its helper in _internal/.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 
 const ROOT = new URL("../../", import.meta.url);
@@ -47,11 +48,9 @@ const COPIES: { what: string; helper: string; pattern: RegExp }[] = [
  * must still be needed (the test says when one is not), so that the switch
  * to the helper also removes it here.
  */
-const REMAINING: Record<string, readonly string[]> = {
-  "cli/serve.ts": ["a loopback test"],
-};
+const REMAINING: Record<string, readonly string[]> = {};
 
-Deno.test("one helper each: host brackets, loopback, accept loops, JSON-RPC replies", async () => {
+test("one helper each: host brackets, loopback, accept loops, JSON-RPC replies", async () => {
   const found: string[] = [];
   const stale: string[] = [];
   for (const path of await libraryFiles()) {

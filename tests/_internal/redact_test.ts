@@ -1,10 +1,11 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { redactDeep } from "../../_internal/redact.ts";
 
 const KEY =
   "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----";
 
-Deno.test("redactDeep() redacts every string of a value, copying only what changed", async (t) => {
+test("redactDeep() redacts every string of a value, copying only what changed", async (t) => {
   await t.step("strings nested in objects and arrays, keys too", () => {
     const value = {
       request: [{ role: "tool", content: `cat id:\n${KEY}` }],

@@ -1,3 +1,4 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { JsonRpcCaller } from "../../_internal/rpc.ts";
 import { LineReader, parseLine } from "../../_internal/framing.ts";
@@ -21,7 +22,7 @@ function scripted(reply: (req: Record<string, unknown>, n: number) => unknown) {
   });
 }
 
-Deno.test("JsonRpcCaller: error replies keep the connection, violations end it", async (t) => {
+test("JsonRpcCaller: error replies keep the connection, violations end it", async (t) => {
   const server = scripted((req, n) =>
     n === 0
       ? { jsonrpc: "2.0", id: req.id, result: { n } }
@@ -55,7 +56,7 @@ Deno.test("JsonRpcCaller: error replies keep the connection, violations end it",
   }
 });
 
-Deno.test("HudClient and FileTrackerClient report a mismatched reply alike", async () => {
+test("HudClient and FileTrackerClient report a mismatched reply alike", async () => {
   const server = scripted((req, n) =>
     n === 0 && req.method === "hello"
       ? {
@@ -91,7 +92,7 @@ Deno.test("HudClient and FileTrackerClient report a mismatched reply alike", asy
   }
 });
 
-Deno.test("JsonRpcCaller: a timeout counts from the send and ends the connection", async () => {
+test("JsonRpcCaller: a timeout counts from the send and ends the connection", async () => {
   const server = scripted(() => "hang");
   const conn = await Deno.connect({ hostname: "127.0.0.1", port: server.port });
   const caller = new JsonRpcCaller(conn, { maxFrameBytes: 1024 });

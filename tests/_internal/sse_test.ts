@@ -1,3 +1,4 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { sseData } from "../../_internal/sse.ts";
 
@@ -12,7 +13,7 @@ async function eventsOf(chunks: string[], dropUnterminated = false) {
   return out;
 }
 
-Deno.test("sseData() reads events however the stream is cut", async (t) => {
+test("sseData() reads events however the stream is cut", async (t) => {
   await t.step("a \\r\\n split between chunks is one line end", async () => {
     assert.deepEqual(await eventsOf(["data: a\r", "\ndata: b\r\n\r", "\n"]), [
       { event: "", data: "a\nb" },

@@ -1,10 +1,11 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { FirstFrameDeadlines, Gate, UNAUTHORIZED_MESSAGE } from "../../_server/admission.ts";
 import { waitFor } from "../_helpers.ts";
 
 const TOKEN = "k".repeat(64);
 
-Deno.test("Gate admits only a first hello or tunnel.open with the token", async (t) => {
+test("Gate admits only a first hello or tunnel.open with the token", async (t) => {
   const gate = new Gate(TOKEN);
   assert.equal(gate.required, true);
   const refused = (id: unknown) => ({
@@ -52,7 +53,7 @@ Deno.test("Gate admits only a first hello or tunnel.open with the token", async 
   });
 });
 
-Deno.test("FirstFrameDeadlines expires only the connections that did not speak, in order", async () => {
+test("FirstFrameDeadlines expires only the connections that did not speak, in order", async () => {
   const expired: string[] = [];
   const deadlines = new FirstFrameDeadlines<string>(30, (key) => expired.push(key));
   try {

@@ -1,6 +1,7 @@
 // The method table and the session registry, in-process: requests in,
 // replies out, no socket. A channel's close() is a dropped connection.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { Capability, Environment, HudProtocolError, TaskError } from "../../mod.ts";
 import {
@@ -57,7 +58,7 @@ function errorOf(reply: Reply | null): WireError {
   return reply.error;
 }
 
-Deno.test("ControlChannel answers every method of the protocol table", async (t) => {
+test("ControlChannel answers every method of the protocol table", async (t) => {
   const journal: Journal = { events: [] };
   await using d = dispatcherFor(demoEnv(journal));
   const ch = d.open();
@@ -244,7 +245,7 @@ Deno.test("ControlChannel answers every method of the protocol table", async (t)
   assert.ok(journal.events.includes("finally add 1"), "cancel ran the task's finally block");
 });
 
-Deno.test("ControlChannel maps errors to codes in one place", async (t) => {
+test("ControlChannel maps errors to codes in one place", async (t) => {
   const env = new Environment("errors");
   env.template({ id: "boom" }, async function* () {
     throw new Error("kaboom");
@@ -292,7 +293,7 @@ Deno.test("ControlChannel maps errors to codes in one place", async (t) => {
   });
 });
 
-Deno.test("ControlChannel keeps sessions apart", async () => {
+test("ControlChannel keeps sessions apart", async () => {
   const journal: Journal = { events: [] };
   await using d = dispatcherFor(demoEnv(journal));
   const a = d.open();
@@ -311,7 +312,7 @@ Deno.test("ControlChannel keeps sessions apart", async () => {
   assert.deepEqual(resultOf(await call(a, "tasks.grade", { answer: 103 })), { score: 1 });
 });
 
-Deno.test("SessionRegistry parks, resumes and adopts tasks", async (t) => {
+test("SessionRegistry parks, resumes and adopts tasks", async (t) => {
   const journal: Journal = { events: [] };
   await using d = dispatcherFor(demoEnv(journal));
 
@@ -403,7 +404,7 @@ Deno.test("SessionRegistry parks, resumes and adopts tasks", async (t) => {
   });
 });
 
-Deno.test("SessionRegistry expires parked tasks and runs their finally blocks", async () => {
+test("SessionRegistry expires parked tasks and runs their finally blocks", async () => {
   const journal: Journal = { events: [] };
   await using d = dispatcherFor(demoEnv(journal), { parkedTtl: 50 });
   const p = d.open();
@@ -419,7 +420,7 @@ Deno.test("SessionRegistry expires parked tasks and runs their finally blocks", 
   grader.close();
 });
 
-Deno.test("SessionRegistry caps parked tasks", async (t) => {
+test("SessionRegistry caps parked tasks", async (t) => {
   await t.step("tasks.start is refused while the cap is full, before any task code", async () => {
     const journal: Journal = { events: [] };
     await using d = dispatcherFor(demoEnv(journal), { maxParked: 2 });
@@ -461,7 +462,7 @@ Deno.test("SessionRegistry caps parked tasks", async (t) => {
   });
 });
 
-Deno.test("SessionRegistry.close() cancels every task and refuses a start that finishes after it", async () => {
+test("SessionRegistry.close() cancels every task and refuses a start that finishes after it", async () => {
   const journal: Journal = { events: [] };
   const env = demoEnv(journal);
   let release!: () => void;
@@ -494,7 +495,7 @@ Deno.test("SessionRegistry.close() cancels every task and refuses a start that f
   assert.ok(journal.events.includes("finally slow"), "the late task was cancelled");
 });
 
-Deno.test("ControlDispatcher mints 128-bit session ids and never shows one in an error", async () => {
+test("ControlDispatcher mints 128-bit session ids and never shows one in an error", async () => {
   await using d = dispatcherFor(demoEnv());
   const ids = new Set<string>();
   for (let i = 0; i < 50; i++) {
@@ -528,7 +529,7 @@ Deno.test("ControlDispatcher mints 128-bit session ids and never shows one in an
   assert.match(errors[0].message, /^2 parked sessions hold a task/);
 });
 
-Deno.test("ControlChannel's hello lists published capabilities in the manifest", async () => {
+test("ControlChannel's hello lists published capabilities in the manifest", async () => {
   const env = new Environment("caps", {
     capabilities: [
       new Capability({ name: "echo", protocol: "tcp/1", url: "tcp://127.0.0.1:9" }),

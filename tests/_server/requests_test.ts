@@ -1,3 +1,4 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import type { LineResult } from "../../_internal/framing.ts";
 import { parseRequest } from "../../_server/requests.ts";
@@ -10,7 +11,7 @@ const errorOf = (text: string) => {
   return parsed;
 };
 
-Deno.test("parseRequest() turns frames into requests or the replies bad frames get", async (t) => {
+test("parseRequest() turns frames into requests or the replies bad frames get", async (t) => {
   await t.step("a request object", () => {
     assert.deepEqual(parseRequest(line('{"id":1,"method":"hello"}'), limits), {
       request: { id: 1, method: "hello" },
@@ -67,7 +68,7 @@ Deno.test("parseRequest() turns frames into requests or the replies bad frames g
   });
 });
 
-Deno.test("parseRequest() reads numbers as HUD's server (Python's json) does", async (t) => {
+test("parseRequest() reads numbers as HUD's server (Python's json) does", async (t) => {
   await t.step("integers beyond 2^53 stay exact, in the id and in params", () => {
     const parsed = parseRequest(
       line(
@@ -95,7 +96,7 @@ Deno.test("parseRequest() reads numbers as HUD's server (Python's json) does", a
   });
 });
 
-Deno.test("parseRequest() answers with the request's id whenever it can be read", async (t) => {
+test("parseRequest() answers with the request's id whenever it can be read", async (t) => {
   const idOf = (text: string) => errorOf(text).error.id;
   await t.step("a frame nested too deep", () => {
     assert.equal(idOf(`{"jsonrpc":"2.0","id":7,"params":${"[".repeat(70)}${"]".repeat(70)}}`), 7);

@@ -1,8 +1,9 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { Capability, Environment } from "../../mod.ts";
 import { tunnelTarget } from "../../_server/tunnel.ts";
 
-Deno.test("tunnelTarget() reaches only published capabilities", () => {
+test("tunnelTarget() reaches only published capabilities", () => {
   const env = new Environment("tunnels", {
     capabilities: [
       new Capability({ name: "echo", protocol: "tcp/1", url: "tcp://127.0.0.1:4000" }),

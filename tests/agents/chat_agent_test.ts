@@ -1,3 +1,4 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { Environment, integer, rollout, type Run, string } from "../../mod.ts";
 import { AgentLimitError, ChatAgent, defineTool, trimToolResults } from "../../agents/mod.ts";
@@ -33,7 +34,7 @@ async function quiz(agent: ChatAgent, expected = "5"): Promise<Run> {
   return await rollout(task(), agent, { rolloutTimeout: 30_000 });
 }
 
-Deno.test("ChatAgent: a non-streaming tool call, its result fed back, a final answer graded", async () => {
+test("ChatAgent: a non-streaming tool call, its result fed back, a final answer graded", async () => {
   await using model = scriptedServer([
     completion({ tool_calls: [["add", '{"a": 2, "b": 3}']] }),
     completion({ content: "5" }, { prompt_tokens: 30, completion_tokens: 1 }),
@@ -91,7 +92,7 @@ Deno.test("ChatAgent: a non-streaming tool call, its result fed back, a final an
   assert.ok(!JSON.stringify(run.trace).includes("sk-test-secret"), "the key leaked into the trace");
 });
 
-Deno.test("ChatAgent: streamed parallel tool calls split across chunks are assembled", async () => {
+test("ChatAgent: streamed parallel tool calls split across chunks are assembled", async () => {
   await using model = scriptedServer([
     stream([
       delta({ role: "assistant", content: "Let me " }),
@@ -154,7 +155,7 @@ Deno.test("ChatAgent: streamed parallel tool calls split across chunks are assem
   assert.equal(steps(run, "tool").length, 2);
 });
 
-Deno.test("ChatAgent: malformed tool arguments get the parse error back as the result", async () => {
+test("ChatAgent: malformed tool arguments get the parse error back as the result", async () => {
   await using model = scriptedServer([
     completion({ tool_calls: [["add", '{"a": 2, "b": ']] }),
     completion({ tool_calls: [["add", '{"a": "two"}']] }),
@@ -183,7 +184,7 @@ Deno.test("ChatAgent: malformed tool arguments get the parse error back as the r
   assert.match(String(last.at(-1)!.content), /unknown tool/);
 });
 
-Deno.test("ChatAgent: 429 and 503 are retried (Retry-After honoured), other 4xx are not", async () => {
+test("ChatAgent: 429 and 503 are retried (Retry-After honoured), other 4xx are not", async () => {
   await using model = scriptedServer([
     failure(429, "slow down", { "retry-after": "0" }),
     failure(503, "overloaded"),
@@ -220,7 +221,7 @@ Deno.test("ChatAgent: 429 and 503 are retried (Retry-After honoured), other 4xx 
   assert.equal(run2.trace.errors[0].name, "ModelHttpError");
 });
 
-Deno.test("ChatAgent: a stream cut mid-tool-call is retried, the half call never runs", async () => {
+test("ChatAgent: a stream cut mid-tool-call is retried, the half call never runs", async () => {
   await using model = scriptedServer([
     stream([
       delta({
@@ -255,7 +256,7 @@ Deno.test("ChatAgent: a stream cut mid-tool-call is retried, the half call never
   assert.match(String((steps(run, "model")[0].info!.retries as string[])[0]), /ended early/);
 });
 
-Deno.test("ChatAgent: a context overflow trims old tool output and tries again", async () => {
+test("ChatAgent: a context overflow trims old tool output and tries again", async () => {
   const big = "x".repeat(6_000);
   const tooLong = (limit: number) => (r: { body: Record<string, unknown> }) =>
     JSON.stringify(r.body.messages).length > limit
@@ -301,7 +302,7 @@ Deno.test("ChatAgent: a context overflow trims old tool output and tries again",
   assert.match(run2.trace.errors[0]?.message ?? "", /HTTP 400: prompt is too long/);
 });
 
-Deno.test("ChatAgent: a refusal ends the loop without an answer", async () => {
+test("ChatAgent: a refusal ends the loop without an answer", async () => {
   await using model = scriptedServer([completion({ refusal: "I can't help with that." })]);
   const run = await quiz(
     new ChatAgent({ model: "m", baseUrl: model.baseUrl, stream: false, capabilityTools: false }),
@@ -320,7 +321,7 @@ Deno.test("ChatAgent: a refusal ends the loop without an answer", async () => {
   assert.deepEqual(steps(run2, "refusal").map((s) => s.content), ["I can't do that."]);
 });
 
-Deno.test("ChatAgent: step and token limits stop the loop with an agent error", async () => {
+test("ChatAgent: step and token limits stop the loop with an agent error", async () => {
   await using model = scriptedServer([
     completion({ tool_calls: [["add", '{"a":1,"b":1}']] }),
     completion({ tool_calls: [["add", '{"a":1,"b":1}']] }),
@@ -362,7 +363,7 @@ Deno.test("ChatAgent: step and token limits stop the loop with an agent error", 
   assert.ok(new AgentLimitError("x") instanceof Error);
 });
 
-Deno.test("ChatAgent: the agent deadline aborts a model call in flight", async () => {
+test("ChatAgent: the agent deadline aborts a model call in flight", async () => {
   let release!: () => void;
   const held = new Promise<void>((r) => release = r);
   await using model = scriptedServer([async () => {
@@ -383,7 +384,7 @@ Deno.test("ChatAgent: the agent deadline aborts a model call in flight", async (
   }
 });
 
-Deno.test("ChatAgent: bad options get one-line errors", () => {
+test("ChatAgent: bad options get one-line errors", () => {
   assert.throws(() => new ChatAgent({ baseUrl: "http://127.0.0.1:1/v1" }), /model is required/);
   assert.throws(
     () => new ChatAgent({ model: "m", baseUrl: "not a url" }),
@@ -409,7 +410,7 @@ Deno.test("ChatAgent: bad options get one-line errors", () => {
   );
 });
 
-Deno.test("trimToolResults cuts the oldest tool output first and keeps the last ones", () => {
+test("trimToolResults cuts the oldest tool output first and keeps the last ones", () => {
   const tool = (c: string): ChatMessage => ({
     role: "tool",
     toolCallId: "x",
@@ -428,7 +429,7 @@ Deno.test("trimToolResults cuts the oldest tool output first and keeps the last 
   assert.equal(messages[3].content, "c".repeat(100));
 });
 
-Deno.test("ChatAgent: a typed tool gets coerced arguments and a string() schema", async () => {
+test("ChatAgent: a typed tool gets coerced arguments and a string() schema", async () => {
   const seen: unknown[] = [];
   const echo = defineTool({
     name: "echo",

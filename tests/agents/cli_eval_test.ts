@@ -1,3 +1,4 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { completion, scriptedServer } from "./_scripted.ts";
 
@@ -15,7 +16,7 @@ async function cli(args: string[], env: Record<string, string>) {
   return { code: out.code, stdout: text.decode(out.stdout), stderr: text.decode(out.stderr) };
 }
 
-Deno.test("cli eval --model runs a ChatAgent; the key comes from the environment only", async () => {
+test("cli eval --model runs a ChatAgent; the key comes from the environment only", async () => {
   const root = await Deno.makeTempDir({ prefix: "agents-cli-" });
   try {
     await using model = scriptedServer([
@@ -52,7 +53,7 @@ Deno.test("cli eval --model runs a ChatAgent; the key comes from the environment
   }
 });
 
-Deno.test("cli eval: bad model flags are usage errors", async () => {
+test("cli eval: bad model flags are usage errors", async () => {
   const root = await Deno.makeTempDir({ prefix: "agents-cli-" });
   try {
     const env = { AGENTS_LAB_ROOT: root };

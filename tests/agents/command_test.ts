@@ -1,3 +1,4 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { bind, Environment, integer, Job, LocalRuntime, rollout, Taskset } from "../../mod.ts";
 import type { RuntimeProvider } from "../../runtime/mod.ts";
@@ -27,7 +28,7 @@ const row = (n: number, size = 0) => ({
   slug: `echo-${n}-${size}`,
 });
 
-Deno.test("CommandAgent passes only what it is told to", async (t) => {
+test("CommandAgent passes only what it is told to", async (t) => {
   const runtime = new LocalRuntime(echoEnv());
   const dir = await Deno.makeTempDir();
   Deno.env.set("HUD_T_OPENAI_KEY", "sk-one");
@@ -64,7 +65,7 @@ Deno.test("CommandAgent passes only what it is told to", async (t) => {
   }
 });
 
-Deno.test("CommandAgent: the prompt is on stdin and in HUD_PROMPT_FILE, in HUD_PROMPT when small", async (t) => {
+test("CommandAgent: the prompt is on stdin and in HUD_PROMPT_FILE, in HUD_PROMPT when small", async (t) => {
   const runtime = new LocalRuntime(echoEnv());
   await t.step("a small prompt: all three agree; the file is private and removed", async () => {
     const agent = new CommandAgent(
@@ -89,7 +90,7 @@ Deno.test("CommandAgent: the prompt is on stdin and in HUD_PROMPT_FILE, in HUD_P
   });
 });
 
-Deno.test("CommandAgent: an agent that cannot start is an error, never graded", async (t) => {
+test("CommandAgent: an agent that cannot start is an error, never graded", async (t) => {
   const runtime = new LocalRuntime(echoEnv());
   const notExecutable = await Deno.makeTempFile({ suffix: ".sh" });
   await Deno.writeTextFile(notExecutable, "echo 1\n", { mode: 0o644 });
@@ -130,7 +131,7 @@ Deno.test("CommandAgent: an agent that cannot start is an error, never graded", 
   await Deno.remove(notExecutable);
 });
 
-Deno.test("CommandAgent caps the answer: over it the agent stops and the run errors", async () => {
+test("CommandAgent caps the answer: over it the agent stops and the run errors", async () => {
   const runtime = new LocalRuntime(echoEnv());
   const agent = new CommandAgent("yes 1 | head -c 100000; sleep 30", {
     maxOutputBytes: 1000,
@@ -142,7 +143,7 @@ Deno.test("CommandAgent caps the answer: over it the agent stops and the run err
   assert.throws(() => new CommandAgent("x", { maxOutputBytes: 0 }), RangeError);
 });
 
-Deno.test("rollout(): a non-finite score is a grading error, never a null reward that looks graded", async () => {
+test("rollout(): a non-finite score is a grading error, never a null reward that looks graded", async () => {
   const env = echoEnv();
   const run = await rollout(
     { env: "echoes", id: "nan", args: {}, slug: "nan" },
@@ -158,7 +159,7 @@ Deno.test("rollout(): a non-finite score is a grading error, never a null reward
   );
 });
 
-Deno.test("rollout(): an answer over the server's frame limit reports the limit", async () => {
+test("rollout(): an answer over the server's frame limit reports the limit", async () => {
   const env = echoEnv();
   await using server = bind(env, { maxFrameBytes: 4096 });
   const runtime: RuntimeProvider = {

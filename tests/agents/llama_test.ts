@@ -4,6 +4,7 @@
 // protocol only (tool calls parsed and run over SSH, results fed back, the
 // loop ends, the trace holds every call, the answer is graded).
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { addWorkspace, Environment, rollout } from "../../mod.ts";
 import { ChatAgent } from "../../agents/mod.ts";
@@ -17,7 +18,7 @@ if (missing.length > 0 && !REQUIRED) {
   console.log(`llama_test: skipped: ${missing.join(" and ")} not found (${LLAMA_BUILD_HINT})`);
 }
 
-Deno.test({
+test({
   name: "ChatAgent against llama-server with the tiny tool-calling model",
   ignore: missing.length > 0 && !REQUIRED,
   async fn() {

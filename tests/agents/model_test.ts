@@ -4,6 +4,7 @@
 // as an event stream, or as an error body, is cut off, and the rest of its
 // body is never read.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { AnthropicBackend, OpenAiBackend } from "../../agents/mod.ts";
 import type { ModelRequest } from "../../agents/model.ts";
@@ -68,7 +69,7 @@ async function assertCutOff(big: BigServer, call: Promise<unknown>, pattern: Reg
   assert.ok(big.pulled() < OFFERED / 2, `${big.pulled()} of ${OFFERED} bytes were read`);
 }
 
-Deno.test("OpenAiBackend.complete() cuts off a JSON reply past maxResponseBytes", async () => {
+test("OpenAiBackend.complete() cuts off a JSON reply past maxResponseBytes", async () => {
   await using big = bigServer(
     200,
     "application/json",
@@ -85,7 +86,7 @@ Deno.test("OpenAiBackend.complete() cuts off a JSON reply past maxResponseBytes"
   );
 });
 
-Deno.test("OpenAiBackend.complete() cuts off an event stream past maxResponseBytes", async () => {
+test("OpenAiBackend.complete() cuts off an event stream past maxResponseBytes", async () => {
   const event = 'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n';
   await using big = bigServer(
     200,
@@ -102,7 +103,7 @@ Deno.test("OpenAiBackend.complete() cuts off an event stream past maxResponseByt
   );
 });
 
-Deno.test("AnthropicBackend.complete() cuts off a reply past maxResponseBytes", async () => {
+test("AnthropicBackend.complete() cuts off a reply past maxResponseBytes", async () => {
   await using big = bigServer(
     200,
     "application/json",
@@ -118,7 +119,7 @@ Deno.test("AnthropicBackend.complete() cuts off a reply past maxResponseBytes", 
   );
 });
 
-Deno.test("OpenAiBackend.complete() reads only the head of an error body", async () => {
+test("OpenAiBackend.complete() reads only the head of an error body", async () => {
   await using big = bigServer(500, "application/json", '{"error":{"message":"', "x", '"}}');
   const backend = new OpenAiBackend({ model: "m", baseUrl: `${big.origin}/v1`, stream: false });
   const err = await backend.complete(REQUEST, AbortSignal.timeout(60_000)).catch((e) => e);
@@ -128,7 +129,7 @@ Deno.test("OpenAiBackend.complete() reads only the head of an error body", async
   assert.ok(big.pulled() < OFFERED / 2, `${big.pulled()} of ${OFFERED} bytes were read`);
 });
 
-Deno.test("OpenAiBackend and AnthropicBackend reject a maxResponseBytes that is not a positive integer", () => {
+test("OpenAiBackend and AnthropicBackend reject a maxResponseBytes that is not a positive integer", () => {
   assert.throws(
     () => new OpenAiBackend({ model: "m", baseUrl: "http://127.0.0.1:1/v1", maxResponseBytes: 0 }),
     /RangeError: Cannot make OpenAI backend: maxResponseBytes must be a positive integer, got "0"/,

@@ -2,6 +2,7 @@
 // scripted model (OpenAI-compatible and Anthropic) runs bash over SSH,
 // reads and writes files, then submits; the answer is graded.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { addWorkspace, Environment, rollout } from "../../mod.ts";
 import { ChatAgent } from "../../agents/mod.ts";
@@ -18,7 +19,7 @@ function labTask(root: string) {
   });
 }
 
-Deno.test("ChatAgent rollout: bash and file tools over a real SSH workspace, submit graded", async () => {
+test("ChatAgent rollout: bash and file tools over a real SSH workspace, submit graded", async () => {
   const root = await Deno.makeTempDir({ prefix: "agents-e2e-" });
   try {
     const task = labTask(root);
@@ -102,7 +103,7 @@ Deno.test("ChatAgent rollout: bash and file tools over a real SSH workspace, sub
   }
 });
 
-Deno.test("ChatAgent rollout: bash output over the limit is cut with a note", async () => {
+test("ChatAgent rollout: bash output over the limit is cut with a note", async () => {
   const root = await Deno.makeTempDir({ prefix: "agents-e2e-" });
   try {
     const task = labTask(root);
@@ -131,7 +132,7 @@ Deno.test("ChatAgent rollout: bash output over the limit is cut with a note", as
   }
 });
 
-Deno.test("ChatAgent rollout over the Anthropic Messages API: tool_use, tool_result, graded", async () => {
+test("ChatAgent rollout over the Anthropic Messages API: tool_use, tool_result, graded", async () => {
   const root = await Deno.makeTempDir({ prefix: "agents-e2e-" });
   try {
     const task = labTask(root);

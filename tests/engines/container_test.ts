@@ -3,6 +3,7 @@
 // `.ci/run` starts both (.ci/engine/engine_up.sh, behind its firewall
 // guard); without an engine socket these tests are skipped, saying why.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { connect } from "../../client.ts";
 import { NotReadyError } from "../../errors.ts";
@@ -164,7 +165,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
     return c.Labels["dev.hud.control.dir"];
   }
 
-  Deno.test({
+  test({
     name: `buildEnvironmentImage() makes an image with the env's label from no registry (${label})`,
     ignore,
     async fn() {
@@ -184,7 +185,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
     },
   });
 
-  Deno.test({
+  test({
     name:
       `ContainerRuntime places, serves a task with a token, and removes the container (${label})`,
     ignore,
@@ -215,7 +216,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
     return JSON.parse(String(prompt)) as Facts;
   }
 
-  Deno.test({
+  test({
     name:
       `ContainerRuntime runs the container unprivileged: not root, no capabilities, no_new_privs, seccomp, a read-only image (${label})`,
     ignore,
@@ -235,7 +236,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
     },
   });
 
-  Deno.test({
+  test({
     name:
       `ContainerRuntime's seccomp profile refuses keyrings, bpf, perf, userfaultfd, io_uring, other processes' memory and 32-bit calls, and allows user namespaces (${label})`,
     ignore: ignore || SYSCALL_PROBE === null,
@@ -262,7 +263,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
     },
   });
 
-  Deno.test({
+  test({
     name:
       `ContainerRuntime network: false: no route, so the bridge gateway, a host service and 169.254.169.254 are unreachable, while the control port answers (${label})`,
     ignore,
@@ -297,7 +298,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
     },
   });
 
-  Deno.test({
+  test({
     name:
       `hud eval --runtime container: --container-network and --container-env reach the container (${label})`,
     // The command line finds the default engine only.
@@ -351,7 +352,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
     },
   });
 
-  Deno.test({
+  test({
     name: `ContainerRuntime refuses an image whose server has no control socket (${label})`,
     ignore,
     async fn() {
@@ -375,7 +376,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
     },
   });
 
-  Deno.test({
+  test({
     name: `ContainerRuntime reports a container that exits before it is ready (${label})`,
     ignore,
     async fn() {
@@ -389,7 +390,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
     },
   });
 
-  Deno.test({
+  test({
     name: `ContainerRuntime runs 20 rollouts of a taskset, 4 at a time (${label})`,
     ignore,
     async fn() {
@@ -419,7 +420,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
     },
   });
 
-  Deno.test({
+  test({
     name: `removeStaleContainers() removes what a killed runner left behind (${label})`,
     ignore,
     async fn() {
@@ -466,7 +467,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
     },
   });
 
-  Deno.test({
+  test({
     name: `hud gc and hud image: usage errors, and gc against the engine (${label})`,
     // The command line's gc finds the default engine only.
     ignore: ignore || socket !== undefined,
@@ -484,7 +485,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
       );
       assert.match(
         err,
-        /--runtime must be "local", "container:IMAGE" or "swarm:IMAGE", got "vm:x"/,
+        /--runtime must be "local", "container:IMAGE", "swarm:IMAGE", "k8s:IMAGE" or "slurm\[:PARTITION\]", got "vm:x"/,
       );
       err = "";
       assert.equal(await main(["gc"], quiet), 0);
@@ -492,7 +493,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
     },
   });
 
-  Deno.test({
+  test({
     name: `removeStaleContainers() run by several cleaners at once: each succeeds (${label})`,
     ignore,
     async fn() {

@@ -5,6 +5,7 @@
 // minimal rootfs of this machine's own tools (tests/engines/_shell_base.ts).
 // Needs an engine socket; skipped without one, saying why (in CI it runs).
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { buildEnvironmentImage, ContainerRuntime, OWNER_LABEL } from "../../engines/mod.ts";
 import { EngineClient, findEngineSocket } from "../../engines/_engine.ts";
@@ -78,7 +79,7 @@ function bridgeAddress(): string | null {
     ?.address ?? null;
 }
 
-Deno.test({
+test({
   name: "ContainerRuntime runs 20 robolab rollouts, SSH and file tracking inside containers",
   ignore,
   fn: withDeadline(59_000, async () => {
@@ -115,7 +116,7 @@ Deno.test({
   }),
 });
 
-Deno.test({
+test({
   name: "ContainerRuntime: a container killed mid-rollout errors that rollout with the reason",
   ignore,
   fn: withDeadline(59_000, async () => {
@@ -149,7 +150,7 @@ Deno.test({
 
 /** The tests of the agent's view, against the engine at `socket`, named `label`. */
 function agentSuite(label: string, socket: string | undefined, ignore: boolean): void {
-  Deno.test({
+  test({
     name:
       `ContainerRuntime: robolab's agent is sandboxed in its container: its own processes, no network, no host service (${label})`,
     ignore,
@@ -213,7 +214,7 @@ function agentSuite(label: string, socket: string | undefined, ignore: boolean):
     }),
   });
 
-  Deno.test({
+  test({
     name:
       `ContainerRuntime: OpenSSH's scp and sftp reach the workspace inside a container (${label})`,
     ignore,
@@ -292,7 +293,7 @@ function agentSuite(label: string, socket: string | undefined, ignore: boolean):
 agentSuite("default engine", undefined, ignore);
 if (PODMAN_SOCKET !== null) agentSuite("Podman", PODMAN_SOCKET, false);
 
-Deno.test({
+test({
   name: "hud image and hud eval --runtime container: run the README's robolab commands as written",
   ignore,
   fn: withDeadline(59_000, async () => {

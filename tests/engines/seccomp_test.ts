@@ -2,10 +2,11 @@
 // container under it can do): no name in both lists or twice, bubblewrap's
 // calls allowed, one architecture.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { ALLOWED_SYSCALLS, REFUSED_SYSCALLS, seccompProfile } from "../../engines/_seccomp.ts";
 
-Deno.test("seccompProfile() allows bubblewrap's calls and none it refuses, each name once", () => {
+test("seccompProfile() allows bubblewrap's calls and none it refuses, each name once", () => {
   const profile = JSON.parse(seccompProfile()) as {
     defaultAction: string;
     architectures: string[];

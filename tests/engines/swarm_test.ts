@@ -6,6 +6,7 @@
 // the engine's binaries are needed; without them the test is skipped, saying
 // why (in CI it runs). Run alone with `deno task test-engine`.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { connect } from "../../client.ts";
 import type { Placement, PlaceOptions } from "../../runtime/placement.ts";
@@ -147,7 +148,7 @@ async function swarmDown(): Promise<void> {
   }
 }
 
-Deno.test({
+test({
   name: "SwarmRuntime serves 60 rollouts on 3 nodes and survives a node's crash",
   ignore,
   fn: withDeadline(59_000, async (t) => {
@@ -361,7 +362,7 @@ Deno.test({
   }),
 });
 
-Deno.test("holdSwarmLock() waits while another process holds the lock, and takes it after", async () => {
+test("holdSwarmLock() waits while another process holds the lock, and takes it after", async () => {
   const dir = await Deno.makeTempDir();
   try {
     const path = `${dir}/swarm.lock`;
@@ -382,7 +383,7 @@ Deno.test("holdSwarmLock() waits while another process holds the lock, and takes
   }
 });
 
-Deno.test("SwarmRuntime rejects replica counts and width out of range", () => {
+test("SwarmRuntime rejects replica counts and width out of range", () => {
   assert.throws(() => new SwarmRuntime(""), /image must be a non-empty string/);
   assert.throws(
     () => new SwarmRuntime("x", { minReplicas: 0 }),
@@ -395,7 +396,7 @@ Deno.test("SwarmRuntime rejects replica counts and width out of range", () => {
   );
 });
 
-Deno.test({
+test({
   name: "SwarmRuntime.place() on an engine that is not a swarm manager says how to make one",
   ignore: (() => {
     try {

@@ -1,5 +1,6 @@
 // `hud eval` under interruption, in child processes: no graded result is
 // lost or re-run, and no process, key file or temp dir of the run is left.
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { liveGroupMembers } from "../../_internal/process.ts";
 
@@ -95,7 +96,7 @@ function parseRows(text: string): (Row | null)[] {
 
 const linux = Deno.build.os === "linux";
 
-Deno.test({
+test({
   name: "hud eval: a signal at a random point loses no graded rollout; --resume finishes the rest",
   ignore: !linux,
 }, async (t) => {
@@ -167,7 +168,7 @@ Deno.test({
   }
 });
 
-Deno.test({
+test({
   name: "hud eval: an interrupted run leaves no agent process, key file or temp dir",
   ignore: !linux,
 }, async (t) => {
@@ -218,7 +219,7 @@ Deno.test({
   }
 });
 
-Deno.test({
+test({
   name: "hud eval: a timed-out agent is graded on what it wrote, and its group is gone",
   ignore: !linux,
 }, async () => {
@@ -304,7 +305,7 @@ async function interruptAfterFirstLine(
   return { code, firstLine: text.split("\n")[0], stderr: await stderr };
 }
 
-Deno.test({
+test({
   name: "hud start --source and hud serve: a signal removes every key file and temp dir",
   ignore: !linux,
 }, async (t) => {

@@ -4,6 +4,7 @@
 // scripted model, through `cli.ts eval` run with umask 000; the results file
 // is 0600 in a directory no wider than 0700, and holds neither secret.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { completion, scriptedServer } from "../agents/_scripted.ts";
 import { Trace } from "../../eval/trace.ts";
@@ -99,7 +100,7 @@ async function checkResults(out: string, planted: Planted): Promise<void> {
   assert.equal(dirMode & 0o077, 0, `results directory mode ${dirMode.toString(8)}`);
 }
 
-Deno.test("cli.ts eval with a command agent keeps planted secrets out of a 0600 results file", async () => {
+test("cli.ts eval with a command agent keeps planted secrets out of a 0600 results file", async () => {
   const dir = await Deno.makeTempDir({ prefix: "results-secrets-" });
   try {
     const planted = await plant(dir);
@@ -117,7 +118,7 @@ Deno.test("cli.ts eval with a command agent keeps planted secrets out of a 0600 
   }
 });
 
-Deno.test("cli.ts eval --model keeps what ChatAgent read out of a 0600 results file", async () => {
+test("cli.ts eval --model keeps what ChatAgent read out of a 0600 results file", async () => {
   const dir = await Deno.makeTempDir({ prefix: "results-secrets-" });
   try {
     const planted = await plant(dir);
@@ -147,7 +148,7 @@ Deno.test("cli.ts eval --model keeps what ChatAgent read out of a 0600 results f
   }
 });
 
-Deno.test("Trace redacts what it records: steps, info, failures and the answer", () => {
+test("Trace redacts what it records: steps, info, failures and the answer", () => {
   const key = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmU\n" +
     "-----END OPENSSH PRIVATE KEY-----\n";
   const trace = new Trace();
@@ -165,7 +166,7 @@ Deno.test("Trace redacts what it records: steps, info, failures and the answer",
   assert.ok(content.request[0].content.includes("b3BlbnNz"));
 });
 
-Deno.test("cli.ts report --html writes its page 0600 whatever the umask", async () => {
+test("cli.ts report --html writes its page 0600 whatever the umask", async () => {
   const dir = await Deno.makeTempDir();
   try {
     const results = `${dir}/results.jsonl`;

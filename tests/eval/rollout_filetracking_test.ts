@@ -1,3 +1,4 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { Capability, Environment, functionAgent, LocalRuntime, rollout } from "../../mod.ts";
 import { type FileDiff, type FlushResult, startFileTracker } from "../../filetracking/mod.ts";
@@ -19,7 +20,7 @@ function trackedEnv(root: string): Environment {
   return env;
 }
 
-Deno.test("rollout() records the files the agent changed, as unified diffs", async () => {
+test("rollout() records the files the agent changed, as unified diffs", async () => {
   const root = await Deno.makeTempDir();
   try {
     await Deno.writeTextFile(`${root}/app.py`, "def add(a, b):\n    return a - b\n");
@@ -63,7 +64,7 @@ Deno.test("rollout() records the files the agent changed, as unified diffs", asy
   }
 });
 
-Deno.test("rollout() goes on when the file tracker is down", async () => {
+test("rollout() goes on when the file tracker is down", async () => {
   const dead = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = dead.addr.port;
   dead.close();

@@ -1,3 +1,4 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import {
   bind,
@@ -36,7 +37,7 @@ function arithEnv(log: string[] = []): Environment {
   return env;
 }
 
-Deno.test("Run records setup, user, agent and evaluate steps", async () => {
+test("Run records setup, user, agent and evaluate steps", async () => {
   const env = arithEnv();
   await using server = bind(env);
   await using client = await connect(server, { readyTimeout: 10_000 });
@@ -61,7 +62,7 @@ Deno.test("Run records setup, user, agent and evaluate steps", async () => {
   assert.equal((await run.finish()).reward, 1, "finish is idempotent");
 });
 
-Deno.test("Run disposal grades an unfinished run", async () => {
+test("Run disposal grades an unfinished run", async () => {
   const env = arithEnv();
   await using server = bind(env);
   await using client = await connect(server, { readyTimeout: 10_000 });
@@ -79,7 +80,7 @@ Deno.test("Run disposal grades an unfinished run", async () => {
   assert.equal(run.reward, 1);
 });
 
-Deno.test("rollout() runs each phase and reports failures by phase", async (t) => {
+test("rollout() runs each phase and reports failures by phase", async (t) => {
   const log: string[] = [];
   const env = arithEnv(log);
   const runtime = new LocalRuntime(env);
@@ -193,15 +194,19 @@ Deno.test("rollout() runs each phase and reports failures by phase", async (t) =
   });
   await t.step("an abort cancels the task instead of grading it", async () => {
     const controller = new AbortController();
+    let slept: Promise<unknown> = Promise.resolve();
     const run = await rollout(
       row(4, 4),
       functionAgent(async (_p, run) => {
         run.answer = "8";
         controller.abort();
-        await new Promise((r) => setTimeout(r, 50));
+        await (slept = new Promise((r) => setTimeout(r, 50)));
       }),
       { runtime, signal: controller.signal },
     );
+    // The rollout returned without waiting for the agent, which ignores the
+    // abort: let its sleep end inside this step (op sanitizer).
+    await slept;
     assert.equal(run.reward, null);
     assert.equal(run.trace.status, "cancelled");
     assert.ok(!log.includes('graded "8"'), "never graded");
@@ -209,7 +214,7 @@ Deno.test("rollout() runs each phase and reports failures by phase", async (t) =
   });
 });
 
-Deno.test("rollout() timeout cancels and returns fast even when teardown hangs", async () => {
+test("rollout() timeout cancels and returns fast even when teardown hangs", async () => {
   const env = arithEnv();
   let releaseTeardown!: () => void;
   const teardownGate = new Promise<void>((r) => releaseTeardown = r);
@@ -242,7 +247,7 @@ Deno.test("rollout() timeout cancels and returns fast even when teardown hangs",
   await new Promise((r) => setTimeout(r, 50));
 });
 
-Deno.test("CommandAgent runs an external program as the agent", async (t) => {
+test("CommandAgent runs an external program as the agent", async (t) => {
   const env = arithEnv();
   const runtime = new LocalRuntime(env);
   const row = { env: "arith", id: "add", args: { a: 20, b: 22 }, slug: "add-20-22" };
@@ -299,7 +304,7 @@ Deno.test("CommandAgent runs an external program as the agent", async (t) => {
   assert.throws(() => new CommandAgent([]), TypeError);
 });
 
-Deno.test("rollout() releases a placement that arrives after its deadline", async () => {
+test("rollout() releases a placement that arrives after its deadline", async () => {
   const env = arithEnv();
   const inner = new LocalRuntime(env);
   let released = false;

@@ -1,3 +1,4 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import {
   Environment,
@@ -23,7 +24,7 @@ function makeEnv() {
 
 const solve = functionAgent((p) => String(eval(String(p))));
 
-Deno.test("Taskset keys rows by slug and refuses duplicates", async (t) => {
+test("Taskset keys rows by slug and refuses duplicates", async (t) => {
   const { add } = makeEnv();
   const set = new Taskset([
     add({ a: 1, b: 1 }),
@@ -66,7 +67,7 @@ Deno.test("Taskset keys rows by slug and refuses duplicates", async (t) => {
   });
 });
 
-Deno.test("Taskset.run() honours group and maxConcurrent", async () => {
+test("Taskset.run() honours group and maxConcurrent", async () => {
   const { env, add } = makeEnv();
   let live = 0;
   let peak = 0;
@@ -103,13 +104,13 @@ Deno.test("Taskset.run() honours group and maxConcurrent", async () => {
   void env;
 });
 
-Deno.test("Taskset.run() refuses rows with no runtime up front", async () => {
+test("Taskset.run() refuses rows with no runtime up front", async () => {
   const set = new Taskset([{ env: "remote", id: "t", args: {}, slug: "t" }]);
   await assert.rejects(set.run(solve), { name: "TypeError", message: /pass a runtime/ });
   await assert.rejects(new Taskset([]).run(solve, { group: 0 }), RangeError);
 });
 
-Deno.test("Taskset.run() streams results to JSONL and resumes only what was not graded", async () => {
+test("Taskset.run() streams results to JSONL and resumes only what was not graded", async () => {
   const { add } = makeEnv();
   const dir = await Deno.makeTempDir();
   const out = `${dir}/results.jsonl`;
@@ -159,7 +160,7 @@ Deno.test("Taskset.run() streams results to JSONL and resumes only what was not 
   }
 });
 
-Deno.test("Taskset.run() re-runs errored rollouts on resume", async () => {
+test("Taskset.run() re-runs errored rollouts on resume", async () => {
   const { add } = makeEnv();
   const dir = await Deno.makeTempDir();
   const out = `${dir}/results.jsonl`;
@@ -179,7 +180,7 @@ Deno.test("Taskset.run() re-runs errored rollouts on resume", async () => {
   }
 });
 
-Deno.test("Shared boots once per scope and waits past its width", async () => {
+test("Shared boots once per scope and waits past its width", async () => {
   const { env, add } = makeEnv();
   let placed = 0;
   let inUse = 0;
@@ -210,7 +211,7 @@ Deno.test("Shared boots once per scope and waits past its width", async () => {
   }
 });
 
-Deno.test("Shared: a failed boot fails only its own rollout", async () => {
+test("Shared: a failed boot fails only its own rollout", async () => {
   const { env, add } = makeEnv();
   const inner = new LocalRuntime(env);
   let attempts = 0;

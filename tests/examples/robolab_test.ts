@@ -1,3 +1,4 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { type Agent, Taskset } from "../../mod.ts";
 import type { FileDiff, FlushResult } from "../../filetracking/mod.ts";
@@ -8,7 +9,7 @@ import { testSignal } from "../_deadline.ts";
 
 const example = new URL("../../examples/robolab.ts", import.meta.url).pathname;
 
-Deno.test("examples/robolab.ts runs to completion with every task graded", async () => {
+test("examples/robolab.ts runs to completion with every task graded", async () => {
   const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
     args: ["run", "-A", example],
     stdout: "piped",
@@ -22,7 +23,7 @@ Deno.test("examples/robolab.ts runs to completion with every task graded", async
   assert.match(out, /mean reward 0\.500 over 6 graded runs, 0 errored/);
 });
 
-Deno.test("robolab: the scripted agent fixes what it knows, over SSH", async () => {
+test("robolab: the scripted agent fixes what it knows, over SSH", async () => {
   const job = await new Taskset(tasks).run(scriptedAgent, { maxConcurrent: 3 });
   const byDifficulty = job.runs.map((r) => [r.task.args.difficulty, r.reward]);
   assert.deepEqual(byDifficulty, [[1, 1], [1, 1], [2, 0.5], [2, 0.5], [3, 0], [3, 0]]);
@@ -31,7 +32,7 @@ Deno.test("robolab: the scripted agent fixes what it knows, over SSH", async () 
   assert.deepEqual((fix!.content as { subscores: unknown }).subscores, { check: 1, answer: 1 });
 });
 
-Deno.test("robolab: each trace shows its own agent's fix as a unified diff", async () => {
+test("robolab: each trace shows its own agent's fix as a unified diff", async () => {
   // Three rollouts at once on one workspace: each trace must hold its own
   // task's changes, all of them, and nothing of the others'.
   const job = await new Taskset(tasks).run(scriptedAgent, { maxConcurrent: 3 });
@@ -60,7 +61,7 @@ Deno.test("robolab: each trace shows its own agent's fix as a unified diff", asy
   });
 });
 
-Deno.test("robolab: examples/ssh_agent.sh, an external agent using OpenSSH's ssh", {
+test("robolab: examples/ssh_agent.sh, an external agent using OpenSSH's ssh", {
   ignore: !(await Deno.stat("/usr/bin/ssh").then(() => true, () => false)),
 }, async () => {
   // The agent reads its capability from the command agent contract's
@@ -79,7 +80,7 @@ Deno.test("robolab: examples/ssh_agent.sh, an external agent using OpenSSH's ssh
   assert.deepEqual(job.runs.map((r) => r.reward), [1, 0]);
 });
 
-Deno.test("examples/robolab.ts: a bad flag is one usage line, exit 2", async () => {
+test("examples/robolab.ts: a bad flag is one usage line, exit 2", async () => {
   const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
     args: ["run", "-A", example, "--bogus"],
     stdin: "null",
@@ -90,7 +91,7 @@ Deno.test("examples/robolab.ts: a bad flag is one usage line, exit 2", async () 
   assert.match(err, /^error: Unknown option '--bogus' \(see --help\)\n$/);
 });
 
-Deno.test("cli.ts serve examples/robolab.ts announces one port and stops on SIGTERM", async () => {
+test("cli.ts serve examples/robolab.ts announces one port and stops on SIGTERM", async () => {
   const cli = new URL("../../cli.ts", import.meta.url).pathname;
   const child = new Deno.Command(Deno.execPath(), {
     args: ["run", "-A", cli, "serve", example, "--port", "0"],
@@ -137,7 +138,7 @@ function tamperingAgent(
   };
 }
 
-Deno.test("robolab: an agent that rewrites check.sh instead of fixing earns nothing", async () => {
+test("robolab: an agent that rewrites check.sh instead of fixing earns nothing", async () => {
   const agent = tamperingAgent(async (cwd, shell) => {
     await shell.writeText(`${cwd}/check.sh`, "#!/usr/bin/env bash\nexit 0\n");
     await shell.exec(`chmod +x ${cwd}/check.sh`);
@@ -152,7 +153,7 @@ Deno.test("robolab: an agent that rewrites check.sh instead of fixing earns noth
   assert.deepEqual(job.runs.map((r) => r.reward), [0, 0, 0, 0, 0, 0]);
 });
 
-Deno.test("robolab: a line appended to the program runs only in the sandbox, as the agent", async () => {
+test("robolab: a line appended to the program runs only in the sandbox, as the agent", async () => {
   // A directory only root may write, outside the workspace: the appended
   // line tries to leave its uid there when the check runs the program.
   const outside = await Deno.makeTempDir({ prefix: "robolab-outside-" });

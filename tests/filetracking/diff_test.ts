@@ -1,3 +1,4 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { diffLines, splitLines, unifiedDiff } from "../../filetracking/_diff.ts";
 
@@ -69,7 +70,7 @@ function ours(a: string | null, b: string | null): string {
   });
 }
 
-Deno.test("unifiedDiff() matches diff -u on random edits", async () => {
+test("unifiedDiff() matches diff -u on random edits", async () => {
   const dir = await Deno.makeTempDir();
   try {
     for (let seed = 1; seed <= 400; seed++) {
@@ -82,7 +83,7 @@ Deno.test("unifiedDiff() matches diff -u on random edits", async () => {
   }
 });
 
-Deno.test("unifiedDiff() matches diff -u on added, deleted and newline-only changes", async (t) => {
+test("unifiedDiff() matches diff -u on added, deleted and newline-only changes", async (t) => {
   const dir = await Deno.makeTempDir();
   try {
     const cases: [string, string | null, string | null][] = [
@@ -110,15 +111,15 @@ Deno.test("unifiedDiff() matches diff -u on added, deleted and newline-only chan
   }
 });
 
-Deno.test("unifiedDiff() returns an empty string for equal texts", () => {
+test("unifiedDiff() returns an empty string for equal texts", () => {
   assert.equal(ours("a\nb\n", "a\nb\n"), "");
 });
 
-Deno.test("unifiedDiff() prints headers only for an added empty file", () => {
+test("unifiedDiff() prints headers only for an added empty file", () => {
   assert.equal(ours(null, ""), "--- /dev/null\n+++ b/f\n");
 });
 
-Deno.test("diffLines() stays fast on large inputs", () => {
+test("diffLines() stays fast on large inputs", () => {
   // 20,000 lines with a change every 50 lines: must not go quadratic.
   const a = Array.from({ length: 20_000 }, (_, i) => `line ${i}\n`);
   const b = a.map((l, i) => i % 50 === 0 ? `changed ${i}\n` : l);
@@ -127,7 +128,7 @@ Deno.test("diffLines() stays fast on large inputs", () => {
   assert.equal(cb.reduce((s, x) => s + x, 0), 400);
 });
 
-Deno.test("splitLines() keeps line endings", () => {
+test("splitLines() keeps line endings", () => {
   assert.deepEqual(splitLines("a\nb"), ["a\n", "b"]);
   assert.deepEqual(splitLines(""), []);
   assert.deepEqual(splitLines("\n\n"), ["\n", "\n"]);

@@ -1,6 +1,7 @@
 // The file tracker facing an agent that tries to blind it, freeze it, or
 // make it leak: each case here failed before the tracker was hardened.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { type FileTrackingEvent, observeFiles, startFileTracker } from "../../filetracking/mod.ts";
 import { Tracker, type TrackerLimits } from "../../filetracking/_core.ts";
@@ -63,7 +64,7 @@ async function withRoot(fn: (root: string) => Promise<void>): Promise<void> {
   }
 }
 
-Deno.test("Tracker reports a directory chain past PATH_MAX and still sees other edits", async () => {
+test("Tracker reports a directory chain past PATH_MAX and still sees other edits", async () => {
   await withRoot(async (root) => {
     await Deno.writeTextFile(`${root}/main.sh`, "echo one\n");
     // 1,100 levels of a 10-character name: 12,100 characters, three times PATH_MAX.
@@ -78,7 +79,7 @@ Deno.test("Tracker reports a directory chain past PATH_MAX and still sees other 
   });
 });
 
-Deno.test("Tracker reports an unreadable file and goes on", async () => {
+test("Tracker reports an unreadable file and goes on", async () => {
   await withRoot(async (root) => {
     await Deno.writeTextFile(`${root}/ok.txt`, "a\n");
     await Deno.mkdir(`${root}/loop`);
@@ -91,7 +92,7 @@ Deno.test("Tracker reports an unreadable file and goes on", async () => {
   });
 });
 
-Deno.test("matchGlob() takes linear time on a pattern that backtracks exponentially", async () => {
+test("matchGlob() takes linear time on a pattern that backtracks exponentially", async () => {
   // The former regex took seconds on 16 stars and 30 characters; 24 stars on
   // 48 characters would take hours. Run it in a child so a regression is a
   // bounded failure, not a hung suite.
@@ -111,7 +112,7 @@ Deno.test("matchGlob() takes linear time on a pattern that backtracks exponentia
   assert.equal(new TextDecoder().decode(out.stdout).trim(), "false true", "glob match child");
 });
 
-Deno.test("matchGlob() agrees with git check-ignore", async (t) => {
+test("matchGlob() agrees with git check-ignore", async (t) => {
   const patterns = [
     "*.log",
     "/build",
@@ -202,13 +203,13 @@ Deno.test("matchGlob() agrees with git check-ignore", async (t) => {
   });
 });
 
-Deno.test("compileGlob() drops nothing a literal bracket would need", () => {
+test("compileGlob() drops nothing a literal bracket would need", () => {
   assert.equal(matchGlob(compileGlob("[unclosed"), "[unclosed"), true);
   assert.equal(matchGlob(compileGlob("a\\*"), "a*"), true);
   assert.equal(matchGlob(compileGlob("a\\*"), "ab"), false);
 });
 
-Deno.test("readSameFileSync() refuses a file swapped for a symlink after lstat", async () => {
+test("readSameFileSync() refuses a file swapped for a symlink after lstat", async () => {
   await withRoot(async (root) => {
     await Deno.writeTextFile(`${root}/outside.txt`, "TOP SECRET\n");
     await Deno.writeTextFile(`${root}/f.txt`, "harmless\n");
@@ -219,7 +220,7 @@ Deno.test("readSameFileSync() refuses a file swapped for a symlink after lstat",
   });
 });
 
-Deno.test("readSameFileSync() reads no more than the size seen", async () => {
+test("readSameFileSync() reads no more than the size seen", async () => {
   await withRoot(async (root) => {
     await Deno.writeTextFile(`${root}/f.txt`, "short\n");
     const seen = await Deno.lstat(`${root}/f.txt`);
@@ -228,7 +229,7 @@ Deno.test("readSameFileSync() reads no more than the size seen", async () => {
   });
 });
 
-Deno.test("isCredentialPath() covers common credential files, in any case", () => {
+test("isCredentialPath() covers common credential files, in any case", () => {
   const credentials = [
     "kubeconfig",
     "home/.kube/config",
@@ -257,7 +258,7 @@ Deno.test("isCredentialPath() covers common credential files, in any case", () =
   }
 });
 
-Deno.test("redactSecrets() hides keys and tokens in any text file", () => {
+test("redactSecrets() hides keys and tokens in any text file", () => {
   const key = [
     "-----BEGIN OPENSSH PRIVATE KEY-----",
     "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW",
@@ -292,7 +293,7 @@ Deno.test("redactSecrets() hides keys and tokens in any text file", () => {
   assert.match(out, /nothing secret here/);
 });
 
-Deno.test("Tracker diffs never carry a private key written into an ordinary file", async () => {
+test("Tracker diffs never carry a private key written into an ordinary file", async () => {
   await withRoot(async (root) => {
     const tracker = await Tracker.create(root, LIMITS);
     const body = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7sekrit\n" +
@@ -365,7 +366,7 @@ const HUD_FLUSH = {
   },
 };
 
-Deno.test("observeFiles() keeps polling after an error reply", async () => {
+test("observeFiles() keeps polling after an error reply", async () => {
   let diffs = 0;
   const tracker = scriptedTracker((method) => {
     if (method === "advance") return { result: { advanced: true } };
@@ -395,7 +396,7 @@ Deno.test("observeFiles() keeps polling after an error reply", async () => {
   }
 });
 
-Deno.test("observeFiles() reconnects after losing the connection", async () => {
+test("observeFiles() reconnects after losing the connection", async () => {
   let diffs = 0;
   const tracker = scriptedTracker((method) => {
     if (method === "advance") return { result: { advanced: true } };
@@ -426,7 +427,7 @@ Deno.test("observeFiles() reconnects after losing the connection", async () => {
   }
 });
 
-Deno.test("startFileTracker() serves a tree with a 1,100-level chain", async () => {
+test("startFileTracker() serves a tree with a 1,100-level chain", async () => {
   await withRoot(async (root) => {
     await deepChain(root);
     await using tracker = await startFileTracker(root);

@@ -1,6 +1,7 @@
 // observeFiles() against a tracker with HUD's filetracking/1 shapes
 // (tests/fixtures/py_hud_tracker.py): nested flush, {"advanced": true},
 // float timestamps.
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { Capability } from "../../capability.ts";
 import { type FileTrackingEvent, observeFiles } from "../../filetracking/mod.ts";
@@ -38,7 +39,7 @@ async function withHudTracker(
   }
 }
 
-Deno.test("observeFiles() reads HUD's tracker: the flush's diff and capture, nothing lost", async (t) => {
+test("observeFiles() reads HUD's tracker: the flush's diff and capture, nothing lost", async (t) => {
   const root = await Deno.makeTempDir();
   const run = async () => {
     await Deno.writeTextFile(`${root}/fix.py`, "print('fixed')\n");

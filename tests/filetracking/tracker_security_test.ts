@@ -4,6 +4,7 @@
 // users in `allowUsers`, by default its own uid, as the client's forwarders
 // do. Before, any local user read a 0600 file's content through its `diff`.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { startFileTracker } from "../../filetracking/mod.ts";
 import { CAN_SWITCH_UID, NOBODY, runAs } from "../_uid.ts";
@@ -21,7 +22,7 @@ async function diffAs(asNobody: boolean, port: number): Promise<string> {
   return ran.stdout;
 }
 
-Deno.test({
+test({
   name: "startFileTracker() on its port serves only allowUsers: another uid is refused",
   // Needs root to act as another user, and Linux's socket tables.
   ignore: Deno.build.os !== "linux" || !CAN_SWITCH_UID,

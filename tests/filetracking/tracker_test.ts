@@ -1,3 +1,4 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import {
   FileTrackerClient,
@@ -52,7 +53,7 @@ async function sha256(bytes: Uint8Array<ArrayBuffer>): Promise<string> {
   return [...d].map((b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-Deno.test("Tracker.diff() reports adds, edits, deletes and renames", async () => {
+test("Tracker.diff() reports adds, edits, deletes and renames", async () => {
   await withRoot({
     "a.txt": "one\ntwo\nthree\n",
     "b.txt": "bee\n",
@@ -98,7 +99,7 @@ Deno.test("Tracker.diff() reports adds, edits, deletes and renames", async () =>
   });
 });
 
-Deno.test("Tracker.diff() patches match diff -u on real files", async () => {
+test("Tracker.diff() patches match diff -u on real files", async () => {
   const before = Array.from({ length: 200 }, (_, i) => `line ${i % 37}\n`).join("");
   const lines = before.split("\n");
   lines.splice(10, 3, "inserted", "another");
@@ -123,7 +124,7 @@ Deno.test("Tracker.diff() patches match diff -u on real files", async () => {
   }
 });
 
-Deno.test("Tracker honours .gitignore rules", async () => {
+test("Tracker honours .gitignore rules", async () => {
   await withRoot({
     ".gitignore": [
       "# comment",
@@ -172,7 +173,7 @@ Deno.test("Tracker honours .gitignore rules", async () => {
   });
 });
 
-Deno.test("parseGitignore() handles escapes, ** and dir-only rules", () => {
+test("parseGitignore() handles escapes, ** and dir-only rules", () => {
   const rules = parseGitignore("\\#hash\n\\!bang\n**/logs\nlogs2/**\na/**/b\nbuild/\n", "");
   const ignored = (path: string, isDir = false) =>
     isIgnored(rules, path, path.slice(path.lastIndexOf("/") + 1), isDir);
@@ -187,7 +188,7 @@ Deno.test("parseGitignore() handles escapes, ** and dir-only rules", () => {
   assert.equal(ignored("build"), false);
 });
 
-Deno.test("Tracker skips noise folders", async () => {
+test("Tracker skips noise folders", async () => {
   await withRoot({
     "src/main.ts": "x",
     "node_modules/pkg/index.js": "x",
@@ -207,7 +208,7 @@ Deno.test("Tracker skips noise folders", async () => {
   });
 });
 
-Deno.test("Tracker never exposes credential-shaped file content", async () => {
+test("Tracker never exposes credential-shaped file content", async () => {
   const SECRET = "hunter2-SUPER-SECRET-TOKEN";
   await withRoot({ "readme.md": "hello\n", ".env": `API_KEY=${SECRET}-old\n` }, async (root) => {
     const tracker = await Tracker.create(root, LIMITS);
@@ -260,7 +261,7 @@ Deno.test("Tracker never exposes credential-shaped file content", async () => {
   });
 });
 
-Deno.test("Tracker tracks binary files by hash only", async () => {
+test("Tracker tracks binary files by hash only", async () => {
   const bytes = new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0, 1, 2, 3, 255, 0]);
   await withRoot({}, async (root) => {
     const tracker = await Tracker.create(root, LIMITS);
@@ -281,7 +282,7 @@ Deno.test("Tracker tracks binary files by hash only", async () => {
   });
 });
 
-Deno.test("Tracker diffs a symlink by its target without following it", async () => {
+test("Tracker diffs a symlink by its target without following it", async () => {
   await withRoot({ "data/real.txt": "real\n" }, async (root) => {
     const tracker = await Tracker.create(root, LIMITS);
     await Deno.symlink("data/real.txt", `${root}/link`);
@@ -300,7 +301,7 @@ Deno.test("Tracker diffs a symlink by its target without following it", async ()
   });
 });
 
-Deno.test("Tracker puts a placeholder instead of a diff for files over 1 MiB", async () => {
+test("Tracker puts a placeholder instead of a diff for files over 1 MiB", async () => {
   const big = "x".repeat(100) + "\n";
   await withRoot({ "big.txt": big.repeat(11_000) }, async (root) => {
     const tracker = await Tracker.create(root, LIMITS);
@@ -314,7 +315,7 @@ Deno.test("Tracker puts a placeholder instead of a diff for files over 1 MiB", a
   });
 });
 
-Deno.test("Tracker caps the scan budget and the payload", async (t) => {
+test("Tracker caps the scan budget and the payload", async (t) => {
   await t.step("scan budget", async () => {
     await withRoot({}, async (root) => {
       const tracker = await Tracker.create(root, { ...LIMITS, scanBudget: 150 });
@@ -339,7 +340,7 @@ Deno.test("Tracker caps the scan budget and the payload", async (t) => {
   });
 });
 
-Deno.test("Tracker.setup() reports the setup, Tracker.advance() skips it", async (t) => {
+test("Tracker.setup() reports the setup, Tracker.advance() skips it", async (t) => {
   for (const method of ["setup", "advance"] as const) {
     await t.step(method, async () => {
       await withRoot({ "a.txt": "a\n" }, async (root) => {
@@ -363,7 +364,7 @@ Deno.test("Tracker.setup() reports the setup, Tracker.advance() skips it", async
   }
 });
 
-Deno.test("Tracker.flush() captures artifacts within limits", async (t) => {
+test("Tracker.flush() captures artifacts within limits", async (t) => {
   await t.step("count, size and total caps", async () => {
     await withRoot({ "old.pdf": "unchanged" }, async (root) => {
       const tracker = await Tracker.create(root, {
@@ -441,7 +442,7 @@ async function rawSession(url: string) {
   };
 }
 
-Deno.test("startFileTracker() answers JSON-RPC errors without dropping the connection", async () => {
+test("startFileTracker() answers JSON-RPC errors without dropping the connection", async () => {
   await withRoot({ "a.txt": "a\n" }, async (root) => {
     await using tracker = await startFileTracker(root);
     const s = await rawSession(tracker.url);
@@ -474,7 +475,7 @@ Deno.test("startFileTracker() answers JSON-RPC errors without dropping the conne
   });
 });
 
-Deno.test("startFileTracker() refuses an oversized frame, then closes the connection", async () => {
+test("startFileTracker() refuses an oversized frame, then closes the connection", async () => {
   await withRoot({}, async (root) => {
     await using tracker = await startFileTracker(root);
     const s = await rawSession(tracker.url);
@@ -489,7 +490,7 @@ Deno.test("startFileTracker() refuses an oversized frame, then closes the connec
   });
 });
 
-Deno.test("FileTrackerClient follows a file replaced by a directory", async () => {
+test("FileTrackerClient follows a file replaced by a directory", async () => {
   await withRoot({ "a.txt": "a\n" }, async (root) => {
     await using tracker = await startFileTracker(root);
     await using client = await FileTrackerClient.connect(tracker.url);
@@ -505,7 +506,7 @@ Deno.test("FileTrackerClient follows a file replaced by a directory", async () =
   });
 });
 
-Deno.test("startFileTracker() serves the five methods over TCP", async () => {
+test("startFileTracker() serves the five methods over TCP", async () => {
   await withRoot({ "a.txt": "a\n" }, async (root) => {
     const errors: unknown[] = [];
     await using tracker = await startFileTracker(root, { onError: (e) => errors.push(e) });
@@ -534,7 +535,7 @@ Deno.test("startFileTracker() serves the five methods over TCP", async () => {
   });
 });
 
-Deno.test("startFileTracker() shuts down on abort and closes live connections", async () => {
+test("startFileTracker() shuts down on abort and closes live connections", async () => {
   await withRoot({}, async (root) => {
     const controller = new AbortController();
     const tracker = await startFileTracker(root, { signal: controller.signal });
@@ -547,7 +548,7 @@ Deno.test("startFileTracker() shuts down on abort and closes live connections", 
   });
 });
 
-Deno.test("startFileTracker() rejects bad arguments", async () => {
+test("startFileTracker() rejects bad arguments", async () => {
   await assert.rejects(startFileTracker(""), TypeError);
   await assert.rejects(startFileTracker("/nonexistent/ft-root"), Deno.errors.NotFound);
   await withRoot({ "f": "x" }, async (root) => {
@@ -556,12 +557,12 @@ Deno.test("startFileTracker() rejects bad arguments", async () => {
   });
 });
 
-Deno.test("FileTrackerClient.connect() rejects urls it cannot use", async () => {
+test("FileTrackerClient.connect() rejects urls it cannot use", async () => {
   await assert.rejects(FileTrackerClient.connect("ws://127.0.0.1:1"), TypeError);
   await assert.rejects(FileTrackerClient.connect("tcp://127.0.0.1"), TypeError);
 });
 
-Deno.test("FileTrackerClient surfaces error replies as HudProtocolError", async () => {
+test("FileTrackerClient surfaces error replies as HudProtocolError", async () => {
   // A stand-in tracker that answers every call with an error.
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const serving = (async () => {
@@ -588,7 +589,7 @@ Deno.test("FileTrackerClient surfaces error replies as HudProtocolError", async 
   }
 });
 
-Deno.test("observeFiles() reports setup, snapshot, diffs and the flush", async () => {
+test("observeFiles() reports setup, snapshot, diffs and the flush", async () => {
   await withRoot({ "main.py": "print(1)\n" }, async (root) => {
     await using tracker = await startFileTracker(root);
     await write(root, { "task.txt": "fix main.py\n" }); // the task's setup
@@ -618,7 +619,7 @@ Deno.test("observeFiles() reports setup, snapshot, diffs and the flush", async (
   });
 });
 
-Deno.test("observeFiles() calls advance when setup_diff is false", async () => {
+test("observeFiles() calls advance when setup_diff is false", async () => {
   await withRoot({}, async (root) => {
     await using tracker = await startFileTracker(root, { setupDiff: false });
     await write(root, { "setup.txt": "x\n" });
@@ -632,7 +633,7 @@ Deno.test("observeFiles() calls advance when setup_diff is false", async () => {
   });
 });
 
-Deno.test("observeFiles() runs on when the tracker is down at start", async () => {
+test("observeFiles() runs on when the tracker is down at start", async () => {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = listener.addr.port;
   listener.close(); // nothing listens there now
@@ -650,7 +651,7 @@ Deno.test("observeFiles() runs on when the tracker is down at start", async () =
   assert.ok(errors[0] instanceof Deno.errors.ConnectionRefused);
 });
 
-Deno.test("observeFiles() runs on when the tracker goes away mid-run", async () => {
+test("observeFiles() runs on when the tracker goes away mid-run", async () => {
   await withRoot({}, async (root) => {
     const tracker = await startFileTracker(root);
     const errors: unknown[] = [];
@@ -669,7 +670,7 @@ Deno.test("observeFiles() runs on when the tracker goes away mid-run", async () 
   });
 });
 
-Deno.test("observeFiles() survives a throwing onResult", async () => {
+test("observeFiles() survives a throwing onResult", async () => {
   await withRoot({ "a.txt": "a" }, async (root) => {
     await using tracker = await startFileTracker(root);
     const errors: unknown[] = [];
@@ -684,7 +685,7 @@ Deno.test("observeFiles() survives a throwing onResult", async () => {
   });
 });
 
-Deno.test("startFileTracker() gives each connection its own position", async () => {
+test("startFileTracker() gives each connection its own position", async () => {
   const root = await Deno.makeTempDir();
   try {
     await using tracker = await startFileTracker(root);

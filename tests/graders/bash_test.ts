@@ -1,6 +1,7 @@
 // bashGrader against real processes, through the workspace's exec contract
 // (tests/graders/_local_exec.ts runs it on this host).
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { bashGrader, combine, type ExecTarget } from "../../graders/mod.ts";
 import { localExec } from "./_local_exec.ts";
@@ -14,7 +15,7 @@ async function withDir<T>(fn: (dir: string) => Promise<T>): Promise<T> {
   }
 }
 
-Deno.test("bashGrader() scores 1 for exit 0 and keeps code, output and timing in info", () =>
+test("bashGrader() scores 1 for exit 0 and keeps code, output and timing in info", () =>
   withDir(async (dir) => {
     await Deno.writeTextFile(`${dir}/answer.txt`, "42\n");
     const target = localExec(dir);
@@ -33,7 +34,7 @@ Deno.test("bashGrader() scores 1 for exit 0 and keeps code, output and timing in
     assert.deepEqual(target.calls[0].argv.slice(0, 2), ["bash", "-lc"]);
   }));
 
-Deno.test("bashGrader() scores 0 for a non-zero exit and keeps the code", () =>
+test("bashGrader() scores 0 for a non-zero exit and keeps the code", () =>
   withDir(async (dir) => {
     const s = await bashGrader(localExec(dir), "echo failing; exit 3");
     assert.equal(s.value, 0);
@@ -41,7 +42,7 @@ Deno.test("bashGrader() scores 0 for a non-zero exit and keeps the code", () =>
     assert.equal(s.info?.stdout, "failing\n");
   }));
 
-Deno.test("bashGrader() runs an argv as given, with cwd, env and stdin passed through", () =>
+test("bashGrader() runs an argv as given, with cwd, env and stdin passed through", () =>
   withDir(async (dir) => {
     await Deno.mkdir(`${dir}/sub`);
     const target = localExec(dir);
@@ -56,7 +57,7 @@ Deno.test("bashGrader() runs an argv as given, with cwd, env and stdin passed th
     assert.deepEqual(s.info?.command, target.calls[0].argv);
   }));
 
-Deno.test("bashGrader() scores 0 when the command times out, and says so", () =>
+test("bashGrader() scores 0 when the command times out, and says so", () =>
   withDir(async (dir) => {
     const s = await bashGrader(localExec(dir), "echo started; sleep 30", { timeoutMs: 300 });
     assert.equal(s.value, 0);
@@ -66,7 +67,7 @@ Deno.test("bashGrader() scores 0 when the command times out, and says so", () =>
     assert.equal(s.info?.stdout, "started\n");
   }));
 
-Deno.test("bashGrader() keeps the end of long output, saying how much was cut", () =>
+test("bashGrader() keeps the end of long output, saying how much was cut", () =>
   withDir(async (dir) => {
     const s = await bashGrader(
       localExec(dir),
@@ -79,7 +80,7 @@ Deno.test("bashGrader() keeps the end of long output, saying how much was cut", 
     assert.equal(stdout.length - stdout.indexOf("\n") - 1, 1000);
   }));
 
-Deno.test("bashGrader() with a negative weight is a penalty in combine", () =>
+test("bashGrader() with a negative weight is a penalty in combine", () =>
   withDir(async (dir) => {
     await Deno.writeTextFile(`${dir}/test_x.py`, "");
     const target = localExec(dir);
@@ -98,7 +99,7 @@ Deno.test("bashGrader() with a negative weight is a penalty in combine", () =>
     assert.deepEqual(worse.subscores, { tests: 1, deleted_tests: 1 });
   }));
 
-Deno.test("bashGrader() fails to grade, not scores 0, when the command cannot run at all", async () => {
+test("bashGrader() fails to grade, not scores 0, when the command cannot run at all", async () => {
   const gone: ExecTarget = {
     exec: () => Promise.reject(new Error("the workspace is not running")),
   };
@@ -112,7 +113,7 @@ Deno.test("bashGrader() fails to grade, not scores 0, when the command cannot ru
   });
 });
 
-Deno.test("bashGrader() stops with the signal's reason when aborted", () =>
+test("bashGrader() stops with the signal's reason when aborted", () =>
   withDir(async (dir) => {
     const controller = new AbortController();
     const reason = new Error("grading cancelled");
@@ -125,7 +126,7 @@ Deno.test("bashGrader() stops with the signal's reason when aborted", () =>
     );
   }));
 
-Deno.test("bashGrader() refuses an empty command and bad bounds", async () => {
+test("bashGrader() refuses an empty command and bad bounds", async () => {
   const target = localExec("/");
   await assert.rejects(() => bashGrader(target, "  "), {
     name: "TypeError",

@@ -2,6 +2,7 @@
 // nesting, names; and the result as a template's grade over a real
 // connection, where the client reads its subscores.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import {
   combine,
@@ -14,7 +15,7 @@ import {
 import { bind, connect, Environment, type GradeFrame } from "../../mod.ts";
 import { gradeFromFrame } from "../../eval/mod.ts";
 
-Deno.test("combine() normalises positive weights and keeps negative ones as penalties", async () => {
+test("combine() normalises positive weights and keeps negative ones as penalties", async () => {
   const grade = await combine([
     { name: "tests", value: 1, weight: 0.5 },
     { name: "judge", value: 0.5, weight: 0.3 },
@@ -30,7 +31,7 @@ Deno.test("combine() normalises positive weights and keeps negative ones as pena
   assert.deepEqual(grade.subscores, { tests: 1, judge: 0.5, format: 0, cheated: 1 });
 });
 
-Deno.test("combine() weighs 1 when no weight is given, and can score below 0", async () => {
+test("combine() weighs 1 when no weight is given, and can score below 0", async () => {
   const grade = await combine([
     { name: "a", value: 0 },
     { name: "b", value: 0 },
@@ -39,7 +40,7 @@ Deno.test("combine() weighs 1 when no weight is given, and can score below 0", a
   assert.equal(grade.score, -0.25);
 });
 
-Deno.test("combine() awaits graders concurrently, keeping their order", async () => {
+test("combine() awaits graders concurrently, keeping their order", async () => {
   // Each grader finishes only once the other has started: run one after
   // the other, they would never finish.
   let release!: () => void;
@@ -59,7 +60,7 @@ Deno.test("combine() awaits graders concurrently, keeping their order", async ()
   assert.equal(grade.score, 1 / 3);
 });
 
-Deno.test("combine() makes repeated names unique as the Python SDK does", async () => {
+test("combine() makes repeated names unique as the Python SDK does", async () => {
   const grade = await combine([
     { name: "check", value: 1 },
     { name: "check", value: 0 },
@@ -75,7 +76,7 @@ Deno.test("combine() makes repeated names unique as the Python SDK does", async 
   assert.deepEqual(Object.keys(grade.subscores), ["check-2", "check-3", "check-1", "other"]);
 });
 
-Deno.test("combine() nests: children appear under their parent's name", async () => {
+test("combine() nests: children appear under their parent's name", async () => {
   const inner = await combine([
     { name: "unit", value: 1, info: { passed: 12 } },
     { name: "integration", value: 0 },
@@ -106,7 +107,7 @@ Deno.test("combine() nests: children appear under their parent's name", async ()
   assert.equal(tests.children?.[0].weight, 0.5);
 });
 
-Deno.test("combineAny() and combineAll() take the largest and smallest value", async () => {
+test("combineAny() and combineAll() take the largest and smallest value", async () => {
   const items = [{ name: "x", value: 0.25 }, { name: "x", value: 0.75 }];
   const any = await combineAny(items);
   const all = await combineAll(items, { weight: 2 });
@@ -119,7 +120,7 @@ Deno.test("combineAny() and combineAll() take the largest and smallest value", a
   );
 });
 
-Deno.test("subscore() takes numbers, booleans and grades (clamped to [0, 1])", async () => {
+test("subscore() takes numbers, booleans and grades (clamped to [0, 1])", async () => {
   assert.deepEqual(subscore("ok", true), { name: "ok", value: 1, weight: 1 });
   assert.deepEqual(subscore("ok", false, { weight: -1, info: { why: "x" } }), {
     name: "ok",
@@ -135,7 +136,7 @@ Deno.test("subscore() takes numbers, booleans and grades (clamped to [0, 1])", a
   });
 });
 
-Deno.test("combine() refuses what cannot be a grade", async (t) => {
+test("combine() refuses what cannot be a grade", async (t) => {
   const cases: [unknown, string | RegExp, ErrorConstructor][] = [
     [[], "Cannot combine grades: no subscores given", RangeError],
     [
@@ -183,7 +184,7 @@ Deno.test("combine() refuses what cannot be a grade", async (t) => {
   });
 });
 
-Deno.test("combine()'s result is a template's grade: the client reads score and subscores", async () => {
+test("combine()'s result is a template's grade: the client reads score and subscores", async () => {
   const env = new Environment("graded");
   const task = env.template({ id: "capital" }, async function* () {
     const answer = yield "What is the capital of France?";

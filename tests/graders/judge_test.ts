@@ -3,6 +3,7 @@
 // Anthropic. The script answers by the criterion in each request, since
 // criteria are judged concurrently and arrive in any order.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { combine, JudgeVerdictError, llmJudgeGrader, parseVerdict } from "../../graders/mod.ts";
 import { AnthropicBackend, ModelHttpError, OpenAiBackend } from "../../agents/mod.ts";
@@ -42,7 +43,7 @@ function openAi(baseUrl: string, stream = false): OpenAiBackend {
 const verdict = (status: string, explanation: string) =>
   JSON.stringify({ criterion_status: status, explanation });
 
-Deno.test("llmJudgeGrader() asks once per criterion and weighs MET and UNMET", async () => {
+test("llmJudgeGrader() asks once per criterion and weighs MET and UNMET", async () => {
   await using server = scriptedServer(
     judgeScript(
       4,
@@ -99,7 +100,7 @@ Deno.test("llmJudgeGrader() asks once per criterion and weighs MET and UNMET", a
   }
 });
 
-Deno.test("llmJudgeGrader() with only penalties scores 1 less those met", async () => {
+test("llmJudgeGrader() with only penalties scores 1 less those met", async () => {
   await using server = scriptedServer(
     judgeScript(
       2,
@@ -117,7 +118,7 @@ Deno.test("llmJudgeGrader() with only penalties scores 1 less those met", async 
   assert.match(criterionOf(server.received[0]).user, /<response>\n\{"text":"darn"\}\n<\/response>/);
 });
 
-Deno.test("llmJudgeGrader() reads verdicts however the model wraps them", async () => {
+test("llmJudgeGrader() reads verdicts however the model wraps them", async () => {
   const fence = "`".repeat(3);
   const replies: Record<string, string> = {
     fenced: `${fence}json\n${verdict("MET", "fenced")}\n${fence}`,
@@ -146,7 +147,7 @@ Deno.test("llmJudgeGrader() reads verdicts however the model wraps them", async 
   assert.equal(parseVerdict('{"criterion_status": "maybe"}'), null);
 });
 
-Deno.test("llmJudgeGrader() asks again when a reply holds no verdict, then fails naming the criterion", async () => {
+test("llmJudgeGrader() asks again when a reply holds no verdict, then fails naming the criterion", async () => {
   // "Tidy" gets a verdict on its second try; "Kind" never gets one.
   const tries: Record<string, number> = {};
   await using server = scriptedServer(judgeScript(4, (c) => {
@@ -180,7 +181,7 @@ Deno.test("llmJudgeGrader() asks again when a reply holds no verdict, then fails
   assert.deepEqual(s.children?.[0].info, { status: "MET", explanation: "third time", tries: 3 });
 });
 
-Deno.test("llmJudgeGrader() retries HTTP failures as the backends do", async () => {
+test("llmJudgeGrader() retries HTTP failures as the backends do", async () => {
   await using server = scriptedServer([
     failure(503, "overloaded"),
     failure(429, "slow down", { "retry-after": "0" }),
@@ -196,7 +197,7 @@ Deno.test("llmJudgeGrader() retries HTTP failures as the backends do", async () 
   assert.equal(server.received.length, 3);
 });
 
-Deno.test("llmJudgeGrader() stops the other criteria when one cannot be judged", async () => {
+test("llmJudgeGrader() stops the other criteria when one cannot be judged", async () => {
   await using server = scriptedServer([
     failure(400, "bad request"),
     ...judgeScript(5, () => verdict("MET", "fine")),
@@ -212,7 +213,7 @@ Deno.test("llmJudgeGrader() stops the other criteria when one cannot be judged",
   assert.equal(server.received.length, 1, "no criterion was judged after the failure");
 });
 
-Deno.test("llmJudgeGrader() reads a streamed verdict", async () => {
+test("llmJudgeGrader() reads a streamed verdict", async () => {
   await using server = scriptedServer([
     stream([
       delta({ role: "assistant", content: '{"criterion_status": ' }),
@@ -226,7 +227,7 @@ Deno.test("llmJudgeGrader() reads a streamed verdict", async () => {
   assert.equal(server.received[0].body.stream, true);
 });
 
-Deno.test("llmJudgeGrader() judges with the Anthropic Messages API too", async () => {
+test("llmJudgeGrader() judges with the Anthropic Messages API too", async () => {
   await using server = scriptedServer([
     anthropicReply([{ type: "text", text: verdict("UNMET", "not polite") }]),
   ]);
@@ -243,7 +244,7 @@ Deno.test("llmJudgeGrader() judges with the Anthropic Messages API too", async (
   assert.match(JSON.stringify(server.received[0].body), /criterion_status/);
 });
 
-Deno.test("llmJudgeGrader() in combine: criteria under the judge's name", async () => {
+test("llmJudgeGrader() in combine: criteria under the judge's name", async () => {
   await using server = scriptedServer(
     judgeScript(2, (c) => verdict(c === "Correct" ? "MET" : "UNMET", c)),
   );
@@ -263,7 +264,7 @@ Deno.test("llmJudgeGrader() in combine: criteria under the judge's name", async 
   });
 });
 
-Deno.test("llmJudgeGrader() refuses bad criteria and options before calling the model", async () => {
+test("llmJudgeGrader() refuses bad criteria and options before calling the model", async () => {
   const judge = openAi("http://127.0.0.1:9/v1");
   const cases: [Parameters<typeof llmJudgeGrader>[2], string, ErrorConstructor][] = [
     [{ criteria: [] }, "Cannot judge: no criteria given", TypeError],
@@ -298,7 +299,7 @@ Deno.test("llmJudgeGrader() refuses bad criteria and options before calling the 
   }
 });
 
-Deno.test("llmJudgeGrader() stops with the signal's reason when aborted", async () => {
+test("llmJudgeGrader() stops with the signal's reason when aborted", async () => {
   const reason = new Error("grading cancelled");
   const controller = new AbortController();
   await using server = scriptedServer([

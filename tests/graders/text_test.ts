@@ -1,6 +1,7 @@
 // The text helpers, on the cases the Python SDK's hud/graders/text.py
 // documents and on the edges of each rule.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import {
   contains,
@@ -12,7 +13,7 @@ import {
   numericMatch,
 } from "../../graders/mod.ts";
 
-Deno.test("normalize() lowers case, drops punctuation and articles, collapses space", () => {
+test("normalize() lowers case, drops punctuation and articles, collapses space", () => {
   assert.equal(normalize("  The Answer is: 42! "), "answer is 42");
   assert.equal(normalize("A cat, an owl and THE dog."), "cat owl and dog");
   assert.equal(normalize("theme another"), "theme another"); // articles are whole words only
@@ -23,7 +24,7 @@ Deno.test("normalize() lowers case, drops punctuation and articles, collapses sp
   assert.equal(normalize(42), "42");
 });
 
-Deno.test("exactMatch() compares normalised texts, or trimmed ones ignoring case", () => {
+test("exactMatch() compares normalised texts, or trimmed ones ignoring case", () => {
   assert.equal(exactMatch("The answer is: 42.", "answer is 42"), 1);
   assert.equal(exactMatch("42", "43"), 0);
   assert.equal(exactMatch("Paris!", "paris", { normalize: false }), 0);
@@ -31,7 +32,7 @@ Deno.test("exactMatch() compares normalised texts, or trimmed ones ignoring case
   assert.equal(exactMatch(42, "42"), 1);
 });
 
-Deno.test("contains(), containsAny() and containsAll() ignore case unless asked", () => {
+test("contains(), containsAny() and containsAll() ignore case unless asked", () => {
   assert.equal(contains("Hello World", "world"), 1);
   assert.equal(contains("Hello World", "world", { caseSensitive: true }), 0);
   assert.equal(contains("Hello World", ""), 1);
@@ -44,7 +45,7 @@ Deno.test("contains(), containsAny() and containsAll() ignore case unless asked"
   assert.equal(contains({ status: "passed" }, '"status":"passed"'), 1);
 });
 
-Deno.test("numericMatch() takes the first number in the answer, within the tolerance", () => {
+test("numericMatch() takes the first number in the answer, within the tolerance", () => {
   assert.equal(numericMatch("The answer is 42", 42), 1);
   assert.equal(numericMatch("x = -3.5, y = 2", -3.5), 1);
   assert.equal(numericMatch("2 apples, 3 pears", 3), 0); // the first number counts
@@ -58,7 +59,7 @@ Deno.test("numericMatch() takes the first number in the answer, within the toler
   assert.throws(() => numericMatch("1", 1, { tolerance: NaN }), RangeError);
 });
 
-Deno.test("f1Score() is token F1 over normalised words, counted with multiplicity", () => {
+test("f1Score() is token F1 over normalised words, counted with multiplicity", () => {
   assert.equal(f1Score("The capital is Paris, France", "Paris"), 0.4);
   assert.equal(f1Score("Paris", "Paris"), 1);
   assert.equal(f1Score("london", "paris"), 0);

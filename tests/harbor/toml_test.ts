@@ -2,6 +2,7 @@
 // says where each case comes from), real Harbor task.toml files, and the
 // positions its errors name.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import {
   parseToml,
@@ -121,7 +122,7 @@ function mismatch(actual: TomlValue, expected: Tagged, path: string): string | n
   return null;
 }
 
-Deno.test("parseToml() reads every valid toml-test case as the suite expects", async (t) => {
+test("parseToml() reads every valid toml-test case as the suite expects", async (t) => {
   const dir = new URL("valid/", FIXTURES);
   const cases = tomlFiles(dir);
   assert.ok(cases.length >= 100, `only ${cases.length} valid cases`);
@@ -137,7 +138,7 @@ Deno.test("parseToml() reads every valid toml-test case as the suite expects", a
   }
 });
 
-Deno.test("parseToml() refuses every invalid toml-test case with a positioned error", async (t) => {
+test("parseToml() refuses every invalid toml-test case with a positioned error", async (t) => {
   const dir = new URL("invalid/", FIXTURES);
   const cases = tomlFiles(dir);
   assert.ok(cases.length >= 100, `only ${cases.length} invalid cases`);
@@ -159,7 +160,7 @@ Deno.test("parseToml() refuses every invalid toml-test case with a positioned er
   }
 });
 
-Deno.test("parseToml() reads real Harbor task.toml files", async (t) => {
+test("parseToml() reads real Harbor task.toml files", async (t) => {
   const dir = new URL("harbor/", FIXTURES);
   const read = (name: string) => parseToml(Deno.readFileSync(new URL(name, dir)));
 
@@ -232,7 +233,7 @@ Deno.test("parseToml() reads real Harbor task.toml files", async (t) => {
   });
 });
 
-Deno.test("parseToml() names the line and column of an error", async (t) => {
+test("parseToml() names the line and column of an error", async (t) => {
   const cases: [string, string][] = [
     ["a = 1\nb = 2\nc = [1,\n  2,\n  =]\n", 'line 5, column 3: expected a value, got "="'],
     ["[agent]\ntimeout_sec = 1\n[agent]\n", "line 3, column 1: table [agent] is defined twice"],
@@ -274,7 +275,7 @@ Deno.test("parseToml() names the line and column of an error", async (t) => {
   }
 });
 
-Deno.test("parseToml() takes bytes: a leading BOM is skipped, bad UTF-8 is located", () => {
+test("parseToml() takes bytes: a leading BOM is skipped, bad UTF-8 is located", () => {
   const bom = new Uint8Array([0xef, 0xbb, 0xbf, ...new TextEncoder().encode("a = 1\n")]);
   assert.deepEqual(parseToml(bom), { a: 1 });
   const bad = new Uint8Array([...new TextEncoder().encode('a = 1\nb = "é'), 0xff, 0x22, 0x0a]);
@@ -288,7 +289,7 @@ Deno.test("parseToml() takes bytes: a leading BOM is skipped, bad UTF-8 is locat
   assert.throws(() => parseToml(42 as unknown as string), TypeError);
 });
 
-Deno.test("parseToml() keeps own keys: __proto__ and constructor are ordinary names", () => {
+test("parseToml() keeps own keys: __proto__ and constructor are ordinary names", () => {
   const table = parseToml('__proto__ = 1\nconstructor.x = "y"\n[toString]\n');
   assert.deepEqual(Object.keys(table), ["__proto__", "constructor", "toString"]);
   assert.equal(Object.getPrototypeOf(table), Object.prototype);
@@ -296,7 +297,7 @@ Deno.test("parseToml() keeps own keys: __proto__ and constructor are ordinary na
   assert.deepEqual(table.constructor, { x: "y" });
 });
 
-Deno.test("parseToml() gives integers beyond 2^53 as bigint, within as numbers", () => {
+test("parseToml() gives integers beyond 2^53 as bigint, within as numbers", () => {
   const t = parseToml(
     "a = 9007199254740991\nb = 9007199254740992\nc = -0x1\n".replace("-0x1", "-1"),
   );
@@ -305,7 +306,7 @@ Deno.test("parseToml() gives integers beyond 2^53 as bigint, within as numbers",
   assert.equal(t.c, -1);
 });
 
-Deno.test("TomlDateTime keeps the precision and offset it was written with", () => {
+test("TomlDateTime keeps the precision and offset it was written with", () => {
   const odt = parseToml("t = 1979-05-27t00:32:00.999999-07:00\n").t as TomlDateTime;
   assert.equal(odt.kind, "offset-date-time");
   assert.equal(odt.toString(), "1979-05-27T00:32:00.999999-07:00");

@@ -3,6 +3,7 @@
 // and bounded bodies both ways; and ChatAgent cutting MCP results as it cuts
 // shell output.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { Environment, rollout } from "../../mod.ts";
 import { addMcpServer, McpClient, McpError, mcpTool, resultText } from "../../mcp/mod.ts";
@@ -66,7 +67,7 @@ async function withMcpServer(
   }
 }
 
-Deno.test({
+test({
   name: "addMcpServer() serves only bearers of the binding's token: another uid gets 401",
   ignore: !CAN_SWITCH_UID,
   async fn() {
@@ -102,7 +103,7 @@ Deno.test({
   },
 });
 
-Deno.test("addMcpServer() refuses a Host or Origin it does not serve (DNS rebinding)", async () => {
+test("addMcpServer() refuses a Host or Origin it does not serve (DNS rebinding)", async () => {
   await withMcpServer(async (url, token) => {
     const port = new URL(url).port;
     const status = async (headers: string[]) =>
@@ -186,7 +187,7 @@ async function bigPost(
   return { statusLine, written };
 }
 
-Deno.test("addMcpServer() refuses a 256 MiB POST with 413 without growing", async () => {
+test("addMcpServer() refuses a 256 MiB POST with 413 without growing", async () => {
   const fixture = new URL("../fixtures/mcp_env.ts", import.meta.url).pathname;
   await using child = new ChildProcess(Deno.execPath(), { args: ["run", "-A", fixture] });
   const line = await child.waitForLine(/^\{.*\}$/m, "the server's url");
@@ -272,7 +273,7 @@ function hugeReplyServer(size: number, sse: boolean) {
   };
 }
 
-Deno.test("McpClient cuts off a reply over maxResponseBytes (JSON and SSE)", async (t) => {
+test("McpClient cuts off a reply over maxResponseBytes (JSON and SSE)", async (t) => {
   await t.step("a 64 MiB JSON reply against the default 16 MiB", async () => {
     await using server = hugeReplyServer(64 << 20, false);
     await using mcp = await McpClient.connect(server.url);
@@ -299,7 +300,7 @@ Deno.test("McpClient cuts off a reply over maxResponseBytes (JSON and SSE)", asy
   });
 });
 
-Deno.test("ChatAgent cuts an MCP tool's result to outputLimit, as it cuts shell output", async () => {
+test("ChatAgent cuts an MCP tool's result to outputLimit, as it cuts shell output", async () => {
   const env = new Environment("mcp-flood");
   const flood = "A".repeat(50_000) + "THE-END";
   addMcpServer(env, {

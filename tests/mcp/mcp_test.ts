@@ -1,3 +1,4 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { bind, connect, Environment, integer, rollout, string } from "../../mod.ts";
 import { addMcpServer, McpClient, McpError, mcpTool, resultText } from "../../mcp/mod.ts";
@@ -29,7 +30,7 @@ function tools(calls: string[] = []) {
 }
 
 for (const replies of ["json", "sse"] as const) {
-  Deno.test(`McpClient against addMcpServer (${replies} replies): tools, errors, sessions`, async () => {
+  test(`McpClient against addMcpServer (${replies} replies): tools, errors, sessions`, async () => {
     const env = new Environment("mcp");
     addMcpServer(env, { tools: tools(), replies });
     await env.start();
@@ -91,7 +92,7 @@ for (const replies of ["json", "sse"] as const) {
   });
 }
 
-Deno.test("ChatAgent takes an mcp capability's tools and calls them through the forwarder", async () => {
+test("ChatAgent takes an mcp capability's tools and calls them through the forwarder", async () => {
   const calls: string[] = [];
   const env = new Environment("mcp-lab");
   addMcpServer(env, { tools: tools(calls), replies: "sse" });
@@ -119,7 +120,7 @@ Deno.test("ChatAgent takes an mcp capability's tools and calls them through the 
   assert.deepEqual(results, ['{"word":"hud","meaning":"the meaning of hud"}', "3"]);
 });
 
-Deno.test('HudClient.open("mcp") and open(name) reach the server through the forwarder', async () => {
+test('HudClient.open("mcp") and open(name) reach the server through the forwarder', async () => {
   const calls: string[] = [];
   const env = new Environment("mcp-open");
   addMcpServer(env, { tools: tools(calls) });
@@ -210,7 +211,7 @@ async function npmAvailable(): Promise<boolean> {
   }
 }
 
-Deno.test({
+test({
   name: "MCP interop with the official TypeScript SDK (npm): its server, its client",
   ignore: !(await npmAvailable()),
   async fn(t) {

@@ -1,3 +1,4 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { probeReady } from "../../runtime/_probe.ts";
 import { bind } from "../../server.ts";
@@ -11,7 +12,7 @@ function freePort(): number {
   return port;
 }
 
-Deno.test("probeReady() waits for a server that starts late, with its token", async () => {
+test("probeReady() waits for a server that starts late, with its token", async () => {
   const port = freePort();
   const token = "p".repeat(64);
   let server: ReturnType<typeof bind> | null = null;
@@ -28,7 +29,7 @@ Deno.test("probeReady() waits for a server that starts late, with its token", as
   }
 });
 
-Deno.test("probeReady() fails at once on a wrong token, and in time where nothing listens", async () => {
+test("probeReady() fails at once on a wrong token, and in time where nothing listens", async () => {
   await using server = bind(demoEnv(), { token: "a".repeat(64) });
   await assert.rejects(
     probeReady(`tcp://:${"b".repeat(64)}@127.0.0.1:${server.addr.port}`, { readyTimeout: 30_000 }),

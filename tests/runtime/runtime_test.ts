@@ -1,9 +1,10 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { connect, Environment, LocalRuntime } from "../../mod.ts";
 import { Runtime } from "../../runtime/mod.ts";
 import { demoEnv } from "../_helpers.ts";
 
-Deno.test("Runtime places at its address and releases nothing", async () => {
+test("Runtime places at its address and releases nothing", async () => {
   const runtime = new Runtime("127.0.0.1:9", { where: "elsewhere" });
   assert.equal(runtime.url, "tcp://127.0.0.1:9");
   await using placed = await runtime.place();
@@ -11,7 +12,7 @@ Deno.test("Runtime places at its address and releases nothing", async () => {
   assert.throws(() => new Runtime("http://x:1"), TypeError);
 });
 
-Deno.test("LocalRuntime shares one server per environment and stops after the last release", async () => {
+test("LocalRuntime shares one server per environment and stops after the last release", async () => {
   const log: string[] = [];
   const env = demoEnv();
   env.initialize(() => void log.push("init"));
@@ -40,7 +41,7 @@ Deno.test("LocalRuntime shares one server per environment and stops after the la
   await assert.rejects(connect(a, { readyTimeout: 100, retryInterval: 20 }));
 });
 
-Deno.test("LocalRuntime with a factory gives each placement its own environment", async () => {
+test("LocalRuntime with a factory gives each placement its own environment", async () => {
   let made = 0;
   const runtime = new LocalRuntime(() => {
     made++;
@@ -52,7 +53,7 @@ Deno.test("LocalRuntime with a factory gives each placement its own environment"
   assert.equal(made, 2);
 });
 
-Deno.test("LocalRuntime tears down in order when start fails or times out", async (t) => {
+test("LocalRuntime tears down in order when start fails or times out", async (t) => {
   await t.step("a failing hook", async () => {
     const log: string[] = [];
     const env = new Environment("fails");
@@ -80,7 +81,7 @@ Deno.test("LocalRuntime tears down in order when start fails or times out", asyn
   });
 });
 
-Deno.test("connect() places a runtime provider and releases it on close", async () => {
+test("connect() places a runtime provider and releases it on close", async () => {
   const log: string[] = [];
   const env = demoEnv();
   env.initialize(() => void log.push("init"));

@@ -1,3 +1,4 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { connect, NotReadyError } from "../../mod.ts";
 import { SubprocessRuntime } from "../../runtime/mod.ts";
@@ -35,7 +36,7 @@ function pidFrom(lines: string[], pattern: RegExp): number {
   throw new Error(`no line matches ${pattern}: ${JSON.stringify(lines)}`);
 }
 
-Deno.test({
+test({
   name: "SubprocessRuntime.place() serves the module in a child until released",
   ignore,
   async fn() {
@@ -75,7 +76,7 @@ Deno.test({
   },
 });
 
-Deno.test({
+test({
   name: "SubprocessRuntime.place() gives each placement its own child",
   ignore,
   async fn() {
@@ -93,7 +94,7 @@ Deno.test({
   },
 });
 
-Deno.test({
+test({
   name: "SubprocessRuntime.place() fails with the exit code and output of a child that dies early",
   ignore,
   async fn() {
@@ -107,7 +108,7 @@ Deno.test({
   },
 });
 
-Deno.test({
+test({
   name: "SubprocessRuntime.place() reports the CLI's error for an unknown environment name",
   ignore,
   async fn() {
@@ -119,7 +120,7 @@ Deno.test({
   },
 });
 
-Deno.test({
+test({
   name: "SubprocessRuntime.place() times out on a child that never announces, with its output",
   ignore,
   async fn() {
@@ -138,7 +139,7 @@ Deno.test({
   },
 });
 
-Deno.test({
+test({
   name: "SubprocessRuntime.place() honours its abort signal and ends the child",
   ignore,
   async fn() {
@@ -158,7 +159,7 @@ Deno.test({
   },
 });
 
-Deno.test({
+test({
   name:
     "SubprocessRuntime.place() lets an abandoned child finish starting and run its shutdown hooks",
   ignore,
@@ -179,7 +180,7 @@ Deno.test({
   },
 });
 
-Deno.test({
+test({
   name: "SubprocessRuntime teardown ends processes the environment's hooks spawned",
   ignore,
   async fn() {
@@ -193,7 +194,7 @@ Deno.test({
   },
 });
 
-Deno.test({
+test({
   name: "SubprocessRuntime teardown sends SIGKILL after the grace period",
   ignore,
   async fn() {
@@ -208,7 +209,7 @@ Deno.test({
   },
 });
 
-Deno.test({
+test({
   name: "SubprocessRuntime's child stops serving when the process that placed it dies",
   ignore,
   async fn() {
@@ -231,7 +232,7 @@ Deno.test({
   },
 });
 
-Deno.test({
+test({
   name: "SubprocessRuntime v8Flags reach the child's V8, and [] passes none",
   ignore,
   async fn() {
@@ -252,7 +253,7 @@ Deno.test({
   },
 });
 
-Deno.test("SubprocessRuntime() refuses bad options", () => {
+test("SubprocessRuntime() refuses bad options", () => {
   assert.throws(() => new SubprocessRuntime(""), TypeError);
   assert.throws(
     () => new SubprocessRuntime("env.ts", { env: "robolab" as unknown as Record<string, string> }),

@@ -1,3 +1,4 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import {
   chacha20Block,
@@ -46,7 +47,7 @@ const SUNSCREEN = ascii(
 // ---------------------------------------------------------------------------------------------
 // RFC 8439 ChaCha20
 
-Deno.test("RFC 8439 §2.3.2 block function", () => {
+test("RFC 8439 §2.3.2 block function", () => {
   const block = chacha20Block(KEY_00_1F, hex("000000090000004a00000000"), 1);
   assert.equal(
     toHex(block),
@@ -55,7 +56,7 @@ Deno.test("RFC 8439 §2.3.2 block function", () => {
   );
 });
 
-Deno.test("RFC 8439 A.1 #1 block function (zero key, zero nonce, counter 0)", () => {
+test("RFC 8439 A.1 #1 block function (zero key, zero nonce, counter 0)", () => {
   assert.equal(
     toHex(chacha20Block(new Uint8Array(32), new Uint8Array(12), 0)),
     "76b8e0ada0f13d90405d6ae55386bd28bdd219b8a08ded1aa836efcc8b770dc7" +
@@ -63,7 +64,7 @@ Deno.test("RFC 8439 A.1 #1 block function (zero key, zero nonce, counter 0)", ()
   );
 });
 
-Deno.test("RFC 8439 §2.4.2 encryption, and in-place decryption", () => {
+test("RFC 8439 §2.4.2 encryption, and in-place decryption", () => {
   const nonce = hex("000000000000004a00000000");
   const ct = chacha20Xor(KEY_00_1F, nonce, 1, SUNSCREEN);
   assert.equal(
@@ -89,7 +90,7 @@ function rfcState(key: Uint8Array, nonce: Uint8Array, counter: number): Uint32Ar
   return state;
 }
 
-Deno.test("chachaXorWasm: RFC 8439 §2.3.2, A.1 #1 and §2.4.2 vectors", () => {
+test("chachaXorWasm: RFC 8439 §2.3.2, A.1 #1 and §2.4.2 vectors", () => {
   const nonce = hex("000000090000004a00000000");
   assert.equal(
     toHex(chachaXorWasm(rfcState(KEY_00_1F, nonce, 1), new Uint8Array(64))),
@@ -114,7 +115,7 @@ Deno.test("chachaXorWasm: RFC 8439 §2.3.2, A.1 #1 and §2.4.2 vectors", () => {
   );
 });
 
-Deno.test("chachaXorWasm equals the TypeScript ChaCha20 on many lengths and counters", () => {
+test("chachaXorWasm equals the TypeScript ChaCha20 on many lengths and counters", () => {
   for (const len of [0, 1, 15, 63, 64, 65, 255, 256, 257, 511, 512, 513, 1000, 4099, 35000]) {
     for (const counter of [0, 1, 0xfffffffd, 0xffffffff, 2 ** 40 + 3]) {
       const key = random(32);
@@ -134,7 +135,7 @@ Deno.test("chachaXorWasm equals the TypeScript ChaCha20 on many lengths and coun
   }
 });
 
-Deno.test("original variant equals RFC variant when counter < 2^32 and nonce = 0 || n8", () => {
+test("original variant equals RFC variant when counter < 2^32 and nonce = 0 || n8", () => {
   const key = random(32);
   const n8 = random(8);
   const msg = random(1000);
@@ -143,7 +144,7 @@ Deno.test("original variant equals RFC variant when counter < 2^32 and nonce = 0
   assert.deepEqual(chacha20XorOriginal(key, n8, 7, msg), chacha20Xor(key, n12, 7, msg));
 });
 
-Deno.test("aligned fast path and unaligned byte path agree (all offsets, lengths)", () => {
+test("aligned fast path and unaligned byte path agree (all offsets, lengths)", () => {
   const key = random(32);
   const nonce = random(8);
   const buf = random(700);
@@ -161,7 +162,7 @@ Deno.test("aligned fast path and unaligned byte path agree (all offsets, lengths
   }
 });
 
-Deno.test("RFC variant rejects 32-bit counter overflow; original variant carries", () => {
+test("RFC variant rejects 32-bit counter overflow; original variant carries", () => {
   const key = random(32);
   assert.throws(() => chacha20Xor(key, new Uint8Array(12), 0xffffffff, new Uint8Array(65)));
   const n8 = random(8);
@@ -251,7 +252,7 @@ const POLY_VECTORS: [string, string, Uint8Array, string][] = [
 ];
 
 for (const [name, key, msg, tag] of POLY_VECTORS) {
-  Deno.test(`Poly1305 RFC 8439 ${name}`, () => {
+  test(`Poly1305 RFC 8439 ${name}`, () => {
     assert.equal(toHex(poly1305(hex(key), msg)), tag);
     assert.equal(toHex(poly1305Wasm(hex(key), msg)), tag, "WebAssembly");
   });
@@ -278,7 +279,7 @@ function poly1305Reference(key: Uint8Array, msg: Uint8Array): Uint8Array {
   return out;
 }
 
-Deno.test("Poly1305 (TypeScript, WebAssembly) matches a BigInt reference on 2000 inputs", () => {
+test("Poly1305 (TypeScript, WebAssembly) matches a BigInt reference on 2000 inputs", () => {
   for (let i = 0; i < 2000; i++) {
     const key = random(32);
     const len = i < 300 ? i : Math.floor(Math.random() * 2000);
@@ -317,7 +318,7 @@ function aeadSeal(
   return out;
 }
 
-Deno.test("RFC 8439 §2.8.2 AEAD_CHACHA20_POLY1305", () => {
+test("RFC 8439 §2.8.2 AEAD_CHACHA20_POLY1305", () => {
   const key = hex("808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f");
   const sealed = aeadSeal(
     key,
@@ -344,7 +345,7 @@ function sshPacket(payloadLen: number): Uint8Array {
   return pkt;
 }
 
-Deno.test("OpenSSH construction: round trip, length decryption, tamper detection", () => {
+test("OpenSSH construction: round trip, length decryption, tamper detection", () => {
   const key = random(64);
   const sender = new ChaChaPolyOpenSsh(key);
   const receiver = new ChaChaPolyOpenSsh(key);
@@ -368,7 +369,7 @@ Deno.test("OpenSSH construction: round trip, length decryption, tamper detection
   assert.equal(receiver.open(0, new Uint8Array(19)), null);
 });
 
-Deno.test("OpenSSH construction: K_2 = first half (payload + poly key), K_1 = second half", () => {
+test("OpenSSH construction: K_2 = first half (payload + poly key), K_1 = second half", () => {
   const key = random(64);
   const seq = 0x01020304;
   const pkt = sshPacket(44);
@@ -396,7 +397,7 @@ function referenceSeal(key: Uint8Array, seq: number, pkt: Uint8Array): Uint8Arra
   return new Uint8Array([...body, ...poly1305(polyKey, body)]);
 }
 
-Deno.test("ChaChaPolyOpenSsh equals the TypeScript construction on many lengths and seqs", () => {
+test("ChaChaPolyOpenSsh equals the TypeScript construction on many lengths and seqs", () => {
   const lengths = [0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 129, 251, 252, 253, 255, 256, 257];
   lengths.push(1000, 4095, 4096, 4097, 32768, 32780, 35000);
   const seqs = [0, 1, 0xfffffffe, 0xffffffff, 2 ** 32, 2 ** 32 + 1, 2 ** 53 - 1];
@@ -429,7 +430,7 @@ Deno.test("ChaChaPolyOpenSsh equals the TypeScript construction on many lengths 
   }
 });
 
-Deno.test("ChaChaPolyOpenSsh grows for large packets and rejects oversized ones", () => {
+test("ChaChaPolyOpenSsh grows for large packets and rejects oversized ones", () => {
   const key = random(64);
   const cipher = new ChaChaPolyOpenSsh(key);
   for (const len of [12, OPENSSH_CHACHA_MAX_PACKET - 4, 28]) {
@@ -446,7 +447,7 @@ Deno.test("ChaChaPolyOpenSsh grows for large packets and rejects oversized ones"
   assert.throws(() => new ChaChaPolyOpenSsh(new Uint8Array(32)), RangeError);
 });
 
-Deno.test("ssh/_wasm/chacha_poly.ts is chacha_poly.wat assembled (wabt from npm)", {
+test("ssh/_wasm/chacha_poly.ts is chacha_poly.wat assembled (wabt from npm)", {
   ignore: !canRun,
 }, async () => {
   const out = await new Deno.Command(Deno.execPath(), {
@@ -467,7 +468,7 @@ Deno.test("ssh/_wasm/chacha_poly.ts is chacha_poly.wat assembled (wabt from npm)
   assert.match(text, /is the assembled \.wat/);
 });
 
-Deno.test("constantTimeEqual", () => {
+test("constantTimeEqual", () => {
   assert.equal(constantTimeEqual(hex("0102"), hex("0102")), true);
   assert.equal(constantTimeEqual(hex("0102"), hex("0103")), false);
   assert.equal(constantTimeEqual(hex("0102"), hex("01")), false);
@@ -527,7 +528,7 @@ async function pythonsWithCryptography(): Promise<string[]> {
   return found;
 }
 
-Deno.test({
+test({
   name: "interop: keystream, Poly1305 and OpenSSH packets vs Python cryptography/asyncssh",
   ignore: !canRun,
   fn: async () => {

@@ -3,6 +3,7 @@
 // asyncssh, Dropbear's dbclient, PuTTY's pscp and psftp. Each is skipped
 // where not installed (.ci/run installs them).
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import {
   bigData,
@@ -37,7 +38,7 @@ async function fingerprint(publicKey: string): Promise<string> {
   return r.stdout.split(" ")[1];
 }
 
-Deno.test({
+test({
   name: "startSshServer() serves OpenSSH's sftp and scp",
   ignore: !have("sftp") || !have("scp"),
   fn: async (t) => {
@@ -140,7 +141,7 @@ os.waitpid(pid, 0)
 sys.stdout.write(out.decode(errors="replace"))
 `;
 
-Deno.test({
+test({
   name: "startSshServer() gives ssh -t a terminal that follows a resize",
   ignore: !have("ssh") || !have("script"),
   fn: async () => {
@@ -164,7 +165,7 @@ Deno.test({
   },
 });
 
-Deno.test({
+test({
   name: "startSshServer() serves paramiko's SFTPClient and exec",
   ignore: !pythonHas("paramiko"),
   fn: async () => {
@@ -209,7 +210,7 @@ c.close()
   },
 });
 
-Deno.test({
+test({
   name: "startSshServer() serves asyncssh's run and start_sftp_client",
   ignore: !pythonHas("asyncssh"),
   fn: async () => {
@@ -258,7 +259,7 @@ asyncio.run(main())
   },
 });
 
-Deno.test({
+test({
   name: "startSshServer() serves Dropbear's dbclient with each cipher it offers",
   ignore: !have("dbclient") || !have("dropbearconvert"),
   fn: async () => {
@@ -288,7 +289,7 @@ Deno.test({
   },
 });
 
-Deno.test({
+test({
   name: "startSshServer() has OpenSSH's ssh pick chacha20-poly1305, aes128-ctr when it is left out",
   ignore: !have("ssh"),
   fn: async (t) => {
@@ -317,7 +318,7 @@ Deno.test({
   },
 });
 
-Deno.test({
+test({
   name: "startSshServer() serves PuTTY's pscp (SFTP and SCP) and psftp",
   ignore: !have("pscp") || !have("psftp") || !have("puttygen"),
   fn: async () => {

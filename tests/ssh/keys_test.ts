@@ -1,3 +1,4 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import {
   generateSshKeyPair,
@@ -12,7 +13,7 @@ function run(cmd: string, args: string[]): { code: number; stdout: string; stder
   return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
 }
 
-Deno.test("generateSshKeyPair() writes keys OpenSSH reads", async () => {
+test("generateSshKeyPair() writes keys OpenSSH reads", async () => {
   const dir = await Deno.makeTempDir();
   try {
     const pair = await generateSshKeyPair({ comment: "me@test" });
@@ -29,7 +30,7 @@ Deno.test("generateSshKeyPair() writes keys OpenSSH reads", async () => {
   }
 });
 
-Deno.test("sshPublicKeyOf() reads keys ssh-keygen wrote", async () => {
+test("sshPublicKeyOf() reads keys ssh-keygen wrote", async () => {
   const dir = await Deno.makeTempDir();
   try {
     const gen = run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-C", "kg", "-f", `${dir}/k`]);
@@ -45,7 +46,7 @@ Deno.test("sshPublicKeyOf() reads keys ssh-keygen wrote", async () => {
   }
 });
 
-Deno.test("parseSshPublicKey() rejects what is not an Ed25519 key", () => {
+test("parseSshPublicKey() rejects what is not an Ed25519 key", () => {
   assert.throws(() => parseSshPublicKey("ssh-rsa AAAAB3NzaC1yc2E"), TypeError);
   assert.throws(() => parseSshPublicKey("ssh-ed25519 !!!"), TypeError);
   assert.throws(() => parseSshPublicKey("ssh-ed25519"), TypeError);

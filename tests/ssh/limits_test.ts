@@ -1,6 +1,7 @@
 // What the SSH server and client refuse: connections that never log in,
 // overlong version lines, and key files an environment names.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { Capability } from "../../capability.ts";
 import { generateSshKeyPair, SshClient } from "../../ssh/mod.ts";
@@ -49,7 +50,7 @@ function bannerLength(bytes: Uint8Array): number {
   return bytes.indexOf(10) + 1;
 }
 
-Deno.test("startSshServer() refuses a version line over 255 bytes, however it is split", async (t) => {
+test("startSshServer() refuses a version line over 255 bytes, however it is split", async (t) => {
   const host = await generateSshKeyPair();
   await using server = startSshServer({ hostKey: host.privateKey, authorizedKeys: [] });
   const line = (total: number) => encoder.encode(`SSH-2.0-${"x".repeat(total - 10)}\r\n`);
@@ -96,7 +97,7 @@ Deno.test("startSshServer() refuses a version line over 255 bytes, however it is
   }
 });
 
-Deno.test("startSshServer() closes a connection that sends no version line in time", async () => {
+test("startSshServer() closes a connection that sends no version line in time", async () => {
   const host = await generateSshKeyPair();
   await using server = startSshServer({
     hostKey: host.privateKey,
@@ -113,7 +114,7 @@ Deno.test("startSshServer() closes a connection that sends no version line in ti
   );
 });
 
-Deno.test("startSshServer() caps connections that have not logged in", async (t) => {
+test("startSshServer() caps connections that have not logged in", async (t) => {
   const host = await generateSshKeyPair();
   const key = await generateSshKeyPair();
   const root = await Deno.makeTempDir({ prefix: "ssh-limits-" });
@@ -128,17 +129,19 @@ Deno.test("startSshServer() caps connections that have not logged in", async (t)
       });
       const options = {
         port: server.addr.port,
-        hostPubkey: host.publicKey,
+        hostPublicKey: host.publicKey,
         privateKey: key.privateKey,
       };
       // A logged-in client does not count.
       await using client = await SshClient.connect(options);
       const banner = async (conn: Deno.Conn) => {
         const buf = new Uint8Array(64);
+        let timer: ReturnType<typeof setTimeout> | undefined;
         const n = await Promise.race([
           conn.read(buf),
-          new Promise<null>((r) => setTimeout(() => r(null), 5000)),
+          new Promise<null>((r) => timer = setTimeout(() => r(null), 5000)),
         ]);
+        clearTimeout(timer);
         return n !== null && n > 0;
       };
       for (let i = 0; i < 2; i++) {
@@ -171,7 +174,7 @@ Deno.test("startSshServer() caps connections that have not logged in", async (t)
         try {
           await using client = await SshClient.connect({
             port: server.addr.port,
-            hostPubkey: host.publicKey,
+            hostPublicKey: host.publicKey,
             privateKey: key.privateKey,
             signal: deadline,
             connectTimeout: 3000,
@@ -199,7 +202,7 @@ Deno.test("startSshServer() caps connections that have not logged in", async (t)
   );
 });
 
-Deno.test("SshClient.fromBinding() ignores client_key_path unless allowed", async () => {
+test("SshClient.fromBinding() ignores client_key_path unless allowed", async () => {
   const host = await generateSshKeyPair();
   const key = await generateSshKeyPair();
   const other = await generateSshKeyPair();
@@ -216,7 +219,7 @@ Deno.test("SshClient.fromBinding() ignores client_key_path unless allowed", asyn
   const binding = (clientKey?: string) =>
     Capability.ssh({
       url: `ssh://127.0.0.1:${server.addr.port}`,
-      hostPubkey: host.publicKey,
+      hostPublicKey: host.publicKey,
       clientKey,
       clientKeyPath: keyFile,
     });

@@ -1,13 +1,14 @@
 // OpenSSH's ssh client against our server, logging in with the key the
 // workspace publishes.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { Environment } from "../../env.ts";
 import { generateSshKeyPair } from "../../ssh/mod.ts";
 import { addWorkspace } from "../../workspace/workspace.ts";
 import { bigData, CIPHERS, MACS, runSsh, sha256Hex } from "./_util.ts";
 
-Deno.test("addWorkspace() serves OpenSSH's ssh client", async (t) => {
+test("addWorkspace() serves OpenSSH's ssh client", async (t) => {
   const root = await Deno.makeTempDir({ prefix: "ws-openssh-" });
   const home = await Deno.makeTempDir({ prefix: "ws-home-" });
   const env = new Environment("openssh-test");

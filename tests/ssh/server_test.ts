@@ -1,6 +1,7 @@
 // Our client against our server: the interop matrix, host-key and key
 // refusal, killing commands, reconnecting, and malformed input.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import {
   generateSshKeyPair,
@@ -26,7 +27,7 @@ interface Fixture extends AsyncDisposable {
   port: number;
   options(port?: number): {
     port: number;
-    hostPubkey: string;
+    hostPublicKey: string;
     privateKey: string;
   };
 }
@@ -62,7 +63,7 @@ async function fixture(
     port: server.addr.port,
     options: (port = server.addr.port) => ({
       port,
-      hostPubkey: host.publicKey,
+      hostPublicKey: host.publicKey,
       privateKey: key.privateKey,
     }),
     async [Symbol.asyncDispose]() {
@@ -120,7 +121,7 @@ async function firstLine(stream: ReadableStream<Uint8Array>): Promise<string> {
   return text.split("\n")[0];
 }
 
-Deno.test("SshClient and startSshServer() interoperate", async (t) => {
+test("SshClient and startSshServer() interoperate", async (t) => {
   await using f = await fixture({ rekeyLimit: 1024 * 1024 });
   await using client = await SshClient.connect(f.options());
 
@@ -203,7 +204,7 @@ Deno.test("SshClient and startSshServer() interoperate", async (t) => {
   await t.step("refuses a host key mismatch", async () => {
     const other = await generateSshKeyPair();
     await assert.rejects(
-      SshClient.connect({ ...f.options(), hostPubkey: other.publicKey }),
+      SshClient.connect({ ...f.options(), hostPublicKey: other.publicKey }),
       SshHostKeyError,
     );
   });
@@ -241,7 +242,7 @@ Deno.test("SshClient and startSshServer() interoperate", async (t) => {
   });
 });
 
-Deno.test("startSshServer() kills process groups when a connection drops", async (t) => {
+test("startSshServer() kills process groups when a connection drops", async (t) => {
   await using f = await fixture();
 
   await t.step("on a clean disconnect", async () => {
@@ -327,12 +328,12 @@ async function rawConnection(f: Fixture): Promise<ClientConnection> {
   const tcp = await Deno.connect({ hostname: "127.0.0.1", port: f.port });
   return new ClientConnection(
     tcp,
-    { hostPubkey: f.host.publicKey },
+    { hostPublicKey: f.host.publicKey },
     parsePublicKey(f.host.publicKey).blob,
   );
 }
 
-Deno.test("startSshServer() ends only the connection that sends bad input", async (t) => {
+test("startSshServer() ends only the connection that sends bad input", async (t) => {
   await using f = await fixture();
   // A connection with a live command that must survive everything below.
   await using bystander = await SshClient.connect(f.options());
@@ -384,7 +385,7 @@ Deno.test("startSshServer() ends only the connection that sends bad input", asyn
     // Drive the handshake with a cipher the server does not have.
     const bad = new ClientConnection(
       await Deno.connect({ hostname: "127.0.0.1", port: f.port }),
-      { hostPubkey: f.host.publicKey, ciphers: ["3des-cbc"] },
+      { hostPublicKey: f.host.publicKey, ciphers: ["3des-cbc"] },
       parsePublicKey(f.host.publicKey).blob,
     );
     await assert.rejects(
@@ -522,7 +523,7 @@ Deno.test("startSshServer() ends only the connection that sends bad input", asyn
   });
 });
 
-Deno.test("startSshServer() drops a connection that does not log in in time", async () => {
+test("startSshServer() drops a connection that does not log in in time", async () => {
   const host = await generateSshKeyPair();
   await using server = startSshServer({
     hostKey: host.privateKey,
@@ -537,7 +538,7 @@ Deno.test("startSshServer() drops a connection that does not log in in time", as
   assert.ok(Date.now() - started < 5000);
 });
 
-Deno.test("SshClient.connect() honours an aborted signal", async () => {
+test("SshClient.connect() honours an aborted signal", async () => {
   await using f = await fixture();
   await assert.rejects(
     SshClient.connect({ ...f.options(), signal: AbortSignal.abort() }),
@@ -545,7 +546,7 @@ Deno.test("SshClient.connect() honours an aborted signal", async () => {
   );
 });
 
-Deno.test("SshClient gives up after three connection attempts", async () => {
+test("SshClient gives up after three connection attempts", async () => {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = listener.addr.port;
   listener.close(); // nothing listens there now
@@ -553,14 +554,14 @@ Deno.test("SshClient gives up after three connection attempts", async () => {
   const key = await generateSshKeyPair();
   const started = Date.now();
   await assert.rejects(
-    SshClient.connect({ port, hostPubkey: host.publicKey, privateKey: key.privateKey }),
+    SshClient.connect({ port, hostPublicKey: host.publicKey, privateKey: key.privateKey }),
     (e: Error) => e instanceof SshError && /three times/.test(e.message),
   );
   // Two backoff pauses (100 ms and 400 ms) lie between the three tries.
   assert.ok(Date.now() - started >= 500);
 });
 
-Deno.test("SshClient reports a failed negotiation at once, naming both lists", async () => {
+test("SshClient reports a failed negotiation at once, naming both lists", async () => {
   await using f = await fixture();
   await assert.rejects(
     SshClient.connect({ ...f.options(), ciphers: ["3des-cbc"] }),
@@ -572,7 +573,7 @@ Deno.test("SshClient reports a failed negotiation at once, naming both lists", a
   );
 });
 
-Deno.test("startSshServer() sends a spawner's plain (not byte) streams intact", async () => {
+test("startSshServer() sends a spawner's plain (not byte) streams intact", async () => {
   await using f = await fixture({ spawn: plainStreamSpawner });
   await using client = await SshClient.connect(f.options());
   const data = bigData(3 * 1024 * 1024 + 4).subarray(3); // not a whole number of packets
@@ -582,7 +583,7 @@ Deno.test("startSshServer() sends a spawner's plain (not byte) streams intact", 
   assert.equal(r.stderrText, "err\n");
 });
 
-Deno.test("startSshServer() offers chacha20-poly1305 first, and checks cipher names", async () => {
+test("startSshServer() offers chacha20-poly1305 first, and checks cipher names", async () => {
   await using f = await fixture({ ciphers: undefined });
   await assert.rejects(
     SshClient.connect({ ...f.options(), ciphers: ["aes192-ctr"] }),
@@ -607,7 +608,7 @@ Deno.test("startSshServer() offers chacha20-poly1305 first, and checks cipher na
   );
 });
 
-Deno.test("SshClient.spawn() with a pty, resized while it runs", async () => {
+test("SshClient.spawn() with a pty, resized while it runs", async () => {
   await using f = await fixture();
   await using client = await SshClient.connect(f.options());
   await using proc = await client.spawn(

@@ -1,6 +1,7 @@
 // SFTP: SshClient's file methods against startSshServer(), the fallback to
 // commands where SFTP is off, and malformed SFTP input against the server.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { SshClient, SshCommandError, SshFileError } from "../../ssh/mod.ts";
 import { ClientConnection } from "../../ssh/_connection.ts";
@@ -12,12 +13,12 @@ import { bigData, have, run, sha256Hex, startTestServer, type TestServer } from 
 function clientOf(s: TestServer): Promise<SshClient> {
   return SshClient.connect({
     port: s.port,
-    hostPubkey: s.host.publicKey,
+    hostPublicKey: s.host.publicKey,
     privateKey: s.key.privateKey,
   });
 }
 
-Deno.test("SshClient file methods use SFTP against startSshServer()", async (t) => {
+test("SshClient file methods use SFTP against startSshServer()", async (t) => {
   await using s = await startTestServer();
   await using client = await clientOf(s);
 
@@ -100,7 +101,7 @@ Deno.test("SshClient file methods use SFTP against startSshServer()", async (t) 
   assert.deepEqual(s.errors, []);
 });
 
-Deno.test("startSshServer() accepts paths through a link to its root", async () => {
+test("startSshServer() accepts paths through a link to its root", async () => {
   await using s = await startTestServer({ viaLink: true });
   await using client = await clientOf(s);
   const pwd = `${s.home}/root-link`; // the commands' working directory
@@ -113,7 +114,7 @@ Deno.test("startSshServer() accepts paths through a link to its root", async () 
   );
 });
 
-Deno.test("SshClient file methods fall back to commands where SFTP is off", async () => {
+test("SshClient file methods fall back to commands where SFTP is off", async () => {
   await using s = await startTestServer({ sftp: false });
   await using client = await clientOf(s);
   const bytes = new Uint8Array(1000).map((_, i) => i * 7);
@@ -133,7 +134,7 @@ async function rawSftp(s: TestServer) {
   const tcp = await Deno.connect({ hostname: "127.0.0.1", port: s.port });
   const conn = new ClientConnection(
     tcp,
-    { hostPubkey: s.host.publicKey },
+    { hostPublicKey: s.host.publicKey },
     parsePublicKey(s.host.publicKey).blob,
   );
   await conn.login("agent", await Ed25519Signer.fromParsed(parsePrivateKey(s.key.privateKey)));
@@ -171,8 +172,11 @@ async function rawSftp(s: TestServer) {
       if (closed) return null;
       assert.ok(Date.now() < end, "waited 5 s for an SFTP reply");
       await new Promise<void>((resolve) => {
-        waiter = resolve;
-        setTimeout(resolve, 100);
+        const timer = setTimeout(resolve, 100);
+        waiter = () => {
+          clearTimeout(timer);
+          resolve();
+        };
       });
     }
   };
@@ -206,7 +210,7 @@ async function rawSftp(s: TestServer) {
   };
 }
 
-Deno.test("startSshServer() answers malformed SFTP with a status", async (t) => {
+test("startSshServer() answers malformed SFTP with a status", async (t) => {
   await using s = await startTestServer();
   await Deno.writeTextFile(`${s.root}/f.txt`, "content");
   await Deno.symlink("/etc", `${s.root}/out`);
@@ -278,7 +282,7 @@ Deno.test("startSshServer() answers malformed SFTP with a status", async (t) => 
   assert.deepEqual(s.errors, []);
 });
 
-Deno.test("startSshServer() SFTP changes no owner and sets no setuid or setgid bit", {
+test("startSshServer() SFTP changes no owner and sets no setuid or setgid bit", {
   ignore: Deno.uid() !== 0,
 }, async () => {
   await using s = await startTestServer();
@@ -306,7 +310,7 @@ Deno.test("startSshServer() SFTP changes no owner and sets no setuid or setgid b
   assert.equal(((await Deno.stat(`${s.root}/d`)).mode! & 0o7000).toString(8), "0");
 });
 
-Deno.test("startSshServer() sftpCommand serves SFTP from a program on stdio (ssh/_sftp_main.ts)", async () => {
+test("startSshServer() sftpCommand serves SFTP from a program on stdio (ssh/_sftp_main.ts)", async () => {
   const main = new URL("../../ssh/_sftp_main.ts", import.meta.url).pathname;
   await using s = await startTestServer({
     sftpCommand: [

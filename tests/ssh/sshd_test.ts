@@ -1,6 +1,7 @@
 // Our client against OpenSSH's sshd, started on a loopback port with its own
 // config and keys.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { generateSshKeyPair, SshClient, SshFileError, SshHostKeyError } from "../../ssh/mod.ts";
 import {
@@ -14,7 +15,7 @@ import {
   startSshd,
 } from "./_util.ts";
 
-Deno.test({
+test({
   name: "SshClient talks to OpenSSH's sshd",
   // Developers without sshd skip this; CI installs it, so there it must run.
   ignore: !HAVE_SSHD && Deno.env.get("CI") !== "true",
@@ -23,7 +24,7 @@ Deno.test({
     const base = {
       port: sshd.port,
       user: sshd.user,
-      hostPubkey: sshd.host.publicKey,
+      hostPublicKey: sshd.host.publicKey,
       privateKey: sshd.client.privateKey,
     };
     await using client = await SshClient.connect(base);
@@ -103,7 +104,7 @@ Deno.test({
     await t.step("refuses the wrong host key", async () => {
       const other = await generateSshKeyPair();
       await assert.rejects(
-        SshClient.connect({ ...base, hostPubkey: other.publicKey }),
+        SshClient.connect({ ...base, hostPublicKey: other.publicKey }),
         SshHostKeyError,
       );
     });
@@ -128,7 +129,7 @@ async function fileRoundTrip(client: SshClient, dir: string, label: string, size
   assert.deepEqual(await client.listDir(dir), [], label);
 }
 
-Deno.test({
+test({
   name: "SshClient moves files over SFTP with OpenSSH's sshd, each cipher",
   ignore: !HAVE_SSHD && Deno.env.get("CI") !== "true",
   async fn() {
@@ -136,7 +137,7 @@ Deno.test({
     const base = {
       port: sshd.port,
       user: sshd.user,
-      hostPubkey: sshd.host.publicKey,
+      hostPublicKey: sshd.host.publicKey,
       privateKey: sshd.client.privateKey,
     };
     const dir = `${sshd.dir}/sftp`;
@@ -156,7 +157,7 @@ Deno.test({
   },
 });
 
-Deno.test({
+test({
   name: "SshClient talks to Dropbear's server, each cipher, SFTP included",
   ignore: !CAN_RUN_DROPBEAR,
   async fn() {
@@ -167,7 +168,7 @@ Deno.test({
         await using c = await SshClient.connect({
           port: db.port,
           user: db.user,
-          hostPubkey: db.host.publicKey,
+          hostPublicKey: db.host.publicKey,
           privateKey: db.client.privateKey,
           ciphers: [cipher],
         });

@@ -2,9 +2,10 @@
 // loopback port, so the page and its API answer only requests that carry the
 // token in the url `view` printed.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { main } from "../../cli.ts";
-import { serveViewer } from "../../viewer/mod.ts";
+import { startViewer } from "../../viewer/mod.ts";
 import { CAN_SWITCH_UID, curlAs } from "../_uid.ts";
 
 const SECRET = "secret-record-1f2e3d";
@@ -28,13 +29,13 @@ async function privateResults(): Promise<{ dir: string; file: string }> {
   return { dir, file };
 }
 
-Deno.test({
-  name: "serveViewer() answers only requests with its token: another uid reads nothing",
+test({
+  name: "startViewer() answers only requests with its token: another uid reads nothing",
   ignore: !CAN_SWITCH_UID,
   async fn() {
     const { dir, file } = await privateResults();
     try {
-      await using viewer = await serveViewer([file]);
+      await using viewer = await startViewer([file]);
       const base = `http://127.0.0.1:${viewer.addr.port}`;
       const paths = ["/", "/api/rows?file=0&from=0", "/api/record?file=0&i=0"];
       for (const path of paths) {
@@ -63,7 +64,7 @@ Deno.test({
   },
 });
 
-Deno.test("cli.ts view prints its url with the token once", async () => {
+test("cli.ts view prints its url with the token once", async () => {
   const { dir, file } = await privateResults();
   const stop = new AbortController();
   let printed = "";

@@ -3,6 +3,7 @@
 // agent never saw. The contract graders depend on (PLAN.md) is checked
 // field by field.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { Environment } from "../../env.ts";
 import { bashGrader, combine } from "../../graders/mod.ts";
@@ -27,7 +28,7 @@ async function withWorkspace(
   }
 }
 
-Deno.test("Workspace.exec() runs a check in the sandbox and reports it per the contract", async (t) => {
+test("Workspace.exec() runs a check in the sandbox and reports it per the contract", async (t) => {
   await withWorkspace(async (ws, shell, root) => {
     await t.step("code, stdout, stderr, stdin, env, cwd", async () => {
       await Deno.mkdir(`${root}/sub`);
@@ -116,7 +117,7 @@ Deno.test("Workspace.exec() runs a check in the sandbox and reports it per the c
   });
 });
 
-Deno.test("Workspace.grading() stops the agent's processes: a lingering one cannot race the check", async () => {
+test("Workspace.grading() stops the agent's processes: a lingering one cannot race the check", async () => {
   await withWorkspace(async (ws, shell, root) => {
     // The agent leaves a loop rewriting the file the check reads.
     const stop = new AbortController();
@@ -159,7 +160,7 @@ Deno.test("Workspace.grading() stops the agent's processes: a lingering one cann
   });
 });
 
-Deno.test("Workspace.exec() refuses before start and after stop", async () => {
+test("Workspace.exec() refuses before start and after stop", async () => {
   const root = await Deno.makeTempDir({ prefix: "ws-grade-" });
   try {
     const env = new Environment("grading-test");
@@ -175,7 +176,7 @@ Deno.test("Workspace.exec() refuses before start and after stop", async () => {
   }
 });
 
-Deno.test("Workspace is an ExecTarget: graders' bashGrader and combine run in its sandbox", async () => {
+test("Workspace is an ExecTarget: graders' bashGrader and combine run in its sandbox", async () => {
   await withWorkspace(async (ws, shell) => {
     await shell.exec("echo 42 > answer.txt");
     // combine() runs its graders at once: each opens a grading phase.
@@ -192,7 +193,7 @@ Deno.test("Workspace is an ExecTarget: graders' bashGrader and combine run in it
   });
 });
 
-Deno.test("Workspace.spawn() starts a long-lived process on the agent's side: sandboxed, stopped while grading, killed at stop", async () => {
+test("Workspace.spawn() starts a long-lived process on the agent's side: sandboxed, stopped while grading, killed at stop", async () => {
   const extra = await Deno.makeTempDir({ prefix: "ws-spawn-extra-" });
   await Deno.writeTextFile(`${extra}/tool.txt`, "tool\n");
   await Deno.chmod(extra, 0o755);

@@ -1,6 +1,7 @@
 // What an agent's commands can reach in a workspace: the sandbox's promises,
 // checked for each mechanism this machine has.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { connect } from "../../client.ts";
 import { Environment } from "../../env.ts";
@@ -48,7 +49,7 @@ for (
     ...(installed("/usr/bin/unshare") ? ["unshare" as const] : []),
   ]
 ) {
-  Deno.test(`addWorkspace() isolation "${isolation}" confines commands`, async (t) => {
+  test(`addWorkspace() isolation "${isolation}" confines commands`, async (t) => {
     const secret = `hud-secret-${crypto.randomUUID()}`;
     Deno.env.set("HUD_SANDBOX_TEST_SECRET", secret);
     const outside = await Deno.makeTempDir({ prefix: "ws-outside-" });
@@ -167,7 +168,7 @@ for (
   });
 }
 
-Deno.test("addWorkspace() runs nothing one episode plants in HOME in the next", async () => {
+test("addWorkspace() runs nothing one episode plants in HOME in the next", async () => {
   // Point this process's HOME at a scratch directory: an unsandboxed server
   // would hand it to commands, and `bash -l` would run its profile.
   const scratch = await Deno.makeTempDir({ prefix: "ws-home-" });
@@ -205,7 +206,7 @@ Deno.test("addWorkspace() runs nothing one episode plants in HOME in the next", 
   }
 });
 
-Deno.test('addWorkspace() isolation "none" says so in the binding and in one warning', async () => {
+test('addWorkspace() isolation "none" says so in the binding and in one warning', async () => {
   const warnings: string[] = [];
   await withWorkspace(
     { isolation: "none", onError: (e) => warnings.push(String(e)) },
@@ -218,7 +219,7 @@ Deno.test('addWorkspace() isolation "none" says so in the binding and in one war
   assert.match(warnings[0], /without a sandbox \(isolation: "none"\)/);
 });
 
-Deno.test("addWorkspace() network: true keeps the host's loopback", {
+test("addWorkspace() network: true keeps the host's loopback", {
   ignore: !installed("/usr/bin/bwrap"),
 }, async () => {
   await withWorkspace({ network: true }, async (shell, _root, env) => {
@@ -228,7 +229,7 @@ Deno.test("addWorkspace() network: true keeps the host's loopback", {
   });
 });
 
-Deno.test("addWorkspace() uid: 0 keeps root, without capabilities", {
+test("addWorkspace() uid: 0 keeps root, without capabilities", {
   ignore: !IS_ROOT || !installed("/usr/bin/bwrap"),
 }, async () => {
   await withWorkspace({ uid: 0 }, async (shell) => {
@@ -237,7 +238,7 @@ Deno.test("addWorkspace() uid: 0 keeps root, without capabilities", {
   });
 });
 
-Deno.test("addWorkspace() refuses to start when no sandbox works", async () => {
+test("addWorkspace() refuses to start when no sandbox works", async () => {
   // An empty PATH hides bwrap and unshare from the probe.
   const saved = Deno.env.get("PATH");
   const empty = await Deno.makeTempDir({ prefix: "ws-nopath-" });
@@ -263,7 +264,7 @@ for (
     ...(installed("/usr/bin/unshare") ? ["unshare" as const] : []),
   ]
 ) {
-  Deno.test(
+  test(
     `addWorkspace() isolation "${isolation}" reaches no host unix socket and shows its own /sys`,
     {
       ignore: !IS_ROOT || !installed("/usr/bin/curl"),
@@ -315,7 +316,7 @@ for (
   );
 }
 
-Deno.test("addWorkspace() limits processes, memory, /tmp and file size per workspace", {
+test("addWorkspace() limits processes, memory, /tmp and file size per workspace", {
   ignore: !IS_ROOT || !installed("/usr/bin/bwrap"),
 }, async (t) => {
   const MiB = 1024 * 1024;
@@ -359,7 +360,7 @@ print(n)'`,
   });
 });
 
-Deno.test(
+test(
   "addWorkspace() a fork bomb or a 20 GiB write in one workspace leaves the server and the others answering",
   {
     ignore: !IS_ROOT || !installed("/usr/bin/bwrap"),
@@ -440,7 +441,7 @@ async function probe(
   return JSON.parse(text.split("\n").pop()!);
 }
 
-Deno.test("addWorkspace() run by an ordinary user reaches none of that user's own sockets", {
+test("addWorkspace() run by an ordinary user reaches none of that user's own sockets", {
   ignore: !IS_ROOT || !installed("/usr/bin/bwrap") || !installed("/usr/bin/curl"),
 }, async () => {
   // The server's user holds a 0600 socket outside /tmp (as D-Bus, systemd
@@ -478,7 +479,7 @@ Deno.test("addWorkspace() run by an ordinary user reaches none of that user's ow
   }
 });
 
-Deno.test("addWorkspace() without user namespaces refuses in one line that names the way out", {
+test("addWorkspace() without user namespaces refuses in one line that names the way out", {
   ignore: !IS_ROOT || !installed("/usr/bin/unshare"),
 }, async () => {
   // A user namespace that may make exactly one more, spent on the one this

@@ -2,6 +2,7 @@
 // user, so it acts on the agent's files with no more privilege than the
 // agent's commands have. Each test plays an agent that tries otherwise.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { Environment } from "../../env.ts";
 import { SshClient, SshFileError } from "../../ssh/mod.ts";
@@ -52,7 +53,7 @@ async function withWorkspace(
   }
 }
 
-Deno.test({
+test({
   name: "addWorkspace() SFTP cannot set owners or setuid/setgid bits",
   ignore: !IS_ROOT || !have("sftp"),
   fn: async () => {
@@ -96,7 +97,7 @@ Deno.test({
   },
 });
 
-Deno.test({
+test({
   name: "addWorkspace() SFTP cannot be raced out of the agent's reach by a symlink swap",
   ignore: !IS_ROOT,
   fn: async () => {
@@ -146,7 +147,7 @@ Deno.test({
   },
 });
 
-Deno.test({
+test({
   name: "addWorkspace() serves OpenSSH's sftp and scp, and SshClient's files, from the sandbox",
   ignore: !have("sftp") || !have("scp"),
   fn: async () => {
@@ -196,7 +197,7 @@ Deno.test({
   },
 });
 
-Deno.test("addWorkspace() has the sandboxed SFTP server in its module graph (an image built from the graph holds it)", async () => {
+test("addWorkspace() has the sandboxed SFTP server in its module graph (an image built from the graph holds it)", async () => {
   const robolab = new URL("../../examples/robolab.ts", import.meta.url).pathname;
   const out = await new Deno.Command(Deno.execPath(), {
     args: ["info", "--json", robolab],

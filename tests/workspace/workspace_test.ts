@@ -1,3 +1,4 @@
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { Capability } from "../../capability.ts";
 import { connect } from "../../client.ts";
@@ -6,7 +7,7 @@ import { bind } from "../../server.ts";
 import { SshClient } from "../../ssh/mod.ts";
 import { addWorkspace } from "../../workspace/workspace.ts";
 
-Deno.test("addWorkspace() publishes a shell and removes its keys at stop", async () => {
+test("addWorkspace() publishes a shell and removes its keys at stop", async () => {
   const root = await Deno.makeTempDir({ prefix: "ws-test-" });
   const env = new Environment("ws");
   addWorkspace(env, root, { env: { HOME: root, MARK: "set" }, name: "sh", user: "bot" });
@@ -41,14 +42,14 @@ Deno.test("addWorkspace() publishes a shell and removes its keys at stop", async
   await assert.rejects(Deno.stat(keyPath), Deno.errors.NotFound);
 });
 
-Deno.test("addWorkspace() rejects a root that is not a directory", async () => {
+test("addWorkspace() rejects a root that is not a directory", async () => {
   const env = new Environment("ws");
   assert.throws(() => addWorkspace(env, ""), TypeError);
   addWorkspace(env, "/nonexistent/dir/for/test");
   await assert.rejects(env.start(), TypeError);
 });
 
-Deno.test("addWorkspace() serves its shell's tunnel in-process, with the bytes sent early", async (t) => {
+test("addWorkspace() serves its shell's tunnel in-process, with the bytes sent early", async (t) => {
   const root = await Deno.makeTempDir({ prefix: "ws-attach-" });
   const env = new Environment("ws");
   addWorkspace(env, root, { writeKeyFile: false, trackFiles: false, env: { MARK: "tunnelled" } });
@@ -104,7 +105,7 @@ Deno.test("addWorkspace() serves its shell's tunnel in-process, with the bytes s
   }
 });
 
-Deno.test("addWorkspace() logins through the tunnel never wait for anonymous TCP connections' slots", async () => {
+test("addWorkspace() logins through the tunnel never wait for anonymous TCP connections' slots", async () => {
   const root = await Deno.makeTempDir({ prefix: "ws-slots-" });
   const env = new Environment("ws");
   addWorkspace(env, root, { writeKeyFile: false, trackFiles: false });

@@ -1,0 +1,504 @@
+// The one summarizer behind `eval`'s last lines, `eval --json`, `report`,
+// `view` and `Job`: which attempts count (the latest of each task slug and
+// repeat), and the job's figures over those. Everything that shows a count
+// gets it from here, so no two of them can disagree.
+
+import type { AgentInfo } from "./agent.ts";
+import { recordKey, type RunRecord } from "./results.ts";
+import { isRecord } from "../_internal/util.ts";
+import { setOwn } from "../schema.ts";
+
+/** `target[key] = value`, as an own property even for `__proto__` (a name from a file). */
+function put(target: Record<string, unknown>, key: string, value: unknown): void {
+  if (key === "__proto__") setOwn(target, key, value);
+  else target[key] = value;
+}
+
+/**
+ * What a summary needs of one rollout, read from its record without
+ * keeping the trace. Records come from files, so every field is read
+ * defensively.
+ */
+export interface RolloutDigest {
+  /** The job id. */
+  job: string;
+  /** Task slug. */
+  slug: string;
+  /** Template id. */
+  id: string;
+  /** Template arguments. */
+  args: Record<string, unknown>;
+  /** The environment's name. */
+  env: string;
+  /** Group id (every repeat of a task shares it). */
+  group: string;
+  /** Which repeat (0-based). */
+  repeat: number;
+  /** The reward, or `null` when not graded. */
+  reward: number | null;
+  /** `completed`, `error` or `cancelled`. */
+  status: string;
+  /** The phase that failed, if any. */
+  phase: string | null;
+  /** The first error, `phase: message` on one line, or `""`. */
+  error: string;
+  /** The first error's whole message, or `""`. */
+  errorMessage: string;
+  /** Start, in ms since the epoch, when the trace has it. */
+  started: number | null;
+  /** End, in ms since the epoch, when the trace has it. */
+  ended: number | null;
+  /** Wall time in ms, when the trace has both ends. */
+  duration: number | null;
+  /** The grade's flat subscores, when it had any. */
+  subscores: Record<string, number> | null;
+  /** Steps in the trace. */
+  steps: number;
+  /** Model calls (`model` steps). */
+  modelCalls: number;
+  /** Tool calls (`tool` steps). */
+  toolCalls: number;
+  /** Prompt tokens over the model calls, when any call reported them. */
+  inputTokens: number | null;
+  /** Completion tokens over the model calls, when any call reported them. */
+  outputTokens: number | null;
+  /** Cost in USD over the model calls, when any call reported it. */
+  costUsd: number | null;
+  /** What ran, when the record says. */
+  agent: AgentInfo | null;
+  /** The environment's version, when the trace's setup step says. */
+  envVersion: string | null;
+}
+
+function time(value: unknown): number | null {
+  if (typeof value !== "string") return null;
+  const t = Date.parse(value);
+  return Number.isNaN(t) ? null : t;
+}
+
+function finite(value: unknown): number | null {
+  return typeof value === "number" && Number.isFinite(value) ? value : null;
+}
+
+function add(sum: number | null, value: unknown): number | null {
+  const v = finite(value);
+  return v === null ? sum : (sum ?? 0) + v;
+}
+
+/** The flat subscores of a grade frame or record, numbers only. */
+function subscoresOf(value: unknown): Record<string, number> | null {
+  if (!isRecord(value)) return null;
+  const out: Record<string, number> = {};
+  let any = false;
+  for (const k in value) {
+    const n = finite(value[k]);
+    if (n === null) continue;
+    put(out, k, n);
+    any = true;
+  }
+  return any ? out : null;
+}
+
+function agentOf(value: unknown): AgentInfo | null {
+  if (!isRecord(value) || typeof value.kind !== "string" || typeof value.name !== "string") {
+    return null;
+  }
+  const info: AgentInfo = { kind: value.kind, name: value.name };
+  if (typeof value.version === "string") info.version = value.version;
+  if (isRecord(value.settings)) info.settings = value.settings;
+  return info;
+}
+
+/** The digest of one record (a results line). */
+export function digestRecord(record: RunRecord): RolloutDigest {
+  const raw = record as unknown as Record<string, unknown>;
+  const trace: Record<string, unknown> = isRecord(raw.trace) ? raw.trace : {};
+  const task: Record<string, unknown> = isRecord(raw.task) ? raw.task : {};
+  const started = time(trace.started_at);
+  const ended = time(trace.ended_at);
+  const errors: unknown[] = Array.isArray(trace.errors) ? trace.errors : [];
+  const first = errors.find(isRecord);
+  const steps: unknown[] = Array.isArray(trace.steps) ? trace.steps : [];
+  let modelCalls = 0;
+  let toolCalls = 0;
+  let inputTokens: number | null = null;
+  let outputTokens: number | null = null;
+  let costUsd: number | null = null;
+  let envVersion: string | null = null;
+  let graded: Record<string, number> | null = null;
+  for (const step of steps) {
+    if (!isRecord(step)) continue;
+    const info = isRecord(step.info) ? step.info : {};
+    if (step.type === "model") {
+      modelCalls++;
+      inputTokens = add(inputTokens, info.input_tokens);
+      outputTokens = add(outputTokens, info.output_tokens);
+      costUsd = add(costUsd, info.cost_usd);
+    } else if (step.type === "tool") {
+      toolCalls++;
+    } else if (step.type === "setup" && typeof info.env_version === "string") {
+      envVersion = info.env_version;
+    } else if (step.type === "evaluate" && isRecord(step.content)) {
+      graded = subscoresOf(step.content.subscores);
+    }
+  }
+  const reward = finite(raw.reward);
+  const status = typeof raw.status === "string" ? raw.status : "?";
+  let error = "";
+  if (first) {
+    error = `${String(first.phase ?? "?")}: ${String(first.message ?? "").split("\n")[0]}`;
+  } else if (reward === null && status !== "completed") {
+    error = status;
+  }
+  return {
+    job: String(raw.job_id ?? ""),
+    slug: String(task.slug ?? "?"),
+    id: String(task.id ?? "?"),
+    args: isRecord(task.args) ? task.args : {},
+    env: String(task.env ?? ""),
+    group: String(raw.group_id ?? ""),
+    repeat: typeof raw.repeat === "number" ? raw.repeat : 0,
+    reward,
+    status,
+    phase: typeof raw.failed_phase === "string" ? raw.failed_phase : null,
+    error,
+    errorMessage: first ? String(first.message ?? "") : "",
+    started,
+    ended,
+    duration: started !== null && ended !== null ? ended - started : null,
+    subscores: subscoresOf(raw.subscores) ?? graded,
+    steps: steps.length,
+    modelCalls,
+    toolCalls,
+    inputTokens,
+    outputTokens,
+    costUsd,
+    agent: agentOf(raw.agent),
+    envVersion,
+  };
+}
+
+/**
+ * Which attempts count: for each (slug, repeat), the index of its latest
+ * attempt, in the order the keys first appear; every other index is
+ * superseded. Linear in the number of attempts.
+ */
+export function latestAttempts(
+  items: readonly { slug: string; repeat: number }[],
+): { counted: number[]; superseded: number[] } {
+  const latest = new Map<string, number>();
+  for (let i = 0; i < items.length; i++) latest.set(recordKey(items[i].slug, items[i].repeat), i);
+  // A Map keeps the order of first insertion: the order of first mention.
+  const counted = [...latest.values()];
+  const keep = new Set(counted);
+  const superseded: number[] = [];
+  for (let i = 0; i < items.length; i++) if (!keep.has(i)) superseded.push(i);
+  return { counted, superseded };
+}
+
+/** One task's line of a {@linkcode JobSummary}. */
+export interface TaskSummary {
+  /** Task slug. */
+  slug: string;
+  /** Template id. */
+  id: string;
+  /** Template arguments. */
+  args: Record<string, unknown>;
+  /** Rollouts counted (the latest attempt of each repeat). */
+  runs: number;
+  /** Of those, graded. */
+  graded: number;
+  /** Of those, not graded. */
+  errored: number;
+  /** Rollouts with a reward of at least 1. */
+  passes: number;
+  /** Mean reward over graded rollouts. */
+  mean_reward: number | null;
+  /** Its standard error, from two graded rollouts up. */
+  stderr: number | null;
+  /** Mean of each subscore over the graded rollouts that have it. */
+  subscores: Record<string, number>;
+  /** Earlier attempts of its repeats that a later one replaced, not counted. */
+  superseded: number;
+  /** The phases that failed among the counted rollouts. */
+  failed_phases: string[];
+  /** The first failure among the counted rollouts, `phase: message`, if any. */
+  first_error: string | null;
+}
+
+/** A job's summary, as `hud eval --json` prints it. Numbers are exact. */
+export interface JobSummary {
+  /** The job id. */
+  id: string;
+  /** Rollouts counted: the latest attempt of each (task, repeat). */
+  total: number;
+  /** Rollouts graded. */
+  graded: number;
+  /** Rollouts not graded. */
+  errored: number;
+  /** Earlier attempts that a later attempt of the same (task, repeat) replaced, not counted. */
+  superseded: number;
+  /** Errored rollouts by the phase that failed (`cancelled` for those cancelled before one failed). */
+  errored_by_phase: Record<string, number>;
+  /**
+   * Rollouts whose trace records a failure, graded or not, by the phase
+   * that failed first (an agent that crashed after answering is graded).
+   */
+  failures_by_phase: Record<string, number>;
+  /** Mean reward over graded rollouts. */
+  mean_reward: number | null;
+  /** Its standard error. */
+  stderr: number | null;
+  /** Rollouts per task (the most any task has). */
+  group_size: number;
+  /**
+   * pass@k for k from 1 to the group size (a pass is a reward of 1; an
+   * errored rollout is a fail), `null` when a task has fewer than k rollouts.
+   */
+  pass_at: Record<string, number | null>;
+  /** Mean of each subscore over the graded rollouts that have it. */
+  subscores: Record<string, number>;
+  /** What ran (the latest record that says). */
+  agent: AgentInfo | null;
+  /** The environment and its version (the latest record that says). */
+  env: { name: string; version: string | null } | null;
+  /** Prompt tokens over all counted rollouts, when any model call reported them. */
+  input_tokens: number | null;
+  /** Completion tokens, likewise. */
+  output_tokens: number | null;
+  /** Cost in USD, when any model call reported it. */
+  cost_usd: number | null;
+  /** Model calls over all counted rollouts. */
+  model_calls: number;
+  /** Tool calls over all counted rollouts. */
+  tool_calls: number;
+  /** Trace steps over all counted rollouts. */
+  steps: number;
+  /** From the first rollout's start to the last one's end, in ms. */
+  wall_ms: number | null;
+  /** Mean rollout duration, in ms. */
+  mean_duration_ms: number | null;
+  /** Per task, in the order tasks first appear. */
+  tasks: TaskSummary[];
+}
+
+/** Mean and standard error of `xs`. */
+export function meanAndError(
+  xs: readonly number[],
+): { mean: number | null; stderr: number | null } {
+  if (xs.length === 0) return { mean: null, stderr: null };
+  const mean = xs.reduce((a, b) => a + b, 0) / xs.length;
+  if (xs.length < 2) return { mean, stderr: null };
+  const variance = xs.reduce((a, x) => a + (x - mean) ** 2, 0) / (xs.length - 1);
+  return { mean, stderr: Math.sqrt(variance / xs.length) };
+}
+
+/**
+ * pass@k over tasks, each with `n` rollouts of which `c` passed: the
+ * unbiased estimate 1 - C(n-c, k) / C(n, k), averaged; `null` when a task
+ * has fewer than k rollouts.
+ */
+export function passAtK(tasks: readonly { n: number; c: number }[], k: number): number | null {
+  if (tasks.length === 0 || !(k >= 1)) return null;
+  let sum = 0;
+  for (const { n, c } of tasks) {
+    if (n < k) return null;
+    // As a product, to stay finite for large n.
+    let fail = 1;
+    if (n - c < k) fail = 0;
+    else for (let i = n - c + 1; i <= n; i++) fail *= 1 - k / i;
+    sum += 1 - fail;
+  }
+  return sum / tasks.length;
+}
+
+/** Sums and counts of subscores by name, in the order first met. */
+interface SubscoreSums {
+  names: string[];
+  sums: Record<string, number>;
+  counts: Record<string, number>;
+}
+
+function subscoreSums(): SubscoreSums {
+  return { names: [], sums: {}, counts: {} };
+}
+
+function addSubscores(into: SubscoreSums, subscores: Record<string, number> | null): void {
+  if (subscores === null) return;
+  for (const k in subscores) {
+    if (Object.hasOwn(into.counts, k)) {
+      into.sums[k] += subscores[k];
+      into.counts[k]++;
+    } else {
+      into.names.push(k);
+      put(into.sums, k, subscores[k]);
+      put(into.counts, k, 1);
+    }
+  }
+}
+
+function meansOf(sums: SubscoreSums): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const k of sums.names) put(out, k, sums.sums[k] / sums.counts[k]);
+  return out;
+}
+
+function phasesOf(rows: readonly RolloutDigest[]): string[] {
+  const out: string[] = [];
+  for (const r of rows) if (r.phase !== null && !out.includes(r.phase)) out.push(r.phase);
+  return out;
+}
+
+/** Options for {@linkcode summarizeDigests}. */
+export interface SummarizeOptions {
+  /** The job id; by default the first record's. */
+  id?: string;
+  /**
+   * Earlier attempts known to be superseded besides those among the
+   * attempts themselves (a resumed job's older lines): counted in
+   * `superseded`, never as rollouts.
+   * @default []
+   */
+  superseded?: readonly RolloutDigest[];
+  /** pass@k is reached with a reward of at least this. @default 1 */
+  threshold?: number;
+  /**
+   * Whether to make the per-task lines; without them (`tasks: []`) a
+   * summary of many tasks is several times quicker.
+   * @default true
+   */
+  tasks?: boolean;
+}
+
+/**
+ * The summary over every attempt of a job, in file order: the latest
+ * attempt of each (slug, repeat) counts, the others are superseded.
+ */
+export function summarizeDigests(
+  attempts: readonly RolloutDigest[],
+  options: SummarizeOptions = {},
+): JobSummary {
+  const { counted, superseded } = latestAttempts(attempts);
+  const rows = counted.map((i) => attempts[i]);
+  const threshold = options.threshold ?? 1;
+  const lines = options.tasks ?? true;
+  interface TaskAcc {
+    first: RolloutDigest;
+    /** Rollouts, and of them passes: all pass@k needs. */
+    n: number;
+    c: number;
+    /** The rest only for the per-task lines. */
+    rows: RolloutDigest[];
+    superseded: number;
+    subscores: SubscoreSums | null;
+  }
+  const tasks = new Map<string, TaskAcc>();
+  for (const r of rows) {
+    let t = tasks.get(r.slug);
+    if (!t) {
+      tasks.set(r.slug, t = { first: r, n: 0, c: 0, rows: [], superseded: 0, subscores: null });
+    }
+    t.n++;
+    if (r.reward !== null && r.reward >= threshold) t.c++;
+    if (!lines) continue;
+    t.rows.push(r);
+    if (r.reward !== null && r.subscores !== null) {
+      addSubscores(t.subscores ??= subscoreSums(), r.subscores);
+    }
+  }
+  const older = [...superseded.map((i) => attempts[i]), ...(options.superseded ?? [])];
+  for (const r of older) {
+    const t = tasks.get(r.slug);
+    if (t) t.superseded++;
+  }
+  const rewards: number[] = [];
+  const byPhase: Record<string, number> = {};
+  const failures: Record<string, number> = {};
+  const subscores = subscoreSums();
+  let agent: AgentInfo | null = null;
+  let envName: string | null = null;
+  let envVersion: string | null = null;
+  let inputTokens: number | null = null;
+  let outputTokens: number | null = null;
+  let costUsd: number | null = null;
+  let modelCalls = 0;
+  let toolCalls = 0;
+  let steps = 0;
+  let first: number | null = null;
+  let last: number | null = null;
+  let durationSum = 0;
+  let durations = 0;
+  for (const r of rows) {
+    if (r.phase !== null) failures[r.phase] = (failures[r.phase] ?? 0) + 1;
+    if (r.reward !== null) {
+      rewards.push(r.reward);
+      addSubscores(subscores, r.subscores);
+    } else {
+      const phase = r.phase ?? (r.status === "completed" ? "grading" : r.status);
+      byPhase[phase] = (byPhase[phase] ?? 0) + 1;
+    }
+    if (r.agent) agent = r.agent;
+    if (r.env !== "") envName = r.env;
+    if (r.envVersion !== null) envVersion = r.envVersion;
+    inputTokens = add(inputTokens, r.inputTokens);
+    outputTokens = add(outputTokens, r.outputTokens);
+    costUsd = add(costUsd, r.costUsd);
+    modelCalls += r.modelCalls;
+    toolCalls += r.toolCalls;
+    steps += r.steps;
+    if (r.started !== null && (first === null || r.started < first)) first = r.started;
+    if (r.ended !== null && (last === null || r.ended > last)) last = r.ended;
+    if (r.duration !== null) {
+      durationSum += r.duration;
+      durations++;
+    }
+  }
+  const { mean, stderr } = meanAndError(rewards);
+  const counts = [...tasks.values()];
+  const groupSize = counts.reduce((m, t) => Math.max(m, t.n), 0);
+  const passAt: Record<string, number | null> = {};
+  for (let k = 1; k <= Math.max(1, groupSize); k++) passAt[String(k)] = passAtK(counts, k);
+  return {
+    id: options.id ?? rows[0]?.job ?? "",
+    total: rows.length,
+    graded: rewards.length,
+    errored: rows.length - rewards.length,
+    superseded: older.length,
+    errored_by_phase: byPhase,
+    failures_by_phase: failures,
+    mean_reward: mean,
+    stderr,
+    group_size: groupSize,
+    pass_at: passAt,
+    subscores: meansOf(subscores),
+    agent,
+    env: envName === null ? null : { name: envName, version: envVersion },
+    input_tokens: inputTokens,
+    output_tokens: outputTokens,
+    cost_usd: costUsd,
+    model_calls: modelCalls,
+    tool_calls: toolCalls,
+    steps,
+    wall_ms: first !== null && last !== null ? last - first : null,
+    mean_duration_ms: durations > 0 ? durationSum / durations : null,
+    tasks: !lines ? [] : [...tasks.values()].map((t): TaskSummary => {
+      const graded = t.rows.filter((r) => r.reward !== null).map((r) => r.reward!);
+      const stats = meanAndError(graded);
+      return {
+        slug: t.first.slug,
+        id: t.first.id,
+        args: t.first.args,
+        runs: t.rows.length,
+        graded: graded.length,
+        errored: t.rows.length - graded.length,
+        passes: t.c,
+        mean_reward: stats.mean,
+        stderr: stats.stderr,
+        subscores: t.subscores === null ? {} : meansOf(t.subscores),
+        superseded: t.superseded,
+        failed_phases: phasesOf(t.rows),
+        first_error: t.rows.find((r) => r.error !== "")?.error ?? null,
+      };
+    }),
+  };
+}
