@@ -2,8 +2,9 @@
 // environment's tasks, locally or on a container engine, and grade each
 // rollout. The engines are loaded only when --runtime names one.
 
-import { type Environment, environmentOf, type TaskRow } from "../env.ts";
+import type { Environment, TaskRow } from "../env.ts";
 import { loadEnvironment, moduleUrl } from "../loader.ts";
+import { exportedRows } from "./_rows.ts";
 import { LocalRuntime } from "../runtime/local.ts";
 import type { RuntimeProvider } from "../runtime/placement.ts";
 import { CommandAgent, parseEnvFile } from "../agents/command.ts";
@@ -53,13 +54,8 @@ async function evalRows(
     }
     return [...set.rows];
   }
-  // The module is in the cache already: loadEnvironment imported it.
-  const mod = await import(moduleUrl(file).href) as Record<string, unknown>;
-  const exported = mod.tasks instanceof Taskset ? [...mod.tasks.rows] : mod.tasks;
-  if (Array.isArray(exported)) {
-    const rows = (exported as TaskRow[]).filter((r) =>
-      environmentOf(r) === env || r.env === env.name
-    );
+  const rows = await exportedRows(file, env);
+  if (rows !== null) {
     if (rows.length === 0) {
       throw new UsageError(
         `${file} exports "tasks" with no rows for environment "${env.name}"; ` +
