@@ -1,5 +1,6 @@
 // Issue 30, point 5: what `hud eval` says on its progress and interrupt
 // lines, and without --out.
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { ChildProcess, waitForLine } from "../_helpers.ts";
 import { formatReward } from "../../eval/report.ts";
@@ -20,7 +21,7 @@ async function cli(...args: string[]): Promise<{ code: number; stdout: string; s
   return { code: out.code, stdout: text.decode(out.stdout), stderr: text.decode(out.stderr) };
 }
 
-Deno.test("cli.ts eval: the interrupt line counts what the last progress line counted", async () => {
+test("cli.ts eval: the interrupt line counts what the last progress line counted", async () => {
   // Rollouts 0-2 answer at once, the rest hang until the signal cuts them short.
   const agent = `read -r n; [ "$n" -lt 3 ] && echo $n || exec sleep 60`;
   const child = new ChildProcess(Deno.execPath(), {
@@ -46,7 +47,7 @@ Deno.test("cli.ts eval: the interrupt line counts what the last progress line co
   assert.equal(lastDone, "3", progress.join("\n"));
 });
 
-Deno.test("cli.ts eval prints rewards with 3 significant digits, and says when no traces are kept", async () => {
+test("cli.ts eval prints rewards with 3 significant digits, and says when no traces are kept", async () => {
   assert.equal(formatReward(0.7666666666666666), "0.767");
   assert.equal(formatReward(1), "1");
   assert.equal(formatReward(0.5), "0.5");

@@ -1,5 +1,6 @@
 // Issue 30, point 5: `hud grade` with several tasks parked says which flag
 // picks one, and with --session checks TASK against the session's task.
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { SubprocessRuntime } from "../../runtime/mod.ts";
 import { testSignal } from "../_deadline.ts";
@@ -7,7 +8,7 @@ import { testSignal } from "../_deadline.ts";
 const CLI = new URL("../../cli.ts", import.meta.url).pathname;
 const BASIC = new URL("../fixtures/basic_env.ts", import.meta.url).pathname;
 
-Deno.test("cli.ts grade names --session when several tasks are parked, and checks TASK", async () => {
+test("cli.ts grade names --session when several tasks are parked, and checks TASK", async () => {
   await using served = await new SubprocessRuntime(BASIC).place();
   const [, token, address] = /^tcp:\/\/:([^@]+)@(.+)$/.exec(served.url)!;
   const url = `tcp://${address}`;

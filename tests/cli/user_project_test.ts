@@ -1,12 +1,13 @@
 // Issue 30, points 1 and 2: a project of the user's own beside a checkout of
 // the SDK, depending on it through the README's import map, run with
 // `deno run`, through `../hud-sdk/cli.ts` and through an installed `hud`.
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { ChildProcess } from "../_helpers.ts";
 import { testSignal } from "../_deadline.ts";
 import { AGENT, command, deno, makeProject, readmeImportMap, SDK } from "../_project.ts";
 
-Deno.test("README's import map: a user's project runs with deno run, the CLI and an installed hud", async (t) => {
+test("README's import map: a user's project runs with deno run, the CLI and an installed hud", async (t) => {
   const map = await readmeImportMap();
   const sdkExports = (JSON.parse(await Deno.readTextFile(`${SDK}/deno.json`)) as {
     exports: Record<string, string>;
@@ -120,7 +121,7 @@ Deno.test("README's import map: a user's project runs with deno run, the CLI and
   }
 });
 
-Deno.test("the README's map before issue 30 (a folder prefix) fails under deno run", async () => {
+test("the README's map before issue 30 (a folder prefix) fails under deno run", async () => {
   // A prefix maps "@hud/sdk/agents" to a folder, not to its mod.ts.
   const dir = await makeProject({ "@hud/sdk": "../hud-sdk/mod.ts", "@hud/sdk/": "../hud-sdk/" });
   try {

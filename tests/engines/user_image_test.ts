@@ -3,6 +3,7 @@
 // `hud image base` makes, starts and serves in a container. Skipped without
 // an engine socket.
 
+import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { EngineClient, findEngineSocket } from "../../engines/_engine.ts";
 import { AGENT, deno, makeProject, readmeImportMap } from "../_project.ts";
@@ -19,7 +20,7 @@ if (SOCKET === null) console.log("user_image_test: skipped: no engine socket");
 const BASE = "hud-test-user-base:latest";
 const IMAGE = "hud-test-user-env:latest";
 
-Deno.test({
+test({
   name: "hud image: a user project's image (import map, --from the base) starts and serves",
   ignore: SOCKET === null,
   async fn(t) {
