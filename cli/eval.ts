@@ -310,7 +310,9 @@ export async function run(args: string[], io: Io): Promise<number> {
     });
   } else {
     const { ContainerRuntime } = await import("../engines/container.ts");
-    runtime = new ContainerRuntime(where, {
+    // close() waits for the containers that rollouts cut short release in
+    // the background: none may outlive the run.
+    runtime = pool = new ContainerRuntime(where, {
       network: values["container-network"] === true,
       env: containerEnv,
     });
