@@ -8,10 +8,10 @@ export const SDK: string = decodeURIComponent(new URL("../", import.meta.url).pa
   "",
 );
 
-/** The JSON block of the README's "Depending on the SDK from another project" section. */
+/** The JSON block of docs/environments.md's "Depending on the SDK from another project" section. */
 export async function readmeImportMap(): Promise<Record<string, string>> {
-  const readme = await Deno.readTextFile(`${SDK}/README.md`);
-  const section = readme.slice(readme.indexOf("### Depending on the SDK from another project"));
+  const readme = await Deno.readTextFile(`${SDK}/docs/environments.md`);
+  const section = readme.slice(readme.indexOf("## Depending on the SDK from another project"));
   const block = /```json\n([\s\S]*?)```/.exec(section);
   assert.ok(block, "the README's section shows an import map");
   return (JSON.parse(block[1]) as { imports: Record<string, string> }).imports;

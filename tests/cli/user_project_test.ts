@@ -1,5 +1,5 @@
 // Issue 30, points 1 and 2: a project of the user's own beside a checkout of
-// the SDK, depending on it through the README's import map, run with
+// the SDK, depending on it through the import map of docs/environments.md, run with
 // `deno run`, through `../hud-sdk/cli.ts` and through an installed `hud`.
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";
@@ -7,7 +7,7 @@ import { ChildProcess } from "../_helpers.ts";
 import { testSignal } from "../_deadline.ts";
 import { AGENT, command, deno, makeProject, readmeImportMap, SDK } from "../_project.ts";
 
-test("README's import map: a user's project runs with deno run, the CLI and an installed hud", async (t) => {
+test("docs' import map: a user's project runs with deno run, the CLI and an installed hud", async (t) => {
   const map = await readmeImportMap();
   const sdkExports = (JSON.parse(await Deno.readTextFile(`${SDK}/deno.json`)) as {
     exports: Record<string, string>;
