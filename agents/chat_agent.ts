@@ -6,11 +6,23 @@
  * at `submit(answer)` or at a reply without tool calls, whose text is the
  * answer.
  *
+ * With `tokens`, each model step of the trace also keeps what the model
+ * sampled (completion token ids, log-probabilities, the prompt's ids where
+ * the server gives them) in `info.tokens`, compactly (see `eval/tokens.ts`);
+ * {@linkcode Job.exportTraining} turns them into training rows. Each call's
+ * tokens and cost (from the pricing table) are in its step's info and
+ * reported to the job, whose budgets count them; model calls take permits
+ * from the job's adaptive concurrency limit.
+ *
  * @module
  */
 
 import type { Agent, AgentContext, AgentInfo } from "../eval/agent.ts";
 import type { Run } from "../eval/run.ts";
+import type { AdaptiveConcurrency } from "../eval/concurrency.ts";
+import { encodeTurnTokens, type TurnTokens } from "../eval/tokens.ts";
+import { callCost, priceOf, type PricingTable } from "../eval/usage.ts";
+import { isRecord } from "../_internal/util.ts";
 import type { SshClient } from "../ssh/client.ts";
 import { McpClient, resultText as mcpText } from "../mcp/client.ts";
 import { string as stringSchema } from "../schema.ts";
@@ -18,9 +30,12 @@ import { Deadline } from "../_internal/async.ts";
 import { stringifyJson } from "../_internal/framing.ts";
 import {
   type ChatMessage,
+  isRetryable,
   type ModelBackend,
   ModelHttpError,
   type ModelReply,
+  type ModelRequest,
+  ModelUnavailableError,
   type RetryOptions,
   type SamplingOptions,
   type ToolCall,
@@ -111,6 +126,30 @@ export interface ChatAgentOptions {
   callTimeout?: number;
   /** Retries on 429, 5xx and broken connections. */
   retry?: RetryOptions;
+  /**
+   * Ask the server for the sampled tokens and keep them in the trace (see
+   * the module doc).
+   * @default false
+   */
+  tokens?: boolean;
+  /**
+   * Where the prompt's token ids come from (OpenAI format); see
+   * {@linkcode OpenAiBackendOptions.promptTokens}.
+   * @default "response"
+   */
+  promptTokens?: "response" | "llama-server";
+  /**
+   * Prices for the cost of each call, over the built-in list prices
+   * ({@linkcode DEFAULT_PRICING}). A cost the server reports wins.
+   * @default the built-in prices only
+   */
+  pricing?: PricingTable;
+  /**
+   * A limit on model calls in flight, when the run's context brings none
+   * (a job's does).
+   * @default none outside a job
+   */
+  concurrency?: AdaptiveConcurrency;
 }
 
 /** The agent ran out of steps or tokens without an answer. */
@@ -226,6 +265,7 @@ export class ChatAgent implements Agent {
         baseUrl: options.baseUrl,
         apiKey: options.apiKey,
         stream: options.stream,
+        promptTokens: options.promptTokens,
       });
     } else {
       throw new TypeError(
@@ -294,8 +334,12 @@ export class ChatAgent implements Agent {
         if (shell) {
           const ssh = await run.client.open(shell.name) as SshClient;
           opened.push(ssh);
-          const shellOptions = { outputLimit, ...o.shell };
-          for (const t of shellTools(ssh, shellOptions)) {
+          // The task may name where its shell starts: `bindings: { shell: { cwd } }`.
+          const episode = run.bindings[shell.name];
+          const cwd = isRecord(episode) && typeof episode.cwd === "string" && episode.cwd !== ""
+            ? episode.cwd
+            : o.shell?.cwd;
+          for (const t of shellTools(ssh, { outputLimit, ...o.shell, cwd })) {
             if (!tools.has(t.name)) tools.set(t.name, t);
           }
         }
@@ -354,6 +398,9 @@ export class ChatAgent implements Agent {
       const keep = o.keepToolResults ?? 4;
       let sent = 0;
       let tokens = 0;
+      let lastTokens: TurnTokens | null = null;
+      const limiter = context.concurrency ?? o.concurrency;
+      const price = priceOf(this.#backend.model, o.pricing);
       const toolContext: ToolContext = { run, signal: context.signal };
 
       for (let step = 1;; step++) {
@@ -368,58 +415,72 @@ export class ChatAgent implements Agent {
         let attempts = 0;
         const retries: string[] = [];
         let reply: ModelReply;
+        const request = (): ModelRequest => ({
+          messages,
+          tools: specs,
+          toolChoice: o.toolChoice,
+          parallelToolCalls: o.parallelToolCalls,
+          sampling: o.sampling,
+          ...(o.tokens ? { tokens: true } : {}),
+        });
         {
           using deadline = new Deadline(o.callTimeout ?? 300_000, context.signal, "model call");
-          reply = await withRetries(
-            async () => {
-              attempts++;
-              try {
-                return await this.#backend.complete({
-                  messages,
-                  tools: specs,
-                  toolChoice: o.toolChoice,
-                  parallelToolCalls: o.parallelToolCalls,
-                  sampling: o.sampling,
-                }, deadline.signal);
-              } catch (err) {
-                // Over the window: cut harder and try again, while there is
-                // tool output left to cut.
-                if (err instanceof ModelHttpError && err.contextOverflow) {
-                  const size = messages.reduce((n, m) => n + messageChars(m), 0);
-                  budget = Math.min(budget, Math.floor(size * 0.6));
-                  const cut = trimToolResults(messages, budget, Math.min(keep, 1)) ||
-                    trimToolResults(messages, budget, 0);
-                  if (cut > 0) {
-                    retries.push("context_overflow");
-                    return await this.#backend.complete({
-                      messages,
-                      tools: specs,
-                      toolChoice: o.toolChoice,
-                      parallelToolCalls: o.parallelToolCalls,
-                      sampling: o.sampling,
-                    }, deadline.signal);
+          try {
+            reply = await withRetries(
+              async () => {
+                attempts++;
+                try {
+                  return await this.#complete(request(), limiter, deadline.signal);
+                } catch (err) {
+                  // Over the window: cut harder and try again, while there is
+                  // tool output left to cut.
+                  if (err instanceof ModelHttpError && err.contextOverflow) {
+                    const size = messages.reduce((n, m) => n + messageChars(m), 0);
+                    budget = Math.min(budget, Math.floor(size * 0.6));
+                    const cut = trimToolResults(messages, budget, Math.min(keep, 1)) ||
+                      trimToolResults(messages, budget, 0);
+                    if (cut > 0) {
+                      retries.push("context_overflow");
+                      return await this.#complete(request(), limiter, deadline.signal);
+                    }
                   }
+                  throw err;
                 }
-                throw err;
-              }
-            },
-            deadline.signal,
-            {
-              ...o.retry,
-              onRetry: (err, attempt, wait) => {
-                retries.push(`${(err as Error)?.message ?? err}`);
-                o.retry?.onRetry?.(err, attempt, wait);
               },
-            },
-          );
+              deadline.signal,
+              {
+                ...o.retry,
+                sleep: o.retry?.sleep ?? limiter?.clock.sleep,
+                onRetry: (err, attempt, wait) => {
+                  retries.push(`${(err as Error)?.message ?? err}`);
+                  o.retry?.onRetry?.(err, attempt, wait);
+                },
+              },
+            );
+          } catch (err) {
+            // Past its own retries, the server is unavailable: a rollout
+            // that fails so is an infrastructure failure, not the agent's.
+            if (!deadline.signal.aborted && isRetryable(err) && !(err instanceof ModelHttpError)) {
+              throw new ModelUnavailableError(
+                `ChatAgent stopped: the model server is unavailable after ${attempts} attempts: ${
+                  (err as Error)?.message ?? err
+                }`,
+                { cause: err },
+              );
+            }
+            throw err;
+          }
         }
         const latency = performance.now() - started;
         const used = (reply.usage?.inputTokens ?? 0) + (reply.usage?.outputTokens ?? 0);
         tokens += used;
+        const cost = reply.usage === null
+          ? null
+          : reply.usage.costUsd ?? (price === null ? null : callCost(reply.usage, price));
         const assistant: ChatMessage = { role: "assistant", content: reply.content };
         if (reply.toolCalls.length > 0) assistant.toolCalls = reply.toolCalls;
         // The request's messages once, then only what is new since the last call.
-        const request = messages.slice(sent).map(wireMessage);
+        const sentNow = messages.slice(sent).map(wireMessage);
         messages.push(assistant);
         sent = messages.length;
         const info: Record<string, unknown> = {
@@ -432,10 +493,26 @@ export class ChatAgent implements Agent {
           finish_reason: reply.finishReason,
           attempts,
         };
-        if (reply.usage?.costUsd !== undefined) info.cost_usd = reply.usage.costUsd;
+        if (reply.usage?.cachedTokens !== undefined) info.cached_tokens = reply.usage.cachedTokens;
+        if (cost !== null) info.cost_usd = cost;
         if (retries.length > 0) info.retries = retries;
         if (trimmed > 0) info.trimmed_tool_results = trimmed;
-        trace.record("model", { request, reply: wireMessage(assistant) }, info);
+        if (reply.tokens) info.tokens = encodeTurnTokens(reply.tokens, lastTokens);
+        lastTokens = reply.tokens ?? null;
+        trace.record("model", { request: sentNow, reply: wireMessage(assistant) }, info);
+        if (reply.usage !== null) {
+          try {
+            context.onUsage?.({
+              model: this.#backend.model,
+              inputTokens: reply.usage.inputTokens,
+              outputTokens: reply.usage.outputTokens,
+              cachedTokens: reply.usage.cachedTokens ?? 0,
+              costUsd: cost,
+            });
+          } catch {
+            // The job's accounting must not fail the agent.
+          }
+        }
 
         if (reply.refusal !== undefined) {
           trace.record("refusal", reply.refusal);
@@ -479,6 +556,27 @@ export class ChatAgent implements Agent {
       }
     } finally {
       for (const client of opened) await client.close().catch(() => {});
+    }
+  }
+
+  /** One model call, holding a permit of the concurrency limit while it runs. */
+  async #complete(
+    request: ModelRequest,
+    limiter: AdaptiveConcurrency | undefined,
+    signal: AbortSignal,
+  ): Promise<ModelReply> {
+    const permit = limiter ? await limiter.acquire(signal) : null;
+    try {
+      const reply = await this.#backend.complete(request, signal);
+      permit?.release("ok");
+      return reply;
+    } catch (err) {
+      const limited = err instanceof ModelHttpError && err.status === 429;
+      permit?.release(
+        limited ? "rate_limited" : "error",
+        limited && err.retryAfter !== null ? err.retryAfter * 1000 : null,
+      );
+      throw err;
     }
   }
 

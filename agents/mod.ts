@@ -24,6 +24,7 @@ export {
   type ModelReply,
   type ModelRequest,
   ModelStreamError,
+  ModelUnavailableError,
   parseRetryAfter,
   type RetryOptions,
   type SamplingOptions,

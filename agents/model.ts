@@ -7,6 +7,7 @@
  */
 
 import type { JsonSchema } from "../schema.ts";
+import type { TurnTokens } from "../eval/tokens.ts";
 import { delay } from "../_internal/async.ts";
 import { BodyTooLargeError, cappedBody, headText, readCapped } from "../_internal/body.ts";
 
@@ -71,6 +72,12 @@ export interface ModelRequest {
   parallelToolCalls?: boolean;
   /** Sampling options. */
   sampling?: SamplingOptions;
+  /**
+   * Ask for the sampled tokens: the completion's token ids and
+   * log-probabilities, and the prompt's token ids, where the server gives them.
+   * @default false
+   */
+  tokens?: boolean;
 }
 
 /** Token counts of one model call, as the server reported them. */
@@ -79,7 +86,9 @@ export interface TokenUsage {
   inputTokens: number;
   /** Completion tokens. */
   outputTokens: number;
-  /** What the call cost in USD, when the API says (OpenRouter's `usage.cost`). */
+  /** Prompt tokens served from the server's cache (a part of `inputTokens`), when it said. */
+  cachedTokens?: number;
+  /** What the server said the call cost, in USD (OpenRouter's `usage.cost`), when it did. */
   costUsd?: number;
 }
 
@@ -95,6 +104,8 @@ export interface ModelReply {
   usage: TokenUsage | null;
   /** The model's refusal text, when it refused. */
   refusal?: string;
+  /** The sampled tokens, when the request asked for them and the server gave any. */
+  tokens?: TurnTokens;
 }
 
 /** An API format: turns a {@linkcode ModelRequest} into one HTTP exchange. */
@@ -113,6 +124,16 @@ export interface ModelBackend {
 
 /** An HTTP error status from a model API. */
 export class ModelHttpError extends Error {
+  /**
+   * How a rollout that failed with it is classed: `context_overflow` for a
+   * prompt over the window, `model_unavailable` for 408, 429 and 5xx,
+   * `undefined` (the agent's own error) for other statuses.
+   */
+  get errorClass(): string | undefined {
+    if (this.contextOverflow) return "context_overflow";
+    return isRetryable(this) ? "model_unavailable" : undefined;
+  }
+
   /** The HTTP status. */
   readonly status: number;
   /** Seconds the server asked to wait (`Retry-After`), if it did. */
@@ -136,10 +157,27 @@ export class ModelHttpError extends Error {
 
 /** A reply that was cut short or could not be read. */
 export class ModelStreamError extends Error {
+  /** How a rollout that failed with it is classed. */
+  readonly errorClass: string = "model_unavailable";
   /** Makes the error. */
   constructor(message: string, options?: ErrorOptions) {
     super(message, options);
     this.name = "ModelStreamError";
+  }
+}
+
+/**
+ * The model server could not be reached or kept failing after the call's
+ * own retries (`cause` is the last error): a rollout that fails with it
+ * is classed `model_unavailable`, which {@linkcode Taskset.run} retries.
+ */
+export class ModelUnavailableError extends Error {
+  /** How a rollout that failed with it is classed. */
+  readonly errorClass: string = "model_unavailable";
+  /** Makes the error. */
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "ModelUnavailableError";
   }
 }
 
@@ -262,6 +300,8 @@ export interface RetryOptions {
   maxDelay?: number;
   /** Called before each wait. */
   onRetry?: (err: unknown, attempt: number, waitMs: number) => void;
+  /** How to wait. @default a timer */
+  sleep?: (ms: number, signal: AbortSignal) => Promise<void>;
 }
 
 /**
@@ -289,7 +329,7 @@ export async function withRetries<T>(
         : null;
       const wait = Math.min(max, hinted ?? base * 2 ** attempt * (0.75 + Math.random() * 0.5));
       options.onRetry?.(err, attempt + 1, wait);
-      await delay(wait, signal);
+      await (options.sleep ?? delay)(wait, signal);
     }
   }
 }

@@ -13,6 +13,7 @@ import {
   httpError,
   maxResponseBytes,
   type ModelBackend,
+  ModelHttpError,
   type ModelReply,
   type ModelRequest,
   ModelStreamError,
@@ -20,6 +21,7 @@ import {
   type TokenUsage,
   type ToolCall,
 } from "./model.ts";
+import type { TurnTokens } from "../eval/tokens.ts";
 import { sseData } from "../_internal/sse.ts";
 import { isRecord } from "../_internal/util.ts";
 
@@ -50,6 +52,21 @@ export interface OpenAiBackendOptions {
   stream?: boolean;
   /** Extra request headers. */
   headers?: Record<string, string>;
+  /**
+   * Body fields added when a request asks for tokens, beside `logprobs`.
+   * @default `{ return_token_ids: true, return_tokens_as_token_ids: true }`
+   *   (vLLM's; other servers ignore them), none for api.openai.com and
+   *   Azure, which refuse fields they do not know
+   */
+  tokenFields?: Record<string, unknown>;
+  /**
+   * Where the prompt's token ids come from when a request asks for tokens:
+   * the reply (`"response"`: vLLM, sglang), or llama-server's
+   * `/apply-template` and `/tokenize` after each call (`"llama-server"`),
+   * kept only when they count what the reply's usage counts.
+   * @default "response"
+   */
+  promptTokens?: "response" | "llama-server";
 }
 
 function envVar(name: string): string | undefined {
@@ -82,11 +99,76 @@ function wireMessage(m: ChatMessage): Record<string, unknown> {
 
 function usageOf(value: unknown): TokenUsage | null {
   if (!isRecord(value)) return null;
-  const input = Number(value.prompt_tokens ?? 0);
-  const output = Number(value.completion_tokens ?? 0);
-  const usage: TokenUsage = { inputTokens: input, outputTokens: output };
+  const usage: TokenUsage = {
+    inputTokens: Number(value.prompt_tokens ?? 0),
+    outputTokens: Number(value.completion_tokens ?? 0),
+  };
+  const details = isRecord(value.prompt_tokens_details) ? value.prompt_tokens_details : {};
+  const cached = Number(details.cached_tokens ?? 0);
+  if (cached > 0) usage.cachedTokens = cached;
   if (typeof value.cost === "number" && Number.isFinite(value.cost)) usage.costUsd = value.cost;
   return usage;
+}
+
+function ints(value: unknown): number[] | null {
+  return Array.isArray(value) && value.length > 0 && value.every((x) => Number.isInteger(x))
+    ? value
+    : null;
+}
+
+/** Token ids and log-probabilities as a reply, or one stream chunk, carries them. */
+class TokenReader {
+  promptIds: number[] | null = null;
+  completionIds: number[] = [];
+  #idsGiven = false;
+  logprobIds: (number | null)[] = [];
+  logprobs: number[] = [];
+
+  /** Reads a body (or chunk) and its first choice. */
+  read(body: Record<string, unknown>, choice: Record<string, unknown>): void {
+    this.promptIds ??= ints(body.prompt_token_ids) ?? ints(choice.prompt_token_ids);
+    const ids = ints(choice.token_ids) ?? ints(choice.output_token_ids);
+    if (ids !== null) {
+      this.completionIds.push(...ids);
+      this.#idsGiven = true;
+    }
+    const lp = isRecord(choice.logprobs) ? choice.logprobs : null;
+    for (const entry of Array.isArray(lp?.content) ? lp.content : []) {
+      if (!isRecord(entry) || typeof entry.logprob !== "number") continue;
+      this.logprobs.push(entry.logprob);
+      const token = typeof entry.token === "string" ? /^token_id:(\d+)$/.exec(entry.token) : null;
+      this.logprobIds.push(
+        Number.isInteger(entry.id)
+          ? entry.id as number
+          : Number.isInteger(entry.token_id)
+          ? entry.token_id as number
+          : token
+          ? Number(token[1])
+          : null,
+      );
+    }
+  }
+
+  /** What was read, or `undefined` when nothing was. */
+  result(): TurnTokens | undefined {
+    let completionIds: number[] | null = this.#idsGiven ? this.completionIds : null;
+    if (completionIds === null && this.logprobIds.length > 0 && !this.logprobIds.includes(null)) {
+      completionIds = this.logprobIds as number[];
+    }
+    let logprobs: number[] | null = this.logprobs.length > 0 ? this.logprobs : null;
+    // Log-probabilities that do not line up with the ids are of no use for training.
+    if (completionIds !== null && logprobs !== null && logprobs.length !== completionIds.length) {
+      logprobs = null;
+    }
+    if (completionIds === null && logprobs === null && this.promptIds === null) return undefined;
+    return { promptIds: this.promptIds, completionIds, logprobs };
+  }
+}
+
+const NO_STREAM_LOGPROBS = /logprobs.*(not supported|unsupported).*stream|stream.*logprobs/i;
+
+function refusesFields(url: URL): boolean {
+  return url.hostname === "api.openai.com" || url.hostname.endsWith(".openai.azure.com");
 }
 
 /** The Chat Completions request body for `request`. */
@@ -116,6 +198,7 @@ export function openAiBody(
   if (s.maxTokens !== undefined) body.max_tokens = s.maxTokens;
   if (s.stop !== undefined) body.stop = s.stop;
   if (s.seed !== undefined) body.seed = s.seed;
+  if (request.tokens) body.logprobs = true;
   if (stream) {
     body.stream = true;
     body.stream_options = { include_usage: true };
@@ -133,6 +216,12 @@ export class OpenAiBackend implements ModelBackend {
   readonly #maxResponse: number;
   readonly #headers: Record<string, string>;
   readonly #stream: boolean;
+  readonly #tokenFields: Record<string, unknown>;
+  readonly #promptTokens: "response" | "llama-server";
+  readonly #origin: string;
+  // Set once the server refused log-probabilities in a stream (llama-server
+  // does with tools): calls that ask for tokens are not streamed from then on.
+  #streamTokens = true;
 
   /**
    * Makes a backend; nothing is sent until {@linkcode OpenAiBackend.complete}.
@@ -156,6 +245,18 @@ export class OpenAiBackend implements ModelBackend {
     this.#maxResponse = maxResponseBytes(options.maxResponseBytes, "OpenAI");
     this.#url = url.href;
     this.#stream = options.stream ?? true;
+    this.#tokenFields = options.tokenFields ??
+      (refusesFields(url) ? {} : { return_token_ids: true, return_tokens_as_token_ids: true });
+    const prompts = options.promptTokens ?? "response";
+    if (prompts !== "response" && prompts !== "llama-server") {
+      throw new TypeError(
+        `Cannot make OpenAI backend: promptTokens must be "response" or "llama-server", got "${prompts}"`,
+      );
+    }
+    this.#promptTokens = prompts;
+    // llama-server's own endpoints sit beside /v1.
+    this.#origin = new URL(url.pathname.replace(/\/v1\/chat\/completions$/, "/"), url).href
+      .replace(/\/+$/, "");
     const key = options.apiKey ?? envVar("OPENAI_API_KEY");
     this.#headers = {
       "content-type": "application/json",
@@ -175,10 +276,41 @@ export class OpenAiBackend implements ModelBackend {
    * @throws {ModelStreamError} for a reply cut short or unreadable
    */
   async complete(request: ModelRequest, signal: AbortSignal): Promise<ModelReply> {
+    const stream = this.#stream && !(request.tokens && !this.#streamTokens);
+    let reply: ModelReply;
+    try {
+      reply = await this.#send(request, stream, signal);
+    } catch (err) {
+      if (
+        !(stream && request.tokens && err instanceof ModelHttpError && err.status === 400 &&
+          NO_STREAM_LOGPROBS.test(err.message))
+      ) throw err;
+      this.#streamTokens = false;
+      reply = await this.#send(request, false, signal);
+    }
+    if (request.tokens && this.#promptTokens === "llama-server" && reply.usage !== null) {
+      const promptIds = await this.#llamaPromptIds(request, reply.usage.inputTokens, signal);
+      if (promptIds !== null) {
+        reply.tokens = {
+          promptIds,
+          completionIds: reply.tokens?.completionIds ?? null,
+          logprobs: reply.tokens?.logprobs ?? null,
+        };
+      }
+    }
+    return reply;
+  }
+
+  #body(request: ModelRequest, stream: boolean): Record<string, unknown> {
+    const body = openAiBody(this.model, request, stream);
+    return request.tokens ? { ...this.#tokenFields, ...body } : body;
+  }
+
+  async #send(request: ModelRequest, stream: boolean, signal: AbortSignal): Promise<ModelReply> {
     const response = await fetch(this.#url, {
       method: "POST",
       headers: this.#headers,
-      body: JSON.stringify(openAiBody(this.model, request, this.#stream)),
+      body: JSON.stringify(this.#body(request, stream)),
       signal,
     });
     if (!response.ok) throw await httpError(response, "Chat completion");
@@ -187,6 +319,44 @@ export class OpenAiBackend implements ModelBackend {
       return await readStream(cappedReply(response, this.#maxResponse, "chat completion"));
     }
     return readCompletion(await replyJson(response, this.#maxResponse, "chat completion"));
+  }
+
+  /**
+   * The prompt's token ids as llama-server renders and tokenizes it, or
+   * `null` when it cannot say or its count is not `count`.
+   */
+  async #llamaPromptIds(
+    request: ModelRequest,
+    count: number,
+    signal: AbortSignal,
+  ): Promise<number[] | null> {
+    const post = async (path: string, body: unknown) => {
+      const response = await fetch(`${this.#origin}${path}`, {
+        method: "POST",
+        headers: this.#headers,
+        body: JSON.stringify(body),
+        signal,
+      });
+      if (!response.ok) {
+        await response.body?.cancel();
+        return null;
+      }
+      return await replyJson(response, this.#maxResponse, `reply of ${path}`).catch(() => null);
+    };
+    try {
+      const rendered = await post("/apply-template", this.#body(request, false));
+      if (!isRecord(rendered) || typeof rendered.prompt !== "string") return null;
+      const tokenized = await post("/tokenize", {
+        content: rendered.prompt,
+        add_special: true,
+        parse_special: true,
+      });
+      const ids = isRecord(tokenized) ? ints(tokenized.tokens) : null;
+      return ids !== null && ids.length === count ? ids : null;
+    } catch (err) {
+      if (signal.aborted) throw err;
+      return null; // Not llama-server, or it went away: no prompt ids, the reply stands.
+    }
   }
 }
 
@@ -213,6 +383,10 @@ function readCompletion(body: unknown): ModelReply {
     usage: usageOf((body as Record<string, unknown>).usage),
   };
   if (typeof m.refusal === "string" && m.refusal !== "") reply.refusal = m.refusal;
+  const tokens = new TokenReader();
+  tokens.read(body as Record<string, unknown>, choice);
+  const read = tokens.result();
+  if (read) reply.tokens = read;
   return reply;
 }
 
@@ -223,6 +397,7 @@ async function readStream(body: ReadableStream<Uint8Array>): Promise<ModelReply>
   let usage: TokenUsage | null = null;
   let done = false;
   const calls = new Map<number, ToolCall>();
+  const tokens = new TokenReader();
   try {
     for await (const { data } of sseData(body)) {
       if (data.trim() === "[DONE]") {
@@ -243,7 +418,11 @@ async function readStream(body: ReadableStream<Uint8Array>): Promise<ModelReply>
       }
       if (chunk.usage) usage = usageOf(chunk.usage);
       const choice = Array.isArray(chunk.choices) ? chunk.choices[0] : undefined;
-      if (!isRecord(choice)) continue;
+      if (!isRecord(choice)) {
+        tokens.read(chunk, {});
+        continue;
+      }
+      tokens.read(chunk, choice);
       const delta = isRecord(choice.delta) ? choice.delta : {};
       if (typeof delta.content === "string") content += delta.content;
       if (typeof delta.refusal === "string") refusal += delta.refusal;
@@ -283,5 +462,7 @@ async function readStream(body: ReadableStream<Uint8Array>): Promise<ModelReply>
     usage,
   };
   if (refusal !== "") reply.refusal = refusal;
+  const read = tokens.result();
+  if (read) reply.tokens = read;
   return reply;
 }

@@ -16,6 +16,7 @@ import {
 import type { Run } from "../eval/run.ts";
 import { checkArgs } from "../mcp/server.ts";
 import type { SshClient } from "../ssh/client.ts";
+import { shellQuote } from "../_internal/shell.ts";
 import { isRecord } from "../_internal/util.ts";
 
 /** What a tool gets besides its arguments. */
@@ -95,6 +96,12 @@ export interface ShellToolsOptions {
    * @default 120_000
    */
   commandTimeout?: number;
+  /**
+   * Where `bash` commands run and relative paths of the file tools resolve
+   * ({@linkcode ChatAgent} takes it from the task's `bindings.shell.cwd`).
+   * @default the shell's own start directory
+   */
+  cwd?: string;
 }
 
 /** Keeps the head and tail of `text` within `limit` characters, saying what was cut. */
@@ -115,13 +122,19 @@ export function truncate(text: string, limit: number): string {
 export function shellTools(ssh: SshClient, options: ShellToolsOptions = {}): AgentTool[] {
   const limit = options.outputLimit ?? 16_000;
   const timeout = options.commandTimeout ?? 120_000;
+  const cwd = options.cwd;
+  const at = (path: string) =>
+    cwd === undefined || path.startsWith("/") ? path : `${cwd.replace(/\/+$/, "")}/${path}`;
+  // On a line of its own: a command's `;` or `||` must not escape the cd.
+  const inCwd = (command: string) =>
+    cwd === undefined ? command : `cd -- ${shellQuote(cwd)} || exit 1\n${command}`;
   return [
     defineTool({
       name: "bash",
       description: "Run a bash command in the workspace. Returns the exit code, stdout and stderr.",
       args: { command: stringSchema({ description: "The command line, run by bash" }) },
       async run({ command }, { signal }) {
-        const r = await ssh.exec(command, { signal, timeout });
+        const r = await ssh.exec(inCwd(command), { signal, timeout });
         const out = [`exit_code: ${r.signal ? `killed by SIG${r.signal}` : r.code}`];
         if (r.stdoutText !== "") out.push(`stdout:\n${truncate(r.stdoutText, limit)}`);
         if (r.stderrText !== "") out.push(`stderr:\n${truncate(r.stderrText, limit)}`);
@@ -135,7 +148,7 @@ export function shellTools(ssh: SshClient, options: ShellToolsOptions = {}): Age
       description: "Read a text file in the workspace.",
       args: { path: stringSchema({ description: "The file's path" }) },
       async run({ path }, { signal }) {
-        return truncate(await ssh.readText(path, { signal }), limit);
+        return truncate(await ssh.readText(at(path), { signal }), limit);
       },
     }),
     defineTool({
@@ -146,7 +159,7 @@ export function shellTools(ssh: SshClient, options: ShellToolsOptions = {}): Age
         content: stringSchema({ description: "The file's new content" }),
       },
       async run({ path, content }, { signal }) {
-        await ssh.writeText(path, content, { signal });
+        await ssh.writeText(at(path), content, { signal });
         return `wrote ${content.length} characters to ${path}`;
       },
     }),
@@ -155,7 +168,7 @@ export function shellTools(ssh: SshClient, options: ShellToolsOptions = {}): Age
       description: "List a directory in the workspace.",
       args: { path: stringSchema({ description: "The directory's path" }) },
       async run({ path }, { signal }) {
-        const entries = await ssh.listDir(path, { signal });
+        const entries = await ssh.listDir(at(path), { signal });
         return entries.map((e) => e.isDirectory ? `${e.name}/` : e.name).join("\n") ||
           "(empty)";
       },

@@ -81,6 +81,41 @@ function commandShown(command: string): string {
   return hidden > 0 ? `${program} (+${hidden} more words, not shown)` : program;
 }
 
+function positiveNumber(flag: string, text: string | undefined): number | undefined {
+  if (text === undefined) return undefined;
+  if (!/^\d+(\.\d+)?$/.test(text) || !(Number(text) > 0)) {
+    throw new UsageError(`${flag} must be a positive number, got "${text}"`);
+  }
+  return Number(text);
+}
+
+/** `*` as any run of characters, the rest literal. */
+function globMatcher(pattern: string): RegExp {
+  return new RegExp(
+    `^${pattern.split("*").map((p) => p.replace(/[.+?^${}()|[\]\\]/g, "\\$&")).join(".*")}$`,
+  );
+}
+
+/**
+ * The rows `--filter` (globs over slug or id, any of them) and `--limit`
+ * (the first N of those) keep.
+ */
+function selectRows(rows: TaskRow[], filters: string[], limit: number | undefined): TaskRow[] {
+  let kept = rows;
+  if (filters.length > 0) {
+    const patterns = filters.map(globMatcher);
+    kept = rows.filter((r) => patterns.some((p) => p.test(r.slug) || p.test(r.id)));
+    if (kept.length === 0) {
+      throw new UsageError(
+        `--filter ${
+          filters.map((f) => `"${f}"`).join(", ")
+        } matches none of the ${rows.length} tasks (slugs such as "${rows[0]?.slug}")`,
+      );
+    }
+  }
+  return limit === undefined ? kept : kept.slice(0, limit);
+}
+
 function seconds(flag: string, text: string | undefined): number | undefined {
   if (text === undefined) return undefined;
   if (!/^\d+(\.\d+)?$/.test(text) || !(Number(text) > 0)) {
@@ -97,10 +132,18 @@ function interrupted(io: Io, done: number, total: number): number {
 /** The help of `hud eval`. */
 export const USAGE: string =
   `Usage: ${PROGRAM} eval FILE (--agent CMD | --model NAME) [--env NAME] [--tasks ROWS] [--group N]
-            [--max-concurrent N] [--timeout S] [--agent-timeout S]
+            [--filter GLOB]... [--limit N] [--max-concurrent N] [--retries N]
+            [--timeout S] [--agent-timeout S] [--token-limit N] [--cost-limit USD]
             [--pass-env NAME]... [--env-file PATH] [--max-output BYTES]
             [--out results.jsonl [--resume | --force]] [--json]
             [--runtime WHERE [--container-network] [--container-env NAME=VALUE]...]
+
+FILE may be harbor:PATH, a Harbor task directory or a dataset of them: each
+task runs in a container of its own Dockerfile's image (built once, cached
+by content), its instruction the prompt, its tests/test.sh the grader;
+--agent oracle runs each task's solution/solve.sh (a dataset validates when
+every task scores 1.0). With harbor:PATH only --agent, --model flags,
+--group and --json apply.
 
 Serves the environment module FILE in this process and runs the agent
 command CMD once per task and repeat, grading each answer. The tasks are
@@ -115,9 +158,23 @@ and the HUD_* variables, plus what --pass-env and --env-file give it. The
 command itself is not echoed: it may hold secrets.
 
 On a terminal the progress is one live line; otherwise one line per
-finished rollout. A table per task closes the run, then the first error of
-each failing task. Results are only ever appended to the --out file, one
-synced line per rollout; --resume runs only what is not graded there.
+finished rollout. For a model agent it shows the tokens and cost so far and
+the adaptive limit on model calls in flight (it starts at 20 or
+--max-concurrent, shrinks on rate limits and grows back). A table per task
+closes the run, then the first error of each failing task. Results are only
+ever appended to the --out file, one synced line per rollout attempt;
+--resume runs only what is not graded there.
+
+--retries N tries a rollout again (with backoff) when it failed for the
+infrastructure's reasons: the environment could not be placed, a connection
+was lost, or the model server stayed unavailable after its own retries;
+never for the agent's own errors, timeouts or a context overflow. Every
+attempt stays in the --out file; the latest counts.
+
+--token-limit and --cost-limit stop the job once its model calls used that
+many tokens or dollars (every attempt in the --out file counts): no new
+rollouts start and running ones finish; rerun with --resume (and a higher
+limit, or none) to go on.
 
 SIGINT, SIGTERM or SIGHUP stop the job: running agents get SIGTERM, then
 SIGKILL after 2 s (a second signal kills them at once), the environment's
@@ -130,9 +187,19 @@ Options:
   --agent CMD           the agent command, run with bash -c
   --env NAME            the environment, by export or environment name
   --tasks ROWS          a taskset file to run instead of the module's tasks
+  --filter GLOB         run only the tasks whose slug or id matches
+                        ("*" matches anything; repeatable: any of them)
+  --limit N             run only the first N tasks (after --filter)
   --group N             rollouts per task (default: 1); the table then
                         shows mean ± standard error, and pass@1 and pass@N
-  --max-concurrent N    rollouts at once (default: 4)
+  --max-concurrent N    rollouts at once (default: 4); also the bound of the
+                        adaptive limit on model calls
+  --retries N           tries after the first for a rollout that failed for
+                        an infrastructure reason (default: 0)
+  --token-limit N       stop starting rollouts past N tokens (prompt plus
+                        completion) of model calls
+  --cost-limit USD      stop starting rollouts past USD dollars of model
+                        calls (priced by --pricing and the built-in prices)
   --timeout S           seconds each rollout may take (default: 600)
   --agent-timeout S     seconds the agent may take; what it answered by
                         then is still graded (default: the rollout's)
@@ -179,6 +246,11 @@ export async function run(args: string[], io: Io): Promise<number> {
       env: { type: "string" },
       tasks: { type: "string" },
       group: { type: "string" },
+      filter: { type: "string", multiple: true },
+      limit: { type: "string" },
+      retries: { type: "string" },
+      "token-limit": { type: "string" },
+      "cost-limit": { type: "string" },
       "max-concurrent": { type: "string" },
       timeout: { type: "string" },
       "agent-timeout": { type: "string" },
@@ -198,6 +270,10 @@ export async function run(args: string[], io: Io): Promise<number> {
   }, io);
   if (parsed === null) return EXIT_OK;
   const { values, positionals: [file] } = parsed;
+  if (file.startsWith("harbor:")) {
+    const { runHarborEval } = await import("./_eval_harbor.ts");
+    return await runHarborEval(file.slice("harbor:".length), values, io);
+  }
   const command = stringOption(values, "agent");
   const runtimeSpec = stringOption(values, "runtime") ?? "local";
   if (
@@ -222,12 +298,30 @@ export async function run(args: string[], io: Io): Promise<number> {
     }
   }
   // A model agent (--model ...) or an external one (--agent CMD).
-  const model = modelAgentFromFlags(values, (m) => new UsageError(m));
+  const model = await modelAgentFromFlags(values, (m) => new UsageError(m));
   if (model && command !== undefined) throw new UsageError("pass --agent or --model, not both");
   if (!model && (command === undefined || command.trim() === "")) {
     throw new UsageError(`missing --agent or --model (see "${PROGRAM} eval --help")`);
   }
   const group = positiveInt("--group", stringOption(values, "group"), 1);
+  const filters = (values.filter ?? []) as unknown as string[];
+  const limitText = stringOption(values, "limit");
+  const limit = limitText === undefined ? undefined : positiveInt("--limit", limitText, 1);
+  const retriesText = stringOption(values, "retries");
+  if (retriesText !== undefined && !/^\d+$/.test(retriesText)) {
+    throw new UsageError(`--retries must be an integer of at least 0, got "${retriesText}"`);
+  }
+  const retries = retriesText === undefined ? 0 : Number(retriesText);
+  const tokenLimitText = stringOption(values, "token-limit");
+  const tokenLimit = tokenLimitText === undefined
+    ? undefined
+    : positiveInt("--token-limit", tokenLimitText, 1);
+  const costLimit = positiveNumber("--cost-limit", stringOption(values, "cost-limit"));
+  if ((tokenLimit !== undefined || costLimit !== undefined) && !model) {
+    throw new UsageError(
+      "--token-limit and --cost-limit count a model's calls: use them with --model",
+    );
+  }
   const maxConcurrent = positiveInt(
     "--max-concurrent",
     stringOption(values, "max-concurrent"),
@@ -276,7 +370,13 @@ export async function run(args: string[], io: Io): Promise<number> {
   if (io.signal?.aborted) return interrupted(io, 0, 0);
 
   const env = await loadEnvironment(file, { name: stringOption(values, "env") });
-  const rows = await evalRows(file, env, stringOption(values, "tasks"));
+  let rows: TaskRow[];
+  try {
+    rows = selectRows(await evalRows(file, env, stringOption(values, "tasks")), filters, limit);
+  } catch (err) {
+    await env.stop().catch(() => {});
+    throw err;
+  }
   const total = rows.length * group;
   // The engines' code loads only when --runtime names one. A pool (swarm,
   // k8s, slurm) has a server per concurrent rollout and one for the held
@@ -369,6 +469,9 @@ export async function run(args: string[], io: Io): Promise<number> {
       agentTimeout: agentTimeout === undefined ? undefined : agentTimeout * 1000,
       out,
       resume,
+      retries,
+      tokenLimit,
+      costLimit,
       signal: io.signal,
       onProgress: show,
     });
@@ -383,5 +486,20 @@ export async function run(args: string[], io: Io): Promise<number> {
   }
   if (io.signal?.aborted) return interrupted(io, done, total);
   io.out(values.json ? JSON.stringify(job.summary()) + "\n" : formatJobTable(job));
+  const stop = job.stopped;
+  if (stop !== null) {
+    const notRun = job.runs.filter((r) => r.status === "cancelled").length;
+    const spent = stop.reason === "cost_limit"
+      ? `$${stop.spent.toFixed(4)} of $${stop.limit}`
+      : `${stop.spent} of ${stop.limit} tokens`;
+    const flag = stop.reason === "cost_limit" ? "--cost-limit" : "--token-limit";
+    io.err(
+      `eval: stopped at the ${
+        flag.slice(2)
+      } (${spent} spent); ${notRun} of ${total} rollouts not run${
+        out === undefined ? "" : `; raise ${flag} (or leave it out) and rerun with --resume`
+      }\n`,
+    );
+  }
   return job.errored.length === 0 ? EXIT_OK : EXIT_FAILURE;
 }

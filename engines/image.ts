@@ -34,6 +34,17 @@ export interface BuildImageOptions {
    * @default {@linkcode SERVER_V8_FLAGS}
    */
   v8Flags?: readonly string[];
+  /**
+   * Where the module and the SDK go in the image (a base image's own `/app`
+   * may be the agent's working directory).
+   * @default "/app"
+   */
+  appDir?: string;
+  /**
+   * More files for the image, by absolute path (a task's facts, say).
+   * @default {}
+   */
+  files?: Record<string, Uint8Array>;
   /** Aborts the build. */
   signal?: AbortSignal;
 }
@@ -194,18 +205,28 @@ export async function buildEnvironmentImage(
     const path = from === "scratch" ? inUsr(lib) : lib;
     tar.file(`root${path}`, await Deno.readFile(await Deno.realPath(lib)), 0o755);
   }
-  for (const f of files) tar.file(`root/app/${rel(f)}`, await Deno.readFile(f));
+  const appDir = (options.appDir ?? "/app").replace(/\/+$/, "");
+  if (!appDir.startsWith("/") || appDir === "") {
+    throw new TypeError(`Cannot build image "${tag}": appDir "${appDir}" must be an absolute path`);
+  }
+  for (const f of files) tar.file(`root${appDir}/${rel(f)}`, await Deno.readFile(f));
+  for (const [path, data] of Object.entries(options.files ?? {})) {
+    if (!path.startsWith("/") || path.split("/").includes("..")) {
+      throw new TypeError(`Cannot build image "${tag}": file "${path}" must be an absolute path`);
+    }
+    tar.file(`root${path}`, data);
+  }
   // The bare specifiers of the module's graph, mapped where they sit in the
   // image (the image holds no deno.json of the project's: its paths point
   // outside). No lock file: the image is read-only.
   const imports: Record<string, string> = {};
   for (const [name, to] of user.bare) {
     imports[name] = to.startsWith("file:")
-      ? `file:///app/${rel(decodeURIComponent(new URL(to).pathname))}`
+      ? `file://${appDir}/${rel(decodeURIComponent(new URL(to).pathname))}`
       : to;
   }
   tar.file(
-    "root/app/.hud_imports.json",
+    `root${appDir}/.hud_imports.json`,
     new TextEncoder().encode(JSON.stringify({ imports, lock: false }, null, 2) + "\n"),
   );
   const labels = {
@@ -219,10 +240,10 @@ export async function buildEnvironmentImage(
     "run",
     "-A",
     ...(v8Flags.length === 0 ? [] : [`--v8-flags=${v8Flags.join(",")}`]),
-    "--config=/app/.hud_imports.json",
-    `/app/${rel(entry)}`,
-    `/app/${rel(cli)}`,
-    `/app/${rel(modulePathAbs)}`,
+    `--config=${appDir}/.hud_imports.json`,
+    `${appDir}/${rel(entry)}`,
+    `${appDir}/${rel(cli)}`,
+    `${appDir}/${rel(modulePathAbs)}`,
   ];
   const dockerfile = [
     `FROM ${from}`,
@@ -232,6 +253,8 @@ export async function buildEnvironmentImage(
       Object.entries(labels).map(([k, v]) => `${JSON.stringify(k)}=${JSON.stringify(v)}`).join(" ")
     }`,
     `EXPOSE ${CONTAINER_PORT}`,
+    // A base image's ENTRYPOINT would take the server's command as its arguments.
+    ...(from === "scratch" ? [] : ["ENTRYPOINT []"]),
     `CMD ${JSON.stringify(cmd)}`,
     "",
   ].join("\n");

@@ -3,6 +3,7 @@
 // repeat), and the job's figures over those. Everything that shows a count
 // gets it from here, so no two of them can disagree.
 
+import { rolloutFinished } from "./failure.ts";
 import type { AgentInfo } from "./agent.ts";
 import { recordKey, type RunRecord } from "./results.ts";
 import { isRecord } from "../_internal/util.ts";
@@ -66,6 +67,8 @@ export interface RolloutDigest {
   costUsd: number | null;
   /** What ran, when the record says. */
   agent: AgentInfo | null;
+  /** The class of the rollout's first failure (`error_class`), if the record says. */
+  errorClass: string | null;
   /** The environment's version, when the trace's setup step says. */
   envVersion: string | null;
 }
@@ -174,6 +177,7 @@ export function digestRecord(record: RunRecord): RolloutDigest {
     outputTokens,
     costUsd,
     agent: agentOf(raw.agent),
+    errorClass: typeof raw.error_class === "string" ? raw.error_class : null,
     envVersion,
   };
 }
@@ -224,6 +228,21 @@ export interface TaskSummary {
   failed_phases: string[];
   /** The first failure among the counted rollouts, `phase: message`, if any. */
   first_error: string | null;
+  /**
+   * Whether every rollout of the task's groups finished: graded, and not
+   * failed for an infrastructure reason (see {@linkcode rolloutFinished}).
+   */
+  group_complete: boolean;
+}
+
+/** Why a job stopped before running everything: a budget was reached. */
+export interface JobStop {
+  /** Which limit. */
+  reason: "token_limit" | "cost_limit";
+  /** The limit (tokens or USD). */
+  limit: number;
+  /** What the job had spent when it stopped (tokens or USD), every attempt counted. */
+  spent: number;
 }
 
 /** A job's summary, as `hud eval --json` prints it. Numbers are exact. */
@@ -280,6 +299,8 @@ export interface JobSummary {
   mean_duration_ms: number | null;
   /** Per task, in the order tasks first appear. */
   tasks: TaskSummary[];
+  /** Groups (a task's repeats) with a rollout that could not finish, after any retries. */
+  incomplete_groups: number;
 }
 
 /** Mean and standard error of `xs`. */
@@ -454,6 +475,11 @@ export function summarizeDigests(
     }
   }
   const { mean, stderr } = meanAndError(rewards);
+  // Groups with a rollout that did not finish (see rolloutFinished).
+  const incomplete = new Set(
+    rows.filter((r) => !rolloutFinished({ reward: r.reward, error_class: r.errorClass }))
+      .map((r) => r.group),
+  );
   const counts = [...tasks.values()];
   const groupSize = counts.reduce((m, t) => Math.max(m, t.n), 0);
   const passAt: Record<string, number | null> = {};
@@ -498,7 +524,9 @@ export function summarizeDigests(
         superseded: t.superseded,
         failed_phases: phasesOf(t.rows),
         first_error: t.rows.find((r) => r.error !== "")?.error ?? null,
+        group_complete: !t.rows.some((r) => incomplete.has(r.group)),
       };
     }),
+    incomplete_groups: incomplete.size,
   };
 }

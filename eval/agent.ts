@@ -6,11 +6,34 @@
  */
 
 import type { Run } from "./run.ts";
+import type { AdaptiveConcurrency } from "./concurrency.ts";
+
+/** One model call's tokens and cost, as an agent reports it to the job. */
+export interface ModelCallUsage {
+  /** The model. */
+  model: string;
+  /** Prompt tokens, cached ones included. */
+  inputTokens: number;
+  /** Completion tokens. */
+  outputTokens: number;
+  /** The part of `inputTokens` served from a cache. */
+  cachedTokens: number;
+  /** What the call cost in USD, or `null` when no price is known. */
+  costUsd: number | null;
+}
 
 /** What an agent gets besides the run. */
 export interface AgentContext {
   /** Aborts when the agent's time is up or the rollout is cancelled. */
   signal: AbortSignal;
+  /**
+   * The job's limit on model calls in flight: an agent that calls a model
+   * takes a permit for each call and says how it went (a rate limit
+   * shrinks the limit). Absent outside a job.
+   */
+  concurrency?: AdaptiveConcurrency;
+  /** Called by an agent after each model call, so that the job can count tokens and cost. */
+  onUsage?: (usage: ModelCallUsage) => void;
 }
 
 /**

@@ -44,6 +44,7 @@
 import type { RunRecord } from "./results.ts";
 import { Job } from "./job.ts";
 import { isRecord } from "../_internal/util.ts";
+import { traceTokens } from "./tokens.ts";
 
 /** The root of an ATIF trajectory. */
 export interface AtifTrajectory {
@@ -234,10 +235,14 @@ export function toAtif(record: RunRecord, options: AtifOptions = {}): AtifTrajec
   let tokens = false;
   let command: Omit<AtifStep, "step_id"> | null = null;
   const last = () => out[out.length - 1];
+  // What ChatAgent kept with `tokens: true` (eval/tokens.ts), whole prompts.
+  const sampled = traceTokens(steps);
+  let modelCalls = 0;
   for (const s of steps) {
     const info = isRecord(s.info) ? s.info : {};
     const at = typeof s.timestamp === "string" && s.timestamp !== "" ? s.timestamp : undefined;
     const type = String(s.type);
+    const turn = type === "model" ? sampled[modelCalls++] ?? null : null;
     if (type === "user") {
       prompt = text(s.content);
       out.push({ timestamp: at, source: "user", message: prompt });
@@ -274,9 +279,10 @@ export function toAtif(record: RunRecord, options: AtifOptions = {}): AtifTrajec
         prompt_tokens: count(info.input_tokens),
         completion_tokens: count(info.output_tokens),
         cost_usd: typeof info.cost_usd === "number" ? info.cost_usd : undefined,
-        prompt_token_ids: numbers(info.prompt_token_ids),
-        completion_token_ids: numbers(info.completion_token_ids),
-        logprobs: numbers(info.logprobs),
+        prompt_token_ids: numbers(info.prompt_token_ids) ?? turn?.promptIds ?? undefined,
+        completion_token_ids: numbers(info.completion_token_ids) ?? turn?.completionIds ??
+          undefined,
+        logprobs: numbers(info.logprobs) ?? turn?.logprobs ?? undefined,
         extra: defined({
           latency_ms: info.latency_ms,
           finish_reason: info.finish_reason ?? undefined,

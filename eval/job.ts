@@ -11,6 +11,7 @@ import type { Run } from "./run.ts";
 import { readResults, type RunRecord } from "./results.ts";
 import {
   digestRecord,
+  type JobStop,
   type JobSummary,
   latestAttempts,
   meanAndError,
@@ -18,7 +19,10 @@ import {
   summarizeDigests,
 } from "./_summary.ts";
 
-export type { JobSummary, TaskSummary } from "./_summary.ts";
+export type { JobStop, JobSummary, TaskSummary } from "./_summary.ts";
+import { addUsage, emptyUsage, traceUsage, type Usage } from "./usage.ts";
+import { type TrainingRow, trainingRows, type TrainingRowsOptions } from "./training.ts";
+import { rolloutFinished } from "./failure.ts";
 
 /** Progress of a running job, for {@linkcode TasksetRunOptions.onProgress}. */
 export interface JobProgress {
@@ -42,8 +46,18 @@ export interface JobProgress {
    * `null` until a rollout of this run has finished.
    */
   etaMs?: number | null;
-  /** The rollout that just finished, when this update is for one. */
+  /** The rollout that just finished, when this update is for one (or an attempt about to be retried). */
   last?: RunRecord;
+  /** Attempts retried so far. */
+  retried?: number;
+  /** The model-call concurrency: the adaptive limit now, and its bound. */
+  concurrency?: { limit: number; max: number };
+  /** Tokens the job's model calls used (prompt plus completion), every attempt counted. */
+  tokens?: number;
+  /** What they cost in USD, over the calls with a known price. */
+  costUsd?: number;
+  /** The limit that stopped new rollouts, once one did. */
+  stopped?: JobStop["reason"] | null;
 }
 
 /** Per-task results of a job. */
@@ -68,6 +82,8 @@ export class Job {
   readonly #records: RunRecord[];
   readonly #runs: (Run | null)[];
   readonly #superseded: RunRecord[];
+  readonly #stopped: JobStop | null;
+  readonly #spent: Usage | null;
 
   /**
    * @internal Made by {@linkcode Taskset.run} and {@linkcode Job.load}.
@@ -79,6 +95,7 @@ export class Job {
     records: RunRecord[],
     runs: (Run | null)[],
     superseded: RunRecord[] = [],
+    extra: { stopped?: JobStop | null; usage?: Usage } = {},
   ) {
     const { counted, superseded: older } = latestAttempts(
       records.map((r) => ({ slug: r.task.slug, repeat: r.repeat })),
@@ -93,6 +110,45 @@ export class Job {
       this.#runs = counted.map((i) => runs[i] ?? null);
       this.#superseded = [...superseded, ...older.map((i) => records[i])];
     }
+    this.#stopped = extra.stopped ?? null;
+    this.#spent = extra.usage ?? null;
+  }
+
+  /** The token or cost limit that stopped the job before it ran everything, or `null`. */
+  get stopped(): JobStop | null {
+    return this.#stopped;
+  }
+
+  /**
+   * Tokens and cost: what the job spent, every attempt counted (a resumed
+   * file's too) for a job just run; over the counted records for a loaded one.
+   */
+  get usage(): Usage {
+    if (this.#spent !== null) return { ...this.#spent };
+    const total = emptyUsage();
+    for (const r of this.#records) addUsage(total, traceUsage(r.trace));
+    return total;
+  }
+
+  /**
+   * Groups (a task's repeats) with a rollout that could not finish, after
+   * any retries: not graded, or failed for an infrastructure reason (see
+   * {@linkcode rolloutFinished}). A trainer should not learn from such a
+   * group as if it were whole.
+   */
+  get incompleteGroups(): string[] {
+    const out = new Set<string>();
+    for (const r of this.#records) if (!rolloutFinished(r)) out.add(r.group_id);
+    return [...out];
+  }
+
+  /**
+   * The job as training data: one {@linkcode TrainingRow} per counted
+   * rollout, with its turns' tokens and log-probabilities, a loss mask
+   * over the model's tokens, the reward and its group's rewards.
+   */
+  exportTraining(options: TrainingRowsOptions = {}): TrainingRow[] {
+    return trainingRows(this.#records, options);
   }
 
   /** The job id. */

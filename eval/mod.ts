@@ -23,6 +23,7 @@ export {
   type AgentContext,
   type AgentInfo,
   functionAgent,
+  type ModelCallUsage,
   NotGradedError,
 } from "./agent.ts";
 export {
@@ -31,15 +32,65 @@ export {
   type RolloutObserver,
   type RolloutOptions,
 } from "./rollout.ts";
-export { type RowSelector, Taskset, type TasksetRunOptions } from "./taskset.ts";
+export {
+  type RolloutRetryOptions,
+  type RowSelector,
+  Taskset,
+  type TasksetRunOptions,
+} from "./taskset.ts";
 export {
   Job,
   type JobProgress,
+  type JobStop,
   type JobSummary,
   type TaskResult,
   type TaskSummary,
 } from "./job.ts";
 export { type RunRecord } from "./results.ts";
+export {
+  classifyError,
+  RETRYABLE_ERROR_CLASSES,
+  type RolloutErrorClass,
+  rolloutFinished,
+} from "./failure.ts";
+export {
+  AdaptiveConcurrency,
+  type AdaptiveConcurrencyOptions,
+  type CallOutcome,
+  type Clock,
+  type ConcurrencyPermit,
+  type LimitChange,
+  SYSTEM_CLOCK,
+  type VirtualClock,
+  virtualClock,
+} from "./concurrency.ts";
+export {
+  addUsage,
+  callCost,
+  type CallTokens,
+  DEFAULT_PRICING,
+  emptyUsage,
+  loadPricing,
+  type ModelPrice,
+  priceOf,
+  type PricingTable,
+  traceUsage,
+  type Usage,
+} from "./usage.ts";
+export {
+  decodeTurnTokens,
+  encodeTurnTokens,
+  type StoredTokens,
+  traceTokens,
+  type TurnTokens,
+} from "./tokens.ts";
+export {
+  type TrainingRow,
+  trainingRows,
+  type TrainingRowsOptions,
+  type TrainingSequence,
+  type TrainingTurn,
+} from "./training.ts";
 export { formatCount, formatDuration, formatJobTable, formatProgress } from "./report.ts";
 export {
   type AtifAgent,

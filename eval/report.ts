@@ -14,6 +14,14 @@
  *   total: 4, done: 2, running: 1, failed: 0, meanReward: 0.5, elapsedMs: 65_000, etaMs: 65_000,
  * });
  * assert.equal(timed, "done 2/4  running 1  failed 0  mean reward 0.500  elapsed 1m05s  eta 1m05s");
+ * const model = formatProgress({
+ *   total: 4, done: 2, running: 2, failed: 0, meanReward: 0.5,
+ *   tokens: 12_345, costUsd: 0.0421, concurrency: { limit: 6, max: 8 }, retried: 1,
+ * });
+ * assert.equal(
+ *   model,
+ *   "done 2/4  running 2  failed 0  mean reward 0.500  tokens 12.3k  $0.0421  model calls ≤6/8  retried 1",
+ * );
  * ```
  *
  * @module
@@ -34,9 +42,18 @@ export function formatReward(reward: number): string {
   return String(Number(reward.toPrecision(3)));
 }
 
+function tokenCount(n: number): string {
+  if (n < 1_000) return String(n);
+  if (n < 1_000_000) return `${(n / 1_000).toFixed(1)}k`;
+  return `${(n / 1_000_000).toFixed(2)}M`;
+}
+
 /**
  * `done 2/4  running 1  failed 0  mean reward 0.500`, then `elapsed` and
- * `eta` when the progress has them.
+ * `eta` when the progress has them; once model calls ran, the tokens and
+ * cost so far and the adaptive limit on model calls in flight (also once
+ * a rate limit lowered it); the attempts retried; the limit that stopped
+ * the job.
  */
 export function formatProgress(progress: JobProgress): string {
   const mean = progress.meanReward === null ? "-" : progress.meanReward.toFixed(3);
@@ -46,6 +63,15 @@ export function formatProgress(progress: JobProgress): string {
   if (progress.etaMs !== undefined && progress.etaMs !== null) {
     line += `  eta ${formatDuration(progress.etaMs)}`;
   }
+  const tokens = progress.tokens ?? 0;
+  if (tokens > 0) {
+    line += `  tokens ${tokenCount(tokens)}`;
+    if ((progress.costUsd ?? 0) > 0) line += `  $${progress.costUsd!.toFixed(4)}`;
+  }
+  const c = progress.concurrency;
+  if (c && (tokens > 0 || c.limit < c.max)) line += `  model calls ≤${c.limit}/${c.max}`;
+  if ((progress.retried ?? 0) > 0) line += `  retried ${progress.retried}`;
+  if (progress.stopped) line += `  stopped: ${progress.stopped.replace("_", " ")}`;
   return line;
 }
 
@@ -141,6 +167,18 @@ export function formatJobTable(job: Job): string {
   }
   const line = agentLine(s);
   if (line !== "") text += `${line}\n`;
+  const usage = job.usage;
+  if (usage.unpricedCalls > 0) {
+    text += usage.costUsd > 0
+      ? `${usage.unpricedCalls} model calls unpriced (pass --pricing)\n`
+      : `no price for the model (pass --pricing)\n`;
+  }
+  const incomplete = job.incompleteGroups;
+  if (incomplete.length > 0 && k > 1) {
+    text += `${incomplete.length} group(s) incomplete (a rollout could not finish): ${
+      incomplete.map((g) => g.slice(g.indexOf(":") + 1)).join(", ")
+    }\n`;
+  }
   if (errors.length > 0) text += `\nfirst error of each failing task:\n${errors.join("\n")}\n`;
   return text;
 }

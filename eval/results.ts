@@ -11,6 +11,7 @@ import { isRecord } from "../_internal/util.ts";
 import { openPrivate } from "../_internal/private_file.ts";
 import { stringifyJson } from "../_internal/framing.ts";
 import type { TraceJson, TraceStatus } from "./trace.ts";
+import type { RolloutErrorClass } from "./failure.ts";
 import type { AgentInfo } from "./agent.ts";
 
 /** One finished rollout, as streamed to the results file. */
@@ -29,6 +30,16 @@ export interface RunRecord {
   reward: number | null;
   /** The phase that failed, if any. */
   failed_phase: string | null;
+  /**
+   * The class of the first failure (see {@linkcode classifyError}), or
+   * `cancelled`; absent for a rollout that did not fail and in older files.
+   */
+  error_class?: RolloutErrorClass | "cancelled" | null;
+  /**
+   * Which attempt at this (task, repeat) the record is, from 1: a retried
+   * rollout has a record per attempt, and the latest counts. Absent in older files (1).
+   */
+  attempt?: number;
   /** The grade's flat subscores (`parent/child` for nested ones), when it had any. */
   subscores?: Record<string, number>;
   /** What ran, when the agent says ({@linkcode Agent.info}). */

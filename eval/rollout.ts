@@ -30,7 +30,7 @@ import { LocalRuntime } from "../runtime/local.ts";
 import { type FileTrackingEvent, type FlushResult, observeFiles } from "../filetracking/tracker.ts";
 import { abortable, Deadline } from "../_internal/async.ts";
 import { isRecord } from "../_internal/util.ts";
-import { type Agent, NotGradedError } from "./agent.ts";
+import { type Agent, type AgentContext, NotGradedError } from "./agent.ts";
 import { Run } from "./run.ts";
 import { type Phase, Trace } from "./trace.ts";
 
@@ -75,6 +75,11 @@ export interface RolloutOptions {
    * @default []
    */
   observers?: RolloutObserver[];
+  /**
+   * More for the agent's context than the signal: the job's model-call
+   * concurrency and its usage counter ({@linkcode Taskset.run} sets them).
+   */
+  context?: Omit<AgentContext, "signal">;
 }
 
 /**
@@ -167,7 +172,8 @@ export function defaultRuntimeFor(
  * the agent, grades the answer, releases the environment.
  *
  * Never throws for a failed rollout: the returned run's trace says which
- * phase failed (`provisioning`, `start`, `agent`, `grading`) and why. An
+ * phase failed (`provisioning`, `start`, `agent`, `grading`), why, and the
+ * failure's class ({@linkcode classifyError}: what a job may retry). An
  * agent timeout still grades what the agent had; a rollout timeout or an
  * abort cancels the task instead.
  *
@@ -260,7 +266,10 @@ export async function rollout(
       }
       const currentRun = run;
       const runAgent = () =>
-        abortable(agent.run(currentRun, { signal: agentDeadline.signal }), agentDeadline.signal);
+        abortable(
+          agent.run(currentRun, { ...options.context, signal: agentDeadline.signal }),
+          agentDeadline.signal,
+        );
       const tracker = options.fileTracking === false
         ? undefined
         : client.manifest.bindings.find((c) => c.protocol === "filetracking/1");

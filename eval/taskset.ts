@@ -28,8 +28,13 @@ import { isRecord } from "../_internal/util.ts";
 import type { Agent } from "./agent.ts";
 import type { Run } from "./run.ts";
 import { defaultRuntimeFor, rollout, type RolloutOptions } from "./rollout.ts";
-import { Job, type JobProgress } from "./job.ts";
+import { Job, type JobProgress, type JobStop } from "./job.ts";
 import { openResults, recordKey, type ResultsFile, type RunRecord } from "./results.ts";
+import { AdaptiveConcurrency } from "./concurrency.ts";
+import { RETRYABLE_ERROR_CLASSES, type RolloutErrorClass } from "./failure.ts";
+import { addUsage, emptyUsage, traceUsage, type Usage } from "./usage.ts";
+import type { ModelCallUsage } from "./agent.ts";
+import { delay } from "../_internal/async.ts";
 
 /** A row as given, or with its slug computed as the Python SDK does when it has none. */
 function checkRow(row: unknown, where: string): TaskRow {
@@ -61,8 +66,23 @@ function matcher(selector: RowSelector): (row: TaskRow) => boolean {
     (selector.env === undefined || selector.env === row.env);
 }
 
+/** How {@linkcode Taskset.run} retries rollouts that failed for the infrastructure's reasons. */
+export interface RolloutRetryOptions {
+  /** Tries after the first, per rollout. */
+  attempts: number;
+  /**
+   * The failure classes that are retried.
+   * @default {@linkcode RETRYABLE_ERROR_CLASSES}: provisioning, connection, model_unavailable
+   */
+  on?: readonly RolloutErrorClass[];
+  /** The first wait, in ms; it doubles each try, with jitter (0.5 to 1.5 times). @default 1_000 */
+  baseDelay?: number;
+  /** The longest wait, in ms. @default 30_000 */
+  maxDelay?: number;
+}
+
 /** Options for {@linkcode Taskset.run}. */
-export interface TasksetRunOptions extends Omit<RolloutOptions, "signal"> {
+export interface TasksetRunOptions extends Omit<RolloutOptions, "signal" | "context"> {
   /**
    * Rollouts per task; repeats share a group id.
    * @default 1
@@ -99,6 +119,56 @@ export interface TasksetRunOptions extends Omit<RolloutOptions, "signal"> {
   force?: boolean;
   /** Job id. @default a random UUID, or the id found in a resumed file */
   jobId?: string;
+  /**
+   * Retries of a rollout that failed for the infrastructure's reasons
+   * (see {@linkcode RolloutRetryOptions}); a number is the attempts. Every
+   * attempt's record goes to `out`; the latest counts.
+   * @default 0
+   */
+  retries?: number | RolloutRetryOptions;
+  /**
+   * The limit on model calls in flight that agents share (see
+   * {@linkcode AdaptiveConcurrency}); `false` for none.
+   * @default an adaptive limit bounded by `maxConcurrent`
+   */
+  concurrency?: AdaptiveConcurrency | false;
+  /**
+   * Stop the job once its model calls used this many tokens (prompt plus
+   * completion), counting every attempt in `out` of a resumed job: no new
+   * rollouts start; running ones finish (or are cancelled, by `limitAction`).
+   * @default no limit
+   */
+  tokenLimit?: number;
+  /** As `tokenLimit`, for the cost in USD (priced by the agent). @default no limit */
+  costLimit?: number;
+  /**
+   * What happens to running rollouts when a limit is reached: they
+   * `finish`, or are `cancel`led (their records say so; `resume` runs them again).
+   * @default "finish"
+   */
+  limitAction?: "finish" | "cancel";
+}
+
+function retryOptions(value: TasksetRunOptions["retries"]): Required<RolloutRetryOptions> {
+  const o: RolloutRetryOptions = typeof value === "number" ? { attempts: value } : value ??
+    { attempts: 0 };
+  if (!Number.isInteger(o.attempts) || o.attempts < 0) {
+    throw new RangeError(
+      `Cannot run taskset: retries must be an integer of at least 0, got "${o.attempts}"`,
+    );
+  }
+  return {
+    attempts: o.attempts,
+    on: o.on ?? RETRYABLE_ERROR_CLASSES,
+    baseDelay: o.baseDelay ?? 1_000,
+    maxDelay: o.maxDelay ?? 30_000,
+  };
+}
+
+function checkLimit(name: string, value: number | undefined): void {
+  if (value !== undefined && !(value > 0)) {
+    throw new RangeError(`Cannot run taskset: ${name} must be positive, got "${value}"`);
+  }
 }
 
 /**
@@ -200,11 +270,14 @@ export class Taskset {
 
   /**
    * Runs every row `group` times with at most `maxConcurrent` rollouts at
-   * once, and returns the job. Rollout failures are recorded, not thrown.
+   * once, and returns the job. Rollout failures are recorded, not thrown;
+   * those of a retried class are tried again (every attempt recorded).
+   * A token or cost limit stops the job cleanly: {@linkcode Job.stopped}
+   * says why, and `resume` continues it.
    *
    * @throws {TypeError} up front, when no runtime is given and a row was not
    *   made from a live environment
-   * @throws {RangeError} up front, for a bad group, concurrency or timeouts
+   * @throws {RangeError} up front, for a bad group, concurrency, retries, limits or timeouts
    */
   async run(agent: Agent, options: TasksetRunOptions = {}): Promise<Job> {
     const group = options.group ?? 1;
@@ -217,14 +290,28 @@ export class Taskset {
         `Cannot run taskset: maxConcurrent must be a positive integer, got "${maxConcurrent}"`,
       );
     }
+    const retry = retryOptions(options.retries);
+    checkLimit("tokenLimit", options.tokenLimit);
+    checkLimit("costLimit", options.costLimit);
+    const limitAction = options.limitAction ?? "finish";
+    if (limitAction !== "finish" && limitAction !== "cancel") {
+      throw new RangeError(
+        `Cannot run taskset: limitAction must be "finish" or "cancel", got "${limitAction}"`,
+      );
+    }
     if (options.resume && !options.out) {
       throw new TypeError("Cannot resume a taskset run: resume needs an out file");
     }
     // Resolve every row's runtime before anything runs.
     const runtimes = new Map<unknown, RuntimeProvider>();
     const runtimeOf = this.#rows.map((row) => options.runtime ?? defaultRuntimeFor(row, runtimes));
+    const concurrency = options.concurrency === false
+      ? undefined
+      : options.concurrency ?? new AdaptiveConcurrency({ max: maxConcurrent });
 
     const kept = new Map<string, RunRecord>();
+    const tries = new Map<string, number>();
+    const spent = emptyUsage();
     // Read once: what the agent is does not change during a job.
     const agentInfo = agent.info;
     let jobId = options.jobId;
@@ -234,12 +321,15 @@ export class Taskset {
         resume: options.resume === true,
         force: options.force === true,
       });
-      // The latest attempt of each (slug, repeat) counts; graded ones are kept.
+      // The latest attempt of each (slug, repeat) counts; graded ones are
+      // kept. Every attempt's spending counts toward the limits.
       for (const record of out.records) {
         jobId ??= record.job_id;
         const key = recordKey(record.task.slug, record.repeat);
+        tries.set(key, Math.max(tries.get(key) ?? 0, record.attempt ?? 1));
         if (record.reward !== null) kept.set(key, record);
         else kept.delete(key);
+        addUsage(spent, traceUsage(record.trace));
       }
     }
     jobId ??= crypto.randomUUID();
@@ -262,6 +352,34 @@ export class Taskset {
     );
     const runs: (Run | null)[] = slots.map(() => null);
 
+    // A limit reached stops new rollouts; with "cancel" it also aborts the running ones.
+    let stopped: JobStop | null = null;
+    const halt = new AbortController();
+    const signal = options.signal ? AbortSignal.any([options.signal, halt.signal]) : halt.signal;
+    const overLimit = (): JobStop | null => {
+      const tokens = spent.inputTokens + spent.outputTokens;
+      if (options.tokenLimit !== undefined && tokens >= options.tokenLimit) {
+        return { reason: "token_limit", limit: options.tokenLimit, spent: tokens };
+      }
+      if (options.costLimit !== undefined && spent.costUsd >= options.costLimit) {
+        return { reason: "cost_limit", limit: options.costLimit, spent: spent.costUsd };
+      }
+      return null;
+    };
+    const checkLimits = () => {
+      if (stopped !== null) return;
+      stopped = overLimit();
+      if (stopped !== null && limitAction === "cancel") {
+        halt.abort(
+          new DOMException(
+            `the job's ${stopped.reason.replace("_", " ")} was reached`,
+            "AbortError",
+          ),
+        );
+      }
+    };
+    checkLimits();
+
     // Kept records are all graded; the mean is kept as a running sum so that
     // each progress update costs O(1), not a pass over every record.
     const keptRecords = records.filter((r): r is RunRecord => r !== null);
@@ -277,6 +395,7 @@ export class Taskset {
       meanReward: gradedCount === 0 ? null : rewardSum / gradedCount,
       elapsedMs: 0,
       etaMs: null,
+      retried: 0,
     };
     // A progress callback that throws (a closed stderr) must not stop the
     // workers halfway, leaving rollouts running with nobody waiting.
@@ -285,6 +404,12 @@ export class Taskset {
       progress.etaMs = finishedHere === 0
         ? null
         : Math.round(progress.elapsedMs / finishedHere * (progress.total - progress.done));
+      if (concurrency) {
+        progress.concurrency = { limit: concurrency.limit, max: concurrency.max };
+      }
+      progress.tokens = spent.inputTokens + spent.outputTokens;
+      progress.costUsd = spent.costUsd;
+      progress.stopped = stopped?.reason ?? null;
       try {
         options.onProgress?.(last ? { ...progress, last } : { ...progress });
       } catch {
@@ -293,34 +418,93 @@ export class Taskset {
     };
     report();
 
+    const attemptOnce = async (slot: Slot, attempt: number) => {
+      // What the agent reports as it goes counts at once; what only the
+      // trace holds, at the end.
+      const live = emptyUsage();
+      const onUsage = (u: ModelCallUsage) => {
+        const call: Usage = {
+          inputTokens: u.inputTokens,
+          outputTokens: u.outputTokens,
+          cachedTokens: u.cachedTokens,
+          costUsd: u.costUsd ?? 0,
+          unpricedCalls: u.costUsd === null ? 1 : 0,
+          modelCalls: 1,
+        };
+        addUsage(live, call);
+        addUsage(spent, call);
+        checkLimits();
+      };
+      const run = await rollout(slot.row, agent, {
+        ...options,
+        runtime: slot.runtime,
+        signal,
+        context: { concurrency, onUsage },
+      });
+      const traced = traceUsage(run.trace.toJSON());
+      addUsage(spent, {
+        inputTokens: Math.max(0, traced.inputTokens - live.inputTokens),
+        outputTokens: Math.max(0, traced.outputTokens - live.outputTokens),
+        cachedTokens: Math.max(0, traced.cachedTokens - live.cachedTokens),
+        costUsd: Math.max(0, traced.costUsd - live.costUsd),
+        unpricedCalls: Math.max(0, traced.unpricedCalls - live.unpricedCalls),
+        modelCalls: Math.max(0, traced.modelCalls - live.modelCalls),
+      });
+      checkLimits();
+      const status = run.trace.status as RunRecord["status"];
+      const record: RunRecord = {
+        job_id: jobId!,
+        group_id: slot.groupId,
+        task: { env: slot.row.env, id: slot.row.id, args: slot.row.args, slug: slot.row.slug },
+        repeat: slot.repeat,
+        attempt,
+        status,
+        reward: run.reward,
+        failed_phase: run.trace.failedPhase,
+        error_class: run.trace.errors[0]?.class ?? (status === "cancelled" ? "cancelled" : null),
+        ...(run.grade?.subscores ? { subscores: run.grade.subscores } : {}),
+        ...(agentInfo ? { agent: agentInfo } : {}),
+        trace: run.trace.toJSON(),
+      };
+      if (out) await out.append(record);
+      return { run, record };
+    };
+
+    const retryable = (record: RunRecord) =>
+      record.error_class !== undefined && record.error_class !== null &&
+      record.error_class !== "cancelled" &&
+      (retry.on as readonly string[]).includes(record.error_class);
+
     const pending = slots.map((_, i) => i).filter((i) => records[i] === null);
     let next = 0;
+    // This run's failed attempts that a retry replaced: history, not counted.
+    const retriedHere: RunRecord[] = [];
+    const starting = () => !signal.aborted && stopped === null;
     const worker = async () => {
-      while (next < pending.length && !options.signal?.aborted) {
+      while (next < pending.length && starting()) {
         const i = pending[next++];
         const slot = slots[i];
+        const key = recordKey(slot.row.slug, slot.repeat);
         progress.running++;
         report();
-        const run = await rollout(slot.row, agent, {
-          ...options,
-          runtime: slot.runtime,
-          signal: options.signal,
-        });
+        let result = await attemptOnce(slot, (tries.get(key) ?? 0) + 1);
+        for (let n = 1; n <= retry.attempts && retryable(result.record) && starting(); n++) {
+          progress.retried!++;
+          report(result.record);
+          const wait = Math.min(retry.maxDelay, retry.baseDelay * 2 ** (n - 1)) *
+            (0.5 + Math.random());
+          try {
+            await delay(wait, signal);
+          } catch {
+            break; // Stopped while waiting: the failed attempt stands.
+          }
+          if (!starting()) break;
+          retriedHere.push(result.record);
+          result = await attemptOnce(slot, result.record.attempt! + 1);
+        }
+        const { run, record } = result;
         runs[i] = run;
-        const record: RunRecord = {
-          job_id: jobId!,
-          group_id: slot.groupId,
-          task: { env: slot.row.env, id: slot.row.id, args: slot.row.args, slug: slot.row.slug },
-          repeat: slot.repeat,
-          status: run.trace.status as RunRecord["status"],
-          reward: run.reward,
-          failed_phase: run.trace.failedPhase,
-          ...(run.grade?.subscores ? { subscores: run.grade.subscores } : {}),
-          ...(agentInfo ? { agent: agentInfo } : {}),
-          trace: run.trace.toJSON(),
-        };
         records[i] = record;
-        if (out) await out.append(record);
         progress.running--;
         // A rollout the abort cut short is not done: the interrupt line, and
         // --resume, count it as left to run.
@@ -345,7 +529,7 @@ export class Taskset {
     } finally {
       await out?.close();
     }
-    // Slots never started because of an abort are recorded as cancelled.
+    // Slots never started (an abort, a limit) are recorded as cancelled.
     const final = records.map((r, i): RunRecord =>
       r ?? {
         job_id: jobId!,
@@ -355,6 +539,7 @@ export class Taskset {
         status: "cancelled",
         reward: null,
         failed_phase: null,
+        error_class: "cancelled",
         trace: {},
       }
     );
@@ -364,6 +549,7 @@ export class Taskset {
     const superseded = (out?.records ?? []).filter((r) =>
       !counted.has(r) && slotKeys.has(recordKey(r.task.slug, r.repeat))
     );
-    return new Job(jobId, final, runs, superseded);
+    report();
+    return new Job(jobId, final, runs, [...superseded, ...retriedHere], { stopped, usage: spent });
   }
 }

@@ -5,6 +5,7 @@
  * @module
  */
 
+import { classifyError, type RolloutErrorClass } from "./failure.ts";
 import { redactDeep, redactSecrets } from "../_internal/redact.ts";
 
 /** The phase of a rollout in which something failed. */
@@ -33,6 +34,8 @@ export interface TraceError {
   message: string;
   /** The error's name (`TimeoutError`, `HudProtocolError`...). */
   name: string;
+  /** Its class (see {@linkcode classifyError}), which decides whether a job retries the rollout. */
+  class?: RolloutErrorClass;
 }
 
 /** A trace as JSON (the results file's `trace`), with the HUD SDK's field names. */
@@ -119,13 +122,18 @@ export class Trace {
     return step;
   }
 
-  /** Records a failure in `phase` as an `error` step. */
+  /** Records a failure in `phase` as an `error` step, with its class. */
   fail(phase: Phase, error: unknown): void {
     const err = error instanceof Error ? error : new Error(String(error));
     const message = redactSecrets(err.message);
-    const entry = { phase, message, name: err.name };
+    const entry: TraceError = {
+      phase,
+      message,
+      name: err.name,
+      class: classifyError(phase, error),
+    };
     this.#errors.push(entry);
-    this.record("error", message, { phase, name: err.name });
+    this.record("error", message, { phase, name: err.name, class: entry.class });
   }
 
   /** Sets the answer (redacted, as the steps are). */

@@ -1,6 +1,9 @@
 /**
- * Harbor task directories (the format of Terminal-Bench 2.x). For now the
- * TOML reader that their `task.toml` needs: {@linkcode parseToml}.
+ * Harbor task directories (the format of Terminal-Bench 2.x) in: read a
+ * task or a dataset with {@linkcode loadHarborTasks}, build its image with
+ * {@linkcode buildHarborImage}, run it with {@linkcode runHarborTasks}
+ * (`"oracle"` for {@linkcode oracleAgent}, each task's own solution); and
+ * the TOML reader their `task.toml` needs, {@linkcode parseToml}.
  *
  * @example
  * ```ts
@@ -16,3 +19,22 @@
 
 export { parseToml, TomlSyntaxError, type TomlTable, type TomlValue } from "./toml.ts";
 export { TomlDateTime, type TomlDateTimeKind } from "./toml_datetime.ts";
+export {
+  type HarborEnvironmentConfig,
+  type HarborTaskConfig,
+  parseHarborConfig,
+} from "./config.ts";
+export {
+  type HarborDataset,
+  type HarborSkipCode,
+  type HarborSkipped,
+  type HarborTask,
+  loadHarborTasks,
+} from "./loader.ts";
+export {
+  buildHarborImage,
+  type BuildHarborImageOptions,
+  HarborBuildError,
+  type HarborImage,
+} from "./image.ts";
+export { type HarborResult, oracleAgent, type RunHarborOptions, runHarborTasks } from "./run.ts";

@@ -32,6 +32,7 @@ import type { SftpAttrs } from "./_sftp.ts";
 import { Ed25519Signer, parsePrivateKey, parsePublicKey } from "./_keys.ts";
 import { concat, fromUtf8, type SshReader, utf8 } from "./_wire.ts";
 import { delay } from "../_internal/async.ts";
+import { shellQuote } from "../_internal/shell.ts";
 
 export { SshAuthError, SshCommandError, SshError, SshFileError, SshHostKeyError };
 
@@ -241,10 +242,6 @@ function isTransient(err: unknown): boolean {
   return err.reason !== DISCONNECT.KEY_EXCHANGE_FAILED &&
     err.reason !== DISCONNECT.NO_MORE_AUTH_METHODS_AVAILABLE &&
     err.reason !== DISCONNECT.HOST_KEY_NOT_VERIFIABLE;
-}
-
-function shellQuote(s: string): string {
-  return `'${s.replace(/'/g, `'\\''`)}'`;
 }
 
 function abortReason(signal: AbortSignal): unknown {

@@ -33,6 +33,7 @@ import { MSG, SshTransport } from "./_transport.ts";
 import { CIPHERS } from "./_cipher.ts";
 import { bytesEqual, SshReader, SshWriter } from "./_wire.ts";
 import { SftpServer } from "./_sftp.ts";
+import { shellQuote } from "../_internal/shell.ts";
 
 /** What a {@linkcode SshSpawner} is asked to run. */
 export interface SshSpawnOptions {
@@ -209,10 +210,6 @@ function canAllocatePty(): boolean {
     }
   }
   return scriptAvailable;
-}
-
-function shellQuote(s: string): string {
-  return `'${s.replace(/'/g, `'\\''`)}'`;
 }
 
 /**

@@ -583,6 +583,19 @@ export const CLIENT_JS: string = String.raw`
     return [inline.length ? h("p", { class: "kv" }, inline.join(" \u00b7 ")) : "", blocks];
   }
 
+  function b64Length(text) {
+    var pad = text.slice(-2) === "==" ? 2 : text.slice(-1) === "=" ? 1 : 0;
+    return Math.floor((text.length * 3 / 4 - pad) / 4);
+  }
+  function b64Floats(text) {
+    try {
+      var bin = atob(text), view = new DataView(new ArrayBuffer(bin.length)), out = [];
+      for (var j = 0; j < bin.length; j++) view.setUint8(j, bin.charCodeAt(j));
+      for (var k = 0; k + 4 <= bin.length; k += 4) out.push(view.getFloat32(k, true));
+      return out;
+    } catch (e) { return []; }
+  }
+
   function modelMeta(info) {
     if (!isObj(info)) return "";
     var parts = [];
@@ -592,6 +605,17 @@ export const CLIENT_JS: string = String.raw`
     if (typeof info.latency_ms === "number") parts.push(fmtMs(info.latency_ms));
     if (info.finish_reason) parts.push(String(info.finish_reason));
     if (info.attempts > 1) parts.push(info.attempts + " attempts");
+    // ChatAgent's tokens (eval/tokens.ts: base64 of little-endian int32 and
+    // float32, the prompt past what it shares with the previous call): counts too.
+    if (isObj(info.tokens)) {
+      var tk = info.tokens;
+      if (typeof tk.completion_ids === "string") parts.push("completion token ids: " + b64Length(tk.completion_ids));
+      if (typeof tk.prompt_ids === "string") parts.push("prompt token ids: " + ((tk.prompt_shared || 0) + b64Length(tk.prompt_ids)));
+      if (typeof tk.logprobs === "string") {
+        var lps = b64Floats(tk.logprobs);
+        parts.push("logprobs: " + lps.length + (lps.length ? ", mean " + sig(lps.reduce(function (a, b) { return a + b; }, 0) / lps.length) : ""));
+      }
+    }
     // Token ids and log-probabilities stay compact: a count, not a wall.
     Object.keys(info).forEach(function (k) {
       var v = info[k];

@@ -6,8 +6,9 @@
 
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";
-import { addWorkspace, Environment, rollout } from "../../mod.ts";
+import { addWorkspace, Environment, rollout, Taskset } from "../../mod.ts";
 import { ChatAgent } from "../../agents/mod.ts";
+import { RETRYABLE_ERROR_CLASSES, traceTokens } from "../../eval/mod.ts";
 import { LLAMA_BUILD_HINT, missingLlama, startLlamaServer } from "./_llama.ts";
 
 /** Set by .ci/run, which builds llama-server: there a missing binary is a failure, not a skip. */
@@ -59,6 +60,113 @@ test({
       for (const s of models) assert.equal(typeof s.info?.latency_ms, "number");
     } finally {
       await Deno.remove(root, { recursive: true });
+    }
+  },
+});
+
+test({
+  name:
+    "ChatAgent with tokens on robolab against llama-server: every turn's ids and logprobs are the text it returned; training rows hold them",
+  ignore: missing.length > 0 && !REQUIRED,
+  async fn() {
+    assert.deepEqual(missing, [], "HUD_REQUIRE_LLAMA=1 but llama-server or the model is missing");
+    const { fixBug } = await import("../../examples/robolab.ts");
+    await using llama = await startLlamaServer(["-c", "8192", "-np", "2"], 40_000);
+    const agent = new ChatAgent({
+      model: "tiny",
+      baseUrl: `${llama.base}/v1`,
+      sampling: { temperature: 1, maxTokens: 96, seed: 1 },
+      maxSteps: 3,
+      tokens: true,
+      promptTokens: "llama-server",
+    });
+    const tasks = [fixBug({ difficulty: 1, seed: 1 }), fixBug({ difficulty: 2, seed: 1 })];
+    const job = await new Taskset(tasks).run(agent, {
+      group: 2,
+      maxConcurrent: 2,
+      rolloutTimeout: 100_000,
+      fileTracking: false,
+    });
+    const post = async (path: string, body: unknown) => {
+      const r = await fetch(`${llama.base}${path}`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
+      assert.equal(r.status, 200, path);
+      return await r.json();
+    };
+    let turns = 0;
+    for (const record of job.runs) {
+      const steps = record.trace.steps ?? [];
+      const models = steps.filter((s) => s.type === "model");
+      assert.ok(models.length >= 1, `${record.task.slug}: no model call`);
+      const tokens = traceTokens(steps);
+      for (const [i, step] of models.entries()) {
+        turns++;
+        const t = tokens[i];
+        const where = `${record.task.slug}#${record.repeat} call ${i + 1}`;
+        assert.ok(t !== null, `${where}: no tokens`);
+        const info = step.info!;
+        assert.equal(t.completionIds?.length, info.output_tokens, where);
+        assert.equal(t.logprobs?.length, info.output_tokens, where);
+        assert.equal(t.promptIds?.length, info.input_tokens, where);
+        assert.ok(t.logprobs!.every((lp) => Number.isFinite(lp) && lp <= 0), where);
+        // The sampled ids, detokenized by the server, are the text it returned.
+        const text: string = (await post("/detokenize", { tokens: t.completionIds })).content;
+        const plain = text.replace(/<\|[a-z_]+\|>/g, "");
+        const reply = (step.content as { reply: Record<string, unknown> }).reply;
+        const content = String(reply.content ?? "").trim();
+        if (content !== "") assert.ok(plain.includes(content), `${where}: ${text} vs ${content}`);
+        for (const call of (reply.tool_calls ?? []) as { name: string; arguments: string }[]) {
+          assert.ok(plain.includes(call.name), `${where}: ${text} lacks ${call.name}`);
+          let args: unknown = null;
+          try {
+            args = JSON.parse(call.arguments);
+          } catch {
+            // Cut short at maxTokens: the name is all there is to match.
+          }
+          for (const v of Object.values((args ?? {}) as Record<string, unknown>)) {
+            if (typeof v === "string") {
+              assert.ok(
+                plain.includes(JSON.stringify(v).slice(1, -1)),
+                `${where}: ${text} lacks ${v}`,
+              );
+            }
+          }
+        }
+        // The prompt ids are the prompt: they detokenize to the system prompt and the task.
+        const prompt: string = (await post("/detokenize", { tokens: t.promptIds })).content;
+        assert.ok(prompt.includes("but it has a bug. Fix it"), `${where}: ${prompt.slice(-300)}`);
+      }
+    }
+    assert.ok(turns >= 4, `only ${turns} model calls`);
+    const rows = job.exportTraining();
+    assert.equal(rows.length, 4);
+    for (const row of rows) {
+      const siblings = job.runs.filter((r) => r.group_id === row.group_id);
+      assert.deepEqual(row.group_rewards, siblings.map((r) => r.reward));
+      // Whole: every sibling graded, none cut off by the infrastructure.
+      const whole = siblings.every((r) =>
+        r.reward !== null && !RETRYABLE_ERROR_CLASSES.some((c) => c === r.error_class)
+      );
+      assert.equal(row.group_complete, whole, JSON.stringify(siblings.map((r) => r.error_class)));
+      assert.equal(row.tokens_complete, true, `${row.task.slug}#${row.repeat}`);
+      assert.ok(row.sequences.length >= 1);
+      const covered = row.sequences.flatMap((s) => s.turns);
+      assert.deepEqual(covered, row.turns.map((_, i) => i), "every turn is in a sequence");
+      for (const s of row.sequences) {
+        assert.equal(s.loss_mask.length, s.tokens.length);
+        assert.equal(s.logprobs!.length, s.tokens.length);
+        // The mask is 1 exactly on the sampled tokens, in order.
+        const masked = s.tokens.filter((_, i) => s.loss_mask[i] === 1);
+        assert.deepEqual(masked, s.turns.flatMap((i) => row.turns[i].completion_token_ids!));
+        const lps = s.logprobs!.filter((_, i) => s.loss_mask[i] === 1);
+        assert.deepEqual(lps, s.turns.flatMap((i) => row.turns[i].logprobs!));
+        // A sequence starts with its first turn's whole prompt.
+        const first = row.turns[s.turns[0]].prompt_token_ids!;
+        assert.deepEqual(s.tokens.slice(0, first.length), first);
+      }
     }
   },
 });

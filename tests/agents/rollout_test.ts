@@ -188,3 +188,65 @@ test("ChatAgent rollout over the Anthropic Messages API: tool_use, tool_result, 
     await Deno.remove(root, { recursive: true });
   }
 });
+
+test("ChatAgent rollout: the shell tools start in the task's bindings.shell.cwd", async () => {
+  const root = await Deno.makeTempDir({ prefix: "agents-cwd-" });
+  try {
+    const env = new Environment("lab");
+    addWorkspace(env, root, { env: { HOME: root } });
+    const task = env.template({ id: "where" }, async function* () {
+      const dir = await Deno.makeTempDir({ dir: root, prefix: "task-" });
+      await Deno.writeTextFile(`${dir}/note.txt`, "in the task's directory\n");
+      const answer = yield { prompt: "Where are you?", bindings: { shell: { cwd: dir } } };
+      const wrote = await Deno.readTextFile(`${dir}/out.txt`).catch(() => "");
+      yield { score: answer === dir && wrote === "written" ? 1 : 0, info: { dir } };
+    });
+    const call = (id: string, name: string, args: unknown) => ({
+      index: 0,
+      id,
+      function: { name, arguments: JSON.stringify(args) },
+    });
+    await using model = scriptedServer([
+      // `;` must not take the second command out of the directory.
+      stream([delta({ tool_calls: [call("a", "bash", { command: "cd /; pwd; cat note.txt" })] })]),
+      stream([
+        delta({ tool_calls: [call("b", "bash", { command: "pwd && ls" })] }),
+        delta({}, "tool_calls"),
+      ]),
+      stream([
+        delta({ tool_calls: [call("c", "read_file", { path: "note.txt" })] }),
+        delta({}, "tool_calls"),
+      ]),
+      stream([
+        delta({ tool_calls: [call("d", "write_file", { path: "out.txt", content: "written" })] }),
+        delta({}, "tool_calls"),
+      ]),
+      stream([
+        delta({ tool_calls: [call("e", "list_dir", { path: "." })] }),
+        delta({}, "tool_calls"),
+      ]),
+      (r) => {
+        const out = (r.body.messages as { role: string; content: string }[])
+          .filter((m) => m.role === "tool").map((m) => m.content);
+        const dir = /stdout:\n(\S+)/.exec(out[1])![1];
+        return completion({ tool_calls: [["submit", JSON.stringify({ answer: dir })]] })(r, 0);
+      },
+    ]);
+    const agent = new ChatAgent({ model: "m", baseUrl: model.baseUrl, retry: { baseDelay: 1 } });
+    const run = await rollout(task(), agent, { rolloutTimeout: 60_000, fileTracking: false });
+    assert.deepEqual(run.trace.errors, []);
+    const dir = (run.bindings.shell as { cwd: string }).cwd;
+    const results = run.trace.steps.filter((s) => s.type === "tool").map((s) =>
+      (s.content as { result: string }).result
+    );
+    // The first call's `cd /` stays inside that call; its pwd says so.
+    assert.match(results[0], /stdout:\n\/\n/);
+    assert.match(results[1], new RegExp(`stdout:\\n${dir}\\nnote\\.txt`));
+    assert.equal(results[2], "in the task's directory\n");
+    assert.match(results[4], /note\.txt/);
+    assert.match(results[4], /out\.txt/);
+    assert.equal(run.reward, 1, JSON.stringify(run.grade));
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});

@@ -9,6 +9,7 @@ import { type Agent, functionAgent, Taskset } from "../../mod.ts";
 import type { CdpClient, CdpSession } from "../../cdp/mod.ts";
 import { launchChromium } from "../../cdp/_chromium.ts";
 import { renderReport, startViewer } from "../../viewer/mod.ts";
+import { encodeTurnTokens } from "../../eval/mod.ts";
 import { fixBug, scriptedAgent } from "../../examples/robolab.ts";
 
 /** The diff line the scripted agent's repair of count.sh leaves. */
@@ -354,6 +355,66 @@ test("cli.ts report --html writes a page that works from disk", async () => {
     );
     assert.ok(errors.includes("</script><b>boom</b>"));
     assert.equal(await page.evaluate("document.querySelectorAll('main b').length"), 0);
+  } finally {
+    await browser?.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+test("cli.ts report --html shows a model step's tokens as counts, not as base64", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "viewer-tokens-" });
+  let browser: Awaited<ReturnType<typeof launchChromium>> | null = null;
+  try {
+    const ids = (n: number, from: number) => Array.from({ length: n }, (_, i) => from + i);
+    const first = { promptIds: ids(1200, 1), completionIds: ids(300, 5000), logprobs: null };
+    const second = {
+      promptIds: [...first.promptIds, ...first.completionIds, ...ids(40, 9000)],
+      completionIds: ids(500, 7000),
+      logprobs: ids(500, 0).map((i) => -i / 1000),
+    };
+    const stored = [encodeTurnTokens(first, null), encodeTurnTokens(second, first)];
+    const step = (i: number) => ({
+      type: "model",
+      timestamp: "2026-01-01T00:00:00.000Z",
+      content: { reply: { content: `turn ${i}` } },
+      info: { model: "tiny", input_tokens: 1200, output_tokens: 300, tokens: stored[i] },
+    });
+    const record = {
+      job_id: "job",
+      group_id: "job:t",
+      task: { env: "e", id: "t", args: {}, slug: "t" },
+      repeat: 0,
+      status: "completed",
+      reward: 1,
+      trace: { errors: [], steps: [step(0), step(1)] },
+    };
+    const file = `${dir}/r.jsonl`;
+    await Deno.writeTextFile(file, JSON.stringify(record) + "\n");
+    const out = `${dir}/report.html`;
+    assert.equal(
+      await main(["report", file, "--html", out], { stdout: () => {}, stderr: () => {} }),
+      0,
+    );
+    const signal = AbortSignal.timeout(45_000);
+    browser = await launchChromium({ signal });
+    await using cdp = browser.connect();
+    await using page = await cdp.newPage("about:blank", { signal });
+    await page.navigate(`file://${out}#/r/0/0`, { signal });
+    await until(page, READY("rollout"), "the rollout view");
+    const heads = await page.evaluate<string[]>(
+      "[...document.querySelectorAll('li.msg-assistant .msg-head')].map((h) => h.textContent)",
+    );
+    assert.equal(heads.length, 2, JSON.stringify(heads));
+    assert.match(heads[0], /completion token ids: 300 · prompt token ids: 1200/);
+    assert.doesNotMatch(heads[0], /logprobs/);
+    assert.match(
+      heads[1],
+      /completion token ids: 500 · prompt token ids: 1540 · logprobs: 500, mean -0\.25/,
+    );
+    const seen = await page.evaluate<string>("document.body.innerText");
+    for (const t of stored) {
+      assert.ok(!seen.includes(t.completion_ids!.slice(0, 40)), "token ids shown as base64");
+    }
   } finally {
     await browser?.close();
     await Deno.remove(dir, { recursive: true });

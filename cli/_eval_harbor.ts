@@ -1,0 +1,104 @@
+// `hud eval harbor:PATH`: Harbor tasks (one task directory or a dataset)
+// run in containers built from their own Dockerfiles, graded by their own
+// verifiers. `--agent oracle` runs each task's solution/solve.sh, so a
+// dataset validates: every task that can be adapted should score 1.0.
+// Loaded only when the FILE argument starts with `harbor:`.
+
+import { CommandAgent } from "../agents/command.ts";
+import { MODEL_FLAGS, modelAgentFromFlags } from "../agents/_cli.ts";
+import { loadHarborTasks } from "../harbor/loader.ts";
+import { type HarborResult, runHarborTasks } from "../harbor/run.ts";
+import type { Agent } from "../eval/agent.ts";
+import {
+  EXIT_FAILURE,
+  EXIT_INTERRUPTED,
+  EXIT_OK,
+  type Io,
+  stringOption,
+  UsageError,
+  type Values,
+} from "./_common.ts";
+
+/** The options of `hud eval` that mean something for harbor:PATH. */
+const HARBOR_OPTIONS = new Set(["agent", "group", "json", ...Object.keys(MODEL_FLAGS)]);
+
+function line(r: HarborResult): string {
+  const what = r.error !== null
+    ? `error (${r.error.split("\n")[0]})`
+    : `${r.reward}${
+      Object.keys(r.subscores).length > 0
+        ? ` (${Object.entries(r.subscores).map(([k, v]) => `${k} ${v}`).join(", ")})`
+        : ""
+    }`;
+  return `${r.task}: ${what}${r.built ? "" : " [image cached]"}`;
+}
+
+/** Runs `hud eval harbor:PATH` with the parsed `values`; returns the exit code. */
+export async function runHarborEval(path: string, values: Values, io: Io): Promise<number> {
+  for (const [name, value] of Object.entries(values)) {
+    if (value !== undefined && !HARBOR_OPTIONS.has(name) && name !== "help") {
+      throw new UsageError(`--${name} does not apply to harbor:PATH; leave it out`);
+    }
+  }
+  if (path === "") throw new UsageError('harbor: needs a path: "harbor:DIR"');
+  const command = stringOption(values, "agent");
+  const model = modelAgentFromFlags(values, (m) => new UsageError(m));
+  if (model && command !== undefined) throw new UsageError("pass --agent or --model, not both");
+  if (!model && (command === undefined || command.trim() === "")) {
+    throw new UsageError('missing --agent (a command, or "oracle") or --model');
+  }
+  const groupText = stringOption(values, "group");
+  if (groupText !== undefined && !(/^\d+$/.test(groupText) && Number(groupText) >= 1)) {
+    throw new UsageError(`--group must be a positive integer, got "${groupText}"`);
+  }
+  const group = groupText === undefined ? 1 : Number(groupText);
+  const { tasks, skipped } = await loadHarborTasks(path);
+  const oracle = command === "oracle";
+  const commandAgent = model || oracle ? null : new CommandAgent(command!);
+  const agent: Agent | "oracle" = oracle ? "oracle" : model?.agent ?? commandAgent!;
+  io.onHurry = () => commandAgent?.kill();
+  io.err(
+    `eval: ${tasks.length} Harbor tasks from ${path}${
+      skipped.length > 0 ? ` (${skipped.length} cannot be adapted)` : ""
+    }, agent: ${oracle ? "oracle" : model?.label ?? "command"}\n`,
+  );
+  for (const s of skipped) io.err(`${s.name}: skipped: ${s.code}: ${s.reason}\n`);
+  let results: HarborResult[];
+  try {
+    results = await runHarborTasks(tasks, agent, {
+      group,
+      signal: io.signal,
+      onResult: (r) => {
+        if (!values.json) io.err(`${line(r)}\n`);
+      },
+    });
+  } catch (err) {
+    if (io.signal?.aborted) {
+      io.err("interrupted\n");
+      return EXIT_INTERRUPTED;
+    }
+    throw err;
+  } finally {
+    await commandAgent?.whenIdle();
+  }
+  const failed = results.filter((r) => r.error !== null || (oracle && r.reward !== 1));
+  if (values.json) {
+    io.out(
+      JSON.stringify({
+        tasks: results.map(({ runs: _runs, ...r }) => r),
+        skipped: skipped.map(({ name, code, reason }) => ({ name, code, reason })),
+      }) + "\n",
+    );
+  } else {
+    const scored = results.filter((r) => r.reward !== null);
+    const mean = scored.length === 0
+      ? "-"
+      : (scored.reduce((a, r) => a + r.reward!, 0) / scored.length).toFixed(3);
+    io.out(
+      `harbor: ${results.length} tasks, mean reward ${mean}, ${failed.length} ${
+        oracle ? "not 1.0" : "failed"
+      }, ${skipped.length} skipped\n`,
+    );
+  }
+  return failed.length === 0 ? EXIT_OK : EXIT_FAILURE;
+}

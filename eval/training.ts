@@ -1,0 +1,218 @@
+/**
+ * Rollouts as training data: {@linkcode trainingRows} turns a job's
+ * records into one {@linkcode TrainingRow} per rollout, with what the
+ * model sampled in each turn (token ids and log-probabilities, kept by
+ * `ChatAgent` with `tokens: true`), token sequences with a loss mask over
+ * the model's own tokens, the reward, and the rewards of its group, so
+ * that a trainer can compute group-relative advantages and skip a group
+ * that is not whole.
+ *
+ * A sequence starts with a turn's prompt ids and goes on with its
+ * completion; each next turn whose prompt extends the sequence appends
+ * the new part of its prompt (tool results, the chat template's glue:
+ * masked out) and then its completion (the model's tokens: in the loss).
+ * When a prompt does not extend it (the server rendered the history
+ * differently from what was sampled), a new sequence starts there, so
+ * that every sequence is exactly what the model saw and sampled.
+ *
+ * @example
+ * ```ts
+ * import { trainingRows } from "./training.ts";
+ * import { encodeTurnTokens } from "./tokens.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const t1 = { promptIds: [1, 2], completionIds: [3, 4], logprobs: [-0.5, -0.25] };
+ * const t2 = { promptIds: [1, 2, 3, 4, 5], completionIds: [6], logprobs: [-1] };
+ * const step = (t: typeof t1, prev: typeof t1 | null) => ({
+ *   type: "model", timestamp: "", content: { request: [], reply: { role: "assistant", content: "" } },
+ *   info: { tokens: encodeTurnTokens(t, prev) },
+ * });
+ * const [row] = trainingRows([{
+ *   job_id: "j", group_id: "j:t", task: { env: "e", id: "t", args: {}, slug: "t" }, repeat: 0,
+ *   status: "completed", reward: 1, failed_phase: null,
+ *   trace: { status: "completed", stop_reason: "graded", content: null, started_at: "",
+ *     ended_at: "", errors: [], steps: [step(t1, null), step(t2, t1)] },
+ * }]);
+ * assert.deepEqual(row.sequences[0].tokens, [1, 2, 3, 4, 5, 6]);
+ * assert.deepEqual(row.sequences[0].loss_mask, [0, 0, 1, 1, 0, 1]);
+ * assert.deepEqual(row.group_rewards, [1]);
+ * ```
+ *
+ * @module
+ */
+
+import type { TaskRow } from "../env.ts";
+import { isRecord } from "../_internal/util.ts";
+import type { RunRecord } from "./results.ts";
+import { traceTokens } from "./tokens.ts";
+import { rolloutFinished } from "./failure.ts";
+
+/** One model call of a {@linkcode TrainingRow}. */
+export interface TrainingTurn {
+  /** The prompt's token ids, or `null` when the server did not give them. */
+  prompt_token_ids: number[] | null;
+  /** The sampled completion's token ids, or `null` when not kept. */
+  completion_token_ids: number[] | null;
+  /** Their log-probabilities, or `null` when not kept. */
+  logprobs: number[] | null;
+  /** Why the model stopped. */
+  finish_reason: string | null;
+}
+
+/** A token sequence of a {@linkcode TrainingRow}, ready for a trainer. */
+export interface TrainingSequence {
+  /** Token ids: a prompt, then completions and what came between them. */
+  tokens: number[];
+  /** 1 on the model's sampled tokens, 0 on the rest. */
+  loss_mask: number[];
+  /** The sampled tokens' log-probabilities where the mask is 1, 0 elsewhere; `null` when not kept. */
+  logprobs: number[] | null;
+  /** The turns (indices into `turns`) it holds. */
+  turns: number[];
+}
+
+/** One rollout as training data. */
+export interface TrainingRow {
+  /** The job. */
+  job_id: string;
+  /** The group (a task's repeats share it). */
+  group_id: string;
+  /** The task. */
+  task: TaskRow;
+  /** Which repeat of the task. */
+  repeat: number;
+  /** Which attempt the record was (retries make more). */
+  attempt: number;
+  /** `completed`, `error` or `cancelled`. */
+  status: string;
+  /** The reward, or `null` when the rollout could not be graded. */
+  reward: number | null;
+  /** The rewards of the group's rollouts by repeat, `null` for one not graded. */
+  group_rewards: (number | null)[];
+  /**
+   * Whether every rollout of the group finished: graded, and not failed
+   * for an infrastructure reason (see {@linkcode rolloutFinished}).
+   */
+  group_complete: boolean;
+  /** The model, when the trace names it. */
+  model: string | null;
+  /** The conversation as the model saw it (Chat Completions shape). */
+  messages: Record<string, unknown>[];
+  /** Each model call, in order. */
+  turns: TrainingTurn[];
+  /** The token sequences (see the module doc); empty when no turn has prompt and completion ids. */
+  sequences: TrainingSequence[];
+  /** Whether every turn has prompt and completion ids (and so is in a sequence). */
+  tokens_complete: boolean;
+}
+
+/** Options for {@linkcode trainingRows}. */
+export interface TrainingRowsOptions {
+  /**
+   * Leave out the rows of groups that are not whole.
+   * @default false
+   */
+  completeGroupsOnly?: boolean;
+}
+
+function startsWith(a: readonly number[], prefix: readonly number[]): boolean {
+  if (prefix.length > a.length) return false;
+  for (let i = 0; i < prefix.length; i++) if (a[i] !== prefix[i]) return false;
+  return true;
+}
+
+function sequencesOf(turns: TrainingTurn[]): TrainingSequence[] {
+  const out: TrainingSequence[] = [];
+  let current: TrainingSequence | null = null;
+  turns.forEach((turn, index) => {
+    const prompt = turn.prompt_token_ids;
+    const completion = turn.completion_token_ids;
+    if (prompt === null || completion === null) {
+      current = null; // What came between is unknown: the next turn starts afresh.
+      return;
+    }
+    const lps = turn.logprobs;
+    let seq: TrainingSequence;
+    if (current !== null && startsWith(prompt, current.tokens)) {
+      seq = current;
+    } else {
+      seq = { tokens: [], loss_mask: [], logprobs: [], turns: [] };
+      out.push(seq);
+    }
+    const added = prompt.slice(seq.tokens.length);
+    seq.tokens.push(...added, ...completion);
+    seq.loss_mask.push(...added.map(() => 0), ...completion.map(() => 1));
+    if (seq.logprobs !== null && lps !== null) {
+      seq.logprobs.push(...added.map(() => 0), ...lps);
+    } else seq.logprobs = null;
+    seq.turns.push(index);
+    current = seq;
+  });
+  return out;
+}
+
+function messagesOf(steps: Record<string, unknown>[]): Record<string, unknown>[] {
+  const out: Record<string, unknown>[] = [];
+  for (const s of steps) {
+    if (s.type !== "model" || !isRecord(s.content)) continue;
+    const request = Array.isArray(s.content.request) ? s.content.request.filter(isRecord) : [];
+    out.push(...request);
+    if (isRecord(s.content.reply)) out.push(s.content.reply);
+  }
+  return out;
+}
+
+/**
+ * One row per record (the latest attempt of each task and repeat, as a
+ * {@linkcode Job} holds them); see the module doc.
+ */
+export function trainingRows(
+  records: readonly RunRecord[],
+  options: TrainingRowsOptions = {},
+): TrainingRow[] {
+  const groups = new Map<string, RunRecord[]>();
+  for (const r of records) {
+    const list = groups.get(r.group_id) ?? [];
+    list.push(r);
+    groups.set(r.group_id, list);
+  }
+  const rows: TrainingRow[] = [];
+  for (const r of records) {
+    const siblings = [...groups.get(r.group_id)!].sort((a, b) => a.repeat - b.repeat);
+    const complete = siblings.every(rolloutFinished);
+    if (options.completeGroupsOnly && !complete) continue;
+    const trace: Record<string, unknown> = isRecord(r.trace) ? r.trace : {};
+    const steps = (Array.isArray(trace.steps) ? trace.steps as unknown[] : []).filter(isRecord);
+    const models = steps.filter((s) => s.type === "model");
+    const tokens = traceTokens(steps);
+    const turns: TrainingTurn[] = models.map((s, i) => {
+      const info = isRecord(s.info) ? s.info : {};
+      return {
+        prompt_token_ids: tokens[i]?.promptIds ?? null,
+        completion_token_ids: tokens[i]?.completionIds ?? null,
+        logprobs: tokens[i]?.logprobs ?? null,
+        finish_reason: typeof info.finish_reason === "string" ? info.finish_reason : null,
+      };
+    });
+    const model = models.map((s) => isRecord(s.info) ? s.info.model : undefined)
+      .find((m) => typeof m === "string") as string | undefined;
+    rows.push({
+      job_id: r.job_id,
+      group_id: r.group_id,
+      task: r.task,
+      repeat: r.repeat,
+      attempt: r.attempt ?? 1,
+      status: r.status,
+      reward: r.reward,
+      group_rewards: siblings.map((x) => x.reward),
+      group_complete: complete,
+      model: model ?? null,
+      messages: messagesOf(steps),
+      turns,
+      sequences: sequencesOf(turns),
+      tokens_complete: turns.length > 0 &&
+        turns.every((t) => t.prompt_token_ids !== null && t.completion_token_ids !== null),
+    });
+  }
+  return rows;
+}

@@ -1,0 +1,135 @@
+/**
+ * {@linkcode parseHarborConfig}: a Harbor `task.toml`, its shapes checked,
+ * with Harbor's own defaults (`harbor/models/task/config.py`: 600 s for the
+ * agent, the verifier and the build, 1 CPU, 2048 MB of memory, 10240 MB of
+ * storage, internet allowed).
+ *
+ * @module
+ */
+
+import { parseToml, type TomlTable, type TomlValue } from "./toml.ts";
+import { TomlDateTime } from "./toml_datetime.ts";
+
+/** The `[environment]` table of a `task.toml`. */
+export interface HarborEnvironmentConfig {
+  /** A prebuilt image to use instead of `environment/Dockerfile`, or null. */
+  dockerImage: string | null;
+  /** Seconds the image build may take. */
+  buildTimeoutSec: number;
+  /** CPUs the container may use. */
+  cpus: number;
+  /** Memory limit, in MB. */
+  memoryMb: number;
+  /** Disk the container may fill, in MB (not enforced on every engine). */
+  storageMb: number;
+  /** Whether the container has a network. */
+  allowInternet: boolean;
+  /** The agent's and the verifier's working directory; null for the image's `WORKDIR`. */
+  workdir: string | null;
+}
+
+/** A Harbor `task.toml`, checked, with defaults filled in. */
+export interface HarborTaskConfig {
+  /** `version` (the format's), or null. */
+  version: string | null;
+  /** `[metadata]`, as written. */
+  metadata: TomlTable;
+  /** `[agent] timeout_sec`. */
+  agentTimeoutSec: number;
+  /** `[verifier] timeout_sec`. */
+  verifierTimeoutSec: number;
+  /** `[verifier] env`: variables for `tests/test.sh`. */
+  verifierEnv: Record<string, string>;
+  /** `[environment]`. */
+  environment: HarborEnvironmentConfig;
+}
+
+function table(value: TomlValue | undefined, file: string, key: string): TomlTable {
+  if (value === undefined) return {};
+  if (
+    typeof value !== "object" || value === null || Array.isArray(value) ||
+    value instanceof TomlDateTime
+  ) {
+    throw new TypeError(`Cannot load Harbor task: ${file}: "${key}" must be a table`);
+  }
+  return value as TomlTable;
+}
+
+function positive(t: TomlTable, file: string, key: string, fallback: number): number {
+  const v = t[key.slice(key.lastIndexOf(".") + 1)];
+  if (v === undefined) return fallback;
+  const n = typeof v === "bigint" ? Number(v) : v;
+  if (typeof n !== "number" || !(n > 0) || !Number.isFinite(n)) {
+    throw new TypeError(`Cannot load Harbor task: ${file}: "${key}" must be a positive number`);
+  }
+  return n;
+}
+
+function optionalString(t: TomlTable, file: string, key: string): string | null {
+  const v = t[key.slice(key.lastIndexOf(".") + 1)];
+  if (v === undefined) return null;
+  if (typeof v !== "string" || v === "") {
+    throw new TypeError(`Cannot load Harbor task: ${file}: "${key}" must be a non-empty string`);
+  }
+  return v;
+}
+
+/**
+ * Parses and checks a Harbor `task.toml`.
+ *
+ * @param text the file's text
+ * @param file the file's path, for messages
+ * @returns the configuration with Harbor's defaults
+ * @throws {TomlSyntaxError} for text that is not TOML (line and column in the message)
+ * @throws {TypeError} for a key of the wrong shape: `Cannot load Harbor task: FILE: "agent.timeout_sec" must be a positive number`
+ *
+ * @example
+ * ```ts
+ * import { parseHarborConfig } from "./config.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const config = parseHarborConfig('[verifier]\ntimeout_sec = 30\n', "task.toml");
+ * assert.equal(config.verifierTimeoutSec, 30);
+ * assert.equal(config.agentTimeoutSec, 600);
+ * ```
+ */
+export function parseHarborConfig(text: string, file: string): HarborTaskConfig {
+  const doc = parseToml(text);
+  const agent = table(doc.agent, file, "agent");
+  const verifier = table(doc.verifier, file, "verifier");
+  const environment = table(doc.environment, file, "environment");
+  const metadata = table(doc.metadata, file, "metadata");
+  const verifierEnv: Record<string, string> = {};
+  for (const [k, v] of Object.entries(table(verifier.env, file, "verifier.env"))) {
+    if (typeof v !== "string") {
+      throw new TypeError(`Cannot load Harbor task: ${file}: "verifier.env.${k}" must be a string`);
+    }
+    verifierEnv[k] = v;
+  }
+  const allow = environment.allow_internet;
+  if (allow !== undefined && typeof allow !== "boolean") {
+    throw new TypeError(
+      `Cannot load Harbor task: ${file}: "environment.allow_internet" must be a boolean`,
+    );
+  }
+  const version = doc.version;
+  if (version !== undefined && typeof version !== "string") {
+    throw new TypeError(`Cannot load Harbor task: ${file}: "version" must be a string`);
+  }
+  return {
+    version: version ?? null,
+    metadata,
+    agentTimeoutSec: positive(agent, file, "agent.timeout_sec", 600),
+    verifierTimeoutSec: positive(verifier, file, "verifier.timeout_sec", 600),
+    verifierEnv,
+    environment: {
+      dockerImage: optionalString(environment, file, "environment.docker_image"),
+      buildTimeoutSec: positive(environment, file, "environment.build_timeout_sec", 600),
+      cpus: positive(environment, file, "environment.cpus", 1),
+      memoryMb: positive(environment, file, "environment.memory_mb", 2048),
+      storageMb: positive(environment, file, "environment.storage_mb", 10240),
+      allowInternet: allow ?? true,
+      workdir: optionalString(environment, file, "environment.workdir"),
+    },
+  };
+}

@@ -1,0 +1,249 @@
+/**
+ * {@linkcode buildHarborImage}: the image a Harbor task runs in. First the
+ * task's own image (`environment/Dockerfile` built with the local engine,
+ * or `[environment] docker_image`), then a layer FROM it that adds Deno's
+ * binary, this SDK's sources (under /opt/hud-sdk, away from the task's
+ * files) and the task's facts, and serves the task's environment. Both are
+ * tagged by content hash, so a second run of the same task builds nothing.
+ * `tests/` and `solution/` are not in either: the runner copies them in
+ * when they are used.
+ *
+ * @module
+ */
+
+import { EngineClient, EngineError } from "../engines/_engine.ts";
+import { TarWriter } from "../engines/_tar.ts";
+import { buildEnvironmentImage } from "../engines/image.ts";
+import type { HarborTask } from "./loader.ts";
+import type { HarborTaskFile } from "./_task_env.ts";
+
+/** Where the SDK's sources go in a Harbor task's image. */
+const SDK_DIR = "/opt/hud-sdk";
+const TASK_ENV = new URL("./_task_env.ts", import.meta.url).pathname;
+const SDK_ROOT = new URL("../", import.meta.url).pathname;
+
+/** A task whose image could not be built (or found): `Cannot run Harbor task "x": build failed: ...`. */
+export class HarborBuildError extends Error {
+  /** Makes one; `cause` as for `Error`. */
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "HarborBuildError";
+  }
+}
+
+/** Options for {@linkcode buildHarborImage}. */
+export interface BuildHarborImageOptions {
+  /**
+   * Engine socket.
+   * @default as `ContainerRuntimeOptions.socket`
+   */
+  socket?: string;
+  /** Aborts the build. */
+  signal?: AbortSignal;
+}
+
+/** What {@linkcode buildHarborImage} made. */
+export interface HarborImage {
+  /** The image to place (the layer serving the task's environment). */
+  image: string;
+  /** The task's own image. */
+  taskImage: string;
+  /** The agent's and verifier's working directory: `[environment] workdir`, else the image's `WORKDIR`, else `/`. */
+  workdir: string;
+  /** Whether anything was built (false: both images were there already). */
+  built: boolean;
+}
+
+async function sha256(parts: (string | Uint8Array)[]): Promise<string> {
+  const enc = new TextEncoder();
+  const chunks = parts.map((p) => typeof p === "string" ? enc.encode(p) : p);
+  const all = new Uint8Array(chunks.reduce((n, c) => n + c.length + 8, 0));
+  let at = 0;
+  for (const c of chunks) {
+    new DataView(all.buffer).setBigUint64(at, BigInt(c.length));
+    all.set(c, at + 8);
+    at += c.length + 8;
+  }
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", all));
+  return [...digest].map((b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** Every file under `dir` (dot-files too), by relative path, sorted, with its mode. */
+async function walk(
+  dir: string,
+  filter: (rel: string) => boolean = () => true,
+): Promise<{ rel: string; mode: number; data: Uint8Array }[]> {
+  const out: { rel: string; mode: number; data: Uint8Array }[] = [];
+  async function visit(rel: string): Promise<void> {
+    for await (const entry of Deno.readDir(rel === "" ? dir : `${dir}/${rel}`)) {
+      const r = rel === "" ? entry.name : `${rel}/${entry.name}`;
+      if (!filter(r)) continue;
+      if (entry.isDirectory) await visit(r);
+      else if (entry.isFile) {
+        const path = `${dir}/${r}`;
+        out.push({
+          rel: r,
+          mode: (await Deno.stat(path)).mode! & 0o7777,
+          data: await Deno.readFile(path),
+        });
+      }
+    }
+  }
+  await visit("");
+  return out.sort((a, b) => a.rel < b.rel ? -1 : a.rel > b.rel ? 1 : 0);
+}
+
+/**
+ * A tar of every file under `dir`, dot-files included, with their modes,
+ * placed under `prefix` (for an engine build context, or a copy into a
+ * container).
+ */
+export async function tarTree(dir: string, prefix = ""): Promise<Uint8Array<ArrayBuffer>> {
+  const tar = new TarWriter();
+  if (prefix !== "") tar.dir(prefix);
+  for (const f of await walk(dir)) {
+    tar.file(prefix === "" ? f.rel : `${prefix}/${f.rel}`, f.data, f.mode);
+  }
+  return tar.bytes();
+}
+
+async function treeHash(dir: string, filter?: (rel: string) => boolean): Promise<string> {
+  const parts: (string | Uint8Array)[] = [];
+  for (const f of await walk(dir, filter)) parts.push(f.rel, String(f.mode), f.data);
+  return await sha256(parts);
+}
+
+function slug(name: string): string {
+  return name.toLowerCase().replace(/[^a-z0-9._-]+/g, "-").replace(/^[^a-z0-9]+/, "").slice(
+    0,
+    60,
+  ) ||
+    "task";
+}
+
+async function imageInfo(
+  engine: EngineClient,
+  ref: string,
+): Promise<{ Id: string; Config?: { WorkingDir?: string; Env?: string[] | null } } | null> {
+  try {
+    return await engine.call("GET", `/images/${encodeURIComponent(ref)}/json`) as {
+      Id: string;
+      Config?: { WorkingDir?: string; Env?: string[] | null };
+    };
+  } catch (err) {
+    if (err instanceof EngineError && err.status === 404) return null;
+    throw err;
+  }
+}
+
+async function buildContext(
+  engine: EngineClient,
+  task: HarborTask,
+  tag: string,
+  signal: AbortSignal,
+): Promise<void> {
+  const context = await tarTree(task.buildContext!);
+  let text: string;
+  try {
+    const res = await engine.raw(
+      "POST",
+      `/build?t=${encodeURIComponent(tag)}&rm=1&forcerm=1`,
+      { body: context, headers: { "content-type": "application/x-tar" }, signal },
+    );
+    text = await res.text();
+  } catch (err) {
+    const why = signal.aborted
+      ? `took longer than ${task.config.environment.buildTimeoutSec} s ([environment] build_timeout_sec)`
+      : (err as Error).message;
+    throw new HarborBuildError(`Cannot run Harbor task "${task.name}": build failed: ${why}`, {
+      cause: err,
+    });
+  }
+  const log: string[] = [];
+  for (const line of text.split("\n")) {
+    if (line.trim() === "") continue;
+    const msg = JSON.parse(line) as { error?: string; stream?: string };
+    if (msg.stream) log.push(msg.stream);
+    if (msg.error) {
+      const last = log.join("").trim().split("\n").slice(-3).join(" | ");
+      throw new HarborBuildError(
+        `Cannot run Harbor task "${task.name}": build failed: ${msg.error.trim()}${
+          last ? `; last output: ${last}` : ""
+        }`,
+      );
+    }
+  }
+}
+
+/**
+ * Builds (or finds, by content hash) the image a Harbor task runs in.
+ *
+ * @param task a task from `loadHarborTasks`
+ * @param options engine socket, abort signal
+ * @returns the image to place, the task's own image, the working directory, whether anything was built
+ * @throws {HarborBuildError} when the Dockerfile does not build (with the engine's message and the build's last lines), the build outlasts `build_timeout_sec`, or `docker_image` is not on this engine
+ */
+export async function buildHarborImage(
+  task: HarborTask,
+  options: BuildHarborImageOptions = {},
+): Promise<HarborImage> {
+  const timeout = AbortSignal.timeout(task.config.environment.buildTimeoutSec * 1000);
+  const signal = options.signal ? AbortSignal.any([options.signal, timeout]) : timeout;
+  using engine = await EngineClient.open(options.socket, signal);
+  let built = false;
+  let taskImage: string;
+  if (task.buildContext !== null) {
+    taskImage = `hud-harbor-task/${slug(task.name)}:${
+      (await treeHash(task.buildContext)).slice(0, 16)
+    }`;
+    if (await imageInfo(engine, taskImage) === null) {
+      await buildContext(engine, task, taskImage, signal);
+      built = true;
+    }
+  } else {
+    taskImage = task.config.environment.dockerImage!;
+  }
+  const info = await imageInfo(engine, taskImage);
+  if (info === null) {
+    throw new HarborBuildError(
+      `Cannot run Harbor task "${task.name}": build failed: image "${taskImage}" is not on this engine; pull or build it first`,
+    );
+  }
+  const workdir = task.config.environment.workdir ?? (info.Config?.WorkingDir || "/");
+  // The image's ENV, for the agent's and the verifier's commands (the
+  // workspace gives them only what it is told).
+  const env: Record<string, string> = {};
+  for (const pair of info.Config?.Env ?? []) {
+    const at = pair.indexOf("=");
+    if (at > 0) env[pair.slice(0, at)] = pair.slice(at + 1);
+  }
+  const facts: HarborTaskFile = {
+    name: task.name,
+    env,
+    instruction: task.instruction,
+    workdir,
+    verifierTimeoutSec: task.config.verifierTimeoutSec,
+    verifierEnv: task.config.verifierEnv,
+  };
+  const factsBytes = new TextEncoder().encode(JSON.stringify(facts));
+  // The SDK's own sources count: a changed SDK makes a new layer.
+  const sdk = await treeHash(
+    SDK_ROOT,
+    (rel) => !/^(\.|tests$|bench$|examples$|docs$|node_modules$)/.test(rel),
+  );
+  const key = await sha256([info.Id, factsBytes, sdk, Deno.version.deno]);
+  const image = `hud-harbor/${slug(task.name)}:${key.slice(0, 16)}`;
+  if (await imageInfo(engine, image) === null) {
+    await buildEnvironmentImage(TASK_ENV, image, {
+      from: taskImage,
+      envName: `harbor-${task.name}`,
+      envVersion: "1.0.0",
+      appDir: SDK_DIR,
+      files: { "/opt/hud-harbor/task.json": factsBytes },
+      socket: options.socket,
+      signal,
+    });
+    built = true;
+  }
+  return { image, taskImage, workdir, built };
+}
