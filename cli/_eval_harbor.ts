@@ -42,7 +42,7 @@ export async function runHarborEval(path: string, values: Values, io: Io): Promi
   }
   if (path === "") throw new UsageError('harbor: needs a path: "harbor:DIR"');
   const command = stringOption(values, "agent");
-  const model = modelAgentFromFlags(values, (m) => new UsageError(m));
+  const model = await modelAgentFromFlags(values, (m) => new UsageError(m));
   if (model && command !== undefined) throw new UsageError("pass --agent or --model, not both");
   if (!model && (command === undefined || command.trim() === "")) {
     throw new UsageError('missing --agent (a command, or "oracle") or --model');
