@@ -133,6 +133,8 @@ export interface Manifest {
   env: { name: string; version: string };
   /** Published capabilities, with the urls the environment gave. */
   bindings: Capability[];
+  /** The template of the task this session holds (a resumed session), if the server says. */
+  taskId?: string;
 }
 
 /** Options for a single call. */
@@ -161,6 +163,9 @@ function readManifest(result: unknown): Manifest {
     sessionId: result.session_id,
     env: { name: String(result.env.name), version: String(result.env.version) },
     bindings: bindings.map((b) => Capability.fromManifest(b)),
+    ...(isRecord(result.task) && typeof result.task.id === "string"
+      ? { taskId: result.task.id }
+      : {}),
   };
 }
 

@@ -55,6 +55,17 @@ function isEnvironment(value: unknown): value is Environment {
     typeof v.capability === "function";
 }
 
+/**
+ * The way out when the SDK's own specifiers did not resolve: the config in
+ * use maps no "@hud/sdk..." (an installed CLI has its own config).
+ */
+function importHint(first: string): string {
+  if (/"@hud\/sdk[^"]*" not a dependency/.test(first)) {
+    return " (map it in your deno.json, and install hud with --config deno.json: see the README)";
+  }
+  return "";
+}
+
 function describe(found: { exportName: string; env: Environment }[]): string {
   return found.map(({ exportName, env }) => `"${exportName}" (environment "${env.name}")`)
     .join(", ");
@@ -117,7 +128,10 @@ export async function loadEnvironment(
     mod = await import(url.href);
   } catch (err) {
     const detail = err instanceof Error ? err.message : String(err);
-    throw new Error(`Cannot load environment from "${shown}": ${detail}`, { cause: err });
+    // The hint goes on the first line, which is what the command line prints.
+    const [first, ...rest] = detail.split("\n");
+    const message = [first + importHint(first), ...rest].join("\n");
+    throw new Error(`Cannot load environment from "${shown}": ${message}`, { cause: err });
   }
 
   const found: { exportName: string; env: Environment }[] = [];

@@ -21,6 +21,7 @@
  * @module
  */
 
+import { markServing } from "./_internal/serving.ts";
 import type { Environment } from "./env.ts";
 import { MAX_JSON_DEPTH } from "./_internal/framing.ts";
 import { openFileLimit } from "./_internal/io.ts";
@@ -362,6 +363,7 @@ export async function serve(env: Environment, options: ServeOptions = {}): Promi
       (options.onError ?? (() => {}))(err);
     }
   });
+  markServing(env, server, finished);
   return {
     get addr() {
       return server.addr;

@@ -79,6 +79,9 @@ function manifest(c: Context): Record<string, unknown> {
   return {
     session_id: c.session.id,
     env: { name: c.env.name, version: c.env.version },
+    // The template of the task a resumed session holds, so that a client
+    // grading it can check what it grades.
+    ...(c.session.task ? { task: { id: c.session.task.id } } : {}),
     bindings: c.env.capabilities.map((cap) => {
       const binding = cap.toManifest();
       if (c.urlOf) binding.url = c.urlOf(cap);

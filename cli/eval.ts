@@ -2,13 +2,14 @@
 // environment's tasks, locally or on a container engine, and grade each
 // rollout. The engines are loaded only when --runtime names one.
 
-import { type Environment, environmentOf, type TaskRow } from "../env.ts";
+import type { Environment, TaskRow } from "../env.ts";
 import { loadEnvironment, moduleUrl } from "../loader.ts";
+import { exportedRows } from "./_rows.ts";
 import { LocalRuntime } from "../runtime/local.ts";
 import type { RuntimeProvider } from "../runtime/placement.ts";
 import { CommandAgent, parseEnvFile } from "../agents/command.ts";
 import { MODEL_FLAGS, MODEL_FLAGS_HELP, modelAgentFromFlags } from "../agents/_cli.ts";
-import { formatJobTable, formatProgress } from "../eval/report.ts";
+import { formatJobTable, formatProgress, formatReward } from "../eval/report.ts";
 import { firstError, type Job, type JobProgress } from "../eval/job.ts";
 import { prepareResults } from "../eval/results.ts";
 import { Taskset } from "../eval/taskset.ts";
@@ -53,13 +54,8 @@ async function evalRows(
     }
     return [...set.rows];
   }
-  // The module is in the cache already: loadEnvironment imported it.
-  const mod = await import(moduleUrl(file).href) as Record<string, unknown>;
-  const exported = mod.tasks instanceof Taskset ? [...mod.tasks.rows] : mod.tasks;
-  if (Array.isArray(exported)) {
-    const rows = (exported as TaskRow[]).filter((r) =>
-      environmentOf(r) === env || r.env === env.name
-    );
+  const rows = await exportedRows(file, env);
+  if (rows !== null) {
     if (rows.length === 0) {
       throw new UsageError(
         `${file} exports "tasks" with no rows for environment "${env.name}"; ` +
@@ -414,7 +410,9 @@ export async function run(args: string[], io: Io): Promise<number> {
     });
   } else {
     const { ContainerRuntime } = await import("../engines/container.ts");
-    runtime = new ContainerRuntime(where, {
+    // close() waits for the containers that rollouts cut short release in
+    // the background: none may outlive the run.
+    runtime = pool = new ContainerRuntime(where, {
       network: values["container-network"] === true,
       env: containerEnv,
     });
@@ -446,10 +444,18 @@ export async function run(args: string[], io: Io): Promise<number> {
       model?.label ?? commandShown(command!)
     }\n`,
   );
+  if (out === undefined) {
+    io.err("eval: no --out FILE: the traces are not kept (only the table below is printed)\n");
+  }
+  // The interrupt line says what the progress line said last.
+  let done = 0;
   const show = (p: JobProgress) => {
+    done = p.done;
     if (live) io.err(`\r\x1b[2K${formatProgress(p)}`);
     else if (p.last) {
-      const what = p.last.reward ?? `${p.last.status} (${firstError([p.last]) ?? "-"})`;
+      const what = p.last.reward === null
+        ? `${p.last.status} (${firstError([p.last]) ?? "-"})`
+        : formatReward(p.last.reward);
       io.err(`${p.last.task.slug}: ${what}  (${formatProgress(p)})\n`);
     }
   };
@@ -478,10 +484,7 @@ export async function run(args: string[], io: Io): Promise<number> {
     await env.stop().catch((err) => io.err(`warning: ${errorMessage(err)}\n`));
     if (live) io.err("\n");
   }
-  if (io.signal?.aborted) {
-    const done = job.runs.filter((r) => r.status !== "cancelled").length;
-    return interrupted(io, done, total);
-  }
+  if (io.signal?.aborted) return interrupted(io, done, total);
   io.out(values.json ? JSON.stringify(job.summary()) + "\n" : formatJobTable(job));
   const stop = job.stopped;
   if (stop !== null) {

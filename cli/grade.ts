@@ -2,6 +2,7 @@
 
 import { abortable } from "../_internal/async.ts";
 import { errorMessage } from "../_internal/util.ts";
+import { HudProtocolError } from "../errors.ts";
 import {
   EXIT_OK,
   type Io,
@@ -30,8 +31,8 @@ as JSON. With --session, resumes that session and grades its task; without,
 the environment grades its only parked task (and refuses when several are
 parked).
 
-TASK is the template the task was started from; it is checked to exist
-(the protocol does not say which template a parked task came from).
+TASK is the template the task was started from; it is checked to exist,
+and with --session, against the session's task (which the server names).
 
 Options:
   --answer TEXT       the answer
@@ -81,10 +82,29 @@ export async function run(args: string[], io: Io): Promise<number> {
       });
     answer = text.endsWith("\n") ? text.slice(0, -1).replace(/\r$/, "") : text;
   }
-  await using client = await connectTo(target, io, values, stringOption(values, "session"));
+  const session = stringOption(values, "session");
+  await using client = await connectTo(target, io, values, session);
   const templates = await client.listTasks();
   if (!templates.some((t) => t.id === taskId)) throw unknownTemplate("grade", taskId, templates);
-  const grade = await client.grade({ answer });
+  const held = client.manifest.taskId;
+  if (held !== undefined && held !== taskId) {
+    throw new Error(
+      `Cannot grade "${taskId}": session ${session} holds a task of template "${held}"; ` +
+        `run "${PROGRAM} grade ${held} --session ${session}"`,
+    );
+  }
+  const grade = await client.grade({ answer }).catch((err) => {
+    // The server counts the parked tasks in protocol terms; the way out here is a flag.
+    if (err instanceof HudProtocolError && /parked sessions hold a task/.test(err.message)) {
+      const parked = /^(\d+)/.exec(err.message)?.[1] ?? "several";
+      throw new Error(
+        `Cannot grade "${taskId}": ${parked} tasks are parked; pass --session ID, the id ` +
+          `"${PROGRAM} start" printed`,
+        { cause: err },
+      );
+    }
+    throw err;
+  });
   io.out(JSON.stringify(grade) + "\n");
   return EXIT_OK;
 }

@@ -3,6 +3,7 @@
 
 import type { Environment } from "../env.ts";
 import { loadEnvironment } from "../loader.ts";
+import { servingOf } from "../_internal/serving.ts";
 import { serve } from "../server.ts";
 import { isLoopback } from "../_internal/net.ts";
 import { errorMessage } from "../_internal/util.ts";
@@ -181,6 +182,15 @@ export async function run(args: string[], io: Io): Promise<number> {
   })();
   try {
     const env = await loadEnvironment(file, { name: stringOption(values, "env") });
+    const itself = servingOf(env);
+    if (itself !== undefined) {
+      // Serving it again would print a second port line for the same environment.
+      await itself.shutdown();
+      throw new Error(
+        `Cannot serve "${file}": the module serves its environment itself when imported; ` +
+          `guard its serve() call with "if (import.meta.main)"`,
+      );
+    }
     loaded = env;
     const server = await serve(env, {
       hostname,

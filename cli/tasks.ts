@@ -1,7 +1,7 @@
 // `hud tasks`: list the task templates of an environment module or of a
 // served environment, with their arguments.
 
-import type { TaskEntry } from "../env.ts";
+import type { TaskEntry, TaskRow } from "../env.ts";
 import type { JsonSchema } from "../schema.ts";
 import { loadEnvironment } from "../loader.ts";
 import { EXIT_OK, type Io, parseCommand, PROGRAM, stringOption, UsageError } from "./_common.ts";
@@ -52,6 +52,21 @@ function taskTable(tasks: TaskEntry[]): string {
   ).join("");
 }
 
+/** The module's `tasks` rows, after the templates: what `eval FILE` runs. */
+function rowTable(rows: TaskRow[]): string {
+  const head = `\n${rows.length} rows in the module's "tasks" export (what eval runs):\n`;
+  if (rows.length === 0) return head;
+  const lines = [
+    ["SLUG", "TEMPLATE", "ARGS"],
+    ...rows.map((r) => [r.slug, r.id, JSON.stringify(r.args)]),
+  ];
+  const widths = [0, 1].map((i) => Math.max(...lines.map((l) => l[i].length)));
+  return head +
+    lines.map((l) =>
+      `${l[0].padEnd(widths[0])}  ${l[1].padEnd(widths[1])}  ${l[2]}`.trimEnd() + "\n"
+    ).join("");
+}
+
 /** The help of `hud tasks`. */
 export const USAGE: string = `Usage: ${PROGRAM} tasks FILE [--env NAME] [--json]
        ${PROGRAM} tasks [--url URL] [--token-file PATH] [--json]
@@ -59,6 +74,8 @@ export const USAGE: string = `Usage: ${PROGRAM} tasks FILE [--env NAME] [--json]
 Lists the task templates of an environment module (its hooks are not run)
 or of a served environment, with their arguments: "name?" is optional,
 "= value" is the default, "..." means any further arguments are accepted.
+With FILE, the rows of the module's "tasks" export follow (what "eval FILE"
+runs without --tasks).
 
 Options:
   --url URL      a served environment (default: ${DEFAULT_URL})
@@ -96,13 +113,22 @@ export async function run(args: string[], io: Io): Promise<number> {
     throw new UsageError("--env needs FILE");
   }
   let tasks: TaskEntry[];
+  let rows: TaskRow[] | null = null;
   if (file !== undefined) {
     const env = await loadEnvironment(file, { name: stringOption(values, "env") });
     tasks = env.listTasks();
+    // Loaded only with FILE: the eval layer is not needed for --url.
+    const { exportedRows } = await import("./_rows.ts");
+    rows = await exportedRows(file, env);
   } else {
     await using client = await connectTo(await resolveTarget(values, io), io, values);
     tasks = await client.listTasks();
   }
-  io.out(values.json ? JSON.stringify(tasks) + "\n" : taskTable(tasks));
+  if (values.json) {
+    io.out(JSON.stringify(tasks) + "\n");
+  } else {
+    io.out(taskTable(tasks));
+    if (rows !== null) io.out(rowTable(rows));
+  }
   return EXIT_OK;
 }

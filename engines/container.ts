@@ -155,6 +155,12 @@ export class ContainerRuntime implements RuntimeProvider {
   readonly #image: string;
   readonly #options: ContainerRuntimeOptions;
   #security: Promise<EngineSecurity> | null = null;
+  // Placements being made and releases running, and how to release each
+  // placement still held: close() waits for all of them, so that a caller
+  // that exits after an abort (rollouts release in the background) leaves
+  // no container behind.
+  readonly #inflight = new Set<Promise<unknown>>();
+  readonly #held = new Set<() => Promise<void>>();
 
   /**
    * A runtime for `image`.
@@ -193,7 +199,33 @@ export class ContainerRuntime implements RuntimeProvider {
    * @throws {NotReadyError} when it exits or stays silent before it is ready, with its exit code and last output
    * @throws {TypeError} for an image not made by {@linkcode buildEnvironmentImage}
    */
-  async place(options: PlaceOptions = {}): Promise<Placement> {
+  place(options: PlaceOptions = {}): Promise<Placement> {
+    return this.#track(this.#place(options));
+  }
+
+  /**
+   * Releases every placement still held and waits until every placement
+   * being made and every release has finished (their containers removed).
+   * Idempotent; the runtime may place again afterwards.
+   */
+  async close(): Promise<void> {
+    for (const release of [...this.#held]) this.#track(release());
+    while (this.#inflight.size > 0) await Promise.allSettled([...this.#inflight]);
+  }
+
+  /** Disposes of {@linkcode close}. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
+  #track<T>(work: Promise<T>): Promise<T> {
+    this.#inflight.add(work);
+    const done = () => void this.#inflight.delete(work);
+    work.then(done, done);
+    return work;
+  }
+
+  async #place(options: PlaceOptions): Promise<Placement> {
     const opts = this.#options;
     const engine = await EngineClient.open(opts.socket, options.signal);
     const token = generateToken();
@@ -260,8 +292,11 @@ export class ContainerRuntime implements RuntimeProvider {
           ...(opts.cpus ? { NanoCpus: Math.round(opts.cpus * 1e9) } : {}),
           ...(opts.memory ? { Memory: opts.memory } : {}),
         },
-      }, options.signal) as { Id: string };
+        // Not aborted halfway: the engine would make the container and we
+        // would not know its id to remove it. An abort is seen just after.
+      }) as { Id: string };
       id = created.Id;
+      options.signal?.throwIfAborted();
       relay = new Relay(
         { transport: "tcp", hostname: "127.0.0.1", port: 0 },
         { transport: "unix", path: `${shared}/control.sock` },
@@ -274,24 +309,27 @@ export class ContainerRuntime implements RuntimeProvider {
       const containerId = id;
       const placed = { relay, dir };
       let released: Promise<void> | null = null;
+      const release = (): Promise<void> => {
+        this.#held.delete(release);
+        released ??= this.#track((async () => {
+          try {
+            // A container that died while placed: say how, after removing it.
+            const died = await this.#deathNote(engine, containerId);
+            await removeContainer(engine, containerId, opts.stopTimeout ?? 5);
+            if (died !== null) throw new Error(died);
+          } finally {
+            engine.close();
+            await placed.relay.close();
+            await Deno.remove(placed.dir, { recursive: true }).catch(() => {});
+          }
+        })());
+        return released;
+      };
+      this.#held.add(release);
       return {
         url,
         params: { containerId, image: this.#image, port },
-        [Symbol.asyncDispose]: () => {
-          released ??= (async () => {
-            try {
-              // A container that died while placed: say how, after removing it.
-              const died = await this.#deathNote(engine, containerId);
-              await removeContainer(engine, containerId, opts.stopTimeout ?? 5);
-              if (died !== null) throw new Error(died);
-            } finally {
-              engine.close();
-              await placed.relay.close();
-              await Deno.remove(placed.dir, { recursive: true }).catch(() => {});
-            }
-          })();
-          return released;
-        },
+        [Symbol.asyncDispose]: release,
       };
     } catch (err) {
       if (id !== null) await removeContainer(engine, id, 0).catch(() => {});

@@ -6,8 +6,8 @@
  */
 
 import { checkV8Flags, SERVER_V8_FLAGS } from "../runtime/subprocess.ts";
-import { EngineClient, EngineError } from "./_engine.ts";
 import { TarWriter } from "./_tar.ts";
+import { buildContext, inUsr, linkedLibraries, output } from "./_base_image.ts";
 import { CONTAINER_PORT, CONTROL_LABEL, ENV_LABEL } from "./container.ts";
 
 /** Options for {@linkcode buildEnvironmentImage}. */
@@ -51,22 +51,73 @@ export interface BuildImageOptions {
 
 const SDK_ROOT = new URL("../", import.meta.url);
 
-async function run(cmd: string, args: string[]): Promise<string> {
-  const out = await new Deno.Command(cmd, { args, stdout: "piped", stderr: "piped" }).output();
-  if (!out.success) {
-    throw new Error(`${cmd} ${args.join(" ")} failed: ${new TextDecoder().decode(out.stderr)}`);
-  }
-  return new TextDecoder().decode(out.stdout);
+interface GraphInfo {
+  modules: {
+    local?: string;
+    specifier: string;
+    error?: string;
+    dependencies?: { specifier: string; code?: { specifier?: string; error?: string } }[];
+  }[];
 }
 
-/** Local files of a module graph, as absolute paths. */
-async function localModules(entry: string): Promise<string[]> {
-  const info = JSON.parse(await run(Deno.execPath(), ["info", "--json", entry])) as {
-    modules: { local?: string; specifier: string }[];
-  };
-  return info.modules.filter((m) => m.specifier.startsWith("file:") && m.local).map((m) =>
-    m.local!
-  );
+/** A module graph: its local files, and where each bare specifier in it resolved. */
+interface Graph {
+  files: string[];
+  bare: Map<string, string>;
+}
+
+/** The nearest deno.json or deno.jsonc above `file`, the config `deno run FILE` from there uses. */
+async function nearestConfig(file: string): Promise<string | null> {
+  let dir = file.slice(0, file.lastIndexOf("/"));
+  while (true) {
+    for (const name of ["deno.json", "deno.jsonc"]) {
+      const path = `${dir}/${name}`;
+      if (await Deno.stat(path).then((s) => s.isFile, () => false)) return path;
+    }
+    if (dir === "") return null;
+    dir = dir.slice(0, dir.lastIndexOf("/"));
+  }
+}
+
+/**
+ * The module graph of `entry` as `deno info` resolves it with `config`.
+ * Refuses a graph with an import that does not resolve: the image could not
+ * start.
+ */
+async function moduleGraph(entry: string, config: string | null, shown: string): Promise<Graph> {
+  const args = ["info", "--json", ...(config === null ? [] : ["--config", config]), entry];
+  const info = JSON.parse(await output(Deno.execPath(), args)) as GraphInfo;
+  const files: string[] = [];
+  const bare = new Map<string, string>();
+  for (const m of info.modules) {
+    if (m.error) {
+      throw new Error(`Cannot build image: "${shown}" imports ${m.specifier}: ${m.error}`);
+    }
+    if (m.specifier.startsWith("file:") && m.local) files.push(m.local);
+    for (const dep of m.dependencies ?? []) {
+      // A type-only import has no code: nothing of it runs.
+      if (dep.code === undefined) continue;
+      const to = dep.code.specifier;
+      if (dep.code.error || to === undefined) {
+        throw new Error(
+          `Cannot build image: "${shown}" imports "${dep.specifier}", which does not resolve ` +
+            `(${dep.code.error ?? "no module"}); map it in ${
+              config ?? "a deno.json beside the module"
+            } (see the README)`,
+        );
+      }
+      if (/^(\.{0,2}\/|[a-z][a-z0-9+.-]*:)/i.test(dep.specifier)) continue;
+      const before = bare.get(dep.specifier);
+      if (before !== undefined && before !== to) {
+        throw new Error(
+          `Cannot build image: "${dep.specifier}" resolves to both ${before} and ${to}; ` +
+            `map it once`,
+        );
+      }
+      bare.set(dep.specifier, to);
+    }
+  }
+  return { files, bare };
 }
 
 function commonDir(paths: string[]): string {
@@ -92,12 +143,15 @@ function commonDir(paths: string[]): string {
  * `--no-auth-without-token`: without authentication when started with no
  * token either (HUD's runtimes send none), as HUD's own images serve. A
  * `FROM scratch` image has `root` and `nobody` (65534, the user
- * ContainerRuntime runs as) in /etc/passwd.
+ * ContainerRuntime runs as) in /etc/passwd; Deno's libraries are added to
+ * any base. The bare imports of the module (`"@hud/sdk"`, mapped by the
+ * nearest `deno.json` above it) are mapped where they sit in the image.
  *
  * @param modulePath the environment module
  * @param tag the image name
  * @param options base image, labels, engine socket
  * @returns the image id
+ * @throws {Error} when an import of the module does not resolve (the image could not start)
  */
 export async function buildEnvironmentImage(
   modulePath: string,
@@ -109,11 +163,20 @@ export async function buildEnvironmentImage(
   const modulePathAbs = await Deno.realPath(modulePath);
   const cli = new URL("cli.ts", SDK_ROOT).pathname;
   const entry = new URL("_container_main.ts", import.meta.url).pathname;
+  // The module's graph as `deno run` from its project resolves it, so that
+  // "@hud/sdk" and the project's other mapped imports go into the image.
+  const user = await moduleGraph(
+    modulePathAbs,
+    await nearestConfig(modulePathAbs),
+    String(modulePath),
+  );
+  // The SDK's own files resolve by relative paths, with its own config.
+  const sdkConfig = new URL("deno.json", SDK_ROOT).pathname;
   const files = [
     ...new Set([
-      ...await localModules(modulePathAbs),
-      ...await localModules(cli),
-      ...await localModules(entry),
+      ...user.files,
+      ...(await moduleGraph(cli, sdkConfig, cli)).files,
+      ...(await moduleGraph(entry, sdkConfig, entry)).files,
     ]),
   ];
   const root = commonDir(files);
@@ -136,16 +199,11 @@ export async function buildEnvironmentImage(
   tar.dir("root/tmp", 0o1777);
   const deno = await Deno.realPath(Deno.execPath());
   tar.file("root/usr/local/bin/deno", await Deno.readFile(deno), 0o755);
-  if (from === "scratch") {
-    const libs = (await run("ldd", [deno])).match(/\/[^ :()]+\.so[^ :()]*/g) ?? [];
-    for (const lib of new Set(libs)) {
-      const real = await Deno.realPath(lib);
-      tar.file(
-        `root${lib.replace(/^\/(lib|lib64)\//, "/usr/$1/")}`,
-        await Deno.readFile(real),
-        0o755,
-      );
-    }
+  // Deno's libraries, on any base (a minimal one may lack libdl): at the
+  // paths ldd names, through merged /usr on scratch.
+  for (const lib of await linkedLibraries(deno)) {
+    const path = from === "scratch" ? inUsr(lib) : lib;
+    tar.file(`root${path}`, await Deno.readFile(await Deno.realPath(lib)), 0o755);
   }
   const appDir = (options.appDir ?? "/app").replace(/\/+$/, "");
   if (!appDir.startsWith("/") || appDir === "") {
@@ -158,6 +216,19 @@ export async function buildEnvironmentImage(
     }
     tar.file(`root${path}`, data);
   }
+  // The bare specifiers of the module's graph, mapped where they sit in the
+  // image (the image holds no deno.json of the project's: its paths point
+  // outside). No lock file: the image is read-only.
+  const imports: Record<string, string> = {};
+  for (const [name, to] of user.bare) {
+    imports[name] = to.startsWith("file:")
+      ? `file://${appDir}/${rel(decodeURIComponent(new URL(to).pathname))}`
+      : to;
+  }
+  tar.file(
+    `root${appDir}/.hud_imports.json`,
+    new TextEncoder().encode(JSON.stringify({ imports, lock: false }, null, 2) + "\n"),
+  );
   const labels = {
     ...options.labels,
     [ENV_LABEL]: options.envName,
@@ -169,6 +240,7 @@ export async function buildEnvironmentImage(
     "run",
     "-A",
     ...(v8Flags.length === 0 ? [] : [`--v8-flags=${v8Flags.join(",")}`]),
+    `--config=${appDir}/.hud_imports.json`,
     `${appDir}/${rel(entry)}`,
     `${appDir}/${rel(cli)}`,
     `${appDir}/${rel(modulePathAbs)}`,
@@ -187,26 +259,5 @@ export async function buildEnvironmentImage(
     "",
   ].join("\n");
   tar.file("Dockerfile", new TextEncoder().encode(dockerfile));
-  using engine = await EngineClient.open(options.socket, options.signal);
-  const res = await engine.raw("POST", `/build?t=${encodeURIComponent(tag)}&rm=1&forcerm=1`, {
-    body: tar.bytes(),
-    headers: { "content-type": "application/x-tar" },
-    signal: options.signal,
-  });
-  // The build reports as a JSON stream; an error arrives inside it, with status 200.
-  const text = await res.text();
-  let imageId = "";
-  for (const line of text.split("\n")) {
-    if (line.trim() === "") continue;
-    const msg = JSON.parse(line) as { error?: string; aux?: { ID?: string }; stream?: string };
-    if (msg.error) throw new EngineError(`Cannot build image "${tag}": ${msg.error.trim()}`, 500);
-    if (msg.aux?.ID) imageId = msg.aux.ID;
-  }
-  if (imageId === "") {
-    const info = await engine.call("GET", `/images/${encodeURIComponent(tag)}/json`) as {
-      Id: string;
-    };
-    imageId = info.Id;
-  }
-  return imageId;
+  return await buildContext(tar, tag, options);
 }

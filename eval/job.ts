@@ -28,7 +28,10 @@ import { rolloutFinished } from "./failure.ts";
 export interface JobProgress {
   /** Rollouts in the job. */
   total: number;
-  /** Rollouts finished (graded or failed), including those kept from a resumed file. */
+  /**
+   * Rollouts finished (graded or failed), including those kept from a
+   * resumed file; not those the job's abort cut short (left to run).
+   */
   done: number;
   /** Rollouts running now. */
   running: number;

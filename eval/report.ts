@@ -37,6 +37,11 @@ export function formatDuration(ms: number): string {
   return `${Math.floor(s / 3600)}h${String(Math.floor(s / 60) % 60).padStart(2, "0")}m`;
 }
 
+/** A reward as progress lines print it: 3 significant digits (`0.767`, `1`, `0.5`). */
+export function formatReward(reward: number): string {
+  return String(Number(reward.toPrecision(3)));
+}
+
 function tokenCount(n: number): string {
   if (n < 1_000) return String(n);
   if (n < 1_000_000) return `${(n / 1_000).toFixed(1)}k`;

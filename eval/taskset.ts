@@ -506,6 +506,12 @@ export class Taskset {
         runs[i] = run;
         records[i] = record;
         progress.running--;
+        // A rollout the abort cut short is not done: the interrupt line, and
+        // --resume, count it as left to run.
+        if (record.status === "cancelled" && options.signal?.aborted) {
+          report(record);
+          continue;
+        }
         progress.done++;
         finishedHere++;
         if (record.reward === null) {

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Bring up container engines on a systemd-less Debian 12 box (root). Idempotent.
 #   ENGINES="docker podman"  (default: docker)      SWARM=1 -> also 3-node swarm in netns (swarm_up.sh)
-#   INSTALL=1 (default) apt-installs missing pkgs    BUILD_IMAGES=1 (default) builds deno-scratch/sh-scratch
+#   INSTALL=1 (default) apt-installs missing pkgs    BUILD_IMAGES=1 (default) builds hud-base:local
 #   REGISTRY=1 installs docker-registry (for tests/engines/swarm_test.ts) without starting a swarm
 #   ENGINE_STATE=/tmp/hud-engine  (PIDs, logs, saved sysctl/policy)
 set -euo pipefail
@@ -86,8 +86,11 @@ fi
 "$HERE/guard.sh" add   # re-put guard jumps in front of the daemons' own FORWARD rules
 
 if [ "${BUILD_IMAGES:-1}" = 1 ]; then
-  want docker && { docker image inspect deno-scratch:local sh-scratch:local >/dev/null 2>&1 || "$HERE/build_images.sh" docker >/dev/null; }
-  want podman && { podman image exists localhost/deno-scratch:local && podman image exists localhost/sh-scratch:local || "$HERE/build_images.sh" podman >/dev/null; }
+  # The base image for "hud image --from" (FROM scratch, the host's bash, coreutils, bwrap... and
+  # their libraries): "hud image base", from this checkout.
+  cli="$HERE/../../cli.ts"
+  want docker && { docker image inspect hud-base:local >/dev/null 2>&1 || deno run -A "$cli" image base --tag hud-base:local --socket /var/run/docker.sock >/dev/null; }
+  want podman && { podman image exists localhost/hud-base:local || deno run -A "$cli" image base --tag hud-base:local --socket /run/podman/podman.sock >/dev/null; }
 fi
 if [ "${SWARM:-0}" = 1 ]; then
   SWARM_REGISTRY=${SWARM_REGISTRY:-1} "$HERE/swarm_up.sh"
