@@ -889,9 +889,15 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
     if (reach !== "auto") return Promise.resolve(reach === "pod-ip");
     this.#route ??= (async () => {
       try {
+        const connecting = Deno.connect({
+          hostname: pod.ip,
+          port: this.#options.port ?? CONTAINER_PORT,
+        });
+        // Given up on, it may still connect later: that connection is closed, not left open.
         const conn = await abortable(
-          Deno.connect({ hostname: pod.ip, port: this.#options.port ?? CONTAINER_PORT }),
+          connecting,
           AbortSignal.timeout(2_000),
+          () => connecting.then((c) => c.close(), () => {}),
         );
         conn.close();
         return true;
