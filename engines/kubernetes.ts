@@ -889,16 +889,13 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
     if (reach !== "auto") return Promise.resolve(reach === "pod-ip");
     this.#route ??= (async () => {
       try {
-        const connecting = Deno.connect({
+        // Deno.connect's own signal: given up on, the connect ends (raced, it went on and left
+        // its connection open).
+        const conn = await Deno.connect({
           hostname: pod.ip,
           port: this.#options.port ?? CONTAINER_PORT,
+          signal: AbortSignal.timeout(2_000),
         });
-        // Given up on, it may still connect later: that connection is closed, not left open.
-        const conn = await abortable(
-          connecting,
-          AbortSignal.timeout(2_000),
-          () => connecting.then((c) => c.close(), () => {}),
-        );
         conn.close();
         return true;
       } catch (err) {
