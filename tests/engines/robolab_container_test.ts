@@ -67,7 +67,7 @@ async function running(socket?: string): Promise<string[]> {
   return list.map((c) => c.Id);
 }
 
-// As the README has it: no option says how to sandbox.
+// As docs/runtimes.md has it: no option says how to sandbox.
 const runtime = (socket?: string) => new ContainerRuntime(TAG, { socket });
 
 /**
@@ -294,7 +294,8 @@ agentSuite("default engine", undefined, ignore);
 if (PODMAN_SOCKET !== null) agentSuite("Podman", PODMAN_SOCKET, false);
 
 test({
-  name: "hud image and hud eval --runtime container: run the README's robolab commands as written",
+  name:
+    "hud image and hud eval --runtime container: run docs/runtimes.md's robolab commands as written",
   ignore,
   fn: withDeadline(59_000, async () => {
     await buildImages();

@@ -1,7 +1,8 @@
-// One summarizer behind every view of a job: after the README's own
-// workflow (eval --group 3 --out, Ctrl-C midway, eval --resume), eval's
-// table, eval --json, report, view's data endpoint and Job.load say the
-// same counts, and the attempts that a later one replaced are history.
+// One summarizer behind every view of a job: after the guides' own
+// workflow (docs/evals.md and docs/viewer.md: eval --group 3 --out, Ctrl-C
+// midway, eval --resume), eval's table, eval --json, report, view's data
+// endpoint and Job.load say the same counts, and the attempts that a later
+// one replaced are history.
 
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";

@@ -2,7 +2,7 @@
 // headless Chromium: what a person sees once the page says it is ready
 // (data-ready="1"), read from the DOM and from screenshots. With
 // HUD_UPDATE_SCREENSHOT=1 the model run's rollout and job pages are written
-// to docs/ for the README.
+// to docs/ for docs/viewer.md.
 
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";
