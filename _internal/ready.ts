@@ -7,7 +7,7 @@ import {
   NotReadyError,
   ProtocolViolationError,
 } from "../errors.ts";
-import { abortable, Deadline, delay } from "./async.ts";
+import { Deadline, delay } from "./async.ts";
 import { isPeerGone } from "./io.ts";
 import { JsonRpcCaller } from "./rpc.ts";
 
@@ -63,7 +63,9 @@ export async function helloUntilReady(
     attempts++;
     let caller: JsonRpcCaller | null = null;
     try {
-      const conn = await abortable(Deno.connect(addr), deadline.signal);
+      // Deno.connect's own signal: an abandoned connect ends (raced, it went on, and left its
+      // connection open when it got one).
+      const conn = await Deno.connect({ ...addr, signal: deadline.signal });
       accepted = true;
       // Integers are exact on the control channel both ways (PROTOCOL.md).
       caller = new JsonRpcCaller(conn, {

@@ -889,10 +889,13 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
     if (reach !== "auto") return Promise.resolve(reach === "pod-ip");
     this.#route ??= (async () => {
       try {
-        const conn = await abortable(
-          Deno.connect({ hostname: pod.ip, port: this.#options.port ?? CONTAINER_PORT }),
-          AbortSignal.timeout(2_000),
-        );
+        // Deno.connect's own signal: given up on, the connect ends (raced, it went on and left
+        // its connection open).
+        const conn = await Deno.connect({
+          hostname: pod.ip,
+          port: this.#options.port ?? CONTAINER_PORT,
+          signal: AbortSignal.timeout(2_000),
+        });
         conn.close();
         return true;
       } catch (err) {

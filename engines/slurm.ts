@@ -220,6 +220,11 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
   /** Per-placement jobs waiting for their task. */
   readonly #jobWaiters = new Map<string, (task: Task) => void>();
   readonly #checks = new Set<Promise<void>>();
+  /**
+   * Every task connection accepted and not yet closed: a task that died or
+   * left the pool still holds one until it is closed here.
+   */
+  readonly #conns = new Set<Deno.TcpConn>();
   #slurm: SlurmConnection | null = null;
   #listener: Deno.TcpListener | null = null;
   #accepting: Promise<void> | null = null;
@@ -436,9 +441,10 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
 
   #accept(listener: Deno.TcpListener): Promise<void> {
     return acceptLoop(listener, (conn) => {
+      this.#conns.add(conn);
       const check = this.#announced(conn).catch((err) => {
         this.#lastError = `a task's announcement: ${errorMessage(err)}`;
-        closeQuietly(conn);
+        this.#closeConn(conn);
       }).finally(() => this.#checks.delete(check));
       this.#checks.add(check);
     }, {
@@ -449,7 +455,7 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
 
   /** Reads a task's line, checks its token, handshakes, and adds it to the pool. */
   async #announced(conn: Deno.TcpConn): Promise<void> {
-    if (this.#closed) return closeQuietly(conn);
+    if (this.#closed) return this.#closeConn(conn);
     const line = await readLine(conn, 4096, 15_000);
     const [word, token, job, step, node, port] = line.trim().split(" ");
     const enc = new TextEncoder();
@@ -479,17 +485,17 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
       try {
         while ((await conn.read(buf)) !== null) { /* nothing else is said */ }
       } catch {
-        // reset: the same
+        // reset, or closed here: the same
       }
       this.#pool.kill(task, `the task on node ${node} ended`);
+      this.#closeConn(conn);
     })();
     this.#checks.add(watching);
     watching.finally(() => this.#checks.delete(watching));
     try {
       await probeReady(task.url, { readyTimeout: 30_000, retryInterval: 200 });
     } catch (err) {
-      this.#pool.kill(task, `no handshake: ${errorMessage(err)}`);
-      closeQuietly(conn);
+      this.#drop(task, `no handshake: ${errorMessage(err)}`);
       throw new Error(`task ${task.id} on node ${node} (${host}:${port}): ${errorMessage(err)}`);
     }
     task.checking = false;
@@ -541,7 +547,7 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
       task.ready = true;
       task.leases = 1;
       return this.#pool.lease(task, () => {
-        closeQuietly(task.conn);
+        this.#closeConn(task.conn);
         this.#cancel(id);
       });
     } catch (err) {
@@ -590,7 +596,7 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
       if (ENDED.has(info.state)) {
         j.ended = true;
         for (const t of this.#pool.members() as Task[]) {
-          if (t.job === id) this.#pool.kill(t, `job ${id} ended (${info.state || "gone"})`);
+          if (t.job === id) this.#drop(t, `job ${id} ended (${info.state || "gone"})`);
         }
         if (!this.#options.jobPerPlacement) {
           this.#pool.rejectWaiters(() =>
@@ -609,8 +615,22 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
     const states = await slurm.nodeStates(nodes);
     for (const m of this.#pool.members()) {
       const s = states.get(m.node) ?? "";
-      if (!m.dead && /down|fail|drain/.test(s)) this.#pool.kill(m, `node ${m.node} is ${s}`);
+      if (!m.dead && /down|fail|drain/.test(s)) this.#drop(m as Task, `node ${m.node} is ${s}`);
     }
+  }
+
+  /**
+   * Takes a task out of the pool and ends its connection (which stops it,
+   * if it still runs: a drained node's, a half-open one's).
+   */
+  #drop(task: Task, reason: string): void {
+    this.#pool.kill(task, reason);
+    this.#closeConn(task.conn);
+  }
+
+  #closeConn(conn: Deno.TcpConn): void {
+    if (!this.#conns.delete(conn)) return;
+    closeQuietly(conn);
   }
 
   async #shutdown(): Promise<void> {
@@ -629,7 +649,8 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
       }
       // The tasks stop when their connection ends, whatever Slurm does.
       this.#listener?.close();
-      for (const t of this.#pool.members() as Task[]) closeQuietly(t.conn);
+      // Every one accepted, not only the pool's: a dead task's, one still announcing.
+      for (const conn of [...this.#conns]) this.#closeConn(conn);
       await this.#accepting;
       await Promise.allSettled([...this.#checks]);
       using deadline = new Deadline(this.#options.closeTimeout ?? 30_000, undefined, "jobs ending");

@@ -27,7 +27,7 @@ import { Taskset } from "../../eval/taskset.ts";
 import { functionAgent } from "../../eval/agent.ts";
 import { taskSlug } from "../../env.ts";
 import { delay } from "../../_internal/async.ts";
-import { withDeadline } from "../_deadline.ts";
+import { testSignal, withDeadline } from "../_deadline.ts";
 import { crashNode, exists, namespacePids, required, sh, which } from "./_clusters.ts";
 
 const FIXTURE = new URL("../fixtures/basic_env.ts", import.meta.url).pathname;
@@ -140,6 +140,66 @@ async function crashK8sNode(node: string): Promise<number> {
 async function api(method: string, path: string, body?: unknown): Promise<unknown> {
   using client = new KubeClient(await loadKubeConfig({ kubeconfig: kubeconfig() }));
   return await client.call(method, path, body);
+}
+
+/**
+ * What a pod of namespace `ns` is doing, for a failure's message: its phase,
+ * conditions and containers' states, the namespace's events (its other pods'
+ * too) and the end of its log.
+ */
+async function podReport(ns: string, name: string): Promise<string> {
+  const out: string[] = [];
+  try {
+    const pod = await api("GET", `/api/v1/namespaces/${ns}/pods/${name}`) as {
+      spec?: { nodeName?: string };
+      status?: {
+        phase?: string;
+        reason?: string;
+        message?: string;
+        conditions?: { type: string; status: string; reason?: string; message?: string }[];
+        containerStatuses?: { name: string; state?: unknown; restartCount?: number }[];
+      };
+    };
+    const s = pod.status ?? {};
+    out.push(
+      `pod ${name} on ${pod.spec?.nodeName ?? "?"}: phase ${s.phase ?? "?"}${
+        s.reason ? ` (${s.reason}: ${s.message ?? ""})` : ""
+      }`,
+    );
+    for (const c of s.conditions ?? []) {
+      out.push(
+        `  ${c.type}=${c.status}${c.reason ? ` ${c.reason}` : ""}${
+          c.message ? `: ${c.message}` : ""
+        }`,
+      );
+    }
+    for (const c of s.containerStatuses ?? []) {
+      out.push(`  container ${c.name}: ${JSON.stringify(c.state)} restarts ${c.restartCount ?? 0}`);
+    }
+  } catch (err) {
+    out.push(`pod ${name}: ${err}`);
+  }
+  try {
+    const events = await api("GET", `/api/v1/namespaces/${ns}/events`) as {
+      items: {
+        involvedObject: { name: string };
+        reason?: string;
+        message?: string;
+        count?: number;
+      }[];
+    };
+    out.push("events:");
+    for (const e of events.items.slice(-30)) {
+      out.push(
+        `  ${e.involvedObject.name}: ${e.reason ?? ""} ${e.message ?? ""} (x${e.count ?? 1})`,
+      );
+    }
+  } catch (err) {
+    out.push(`events: ${err}`);
+  }
+  const log = await api("GET", `/api/v1/namespaces/${ns}/pods/${name}/log`).catch(String);
+  out.push(`log: ${log === null ? "(empty)" : String(log).slice(-1500)}`);
+  return out.join("\n");
 }
 
 /** Pods and secrets labelled by runtimes of this process, in a namespace. */
@@ -599,7 +659,9 @@ clusterTest(
           JSON.parse(l) as Record<string, string>
         );
       };
-      const until = AbortSignal.timeout(150_000);
+      // The runner's own waits (2 x 90 s after it starts, tests/fixtures/k8s_runner.ts) end
+      // before this one: it exits saying why by then, unless its pod never ran.
+      const until = AbortSignal.any([AbortSignal.timeout(240_000), testSignal()]);
       let seen = await lines();
       while (!seen.some((l) => l.ready) && !until.aborted) {
         const pod = await api("GET", `/api/v1/namespaces/${ns}/pods/${runner}`) as {
@@ -609,9 +671,11 @@ clusterTest(
         await delay(500);
         seen = await lines();
       }
-      const log = await api("GET", `/api/v1/namespaces/${ns}/pods/${runner}/log`).catch(String);
-      const [done, ready] = seen;
-      assert.ok(ready?.ready, `the runner did not get ready: ${String(log).slice(-1500)}`);
+      const done = seen.find((l) => "prompt" in l);
+      const ready = seen.find((l) => "ready" in l);
+      if (!ready?.ready) {
+        assert.fail(`the runner did not get ready:\n${await podReport(ns, runner)}`);
+      }
       assert.deepEqual(done, { prompt: "What is 20 + 22?", namespace: ns, reach: "pod-ip" });
       // Its Secret is owned by the runner's pod, and the pool's pods by the Secret.
       const name = ready.ready;
