@@ -21,7 +21,7 @@ const LAYERS: readonly (readonly string[])[] = [
   ["_internal/"],
   ["schema.ts", "capability.ts", "env.ts", "loader.ts"],
   ["ssh/", "filetracking/", "mcp/", "cdp/"],
-  ["_server/"],
+  ["_server/", "_client/"],
   ["server.ts", "client.ts"],
   ["workspace/", "runtime/"],
   ["engines/"],
