@@ -19,7 +19,7 @@ const LAYERS: readonly (readonly string[])[] = [
   ["deno.json"],
   ["errors.ts"],
   ["_internal/"],
-  ["schema.ts", "capability.ts", "env.ts", "loader.ts"],
+  ["schema.ts", "capability.ts", "task.ts", "env.ts", "loader.ts"],
   ["ssh/", "filetracking/", "mcp/", "cdp/"],
   ["_server/", "_client/"],
   ["server.ts", "client.ts"],
@@ -32,7 +32,7 @@ const LAYERS: readonly (readonly string[])[] = [
   ["cli/", "mod.ts"],
   ["cli.ts"],
 ];
-const CORE_FILES = ["schema.ts", "capability.ts", "env.ts", "loader.ts"];
+const CORE_FILES = ["schema.ts", "capability.ts", "task.ts", "env.ts", "loader.ts"];
 
 const ENTRY_POINTS = [
   "mod.ts",
