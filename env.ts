@@ -24,13 +24,7 @@ import {
   shapeToJsonSchema,
 } from "./schema.ts";
 import { errorMessage, isRecord } from "./_internal/util.ts";
-import {
-  ActiveTask,
-  type GradeFrame,
-  type PromptFrame,
-  type TemplateBody,
-  type TemplateRecord,
-} from "./task.ts";
+import { ActiveTask, type PromptFrame, type TemplateBody, type TemplateRecord } from "./task.ts";
 
 export { ActiveTask } from "./task.ts";
 export type { GradeFrame, PromptFrame, TemplateBody } from "./task.ts";
