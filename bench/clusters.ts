@@ -14,9 +14,7 @@ import { SlurmRuntime } from "../engines/slurm.ts";
 import { buildEnvironmentImage } from "../engines/image.ts";
 import { EngineClient } from "../engines/_engine.ts";
 import type { RuntimeProvider } from "../runtime/placement.ts";
-import { Taskset } from "../eval/taskset.ts";
-import { functionAgent } from "../eval/agent.ts";
-import { taskSlug } from "../env.ts";
+import { throughput } from "./_throughput.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
@@ -42,29 +40,6 @@ const note = (what: string, figure: string) => {
   table.push([what, figure, load()]);
   console.log(`${what}: ${figure} (load ${load()})`);
 };
-
-async function throughput(runtime: RuntimeProvider): Promise<[number, number]> {
-  const rows = Array.from({ length: ROLLOUTS }, (_, i) => ({
-    env: "fixture",
-    id: "add",
-    args: { a: i, b: 1 },
-    slug: taskSlug("add", { a: i, b: 1 }),
-  }));
-  const agent = functionAgent((prompt) => {
-    const [a, b] = String(prompt).match(/\d+/g)!.map(Number);
-    return String(a + b);
-  });
-  const t0 = performance.now();
-  const job = await new Taskset(rows).run(agent, {
-    runtime,
-    maxConcurrent: CONCURRENCY,
-    signal: AbortSignal.timeout(600_000),
-  });
-  const s = (performance.now() - t0) / 1000;
-  const good = job.runs.filter((r) => r.reward === 1).length;
-  if (good !== ROLLOUTS) throw new Error(`${ROLLOUTS - good} rollouts failed`);
-  return [ROLLOUTS / s, s];
-}
 
 /** start-to-ready of one placement, `n` times, each released (and cleaned up) before the next. */
 async function startToReady(runtime: RuntimeProvider, n: number): Promise<[number[], number[]]> {
@@ -125,7 +100,7 @@ if (values.only !== "slurm") {
     `KubernetesRuntime: a pool of ${CONCURRENCY} ready (${JSON.stringify(pool.readyByNode)})`,
     fmt(performance.now() - t0),
   );
-  const [rate, s] = await throughput(pool);
+  const [rate, s] = await throughput(pool, ROLLOUTS, CONCURRENCY);
   note(
     `KubernetesRuntime (3 nodes, pool of ${CONCURRENCY}): ${ROLLOUTS} rollouts, ${CONCURRENCY} at a time`,
     `${rate.toFixed(2)}/s (${s.toFixed(1)} s)`,
@@ -164,7 +139,7 @@ if (values.only !== "k8s") {
     })`,
     fmt(performance.now() - t0),
   );
-  const [rate, s] = await throughput(pool);
+  const [rate, s] = await throughput(pool, ROLLOUTS, CONCURRENCY);
   note(
     `SlurmRuntime (3 nodes, ${CONCURRENCY} tasks): ${ROLLOUTS} rollouts, ${CONCURRENCY} at a time`,
     `${rate.toFixed(2)}/s (${s.toFixed(1)} s)`,

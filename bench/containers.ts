@@ -13,9 +13,7 @@ import { buildEnvironmentImage, ContainerRuntime } from "../engines/mod.ts";
 import { SubprocessRuntime } from "../runtime/subprocess.ts";
 import { SwarmRuntime } from "../engines/mod.ts";
 import { EngineClient } from "../engines/_engine.ts";
-import type { RuntimeProvider } from "../runtime/placement.ts";
-import { functionAgent, Taskset } from "../eval/mod.ts";
-import { taskSlug } from "../env.ts";
+import { throughput } from "./_throughput.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
@@ -81,29 +79,6 @@ async function subprocessMemory(): Promise<number> {
   return rssKiB(Number(p.params.pid)) / 1024;
 }
 
-async function throughput(runtime: RuntimeProvider): Promise<[number, number]> {
-  const rows = Array.from({ length: ROLLOUTS }, (_, i) => ({
-    env: "fixture",
-    id: "add",
-    args: { a: i, b: 1 },
-    slug: taskSlug("add", { a: i, b: 1 }),
-  }));
-  const agent = functionAgent((prompt) => {
-    const [a, b] = String(prompt).match(/\d+/g)!.map(Number);
-    return String(a + b);
-  });
-  const t0 = performance.now();
-  const job = await new Taskset(rows).run(agent, {
-    runtime,
-    maxConcurrent: CONCURRENCY,
-    signal: AbortSignal.timeout(600_000),
-  });
-  const s = (performance.now() - t0) / 1000;
-  const good = job.runs.filter((r) => r.reward === 1).length;
-  if (good !== ROLLOUTS) throw new Error(`${ROLLOUTS - good} rollouts failed`);
-  return [ROLLOUTS / s, s];
-}
-
 async function sh(script: string, env: Record<string, string>): Promise<void> {
   const out = await new Deno.Command("bash", {
     args: [`${ENGINE_DIR}${script}`],
@@ -153,13 +128,17 @@ async function local(): Promise<void> {
     `${(await subprocessMemory()).toFixed(1)} MiB RSS`,
   );
 
-  const [subRate, subS] = await throughput(new SubprocessRuntime(FIXTURE));
+  const [subRate, subS] = await throughput(new SubprocessRuntime(FIXTURE), ROLLOUTS, CONCURRENCY);
   note(
     `SubprocessRuntime: ${ROLLOUTS} rollouts, ${CONCURRENCY} at a time`,
     `${subRate.toFixed(2)}/s (${subS.toFixed(1)} s)`,
   );
   for (const [name, socket] of [["Docker", undefined], ...(podman ? [["Podman", PODMAN]] : [])]) {
-    const [rate, s] = await throughput(new ContainerRuntime(TAG, { socket }));
+    const [rate, s] = await throughput(
+      new ContainerRuntime(TAG, { socket }),
+      ROLLOUTS,
+      CONCURRENCY,
+    );
     note(
       `ContainerRuntime (${name}): ${ROLLOUTS} rollouts, ${CONCURRENCY} at a time`,
       `${rate.toFixed(2)}/s (${s.toFixed(1)} s)`,
@@ -200,7 +179,7 @@ if (values.swarm || onlySwarm) {
       `SwarmRuntime: ${CONCURRENCY} replicas ready (${JSON.stringify(swarm.readyByNode)})`,
       fmt(performance.now() - t1),
     );
-    const [rate, s] = await throughput(swarm);
+    const [rate, s] = await throughput(swarm, ROLLOUTS, CONCURRENCY);
     note(
       `SwarmRuntime (3 nodes): ${ROLLOUTS} rollouts, ${CONCURRENCY} at a time`,
       `${rate.toFixed(2)}/s (${s.toFixed(1)} s)`,
