@@ -112,6 +112,14 @@ export interface KubernetesRuntimeOptions {
   labels?: Record<string, string>;
   /** The pods' nodeSelector. */
   nodeSelector?: Record<string, string>;
+  /**
+   * Spread the pods over nodes: a soft `topologySpreadConstraint` on
+   * `kubernetes.io/hostname` (maxSkew 1, ScheduleAnyway) over this runtime's
+   * pods, so that losing a node loses few of them. `false` leaves placement
+   * to the scheduler alone.
+   * @default true
+   */
+  spread?: boolean;
   /** The pods' tolerations, as the API spells them. */
   tolerations?: Record<string, unknown>[];
   /** The pods' imagePullPolicy; Kubernetes' default when unset (Always for :latest). */
@@ -249,6 +257,13 @@ const FATAL_WAITING = new Map([
   ["CrashLoopBackOff", 0],
 ]);
 
+/**
+ * How long a pool's new pods keep off a node where one of its pods could not
+ * start (pull error, no answer, a lost node), in ms: the scheduler would
+ * otherwise keep choosing that node, the one with the fewest of them.
+ */
+const AVOID_NODE_MS = 60_000;
+
 function checkPositive(what: string, value: number | undefined, integer = true): void {
   if (value === undefined) return;
   if (typeof value !== "number" || !(value > 0) || (integer && !Number.isInteger(value))) {
@@ -342,6 +357,10 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
   #fatal: Error | null = null;
   #fatalUntil = 0;
   #route: Promise<boolean> | null = null;
+  /** Nodes the pool's new pods keep off, and until when. */
+  readonly #avoid = new Map<string, number>();
+  /** Nodes the runtime's pods were scheduled on. */
+  readonly #seenNodes = new Set<string>();
 
   /**
    * A runtime for `image`.
@@ -387,6 +406,11 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
     ) {
       throw new TypeError(
         `Cannot create KubernetesRuntime: reach must be "auto", "pod-ip" or "port-forward", got "${options.reach}"`,
+      );
+    }
+    if (options.spread !== undefined && typeof options.spread !== "boolean") {
+      throw new TypeError(
+        `Cannot create KubernetesRuntime: spread must be true or false, got "${options.spread}"`,
       );
     }
     this.#image = image;
@@ -437,7 +461,8 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
 
   /**
    * Starts (once) and, with a pool, waits until `n` pods are ready.
-   * @throws {NotReadyError} when they are not ready in time, with the last pod error
+   * @throws {NotReadyError} when they are not ready in time, with the last pod error, or at
+   * once when no pod can start on any node (a pull error everywhere), with that pod's error
    */
   async ready(
     n: number = this.#desired,
@@ -449,6 +474,10 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
     using deadline = new Deadline(timeout, options.signal, "pods ready");
     while (this.#pool.readyCount < n) {
       if (this.#closed) throw this.#closedError();
+      // No pod could start on any node: the pod's error now, not a time-out later.
+      if (this.#fatal && Date.now() < this.#fatalUntil && this.#pool.readyCount === 0) {
+        throw this.#fatal;
+      }
       if (deadline.signal.aborted) {
         if (options.signal?.aborted) throw options.signal.reason;
         throw new NotReadyError(
@@ -610,6 +639,17 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
         activeDeadlineSeconds: Math.ceil((o.activeDeadline ?? 3_600_000) / 1000),
         terminationGracePeriodSeconds: 2,
         ...(o.nodeSelector ? { nodeSelector: o.nodeSelector } : {}),
+        ...this.#avoidance(),
+        // Soft, not DoNotSchedule: a lost node (which keeps counting, with no
+        // pods) must not keep its replacements from being scheduled.
+        ...(o.spread === false ? {} : {
+          topologySpreadConstraints: [{
+            maxSkew: 1,
+            topologyKey: "kubernetes.io/hostname",
+            whenUnsatisfiable: "ScheduleAnyway",
+            labelSelector: { matchLabels: { [RUNTIME_LABEL]: this.#name } },
+          }],
+        }),
         ...(o.tolerations ? { tolerations: o.tolerations } : {}),
         ...(o.imagePullSecrets
           ? { imagePullSecrets: o.imagePullSecrets.map((name) => ({ name })) }
@@ -629,6 +669,34 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
           ports: [{ name: "hud", containerPort: o.port ?? CONTAINER_PORT }],
           ...(resources ? { resources } : {}),
         }],
+      },
+    };
+  }
+
+  /** The pool's node to keep off for a while (its pod could not start there, or the node was lost). */
+  #avoidNode(node: string): void {
+    if (this.#pool !== null && node !== "") this.#avoid.set(node, Date.now() + AVOID_NODE_MS);
+  }
+
+  /** The affinity that keeps new pods off the nodes to avoid; none when that is every node seen. */
+  #avoidance(): { affinity?: unknown } {
+    const now = Date.now();
+    for (const [node, until] of this.#avoid) if (until <= now) this.#avoid.delete(node);
+    if (this.#avoid.size === 0 || [...this.#seenNodes].every((n) => this.#avoid.has(n))) return {};
+    return {
+      affinity: {
+        nodeAffinity: {
+          requiredDuringSchedulingIgnoredDuringExecution: {
+            // One requirement per node: the API allows a single value in a matchFields NotIn.
+            nodeSelectorTerms: [{
+              matchFields: [...this.#avoid.keys()].sort().map((node) => ({
+                key: "metadata.name",
+                operator: "NotIn",
+                values: [node],
+              })),
+            }],
+          },
+        },
       },
     };
   }
@@ -747,6 +815,7 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
   #observe(pod: Pod, obj: PodObject): void {
     const st = obj.status ?? {};
     pod.node = obj.spec?.nodeName ?? pod.node;
+    if (pod.node !== "") this.#seenNodes.add(pod.node);
     pod.ip = st.podIP ?? pod.ip;
     pod.phase = st.phase ?? pod.phase;
     const scheduled = st.conditions?.find((c) => c.type === "PodScheduled");
@@ -1047,6 +1116,7 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
       if (m === null || m.dead !== null) continue;
       if (pod.failure !== null || pod.gone) pool.kill(m, pod.failure ?? "the pod is gone");
       else if (pod.notReady) {
+        this.#avoidNode(pod.node);
         pool.kill(m, await this.#nodeProblem(pod.node));
         this.#delete(pod, true).catch(() => {});
       }
@@ -1129,14 +1199,24 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
       this.#fatal = null;
     } catch (err) {
       this.#lastError = errorMessage(err);
+      let elsewhere = false;
       if (pod !== null) {
         const failed = pod;
+        // A pod that could not start on its node (not one whose program exited: that would
+        // exit anywhere) sends the next ones to the other nodes, while there are some.
+        if (
+          !this.#closed && failed.unschedulable === null &&
+          !failed.failure?.startsWith("the container exited")
+        ) {
+          this.#avoidNode(failed.node);
+          elsewhere = "affinity" in this.#avoidance();
+        }
         await this.#delete(failed, true).catch(() => {});
         this.#pods.delete(failed.name);
       }
-      // A pod that cannot start (pull error, bad config, quota): say so to those waiting
-      // rather than let them time out, and pause the pool's creations.
-      if (err instanceof NotReadyError && pool.readyCount === 0 && !this.#closed) {
+      // A pod that cannot start (pull error, bad config, quota) on any node: say so to those
+      // waiting rather than let them time out, and pause the pool's creations.
+      if (err instanceof NotReadyError && pool.readyCount === 0 && !elsewhere && !this.#closed) {
         this.#fatal = err;
         this.#fatalUntil = Date.now() + 10_000;
         pool.rejectWaiters(() => err);

@@ -215,6 +215,28 @@ async function ours(ns = "default"): Promise<string[]> {
   return out;
 }
 
+/** The default namespace's last Warning events, for a failure's message. */
+async function warnings(): Promise<string> {
+  const events = await api("GET", "/api/v1/namespaces/default/events") as {
+    items: { type?: string; involvedObject: { name: string }; reason?: string; message?: string }[];
+  };
+  return events.items.filter((e) => e.type === "Warning").slice(-15)
+    .map((e) => `  ${e.involvedObject.name}: ${e.reason ?? ""} ${e.message ?? ""}`).join("\n");
+}
+
+/** The nodes whose Ready condition is True. */
+async function nodesReady(): Promise<string[]> {
+  const nodes = await api("GET", "/api/v1/nodes") as {
+    items: {
+      metadata: { name: string };
+      status?: { conditions?: { type: string; status: string }[] };
+    }[];
+  };
+  return nodes.items.filter((n) =>
+    n.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True")
+  ).map((n) => n.metadata.name).sort();
+}
+
 async function waitNone(ns = "default", ms = 60_000): Promise<string[]> {
   const until = AbortSignal.timeout(ms);
   let left = await ours(ns);
@@ -359,22 +381,50 @@ clusterTest(
 );
 
 clusterTest(
-  "KubernetesRuntime: 60 rollouts on a pool over 3 nodes, k8s-n3 killed mid-job",
+  "KubernetesRuntime: 60 rollouts on a pool over 3 nodes, the busiest killed mid-job",
   59_000,
   async (t) => {
+    let victim = "k8s-n3";
     await t.step("the rollouts", async () => {
       await using runtime = new KubernetesRuntime(IMAGE, {
         ...base(),
         pool: { minReplicas: 6, maxReplicas: 6 },
       });
       await runtime.ready(6, { timeout: 120_000 });
+      // The pods spread over the nodes that are Ready (the runtime asks the
+      // scheduler to); a node the cluster lost before the job is named, not
+      // silently counted.
+      const before = runtime.readyByNode;
+      const readyNodes = await nodesReady();
+      const pods = await api("GET", "/api/v1/namespaces/default/pods") as {
+        items: { metadata: { labels?: Record<string, string> }; spec: unknown }[];
+      };
+      const mine = pods.items.filter((p) => p.metadata.labels?.[RUNTIME_LABEL] === runtime.name);
+      assert.ok(mine.length >= 6, `${mine.length} pods`);
+      for (const p of mine) {
+        assert.match(JSON.stringify(p.spec), /"topologyKey":"kubernetes.io\/hostname"/);
+      }
+      const where = `pods by node ${JSON.stringify(before)}; nodes Ready ${
+        JSON.stringify(readyNodes)
+      }`;
+      console.log(`kubernetes_test: ${where}`);
+      const empty = readyNodes.filter((n) => !(before[n] > 0));
+      if (empty.length > 0 || Object.keys(before).length < 2) {
+        assert.fail(`no pod on ${empty.join(", ") || "two nodes"}: ${where}\n${await warnings()}`);
+      }
+      // The node to kill is the one with the most pods (k8s-n3 on a tie).
+      victim = Object.entries(before).sort((a, b) =>
+        b[1] - a[1] || (b[0] === "k8s-n3" ? 1 : 0) - (a[0] === "k8s-n3" ? 1 : 0)
+      )[0][0];
       const servedBy: string[] = [];
       let crashed: Promise<number> | null = null;
       const recording = {
         async place(options?: PlaceOptions): Promise<Placement> {
           const p = await runtime.place(options);
           servedBy.push(String(p.params.node));
-          if (servedBy.length === 20) crashed = crashK8sNode("k8s-n3");
+          if (servedBy.length === 20) {
+            crashed = crashK8sNode(victim);
+          }
           return p;
         },
       };
@@ -385,38 +435,39 @@ clusterTest(
         connect: { readyTimeout: 10_000 },
         signal: AbortSignal.timeout(240_000),
       });
-      assert.ok((await crashed!) > 0, "nothing was killed on k8s-n3");
-      for (const node of NODES) {
-        assert.ok(servedBy.slice(0, 20).includes(node), `${node} served no rollout`);
-      }
-      const good = result.runs.filter((r) => r.reward === 1).length;
+      const good = result.runs.filter((r) =>
+        r.reward === 1
+      ).length;
       const errored = result.runs.filter((r) => r.status === "error");
       console.log(
-        `kubernetes_test: ${good} of 60 rewarded, ${errored.length} errored; served by ${
+        `kubernetes_test: ${good} of 60 rewarded, ${errored.length} errored; ${victim} killed; served by ${
           NODES.map((n) => `${n} ${servedBy.filter((s) => s === n).length}`).join(", ")
         }`,
       );
+      assert.ok((await crashed!) > 0, `nothing was killed on ${victim}`);
+      assert.ok(servedBy.slice(0, 20).includes(victim), `${victim} served no rollout`);
       assert.equal(result.runs.length, 60);
       assert.equal(good + errored.length, 60, "every rollout graded or errored");
       assert.ok(good >= 40, `only ${good} of 60 rollouts rewarded`);
       for (const r of errored) {
         assert.ok(r.failed_phase, "an errored rollout names its phase");
-        assert.match(
-          JSON.stringify(r.trace),
-          /k8s-n3/,
+        assert.ok(
+          JSON.stringify(r.trace).includes(victim),
           `an errored rollout names the node:\n${describe(errored)}`,
         );
       }
       // The pool replaced the lost pods on the other nodes.
+      const others = (ready: Record<string, number>) =>
+        Object.entries(ready).filter(([n]) => n !== victim).reduce((a, [, k]) => a + k, 0);
       const until = AbortSignal.timeout(60_000);
       while (!until.aborted) {
         const ready = runtime.readyByNode;
-        if (!("k8s-n3" in ready) && (ready["k8s-n1"] ?? 0) + (ready["k8s-n2"] ?? 0) >= 6) break;
+        if (!(victim in ready) && others(ready) >= 6) break;
         await delay(250);
       }
       const ready = runtime.readyByNode;
-      assert.ok(!("k8s-n3" in ready), JSON.stringify(ready));
-      assert.equal((ready["k8s-n1"] ?? 0) + (ready["k8s-n2"] ?? 0), 6, JSON.stringify(ready));
+      assert.ok(!(victim in ready), JSON.stringify(ready));
+      assert.equal(others(ready), 6, JSON.stringify(ready));
     });
 
     await t.step("nothing is left, and gc finds nothing", async () => {
@@ -424,8 +475,51 @@ clusterTest(
       assert.deepEqual(await removeStalePods({ kubeconfig: kubeconfig() }), []);
       // The lost node comes back for what follows (k8s_up.sh restarts what is gone).
       await sh("k8s_up.sh", { K8S_STATE: state, K8S_CACHE: CACHE }, 300_000);
-      assert.ok(namespacePids("k8s-n3").length > 0);
+      assert.ok(namespacePids(victim).length > 0);
     });
+  },
+);
+
+clusterTest(
+  "KubernetesRuntime: a pool keeps off a node where its pods cannot start, and fails fast where none can",
+  59_000,
+  async () => {
+    // k8s-n2 loses the image; pulling it from no registry, its pods fail there.
+    const ctr = (node: string, args: string[]) =>
+      new Deno.Command("ctr", {
+        args: ["-a", `/run/hud-k8s/${node}/containerd.sock`, "-n", "k8s.io", ...args],
+        stdout: "null",
+        stderr: "null",
+      }).output();
+    await ctr("k8s-n2", ["images", "rm", `docker.io/library/${IMAGE}`]);
+    const left = await new Deno.Command("ctr", {
+      args: ["-a", "/run/hud-k8s/k8s-n2/containerd.sock", "-n", "k8s.io", "images", "ls", "-q"],
+    }).output();
+    assert.doesNotMatch(new TextDecoder().decode(left.stdout), /hud-k8s-fixture/);
+    try {
+      await using runtime = new KubernetesRuntime(IMAGE, {
+        ...base(),
+        pool: { minReplicas: 6, maxReplicas: 6 },
+      });
+      await runtime.ready(6, { timeout: 90_000 });
+      const ready = runtime.readyByNode;
+      assert.ok(!("k8s-n2" in ready), JSON.stringify(ready));
+      assert.equal((ready["k8s-n1"] ?? 0) + (ready["k8s-n3"] ?? 0), 6, JSON.stringify(ready));
+    } finally {
+      await loadImage(FIXTURE, IMAGE, "fixture", ["k8s-n2"]);
+    }
+    // An image no node has: the pool's waiters hear the pull error, well before their timeout.
+    {
+      await using runtime = new KubernetesRuntime("hud.local/missing:1", {
+        ...base(),
+        pool: { minReplicas: 3, maxReplicas: 3 },
+      });
+      const err = await runtime.ready(3, { timeout: 90_000 }).catch((e) => e);
+      assert.equal(err?.name, "NotReadyError", String(err));
+      assert.match(String(err), /ErrImagePull|ImagePullBackOff/);
+      assert.doesNotMatch(String(err), /pods ready after/, "the waiters timed out instead");
+    }
+    assert.deepEqual(await waitNone("default", 30_000), []);
   },
 );
 
@@ -815,5 +909,10 @@ test("KubernetesRuntime rejects bad shapes and values", () => {
     // deno-lint-ignore no-explicit-any
     () => new KubernetesRuntime("x", { reach: "ssh" as any }),
     /reach must be "auto", "pod-ip" or "port-forward", got "ssh"/,
+  );
+  assert.throws(
+    // deno-lint-ignore no-explicit-any
+    () => new KubernetesRuntime("x", { spread: "yes" as any }),
+    /spread must be true or false, got "yes"/,
   );
 });
