@@ -64,7 +64,10 @@ async function exec(
  * exec'd, tests/ copied to /tests, test.sh run; returns reward.txt and
  * reward.json.
  */
-async function trial(dir: string, agent: string): Promise<{ txt: string; json: string }> {
+async function trial(
+  dir: string,
+  agent: string,
+): Promise<{ txt: string; json: string } | { exited: string }> {
   const config = parseToml(await Deno.readTextFile(`${dir}/task.toml`)) as {
     environment: { docker_image: string; healthcheck: { command: string } };
   };
@@ -80,6 +83,10 @@ async function trial(dir: string, agent: string): Promise<{ txt: string; json: s
     await exec(engine, id, "mkdir -p /logs/agent /logs/verifier && chmod 777 /logs/*");
     let healthy = false;
     for (let i = 0; i < 120 && !healthy; i++) {
+      const state = await engine.call("GET", `/containers/${id}/json`) as {
+        State: { Running: boolean };
+      };
+      if (!state.State.Running) return { exited: await engine.logs(id) };
       healthy = (await exec(engine, id, config.environment.healthcheck.command)).code === 0;
       if (!healthy) await new Promise((r) => setTimeout(r, 500));
     }
@@ -143,7 +150,10 @@ function exportOnce(): Promise<string> {
       from: BASE,
       repository: REPO,
     });
-    assert.deepEqual(result.tasks.map((t) => [t.name, t.id]), [["code", "code"]]);
+    assert.deepEqual(result.tasks.map((t) => [t.name, t.id]), [
+      ["code", "code"],
+      ["varying", "varying"],
+    ]);
     return `${out}/tasks`;
   })();
   return exported;
@@ -156,7 +166,7 @@ test({
     const out = await exportOnce();
     const { tasks, skipped } = await loadHarborTasks(out);
     assert.deepEqual(skipped, []);
-    assert.equal(tasks.length, 1);
+    assert.deepEqual(tasks.map((t) => t.name), ["code", "varying"]);
     assert.match(tasks[0].instruction, /^Read the code in the one file under \/tmp\//);
     assert.match(tasks[0].instruction, /write your final answer to \/logs\/agent\/answer\.txt/);
     assert.equal(tasks[0].config.environment.dockerImage, `${REPO}:code`);
@@ -165,6 +175,52 @@ test({
       `FROM ${REPO}:code\n`,
     );
     assert.equal((await Deno.stat(`${out}/code/tests/test.sh`)).mode! & 0o777, 0o755);
+    const toml = parseToml(await Deno.readTextFile(`${out}/code/task.toml`)) as {
+      metadata: Record<string, string>;
+    };
+    assert.deepEqual(toml.metadata, {
+      hud_env: "harbor-export-fixture",
+      hud_env_version: "0.1.0",
+      hud_template: "code",
+      hud_args: "{}",
+      hud_slug: "code",
+    });
+    // The command line, with the environment's image given: one line per task.
+    const again = await Deno.makeTempDir({ prefix: "hud-harbor-export-" });
+    try {
+      const lines: string[] = [];
+      const code = await main([
+        "export-harbor",
+        FIXTURE,
+        "--out",
+        again,
+        "--image",
+        `${REPO}-env:latest`,
+        "--repository",
+        `${REPO}-cli`,
+        "--no-answer",
+      ], { stdout: (t) => lines.push(t), stderr: () => {} });
+      assert.equal(code, 0);
+      assert.deepEqual(lines.join("").trim().split("\n").map((l) => l.split(" ")[1]), [
+        `${REPO}-cli:code`,
+        `${REPO}-cli:varying`,
+      ]);
+      const instruction = await Deno.readTextFile(`${again}/code/instruction.md`);
+      assert.ok(!instruction.includes("answer.txt"), instruction);
+      // An image that "hud image" did not build is refused, naming it.
+      let err = "";
+      const refused = await main(
+        ["export-harbor", FIXTURE, "--out", `${again}/x`, "--image", BASE],
+        { stdout: () => {}, stderr: (t) => err += t },
+      );
+      assert.equal(refused, 1);
+      assert.equal(
+        err,
+        `error: Cannot export Harbor tasks: image "${BASE}" was not built by "hud image"; build it with "hud image" or leave out --image\n`,
+      );
+    } finally {
+      await Deno.remove(again, { recursive: true });
+    }
   }),
 });
 
@@ -179,11 +235,17 @@ test({
         dir,
         "cat /tmp/hud-harbor-export-code/code-*.txt > /logs/agent/answer.txt",
       );
+      assert.ok("txt" in right, JSON.stringify(right));
       assert.equal(right.txt, "1");
       assert.deepEqual(JSON.parse(right.json), { match: 1, answered: 1, reward: 1 });
       const idle = await trial(dir, "true");
+      assert.ok("txt" in idle, JSON.stringify(idle));
       assert.equal(idle.txt, "0");
       assert.deepEqual(JSON.parse(idle.json), { match: 0, answered: 0, reward: 0 });
+      // A template whose prompt varies: its container refuses to start, saying why.
+      const varying = await trial(`${dir}/../varying`, "true");
+      assert.ok("exited" in varying, JSON.stringify(varying));
+      assert.match(varying.exited, /gave another prompt than the exported instruction\.md/);
     } finally {
       await removeImages(REPO);
     }
@@ -211,6 +273,13 @@ test("hud export-harbor refuses bad input with one line naming it and the way ou
     const missing = await run(`${out}/nope.ts`, "--out", `${out}/a`, "--from", "x");
     assert.equal(missing.code, 1);
     assert.match(missing.err, /^error: Cannot load environment: file ".*nope\.ts" not found\n$/);
+    const broken = new URL("../fixtures/broken_env.ts", import.meta.url).pathname;
+    const throws = await run(broken, "--out", `${out}/a`, "--from", "x");
+    assert.equal(throws.code, 1);
+    assert.match(
+      throws.err,
+      /^error: Cannot load environment from ".*broken_env\.ts": .*fixture refuses to load\n$/,
+    );
     await Deno.writeTextFile(
       `${out}/rows.jsonl`,
       JSON.stringify({ env: "harbor-export-fixture", id: "nope", args: {}, slug: "nope" }) + "\n",
@@ -227,7 +296,7 @@ test("hud export-harbor refuses bad input with one line naming it and the way ou
     assert.equal(unknown.code, 1);
     assert.equal(
       unknown.err,
-      `error: Cannot export Harbor tasks: unknown template "nope" (available: "code")\n`,
+      `error: Cannot export Harbor tasks: unknown template "nope" (available: "code", "varying")\n`,
     );
     const noBase = await run(FIXTURE, "--out", `${out}/c`);
     assert.equal(noBase.code, 2);
