@@ -110,8 +110,12 @@ async function trial(
     const token = (await exec(engine, id, "cat /run/hud-harbor/serve.out")).output;
     assert.match(token, /HUD_SERVE_TOKEN=/);
     assert.ok(!stdout.includes(/HUD_SERVE_TOKEN=(.+)/.exec(token)![1]), "token in the output");
-    const mode = (await exec(engine, id, "stat -c %a /run/hud-harbor/control.json")).output;
-    assert.equal(mode.trim(), "600");
+    const modes = await exec(
+      engine,
+      id,
+      "stat -c %a /run/hud-harbor /run/hud-harbor/serve.out /run/hud-harbor/control.json",
+    );
+    assert.deepEqual(modes.output.trim().split("\n"), ["700", "600", "600"]);
     return {
       txt: (await exec(engine, id, "cat /logs/verifier/reward.txt")).output.trim(),
       json: (await exec(engine, id, "cat /logs/verifier/reward.json")).output.trim(),
