@@ -120,6 +120,10 @@ const COMMANDS: Record<string, { summary: string; load(): Promise<Command> }> = 
     summary: "Summarise results files, as text or as one HTML page",
     load: () => import("./cli/report.ts"),
   },
+  "export-harbor": {
+    summary: "Write an environment's tasks as Harbor task folders, with their images",
+    load: () => import("./cli/export_harbor.ts"),
+  },
   "export-training": {
     summary: "Write a results file as training data (tokens, loss masks, rewards)",
     load: () => import("./cli/export_training.ts"),

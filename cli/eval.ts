@@ -4,7 +4,7 @@
 
 import type { Environment, TaskRow } from "../env.ts";
 import { loadEnvironment, moduleUrl } from "../loader.ts";
-import { exportedRows } from "./_rows.ts";
+import { exportedRows } from "../eval/_rows.ts";
 import { LocalRuntime } from "../runtime/local.ts";
 import type { RuntimeProvider } from "../runtime/placement.ts";
 import { CommandAgent, parseEnvFile } from "../agents/command.ts";

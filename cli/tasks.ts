@@ -118,7 +118,7 @@ export async function run(args: string[], io: Io): Promise<number> {
     const env = await loadEnvironment(file, { name: stringOption(values, "env") });
     tasks = env.listTasks();
     // Loaded only with FILE: the eval layer is not needed for --url.
-    const { exportedRows } = await import("./_rows.ts");
+    const { exportedRows } = await import("../eval/_rows.ts");
     rows = await exportedRows(file, env);
   } else {
     await using client = await connectTo(await resolveTarget(values, io), io, values);

@@ -3,7 +3,10 @@
  * task or a dataset with {@linkcode loadHarborTasks}, build its image with
  * {@linkcode buildHarborImage}, run it with {@linkcode runHarborTasks}
  * (`"oracle"` for {@linkcode oracleAgent}, each task's own solution); and
- * the TOML reader their `task.toml` needs, {@linkcode parseToml}.
+ * the TOML reader their `task.toml` needs, {@linkcode parseToml}. Tasks
+ * out: {@linkcode exportHarborTasks} writes an environment's tasks as Harbor
+ * task folders, with images that start the task and a `tests/test.sh` that
+ * grades it through the environment.
  *
  * @example
  * ```ts
@@ -38,3 +41,9 @@ export {
   type HarborImage,
 } from "./image.ts";
 export { type HarborResult, oracleAgent, type RunHarborOptions, runHarborTasks } from "./run.ts";
+export {
+  type ExportedHarborTask,
+  type ExportHarborOptions,
+  exportHarborTasks,
+  type HarborExport,
+} from "./export.ts";

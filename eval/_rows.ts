@@ -1,9 +1,9 @@
 // The task rows a module exports as `tasks` (an array of rows or a Taskset),
-// which `eval` runs and `tasks FILE` lists.
+// which `eval` runs, `tasks FILE` lists and `export-harbor` exports
 
 import { type Environment, environmentOf, type TaskRow } from "../env.ts";
 import { moduleUrl } from "../loader.ts";
-import { Taskset } from "../eval/taskset.ts";
+import { Taskset } from "./taskset.ts";
 
 /** The module's exported `tasks` rows for `env`, or null when it exports none. */
 export async function exportedRows(file: string, env: Environment): Promise<TaskRow[] | null> {

@@ -1,0 +1,315 @@
+// Harbor tasks out: a fixture environment's task exported as a Harbor task
+// folder loads with loadHarborTasks, and run as Harbor's Docker environment
+// runs it (harbor/export.ts cites the code: the image's ENTRYPOINT kept,
+// command `sh -c "sleep infinity"`, the healthcheck awaited, the agent's and
+// the verifier's commands exec'd with bash, tests/ copied to /tests) scores
+// 1 for an agent that answers with the code the task made, 0 for one that
+// does nothing. Needs an engine socket; skipped without one (in CI it runs).
+
+import { test } from "../_test.ts";
+import assert from "node:assert/strict";
+import { exportHarborTasks, loadHarborTasks, parseToml } from "../../harbor/mod.ts";
+import { EngineClient, EngineError, findEngineSocket } from "../../engines/_engine.ts";
+import { tarTree } from "../../harbor/image.ts";
+import { OWNER_LABEL } from "../../engines/mod.ts";
+import { buildShellBase } from "../engines/_shell_base.ts";
+import { BASE } from "./_dataset.ts";
+import { withDeadline } from "../_deadline.ts";
+import { main } from "../../cli.ts";
+
+function engineSocket(): string | null {
+  try {
+    return findEngineSocket();
+  } catch {
+    return null;
+  }
+}
+const SOCKET = engineSocket();
+const CI = Deno.env.get("CI") === "true";
+if (SOCKET === null && !CI) console.log("export_test: skipped: no engine socket");
+const ignore = SOCKET === null && !CI;
+
+const FIXTURE = new URL("../fixtures/harbor_export_env.ts", import.meta.url).pathname;
+const REPO = `hud-test-harbor-export-${Deno.pid}`;
+
+/** Runs `cmd` in the container as Harbor's `exec` does (`bash -c`); its exit code and output. */
+async function exec(
+  engine: EngineClient,
+  id: string,
+  cmd: string,
+): Promise<{ code: number; output: string }> {
+  const made = await engine.call("POST", `/containers/${id}/exec`, {
+    AttachStdout: true,
+    AttachStderr: true,
+    Cmd: ["bash", "-c", cmd],
+  }) as { Id: string };
+  const res = await engine.raw("POST", `/exec/${made.Id}/start`, {
+    body: JSON.stringify({ Detach: false, Tty: false }),
+    headers: { "content-type": "application/json" },
+  });
+  const bytes = new Uint8Array(await res.arrayBuffer());
+  let output = "";
+  for (let at = 0; at + 8 <= bytes.length;) {
+    const n = new DataView(bytes.buffer, at + 4, 4).getUint32(0);
+    output += new TextDecoder().decode(bytes.subarray(at + 8, at + 8 + n));
+    at += 8 + n;
+  }
+  const info = await engine.call("GET", `/exec/${made.Id}/json`) as { ExitCode: number };
+  return { code: info.ExitCode, output };
+}
+
+/**
+ * One Harbor trial of the exported task at `dir`: the container from its
+ * docker_image with Harbor's command, the healthcheck awaited, `agent`
+ * exec'd, tests/ copied to /tests, test.sh run; returns reward.txt and
+ * reward.json.
+ */
+async function trial(
+  dir: string,
+  agent: string,
+): Promise<{ txt: string; json: string } | { exited: string }> {
+  const config = parseToml(await Deno.readTextFile(`${dir}/task.toml`)) as {
+    environment: { docker_image: string; healthcheck: { command: string } };
+  };
+  using engine = await EngineClient.open();
+  const { Id: id } = await engine.call("POST", "/containers/create", {
+    Image: config.environment.docker_image,
+    Cmd: ["sh", "-c", "sleep infinity"],
+    Labels: { [OWNER_LABEL]: String(Deno.pid) },
+  }) as { Id: string };
+  try {
+    await engine.call("POST", `/containers/${id}/start`);
+    // Harbor's bind mounts, made writable for all.
+    await exec(engine, id, "mkdir -p /logs/agent /logs/verifier && chmod 777 /logs/*");
+    let healthy = false;
+    for (let i = 0; i < 120 && !healthy; i++) {
+      const state = await engine.call("GET", `/containers/${id}/json`) as {
+        State: { Running: boolean };
+      };
+      if (!state.State.Running) return { exited: await engine.logs(id) };
+      healthy = (await exec(engine, id, config.environment.healthcheck.command)).code === 0;
+      if (!healthy) await new Promise((r) => setTimeout(r, 500));
+    }
+    assert.ok(healthy, `never healthy: ${await engine.logs(id)}`);
+    const acted = await exec(engine, id, agent);
+    assert.equal(acted.code, 0, acted.output);
+    const tar = await tarTree(`${dir}/tests`, "tests");
+    const put = await engine.raw("PUT", `/containers/${id}/archive?path=/`, {
+      body: tar,
+      headers: { "content-type": "application/x-tar" },
+    });
+    await put.body?.cancel();
+    const verified = await exec(
+      engine,
+      id,
+      "bash /tests/test.sh > /logs/verifier/test-stdout.txt 2>&1",
+    );
+    const stdout = (await exec(engine, id, "cat /logs/verifier/test-stdout.txt")).output;
+    assert.equal(verified.code, 0, stdout);
+    // The token never reaches the verifier's output.
+    const token = (await exec(engine, id, "cat /run/hud-harbor/serve.out")).output;
+    assert.match(token, /HUD_SERVE_TOKEN=/);
+    assert.ok(!stdout.includes(/HUD_SERVE_TOKEN=(.+)/.exec(token)![1]), "token in the output");
+    const modes = await exec(
+      engine,
+      id,
+      "stat -c %a /run/hud-harbor /run/hud-harbor/serve.out /run/hud-harbor/control.json",
+    );
+    assert.deepEqual(modes.output.trim().split("\n"), ["700", "600", "600"]);
+    return {
+      txt: (await exec(engine, id, "cat /logs/verifier/reward.txt")).output.trim(),
+      json: (await exec(engine, id, "cat /logs/verifier/reward.json")).output.trim(),
+    };
+  } finally {
+    await engine.call("DELETE", `/containers/${id}?force=true`);
+  }
+}
+
+async function removeImages(prefix: string): Promise<void> {
+  using engine = await EngineClient.open();
+  const filters = encodeURIComponent(JSON.stringify({ reference: [`${prefix}*`] }));
+  const list = await engine.call("GET", `/images/json?filters=${filters}`) as {
+    Id: string;
+    RepoTags: string[] | null;
+  }[];
+  for (const image of list) {
+    for (const tag of image.RepoTags ?? []) {
+      await engine.call("DELETE", `/images/${encodeURIComponent(tag)}`).catch((err) => {
+        if (!(err instanceof EngineError && err.status === 404)) throw err;
+      });
+    }
+  }
+}
+
+/** The fixture exported once (base and images built), for the tests that use it; removed at unload. */
+let exported: Promise<string> | null = null;
+function exportOnce(): Promise<string> {
+  exported ??= (async () => {
+    await buildShellBase(BASE);
+    const out = await Deno.makeTempDir({ prefix: "hud-harbor-export-" });
+    globalThis.addEventListener("unload", () => {
+      Deno.removeSync(out, { recursive: true });
+    });
+    const result = await exportHarborTasks(FIXTURE, `${out}/tasks`, {
+      from: BASE,
+      repository: REPO,
+    });
+    assert.deepEqual(result.tasks.map((t) => [t.name, t.id]), [
+      ["code", "code"],
+      ["varying", "varying"],
+    ]);
+    return `${out}/tasks`;
+  })();
+  return exported;
+}
+
+test({
+  name: "exportHarborTasks() writes task folders that loadHarborTasks() reads",
+  ignore,
+  fn: withDeadline(59_000, async () => {
+    const out = await exportOnce();
+    const { tasks, skipped } = await loadHarborTasks(out);
+    assert.deepEqual(skipped, []);
+    assert.deepEqual(tasks.map((t) => t.name), ["code", "varying"]);
+    assert.match(tasks[0].instruction, /^Read the code in the one file under \/tmp\//);
+    assert.match(tasks[0].instruction, /write your final answer to \/logs\/agent\/answer\.txt/);
+    assert.equal(tasks[0].config.environment.dockerImage, `${REPO}:code`);
+    assert.equal(
+      await Deno.readTextFile(`${out}/code/environment/Dockerfile`),
+      `FROM ${REPO}:code\n`,
+    );
+    assert.equal((await Deno.stat(`${out}/code/tests/test.sh`)).mode! & 0o777, 0o755);
+    const toml = parseToml(await Deno.readTextFile(`${out}/code/task.toml`)) as {
+      metadata: Record<string, string>;
+    };
+    assert.deepEqual(toml.metadata, {
+      hud_env: "harbor-export-fixture",
+      hud_env_version: "0.1.0",
+      hud_template: "code",
+      hud_args: "{}",
+      hud_slug: "code",
+    });
+    // The command line, with the environment's image given: one line per task.
+    const again = await Deno.makeTempDir({ prefix: "hud-harbor-export-" });
+    try {
+      const lines: string[] = [];
+      const code = await main([
+        "export-harbor",
+        FIXTURE,
+        "--out",
+        again,
+        "--image",
+        `${REPO}-env:latest`,
+        "--repository",
+        `${REPO}-cli`,
+        "--no-answer",
+      ], { stdout: (t) => lines.push(t), stderr: () => {} });
+      assert.equal(code, 0);
+      assert.deepEqual(lines.join("").trim().split("\n").map((l) => l.split(" ")[1]), [
+        `${REPO}-cli:code`,
+        `${REPO}-cli:varying`,
+      ]);
+      const instruction = await Deno.readTextFile(`${again}/code/instruction.md`);
+      assert.ok(!instruction.includes("answer.txt"), instruction);
+      // An image that "hud image" did not build is refused, naming it.
+      let err = "";
+      const refused = await main(
+        ["export-harbor", FIXTURE, "--out", `${again}/x`, "--image", BASE],
+        { stdout: () => {}, stderr: (t) => err += t },
+      );
+      assert.equal(refused, 1);
+      assert.equal(
+        err,
+        `error: Cannot export Harbor tasks: image "${BASE}" was not built by "hud image"; build it with "hud image" or leave out --image\n`,
+      );
+    } finally {
+      await Deno.remove(again, { recursive: true });
+    }
+  }),
+});
+
+test({
+  name: "exportHarborTasks() tasks run as Harbor runs them: 1 for the right answer, 0 for none",
+  ignore,
+  fn: withDeadline(59_000, async () => {
+    const dir = `${await exportOnce()}/code`;
+    try {
+      // The code exists before the agent acts, and only the environment knows it.
+      const right = await trial(
+        dir,
+        "cat /tmp/hud-harbor-export-code/code-*.txt > /logs/agent/answer.txt",
+      );
+      assert.ok("txt" in right, JSON.stringify(right));
+      assert.equal(right.txt, "1");
+      assert.deepEqual(JSON.parse(right.json), { match: 1, answered: 1, reward: 1 });
+      const idle = await trial(dir, "true");
+      assert.ok("txt" in idle, JSON.stringify(idle));
+      assert.equal(idle.txt, "0");
+      assert.deepEqual(JSON.parse(idle.json), { match: 0, answered: 0, reward: 0 });
+      // A template whose prompt varies: its container refuses to start, saying why.
+      const varying = await trial(`${dir}/../varying`, "true");
+      assert.ok("exited" in varying, JSON.stringify(varying));
+      assert.match(varying.exited, /gave another prompt than the exported instruction\.md/);
+    } finally {
+      await removeImages(REPO);
+    }
+  }),
+});
+
+test("hud export-harbor refuses bad input with one line naming it and the way out", async () => {
+  const out = await Deno.makeTempDir({ prefix: "hud-harbor-export-" });
+  try {
+    const run = async (...args: string[]) => {
+      let err = "";
+      const code = await main(["export-harbor", ...args], {
+        stdout: () => {},
+        stderr: (t) => err += t,
+      });
+      return { code, err };
+    };
+    await Deno.writeTextFile(`${out}/taken`, "x");
+    const full = await run(FIXTURE, "--out", out, "--from", "x");
+    assert.equal(full.code, 1);
+    assert.equal(
+      full.err,
+      `error: Cannot export Harbor tasks: "${out}" is not empty; give a new or empty --out directory\n`,
+    );
+    const missing = await run(`${out}/nope.ts`, "--out", `${out}/a`, "--from", "x");
+    assert.equal(missing.code, 1);
+    assert.match(missing.err, /^error: Cannot load environment: file ".*nope\.ts" not found\n$/);
+    const broken = new URL("../fixtures/broken_env.ts", import.meta.url).pathname;
+    const throws = await run(broken, "--out", `${out}/a`, "--from", "x");
+    assert.equal(throws.code, 1);
+    assert.match(
+      throws.err,
+      /^error: Cannot load environment from ".*broken_env\.ts": .*fixture refuses to load\n$/,
+    );
+    await Deno.writeTextFile(
+      `${out}/rows.jsonl`,
+      JSON.stringify({ env: "harbor-export-fixture", id: "nope", args: {}, slug: "nope" }) + "\n",
+    );
+    const unknown = await run(
+      FIXTURE,
+      "--out",
+      `${out}/b`,
+      "--from",
+      "x",
+      "--tasks",
+      `${out}/rows.jsonl`,
+    );
+    assert.equal(unknown.code, 1);
+    assert.equal(
+      unknown.err,
+      `error: Cannot export Harbor tasks: unknown template "nope" (available: "code", "varying")\n`,
+    );
+    const noBase = await run(FIXTURE, "--out", `${out}/c`);
+    assert.equal(noBase.code, 2);
+    assert.match(noBase.err, /^error: give --from IMAGE .* or --image TAG\n$/);
+    // Nothing was written for the refused ones.
+    for (const d of ["a", "b", "c"]) {
+      await assert.rejects(Deno.stat(`${out}/${d}`), Deno.errors.NotFound);
+    }
+  } finally {
+    await Deno.remove(out, { recursive: true });
+  }
+});
