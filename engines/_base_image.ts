@@ -1,9 +1,11 @@
 // A FROM-scratch base image of this machine's own shell tools, for
 // environments whose workspace runs commands in a container (`hud image
 // base`): bash, coreutils, grep, sed, bc, bubblewrap (the workspace's
-// sandbox), setpriv, prlimit and env, with every library they link (ldd).
-// Deno and its libraries are added by buildEnvironmentImage. A debootstrap
-// rootfs works too, but took 356 s here.
+// sandbox), setpriv, prlimit and env, with every library they link (ldd),
+// and, when asked, whole Debian packages of this machine (`packages`: e.g.
+// Python or gcc for the Harbor tests' Terminal-Bench tasks). Deno and its
+// libraries are added by buildEnvironmentImage. A debootstrap rootfs works
+// too, but took 356 s here.
 
 import { EngineClient, EngineError } from "./_engine.ts";
 import { TarWriter } from "./_tar.ts";
@@ -16,6 +18,13 @@ export interface BuildBaseImageOptions {
   socket?: string;
   /** More files: path in the image to content (mode 0755). @default {} */
   extra?: Record<string, Uint8Array>;
+  /**
+   * Debian packages installed on this machine, copied in whole (every file
+   * and symlink `dpkg -L` lists, modes kept, hard links as symlinks), with
+   * the libraries their programs and shared objects link.
+   * @default []
+   */
+  packages?: readonly string[];
   /** Aborts the build. */
   signal?: AbortSignal;
 }
@@ -70,6 +79,58 @@ export async function buildContext(
 }
 
 /**
+ * Adds the files and symlinks of Debian package `pkg` (as `dpkg -L` lists
+ * them) to `files` and `links`, and the libraries its ELF files link to
+ * `libs`. A second name for a file (a hard link, by `seen`'s device:inode
+ * keys) becomes a symlink to the first, so that it costs one copy.
+ */
+async function addPackage(
+  pkg: string,
+  files: Map<string, { host: string; mode: number }>,
+  links: Map<string, string>,
+  libs: Set<string>,
+  seen: Map<string, string>,
+): Promise<void> {
+  const list = await output("dpkg", ["-L", pkg]).catch((err) => {
+    throw new Error(
+      `Cannot build base image: package "${pkg}" is not installed on this machine; install it (apt-get install ${pkg})`,
+      { cause: err },
+    );
+  });
+  for (const host of list.split("\n")) {
+    // Documentation is left out: it is most of some packages' size.
+    if (!host.startsWith("/") || /^\/usr\/share\/(doc|man|info|locale|lintian)\//.test(host)) {
+      continue;
+    }
+    let info: Deno.FileInfo;
+    try {
+      info = await Deno.lstat(host);
+    } catch (err) {
+      // dpkg lists files a diversion or a later package moved away.
+      if (err instanceof Deno.errors.NotFound) continue;
+      throw err;
+    }
+    const path = inUsr(host);
+    if (info.isSymlink) {
+      links.set(path, await Deno.readLink(host));
+    } else if (info.isFile && !files.has(path)) {
+      const key = `${info.dev}:${info.ino}`;
+      const first = seen.get(key);
+      if (first !== undefined) {
+        links.set(path, first);
+        continue;
+      }
+      seen.set(key, path);
+      const mode = info.mode! & 0o7777;
+      files.set(path, { host, mode });
+      if ((mode & 0o111) !== 0 || /\.so(\.|$)/.test(host)) {
+        for (const lib of await linkedLibraries(host)) libs.add(lib);
+      }
+    }
+  }
+}
+
+/**
  * Builds the base image as `tag`: this machine's shell tools and their
  * libraries, merged /usr, `root` and `nobody` in /etc/passwd.
  *
@@ -91,6 +152,16 @@ export async function buildBaseImage(
   }
   const libs = new Set<string>();
   for (const bin of bins) for (const lib of await linkedLibraries(bin)) libs.add(lib);
+  // Path in the image (merged /usr) to the host file, or to a symlink's target.
+  const files = new Map<string, { host: string; mode: number }>();
+  const links = new Map<string, string>();
+  for (const bin of bins) files.set(inUsr(bin), { host: bin, mode: 0o755 });
+  const seen = new Map<string, string>();
+  for (const pkg of options.packages ?? []) await addPackage(pkg, files, links, libs, seen);
+  for (const lib of libs) {
+    const path = inUsr(lib);
+    if (!files.has(path)) files.set(path, { host: await Deno.realPath(lib), mode: 0o755 });
+  }
   const tar = new TarWriter();
   for (const d of ["usr/bin", "usr/sbin", "usr/lib", "usr/lib64", "etc"]) tar.dir(`root/${d}`);
   for (const l of ["bin", "sbin", "lib", "lib64"]) tar.symlink(`root/${l}`, `usr/${l}`);
@@ -100,16 +171,13 @@ export async function buildBaseImage(
     new TextEncoder().encode("root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534::/:/bin/sh\n"),
   );
   tar.file("root/etc/group", new TextEncoder().encode("root:x:0:\nnogroup:x:65534:\n"));
-  for (const bin of bins) tar.file(`root${inUsr(bin)}`, await Deno.readFile(bin), 0o755);
-  tar.symlink("root/usr/bin/sh", "bash");
+  for (const [path, { host, mode }] of files) {
+    tar.file(`root${path}`, await Deno.readFile(host), mode);
+  }
+  if (!files.has("/usr/bin/sh") && !links.has("/usr/bin/sh")) links.set("/usr/bin/sh", "bash");
+  for (const [path, target] of links) if (!files.has(path)) tar.symlink(`root${path}`, target);
   for (const [path, data] of Object.entries(options.extra ?? {})) {
     tar.file(`root${path}`, data, 0o755);
-  }
-  for (const lib of libs) {
-    const path = `root${inUsr(lib)}`;
-    const dir = path.slice(0, path.lastIndexOf("/"));
-    if (!["root/usr/lib", "root/usr/lib64"].includes(dir)) tar.dir(dir);
-    tar.file(path, await Deno.readFile(await Deno.realPath(lib)), 0o755);
   }
   tar.file(
     "Dockerfile",

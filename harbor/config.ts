@@ -26,6 +26,8 @@ export interface HarborEnvironmentConfig {
   allowInternet: boolean;
   /** The agent's and the verifier's working directory; null for the image's `WORKDIR`. */
   workdir: string | null;
+  /** `[environment.env]`: variables of the container, over the image's `ENV` (the agent and the verifier see them). */
+  env: Record<string, string>;
 }
 
 /** A Harbor `task.toml`, checked, with defaults filled in. */
@@ -40,6 +42,8 @@ export interface HarborTaskConfig {
   verifierTimeoutSec: number;
   /** `[verifier] env`: variables for `tests/test.sh`. */
   verifierEnv: Record<string, string>;
+  /** `[solution] env`: variables for `solution/solve.sh` (the oracle). */
+  solutionEnv: Record<string, string>;
   /** `[environment]`. */
   environment: HarborEnvironmentConfig;
 }
@@ -53,6 +57,23 @@ function table(value: TomlValue | undefined, file: string, key: string): TomlTab
     throw new TypeError(`Cannot load Harbor task: ${file}: "${key}" must be a table`);
   }
   return value as TomlTable;
+}
+
+/** `[KEY]`'s table of variables: names to strings. */
+function envTable(parent: TomlTable, file: string, key: string): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(table(parent.env, file, `${key}.env`))) {
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k)) {
+      throw new TypeError(
+        `Cannot load Harbor task: ${file}: "${key}.env.${k}": not a variable name (letters, digits, _)`,
+      );
+    }
+    if (typeof v !== "string") {
+      throw new TypeError(`Cannot load Harbor task: ${file}: "${key}.env.${k}" must be a string`);
+    }
+    env[k] = v;
+  }
+  return env;
 }
 
 function positive(t: TomlTable, file: string, key: string, fallback: number): number {
@@ -99,13 +120,7 @@ export function parseHarborConfig(text: string, file: string): HarborTaskConfig 
   const verifier = table(doc.verifier, file, "verifier");
   const environment = table(doc.environment, file, "environment");
   const metadata = table(doc.metadata, file, "metadata");
-  const verifierEnv: Record<string, string> = {};
-  for (const [k, v] of Object.entries(table(verifier.env, file, "verifier.env"))) {
-    if (typeof v !== "string") {
-      throw new TypeError(`Cannot load Harbor task: ${file}: "verifier.env.${k}" must be a string`);
-    }
-    verifierEnv[k] = v;
-  }
+  const solution = table(doc.solution, file, "solution");
   const allow = environment.allow_internet;
   if (allow !== undefined && typeof allow !== "boolean") {
     throw new TypeError(
@@ -121,7 +136,8 @@ export function parseHarborConfig(text: string, file: string): HarborTaskConfig 
     metadata,
     agentTimeoutSec: positive(agent, file, "agent.timeout_sec", 600),
     verifierTimeoutSec: positive(verifier, file, "verifier.timeout_sec", 600),
-    verifierEnv,
+    verifierEnv: envTable(verifier, file, "verifier"),
+    solutionEnv: envTable(solution, file, "solution"),
     environment: {
       dockerImage: optionalString(environment, file, "environment.docker_image"),
       buildTimeoutSec: positive(environment, file, "environment.build_timeout_sec", 600),
@@ -130,6 +146,7 @@ export function parseHarborConfig(text: string, file: string): HarborTaskConfig 
       storageMb: positive(environment, file, "environment.storage_mb", 10240),
       allowInternet: allow ?? true,
       workdir: optionalString(environment, file, "environment.workdir"),
+      env: envTable(environment, file, "environment"),
     },
   };
 }

@@ -217,6 +217,8 @@ export async function buildHarborImage(
     const at = pair.indexOf("=");
     if (at > 0) env[pair.slice(0, at)] = pair.slice(at + 1);
   }
+  // `[environment.env]` goes over it, as Harbor sets it on the container.
+  Object.assign(env, task.config.environment.env);
   const facts: HarborTaskFile = {
     name: task.name,
     env,

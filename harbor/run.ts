@@ -101,9 +101,15 @@ async function copyIn(clientUrl: string, dir: string, dest: string, signal?: Abo
   await res.body?.cancel();
 }
 
+/** `s` as one word of a POSIX shell command. */
+function quote(s: string): string {
+  return `'${s.replaceAll("'", "'\\''")}'`;
+}
+
 /**
  * Harbor's oracle agent for `task`: copies `solution/` to /solution and runs
- * `bash /solution/solve.sh` through the SSH workspace, in the workdir.
+ * `bash /solution/solve.sh` through the SSH workspace, in the workdir, with
+ * `[solution.env]`.
  *
  * @throws {TypeError} when the task has no `solution/solve.sh`
  */
@@ -120,9 +126,10 @@ export function oracleAgent(task: HarborTask): Agent {
       exec(cmd: string, o: { signal: AbortSignal }): Promise<{ code: number | null }>;
     } & AsyncDisposable;
     const cwd = (run.bindings.shell as { cwd?: string } | undefined)?.cwd ?? "/";
-    await shell.exec(`cd '${cwd.replaceAll("'", "'\\''")}' && bash /solution/solve.sh`, {
-      signal,
-    });
+    // `[solution.env]` for solve.sh only, as Harbor's oracle runs it.
+    const exports = Object.entries(task.config.solutionEnv)
+      .map(([k, v]) => `export ${k}=${quote(v)}; `).join("");
+    await shell.exec(`${exports}cd ${quote(cwd)} && bash /solution/solve.sh`, { signal });
   });
 }
 

@@ -27,7 +27,7 @@ const HELLO_TEST = [
   "",
 ].join("\n");
 
-/** A dataset of eight tasks, two of which cannot be adapted. */
+/** A dataset of nine tasks, two of which cannot be adapted. */
 export async function writeDataset(root: string): Promise<void> {
   const common = {
     "environment/Dockerfile": DOCKERFILE,
@@ -56,6 +56,24 @@ export async function writeDataset(root: string): Promise<void> {
     "tests/test.sh": offline,
   });
   await writeTask(root, "online", { ...common, "task.toml": "", "tests/test.sh": offline });
+  // [environment.env] over the image's ENV, for the agent and the verifier;
+  // [solution.env] for solve.sh only.
+  await writeTask(root, "envs", {
+    ...common,
+    "task.toml": '[environment.env]\nTASK_VAR = "from-task"\nGREETING = "over-image"\n' +
+      '[solution.env]\nSOL_VAR = "it\'s the oracle"\n',
+    "solution/solve.sh": '#!/bin/bash\necho "$GREETING $TASK_VAR $SOL_VAR" > /app/out.txt\n',
+    "tests/test.sh": [
+      "#!/bin/bash",
+      'want="over-image from-task it\'s the oracle"',
+      'if [ "$(cat /app/out.txt)" = "$want" ] && [ "$TASK_VAR" = from-task ] && [ -z "$SOL_VAR" ]; then',
+      "  echo 1 > /logs/verifier/reward.txt",
+      "else",
+      "  echo 0 > /logs/verifier/reward.txt",
+      "fi",
+      "",
+    ].join("\n"),
+  });
   await writeTask(root, "slow", {
     ...common,
     "task.toml": "[verifier]\ntimeout_sec = 2\n",

@@ -51,6 +51,7 @@ test("loadHarborTasks() loads the valid tasks and lists the others with a reason
     const { tasks, skipped } = await loadHarborTasks(root);
     assert.deepEqual(tasks.map((t) => t.name), [
       "broken",
+      "envs",
       "hello",
       "multi",
       "noreward",
@@ -66,7 +67,7 @@ test("loadHarborTasks() loads the valid tasks and lists the others with a reason
       skipped[0].reason,
       /badconfig\/task\.toml: "agent\.timeout_sec" must be a positive number/,
     );
-    const hello = tasks[1];
+    const hello = tasks[2];
     assert.equal(hello.instruction, "Write hello to /app/out.txt.\n");
     assert.equal(hello.config.agentTimeoutSec, 60);
     assert.equal(hello.config.verifierTimeoutSec, 30);
@@ -90,6 +91,26 @@ test("parseHarborConfig() names the file and key of a bad shape", () => {
   const c = parseHarborConfig('[environment]\nworkdir = "/w"\nallow_internet = false\n', "x");
   assert.equal(c.environment.workdir, "/w");
   assert.equal(c.environment.allowInternet, false);
+  assert.deepEqual(c.environment.env, {});
+  assert.deepEqual(c.solutionEnv, {});
+  // The three tables of variables a task.toml may have.
+  const e = parseHarborConfig(
+    '[verifier.env]\nV = "1"\n[environment.env]\nPATH = "/app/.venv/bin:/usr/bin"\n[solution.env]\nS = "2"\n',
+    "x",
+  );
+  assert.deepEqual([e.verifierEnv, e.environment.env, e.solutionEnv], [
+    { V: "1" },
+    { PATH: "/app/.venv/bin:/usr/bin" },
+    { S: "2" },
+  ]);
+  assert.throws(
+    () => parseHarborConfig("[solution.env]\nS = 2\n", "t/task.toml"),
+    /"solution\.env\.S" must be a string$/,
+  );
+  assert.throws(
+    () => parseHarborConfig('[environment.env]\n"A-B" = "x"\n', "t/task.toml"),
+    /"environment\.env\.A-B": not a variable name/,
+  );
 });
 
 let base: Promise<void> | null = null;
@@ -129,6 +150,18 @@ test({
       const [offline, online] = await runHarborTasks(pick(tasks, "offline", "online"), "oracle");
       assert.equal(offline.reward, 1, offline.error ?? "");
       assert.equal(online.reward, 0, online.error ?? "");
+    })),
+});
+
+test({
+  name:
+    "runHarborTasks() gives [environment.env] to the agent and the verifier, [solution.env] to solve.sh only",
+  ignore,
+  fn: withDeadline(59_000, () =>
+    withDataset(async (tasks) => {
+      const [envs] = await runHarborTasks(pick(tasks, "envs"), "oracle");
+      assert.equal(envs.error, null);
+      assert.equal(envs.reward, 1);
     })),
 });
 
