@@ -1,9 +1,10 @@
 /**
  * {@linkcode runHarborTasks}: Harbor tasks run as Harbor's trial runner
  * does: the task's image in a container (`ContainerRuntime`, with the
- * task's CPUs and memory as limits), the agent on it through the SSH
- * workspace at the task's workdir with `[agent] timeout_sec`, then
- * `tests/` copied in and the verifier run. {@linkcode oracleAgent} runs
+ * task's CPUs and memory as limits) with its ENTRYPOINT kept, the
+ * healthcheck awaited, the agent on it through the SSH workspace at the
+ * task's workdir as `[agent] user` with `[agent] timeout_sec`, then
+ * `tests/` copied in and the verifier run as `[verifier] user`. {@linkcode oracleAgent} runs
  * `solution/solve.sh`, so an oracle run validates a dataset.
  *
  * @module

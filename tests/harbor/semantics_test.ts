@@ -5,7 +5,8 @@
 // `[environment.healthcheck]` is awaited before the agent starts, and one
 // that never passes fails the rollout saying so; `[agent] user` (with
 // `:group`) and `[verifier] user` are the users of the agent's shell and of
-// test.sh, and the image's USER theirs when not given. Each task's
+// test.sh, and the image's USER theirs when not given; a user the image
+// does not know fails the start, naming it. Each task's
 // Dockerfile is FROM the local base (no registry is reachable). Needs an
 // engine socket; skipped without one (in CI it runs).
 
@@ -116,6 +117,12 @@ async function writeTasks(root: string): Promise<void> {
       verifier: '[ "$(id -u)" = 65534 ]',
       entrypoint: '[ "$(cat /marks/uid)" = 0 ]',
     }),
+  });
+  await writeTask(root, "ghost", {
+    ...common,
+    "environment/Dockerfile": dockerfile(),
+    "task.toml": '[agent]\nuser = "ghost"\n',
+    "tests/test.sh": checks({ ran: "true" }),
   });
   await writeTask(root, "imageuser", {
     ...common,
@@ -283,5 +290,19 @@ test({
       // No users given: the image's USER runs the ENTRYPOINT, the agent and the verifier.
       assert.equal(imageUser.error, null);
       assert.deepEqual(imageUser.subscores, { owner: 1, verifier: 1, entrypoint: 1 });
+    })),
+});
+
+test({
+  name: "runHarborTasks() fails a task whose [agent] user the image does not know, naming it",
+  ignore,
+  fn: withDeadline(59_000, () =>
+    withTasks(async (tasks) => {
+      const [ghost] = await oracleRun([tasks.get("ghost")!]);
+      assert.equal(ghost.reward, null);
+      assert.match(
+        ghost.error ?? "",
+        /Cannot start Harbor task: \[agent\] user "ghost": no user "ghost" in the image's \/etc\/passwd/,
+      );
     })),
 });
