@@ -87,6 +87,13 @@ export interface ContainerRuntimeOptions {
    */
   user?: string;
   /**
+   * Capabilities the container keeps (`"SETUID"`...): every other one is
+   * dropped. For images whose server switches users (Harbor tasks' agent
+   * and verifier users).
+   * @default []
+   */
+  capabilities?: readonly string[];
+  /**
    * Whether the image's file system is read-only; `/tmp` is a fresh tmpfs
    * either way.
    * @default true
@@ -182,6 +189,13 @@ export class ContainerRuntime implements RuntimeProvider {
         );
       }
     }
+    for (const cap of options.capabilities ?? []) {
+      if (typeof cap !== "string" || !/^[A-Z_]+$/.test(cap)) {
+        throw new TypeError(
+          `Cannot create ContainerRuntime: capability "${cap}" must be a name like "SETUID"`,
+        );
+      }
+    }
     if (options.user !== undefined && (typeof options.user !== "string" || options.user === "")) {
       throw new TypeError("Cannot create ContainerRuntime: user must be a non-empty string");
     }
@@ -268,6 +282,7 @@ export class ContainerRuntime implements RuntimeProvider {
           NetworkMode: opts.network ? "bridge" : "none",
           Binds: [`${shared}:${CONTROL_DIR}`],
           CapDrop: ["ALL"],
+          ...(opts.capabilities?.length ? { CapAdd: [...opts.capabilities] } : {}),
           SecurityOpt: [
             "no-new-privileges",
             `seccomp=${seccomp}`,

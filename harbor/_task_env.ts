@@ -1,32 +1,29 @@
 // The environment a Harbor task's image serves (the layer `buildHarborImage`
 // puts on the task's own image): one template, `harbor`, whose prompt is the
-// instruction and whose grade is Harbor's verifier. The runner copies
-// `tests/` to /tests (whole tree, dot-files) only after the agent is done;
-// the grade then runs `bash /tests/test.sh` as root in the task's workdir
-// with the verifier timeout, its output going to
-// /logs/verifier/test-stdout.txt (a file, not a pipe: a child it leaves
-// behind holding its output cannot keep the verifier from ending), and reads
-// /logs/verifier/reward.json before reward.txt, as Harbor's verifier does.
+// instruction and whose grade is Harbor's verifier. Before the prompt,
+// `[environment.healthcheck]` is awaited as Harbor's `run_healthcheck` does
+// (environments/base.py: failures in the start period do not count; then
+// `retries` consecutive ones fail the task), as the image's USER. The
+// agent's shell runs as `[agent] user` and the verifier as
+// `[verifier] user` (each the image's USER, else root, when not given),
+// names and groups resolved in the image's /etc/passwd and /etc/group as
+// `docker exec -u` does. The runner copies `tests/` to /tests (whole tree,
+// dot-files) only after the agent is done; the grade then runs
+// `bash /tests/test.sh` in the task's workdir with the verifier timeout, its
+// output going to /logs/verifier/test-stdout.txt (a file, not a pipe: a
+// child it leaves behind holding its output cannot keep the verifier from
+// ending), and reads /logs/verifier/reward.json before reward.txt, as
+// Harbor's verifier does.
 
 import { Environment } from "../env.ts";
 import { addWorkspace } from "../workspace/workspace.ts";
-import { bashGrader, type ExecTarget } from "../graders/bash.ts";
+import { killTrees } from "../workspace/_processes.ts";
+import { bashGrader, type ExecOptions, type ExecResult, type ExecTarget } from "../graders/bash.ts";
+import { type HarborTaskFile, TASK_FILE } from "./_task_env_file.ts";
 
-/** What the image layer holds about its task, at {@linkcode TASK_FILE}. */
-export interface HarborTaskFile {
-  name: string;
-  /** The task image's ENV. */
-  env: Record<string, string>;
-  instruction: string;
-  workdir: string;
-  verifierTimeoutSec: number;
-  verifierEnv: Record<string, string>;
-}
-
-/** Where the layer puts the task's facts. */
-export const TASK_FILE = "/opt/hud-harbor/task.json";
 const LOGS = "/logs/verifier";
 const OUTPUT_KEPT = 16_384;
+const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 const task = JSON.parse(
   await Deno.readTextFile(Deno.env.get("HUD_HARBOR_TASK_FILE") ?? TASK_FILE),
@@ -35,16 +32,159 @@ const task = JSON.parse(
 /** The task's environment. */
 export const env: Environment = new Environment(`harbor-${task.name}`, { version: "1.0.0" });
 
-// The container is the sandbox (as Harbor's own runs: the agent is the
-// container's root); bubblewrap may be asked for with HUD_HARBOR_ISOLATION.
+/** A user resolved in the image: ids, and the home directory /etc/passwd gives. */
+interface ImageUser {
+  uid: number;
+  gid: number;
+  home: string;
+}
+
+function entries(file: string): string[][] {
+  try {
+    return Deno.readTextFileSync(file).split("\n").filter((l) => l.includes(":")).map((l) =>
+      l.split(":")
+    );
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * `spec` as `docker exec -u` takes it: a name or uid, optionally `:group`
+ * (a name or gid); a uid not in /etc/passwd gets gid 0, a name its primary
+ * group.
+ */
+function resolveUser(spec: string, what: string): ImageUser {
+  if (spec === "") return { uid: 0, gid: 0, home: "/root" };
+  const [name, group] = spec.split(":");
+  const passwd = entries("/etc/passwd");
+  const numeric = /^\d+$/.test(name);
+  const entry = passwd.find((e) => numeric ? e[2] === name : e[0] === name);
+  if (entry === undefined && !numeric) {
+    throw new Error(
+      `Cannot start Harbor task: ${what} "${spec}": no user "${name}" in the image's /etc/passwd`,
+    );
+  }
+  const uid = Number(numeric ? name : entry![2]);
+  let gid = entry === undefined ? 0 : Number(entry[3]);
+  if (group !== undefined) {
+    if (/^\d+$/.test(group)) gid = Number(group);
+    else {
+      const g = entries("/etc/group").find((e) => e[0] === group);
+      if (g === undefined) {
+        throw new Error(
+          `Cannot start Harbor task: ${what} "${spec}": no group "${group}" in the image's /etc/group`,
+        );
+      }
+      gid = Number(g[2]);
+    }
+  }
+  return { uid, gid, home: entry?.[5] || (uid === 0 ? "/root" : "/") };
+}
+
+/** The users, resolved once; an error is kept to fail the task's start with. */
+function users(): { agent: ImageUser; verifier: ImageUser; image: ImageUser } | Error {
+  try {
+    return {
+      agent: resolveUser(task.agentUser ?? task.imageUser, "[agent] user"),
+      verifier: resolveUser(task.verifierUser ?? task.imageUser, "[verifier] user"),
+      image: resolveUser(task.imageUser, "the image's USER"),
+    };
+  } catch (err) {
+    return err as Error;
+  }
+}
+const resolved = users();
+const agentUser = resolved instanceof Error ? { uid: 0, gid: 0, home: "/root" } : resolved.agent;
+
+// The container is the sandbox (as Harbor's own runs); bubblewrap may be
+// asked for with HUD_HARBOR_ISOLATION.
 const isolation = Deno.env.get("HUD_HARBOR_ISOLATION") === "auto" ? "auto" : "none";
 const workspace = addWorkspace(
   env,
   task.workdir,
-  isolation === "none"
-    ? { isolation, uid: 0, trackFiles: false, env: task.env }
-    : { trackFiles: false, env: task.env },
+  {
+    ...(isolation === "none" ? { isolation } : {}),
+    // Under bubblewrap a root agent takes a uid of the workspace's own, as before.
+    ...(isolation === "none" || agentUser.uid !== 0
+      ? { uid: agentUser.uid, gid: agentUser.gid }
+      : {}),
+    trackFiles: false,
+    env: task.env,
+  },
 );
+
+/**
+ * Runs `argv` as `user` (setpriv, capabilities dropped), in a session of its
+ * own that a time-out kills whole, with the image's variables: Harbor's
+ * `docker exec -u USER`. Output is not kept (the verifier writes a file).
+ */
+async function runAs(user: ImageUser, argv: string[], options: ExecOptions): Promise<ExecResult> {
+  const started = performance.now();
+  const child = new Deno.Command("setpriv", {
+    args: [
+      // Root stays root (without CAP_SETGID even clearing groups is refused).
+      ...(user.uid === 0 && user.gid === 0
+        ? []
+        : [`--reuid=${user.uid}`, `--regid=${user.gid}`, "--clear-groups"]),
+      "--inh-caps=-all",
+      "--bounding-set=-all",
+      "--no-new-privs",
+      "--",
+      ...argv,
+    ],
+    cwd: options.cwd ?? task.workdir,
+    clearEnv: true,
+    env: { PATH: DEFAULT_PATH, HOME: user.home, ...task.env, ...options.env },
+    detached: true,
+    stdin: "null",
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  let timedOut = false;
+  const timer = options.timeoutMs === undefined ? undefined : setTimeout(() => {
+    timedOut = true;
+    killTrees([child.pid]);
+  }, options.timeoutMs);
+  try {
+    const out = await child.output();
+    return {
+      code: out.signal === null ? out.code : null,
+      signal: out.signal,
+      stdout: "",
+      stderr: new TextDecoder().decode(out.stderr).slice(-OUTPUT_KEPT),
+      timedOut,
+      durationMs: performance.now() - started,
+    };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Harbor's `run_healthcheck`, as the image's USER in the workdir. */
+async function awaitHealthy(user: ImageUser): Promise<void> {
+  const hc = task.healthcheck;
+  if (hc === null) return;
+  const startPeriodEnd = performance.now() + hc.startPeriodSec * 1000;
+  let failures = 0;
+  while (true) {
+    const inStartPeriod = performance.now() < startPeriodEnd;
+    const r = await runAs(user, ["bash", "-c", hc.command], { timeoutMs: hc.timeoutSec * 1000 });
+    if (r.timedOut) {
+      throw new Error(
+        `Cannot start Harbor task: healthcheck timed out after ${hc.timeoutSec} s: ${hc.command}`,
+      );
+    }
+    if (r.code === 0) return;
+    if (!inStartPeriod && ++failures >= hc.retries) {
+      throw new Error(
+        `Cannot start Harbor task: healthcheck failed after ${hc.retries} retries: ${hc.command}`,
+      );
+    }
+    const wait = inStartPeriod ? hc.startIntervalSec : hc.intervalSec;
+    await new Promise((r) => setTimeout(r, wait * 1000));
+  }
+}
 
 async function exists(path: string): Promise<boolean> {
   try {
@@ -106,15 +246,24 @@ async function readReward(): Promise<{ score: number; subscores: Record<string, 
 env.template(
   { id: "harbor", description: `Harbor task ${task.name}` },
   async function* () {
+    if (resolved instanceof Error) throw resolved;
+    // Harbor's bind mounts, writable for every user (environments/docker/docker.py).
+    for (const dir of ["/logs/agent", LOGS, "/logs/artifacts"]) {
+      await Deno.mkdir(dir, { recursive: true });
+      await Deno.chmod(dir, 0o777);
+    }
+    await awaitHealthy(resolved.image);
     yield { prompt: task.instruction, bindings: { shell: { cwd: task.workdir } } };
     if (!await exists("/tests/test.sh")) {
       throw new Error("Cannot grade Harbor task: /tests/test.sh was not copied in");
     }
     await Deno.remove(LOGS, { recursive: true }).catch(() => {});
     await Deno.mkdir(LOGS, { recursive: true });
+    await Deno.chmod(LOGS, 0o777);
     // The agent's leftover processes stay stopped while the verifier runs.
-    await using phase = await workspace.grading();
-    const target: ExecTarget = { exec: (argv, options) => phase.exec(argv, options) };
+    await using _phase = await workspace.grading();
+    const verifierUser = resolved.verifier;
+    const target: ExecTarget = { exec: (argv, options = {}) => runAs(verifierUser, argv, options) };
     const timeoutSec = task.verifierTimeoutSec;
     const ran = await bashGrader(
       target,
@@ -130,7 +279,15 @@ env.template(
         }`,
       );
     }
-    const { score, subscores } = await readReward();
-    yield { score, subscores, info: { verifier } };
+    let reward;
+    try {
+      reward = await readReward();
+    } catch (err) {
+      // What kept test.sh from running (setpriv refused the user, say).
+      const said = String(ran.info?.stderr ?? "").trim().split("\n").slice(-2).join(" | ");
+      if (said === "") throw err;
+      throw new Error(`${(err as Error).message}; starting it said: ${said}`, { cause: err });
+    }
+    yield { score: reward.score, subscores: reward.subscores, info: { verifier } };
   },
 );

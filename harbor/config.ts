@@ -2,13 +2,31 @@
  * {@linkcode parseHarborConfig}: a Harbor `task.toml`, its shapes checked,
  * with Harbor's own defaults (`harbor/models/task/config.py`: 600 s for the
  * agent, the verifier and the build, 1 CPU, 2048 MB of memory, 10240 MB of
- * storage, internet allowed).
+ * storage, internet allowed), and `[environment.healthcheck]` with Harbor's
+ * field names and defaults (interval and start interval 5 s, timeout 30 s,
+ * no start period, 3 retries).
  *
  * @module
  */
 
 import { parseToml, type TomlTable, type TomlValue } from "./toml.ts";
 import { TomlDateTime } from "./toml_datetime.ts";
+
+/** `[environment.healthcheck]`: a command awaited before the agent starts (Docker's HEALTHCHECK semantics). */
+export interface HarborHealthcheckConfig {
+  /** `command`: run with `bash -c`; exit 0 means healthy. */
+  command: string;
+  /** `interval_sec`: seconds between attempts after the start period (default 5). */
+  intervalSec: number;
+  /** `timeout_sec`: seconds one attempt may take (default 30). */
+  timeoutSec: number;
+  /** `start_period_sec`: seconds during which failures do not count (default 0). */
+  startPeriodSec: number;
+  /** `start_interval_sec`: seconds between attempts in the start period (default 5). */
+  startIntervalSec: number;
+  /** `retries`: consecutive failures after the start period that fail the task (default 3). */
+  retries: number;
+}
 
 /** The `[environment]` table of a `task.toml`. */
 export interface HarborEnvironmentConfig {
@@ -28,6 +46,8 @@ export interface HarborEnvironmentConfig {
   workdir: string | null;
   /** `[environment.env]`: variables of the container, over the image's `ENV` (the agent and the verifier see them). */
   env: Record<string, string>;
+  /** `[environment.healthcheck]`, or null. */
+  healthcheck: HarborHealthcheckConfig | null;
 }
 
 /** A Harbor `task.toml`, checked, with defaults filled in. */
@@ -44,6 +64,10 @@ export interface HarborTaskConfig {
   verifierEnv: Record<string, string>;
   /** `[solution] env`: variables for `solution/solve.sh` (the oracle). */
   solutionEnv: Record<string, string>;
+  /** `[agent] user` (`user`, `uid`, `user:group`), or null for the image's `USER` (root when none). */
+  agentUser: string | null;
+  /** `[verifier] user`, or null for the image's `USER` (root when none). */
+  verifierUser: string | null;
   /** `[environment]`. */
   environment: HarborEnvironmentConfig;
 }
@@ -95,6 +119,56 @@ function optionalString(t: TomlTable, file: string, key: string): string | null 
   return v;
 }
 
+function nonNegative(t: TomlTable, file: string, key: string, fallback: number): number {
+  const v = t[key.slice(key.lastIndexOf(".") + 1)];
+  if (v === undefined) return fallback;
+  const n = typeof v === "bigint" ? Number(v) : v;
+  if (typeof n !== "number" || !(n >= 0) || !Number.isFinite(n)) {
+    throw new TypeError(`Cannot load Harbor task: ${file}: "${key}" must be a number >= 0`);
+  }
+  return n;
+}
+
+/** A user as Harbor takes it (`str | int`): a name, a uid, or either with `:group`. */
+function user(t: TomlTable, file: string, key: string): string | null {
+  const v = t[key.slice(key.lastIndexOf(".") + 1)];
+  if (v === undefined) return null;
+  if (typeof v === "number" && Number.isSafeInteger(v) && v >= 0) return String(v);
+  if (typeof v === "string" && /^[^:\s]+(:[^:\s]+)?$/.test(v)) return v;
+  throw new TypeError(
+    `Cannot load Harbor task: ${file}: "${key}" must be a user name or uid, optionally with ":group"`,
+  );
+}
+
+function healthcheck(
+  environment: TomlTable,
+  file: string,
+): HarborHealthcheckConfig | null {
+  if (environment.healthcheck === undefined) return null;
+  const t = table(environment.healthcheck, file, "environment.healthcheck");
+  const key = "environment.healthcheck";
+  const command = t.command;
+  if (typeof command !== "string" || command.trim() === "") {
+    throw new TypeError(
+      `Cannot load Harbor task: ${file}: "${key}.command" must be a non-empty string`,
+    );
+  }
+  const retries = t.retries ?? 3;
+  if (typeof retries !== "number" || !Number.isSafeInteger(retries) || retries < 0) {
+    throw new TypeError(
+      `Cannot load Harbor task: ${file}: "${key}.retries" must be an integer >= 0`,
+    );
+  }
+  return {
+    command,
+    intervalSec: nonNegative(t, file, `${key}.interval_sec`, 5),
+    timeoutSec: positive(t, file, `${key}.timeout_sec`, 30),
+    startPeriodSec: nonNegative(t, file, `${key}.start_period_sec`, 0),
+    startIntervalSec: nonNegative(t, file, `${key}.start_interval_sec`, 5),
+    retries,
+  };
+}
+
 /**
  * Parses and checks a Harbor `task.toml`.
  *
@@ -138,6 +212,8 @@ export function parseHarborConfig(text: string, file: string): HarborTaskConfig 
     verifierTimeoutSec: positive(verifier, file, "verifier.timeout_sec", 600),
     verifierEnv: envTable(verifier, file, "verifier"),
     solutionEnv: envTable(solution, file, "solution"),
+    agentUser: user(agent, file, "agent.user"),
+    verifierUser: user(verifier, file, "verifier.user"),
     environment: {
       dockerImage: optionalString(environment, file, "environment.docker_image"),
       buildTimeoutSec: positive(environment, file, "environment.build_timeout_sec", 600),
@@ -147,6 +223,7 @@ export function parseHarborConfig(text: string, file: string): HarborTaskConfig 
       allowInternet: allow ?? true,
       workdir: optionalString(environment, file, "environment.workdir"),
       env: envTable(environment, file, "environment"),
+      healthcheck: healthcheck(environment, file),
     },
   };
 }

@@ -3,7 +3,13 @@
  * task's own image (`environment/Dockerfile` built with the local engine,
  * or `[environment] docker_image`), then a layer FROM it that adds Deno's
  * binary, this SDK's sources (under /opt/hud-sdk, away from the task's
- * files) and the task's facts, and serves the task's environment. Both are
+ * files) and the task's facts, and serves the task's environment. When the
+ * task's image has an ENTRYPOINT, Harbor's Docker environment keeps it and
+ * gives it the command `sh -c "sleep infinity"`; so does this layer: its
+ * ENTRYPOINT is a small init (/opt/hud-harbor-in/init.sh) that starts the
+ * environment's server in the background and then execs the task image's
+ * ENTRYPOINT with Harbor's command, as the image's USER, with the image's
+ * own environment (the server's token and socket path removed). Both are
  * tagged by content hash, so a second run of the same task builds nothing.
  * `tests/` and `solution/` are not in either: the runner copies them in
  * when they are used.
@@ -14,13 +20,20 @@
 import { EngineClient, EngineError } from "../engines/_engine.ts";
 import { TarWriter } from "../engines/_tar.ts";
 import { buildEnvironmentImage } from "../engines/image.ts";
+import { buildContext as buildLayer } from "../engines/_base_image.ts";
 import type { HarborTask } from "./loader.ts";
-import type { HarborTaskFile } from "./_task_env.ts";
+import { TASK_FILE } from "./_task_env_file.ts";
+import type { HarborTaskFile } from "./_task_env_file.ts";
 
 /** Where the SDK's sources go in a Harbor task's image. */
 const SDK_DIR = "/opt/hud-sdk";
 const TASK_ENV = new URL("./_task_env.ts", import.meta.url).pathname;
 const SDK_ROOT = new URL("../", import.meta.url).pathname;
+const INIT = "/opt/hud-harbor-in/init.sh";
+/** Harbor's command for the task's container (`docker-compose-base.yaml` of its Docker environment). */
+const HARBOR_COMMAND = ["sh", "-c", "sleep infinity"];
+/** What the layer's Dockerfile sets in ENV (engines/image.ts), put back for the ENTRYPOINT. */
+const LAYER_ENV = ["DENO_DIR", "HOME", "NO_COLOR"];
 
 /** A task whose image could not be built (or found): `Cannot run Harbor task "x": build failed: ...`. */
 export class HarborBuildError extends Error {
@@ -50,6 +63,10 @@ export interface HarborImage {
   taskImage: string;
   /** The agent's and verifier's working directory: `[environment] workdir`, else the image's `WORKDIR`, else `/`. */
   workdir: string;
+  /** The task image's `USER` (empty: root). */
+  user: string;
+  /** The task image's ENTRYPOINT, kept (empty: none). */
+  entrypoint: string[];
   /** Whether anything was built (false: both images were there already). */
   built: boolean;
 }
@@ -121,15 +138,61 @@ function slug(name: string): string {
     "task";
 }
 
+interface ImageInfo {
+  Id: string;
+  Config?: {
+    WorkingDir?: string;
+    Env?: string[] | null;
+    User?: string;
+    Entrypoint?: string[] | null;
+    Cmd?: string[] | null;
+  };
+}
+
+function shellQuote(s: string): string {
+  return /^[A-Za-z0-9_./=:,+-]+$/.test(s) ? s : `'${s.replaceAll("'", `'\\''`)}'`;
+}
+
+/**
+ * The init of a layer on an image with an ENTRYPOINT: the server (`server`,
+ * the layer's own CMD) in the background, then the ENTRYPOINT and Harbor's
+ * command (its arguments) exec'd as `user` (the image's USER; `id` resolves
+ * a name, setpriv switches) with the image's own variables.
+ */
+function initScript(server: string[], user: string, env: Record<string, string>): string {
+  const restore = LAYER_ENV.map((k) =>
+    env[k] !== undefined
+      ? `export ${k}=${shellQuote(env[k])}`
+      : k === "HOME"
+      ? "export HOME=/root"
+      : `unset ${k}`
+  );
+  const [name, group] = user.split(":");
+  const drop = user === "" || /^(root|0)(:(root|0))?$/.test(user) ? [] : [
+    `n=${shellQuote(name)}`,
+    'case $n in *[!0-9]*) u=$(id -u "$n") || exit 1 ;; *) u=$n ;; esac',
+    `g=${group === undefined ? '$(id -g "$n" 2>/dev/null || echo 0)' : shellQuote(group)}`,
+    'set -- setpriv --reuid="$u" --regid="$g" --clear-groups -- "$@"',
+  ];
+  return [
+    "#!/bin/sh",
+    "# hud's Harbor layer (harbor/image.ts): the task environment's server beside the",
+    "# task image's ENTRYPOINT, which runs with Harbor's command as its arguments.",
+    `${server.map(shellQuote).join(" ")} </dev/null &`,
+    "unset HUD_SERVE_TOKEN HUD_CONTROL_SOCKET",
+    ...restore,
+    ...drop,
+    'exec "$@"',
+    "",
+  ].join("\n");
+}
+
 async function imageInfo(
   engine: EngineClient,
   ref: string,
-): Promise<{ Id: string; Config?: { WorkingDir?: string; Env?: string[] | null } } | null> {
+): Promise<ImageInfo | null> {
   try {
-    return await engine.call("GET", `/images/${encodeURIComponent(ref)}/json`) as {
-      Id: string;
-      Config?: { WorkingDir?: string; Env?: string[] | null };
-    };
+    return await engine.call("GET", `/images/${encodeURIComponent(ref)}/json`) as ImageInfo;
   } catch (err) {
     if (err instanceof EngineError && err.status === 404) return null;
     throw err;
@@ -219,6 +282,8 @@ export async function buildHarborImage(
   }
   // `[environment.env]` goes over it, as Harbor sets it on the container.
   Object.assign(env, task.config.environment.env);
+  const user = info.Config?.User ?? "";
+  const entrypoint = info.Config?.Entrypoint ?? [];
   const facts: HarborTaskFile = {
     name: task.name,
     env,
@@ -226,6 +291,10 @@ export async function buildHarborImage(
     workdir,
     verifierTimeoutSec: task.config.verifierTimeoutSec,
     verifierEnv: task.config.verifierEnv,
+    imageUser: user,
+    agentUser: task.config.agentUser,
+    verifierUser: task.config.verifierUser,
+    healthcheck: task.config.environment.healthcheck,
   };
   const factsBytes = new TextEncoder().encode(JSON.stringify(facts));
   // The SDK's own sources count: a changed SDK makes a new layer.
@@ -233,19 +302,44 @@ export async function buildHarborImage(
     SDK_ROOT,
     (rel) => !/^(\.|tests$|bench$|examples$|docs$|node_modules$)/.test(rel),
   );
-  const key = await sha256([info.Id, factsBytes, sdk, Deno.version.deno]);
+  const key = await sha256([info.Id, factsBytes, sdk, Deno.version.deno, INIT]);
   const image = `hud-harbor/${slug(task.name)}:${key.slice(0, 16)}`;
   if (await imageInfo(engine, image) === null) {
-    await buildEnvironmentImage(TASK_ENV, image, {
+    const served = entrypoint.length === 0 ? image : `${image}-served`;
+    await buildEnvironmentImage(TASK_ENV, served, {
       from: taskImage,
       envName: `harbor-${task.name}`,
       envVersion: "1.0.0",
       appDir: SDK_DIR,
-      files: { "/opt/hud-harbor/task.json": factsBytes },
+      files: { [TASK_FILE]: factsBytes },
       socket: options.socket,
       signal,
     });
+    if (entrypoint.length > 0) {
+      // The image's ENTRYPOINT is kept: an init starts the server beside it.
+      const server = (await imageInfo(engine, served))?.Config?.Cmd ?? [];
+      const tar = new TarWriter();
+      const enc = new TextEncoder();
+      tar.file(`root${INIT}`, enc.encode(initScript(server, user, env)), 0o755);
+      tar.file(
+        "Dockerfile",
+        enc.encode(
+          [
+            `FROM ${served}`,
+            "COPY root/ /",
+            `ENTRYPOINT ${JSON.stringify(["/bin/sh", INIT])}`,
+            `CMD ${JSON.stringify([...entrypoint, ...HARBOR_COMMAND])}`,
+            "",
+          ].join("\n"),
+        ),
+      );
+      try {
+        await buildLayer(tar, image, { socket: options.socket, signal });
+      } finally {
+        await engine.call("DELETE", `/images/${encodeURIComponent(served)}`).catch(() => {});
+      }
+    }
     built = true;
   }
-  return { image, taskImage, workdir, built };
+  return { image, taskImage, workdir, user, entrypoint, built };
 }

@@ -24,6 +24,7 @@ export { parseToml, TomlSyntaxError, type TomlTable, type TomlValue } from "./to
 export { TomlDateTime, type TomlDateTimeKind } from "./toml_datetime.ts";
 export {
   type HarborEnvironmentConfig,
+  type HarborHealthcheckConfig,
   type HarborTaskConfig,
   parseHarborConfig,
 } from "./config.ts";

@@ -1,9 +1,10 @@
 /**
  * {@linkcode runHarborTasks}: Harbor tasks run as Harbor's trial runner
  * does: the task's image in a container (`ContainerRuntime`, with the
- * task's CPUs and memory as limits), the agent on it through the SSH
- * workspace at the task's workdir with `[agent] timeout_sec`, then
- * `tests/` copied in and the verifier run. {@linkcode oracleAgent} runs
+ * task's CPUs and memory as limits) with its ENTRYPOINT kept, the
+ * healthcheck awaited, the agent on it through the SSH workspace at the
+ * task's workdir as `[agent] user` with `[agent] timeout_sec`, then
+ * `tests/` copied in and the verifier run as `[verifier] user`. {@linkcode oracleAgent} runs
  * `solution/solve.sh`, so an oracle run validates a dataset.
  *
  * @module
@@ -197,6 +198,11 @@ async function runOne(
     return { ...empty, error: (err as Error).message, built: image.built };
   }
   const env = task.config.environment;
+  // Another user than root anywhere (the image's USER, [agent] user,
+  // [verifier] user): the server needs to switch to it (setpriv), give the
+  // workdir to the agent's (chown), and drop the rest from what it runs.
+  const switches = [image.user, task.config.agentUser ?? "", task.config.verifierUser ?? ""]
+    .some((u) => u !== "" && !/^(root|0)(:(root|0))?$/.test(u));
   const runtime = new HarborRuntime(
     new ContainerRuntime(image.image, {
       socket: options.socket,
@@ -206,6 +212,7 @@ async function runOne(
       // root (still without capabilities, under the runtime's seccomp list
       // and no-new-privileges), the image writable, the network as the task says.
       user: "0:0",
+      capabilities: switches ? ["CHOWN", "SETUID", "SETGID", "SETPCAP"] : [],
       readOnly: false,
       network: env.allowInternet,
       labels: { "dev.hud.harbor.task": task.name },
@@ -213,6 +220,11 @@ async function runOne(
     options.socket,
   );
   const agentMs = task.config.agentTimeoutSec * 1000;
+  // The longest a healthcheck can take before it passes or fails.
+  const hc = env.healthcheck;
+  const healthMs = hc === null ? 0 : (hc.startPeriodSec +
+    (hc.startPeriodSec / Math.max(hc.startIntervalSec, 0.1) + hc.retries + 1) * hc.timeoutSec +
+    hc.retries * hc.intervalSec) * 1000;
   const job = await new Taskset([{
     env: `harbor-${task.name}`,
     id: "harbor",
@@ -223,7 +235,7 @@ async function runOne(
     group: options.group ?? 1,
     agentTimeout: agentMs,
     // Placing, copying in and the verifier fit in the rest.
-    rolloutTimeout: agentMs + task.config.verifierTimeoutSec * 1000 + 120_000,
+    rolloutTimeout: agentMs + healthMs + task.config.verifierTimeoutSec * 1000 + 120_000,
     signal: options.signal,
   });
   const runs = [...job.runs];
