@@ -160,12 +160,12 @@ test("parseToml() refuses every invalid toml-test case with a positioned error",
   }
 });
 
-test("parseToml() reads real Harbor task.toml files", async (t) => {
+test("parseToml() reads task.toml files in the shapes Harbor tasks use", async (t) => {
   const dir = new URL("harbor/", FIXTURES);
   const read = (name: string) => parseToml(Deno.readFileSync(new URL(name, dir)));
 
-  await t.step("a Terminal-Bench 2.1 task", () => {
-    const task = read("terminal-bench-2.1-pam.toml");
+  await t.step("Terminal-Bench 2's keys", () => {
+    const task = read("tb2-shape.toml");
     assert.equal(task.version, "2.0");
     assert.deepEqual(task.agent, { timeout_sec: 1800 });
     assert.deepEqual(task.verifier, { timeout_sec: 900 });
@@ -182,53 +182,53 @@ test("parseToml() reads real Harbor task.toml files", async (t) => {
   });
 
   await t.step("comments, sub-tables and env tables", () => {
-    const task = read("nfv-resource-allocation.toml");
+    const task = read("comments-env-tables.toml");
     assert.equal(task.schema_version, "1.4");
     const metadata = task.metadata as TomlTable;
-    assert.equal(metadata.author_name, "Tianfu Wang");
-    assert.deepEqual(metadata.rsi_harness, { verifier: { gpus: 0 } });
-    assert.match(metadata.verification_explanation as string, /virne's own Recorder/);
+    assert.equal(metadata.author_name, "HUD SDK tests");
+    assert.deepEqual(metadata.harness, { verifier: { gpus: 0 } });
+    assert.match(metadata.verification_explanation as string, /through its own simulator/);
     const environment = task.environment as TomlTable;
     assert.equal(environment.network_mode, "public");
     assert.deepEqual(environment.env, {
-      VNE_VISIBLE_SEEDS: "0,1,2",
-      VNE_RATE: "0.12",
-      VNE_STREAM_LEN: "1000",
+      QUEUE_SEEDS: "3,5,8",
+      QUEUE_RATE: "0.25",
+      QUEUE_LENGTH: "500",
     });
     assert.deepEqual((task.verifier as TomlTable).env, {
-      VNE_VERIFY_STREAM_LEN: "1000",
-      VNE_VERIFY_TIME_BUDGET_SEC: "3",
-      VNE_VERIFY_MAX_REWARD: "1.0",
+      QUEUE_VERIFY_LENGTH: "500",
+      QUEUE_VERIFY_BUDGET_SEC: "2",
+      QUEUE_VERIFY_MAX_REWARD: "1.0",
     });
-    assert.equal((task.agent as TomlTable).timeout_sec, 43200);
+    assert.equal((task.agent as TomlTable).timeout_sec, 21600);
   });
 
   await t.step("empty sub-tables and arrays", () => {
-    const task = read("litestream-consistent-recovery.toml");
+    const task = read("empty-tables.toml");
     assert.deepEqual((task.verifier as TomlTable).env, {});
     assert.deepEqual(task.solution, { env: {} });
     assert.deepEqual((task.environment as TomlTable).mcp_servers, []);
     assert.equal((task.environment as TomlTable).allow_internet, true);
   });
 
-  await t.step("Harbor's documented example, arrays of tables and inline tables", () => {
-    const task = read("harbor-docs-example.toml");
+  await t.step("the shape of Harbor's documented example: arrays of tables, inline tables", () => {
+    const task = read("arrays-of-tables.toml");
     // Keys after [[metadata.authors]] belong to that element, as TOML says.
     assert.deepEqual(task.metadata, {
       authors: [{
-        name: "Steve Jobs",
-        email: "steve@apple.com",
-        difficulty_explanation: "Trivial task for demonstration",
+        name: "Test Author",
+        email: "author@hud-sdk.invalid",
+        difficulty_explanation: "A one-step task for the reader's tests",
         category: "programming",
         tags: ["trivial"],
       }],
     });
-    assert.deepEqual(task.verifier, { timeout_sec: 120, env: { API_KEY: "sk-test-123" } });
+    assert.deepEqual(task.verifier, { timeout_sec: 120, env: { TOKEN_NAME: "not-a-secret" } });
     assert.deepEqual((task.environment as TomlTable).gpu_types, ["H100", "A100"]);
     assert.deepEqual((task.environment as TomlTable).mcp_servers, [{
-      name: "mcp-server",
+      name: "tools",
       transport: "streamable-http",
-      url: "http://mcp-server:8000/mcp",
+      url: "http://tools:8000/mcp",
     }]);
   });
 });
