@@ -20,6 +20,7 @@ import { addWorkspace } from "../workspace/workspace.ts";
 import { killTrees } from "../workspace/_processes.ts";
 import { bashGrader, type ExecOptions, type ExecResult, type ExecTarget } from "../graders/bash.ts";
 import { type HarborTaskFile, TASK_FILE } from "./_task_env_file.ts";
+import { treeDiff, treeFiles } from "./_tree.ts";
 
 const LOGS = "/logs/verifier";
 const OUTPUT_KEPT = 16_384;
@@ -262,6 +263,19 @@ env.template(
     await Deno.chmod(LOGS, 0o777);
     // The agent's leftover processes stay stopped while the verifier runs.
     await using _phase = await workspace.grading();
+    // They ran while tests/ was copied in, and the agent could make /tests before: the
+    // verifier runs only the tree the runner copied (a conftest.py added, a test.sh changed,
+    // a symlink planted each stop it).
+    const changed = treeDiff(task.tests, await treeFiles("/tests", true).catch(() => ({})));
+    if (changed.length > 0) {
+      throw new Error(
+        `Cannot grade Harbor task: /tests is not the task's tests/ as copied in: ${
+          changed.slice(0, 3).join(", ")
+        }${
+          changed.length > 3 ? ` and ${changed.length - 3} more` : ""
+        } (the agent or a process it left wrote there; the image's own /tests, if it has one, counts too)`,
+      );
+    }
     const verifierUser = resolved.verifier;
     const target: ExecTarget = { exec: (argv, options = {}) => runAs(verifierUser, argv, options) };
     const timeoutSec = task.verifierTimeoutSec;

@@ -20,6 +20,11 @@ export interface HarborTaskFile {
   verifierUser: string | null;
   /** `[environment.healthcheck]`, or null. */
   healthcheck: HarborHealthcheckConfig | null;
+  /**
+   * The task's `tests/` as the runner copies it to /tests: each file's
+   * relative path to its mode and SHA-256 (`"0755:ab12..."`).
+   */
+  tests: Record<string, string>;
 }
 
 /**

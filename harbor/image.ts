@@ -24,6 +24,7 @@ import { buildContext as buildLayer } from "../engines/_base_image.ts";
 import type { HarborTask } from "./loader.ts";
 import { TASK_FILE } from "./_task_env_file.ts";
 import type { HarborTaskFile } from "./_task_env_file.ts";
+import { sha256, treeFiles, treeHash, walk } from "./_tree.ts";
 
 /** Where the SDK's sources go in a Harbor task's image. */
 const SDK_DIR = "/opt/hud-sdk";
@@ -71,45 +72,6 @@ export interface HarborImage {
   built: boolean;
 }
 
-async function sha256(parts: (string | Uint8Array)[]): Promise<string> {
-  const enc = new TextEncoder();
-  const chunks = parts.map((p) => typeof p === "string" ? enc.encode(p) : p);
-  const all = new Uint8Array(chunks.reduce((n, c) => n + c.length + 8, 0));
-  let at = 0;
-  for (const c of chunks) {
-    new DataView(all.buffer).setBigUint64(at, BigInt(c.length));
-    all.set(c, at + 8);
-    at += c.length + 8;
-  }
-  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", all));
-  return [...digest].map((b) => b.toString(16).padStart(2, "0")).join("");
-}
-
-/** Every file under `dir` (dot-files too), by relative path, sorted, with its mode. */
-async function walk(
-  dir: string,
-  filter: (rel: string) => boolean = () => true,
-): Promise<{ rel: string; mode: number; data: Uint8Array }[]> {
-  const out: { rel: string; mode: number; data: Uint8Array }[] = [];
-  async function visit(rel: string): Promise<void> {
-    for await (const entry of Deno.readDir(rel === "" ? dir : `${dir}/${rel}`)) {
-      const r = rel === "" ? entry.name : `${rel}/${entry.name}`;
-      if (!filter(r)) continue;
-      if (entry.isDirectory) await visit(r);
-      else if (entry.isFile) {
-        const path = `${dir}/${r}`;
-        out.push({
-          rel: r,
-          mode: (await Deno.stat(path)).mode! & 0o7777,
-          data: await Deno.readFile(path),
-        });
-      }
-    }
-  }
-  await visit("");
-  return out.sort((a, b) => a.rel < b.rel ? -1 : a.rel > b.rel ? 1 : 0);
-}
-
 /**
  * A tar of every file under `dir`, dot-files included, with their modes,
  * placed under `prefix` (for an engine build context, or a copy into a
@@ -122,12 +84,6 @@ export async function tarTree(dir: string, prefix = ""): Promise<Uint8Array<Arra
     tar.file(prefix === "" ? f.rel : `${prefix}/${f.rel}`, f.data, f.mode);
   }
   return tar.bytes();
-}
-
-async function treeHash(dir: string, filter?: (rel: string) => boolean): Promise<string> {
-  const parts: (string | Uint8Array)[] = [];
-  for (const f of await walk(dir, filter)) parts.push(f.rel, String(f.mode), f.data);
-  return await sha256(parts);
 }
 
 function slug(name: string): string {
@@ -295,6 +251,7 @@ export async function buildHarborImage(
     agentUser: task.config.agentUser,
     verifierUser: task.config.verifierUser,
     healthcheck: task.config.environment.healthcheck,
+    tests: await treeFiles(task.testsDir),
   };
   const factsBytes = new TextEncoder().encode(JSON.stringify(facts));
   // The SDK's own sources count: a changed SDK makes a new layer.

@@ -157,6 +157,47 @@ for (const name of TASKS) {
   });
 }
 
+test({
+  name:
+    "runHarborTasks(): an agent that plants /tests/conftest.py, or leaves a process to rewrite test.sh, earns nothing",
+  ignore,
+  fn: withDeadline(59_000, async () => {
+    base ??= buildTbstyleBase();
+    await base;
+    const [task] = (await loadHarborTasks(`${DATASET}/gateway-error-ids`)).tasks as HarborTask[];
+    // pytest imports a conftest.py beside the tests: one that exits 0 passes them all.
+    const planter = functionAgent(async (_prompt, run, { signal }) => {
+      await using shell = await run.client.open("shell", { signal });
+      const r = await shell.exec(
+        "mkdir -p /tests && echo 'import os; os._exit(0)' > /tests/conftest.py",
+        { signal },
+      );
+      assert.equal(r.code, 0, r.stderrText);
+    });
+    const [planted] = await runHarborTasks([task], planter, { signal: testSignal() });
+    assert.equal(planted.reward, null, "the planted conftest.py was graded");
+    assert.match(
+      planted.error ?? "",
+      /\/tests is not the task's tests\/ as copied in: conftest\.py \(added\)/,
+    );
+    // A process left behind waits for test.sh and rewrites it; it is stopped before the
+    // verifier runs, and a rewrite it managed first is refused: never a reward.
+    const racer = functionAgent(async (_prompt, run, { signal }) => {
+      await using shell = await run.client.open("shell", { signal });
+      await shell.exec(
+        "nohup bash -c 'for i in $(seq 1 2000); do [ -f /tests/test.sh ] && " +
+          'echo "echo 1 > /logs/verifier/reward.txt" > /tests/test.sh && exit; sleep 0.01; done\' ' +
+          ">/dev/null 2>&1 &",
+        { signal },
+      );
+    });
+    const [raced] = await runHarborTasks([task], racer, { signal: testSignal() });
+    assert.notEqual(raced.reward, 1, "the rewritten test.sh was graded");
+    if (raced.reward === null) assert.match(raced.error ?? "", /test\.sh \(changed\)/);
+    assert.deepEqual(await containersLeft(), [], "containers left behind");
+  }),
+});
+
 test(
   {
     name: "hud eval harbor:tests/fixtures/harbor-tbstyle --agent oracle validates the dataset",
