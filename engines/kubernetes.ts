@@ -182,7 +182,9 @@ export interface KubernetesRuntimeOptions {
    */
   owner?: KubernetesOwner | false;
   /**
-   * How long `close()` waits for the pods to go, in ms.
+   * How long `close()` waits for the pods to go, in ms; those still there
+   * are then deleted at once (`gracePeriodSeconds=0`: gone from the API, their
+   * kubelets stop them when they catch up).
    * @default 30_000
    */
   closeTimeout?: number;
@@ -357,6 +359,8 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
   #fatal: Error | null = null;
   #fatalUntil = 0;
   #route: Promise<boolean> | null = null;
+  /** Aborted by close: pods still being readied stop waiting (nothing polls them any more). */
+  readonly #closing = new AbortController();
   /** Nodes the pool's new pods keep off, and until when. */
   readonly #avoid = new Map<string, number>();
   /** Nodes the runtime's pods were scheduled on. */
@@ -767,7 +771,11 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
       try {
         await this.#client!.call("DELETE", `${this.#podsPath(pod.name)}${grace}`);
       } catch (err) {
-        if (!(err instanceof KubeApiError && err.status === 404)) throw err;
+        if (!(err instanceof KubeApiError && err.status === 404)) {
+          // A later call (close) tries again rather than reuse the failure.
+          pod.deleting = null;
+          throw err;
+        }
       }
     })();
     return pod.deleting;
@@ -1071,7 +1079,11 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
     const slot = { held: true };
     let pod: Pod | null = null;
     try {
-      using deadline = new Deadline(readyTimeout, signal, "pod ready");
+      using deadline = new Deadline(
+        readyTimeout,
+        signal ? AbortSignal.any([signal, this.#closing.signal]) : this.#closing.signal,
+        "pod ready",
+      );
       pod = await this.#create(deadline.signal);
       const url = await this.#readyPod(pod, deadline.signal, slot);
       const placed = pod;
@@ -1172,7 +1184,7 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
       await this.#takeSlot();
       slot.held = true;
       if (this.#closed) return;
-      using deadline = new Deadline(readyTimeout, undefined, "pod ready");
+      using deadline = new Deadline(readyTimeout, this.#closing.signal, "pod ready");
       pod = await this.#create(deadline.signal);
       const url = await this.#readyPod(pod, deadline.signal, slot);
       await this.#holdLifeline(pod, url);
@@ -1263,6 +1275,7 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
   }
 
   async #shutdown(): Promise<void> {
+    this.#closing.abort(this.#closedError());
     if (this.#timer !== null) clearTimeout(this.#timer);
     this.#timer = null;
     this.#pool?.rejectWaiters(() => this.#closedError());
@@ -1286,17 +1299,33 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
       } catch (err) {
         if (!(err instanceof KubeApiError && err.status === 404)) throw err;
       }
-      // Wait (bounded) for the pods to go; a lost node's are forced out.
-      using deadline = new Deadline(this.#options.closeTimeout ?? 30_000, undefined, "pod removal");
-      while (!deadline.signal.aborted) {
-        const list = await client.call(
+      // Wait (bounded) for the pods to go; a lost node's are forced out, and so are those
+      // still there at the end (a kubelet too slow to confirm): none is left in the API.
+      const left = async () =>
+        (await client.call(
           "GET",
           `${this.#podsPath()}?labelSelector=${
             encodeURIComponent(`${RUNTIME_LABEL}=${this.#name}`)
           }`,
-        ) as { items: PodObject[] };
-        if (list.items.length === 0) break;
+        ) as { items: PodObject[] }).items;
+      using deadline = new Deadline(this.#options.closeTimeout ?? 30_000, undefined, "pod removal");
+      let pods = await left();
+      while (pods.length > 0 && !deadline.signal.aborted) {
         await delay(250, deadline.signal).catch(() => {});
+        pods = await left();
+      }
+      if (pods.length > 0) {
+        await Promise.allSettled(pods.map(async (p) => {
+          await this.#deletes.acquire();
+          await client.call("DELETE", `${this.#podsPath(p.metadata.name)}?gracePeriodSeconds=0`)
+            .catch((err) => {
+              if (!(err instanceof KubeApiError && err.status === 404)) throw err;
+            });
+        }));
+        using forced = new Deadline(5_000, undefined, "forced pod removal");
+        while ((await left()).length > 0 && !forced.signal.aborted) {
+          await delay(250, forced.signal).catch(() => {});
+        }
       }
     } finally {
       for (const p of this.#pods.values()) await p.forward?.close();

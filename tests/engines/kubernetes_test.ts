@@ -484,7 +484,7 @@ clusterTest(
   "KubernetesRuntime: a pool keeps off a node where its pods cannot start, and fails fast where none can",
   59_000,
   async () => {
-    // k8s-n2 loses the image; pulling it from no registry, its pods fail there.
+    // k8s-n2 loses the image; its pods fail there.
     const ctr = (node: string, args: string[]) =>
       new Deno.Command("ctr", {
         args: ["-a", `/run/hud-k8s/${node}/containerd.sock`, "-n", "k8s.io", ...args],
@@ -499,6 +499,8 @@ clusterTest(
     try {
       await using runtime = new KubernetesRuntime(IMAGE, {
         ...base(),
+        // Never pulled: the node without the image fails at once (no registry to time out on).
+        imagePullPolicy: "Never",
         pool: { minReplicas: 6, maxReplicas: 6 },
       });
       await runtime.ready(6, { timeout: 90_000 });
@@ -512,12 +514,51 @@ clusterTest(
     {
       await using runtime = new KubernetesRuntime("hud.local/missing:1", {
         ...base(),
+        // Never pulled: the node without the image fails at once (no registry to time out on).
+        imagePullPolicy: "Never",
         pool: { minReplicas: 3, maxReplicas: 3 },
       });
       const err = await runtime.ready(3, { timeout: 90_000 }).catch((e) => e);
       assert.equal(err?.name, "NotReadyError", String(err));
-      assert.match(String(err), /ErrImagePull|ImagePullBackOff/);
+      assert.match(String(err), /ErrImageNeverPull/);
       assert.doesNotMatch(String(err), /pods ready after/, "the waiters timed out instead");
+    }
+    assert.deepEqual(await waitNone("default", 30_000), []);
+  },
+);
+
+clusterTest(
+  "KubernetesRuntime.close() leaves no pod in the API when a kubelet never confirms the deletion",
+  59_000,
+  async () => {
+    const runtime = new KubernetesRuntime(IMAGE, { ...base(), closeTimeout: 3_000 });
+    let stopped: number[] = [];
+    try {
+      const p = await runtime.place();
+      const node = String(p.params.node);
+      // The node's kubelet, stopped: the pod's graceful deletion is never confirmed.
+      stopped = namespacePids(node).filter((pid) => {
+        try {
+          return Deno.readTextFileSync(`/proc/${pid}/comm`).trim() === "kubelet";
+        } catch {
+          return false;
+        }
+      });
+      assert.equal(stopped.length, 1, `kubelet of ${node}: ${stopped}`);
+      Deno.kill(stopped[0], "SIGSTOP");
+      await p[Symbol.asyncDispose]();
+      await runtime.close();
+      // Nothing is left of it in the API, at once (no waiting here).
+      const pods = await api(
+        "GET",
+        `/api/v1/namespaces/default/pods?labelSelector=${
+          encodeURIComponent(`${RUNTIME_LABEL}=${runtime.name}`)
+        }`,
+      ) as { items: unknown[] };
+      assert.equal(pods.items.length, 0, JSON.stringify(pods.items).slice(0, 400));
+    } finally {
+      for (const pid of stopped) Deno.kill(pid, "SIGCONT");
+      await runtime.close();
     }
     assert.deepEqual(await waitNone("default", 30_000), []);
   },
