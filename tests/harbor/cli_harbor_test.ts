@@ -6,22 +6,12 @@
 
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";
-import { findEngineSocket } from "../../engines/_engine.ts";
 import { buildShellBase } from "../engines/_shell_base.ts";
 import { withDeadline } from "../_deadline.ts";
 import { BASE, writeDataset } from "./_dataset.ts";
+import { skipWithoutEngine } from "./_engine.ts";
 
-function engineSocket(): string | null {
-  try {
-    return findEngineSocket();
-  } catch {
-    return null;
-  }
-}
-const SOCKET = engineSocket();
-const CI = Deno.env.get("CI") === "true";
-if (SOCKET === null && !CI) console.log("cli_harbor_test: skipped: no engine socket");
-const ignore = SOCKET === null && !CI;
+const ignore = skipWithoutEngine("cli_harbor_test");
 const CLI = new URL("../../cli.ts", import.meta.url).pathname;
 
 async function hud(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {

@@ -14,23 +14,14 @@ import {
   loadHarborTasks,
   runHarborTasks,
 } from "../../harbor/mod.ts";
-import { EngineClient, EngineError, findEngineSocket } from "../../engines/_engine.ts";
+import { EngineClient, EngineError } from "../../engines/_engine.ts";
 import { functionAgent } from "../../eval/mod.ts";
 import { buildShellBase } from "../engines/_shell_base.ts";
 import { BASE } from "./_dataset.ts";
 import { withDeadline } from "../_deadline.ts";
+import { skipWithoutEngine } from "./_engine.ts";
 
-function engineSocket(): string | null {
-  try {
-    return findEngineSocket();
-  } catch {
-    return null;
-  }
-}
-const SOCKET = engineSocket();
-const CI = Deno.env.get("CI") === "true";
-if (SOCKET === null && !CI) console.log("export_run_test: skipped: no engine socket");
-const ignore = SOCKET === null && !CI;
+const ignore = skipWithoutEngine("export_run_test");
 
 const FIXTURE = new URL("../fixtures/harbor_export_env.ts", import.meta.url).pathname;
 const REPO = `hud-test-harbor-export-run-${Deno.pid}`;

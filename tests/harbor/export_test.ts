@@ -9,25 +9,16 @@
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { exportHarborTasks, loadHarborTasks, parseToml } from "../../harbor/mod.ts";
-import { EngineClient, EngineError, findEngineSocket } from "../../engines/_engine.ts";
+import { EngineClient, EngineError } from "../../engines/_engine.ts";
 import { tarTree } from "../../harbor/image.ts";
 import { OWNER_LABEL } from "../../engines/mod.ts";
 import { buildShellBase } from "../engines/_shell_base.ts";
 import { BASE } from "./_dataset.ts";
 import { withDeadline } from "../_deadline.ts";
 import { main } from "../../cli.ts";
+import { skipWithoutEngine } from "./_engine.ts";
 
-function engineSocket(): string | null {
-  try {
-    return findEngineSocket();
-  } catch {
-    return null;
-  }
-}
-const SOCKET = engineSocket();
-const CI = Deno.env.get("CI") === "true";
-if (SOCKET === null && !CI) console.log("export_test: skipped: no engine socket");
-const ignore = SOCKET === null && !CI;
+const ignore = skipWithoutEngine("export_test");
 
 const FIXTURE = new URL("../fixtures/harbor_export_env.ts", import.meta.url).pathname;
 const REPO = `hud-test-harbor-export-${Deno.pid}`;

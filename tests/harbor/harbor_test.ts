@@ -16,33 +16,13 @@ import {
   parseHarborConfig,
   runHarborTasks,
 } from "../../harbor/mod.ts";
-import { EngineClient, findEngineSocket } from "../../engines/_engine.ts";
 import { buildShellBase } from "../engines/_shell_base.ts";
 import { BASE, writeDataset } from "./_dataset.ts";
-import { OWNER_LABEL } from "../../engines/mod.ts";
 import { functionAgent } from "../../eval/mod.ts";
 import { withDeadline } from "../_deadline.ts";
+import { containersLeft, skipWithoutEngine } from "./_engine.ts";
 
-function engineSocket(): string | null {
-  try {
-    return findEngineSocket();
-  } catch {
-    return null;
-  }
-}
-const SOCKET = engineSocket();
-const CI = Deno.env.get("CI") === "true";
-if (SOCKET === null && !CI) console.log("harbor_test: skipped: no engine socket");
-const ignore = SOCKET === null && !CI;
-
-async function containersLeft(): Promise<string[]> {
-  using engine = await EngineClient.open();
-  const filters = encodeURIComponent(JSON.stringify({ label: [`${OWNER_LABEL}=${Deno.pid}`] }));
-  const list = await engine.call("GET", `/containers/json?all=true&filters=${filters}`) as {
-    Id: string;
-  }[];
-  return list.map((c) => c.Id);
-}
+const ignore = skipWithoutEngine("harbor_test");
 
 test("loadHarborTasks() loads the valid tasks and lists the others with a reason code", async () => {
   const root = await Deno.makeTempDir({ prefix: "hud-harbor-" });

@@ -19,23 +19,13 @@ import {
   parseHarborConfig,
   runHarborTasks,
 } from "../../harbor/mod.ts";
-import { EngineClient, EngineError, findEngineSocket } from "../../engines/_engine.ts";
-import { OWNER_LABEL } from "../../engines/mod.ts";
+import { EngineClient, EngineError } from "../../engines/_engine.ts";
 import { buildShellBase } from "../engines/_shell_base.ts";
 import { BASE, writeTask } from "./_dataset.ts";
 import { withDeadline } from "../_deadline.ts";
+import { containersLeft, skipWithoutEngine } from "./_engine.ts";
 
-function engineSocket(): string | null {
-  try {
-    return findEngineSocket();
-  } catch {
-    return null;
-  }
-}
-const SOCKET = engineSocket();
-const CI = Deno.env.get("CI") === "true";
-if (SOCKET === null && !CI) console.log("semantics_test: skipped: no engine socket");
-const ignore = SOCKET === null && !CI;
+const ignore = skipWithoutEngine("semantics_test");
 
 // Records its arguments and environment, then runs them, as an image's
 // ENTRYPOINT does; the ready file comes two seconds later.
@@ -134,15 +124,6 @@ async function writeTasks(root: string): Promise<void> {
       entrypoint: '[ "$(cat /marks/uid)" = 1234 ]',
     }),
   });
-}
-
-async function containersLeft(): Promise<string[]> {
-  using engine = await EngineClient.open();
-  const filters = encodeURIComponent(JSON.stringify({ label: [`${OWNER_LABEL}=${Deno.pid}`] }));
-  const list = await engine.call("GET", `/containers/json?all=true&filters=${filters}`) as {
-    Id: string;
-  }[];
-  return list.map((c) => c.Id);
 }
 
 /** Runs the tasks with the oracle, then removes the images built for them (by id). */

@@ -16,23 +16,14 @@ import {
   loadHarborTasks,
   runHarborTasks,
 } from "../../harbor/mod.ts";
-import { EngineClient, EngineError, findEngineSocket } from "../../engines/_engine.ts";
+import { EngineClient, EngineError } from "../../engines/_engine.ts";
 import { OWNER_LABEL } from "../../engines/mod.ts";
 import { functionAgent } from "../../eval/mod.ts";
 import { testSignal, withDeadline } from "../_deadline.ts";
 import { buildTbstyleBase, TBSTYLE_BASE } from "./_tbstyle_base.ts";
+import { containersLeft, skipWithoutEngine } from "./_engine.ts";
 
-function engineSocket(): string | null {
-  try {
-    return findEngineSocket();
-  } catch {
-    return null;
-  }
-}
-const SOCKET = engineSocket();
-const CI = Deno.env.get("CI") === "true";
-if (SOCKET === null && !CI) console.log("tbstyle_test: skipped: no engine socket");
-const ignore = SOCKET === null && !CI;
+const ignore = skipWithoutEngine("tbstyle_test");
 
 const DATASET = new URL("../fixtures/harbor-tbstyle", import.meta.url).pathname;
 const TASKS = ["adler32-ctypes", "gateway-error-ids", "git-lost-branch", "weekly-level-report"];
@@ -45,15 +36,6 @@ const CLI = new URL("../../cli.ts", import.meta.url).pathname;
  */
 const built: string[] = [];
 let base: Promise<string> | null = null;
-
-async function containersLeft(): Promise<string[]> {
-  using engine = await EngineClient.open();
-  const filters = encodeURIComponent(JSON.stringify({ label: [`${OWNER_LABEL}=${Deno.pid}`] }));
-  const list = await engine.call("GET", `/containers/json?all=true&filters=${filters}`) as {
-    Id: string;
-  }[];
-  return list.map((c) => c.Id);
-}
 
 /** The verifier's output of a run, from its trace. */
 function verifierOutput(result: { runs: { trace: unknown }[] }): string {
