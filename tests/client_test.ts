@@ -1,4 +1,5 @@
 import { test } from "./_test.ts";
+import { LINUX, ROOT_USER } from "./_counterparts.ts";
 import assert from "node:assert/strict";
 import {
   any,
@@ -652,7 +653,7 @@ async function bashOutput(script: string, asNobody: boolean): Promise<string> {
 test({
   name: "HudClient forwarders serve only the user who opened them: another uid is refused",
   // Needs root to act as another user, and Linux's socket tables.
-  ignore: Deno.build.os !== "linux" || Deno.uid() !== 0,
+  needs: [LINUX, ROOT_USER],
   async fn(t) {
     const echo = echoServer();
     const env = new Environment("users", {

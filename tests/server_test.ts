@@ -4,6 +4,7 @@
 // socket, in tests/_server/dispatcher_test.ts.
 
 import { test } from "./_test.ts";
+import { counterpart } from "./_counterparts.ts";
 import assert from "node:assert/strict";
 import { any, bind, Capability, connect, Environment, integer, serve } from "../mod.ts";
 import { isRecord } from "../_internal/util.ts";
@@ -17,6 +18,12 @@ const python = await new Deno.Command("python3", {
   stderr: "null",
   signal: AbortSignal.timeout(30_000),
 }).output().then((o) => o.success ? new TextDecoder().decode(o.stdout).trim() : "", () => "");
+/** A python3 on PATH. */
+const PYTHON_ON_PATH = counterpart(
+  "python3",
+  "apt-get install python3",
+  () => python ? null : "no python3 on PATH",
+);
 
 /** The error of a reply frame. */
 function errorOf(reply: Record<string, unknown> | null): { code: number; message: string } {
@@ -153,7 +160,7 @@ test("bind() parks the task of a dropped connection; a new connection resumes it
 
 test({
   name: "bind() with auth: false serves HUD's client at the edges of the wire (issue 24)",
-  ignore: !python,
+  needs: [PYTHON_ON_PATH],
   async fn() {
     const echo = echoServer();
     const env = new Environment("edges", {

@@ -4,6 +4,7 @@
 // an engine socket.
 
 import { test } from "../_test.ts";
+import { ENGINE } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { EngineClient, findEngineSocket } from "../../engines/_engine.ts";
 import { AGENT, deno, makeProject, readmeImportMap } from "../_project.ts";
@@ -16,13 +17,12 @@ function engineSocket(): string | null {
   }
 }
 const SOCKET = engineSocket();
-if (SOCKET === null) console.log("user_image_test: skipped: no engine socket");
 const BASE = "hud-test-user-base:latest";
 const IMAGE = "hud-test-user-env:latest";
 
 test({
   name: "hud image: a user project's image (import map, --from the base) starts and serves",
-  ignore: SOCKET === null,
+  needs: [ENGINE],
   async fn(t) {
     const dir = await makeProject(await readmeImportMap());
     const project = `${dir}/project`;

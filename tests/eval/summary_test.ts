@@ -5,6 +5,7 @@
 // one replaced are history.
 
 import { test } from "../_test.ts";
+import { LINUX } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { main } from "../../cli.ts";
 import { Job } from "../../eval/mod.ts";
@@ -73,7 +74,7 @@ function jsonCounts(s: Record<string, unknown>): Counts {
 test({
   name:
     "eval, eval --json, report, view and Job.load count alike after an interrupted, resumed run",
-  ignore: Deno.build.os !== "linux",
+  needs: [LINUX],
 }, async () => {
   const tmp = await Deno.makeTempDir({ prefix: "summary-test-" });
   try {

@@ -7,6 +7,7 @@
 // does nothing. Needs an engine socket; skipped without one (in CI it runs).
 
 import { test } from "../_test.ts";
+import { ENGINE } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { exportHarborTasks, loadHarborTasks, parseToml } from "../../harbor/mod.ts";
 import { EngineClient, EngineError } from "../../engines/_engine.ts";
@@ -16,9 +17,6 @@ import { buildShellBase } from "../engines/_shell_base.ts";
 import { BASE } from "./_dataset.ts";
 import { withDeadline } from "../_deadline.ts";
 import { main } from "../../cli.ts";
-import { skipWithoutEngine } from "./_engine.ts";
-
-const ignore = skipWithoutEngine("export_test");
 
 const FIXTURE = new URL("../fixtures/harbor_export_env.ts", import.meta.url).pathname;
 const REPO = `hud-test-harbor-export-${Deno.pid}`;
@@ -156,7 +154,7 @@ function exportOnce(): Promise<string> {
 
 test({
   name: "exportHarborTasks() writes task folders that loadHarborTasks() reads",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, async () => {
     const out = await exportOnce();
     const { tasks, skipped } = await loadHarborTasks(out);
@@ -234,7 +232,7 @@ test({
 
 test({
   name: "exportHarborTasks() tasks run as Harbor runs them: 1 for the right answer, 0 for none",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, async () => {
     const dir = `${await exportOnce()}/code`;
     try {

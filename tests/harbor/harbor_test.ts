@@ -7,6 +7,7 @@
 // engine socket; skipped without one, saying why (in CI it runs).
 
 import { test } from "../_test.ts";
+import { ENGINE } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import {
   buildHarborImage,
@@ -20,9 +21,7 @@ import { buildShellBase } from "../engines/_shell_base.ts";
 import { BASE, writeDataset } from "./_dataset.ts";
 import { functionAgent } from "../../eval/mod.ts";
 import { withDeadline } from "../_deadline.ts";
-import { containersLeft, skipWithoutEngine } from "./_engine.ts";
-
-const ignore = skipWithoutEngine("harbor_test");
+import { containersLeft } from "./_engine.ts";
 
 test("loadHarborTasks() loads the valid tasks and lists the others with a reason code", async () => {
   const root = await Deno.makeTempDir({ prefix: "hud-harbor-" });
@@ -115,7 +114,7 @@ function pick(tasks: HarborTask[], ...names: string[]): HarborTask[] {
 
 test({
   name: "runHarborTasks() with the oracle scores 1.0, and reward.json's keys become subscores",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, () =>
     withDataset(async (tasks) => {
       const [hello, multi] = await runHarborTasks(pick(tasks, "hello", "multi"), "oracle");
@@ -136,7 +135,7 @@ test({
 test({
   name:
     "runHarborTasks() gives [environment.env] to the agent and the verifier, [solution.env] to solve.sh only",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, () =>
     withDataset(async (tasks) => {
       const [envs] = await runHarborTasks(pick(tasks, "envs"), "oracle");
@@ -147,7 +146,7 @@ test({
 
 test({
   name: "runHarborTasks() tells a verifier time-out, a missing reward and a failed build apart",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, () =>
     withDataset(async (tasks) => {
       const [slow, noreward, broken] = await runHarborTasks(
@@ -166,7 +165,7 @@ test({
 test({
   name:
     "runHarborTasks() scores a do-nothing agent 0.0, hides tests/, and reuses the images it built",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, () =>
     withDataset(async (tasks) => {
       const [hello] = pick(tasks, "hello");

@@ -4,6 +4,7 @@
 // from a static report in headless Chromium.
 
 import { test } from "../_test.ts";
+import { CHROMIUM } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { main } from "../../cli.ts";
 import { launchChromium } from "../../cdp/_chromium.ts";
@@ -86,7 +87,9 @@ const RECORD = {
   },
 };
 
-test("the rollout page shows a combined grade's checks and keeps token ids compact", async () => {
+test("the rollout page shows a combined grade's checks and keeps token ids compact", {
+  needs: [CHROMIUM],
+}, async () => {
   const dir = await Deno.makeTempDir({ prefix: "viewer-grade-" });
   let browser: Awaited<ReturnType<typeof launchChromium>> | null = null;
   try {

@@ -5,6 +5,7 @@
 // to docs/ for docs/viewer.md.
 
 import { test } from "../_test.ts";
+import { CHROMIUM, OPENSSH_CLIENT, SANDBOX } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { Job } from "../../eval/mod.ts";
 import type { CdpSession } from "../../cdp/mod.ts";
@@ -94,7 +95,9 @@ function assertPng(png: Uint8Array, what: string): void {
 const UPDATE = Deno.env.get("HUD_UPDATE_SCREENSHOT") !== undefined;
 const docs = (name: string) => new URL(`../../docs/${name}`, import.meta.url).pathname;
 
-test("viewer pages of a command-agent run and a model run read as a person would want", async (t) => {
+test("viewer pages of a command-agent run and a model run read as a person would want", {
+  needs: [CHROMIUM, SANDBOX, OPENSSH_CLIENT],
+}, async (t) => {
   const dir = await Deno.makeTempDir({ prefix: "viewer-pages-" });
   let browser: Awaited<ReturnType<typeof launchChromium>> | null = null;
   try {

@@ -3,6 +3,7 @@
 // shows checked through the DOM.
 
 import { test } from "../_test.ts";
+import { CHROMIUM, SANDBOX } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { main } from "../../cli.ts";
 import { type Agent, functionAgent, Taskset } from "../../mod.ts";
@@ -64,7 +65,7 @@ const ROWS_JS = "[...document.querySelectorAll('#rollouts tbody tr.row')]";
 const READY = (view: string) =>
   `document.documentElement.dataset.ready === '1' && document.documentElement.dataset.view === '${view}'`;
 
-test("cli.ts view shows robolab results in Chromium", async (t) => {
+test("cli.ts view shows robolab results in Chromium", { needs: [CHROMIUM, SANDBOX] }, async (t) => {
   const dir = await Deno.makeTempDir({ prefix: "viewer-test-" });
   const fileA = `${dir}/a.jsonl`;
   const fileB = `${dir}/b.jsonl`;
@@ -299,7 +300,7 @@ test("cli.ts view shows robolab results in Chromium", async (t) => {
   }
 });
 
-test("cli.ts report --html writes a page that works from disk", async () => {
+test("cli.ts report --html writes a page that works from disk", { needs: [CHROMIUM] }, async () => {
   const dir = await Deno.makeTempDir({ prefix: "viewer-report-" });
   let browser: Awaited<ReturnType<typeof launchChromium>> | null = null;
   try {
@@ -361,7 +362,9 @@ test("cli.ts report --html writes a page that works from disk", async () => {
   }
 });
 
-test("cli.ts report --html shows a model step's tokens as counts, not as base64", async () => {
+test("cli.ts report --html shows a model step's tokens as counts, not as base64", {
+  needs: [CHROMIUM],
+}, async () => {
   const dir = await Deno.makeTempDir({ prefix: "viewer-tokens-" });
   let browser: Awaited<ReturnType<typeof launchChromium>> | null = null;
   try {
