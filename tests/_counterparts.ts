@@ -148,7 +148,7 @@ export function sandboxProbe(isolation: "bwrap" | "unshare"): string | null {
 }
 
 const SANDBOX_INSTALL =
-  "apt-get install bubblewrap; in a container, user namespaces must be allowed: see docs/runtimes.md#where-user-namespaces-are-not-allowed";
+  "apt-get install bubblewrap; in a container, user namespaces must be allowed: see docs/capabilities.md#where-user-namespaces-are-not-allowed";
 
 /** A workspace sandbox, by either mechanism (bubblewrap, else util-linux `unshare`). */
 export const SANDBOX: Counterpart = counterpart("sandbox", SANDBOX_INSTALL, () => {

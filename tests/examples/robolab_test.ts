@@ -1,4 +1,5 @@
-import { test } from "../_test.ts";
+import { test, withCounterparts } from "../_test.ts";
+import { OPENSSH_CLIENT, ROOT_USER, SANDBOX, UNSHARE } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { type Agent, Taskset } from "../../mod.ts";
 import type { FileDiff, FlushResult } from "../../filetracking/mod.ts";
@@ -62,7 +63,7 @@ test("robolab: each trace shows its own agent's fix as a unified diff", async ()
 });
 
 test("robolab: examples/ssh_agent.sh, an external agent using OpenSSH's ssh", {
-  ignore: !(await Deno.stat("/usr/bin/ssh").then(() => true, () => false)),
+  needs: [SANDBOX, OPENSSH_CLIENT],
 }, async () => {
   // The agent reads its capability from the command agent contract's
   // environment variables and fixes the off-by-one with sed, over ssh.
@@ -190,4 +191,87 @@ test("robolab: a line appended to the program runs only in the sandbox, as the a
   } finally {
     await Deno.remove(outside, { recursive: true });
   }
+});
+
+/** A PATH directory with every program of the system's but `except`: as if they were not installed. */
+async function pathWithout(except: readonly string[]): Promise<string> {
+  const dir = await Deno.makeTempDir({ prefix: "robolab-path-" });
+  for (const from of ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin"]) {
+    const entries = await Array.fromAsync(Deno.readDir(from)).catch(() => []);
+    for (const { name } of entries) {
+      if (except.includes(name)) continue;
+      await Deno.symlink(`${from}/${name}`, `${dir}/${name}`).catch(() => {});
+    }
+  }
+  return dir;
+}
+
+/** Runs examples/robolab.ts under `wrapper`; its exit code and all it printed. */
+async function robolabUnder(
+  wrapper: string[],
+  env: Record<string, string>,
+): Promise<{ code: number; out: string }> {
+  const argv = [...wrapper, Deno.execPath(), "run", "-A", "--no-lock", example];
+  const ran = await new Deno.Command(argv[0], {
+    args: argv.slice(1),
+    env: { NO_COLOR: "1", ...env },
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+    signal: testSignal(),
+  }).output();
+  const text = (b: Uint8Array) => new TextDecoder().decode(b);
+  return { code: ran.code, out: text(ran.stdout) + text(ran.stderr) };
+}
+
+/** Runs a command as an ordinary user in a user namespace that may make no more. */
+const NO_USERNS = [
+  "unshare",
+  "--user",
+  "--map-root-user",
+  "--",
+  "sh",
+  "-c",
+  'echo 1 > /proc/sys/user/max_user_namespaces && exec unshare --user --map-user=58777 --map-group=58777 -- "$@"',
+  "hud-nouserns",
+];
+
+/** The line that says why, with robolab's switch: asserted on its stable parts. */
+function assertSaysWhy(ran: { code: number; out: string }, why: RegExp): void {
+  assert.equal(ran.code, 1, ran.out);
+  const lines = ran.out.split("\n").filter((l) => /no sandbox works here/.test(l));
+  const line = lines.find((l) => l.includes("ROBOLAB_ISOLATION=none"));
+  assert.ok(line !== undefined, `no line names the way out:\n${ran.out}`);
+  assert.match(line, /^error: Cannot start workspace: no sandbox works here/);
+  assert.match(line, /bwrap: .*; unshare: /, "the mechanisms tried, and why each failed");
+  assert.match(line, why);
+}
+
+test("examples/robolab.ts where no sandbox can be made says why in one line, and the way out", async (t) => {
+  await t.step("--help names the switch", async () => {
+    const help = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", example, "--help"],
+      stdout: "piped",
+    }).output();
+    assert.match(new TextDecoder().decode(help.stdout), /ROBOLAB_ISOLATION=none runs them/);
+  });
+
+  // As in a container under Docker's default profile: no bubblewrap, and
+  // unshare refused. Where this machine refuses user namespaces itself, it is
+  // that machine; elsewhere a user namespace that may make exactly one more,
+  // spent on the one robolab runs in as an ordinary user, makes it so (root).
+  const refused = SANDBOX.missing !== null;
+  await t.step(withCounterparts({
+    name: "no bubblewrap, and user namespaces refused",
+    fn: async () => {
+      const path = await pathWithout(["bwrap"]);
+      try {
+        const ran = await robolabUnder(refused ? [] : NO_USERNS, { PATH: path });
+        assertSaysWhy(ran, /bwrap: "bwrap" is not installed; unshare: .*unshare failed: /);
+        assert.match(ran.out, /user namespaces/);
+      } finally {
+        await Deno.remove(path, { recursive: true });
+      }
+    },
+  }, refused ? [] : [ROOT_USER, UNSHARE]));
 });

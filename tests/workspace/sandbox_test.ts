@@ -502,3 +502,54 @@ test("addWorkspace() without user namespaces refuses in one line that names the 
     await Deno.remove(root, { recursive: true });
   }
 });
+
+test(
+  "chooseSandbox() as root where user namespaces are refused (a container) says so, not 'install bubblewrap'",
+  {
+    needs: [ROOT_USER, UNSHARE],
+  },
+  async () => {
+    // Root in a user namespace that may make none (as root in a container whose
+    // seccomp profile refuses them): the mechanisms installed all fail.
+    const dir = await Deno.makeTempDir({ prefix: "ws-rootnouserns-" });
+    const sandbox = new URL("../../workspace/_sandbox.ts", import.meta.url).href;
+    const script = `import { chooseSandbox } from ${JSON.stringify(sandbox)};
+const dir = Deno.args[0];
+const base = { writable: [dir], network: false, user: null };
+await chooseSandbox("auto", base, dir, { what: "workspace", runs: "commands" }).then(
+  () => console.log("made one"),
+  (e) => console.log(e.message),
+);`;
+    try {
+      const out = await new Deno.Command("unshare", {
+        args: [
+          "--user",
+          "--map-root-user",
+          "--",
+          "sh",
+          "-c",
+          'echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --bounding-set -sys_admin -- "$@"',
+          "hud-rootnouserns",
+          Deno.execPath(),
+          "eval",
+          "--no-lock",
+          script,
+          dir,
+        ],
+        env: { PATH: DEFAULT_PATH_FOR_TESTS, NO_COLOR: "1" },
+        stdout: "piped",
+        stderr: "piped",
+        signal: AbortSignal.timeout(60_000),
+      }).output();
+      const said = new TextDecoder().decode(out.stdout).trim();
+      assert.equal(out.code, 0, said + new TextDecoder().decode(out.stderr));
+      assert.match(
+        said,
+        /^Cannot start workspace: no sandbox works here: user namespaces are not allowed here \(bwrap: .*; unshare: .*\); run it where they are \(.*ContainerRuntime.*seccomp profile.*\), or set isolation: "none" to run commands unconfined$/,
+      );
+      assert.doesNotMatch(said, /install bubblewrap/);
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);
