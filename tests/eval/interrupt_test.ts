@@ -1,7 +1,7 @@
 // `hud eval` under interruption, in child processes: no graded result is
 // lost or re-run, and no process, key file or temp dir of the run is left.
 import { test } from "../_test.ts";
-import { LINUX } from "../_counterparts.ts";
+import { LINUX, SANDBOX } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { liveGroupMembers } from "../../_internal/process.ts";
 
@@ -169,7 +169,7 @@ test({
 
 test({
   name: "hud eval: an interrupted run leaves no agent process, key file or temp dir",
-  needs: [LINUX],
+  needs: [LINUX, SANDBOX],
 }, async (t) => {
   // Each agent ignores SIGTERM, as does the child it leaves running.
   const stubborn = (pgids: string) =>
@@ -220,7 +220,7 @@ test({
 
 test({
   name: "hud eval: a timed-out agent is graded on what it wrote, and its group is gone",
-  needs: [LINUX],
+  needs: [LINUX, SANDBOX],
 }, async () => {
   const tmp = await Deno.makeTempDir({ prefix: "evaltrust-" });
   const pgids = `${tmp}/pgids`;
@@ -306,7 +306,7 @@ async function interruptAfterFirstLine(
 
 test({
   name: "hud start --source and hud serve: a signal removes every key file and temp dir",
-  needs: [LINUX],
+  needs: [LINUX, SANDBOX],
 }, async (t) => {
   const cases: { name: string; args: string[]; signals: Deno.Signal[]; code: number }[] = [
     {

@@ -10,57 +10,69 @@ import { testSignal } from "../_deadline.ts";
 
 const example = new URL("../../examples/robolab.ts", import.meta.url).pathname;
 
-test("examples/robolab.ts runs to completion with every task graded", async () => {
-  const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", example],
-    stdout: "piped",
-    stderr: "piped",
-    signal: testSignal(),
-  }).output();
-  const out = new TextDecoder().decode(stdout);
-  assert.equal(code, 0, out + new TextDecoder().decode(stderr));
-  const rows = out.split("\n").filter((l) => l.startsWith("fix_bug-") && /completed$/.test(l));
-  assert.equal(rows.length, 6, out);
-  assert.match(out, /mean reward 0\.500 over 6 graded runs, 0 errored/);
-});
+test(
+  "examples/robolab.ts runs to completion with every task graded",
+  { needs: [SANDBOX] },
+  async () => {
+    const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", example],
+      stdout: "piped",
+      stderr: "piped",
+      signal: testSignal(),
+    }).output();
+    const out = new TextDecoder().decode(stdout);
+    assert.equal(code, 0, out + new TextDecoder().decode(stderr));
+    const rows = out.split("\n").filter((l) => l.startsWith("fix_bug-") && /completed$/.test(l));
+    assert.equal(rows.length, 6, out);
+    assert.match(out, /mean reward 0\.500 over 6 graded runs, 0 errored/);
+  },
+);
 
-test("robolab: the scripted agent fixes what it knows, over SSH", async () => {
-  const job = await new Taskset(tasks).run(scriptedAgent, { maxConcurrent: 3 });
-  const byDifficulty = job.runs.map((r) => [r.task.args.difficulty, r.reward]);
-  assert.deepEqual(byDifficulty, [[1, 1], [1, 1], [2, 0.5], [2, 0.5], [3, 0], [3, 0]]);
-  const steps = job.liveRuns[0]!.trace.steps;
-  const fix = steps.find((s) => s.type === "evaluate");
-  assert.deepEqual((fix!.content as { subscores: unknown }).subscores, { check: 1, answer: 1 });
-});
+test(
+  "robolab: the scripted agent fixes what it knows, over SSH",
+  { needs: [SANDBOX] },
+  async () => {
+    const job = await new Taskset(tasks).run(scriptedAgent, { maxConcurrent: 3 });
+    const byDifficulty = job.runs.map((r) => [r.task.args.difficulty, r.reward]);
+    assert.deepEqual(byDifficulty, [[1, 1], [1, 1], [2, 0.5], [2, 0.5], [3, 0], [3, 0]]);
+    const steps = job.liveRuns[0]!.trace.steps;
+    const fix = steps.find((s) => s.type === "evaluate");
+    assert.deepEqual((fix!.content as { subscores: unknown }).subscores, { check: 1, answer: 1 });
+  },
+);
 
-test("robolab: each trace shows its own agent's fix as a unified diff", async () => {
-  // Three rollouts at once on one workspace: each trace must hold its own
-  // task's changes, all of them, and nothing of the others'.
-  const job = await new Taskset(tasks).run(scriptedAgent, { maxConcurrent: 3 });
-  job.runs.forEach((record, i) => {
-    const steps = job.liveRuns[i]!.trace.steps;
-    const dir = (job.liveRuns[i]!.bindings.filetracking as { path: string }).path;
-    const patches = steps
-      .flatMap((s) =>
-        s.type === "filetracking.diff"
-          ? (s.content as FileDiff).patches
-          : s.type === "filetracking.flush"
-          ? (s.content as FlushResult).diff.patches
-          : []
-      );
-    const setup = steps.find((s) => s.type === "filetracking.setup")!.content as FileDiff;
-    for (const p of [...patches, ...setup.patches]) {
-      assert.ok(p.path.startsWith(`${dir}/`), `${p.path} belongs to ${dir}`);
-    }
-    assert.ok(setup.patches.some((p) => p.path.endsWith(".sh")), "setup diff has the program");
-    assert.ok(!setup.patches.some((p) => p.path === `${dir}/check.sh`), "the check is not there");
-    if (record.task.args.difficulty !== 1) return;
-    const count = patches.find((p) => p.path === `${dir}/count.sh`)!;
-    assert.equal(count.status, "modified");
-    assert.match(count.patch, /^-while \[ "\$i" -lt "\$n" \]; do$/m);
-    assert.match(count.patch, /^\+while \[ "\$i" -le "\$n" \]; do$/m);
-  });
-});
+test(
+  "robolab: each trace shows its own agent's fix as a unified diff",
+  { needs: [SANDBOX] },
+  async () => {
+    // Three rollouts at once on one workspace: each trace must hold its own
+    // task's changes, all of them, and nothing of the others'.
+    const job = await new Taskset(tasks).run(scriptedAgent, { maxConcurrent: 3 });
+    job.runs.forEach((record, i) => {
+      const steps = job.liveRuns[i]!.trace.steps;
+      const dir = (job.liveRuns[i]!.bindings.filetracking as { path: string }).path;
+      const patches = steps
+        .flatMap((s) =>
+          s.type === "filetracking.diff"
+            ? (s.content as FileDiff).patches
+            : s.type === "filetracking.flush"
+            ? (s.content as FlushResult).diff.patches
+            : []
+        );
+      const setup = steps.find((s) => s.type === "filetracking.setup")!.content as FileDiff;
+      for (const p of [...patches, ...setup.patches]) {
+        assert.ok(p.path.startsWith(`${dir}/`), `${p.path} belongs to ${dir}`);
+      }
+      assert.ok(setup.patches.some((p) => p.path.endsWith(".sh")), "setup diff has the program");
+      assert.ok(!setup.patches.some((p) => p.path === `${dir}/check.sh`), "the check is not there");
+      if (record.task.args.difficulty !== 1) return;
+      const count = patches.find((p) => p.path === `${dir}/count.sh`)!;
+      assert.equal(count.status, "modified");
+      assert.match(count.patch, /^-while \[ "\$i" -lt "\$n" \]; do$/m);
+      assert.match(count.patch, /^\+while \[ "\$i" -le "\$n" \]; do$/m);
+    });
+  },
+);
 
 test("robolab: examples/ssh_agent.sh, an external agent using OpenSSH's ssh", {
   needs: [SANDBOX, OPENSSH_CLIENT],
@@ -92,7 +104,9 @@ test("examples/robolab.ts: a bad flag is one usage line, exit 2", async () => {
   assert.match(err, /^error: Unknown option '--bogus' \(see --help\)\n$/);
 });
 
-test("cli.ts serve examples/robolab.ts announces one port and stops on SIGTERM", async () => {
+test("cli.ts serve examples/robolab.ts announces one port and stops on SIGTERM", {
+  needs: [SANDBOX],
+}, async () => {
   const cli = new URL("../../cli.ts", import.meta.url).pathname;
   const child = new Deno.Command(Deno.execPath(), {
     args: ["run", "-A", cli, "serve", example, "--port", "0"],
@@ -139,7 +153,9 @@ function tamperingAgent(
   };
 }
 
-test("robolab: an agent that rewrites check.sh instead of fixing earns nothing", async () => {
+test("robolab: an agent that rewrites check.sh instead of fixing earns nothing", {
+  needs: [SANDBOX],
+}, async () => {
   const agent = tamperingAgent(async (cwd, shell) => {
     await shell.writeText(`${cwd}/check.sh`, "#!/usr/bin/env bash\nexit 0\n");
     await shell.exec(`chmod +x ${cwd}/check.sh`);
@@ -154,7 +170,9 @@ test("robolab: an agent that rewrites check.sh instead of fixing earns nothing",
   assert.deepEqual(job.runs.map((r) => r.reward), [0, 0, 0, 0, 0, 0]);
 });
 
-test("robolab: a line appended to the program runs only in the sandbox, as the agent", async () => {
+test("robolab: a line appended to the program runs only in the sandbox, as the agent", {
+  needs: [SANDBOX],
+}, async () => {
   // A directory only root may write, outside the workspace: the appended
   // line tries to leave its uid there when the check runs the program.
   const outside = await Deno.makeTempDir({ prefix: "robolab-outside-" });

@@ -4,6 +4,7 @@
 // field by field.
 
 import { test } from "../_test.ts";
+import { SANDBOX } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { Environment } from "../../env.ts";
 import { bashGrader, combine } from "../../graders/mod.ts";
@@ -33,7 +34,9 @@ async function withWorkspace(
   }
 }
 
-test("Workspace.exec() runs a check in the sandbox and reports it per the contract", async (t) => {
+test("Workspace.exec() runs a check in the sandbox and reports it per the contract", {
+  needs: [SANDBOX],
+}, async (t) => {
   await withWorkspace(async (ws, shell, root) => {
     await t.step("code, stdout, stderr, stdin, env, cwd", async () => {
       await Deno.mkdir(`${root}/sub`);
@@ -148,7 +151,9 @@ test("Workspace.exec() and SshClient.exec() say alike that a signal ended a comm
   }
 });
 
-test("Workspace.grading() stops the agent's processes: a lingering one cannot race the check", async () => {
+test("Workspace.grading() stops the agent's processes: a lingering one cannot race the check", {
+  needs: [SANDBOX],
+}, async () => {
   await withWorkspace(async (ws, shell, root) => {
     // The agent leaves a loop rewriting the file the check reads.
     const stop = new AbortController();
@@ -191,7 +196,7 @@ test("Workspace.grading() stops the agent's processes: a lingering one cannot ra
   });
 });
 
-test("Workspace.exec() refuses before start and after stop", async () => {
+test("Workspace.exec() refuses before start and after stop", { needs: [SANDBOX] }, async () => {
   const root = await Deno.makeTempDir({ prefix: "ws-grade-" });
   try {
     const env = new Environment("grading-test");
@@ -207,7 +212,9 @@ test("Workspace.exec() refuses before start and after stop", async () => {
   }
 });
 
-test("Workspace is an ExecTarget: graders' bashGrader and combine run in its sandbox", async () => {
+test("Workspace is an ExecTarget: graders' bashGrader and combine run in its sandbox", {
+  needs: [SANDBOX],
+}, async () => {
   await withWorkspace(async (ws, shell) => {
     await shell.exec("echo 42 > answer.txt");
     // combine() runs its graders at once: each opens a grading phase.
@@ -224,58 +231,62 @@ test("Workspace is an ExecTarget: graders' bashGrader and combine run in its san
   });
 });
 
-test("Workspace.spawn() starts a long-lived process on the agent's side: sandboxed, stopped while grading, killed at stop", async () => {
-  const extra = await Deno.makeTempDir({ prefix: "ws-spawn-extra-" });
-  await Deno.writeTextFile(`${extra}/tool.txt`, "tool\n");
-  await Deno.chmod(extra, 0o755);
-  let pid = 0;
-  try {
-    await withWorkspace(async (ws, _shell, root) => {
-      const child = await ws.spawn(
-        [
-          "bash",
-          "-c",
-          'cat "$1/tool.txt"; id -u; while :; do date +%s%N > tick; sleep 0.01; done',
-          "x",
-          extra,
-        ],
-        { mounts: [extra] },
-      );
-      pid = child.pid;
-      const reader = child.stdout.getReader();
-      let out = "";
-      while (out.split("\n").length < 3) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        out += new TextDecoder().decode(value);
-      }
-      reader.releaseLock();
-      assert.equal(out, `tool\n${ws.uid ?? Deno.uid()}\n`);
-      const tick = () => Deno.readTextFile(`${root}/tick`).catch(() => "");
-      await using phase = await ws.grading();
-      const before = await tick();
-      await new Promise((r) => setTimeout(r, 300));
-      assert.equal(await tick(), before, "it ticked while the agent was stopped");
-      await phase.end();
-      const deadline = Date.now() + 10_000;
-      while (await tick() === before) {
-        assert.ok(Date.now() < deadline, "it did not resume");
-        await new Promise((r) => setTimeout(r, 20));
-      }
-      await child.stdin.close().catch(() => {});
-      child.stdout.cancel().catch(() => {});
-      child.stderr.cancel().catch(() => {});
-      // env.stop() kills it.
-      void child.status;
-    });
-    let gone = false;
+test(
+  "Workspace.spawn() starts a long-lived process on the agent's side: sandboxed, stopped while grading, killed at stop",
+  { needs: [SANDBOX] },
+  async () => {
+    const extra = await Deno.makeTempDir({ prefix: "ws-spawn-extra-" });
+    await Deno.writeTextFile(`${extra}/tool.txt`, "tool\n");
+    await Deno.chmod(extra, 0o755);
+    let pid = 0;
     try {
-      Deno.kill(pid, "SIGCONT");
-    } catch {
-      gone = true;
+      await withWorkspace(async (ws, _shell, root) => {
+        const child = await ws.spawn(
+          [
+            "bash",
+            "-c",
+            'cat "$1/tool.txt"; id -u; while :; do date +%s%N > tick; sleep 0.01; done',
+            "x",
+            extra,
+          ],
+          { mounts: [extra] },
+        );
+        pid = child.pid;
+        const reader = child.stdout.getReader();
+        let out = "";
+        while (out.split("\n").length < 3) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          out += new TextDecoder().decode(value);
+        }
+        reader.releaseLock();
+        assert.equal(out, `tool\n${ws.uid ?? Deno.uid()}\n`);
+        const tick = () => Deno.readTextFile(`${root}/tick`).catch(() => "");
+        await using phase = await ws.grading();
+        const before = await tick();
+        await new Promise((r) => setTimeout(r, 300));
+        assert.equal(await tick(), before, "it ticked while the agent was stopped");
+        await phase.end();
+        const deadline = Date.now() + 10_000;
+        while (await tick() === before) {
+          assert.ok(Date.now() < deadline, "it did not resume");
+          await new Promise((r) => setTimeout(r, 20));
+        }
+        await child.stdin.close().catch(() => {});
+        child.stdout.cancel().catch(() => {});
+        child.stderr.cancel().catch(() => {});
+        // env.stop() kills it.
+        void child.status;
+      });
+      let gone = false;
+      try {
+        Deno.kill(pid, "SIGCONT");
+      } catch {
+        gone = true;
+      }
+      assert.ok(gone, "still running after stop");
+    } finally {
+      await Deno.remove(extra, { recursive: true });
     }
-    assert.ok(gone, "still running after stop");
-  } finally {
-    await Deno.remove(extra, { recursive: true });
-  }
-});
+  },
+);
