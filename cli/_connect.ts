@@ -5,7 +5,14 @@ import { connect, type HudClient } from "../client.ts";
 import { NotReadyError } from "../errors.ts";
 import { errorMessage } from "../_internal/util.ts";
 import { parseControlUrl, redactUrl, SERVE_TOKEN_VAR } from "../_internal/auth.ts";
-import { type Io, readTokenFile, stringOption, UsageError, type Values } from "./_common.ts";
+import {
+  type Io,
+  PROGRAM,
+  readTokenFile,
+  stringOption,
+  UsageError,
+  type Values,
+} from "./_common.ts";
 
 /** The served environment `tasks`, `start` and `grade` reach unless told otherwise. */
 export const DEFAULT_URL = "tcp://127.0.0.1:8765";
@@ -82,10 +89,14 @@ export async function connectTo(
   values: Values,
   sessionId?: string,
 ): Promise<HudClient> {
+  // Unless told to wait for an environment that is starting, one refused
+  // connection says that nothing listens there.
+  const waits = stringOption(values, "ready-timeout") !== undefined;
   try {
     return await connect(target.url, {
       token: target.token,
       readyTimeout: readyTimeoutMs(values),
+      ...(waits ? {} : { refusedTimeout: 0 }),
       retryInterval: 200,
       heartbeatInterval: 0,
       // Forwarders would die with this process; nobody could use them.
@@ -94,6 +105,18 @@ export async function connectTo(
       sessionId,
     });
   } catch (err) {
+    if (
+      !waits && err instanceof NotReadyError && err.cause instanceof Deno.errors.ConnectionRefused
+    ) {
+      throw new NotReadyError(
+        `Cannot connect to ${redactUrl(target.url)}: nothing listens there (connection refused); ` +
+          `start the environment there first ("${PROGRAM} serve FILE --port ${
+            portOf(target.url)
+          }"), ` +
+          `or wait for one that is starting with --ready-timeout S`,
+        { cause: err },
+      );
+    }
     // Say why it was not ready: refused, reset, closed before hello...
     if (err instanceof NotReadyError && err.cause !== undefined) {
       const cause = errorMessage(err.cause).replace(/ \(os error \d+\)$/, "");
@@ -106,6 +129,11 @@ export async function connectTo(
     }
     throw err;
   }
+}
+
+/** The port of a checked --url. */
+function portOf(url: string): number {
+  return parseControlUrl(url).port;
 }
 
 /** The --token-file lines of a help text whose descriptions start at `column`. */

@@ -715,6 +715,26 @@ test("main() behaves like a Unix tool", async (t) => {
     assert.equal(ran.code, 1);
     assert.match(ran.stderr, /not ready after 300 ms .*: connection refused/i);
   });
+  await t.step(
+    "a wrong port: one refused connection says nothing listens there, naming it",
+    async () => {
+      const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+      const port = listener.addr.port;
+      listener.close();
+      for (const command of [["tasks"], ["start", "add"], ["grade", "add", "--answer", "3"]]) {
+        const started = performance.now();
+        const ran = await run([...command, "--url", `tcp://127.0.0.1:${port}`]);
+        const ms = performance.now() - started;
+        assert.equal(ran.code, 1, ran.stderr);
+        assert.equal(
+          ran.stderr,
+          `error: Cannot connect to tcp://127.0.0.1:${port}: nothing listens there (connection refused); start the environment there first ("hud serve FILE --port ${port}"), or wait for one that is starting with --ready-timeout S\n`,
+        );
+        // Not the 10 s of retries of before: one refusal is the answer (bound loosely, for a loaded machine).
+        assert.ok(ms < 5_000, `${command[0]} took ${Math.round(ms)} ms`);
+      }
+    },
+  );
   await t.step("a port in use names the address", async () => {
     using listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
     const ran = await run(["serve", BASIC, "--port", String(listener.addr.port)]);

@@ -785,6 +785,16 @@ test("connect() takes a control address as a record: a placement's, a server's, 
       connect({ hostname: "127.0.0.1", port: freePort() }, { refusedTimeout: 200 }),
       (e: unknown) => e instanceof NotReadyError && /nothing listens there/.test(e.message),
     );
+    // No time allowed for refusals: the first one is the answer, said as such.
+    const port = freePort();
+    await assert.rejects(
+      connect({ hostname: "127.0.0.1", port }, { refusedTimeout: 0 }),
+      (e: unknown) =>
+        e instanceof NotReadyError &&
+        e.message.startsWith(
+          `Cannot connect to tcp://127.0.0.1:${port}: connection refused, nothing listens there; `,
+        ),
+    );
     await assert.rejects(connect({ hostname: "", port: 1 }), TypeError);
     await assert.rejects(connect({ hostname: "x", port: 0 }), RangeError);
   });
