@@ -108,6 +108,9 @@ export const CLIENT_JS: string = String.raw`
     return sig(ms / 3600000) + " h";
   }
   function fmtMean(m, se) { return m === null || m === undefined ? "\u2013" : sig(m) + (se === null || se === undefined ? "" : " \u00b1 " + sig(se)); }
+  // B − A, with a difference below float noise (two means of the same rewards, summed in
+  // another order) counted as none: it would be "worse", in red, for nothing.
+  function change(a, b) { var d = b - a; return Math.abs(d) <= 1e-9 * Math.max(Math.abs(a), Math.abs(b)) ? 0 : d; }
   function fmtDelta(d) { return d === null ? "\u2013" : (d > 0 ? "+" : d < 0 ? "\u2212" : "\u00b1") + sig(Math.abs(d)); }
   function plural(n, one, many) { return n + " " + (n === 1 ? one : (many || one + "s")); }
   function lines(text) { return text === "" ? 0 : text.split("\n").length; }
@@ -871,7 +874,7 @@ export const CLIENT_JS: string = String.raw`
       var keys = Object.keys(A).concat(Object.keys(B).filter(function (k) { return !(k in A); }));
       var rows = keys.map(function (k) {
         var x = A[k], y = B[k];
-        var d = x && y && x.mean_reward !== null && y.mean_reward !== null ? y.mean_reward - x.mean_reward : null;
+        var d = x && y && x.mean_reward !== null && y.mean_reward !== null ? change(x.mean_reward, y.mean_reward) : null;
         return { task: k, args: JSON.stringify((x || y).args), a: x ? x.mean_reward : null, b: y ? y.mean_reward : null, d: d, inA: !!x, inB: !!y };
       });
       rows.sort(function (p, q) {
