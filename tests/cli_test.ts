@@ -610,6 +610,38 @@ test("main() eval counts and explains every failure", async (t) => {
       assert.match(ran.stderr, /^error: [^\n]*empty\.jsonl holds no rows[^\n]*--tasks\n$/);
       assert.equal(ran.stdout, "");
     });
+    await t.step(
+      "--tasks rows are checked before anything starts: template and arguments",
+      async () => {
+        const bad = `${dir}/bad.jsonl`;
+        const row = (id: string, args: unknown, slug: string) =>
+          JSON.stringify({ env: "fast", id, args, slug });
+        await Deno.writeTextFile(
+          bad,
+          [row("echo", { n: 1 }, "one"), row("ecko", { n: 2 }, "two")].join("\n") + "\n",
+        );
+        const out = `${dir}/bad-results.jsonl`;
+        let ran = await run(["eval", FAST, "--agent", "cat", "--tasks", bad, "--out", out]);
+        assert.equal(ran.code, 1, ran.stderr);
+        assert.equal(
+          ran.stderr,
+          `error: Cannot evaluate row 2 of ${bad} ("two"): unknown template "ecko" (available: "echo")\n`,
+        );
+        await assert.rejects(Deno.stat(out), Deno.errors.NotFound, "nothing ran");
+        await Deno.writeTextFile(
+          bad,
+          [row("echo", { n: 1 }, "one"), row("echo", { n: "two" }, "two")].join("\n"),
+        );
+        ran = await run(["eval", FAST, "--agent", "cat", "--tasks", bad, "--out", out]);
+        assert.equal(ran.code, 1, ran.stderr);
+        assert.match(
+          ran.stderr,
+          /^error: Cannot evaluate row 2 of \S+bad\.jsonl \("two"\): argument "n" /,
+        );
+        assert.doesNotMatch(ran.stderr, /\n./);
+        await assert.rejects(Deno.stat(out), Deno.errors.NotFound, "nothing ran");
+      },
+    );
     await t.step("an agent that cannot start: errored, exit 1, first error shown", async () => {
       const out = `${dir}/typo.jsonl`;
       const ran = await run(["eval", FAST, "--agent", "./agnet.sh", "--tasks", rows, "--out", out]);
