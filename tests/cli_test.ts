@@ -847,3 +847,34 @@ env.template({ id: "hi" }, async function* () {
     }
   });
 });
+
+test("main() report and view refuse a file that is not a results file, in one line", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "hud-report-notresults-" });
+  try {
+    const empty = `${dir}/empty.jsonl`;
+    await Deno.writeTextFile(empty, "");
+    for (
+      const args of [
+        ["report", BASIC],
+        ["report", BASIC, "--html", `${dir}/r.html`],
+        ["report", BASIC, "--atif", `${dir}/atif`],
+        ["report", empty, BASIC],
+        ["view", BASIC],
+      ]
+    ) {
+      const ran = await run(args);
+      assert.equal(ran.code, 1, `${args.join(" ")}: ${ran.stdout}${ran.stderr}`);
+      assert.match(
+        ran.stderr,
+        /^error: Cannot read results: "[^"]*basic_env\.ts" is not a results file \(none of its \d+ lines is a rollout record\); give the JSONL that "eval --out" writes\n$/,
+      );
+      assert.equal(ran.stdout, "");
+    }
+    await assert.rejects(Deno.stat(`${dir}/r.html`), Deno.errors.NotFound);
+    // A results file with no rollout yet is an empty job, not an error.
+    const ran = await run(["report", empty]);
+    assert.equal(ran.code, 0, ran.stderr);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
