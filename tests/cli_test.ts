@@ -417,9 +417,14 @@ test("main() serve takes its token from --token-file and prints it nowhere", asy
         await waitFor(() => announced.includes("\n"), 10_000);
         const port = /^HUD_SERVE_PORT=(\d+)\n$/.exec(announced)?.[1];
         assert.ok(port, announced);
+        // A missing token and a wrong one are told apart, each with what to do.
         const refused = await run(["tasks", "--url", `tcp://127.0.0.1:${port}`]);
         assert.equal(refused.code, 1);
-        assert.match(refused.stderr, /unauthorized/);
+        assert.match(refused.stderr, /^error: unauthorized: no token: .*set HUD_SERVE_TOKEN/);
+        const wrong = await run(["tasks", "--url", `tcp://:${"0".repeat(64)}@127.0.0.1:${port}`]);
+        assert.equal(wrong.code, 1);
+        assert.match(wrong.stderr, /^error: unauthorized: wrong token: .*check HUD_SERVE_TOKEN/m);
+        assert.doesNotMatch(wrong.stderr, new RegExp(token));
         const ran = await run(["tasks", "--url", `tcp://:${token}@127.0.0.1:${port}`, "--json"]);
         assert.equal(ran.code, 0, ran.stderr);
       } finally {
