@@ -524,11 +524,13 @@ export const CLIENT_JS: string = String.raw`
     return isNaN(t) || isNaN(t0) ? null : t - t0;
   }
 
-  function longText(text, cls, limit) {
-    // Long output opens on demand, so one tool result is not a wall.
+  function longText(text, cls, limit, open) {
+    // Long output opens on demand, so one tool result is not a wall; open
+    // (true or false) decides instead: a failed check's output is what the
+    // reader came for, a passed one's is not.
     var n = lines(text);
-    if (n <= (limit || 12) && text.length < 2000) return h("pre", { class: cls || "text" }, text);
-    return h("details", { class: "long" }, h("summary", null, plural(n, "line") + ", " + count(text.length) + " characters"), h("pre", { class: cls || "text" }, text));
+    if (open === undefined && n <= (limit || 12) && text.length < 2000) return h("pre", { class: cls || "text" }, text);
+    return h("details", { class: "long", open: open ? "" : null }, h("summary", null, plural(n, "line") + ", " + count(text.length) + " characters"), h("pre", { class: cls || "text" }, text));
   }
 
   function commandArgument(args) {
@@ -573,13 +575,13 @@ export const CLIENT_JS: string = String.raw`
   function eventItem(kind, text, at, cls) {
     return h("li", { class: "event " + (cls || "") }, h("span", { class: "role" }, kind), " ", h("span", null, text), at !== null && at !== undefined ? h("time", null, "+" + fmtMs(at)) : "");
   }
-  function kvList(obj) {
-    // Scalars inline; text as text; anything nested as JSON on demand.
+  function kvList(obj, open) {
+    // Scalars inline; text as text (open: as longText); anything nested as JSON on demand.
     var inline = [], blocks = [];
     Object.keys(obj).forEach(function (k) {
       var v = obj[k];
       if (v === null || typeof v === "number" || typeof v === "boolean") inline.push(k.replace(/_/g, " ") + " " + (typeof v === "number" ? sig(v) : String(v)));
-      else if (typeof v === "string") { if (v.indexOf("\n") < 0 && v.length < 120) inline.push(k.replace(/_/g, " ") + " " + (v === "" ? "(empty)" : v)); else blocks.push(h("div", null, h("div", { class: "muted small" }, k), longText(v, "text"))); }
+      else if (typeof v === "string") { if (v.indexOf("\n") < 0 && v.length < 120) inline.push(k.replace(/_/g, " ") + " " + (v === "" ? "(empty)" : v)); else blocks.push(h("div", null, h("div", { class: "muted small" }, k), longText(v, "text", undefined, open))); }
       else if (Array.isArray(v) && v.every(function (x) { return typeof x === "number"; })) inline.push(k.replace(/_/g, " ") + ": " + plural(v.length, "value"));
       else blocks.push(h("details", { class: "json" }, h("summary", null, k), h("pre", { class: "args" }, JSON.stringify(v, null, 2))));
     });
@@ -697,17 +699,19 @@ export const CLIENT_JS: string = String.raw`
         }))));
     }
     var info = isObj(c.info) ? c.info : {};
+    // A check that failed shows its output open, one that passed folded (a penalty fails at 1).
+    var failed = function (value, weight) { return typeof value !== "number" ? undefined : typeof weight === "number" && weight < 0 ? value > 0 : value < 1; };
     if (Array.isArray(info.breakdown)) {
       var node = function (n) {
         var nInfo = isObj(n.info) ? n.info : {};
         return h("li", null, h("div", null, h("strong", null, String(n.name)), " ", sig(n.value), typeof n.weight === "number" ? h("span", { class: "muted" }, " \u00d7 " + sig(n.weight)) : ""),
-          kvList(nInfo), Array.isArray(n.children) && n.children.length ? h("ul", { class: "breakdown" }, n.children.map(node)) : "");
+          kvList(nInfo, failed(n.value, n.weight)), Array.isArray(n.children) && n.children.length ? h("ul", { class: "breakdown" }, n.children.map(node)) : "");
       };
       parts.push(h("h4", null, "What the checks saw"), h("ul", { class: "breakdown" }, info.breakdown.map(node)));
     }
     var rest = {};
     Object.keys(info).forEach(function (k) { if (k !== "breakdown") rest[k] = info[k]; });
-    if (Object.keys(rest).length) parts.push(h("div", { class: "grade-info" }, kvList(rest)));
+    if (Object.keys(rest).length) parts.push(h("div", { class: "grade-info" }, kvList(rest, failed(score))));
     if (c.content !== undefined && c.content !== null) parts.push(h("div", null, h("div", { class: "muted small" }, "The grader said"), longText(textOf(c.content), "text")));
     return h("section", { "aria-labelledby": "grade-h", id: "grade" }, h("h3", { id: "grade-h" }, "Grade"), parts);
   }
