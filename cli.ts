@@ -18,6 +18,7 @@
 
 import meta from "./deno.json" with { type: "json" };
 import { errorMessage } from "./_internal/util.ts";
+import { shellQuote } from "./_internal/shell.ts";
 import {
   ANSI,
   type Command,
@@ -50,6 +51,13 @@ export interface MainOptions {
   stdin?: ReadableStream<Uint8Array>;
   /** Aborting it stops a running command (`serve` shuts down). */
   signal?: AbortSignal;
+  /**
+   * How the user ran the command line, for hints that repeat a command
+   * (`start`'s "Grade it with: ...").
+   * @default `deno run -A cli.ts` (its path from the current directory) when
+   *   this module is the program run from a file, else `hud`
+   */
+  program?: string;
 }
 
 /** The SDK's version, read from deno.json. */
@@ -99,6 +107,10 @@ const COMMANDS: Record<string, { summary: string; load(): Promise<Command> }> = 
   grade: {
     summary: "Grade a parked task (the split start/grade flow)",
     load: () => import("./cli/grade.ts"),
+  },
+  shell: {
+    summary: "Open the shell of a served environment, where a parked task's files are",
+    load: () => import("./cli/shell.ts"),
   },
   eval: {
     summary: "Run an external agent against an environment's tasks",
@@ -223,7 +235,22 @@ function processIo(options: MainOptions): Io {
     stdin: () => options.stdin ?? Deno.stdin.readable,
     signal: options.signal,
     live,
+    program: options.program ?? invokedAs(),
   };
+}
+
+/**
+ * How this program was run, for hints: `deno run -A PATH` when this module
+ * is the main module, from a file (a checkout), else `hud` (installed, or
+ * from jsr).
+ */
+function invokedAs(): string {
+  const url = new URL(import.meta.url);
+  if (!import.meta.main || url.protocol !== "file:") return PROGRAM;
+  const path = decodeURIComponent(url.pathname);
+  const cwd = Deno.cwd();
+  const shown = path.startsWith(`${cwd}/`) ? path.slice(cwd.length + 1) : path;
+  return `deno run -A ${/^[\w./-]+$/.test(shown) ? shown : shellQuote(shown)}`;
 }
 
 /** `--help`, or `help TOPIC`: the program's usage, or a command's. */

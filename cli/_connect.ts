@@ -5,14 +5,7 @@ import { connect, type HudClient } from "../client.ts";
 import { NotReadyError } from "../errors.ts";
 import { errorMessage } from "../_internal/util.ts";
 import { parseControlUrl, redactUrl, SERVE_TOKEN_VAR } from "../_internal/auth.ts";
-import {
-  type Io,
-  PROGRAM,
-  readTokenFile,
-  stringOption,
-  UsageError,
-  type Values,
-} from "./_common.ts";
+import { type Io, readTokenFile, stringOption, UsageError, type Values } from "./_common.ts";
 
 /** The served environment `tasks`, `start` and `grade` reach unless told otherwise. */
 export const DEFAULT_URL = "tcp://127.0.0.1:8765";
@@ -79,16 +72,25 @@ export function readyTimeoutMs(values: Values): number {
   return Number(text) * 1000;
 }
 
+/** What {@linkcode connectTo} does beyond reaching the environment. */
+export interface ConnectToOptions {
+  /** Resume this session (the one `start` parked a task in). */
+  sessionId?: string;
+  /** Open the capabilities' forwarders (for `shell`, which uses one while this process runs). */
+  forward?: boolean;
+}
+
 /**
  * Connects to a served environment for a command: no heartbeat, no
- * forwarders, and a "not ready" error that says why.
+ * forwarders unless asked, and a "not ready" error that says why.
  */
 export async function connectTo(
   target: Target,
   io: Io,
   values: Values,
-  sessionId?: string,
+  options: ConnectToOptions = {},
 ): Promise<HudClient> {
+  const { sessionId, forward = false } = options;
   // Unless told to wait for an environment that is starting, one refused
   // connection says that nothing listens there.
   const waits = stringOption(values, "ready-timeout") !== undefined;
@@ -99,8 +101,8 @@ export async function connectTo(
       ...(waits ? {} : { refusedTimeout: 0 }),
       retryInterval: 200,
       heartbeatInterval: 0,
-      // Forwarders would die with this process; nobody could use them.
-      forward: false,
+      // Forwarders die with this process: only a command that uses them here opens them.
+      forward,
       signal: io.signal,
       sessionId,
     });
@@ -110,7 +112,7 @@ export async function connectTo(
     ) {
       throw new NotReadyError(
         `Cannot connect to ${redactUrl(target.url)}: nothing listens there (connection refused); ` +
-          `start the environment there first ("${PROGRAM} serve FILE --port ${
+          `start the environment there first ("${io.program} serve FILE --port ${
             portOf(target.url)
           }"), ` +
           `or wait for one that is starting with --ready-timeout S`,

@@ -278,7 +278,11 @@ test("cli.ts end to end in child processes: serve, tasks, start, then grade else
       assert.equal(started.code, 0, started.stderr);
       assert.equal(started.stdout, "What is 40 + 2?\n");
       assert.match(started.stderr, /Session sess-[0-9a-f]{32} holds the task/);
-      assert.match(started.stderr, /hud grade add --url tcp:\/\/127.0.0.1:\d+ --session sess-/);
+      // As it was run (issue 38): not "hud grade" when it was deno run -A cli.ts.
+      assert.match(
+        started.stderr,
+        /\n {2}deno run -A \S*cli\.ts grade add --url tcp:\/\/127.0.0.1:\d+ --session sess-/,
+      );
 
       const wrongTemplate = await spawn("grade", "nope", "--answer", "42", "--url", url);
       assert.equal(wrongTemplate.code, 1);
