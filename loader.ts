@@ -7,6 +7,7 @@
 
 import { Environment } from "./env.ts";
 import { errorMessage } from "./_internal/util.ts";
+import { importEnvironmentModule } from "./_internal/serving.ts";
 
 /** Options for {@linkcode loadEnvironment}. */
 export interface LoadEnvironmentOptions {
@@ -148,7 +149,7 @@ async function importModule(url: URL, shown: string): Promise<Record<string, unk
   try {
     // A user's module, by absolute URL: `deno publish` warns that it cannot
     // analyze this import, which is expected (and cannot be silenced).
-    return await import(url.href);
+    return await importEnvironmentModule(url.href);
   } catch (err) {
     // The hint goes on the first line, which is what the command line prints.
     const [first, ...rest] = errorMessage(err).split("\n");
