@@ -637,15 +637,22 @@ export const CLIENT_JS: string = String.raw`
     var t0 = Date.parse(trace.started_at);
     var results = {};
     steps.forEach(function (st) { if (st.type === "tool" && isObj(st.content) && st.content.id) results[st.content.id] = st; });
-    var prompt = null, items = [];
+    // The model read the system prompt before the task's: the first request's system messages
+    // go before the prompt, at its time (they come in the model step, after it).
+    var prompt = null, promptIndex = -1, promptTime = null, modelSeen = false, items = [];
     steps.forEach(function (st) {
       var at = offsetOf(st, t0), c = st.content, info = st.info || {};
       var type = String(st.type);
       if (type === "setup") items.push(eventItem("task", (isObj(c) ? c.id + " " + JSON.stringify(c.args || {}) : "") + (info.env_version ? " \u00b7 environment " + info.env_version : ""), at, "muted"));
-      else if (type === "user") { prompt = textOf(c); items.push(message("user", longText(prompt, "text", 40), "prompt", at)); }
+      else if (type === "user") { prompt = textOf(c); promptIndex = items.length; promptTime = at; items.push(message("user", longText(prompt, "text", 40), "prompt", at)); }
       else if (type === "model" && isObj(c)) {
+        var first = !modelSeen;
+        modelSeen = true;
         (c.request || []).forEach(function (m) {
-          if (m.role === "system") items.push(message("system", longText(textOf(m.content), "text", 6), null, at));
+          if (m.role === "system") {
+            if (first && promptIndex >= 0) items.splice(promptIndex++, 0, message("system", longText(textOf(m.content), "text", 6), null, promptTime));
+            else items.push(message("system", longText(textOf(m.content), "text", 6), null, at));
+          }
           else if (m.role === "user") { if (textOf(m.content) !== prompt) items.push(message("user", longText(textOf(m.content), "text", 40), null, at)); }
           else if (m.role === "tool") { if (!results[m.tool_call_id]) items.push(message("tool", longText(textOf(m.content), "text"), m.tool_call_id || "", at)); }
           else items.push(message(String(m.role), longText(textOf(m.content), "text"), null, at));
@@ -796,6 +803,8 @@ export const CLIENT_JS: string = String.raw`
       var trace = rec.trace || {};
       var steps = trace.steps || [];
       var row = files[f].rows[i] || {};
+      var setup = steps.filter(function (st) { return st.type === "setup" && isObj(st.info) && typeof st.info.env_version === "string"; })[0];
+      var envVersion = setup ? setup.info.env_version : "";
       var errors = (trace.errors || []).map(function (e) {
         return h("li", null, h("strong", null, e.phase + ": "), e.name + ": " + e.message);
       });
@@ -815,7 +824,7 @@ export const CLIENT_JS: string = String.raw`
           h("dt", null, "Agent"), h("dd", { id: "r-agent" }, agentText(agent), agent && agent.settings ? h("span", { class: "muted" }, " " + settingsText(agent.settings)) : ""),
           row.calls ? [h("dt", null, "Steps"), h("dd", null, plural(row.calls, "model call") + ", " + plural(row.tools, "tool call") + (tokens ? ", " + tokens + " tokens" : ""))] : "",
           h("dt", null, "Args"), h("dd", null, h("code", null, JSON.stringify(rec.task.args))),
-          h("dt", null, "Environment"), h("dd", null, String(rec.task.env))),
+          h("dt", null, "Environment"), h("dd", { id: "r-env" }, String(rec.task.env) + (envVersion ? " " + envVersion : ""))),
         errors.length ? h("section", { "aria-labelledby": "err-h" }, h("h3", { id: "err-h" }, "Errors"), h("ul", { class: "errors" }, errors)) : "",
         gradeSection(steps),
         timeline(trace),

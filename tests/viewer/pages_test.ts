@@ -196,9 +196,10 @@ test("viewer pages of a command-agent run and a model run read as a person would
         .findIndex((l) => JSON.parse(l).trace.started_at === record.trace.started_at);
       await open(page, viewer.url, `#/r/0/${line}`, "rollout");
       const roles = await texts(page, "#conversation > li.msg .role");
+      // The system prompt first, as the model read it (issue 38: it came after the user's).
       assert.deepEqual(roles, [
-        "user",
         "system",
+        "user",
         "assistant",
         "assistant",
         "assistant",
@@ -240,6 +241,13 @@ test("viewer pages of a command-agent run and a model run read as a person would
         await text(page, "#conversation > li.msg-assistant .msg-head"),
         /scripted-robolab · 400 in \/ 40 out tokens/,
       );
+      // The system prompt is at the prompt's time, not after the first model call's.
+      assert.deepEqual(
+        await texts(page, "#conversation > li.msg-system time, #conversation > li.msg-user time"),
+        Array(2).fill(await text(page, "#conversation > li.msg-user time")),
+      );
+      // The environment with its version (issue 38: its name alone).
+      assert.equal(await text(page, "#r-env"), "robolab 1.0.0");
       // The grade with its subscores, the timeline, the agent's diff before the setup files.
       assert.equal(await text(page, "#r-score"), "1");
       assert.deepEqual(await texts(page, "table.subscores tbody th"), ["check", "answer"]);
