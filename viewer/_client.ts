@@ -248,6 +248,9 @@ export const CLIENT_JS: string = String.raw`
       svg.appendChild(s("text", { x: (PL + PW - PR) / 2, y: PH - 4, class: "label", "text-anchor": "middle", text: "k (rollouts per task)" }));
     });
   }
+  // A task's arguments in one line, as a tooltip or a table cell shows them.
+  function argsText(args) { return JSON.stringify(args === undefined ? {} : args); }
+  function cut(text, n) { return text.length > n ? text.slice(0, n - 1) + "\u2026" : text; }
   function taskPlot(tasks) {
     var ts = tasks.filter(function (t) { return t.mean_reward !== null; });
     if (!ts.length) return null;
@@ -262,9 +265,9 @@ export const CLIENT_JS: string = String.raw`
       });
       ts.forEach(function (t, j) {
         var y = 6 + j * rowH, v = t.mean_reward;
-        svg.appendChild(s("text", { x: x0 - 6, y: y + 10, class: "tick", "text-anchor": "end", text: t.slug.length > 22 ? t.slug.slice(0, 21) + "\u2026" : t.slug }, s("title", { text: t.slug })));
+        svg.appendChild(s("text", { x: x0 - 6, y: y + 10, class: "tick", "text-anchor": "end", text: t.slug.length > 22 ? t.slug.slice(0, 21) + "\u2026" : t.slug }, s("title", { text: t.slug + " " + argsText(t.args) })));
         svg.appendChild(s("rect", { x: Math.min(X(0), X(v)), y: y + 2, width: Math.max(1, Math.abs(X(v) - X(0))), height: rowH - 5, class: "bar " + (v >= 1 ? "pass" : v > 0 ? "partial" : "zero") },
-          s("title", { text: t.slug + ": " + fmtMean(v, t.stderr) + " (" + t.passes + "/" + t.runs + " pass)" })));
+          s("title", { text: t.slug + " " + argsText(t.args) + ": " + fmtMean(v, t.stderr) + " (" + t.passes + "/" + t.runs + " pass)" })));
         if (t.stderr !== null) svg.appendChild(s("line", { x1: X(v - t.stderr), x2: X(v + t.stderr), y1: y + rowH / 2, y2: y + rowH / 2, class: "whisker" }));
         svg.appendChild(s("text", { x: x1 + 4, y: y + 10, class: "tick", text: sig(v) }));
       });
@@ -333,8 +336,8 @@ export const CLIENT_JS: string = String.raw`
     var shown = state.allTasks ? tasks : tasks.slice(0, TASKS_SHOWN);
     var replaced = tasks.some(function (t) { return t.superseded > 0; });
     var failing = tasks.some(function (t) { return t.first_error; });
-    var head = ["Task", "Runs", "Mean reward", "Passes"].concat(names).concat(replaced ? ["Replaced"] : []).concat(failing ? ["First error"] : []);
-    var numeric = function (j) { return j > 0 && !(failing && j === head.length - 1); };
+    var head = ["Task", "Args", "Runs", "Mean reward", "Passes"].concat(names).concat(replaced ? ["Replaced"] : []).concat(failing ? ["First error"] : []);
+    var numeric = function (j) { return j > 1 && !(failing && j === head.length - 1); };
     return h("section", { "aria-labelledby": "tasks-h" },
       h("h2", { id: "tasks-h" }, "Tasks"),
       h("table", { id: "tasks", class: "tasks" },
@@ -343,6 +346,7 @@ export const CLIENT_JS: string = String.raw`
         h("tbody", null, shown.map(function (t) {
           return h("tr", { class: t.mean_reward === null ? "failed" : t.mean_reward >= 1 ? "pass" : t.mean_reward > 0 ? "partial" : "zero" },
             h("th", { scope: "row" }, h("a", { href: "#/f/" + f, onclick: function (e) { e.preventDefault(); state.filter = t.slug; route(); } }, t.slug)),
+            h("td", { class: "task-args", title: argsText(t.args) }, h("code", null, cut(argsText(t.args), 60))),
             h("td", { class: "num" }, t.runs + (t.errored ? " (" + t.errored + " errored)" : "")),
             h("td", { class: "num reward" }, fmtMean(t.mean_reward, t.stderr)),
             h("td", { class: "num" }, t.passes + "/" + t.runs),

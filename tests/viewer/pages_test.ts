@@ -156,14 +156,20 @@ test("viewer pages of a command-agent run and a model run read as a person would
           "document.querySelectorAll('figure.plot svg rect.bar').length",
         ) >= 4,
       );
-      // Per task: the mean, passes and subscores.
+      // The per-task plot's labels name each task's arguments too.
+      const labels = await page.evaluate<string[]>(
+        "[...document.querySelectorAll('figure.plot svg text.tick > title')].map((e) => e.textContent)",
+      );
+      assert.deepEqual(labels, s.tasks.map((t) => `${t.slug} ${JSON.stringify(t.args)}`));
+      // Per task: its arguments (issue 38: the slug alone), the mean, passes and subscores.
       const tasks = await page.evaluate<string[][]>(
         "[...document.querySelectorAll('#tasks tbody tr')].map((tr) => [...tr.children].map((c) => c.textContent))",
       );
       assert.deepEqual(
-        tasks.map((r) => r.slice(0, 6)),
+        tasks.map((r) => r.slice(0, 7)),
         s.tasks.map((t) => [
           t.slug,
+          JSON.stringify(t.args),
           "2",
           `${sig(t.mean_reward!)} ± ${sig(t.stderr!)}`.replace(" ± 0", " ± 0"),
           `${t.passes}/2`,
