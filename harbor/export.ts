@@ -35,6 +35,7 @@ import { buildContext } from "../engines/_base_image.ts";
 import { buildEnvironmentImage } from "../engines/image.ts";
 import { ENV_LABEL } from "../engines/_constants.ts";
 import { shellQuote } from "../_internal/shell.ts";
+import { sha256 } from "./_tree.ts";
 import {
   CONTROL_DIR,
   EXPORTED_TASK_FILE,
@@ -66,7 +67,9 @@ export interface ExportHarborOptions {
   /**
    * The repository the task images are tagged in: `REPO:TASK`, and the
    * environment's image `REPO-env:latest` when built.
-   * @default "hud-harbor-export/ENV" (the environment's name, in lower case)
+   * @default "hud-harbor-export/ENV-DIGEST" (the environment's name in lower
+   *   case, and 10 hex digits of the output folder's path: another folder,
+   *   other images)
    */
   repository?: string;
   /**
@@ -129,6 +132,18 @@ function fail(message: string): never {
 function repoName(name: string): string {
   return name.toLowerCase().replace(/[^a-z0-9._-]+/g, "-").replace(/^[^a-z0-9]+/, "")
     .slice(0, 60) || "env";
+}
+
+/**
+ * The repository the images are tagged in unless one is given: the
+ * environment's name and a digest of the output folder's path, so that two
+ * exports (two people's on one engine, or one person's to two folders) never
+ * tag the same images, and exporting again to a folder keeps its names.
+ */
+async function defaultRepository(envName: string, outDir: string): Promise<string> {
+  const absolute = outDir.startsWith("/") ? outDir : `${Deno.cwd()}/${outDir}`;
+  const digest = await sha256([absolute.replace(/\/+$/, "")]);
+  return `hud-harbor-export/${repoName(envName)}-${digest.slice(0, 10)}`;
 }
 
 function folderName(slug: string): string {
@@ -367,7 +382,7 @@ export async function exportHarborTasks(
   const env = await loadEnvironment(module, { name: options.env });
   const rows = await rowsOf(module, env, options.tasks);
   const texts = await prompts(env, rows);
-  const repo = options.repository ?? `hud-harbor-export/${repoName(env.name)}`;
+  const repo = options.repository ?? await defaultRepository(env.name, outDir);
   const envImage = options.image ?? `${repo}-env:latest`;
   if (options.image === undefined) {
     await buildEnvironmentImage(module, envImage, {

@@ -224,8 +224,27 @@ test({
         err,
         `error: Cannot export Harbor tasks: image "${BASE}" was not built by "hud image"; build it with "hud image" or leave out --image\n`,
       );
+      // Without --repository, the images' names come from the output folder (issue 38: all were
+      // hud-harbor-export/ENV, so two exports on one engine replaced each other's images).
+      const images = async (out: string) => {
+        const printed: string[] = [];
+        const code = await main(
+          ["export-harbor", FIXTURE, "--out", out, "--image", `${REPO}-env:latest`],
+          { stdout: (t) => printed.push(t), stderr: () => {} },
+        );
+        assert.equal(code, 0);
+        return printed.join("").trim().split("\n").map((l) => l.split(" ")[1]);
+      };
+      const [a, b] = [await images(`${again}/a`), await images(`${again}/b`)];
+      const named = /^hud-harbor-export\/harbor-export-fixture-[0-9a-f]{10}:(code|varying)$/;
+      assert.ok([...a, ...b].every((image) => named.test(image)), [...a, ...b].join(" "));
+      assert.notEqual(a[0].split(":")[0], b[0].split(":")[0]);
+      // Exported again to the same folder, the same names.
+      await Deno.remove(`${again}/a`, { recursive: true });
+      assert.deepEqual(await images(`${again}/a`), a);
     } finally {
       await Deno.remove(again, { recursive: true });
+      await removeImages("hud-harbor-export/harbor-export-fixture-");
     }
   }),
 });
