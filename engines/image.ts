@@ -198,6 +198,16 @@ function v8FlagsArgs(flags: readonly string[]): string[] {
   return flags.length === 0 ? [] : [`--v8-flags=${flags.join(",")}`];
 }
 
+/**
+ * The files of this machine that {@linkcode buildEnvironmentImage} puts in
+ * an image of `modulePath` (the module's graph, the CLI's and the entry
+ * program's), by absolute path, sorted: what a cache key of such an image
+ * hashes.
+ */
+export async function environmentImageFiles(modulePath: string): Promise<string[]> {
+  return (await appFiles(modulePath, "/app")).files.sort();
+}
+
 /** What goes under the image's app directory, and where each file lands there. */
 interface AppFiles {
   /** Host paths: the module's graph, the CLI's and the entry program's. */

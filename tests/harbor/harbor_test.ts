@@ -20,7 +20,7 @@ import {
 import { buildShellBase } from "../engines/_shell_base.ts";
 import { BASE, writeDataset } from "./_dataset.ts";
 import { functionAgent } from "../../eval/mod.ts";
-import { withDeadline } from "../_deadline.ts";
+import { testSignal, withDeadline } from "../_deadline.ts";
 import { containersLeft } from "./_engine.ts";
 
 test("loadHarborTasks() loads the valid tasks and lists the others with a reason code", async () => {
@@ -188,6 +188,34 @@ test({
       assert.equal(again.built, false);
       assert.equal(again.image, first.image);
       assert.equal(again.workdir, "/app");
+      // From another process, with a file beside the SDK's that no image holds (issue 38: any
+      // untracked file in the SDK's folder changed the key, and every task's image was rebuilt).
+      const sdk = new URL("../../", import.meta.url).pathname;
+      const untracked = `${sdk}untracked-${Deno.pid}.jsonl`;
+      await Deno.writeTextFile(untracked, "{}\n");
+      try {
+        const out = await new Deno.Command(Deno.execPath(), {
+          args: [
+            "eval",
+            `import { buildHarborImage, loadHarborTasks } from ${
+              JSON.stringify(new URL("../../harbor/mod.ts", import.meta.url).href)
+            };
+            const { tasks } = await loadHarborTasks(${
+              JSON.stringify(hello.path)
+            }.replace(/\\/[^/]+$/, ""));
+            const { image, built } = await buildHarborImage(tasks.find((t) => t.name === "hello"));
+            console.log(JSON.stringify({ image, built }));`,
+          ],
+          stdin: "null",
+          signal: testSignal(),
+        }).output();
+        const stderr = new TextDecoder().decode(out.stderr);
+        assert.equal(out.code, 0, stderr);
+        const elsewhere = JSON.parse(new TextDecoder().decode(out.stdout));
+        assert.deepEqual(elsewhere, { image: first.image, built: false });
+      } finally {
+        await Deno.remove(untracked);
+      }
       assert.throws(
         () => oracleAgent({ ...hello, solutionDir: null }),
         /Harbor task "hello": it has no solution\/solve\.sh/,
