@@ -401,7 +401,7 @@ shift; exec "$@"
  * @param config what the sandbox lets through
  * @returns the command line to execute
  */
-function sandboxArgv(
+export function sandboxArgv(
   argv: readonly string[],
   cwd: string,
   config: SandboxConfig,
