@@ -12,7 +12,7 @@ import { generateSshKeyPair } from "../ssh/keys.ts";
 import { type SshServer, type SshSpawner, startSshServer } from "../ssh/server.ts";
 import { startFileTracker } from "../filetracking/tracker.ts";
 import type { FileTracker } from "../filetracking/tracker.ts";
-import { chooseSandbox, type SandboxConfig, type SandboxMount } from "./_sandbox.ts";
+import { chooseSandbox, DEFAULT_PATH, type SandboxConfig, type SandboxMount } from "./_sandbox.ts";
 import {
   leaseUid,
   resolveLimits,
@@ -148,10 +148,33 @@ function applyLimits(
   return limits.nproc;
 }
 
-/** Gives `paths` (recursively, links not followed) to `uid`:`gid`. */
+/**
+ * Gives `paths` (recursively, links not followed) to `uid`:`gid`, but for
+ * files of several hard links: one may be a file outside the root (which
+ * would become the agent's).
+ */
 async function chownTree(paths: string[], uid: number, gid: number): Promise<void> {
-  const out = await new Deno.Command("chown", {
-    args: ["-R", "-P", "-h", `${uid}:${gid}`, "--", ...paths],
+  const out = await new Deno.Command("find", {
+    args: [
+      "-P",
+      ...paths,
+      "(",
+      "-type",
+      "d",
+      "-o",
+      "-links",
+      "1",
+      ")",
+      "-exec",
+      "chown",
+      "-h",
+      `${uid}:${gid}`,
+      "--",
+      "{}",
+      "+",
+    ],
+    clearEnv: true,
+    env: { PATH: DEFAULT_PATH },
     stdout: "null",
     stderr: "piped",
   }).output();

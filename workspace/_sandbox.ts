@@ -217,9 +217,11 @@ function limitArgv(config: SandboxConfig): string[] {
 // the sandbox, where everything but the writable directories is mounted
 // read-only (so no link can lead chown anywhere else), hand root's entries
 // there to the agent.
+// Files of several hard links are left alone: one may be a file outside
+// the root (a link made before the sandbox, which refuses to make one).
 const HANDOVER = `owner=$1; shift; n=0
 for d in "$@"; do [ "$d" = -- ] && break; n=$((n + 1)); done
-chown -R -P -h --from=0 "$owner" -- "\${@:1:$n}" 2>/dev/null || :
+find -P "\${@:1:$n}" -user 0 \\( -type d -o -links 1 \\) -exec chown -h "$owner" -- {} + 2>/dev/null || :
 shift $((n + 1)); exec "$@"
 `;
 
