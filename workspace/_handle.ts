@@ -20,6 +20,14 @@ import {
 } from "./_episode.ts";
 import { AgentGate } from "./_gate.ts";
 import { checkArgv, gradeCommand, runGradeCommand } from "./_grade.ts";
+import {
+  checkSnapshot,
+  noteRootOwner,
+  openSnapshotRoot,
+  sharedRootOwner,
+  snapshotMethod,
+  type WorkspaceSnapshot,
+} from "./_snapshot.ts";
 import type {
   Workspace,
   WorkspaceExecOptions,
@@ -38,6 +46,12 @@ export class WorkspaceHandle implements Workspace {
   readonly #agent = new AgentGate();
   /** Grading commands running. */
   readonly #graders = new Set<number>();
+  /** The uid the last episode leased, taken again when free. */
+  #heldUid: number | null = null;
+  /** The snapshots this workspace took that are not removed. */
+  readonly #snapshots = new Set<WorkspaceSnapshot>();
+  /** Snapshots, restores and stops, one at a time. */
+  #rootOps: Promise<unknown> = Promise.resolve();
 
   constructor(env: Environment, config: WorkspaceConfig) {
     this.#env = env;
@@ -83,7 +97,7 @@ export class WorkspaceHandle implements Workspace {
     }
     const ep = await newEpisode();
     try {
-      await prepareSandbox(this.#config, ep, (message) => this.#report(message));
+      await this.#prepare(ep);
       // Complete enough for commands: the SSH server may get a login at once.
       this.#episode = ep;
       ep.sftp?.warm(ep.sandbox.isolation);
@@ -96,11 +110,43 @@ export class WorkspaceHandle implements Workspace {
     }
   }
 
+  /** The sandbox and, with snapshots, the root mounted for them. */
+  async #prepare(ep: Episode): Promise<void> {
+    const { snapshots, from, root } = this.#config;
+    const report = (message: string) => this.#report(message);
+    if (snapshots === null && from === null) {
+      await prepareSandbox(this.#config, ep, report, this.#heldUid);
+      this.#heldUid = ep.lease?.uid ?? null;
+      return;
+    }
+    const chosen = await snapshotMethod();
+    const method = snapshots?.method === "copy" ? "copy" : chosen.method;
+    if (snapshots?.method !== "copy" && chosen.why !== null) {
+      report(`snapshots copy the whole root here: ${chosen.why}`);
+    }
+    // An overlay root's files may be a snapshot's too once an episode has
+    // shown them: they keep their owner, which the overlay maps.
+    const overlaid = method === "overlay" && from === null;
+    const shared = overlaid ? await sharedRootOwner(root) : null;
+    await prepareSandbox(this.#config, ep, report, this.#heldUid, shared);
+    this.#heldUid = ep.lease?.uid ?? null;
+    const owner = ep.user ?? (Deno.uid() === 0 ? { uid: 0, gid: 0 } : null);
+    // Noted before the overlay hides the root's own inode.
+    if (overlaid && shared === null && owner !== null) await noteRootOwner(root, owner);
+    ep.root = await openSnapshotRoot(root, {
+      owner,
+      diskOwner: shared ?? owner,
+      from,
+      method,
+    });
+  }
+
   /** Ends the episode: capabilities, servers, every process it started, its files. */
   async stop(): Promise<void> {
     const ep = this.#episode;
     this.#episode = null;
     if (ep === null) return;
+    await this.#rootOps.catch(() => {});
     await this.#teardown(ep);
   }
 
@@ -115,7 +161,11 @@ export class WorkspaceHandle implements Workspace {
     } finally {
       // Whatever the sessions left: spawn() children, graders, stragglers.
       await this.#agent.killAll(this.#graders);
-      await releaseEpisode(ep);
+      try {
+        await ep.root?.close();
+      } finally {
+        await releaseEpisode(ep);
+      }
     }
   }
 
@@ -216,5 +266,71 @@ export class WorkspaceHandle implements Workspace {
     const ep = this.#episode;
     if (ep === null) throw new Error(`Cannot run in workspace "${name}": it is not started`);
     return await runGradeCommand(ep, root, command, this.#graders);
+  }
+
+  /** Runs `op` on the started episode's root, after the root operations before it. */
+  #onRoot<T>(verb: string, op: (ep: Episode) => Promise<T>): Promise<T> {
+    const name = this.#config.name;
+    if (this.#config.snapshots === null) {
+      return Promise.reject(
+        new Error(
+          `Cannot ${verb} workspace "${name}": it was added without snapshots (set snapshots: true in addWorkspace's options)`,
+        ),
+      );
+    }
+    const run = this.#rootOps.catch(() => {}).then(() => {
+      const ep = this.#episode;
+      if (ep?.root == null) {
+        throw new Error(`Cannot ${verb} workspace "${name}": it is not started`);
+      }
+      return op(ep);
+    });
+    this.#rootOps = run;
+    return run;
+  }
+
+  snapshot(): Promise<WorkspaceSnapshot> {
+    return this.#onRoot("snapshot", async (ep) => {
+      const { name, snapshots: policy } = this.#config;
+      if (this.#snapshots.size >= policy!.maxCount) {
+        throw new Error(
+          `Cannot snapshot workspace "${name}": ${
+            policy!.maxCount
+          } snapshots of it exist (snapshots.maxCount); remove some first`,
+        );
+      }
+      let used = 0;
+      for (const s of this.#snapshots) used += s.bytes;
+      await this.#agent.hold();
+      try {
+        const snapshot = await ep.root!.snapshot({
+          workspace: name,
+          policy: policy!,
+          used,
+          onRemove: (s) => this.#snapshots.delete(s),
+        });
+        this.#snapshots.add(snapshot);
+        return snapshot;
+      } finally {
+        this.#agent.release();
+      }
+    });
+  }
+
+  restore(snapshot: WorkspaceSnapshot): Promise<void> {
+    try {
+      checkSnapshot(`restore workspace "${this.#config.name}"`, snapshot);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.#onRoot("restore", async (ep) => {
+      await this.#agent.hold();
+      try {
+        await this.#agent.kill();
+        await ep.root!.restore(snapshot);
+      } finally {
+        this.#agent.release();
+      }
+    });
   }
 }
