@@ -207,6 +207,9 @@ export interface TreeBounds {
   entries: number;
 }
 
+/** Disk an entry takes besides its blocks: an inode (ext4's default size). */
+const INODE_BYTES = 256;
+
 /**
  * Measures `dir` without following links or opening files (a FIFO cannot
  * block it), stopping as soon as a bound is passed.
@@ -223,18 +226,13 @@ export async function measureTree(
     for await (const e of Deno.readDir(rel === "" ? dir : `${dir}/${rel}`)) {
       const path = rel === "" ? e.name : `${rel}/${e.name}`;
       if (++size.entries > bounds.entries) return { over: "entries" };
-      if (e.isDirectory) {
-        pending.push(path);
-        continue;
-      }
-      if (e.isFile || e.isSymlink) {
-        const info = await Deno.lstat(`${dir}/${path}`);
-        size.bytes += (info.blocks ?? 0) * 512;
-        if (size.bytes > bounds.bytes) return { over: "bytes" };
-        continue;
-      }
+      // Every entry takes an inode in a copy, a directory a block or more:
+      // empty ones would otherwise fill the disk uncounted.
       const info = await Deno.lstat(`${dir}/${path}`);
-      if (info.isFifo) continue;
+      size.bytes += INODE_BYTES + (info.blocks ?? 0) * 512;
+      if (size.bytes > bounds.bytes) return { over: "bytes" };
+      if (e.isDirectory) pending.push(path);
+      if (e.isDirectory || e.isFile || e.isSymlink || info.isFifo) continue;
       // A whiteout (a 0/0 character device) is how an overlay records a deletion.
       if (!(info.isCharDevice && info.rdev === 0)) size.special.push(path);
     }

@@ -59,7 +59,8 @@ export interface WorkspaceSnapshotOptions {
   maxCount?: number;
   /**
    * Bytes of disk its snapshots may take together (a snapshot takes what
-   * changed since the layer below it; holes in sparse files are free).
+   * changed since the layer below it: its blocks, directories' included,
+   * and 256 bytes of inode per entry; holes in sparse files are free).
    * @default 8589934592 (8 GiB)
    */
   maxBytes?: number;

@@ -109,7 +109,8 @@ for (const method of ["auto", "copy"] as const) {
       const snapshot = await ws.workspace.snapshot();
       await t.step("it holds only what changed (overlay)", () => {
         if (!overlay) return;
-        assert.ok(snapshot.bytes < 64 * 1024, `${snapshot.bytes} bytes`);
+        // The changes' blocks and inodes (a copy of /bin/true, five directories copied up...).
+        assert.ok(snapshot.bytes < 96 * 1024, `${snapshot.bytes} bytes`);
       });
 
       await ws.sh(
@@ -246,6 +247,49 @@ for (const method of ["auto", "copy"] as const) {
 }
 
 test({
+  name: "addWorkspace() from: nothing an agent plants before a snapshot forges a fork's grade",
+  ignore: !HAS_BWRAP,
+}, async () => {
+  // The grader's hidden check: the answer, and nothing else, decides.
+  const files = { "check.sh": "grep -qx right answer.txt && echo 1.0 || echo 0.0\n" };
+  const grade = async (ws: Running) => {
+    const r = await ws.workspace.exec(["bash", "-c", '. "$HUD_GRADER_FILES/check.sh"'], { files });
+    assert.equal(r.code, 0, r.stderr);
+    return r.stdout;
+  };
+  const source = await start({ snapshots: true });
+  let fork: Running | null = null;
+  try {
+    await source.sh(
+      [
+        "echo wrong > answer.txt",
+        // Shadows of the check at the paths a grader might take it from.
+        "mkdir -p grader && printf 'echo 1.0; exit 0\\n' > grader/check.sh",
+        "printf 'echo 1.0; exit 0\\n' | tee .bashrc .profile .bash_profile > /dev/null",
+        "ln -s /grader/check.sh check.sh",
+      ].join(" && "),
+    );
+    const snapshot = await source.workspace.snapshot();
+    fork = await start({ from: snapshot });
+    // The source's agent answers right after the snapshot.
+    await source.sh("echo right > answer.txt");
+    assert.equal(await grade(source), "1.0\n");
+    // The fork has the planted files, but its grade is the check's, on its answer.
+    assert.equal(await fork.sh("cat grader/check.sh answer.txt"), "echo 1.0; exit 0\nwrong\n");
+    assert.equal(await grade(fork), "0.0\n");
+    await fork.sh("echo right > answer.txt");
+    assert.equal(await grade(fork), "1.0\n");
+    await source.sh("echo wrong > answer.txt");
+    assert.equal(await grade(source), "0.0\n", "the fork's answer is not the source's");
+    await snapshot.remove();
+  } finally {
+    await fork?.stop();
+    await source.stop();
+    await cleanup(source.root, ...(fork ? [fork.root] : []));
+  }
+});
+
+test({
   name: "WorkspaceSnapshot cannot be read from another workspace's sandbox",
   ignore: !HAS_BWRAP || !IS_ROOT,
 }, async () => {
@@ -322,6 +366,34 @@ test({
     await cleanup(ws.root);
   }
 });
+
+for (const method of ["auto", "copy"] as const) {
+  test({
+    name:
+      `WorkspaceSnapshot: an agent's empty directories and files count against snapshots.maxBytes (method "${method}")`,
+    ignore: !HAS_BWRAP,
+  }, async () => {
+    // Holding no data, each takes a block of disk (a directory) or an inode
+    // in every copy: 600 of them are past 1 MiB.
+    const ws = await start({ snapshots: { method, maxBytes: 1024 * 1024 } });
+    try {
+      const store = OVERLAY && method === "auto" ? storeOf(ws.root)! : null;
+      const entries = () =>
+        store === null ? [] : [...Deno.readDirSync(store)].map((e) => e.name).sort();
+      await ws.sh("mkdir dirs && cd dirs && seq -f d%g 600 | xargs mkdir");
+      const before = entries();
+      await assert.rejects(ws.workspace.snapshot(), /snapshots.maxBytes \(1048576\)/);
+      assert.deepEqual(entries(), before, "a refused snapshot leaves nothing in the store");
+      await ws.sh("rm -r dirs && mkdir files && cd files && seq -f f%g 5000 | xargs touch");
+      await assert.rejects(ws.workspace.snapshot(), /snapshots.maxBytes \(1048576\)/);
+      await ws.sh("rm -r files");
+      await (await ws.workspace.snapshot()).remove();
+    } finally {
+      await ws.stop();
+      await cleanup(ws.root);
+    }
+  });
+}
 
 test({
   name: "Workspace.snapshot() refuses without the snapshots option, and when stopped",
@@ -451,6 +523,8 @@ for (const method of ["auto", "copy"] as const) {
           "mkfifo fifo",
           "cp /usr/bin/id tool && chmod 4755 tool",
           "truncate -s 20G sparse",
+          // A socket the agent listens on (sockets are left out of snapshots).
+          `perl -MIO::Socket::UNIX -e 'IO::Socket::UNIX->new(Type => SOCK_STREAM(), Local => "sock", Listen => 1) or die "$!"'`,
           // Through the overlay, a write in place copies the file up first;
           // in a plain root it would write the outside file, as any write
           // through a hard link does (the agent may: it is 0666).
@@ -465,17 +539,17 @@ for (const method of ["auto", "copy"] as const) {
 
       const snapshot = await ws.workspace.snapshot();
       await t.step("the snapshot skips device nodes, keeps holes, reads no FIFO", () => {
-        assert.deepEqual([...snapshot.skipped].sort(), ["disk", "zero"]);
+        assert.deepEqual([...snapshot.skipped].sort(), ["disk", "sock", "zero"]);
         assert.ok(snapshot.bytes < 1024 * 1024, `${snapshot.bytes} bytes for a 20 GiB sparse file`);
       });
-      await ws.sh("rm -f out pw d fifo tool sparse linked && echo again > linked");
+      await ws.sh("rm -f out pw d fifo tool sparse sock linked && echo again > linked");
       await Deno.remove(`${root}/zero`);
       await Deno.remove(`${root}/disk`);
       await ws.workspace.restore(snapshot);
 
       await t.step("restored: the links are links, nothing followed", async () => {
         const now = await treeManifest(root);
-        const expected = planted.filter((l) => !/^(zero|disk) /.test(l));
+        const expected = planted.filter((l) => !/^(zero|disk|sock) /.test(l));
         assert.deepEqual(now, expected);
         assert.equal(await Deno.readLink(`${root}/d`), outside);
         assert.equal(await ws.sh("cat linked"), linked);
@@ -484,7 +558,10 @@ for (const method of ["auto", "copy"] as const) {
       await t.step("a fork starts with the links and FIFO; its writes stay in it", async () => {
         const fork = await start({ from: snapshot, limits: { fileSize: Infinity } });
         forks.push(fork);
-        assert.equal(await fork.sh("readlink d; test -p fifo && echo fifo"), `${outside}\nfifo\n`);
+        assert.equal(
+          await fork.sh("readlink d; test -p fifo && echo fifo; test -e sock || echo no socket"),
+          `${outside}\nfifo\nno socket\n`,
+        );
         // What the links name is not in the fork's sandbox.
         assert.notEqual((await fork.try("echo x > d/victim")).code, 0);
         await fork.sh("echo fork >> linked && echo y >> sparse");
