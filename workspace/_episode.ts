@@ -23,6 +23,8 @@ import {
 import { SandboxedSftp, SFTP_MARKER } from "./_sftp.ts";
 import type { WorkspaceConfig } from "./_config.ts";
 import type { SnapshotRoot } from "./_snapshot.ts";
+import type { SpareSandbox } from "./_waiting.ts";
+import type { PreparedGrading } from "./_grade.ts";
 import type { Owner } from "./_layers.ts";
 
 /** Unauthenticated SSH connections: random early drop from 32, all from 128. */
@@ -52,6 +54,10 @@ export interface Episode {
   etc: string | null;
   /** The root, when it takes snapshots or is a fork. */
   root: SnapshotRoot | null;
+  /** A sandbox started ahead for the agent's next command. */
+  spare: SpareSandbox | null;
+  /** The next grading command's directory and sandbox, made ahead. */
+  grading: Promise<PreparedGrading | null> | null;
 }
 
 /** A new episode, with its HOME made and nothing else yet. */
@@ -70,6 +76,8 @@ export async function newEpisode(): Promise<Episode> {
     sftp: null,
     etc: null,
     root: null,
+    spare: null,
+    grading: null,
   };
 }
 

@@ -19,7 +19,14 @@ import {
   releaseEpisode,
 } from "./_episode.ts";
 import { AgentGate } from "./_gate.ts";
-import { checkArgv, gradeCommand, runGradeCommand } from "./_grade.ts";
+import {
+  checkArgv,
+  discardGrading,
+  gradeCommand,
+  prepareGrading,
+  runGradeCommand,
+} from "./_grade.ts";
+import { SpareSandbox, type WaitingSandbox } from "./_waiting.ts";
 import {
   checkSnapshot,
   noteRootOwner,
@@ -100,6 +107,7 @@ export class WorkspaceHandle implements Workspace {
       await this.#prepare(ep);
       // Complete enough for commands: the SSH server may get a login at once.
       this.#episode = ep;
+      this.#prestart(ep);
       ep.sftp?.warm(ep.sandbox.isolation);
       await publishShell(this.#env, this.#config, ep, (argv, o) => this.#spawnAgent(argv, o));
       if (this.#config.trackFiles) await publishTracker(this.#env, this.#config, ep);
@@ -150,6 +158,22 @@ export class WorkspaceHandle implements Workspace {
     await this.#teardown(ep);
   }
 
+  /** Starts the sandboxes of the agent's next command and the next grading command, ahead. */
+  #prestart(ep: Episode): void {
+    ep.spare = new SpareSandbox(ep.sandbox, this.#config.root);
+    ep.spare.fill();
+    ep.grading = prepareGrading(ep, this.#config.root).catch(() => null);
+  }
+
+  /** Discards what was started ahead (its views of the root may be stale). */
+  async #discardPrestarted(ep: Episode): Promise<void> {
+    const [spare, grading] = [ep.spare, ep.grading];
+    ep.spare = ep.grading = null;
+    await spare?.close();
+    const prepared = await grading;
+    if (prepared) await discardGrading(prepared);
+  }
+
   async #teardown(ep: Episode): Promise<void> {
     if (ep.server !== null) this.#env.removeCapability(this.#config.name);
     try {
@@ -159,6 +183,7 @@ export class WorkspaceHandle implements Workspace {
       }
       if (ep.server !== null) await ep.server.shutdown();
     } finally {
+      await this.#discardPrestarted(ep);
       // Whatever the sessions left: spawn() children, graders, stragglers.
       await this.#agent.killAll(this.#graders);
       try {
@@ -184,12 +209,36 @@ export class WorkspaceHandle implements Workspace {
     const real = argv.length === 1 && argv[0] === SFTP_MARKER && sftp !== null
       ? sftp.argv(ep.sandbox.isolation)
       : argv;
+    const waiting = extra.length === 0 ? ep.spare?.take() : null;
+    if (waiting) return this.#runWaiting(ep, waiting, real, o);
     const sandbox = extra.length === 0 ? ep.sandbox : {
       ...ep.sandbox,
       mounts: [...(ep.sandbox.mounts ?? []), ...extra.map((p) => ({ src: p, dest: p }))],
     };
     const child = spawnInSandbox(real, { ...o, sandbox });
     this.#agent.track(child);
+    return child;
+  }
+
+  /** Runs an agent's command in the sandbox started ahead; the next is started when it ends. */
+  async #runWaiting(
+    ep: Episode,
+    waiting: WaitingSandbox,
+    argv: readonly string[],
+    o: SshSpawnOptions,
+  ): Promise<Deno.ChildProcess> {
+    // Counted before its words go: a grading phase that begins meanwhile stops it.
+    this.#agent.track(waiting.child);
+    let child: Deno.ChildProcess;
+    try {
+      child = await waiting.run(argv, o.cwd, o.env);
+    } catch {
+      // It exited meanwhile (or a word holds a NUL byte, which this refuses too).
+      await waiting.discard();
+      child = spawnInSandbox(argv, { ...o, sandbox: ep.sandbox });
+      this.#agent.track(child);
+    }
+    child.status.then(() => ep.spare?.fill(), () => {});
     return child;
   }
 
@@ -265,7 +314,11 @@ export class WorkspaceHandle implements Workspace {
     const command = gradeCommand(name, root, argv, options);
     const ep = this.#episode;
     if (ep === null) throw new Error(`Cannot run in workspace "${name}": it is not started`);
-    return await runGradeCommand(ep, root, command, this.#graders);
+    // Taken at once: a command that runs meanwhile makes its own.
+    const pending = ep.grading;
+    ep.grading = null;
+    const prepared = await pending;
+    return await runGradeCommand(ep, root, command, this.#graders, prepared ?? null);
   }
 
   /** Runs `op` on the started episode's root, after the root operations before it. */
@@ -327,8 +380,10 @@ export class WorkspaceHandle implements Workspace {
       await this.#agent.hold();
       try {
         await this.#agent.kill();
+        await this.#discardPrestarted(ep);
         await ep.root!.restore(snapshot);
       } finally {
+        if (this.#episode === ep) this.#prestart(ep);
         this.#agent.release();
       }
     });

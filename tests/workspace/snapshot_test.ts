@@ -290,6 +290,30 @@ test({
 });
 
 test({
+  name:
+    "Workspace.restore(): the agent's next command and the next grading see the restored files, not the sandboxes started ahead",
+  ignore: !HAS_BWRAP,
+}, async () => {
+  const ws = await start({ snapshots: true });
+  try {
+    await ws.sh("echo before > f");
+    const snapshot = await ws.workspace.snapshot();
+    await ws.sh("echo after > f");
+    // The next command's sandbox and the first grading's are made and waiting.
+    await new Promise((r) => setTimeout(r, 300));
+    await ws.workspace.restore(snapshot);
+    assert.equal(await ws.sh("cat f"), "before\n");
+    assert.equal((await ws.workspace.exec(["cat", "f"])).stdout, "before\n");
+    await ws.sh("echo again > f");
+    assert.equal((await ws.workspace.exec(["cat", "f"])).stdout, "again\n");
+    await snapshot.remove();
+  } finally {
+    await ws.stop();
+    await cleanup(ws.root);
+  }
+});
+
+test({
   name: "WorkspaceSnapshot cannot be read from another workspace's sandbox",
   ignore: !HAS_BWRAP || !IS_ROOT,
 }, async () => {
