@@ -195,7 +195,7 @@ export function closeDescriptor(fd: number): void {
 }
 
 /** `/proc/<pid>/[ug]id_map` lines mapping every id to itself but `a` and `b`, swapped. */
-export function swapMap([a, b]: readonly [number, number]): string {
+function swapMap([a, b]: readonly [number, number]): string {
   const max = 4294967295; // ids 0..2^32-2 (2^32-1 is "no id")
   if (a === b) return `0 0 ${max}\n`;
   const [lo, hi] = a < b ? [a, b] : [b, a];
