@@ -167,8 +167,8 @@ const STACKS = new WeakMap<WorkspaceSnapshot, readonly Layer[]>();
  * A workspace's files at one moment: contents, modes, owners (as the
  * sandbox shows them: the agent's files are the agent's in whichever
  * workspace restores or forks it), links, empty directories. Processes are
- * not part of it. It stays until removed, until the job that made it ends,
- * or until this process exits; forks running from it keep what they need.
+ * not part of it. It stays until removed or until this process exits;
+ * forks running from it keep what they need.
  */
 export class WorkspaceSnapshot implements AsyncDisposable {
   /** Its id, unique in this process. */
