@@ -67,11 +67,13 @@ export async function helloUntilReady(
       // connection open when it got one).
       const conn = await Deno.connect({ ...addr, signal: deadline.signal });
       accepted = true;
-      // Integers are exact on the control channel both ways (PROTOCOL.md).
+      // Numbers on the control channel are Python's both ways: integers
+      // exact, NaN and the infinities as its tokens (PROTOCOL.md).
       caller = new JsonRpcCaller(conn, {
         maxFrameBytes: options.maxFrameBytes,
         peer: url,
         exactIntegers: true,
+        nonFinite: true,
       });
       const result = await caller.call("hello", params, { signal: deadline.signal });
       return { caller, result };

@@ -37,6 +37,8 @@ export interface ServerConfig {
   maxPendingConnections: number;
   maxBufferedBytes: number;
   maxJsonDepth: number;
+  /** The deepest nesting of a first frame that must carry the token. */
+  preAuthMaxJsonDepth: number;
   firstFrameTimeout: number;
   maxParked: number;
   signal: AbortSignal | undefined;
@@ -110,8 +112,11 @@ async function firstRequestId(conn: Deno.Conn, ms: number): Promise<unknown> {
   }
 }
 
+/** Replies write NaN and the infinities as HUD's server (Python's json) does. */
+const WRITE = { nonFinite: true } as const;
+
 async function send(conn: Deno.Conn, reply: Reply): Promise<void> {
-  await writeAll(conn, encodeFrame(reply));
+  await writeAll(conn, encodeFrame(reply, WRITE));
 }
 
 /** Refusals that read the first frame (for its id) at once; beyond, they get `id: null`. */
@@ -143,6 +148,7 @@ export class ControlServer {
   #refusalsReading = 0;
   readonly #budget: ByteBudget;
   readonly #maxDepth: number;
+  readonly #preAuthMaxDepth: number;
   readonly #deadlines: FirstFrameDeadlines<Deno.Conn>;
   /** Whether the connection cap was reached (reported once per episode). */
   #full = false;
@@ -189,6 +195,7 @@ export class ControlServer {
     this.#maxPending = config.maxPendingConnections;
     this.#budget = new ByteBudget(config.maxBufferedBytes);
     this.#maxDepth = config.maxJsonDepth;
+    this.#preAuthMaxDepth = Math.min(config.preAuthMaxJsonDepth, config.maxJsonDepth);
     // Half the first-frame time: long enough for a loaded server to read
     // the first frames of a burst of clients (each sends it at once).
     this.#pendingGrace = config.firstFrameTimeout / 2;
@@ -422,7 +429,9 @@ export class ControlServer {
     const parsed = parseRequest(frame, {
       maxFrameBytes: c.reader.maxLine,
       maxBufferedBytes: this.#budget.limit,
-      maxJsonDepth: this.#maxDepth,
+      // A stranger's first frame gets a tight limit; a session, what HUD's
+      // server reads.
+      maxJsonDepth: c.authenticated ? this.#maxDepth : this.#preAuthMaxDepth,
     });
     if ("error" in parsed) {
       await send(conn, parsed.error);
