@@ -258,5 +258,8 @@ function failed(io: Io, err: unknown): number {
 }
 
 if (import.meta.main) {
+  // A server gives itself its V8 flags (young generation) before it loads
+  // anything more: see _server/v8_flags.ts.
+  if (Deno.args[0] === "serve") (await import("./_server/v8_flags.ts")).execWithServerV8Flags();
   Deno.exit(await main(Deno.args));
 }

@@ -12,18 +12,11 @@ import { generateToken, withToken } from "../_internal/auth.ts";
 import { NotReadyError } from "../errors.ts";
 import { probeReady } from "./_probe.ts";
 import type { Placement, PlaceOptions, RuntimeProvider } from "./placement.ts";
+import { SERVER_V8_FLAGS } from "../_server/v8_flags.ts";
 
-/**
- * The V8 flags that {@linkcode SubprocessRuntime} and the image of
- * `buildEnvironmentImage` start servers with: a young generation capped at
- * 1 MiB a semi-space. V8 otherwise grows it to 48 MiB while thousands of
- * sessions arrive and keeps it resident, 4.8 KiB a session at 10,000 held
- * sessions (11 KiB in all, against 7 KiB with the cap); the benchmarks
- * measured no cost to request throughput or SSH (BENCHMARKS.md, "Memory per
- * held session"). V8 sizes its heap at start-up, so the flag is for whoever
- * starts the process: `deno run -A --v8-flags=--max-semi-space-size=1 ...`.
- */
-export const SERVER_V8_FLAGS: readonly string[] = Object.freeze(["--max-semi-space-size=1"]);
+// The V8 flags servers start with; their one definition is beside the
+// command line's `serve`, which gives them to itself.
+export { SERVER_V8_FLAGS };
 
 /**
  * Checks a `v8Flags` option: an array of `--name[=value]` strings without
@@ -208,7 +201,9 @@ export class SubprocessRuntime implements RuntimeProvider {
     const v8Flags = this.#options.v8Flags ?? SERVER_V8_FLAGS;
     const args = [
       "run",
-      ...(v8Flags.length === 0 ? [] : [`--v8-flags=${v8Flags.join(",")}`]),
+      // A bare --v8-flags keeps V8's defaults: `serve` adds its own flags
+      // only when none were chosen (_server/v8_flags.ts).
+      v8Flags.length === 0 ? "--v8-flags" : `--v8-flags=${v8Flags.join(",")}`,
       ...(this.#options.denoArgs ?? ["-A"]),
       new URL("../cli.ts", import.meta.url).href,
       "serve",

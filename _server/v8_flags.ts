@@ -1,0 +1,119 @@
+// The V8 flags a serving process runs with, and how `cli.ts serve` gives
+// them to itself when whoever started it chose none.
+//
+// V8 sizes its young generation when the process starts: a flag set at run
+// time (node:v8 setFlagsFromString) has no effect on it, nor on a Worker's
+// (both measured), and deno.json has no field for V8 flags. So the command
+// line's `serve` replaces its own process image, before it loads anything
+// more, with the same program, arguments and environment plus the flags in
+// DENO_V8_FLAGS (which Deno reads as it starts): execve(2), through FFI,
+// keeps the process id, the standard streams and the signals' target, and
+// leaves no parent process behind. What this costs at start-up is one more
+// Deno boot (BENCHMARKS.md, "Memory per held session").
+
+/**
+ * The V8 flags that servers start with: a young generation capped at 1 MiB
+ * a semi-space. V8 otherwise grows it to about 50 MiB while thousands of
+ * sessions arrive and keeps it resident, about 5 KiB a session at 10,000
+ * held sessions (11 KiB in all, against 7 KiB with the cap); the benchmarks
+ * measured no cost to request throughput or SSH (BENCHMARKS.md, "Memory per
+ * held session"). V8 sizes its heap at start-up, so they go on the command
+ * line: `SubprocessRuntime` and the image of `buildEnvironmentImage` pass
+ * them, and `cli.ts serve` re-executes itself with them when it was given
+ * no V8 flags (a bare `--v8-flags` keeps V8's defaults). A program that
+ * calls `serve()` itself gets them with
+ * `deno run -A --v8-flags=--max-semi-space-size=1 ...`.
+ */
+export const SERVER_V8_FLAGS: readonly string[] = Object.freeze(["--max-semi-space-size=1"]);
+
+/**
+ * Set only in the image {@linkcode execWithServerV8Flags} started, whose
+ * DENO_V8_FLAGS was unset before.
+ */
+const APPLIED = "HUD_SERVE_V8_FLAGS_APPLIED";
+
+/** The C library's names, glibc first, then musl (Alpine). */
+const LIBC = ["libc.so.6", "libc.musl-x86_64.so.1", "libc.musl-aarch64.so.1"];
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+function granted(descriptor: Deno.PermissionDescriptor): boolean {
+  return Deno.permissions.querySync(descriptor).state === "granted";
+}
+
+/** A /proc/self file of NUL-terminated entries, each kept byte for byte, with its NUL. */
+function entries(path: string): Uint8Array[] {
+  const bytes = Deno.readFileSync(path);
+  const out: Uint8Array[] = [];
+  for (let start = 0; start < bytes.length;) {
+    const end = bytes.indexOf(0, start);
+    const stop = end < 0 ? bytes.length : end;
+    out.push(end < 0 ? Uint8Array.of(...bytes.subarray(start), 0) : bytes.subarray(start, end + 1));
+    start = stop + 1;
+  }
+  return out;
+}
+
+/** The NULL-terminated array of the entries' addresses, as execve takes it. */
+function pointers(list: Uint8Array[]): BigUint64Array {
+  const out = new BigUint64Array(list.length + 1);
+  list.forEach((b, i) => out[i] = BigInt(Deno.UnsafePointer.value(Deno.UnsafePointer.of(b))));
+  return out;
+}
+
+/**
+ * Whether V8 flags were chosen for this process: `--v8-flags` among Deno's
+ * arguments (a bare `--v8-flags` keeps V8's defaults), or DENO_V8_FLAGS in
+ * its environment.
+ */
+function flagsChosen(argv: string[], environ: string[]): boolean {
+  return environ.some((e) => e.startsWith("DENO_V8_FLAGS=")) ||
+    argv.some((a) => a === "--v8-flags" || a.startsWith("--v8-flags="));
+}
+
+/**
+ * Re-executes this process with {@linkcode SERVER_V8_FLAGS} when no V8
+ * flags were chosen for it; returns when it does not (flags were chosen,
+ * not Linux, a permission missing, the script read from standard input, or
+ * execve failed: the process then goes on with V8's defaults). Arguments and
+ * environment go to the new image byte for byte, plus DENO_V8_FLAGS, which
+ * the new image removes again (so that what the environment starts does not
+ * inherit it). For the command line's own process only: it replaces the
+ * whole process.
+ */
+export function execWithServerV8Flags(): void {
+  if (Deno.build.os !== "linux" || !granted({ name: "env" })) return;
+  if (Deno.env.get(APPLIED) !== undefined) {
+    Deno.env.delete(APPLIED);
+    Deno.env.delete("DENO_V8_FLAGS");
+    return;
+  }
+  const readable = (path: string) => granted({ name: "read", path });
+  if (!granted({ name: "ffi" }) || !readable("/proc/self/cmdline")) return;
+  if (!readable("/proc/self/environ")) return;
+  const argv = entries("/proc/self/cmdline");
+  const environ = entries("/proc/self/environ");
+  const text = (list: Uint8Array[]) => list.map((b) => decoder.decode(b.subarray(0, -1)));
+  const args = text(argv);
+  if (flagsChosen(args, text(environ)) || args.includes("-")) return;
+  environ.push(
+    encoder.encode(`DENO_V8_FLAGS=${SERVER_V8_FLAGS.join(",")}\0`),
+    encoder.encode(`${APPLIED}=1\0`),
+  );
+  const path = encoder.encode(Deno.execPath() + "\0");
+  for (const name of LIBC) {
+    let libc;
+    try {
+      libc = Deno.dlopen(name, {
+        execve: { parameters: ["buffer", "buffer", "buffer"], result: "i32" },
+      });
+    } catch {
+      continue;
+    }
+    // Returns only when it failed.
+    libc.symbols.execve(path, pointers(argv), pointers(environ));
+    libc.close();
+    return;
+  }
+}
