@@ -73,16 +73,33 @@ function flagsChosen(argv: string[], environ: string[]): boolean {
 }
 
 /**
+ * Deno's arguments with the script and the first script argument (the
+ * command's name) replaced by `entry`, when the arguments end as
+ * `Deno.args` do; else unchanged.
+ */
+function intoEntry(argv: Uint8Array[], args: string[], entry: URL | undefined): Uint8Array[] {
+  const script = argv.length - Deno.args.length - 1;
+  if (entry?.protocol !== "file:" || script < 1 || args[script + 1] !== Deno.args[0]) return argv;
+  return [
+    ...argv.slice(0, script),
+    encoder.encode(entry.pathname + "\0"),
+    ...argv.slice(script + 2),
+  ];
+}
+
+/**
  * Re-executes this process with {@linkcode SERVER_V8_FLAGS} when no V8
  * flags were chosen for it; returns when it does not (flags were chosen,
  * not Linux, a permission missing, the script read from standard input, or
- * execve failed: the process then goes on with V8's defaults). Arguments and
- * environment go to the new image byte for byte, plus DENO_V8_FLAGS, which
- * the new image removes again (so that what the environment starts does not
- * inherit it). For the command line's own process only: it replaces the
- * whole process.
+ * execve failed: the process then goes on with V8's defaults). The new
+ * image runs `entry` (a local module) in place of the script and its first
+ * argument, the command's name, when given, else the same script; the other
+ * arguments and the environment go to it byte for byte, plus DENO_V8_FLAGS,
+ * which the new image removes again (so that what the environment starts
+ * does not inherit it). For the command line's own process only: it
+ * replaces the whole process.
  */
-export function execWithServerV8Flags(): void {
+export function execWithServerV8Flags(entry?: URL): void {
   if (Deno.build.os !== "linux" || !granted({ name: "env" })) return;
   if (Deno.env.get(APPLIED) !== undefined) {
     Deno.env.delete(APPLIED);
@@ -112,7 +129,7 @@ export function execWithServerV8Flags(): void {
       continue;
     }
     // Returns only when it failed.
-    libc.symbols.execve(path, pointers(argv), pointers(environ));
+    libc.symbols.execve(path, pointers(intoEntry(argv, args, entry)), pointers(environ));
     libc.close();
     return;
   }

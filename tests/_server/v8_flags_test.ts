@@ -15,6 +15,7 @@ const linux = Deno.build.os === "linux";
 
 /** Serves the fixture with `denoFlags` before the script; what its probe task reports. */
 async function served(denoFlags: string[]): Promise<{
+  argv: string[];
   environ: string[];
   report: Record<string, unknown>;
 }> {
@@ -24,11 +25,13 @@ async function served(denoFlags: string[]): Promise<{
   });
   try {
     const [, port] = await child.waitForLine(/^HUD_SERVE_PORT=(\d+)$/m, "the port line");
-    // The environment the process image started with (later changes do not show).
+    // The process image's arguments and the environment it started with
+    // (later changes do not show).
+    const argv = Deno.readTextFileSync(`/proc/${child.pid}/cmdline`).split("\0").slice(0, -1);
     const environ = Deno.readTextFileSync(`/proc/${child.pid}/environ`).split("\0");
     await using client = await connect(`tcp://127.0.0.1:${port}`, { signal: testSignal() });
     const report = await client.startTask("probe");
-    return { environ, report };
+    return { argv, environ, report };
   } catch (err) {
     throw new Error(`${(err as Error).message}; ${child.describe()}`, { cause: err });
   }
@@ -38,9 +41,18 @@ test({
   name: "cli.ts serve runs with SERVER_V8_FLAGS when none were chosen",
   ignore: !linux,
   async fn() {
-    const { environ, report } = await served([]);
+    const { argv, environ, report } = await served([]);
     const flags = `DENO_V8_FLAGS=${SERVER_V8_FLAGS.join(",")}`;
     assert.ok(environ.includes(flags), `the same process, re-executed with ${flags}`);
+    assert.deepEqual(argv.slice(1), [
+      "run",
+      "-A",
+      new URL("../../cli/_serve_main.ts", import.meta.url).pathname,
+      FIXTURE,
+      "--port",
+      "0",
+      "--no-auth",
+    ], "into the serve command alone, with the same arguments");
     assert.ok(
       (report.new_space_mib as number) <= 4,
       `the young generation stays small: ${report.new_space_mib} MiB`,
