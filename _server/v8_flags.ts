@@ -82,7 +82,7 @@ function intoEntry(argv: Uint8Array[], args: string[], entry: URL | undefined): 
   if (entry?.protocol !== "file:" || script < 1 || args[script + 1] !== Deno.args[0]) return argv;
   return [
     ...argv.slice(0, script),
-    encoder.encode(entry.pathname + "\0"),
+    encoder.encode(entry.href + "\0"),
     ...argv.slice(script + 2),
   ];
 }
@@ -98,6 +98,8 @@ function intoEntry(argv: Uint8Array[], args: string[], entry: URL | undefined): 
  * which the new image removes again (so that what the environment starts
  * does not inherit it). For the command line's own process only: it
  * replaces the whole process.
+ * @param entry the module the new image runs (a `file:` URL), in place of
+ *   the script and the command's name; else the same script and arguments
  */
 export function execWithServerV8Flags(entry?: URL): void {
   if (Deno.build.os !== "linux" || !granted({ name: "env" })) return;

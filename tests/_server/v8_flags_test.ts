@@ -47,7 +47,7 @@ test({
     assert.deepEqual(argv.slice(1), [
       "run",
       "-A",
-      new URL("../../cli/_serve_main.ts", import.meta.url).pathname,
+      new URL("../../cli/_serve_main.ts", import.meta.url).href,
       FIXTURE,
       "--port",
       "0",
