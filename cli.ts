@@ -25,7 +25,7 @@ import {
   type Io,
   processIo,
   PROGRAM,
-  runCommand,
+  runModule,
   STOP_SIGNALS,
 } from "./cli/_common.ts";
 
@@ -181,31 +181,43 @@ export async function main(args: string[], options: MainOptions = {}): Promise<n
     return EXIT_OK;
   }
   if (name === "--help" || name === "-h" || name === "help") {
-    const topic = name === "help" ? rest[0] : undefined;
-    if (topic !== undefined && !Object.hasOwn(COMMANDS, topic)) {
-      io.err(`error: unknown command "${topic}" (see "${PROGRAM} --help")\n`);
-      return EXIT_USAGE;
-    }
-    if (topic === undefined) {
-      io.out(topUsage());
-      return EXIT_OK;
-    }
-    try {
-      io.out((await COMMANDS[topic].load()).USAGE);
-      return EXIT_OK;
-    } catch (err) {
-      return failed(io, err);
-    }
+    return await help(name === "help" ? rest[0] : undefined, io);
   }
   if (!Object.hasOwn(COMMANDS, name)) {
     const what = name.startsWith("-") ? `unknown option "${name}"` : `unknown command "${name}"`;
     io.err(`error: ${what} (see "${PROGRAM} --help")\n`);
     return EXIT_USAGE;
   }
+  return await runCommand(name, rest, io);
+}
+
+/** `--help`, or `help TOPIC`: the program's usage, or a command's. */
+async function help(topic: string | undefined, io: Io): Promise<number> {
+  if (topic !== undefined && !Object.hasOwn(COMMANDS, topic)) {
+    io.err(`error: unknown command "${topic}" (see "${PROGRAM} --help")\n`);
+    return EXIT_USAGE;
+  }
+  if (topic === undefined) {
+    io.out(topUsage());
+    return EXIT_OK;
+  }
+  try {
+    io.out((await COMMANDS[topic].load()).USAGE);
+    return EXIT_OK;
+  } catch (err) {
+    return failed(io, err);
+  }
+}
+
+/**
+ * Runs command `name` under the stop signals; its usage errors, an
+ * interruption and failures become one line and an exit code.
+ */
+async function runCommand(name: string, args: string[], io: Io): Promise<number> {
   // serve handles its signals itself: they end a normal run.
   using trap = name === "serve" ? null : trapSignals(io);
   if (trap) io.signal = trap.signal;
-  return await runCommand(COMMANDS[name].load, rest, io, () => trap?.interrupted() ?? false);
+  return await runModule(COMMANDS[name].load, args, io, () => trap?.interrupted() ?? false);
 }
 
 if (import.meta.main) {

@@ -35,25 +35,37 @@ import type { JsonRpcCaller } from "./_internal/rpc.ts";
 import { helloUntilReady } from "./_internal/ready.ts";
 import { isRecord } from "./_internal/util.ts";
 import { forwardUsers, isPlaceholderUrl, localUrl, TcpForwarder } from "./_client/forwarder.ts";
-import { redactUrl, tokenFromEnv } from "./_internal/auth.ts";
-import { parseControlUrl } from "./_internal/control_url.ts";
+import {
+  type ControlAddress,
+  controlAddress,
+  formatControlUrl,
+  parseControlUrl,
+  shownControlUrl,
+  tokenFromEnv,
+} from "./_internal/auth.ts";
 
 /**
- * Where an environment is served: a `tcp://host:port` url, anything with a
- * `url` (a placement, a `Runtime`), or something to place first, released
- * again when the client closes: any runtime of `runtime/` or `engines/`
- * (`LocalRuntime`, `ContainerRuntime`...).
+ * Where an environment is served: an address (a {@linkcode ControlAddress}
+ * record, or its url form `tcp://host:port`), anything that has one (a
+ * placement, a server handle, a `Runtime`; or, from code written before
+ * addresses were records, anything with a `url`), or something to place
+ * first, released again when the client closes: any runtime of `runtime/`
+ * or `engines/` (`LocalRuntime`, `ContainerRuntime`...).
  *
  * The last member is the runtime contract (`RuntimeProvider` in
  * `runtime/placement.ts`) written out structurally, because the client is a
  * lower layer than the runtimes and imports none of them: `place()` gets
- * the connect signal and resolves to a disposable with a `url`.
+ * the connect signal and resolves to a disposable with an `address`.
  */
 export type ConnectTarget =
   | string
+  | ControlAddress
+  | { readonly address: ControlAddress }
   | { readonly url: string }
   | {
-    place(options?: { signal?: AbortSignal }): Promise<{ readonly url: string } & AsyncDisposable>;
+    place(
+      options?: { signal?: AbortSignal },
+    ): Promise<({ readonly address: ControlAddress } | { readonly url: string }) & AsyncDisposable>;
   };
 
 /** Options for {@linkcode connect}. */
@@ -147,8 +159,8 @@ const DEFAULT_MAX_FRAME = 16 * 1024 * 1024;
 /** How long an address may refuse connections before connect() gives up. */
 const DEFAULT_REFUSED_TIMEOUT = 10_000;
 
-export type { ControlAddress } from "./_internal/control_url.ts";
-export { parseControlUrl };
+export type { ControlAddress };
+export { formatControlUrl, parseControlUrl };
 
 function readManifest(result: unknown): Manifest {
   if (!isRecord(result) || typeof result.session_id !== "string" || !isRecord(result.env)) {
@@ -172,7 +184,8 @@ function readManifest(result: unknown): Manifest {
  * `refusedTimeout` (10 s by default) fails sooner than the ready timeout,
  * with a message saying that nothing listens there.
  *
- * @param target `tcp://host:port`, `host:port`, or a runtime with a `url`
+ * @param target an address (`tcp://host:port`, `host:port`, or a
+ *   {@linkcode ControlAddress}), a placement, or a runtime to place
  * @throws {NotReadyError} when the ready timeout passes
  * @throws {HudProtocolError} when the environment answers `hello` with an error
  * @throws {ProtocolViolationError} when its reply to `hello` breaks the protocol
@@ -182,8 +195,8 @@ export async function connect(
   target: ConnectTarget,
   options: ConnectOptions = {},
 ): Promise<HudClient> {
-  if (typeof target === "object" && target !== null && !("url" in target) && "place" in target) {
-    const placement = await target.place({ signal: options.signal });
+  if (isRecord(target) && !("url" in target || "address" in target) && "place" in target) {
+    const placement = await (target as { place: PlaceTarget }).place({ signal: options.signal });
     try {
       const client = await connect(placement, options);
       releaseOnClose(client, placement);
@@ -193,22 +206,20 @@ export async function connect(
       throw err;
     }
   }
-  const given = typeof target === "string" ? target : (target as { url: string })?.url;
-  const { token: urlToken, ...addr } = parseControlUrl(given);
-  const url = redactUrl(given);
-  const token = options.token ?? urlToken ?? tokenFromEnv();
+  const { address, settled } = targetAddress(target);
+  const token = options.token ?? address.token ?? tokenFromEnv();
   const readyTimeout = options.readyTimeout ?? 240_000;
-  // An address (a url, or a runtime that is one) that refuses has nothing
-  // behind it: say so soon. A placement may still be starting.
-  const address = typeof target === "string" || (isRecord(target) && "place" in target);
+  // An address that refuses has nothing behind it: say so soon. A
+  // placement may still be starting.
   const refusedTimeout = options.refusedTimeout ??
-    (options.readyTimeout === undefined && address ? DEFAULT_REFUSED_TIMEOUT : readyTimeout);
+    (options.readyTimeout === undefined && settled ? DEFAULT_REFUSED_TIMEOUT : readyTimeout);
   const params: Record<string, unknown> = options.sessionId
     ? { session_id: options.sessionId }
     : {};
   if (token !== undefined) params.token = token;
-  const { caller, result } = await helloUntilReady(addr, params, {
-    url,
+  const shown = shownControlUrl(address);
+  const { caller, result } = await helloUntilReady(address, params, {
+    url: shown,
     readyTimeout,
     refusedTimeout,
     retryInterval: options.retryInterval ?? 500,
@@ -222,9 +233,47 @@ export async function connect(
     caller.close();
     throw err;
   }
-  const client = newClient(caller, url, token, manifest, options);
+  const control = controlAddress(address.hostname, address.port, token);
+  const client = newClient(caller, control, manifest, options);
   await startForwarders(client);
   return client;
+}
+
+type PlaceTarget = Extract<ConnectTarget, { place: unknown }>["place"];
+
+/**
+ * The address a target names, and whether it is settled: an address given
+ * as such (a url, a record, a `Runtime`) is served already, so refusals
+ * mean nothing is there; a placement may still be starting.
+ * @throws {TypeError} for a malformed url or record
+ */
+function targetAddress(target: ConnectTarget): { address: ControlAddress; settled: boolean } {
+  if (typeof target === "string") return { address: parseControlUrl(target), settled: true };
+  if (!isRecord(target)) {
+    throw new TypeError("Cannot connect: expected an address, a placement or a runtime");
+  }
+  const runtime = "place" in target;
+  if ("address" in target && isRecord(target.address)) {
+    return { address: checkedAddress(target.address), settled: runtime };
+  }
+  if ("hostname" in target) return { address: checkedAddress(target), settled: true };
+  if ("url" in target) return { address: parseControlUrl(target.url as string), settled: runtime };
+  throw new TypeError("Cannot connect: expected an address, a placement or a runtime");
+}
+
+/** A {@linkcode ControlAddress} given as a record, checked. */
+function checkedAddress(address: Record<string, unknown>): ControlAddress {
+  const { hostname, port, token } = address;
+  if (typeof hostname !== "string" || hostname === "") {
+    throw new TypeError("Cannot connect: the address's hostname must be a non-empty string");
+  }
+  if (!Number.isInteger(port) || (port as number) < 1 || (port as number) > 65535) {
+    throw new RangeError(`Cannot connect: invalid port ${String(port)} for "${hostname}"`);
+  }
+  if (token !== undefined && typeof token !== "string") {
+    throw new TypeError("Cannot connect: the address's token must be a string");
+  }
+  return controlAddress(hostname, port as number, token);
 }
 
 /** The client {@linkcode HudClient.open} returns for a binding's protocol family. */
@@ -264,8 +313,7 @@ const OPENERS: Readonly<Record<string, Opener>> = {
 // assigned in HudClient's static block, which can reach its #private members.
 let newClient: (
   caller: JsonRpcCaller,
-  url: string,
-  token: string | undefined,
+  control: ControlAddress,
   manifest: Manifest,
   options: ConnectOptions,
 ) => HudClient;
@@ -280,9 +328,8 @@ let releaseOnClose: (client: HudClient, placement: AsyncDisposable) => void;
  */
 export class HudClient implements AsyncDisposable {
   readonly #caller: JsonRpcCaller;
-  readonly #url: string;
-  readonly #token: string | undefined;
-  readonly #control: { hostname: string; port: number };
+  /** Where the server is, with the token this client presents (never shown). */
+  readonly #control: ControlAddress;
   readonly #options: ConnectOptions;
   readonly #forwarders = new Map<string, TcpForwarder>();
   #manifest: Manifest;
@@ -295,23 +342,20 @@ export class HudClient implements AsyncDisposable {
   // public API (a #private name cannot apply to one); use connect().
   private constructor(
     caller: JsonRpcCaller,
-    url: string,
-    token: string | undefined,
+    control: ControlAddress,
     manifest: Manifest,
     options: ConnectOptions,
   ) {
     this.#caller = caller;
-    this.#url = url;
-    this.#token = token;
-    this.#control = parseControlUrl(url);
+    this.#control = control;
     this.#manifest = manifest;
     this.#options = options;
     this.#scheduleHeartbeat();
   }
 
   static {
-    newClient = (caller, url, token, manifest, options) =>
-      new HudClient(caller, url, token, manifest, options);
+    newClient = (caller, control, manifest, options) =>
+      new HudClient(caller, control, manifest, options);
     startForwarders = (client) => client.#startForwarders();
     releaseOnClose = (client, placement) => {
       client.#placement = placement;
@@ -331,13 +375,7 @@ export class HudClient implements AsyncDisposable {
       for (const cap of this.#manifest.bindings) {
         this.#forwarders.set(
           cap.name,
-          new TcpForwarder(
-            cap,
-            this.#control,
-            this.#token,
-            users,
-            this.#options.onError ?? (() => {}),
-          ),
+          new TcpForwarder(cap, this.#control, users, this.#options.onError ?? (() => {})),
         );
       }
     } catch (err) {
@@ -357,7 +395,7 @@ export class HudClient implements AsyncDisposable {
    * without the token, so that it is safe to show.
    */
   get url(): string {
-    return this.#url;
+    return shownControlUrl(this.#control);
   }
 
   /**
@@ -516,7 +554,7 @@ export class HudClient implements AsyncDisposable {
       this.#stopHeartbeat();
       if (!(err instanceof HudProtocolError)) {
         this.#caller.fail(
-          new ConnectionClosedError(`Heartbeat to ${this.#url} failed`, { cause: err }),
+          new ConnectionClosedError(`Heartbeat to ${this.url} failed`, { cause: err }),
         );
       }
     }
@@ -537,7 +575,7 @@ export class HudClient implements AsyncDisposable {
     const params: Record<string, unknown> = sessionId === undefined
       ? {}
       : { session_id: sessionId };
-    if (this.#token !== undefined) params.token = this.#token;
+    if (this.#control.token !== undefined) params.token = this.#control.token;
     return params;
   }
 

@@ -237,6 +237,51 @@ export function environmentOf(row: TaskRow): Environment | undefined {
 type LifeState = "idle" | "starting" | "started" | "stopping";
 
 /**
+ * Checks a template's spec and body and makes its record.
+ * @throws {TypeError} when `body` is not an async generator function, or
+ *   the id is invalid or already in `templates`
+ */
+function templateRecord<S extends ArgsShape, Extra extends boolean, Strict extends boolean>(
+  spec: TemplateSpec<S, Extra, Strict>,
+  body: TemplateBody<TemplateArgs<S, Extra, Strict>, unknown>,
+  envName: string,
+  templates: ReadonlyMap<string, TemplateRecord>,
+): TemplateRecord {
+  if (!isRecord(spec) || typeof spec.id !== "string" || spec.id === "") {
+    throw new TypeError("Cannot register template: id must be a non-empty string");
+  }
+  const id = spec.id;
+  if (!isAsyncGeneratorFunction(body)) {
+    throw new TypeError(
+      `Cannot register template "${id}": body must be an async generator function (async function*)`,
+    );
+  }
+  if (templates.has(id)) {
+    throw new TypeError(
+      `Cannot register template "${id}": environment "${envName}" already has a template with this id`,
+    );
+  }
+  if (spec.args !== undefined && !isRecord(spec.args)) {
+    throw new TypeError(`Cannot register template "${id}": args must be an object of schemas`);
+  }
+  for (const flag of ["extraArgs", "strict"] as const) {
+    if (spec[flag] !== undefined && typeof spec[flag] !== "boolean") {
+      throw new TypeError(`Cannot register template "${id}": "${flag}" must be a boolean`);
+    }
+  }
+  return {
+    id,
+    description: spec.description ?? "",
+    shape: spec.args ?? {},
+    extraArgs: spec.extraArgs ?? false,
+    strict: spec.strict ?? true,
+    input: spec.input,
+    returns: spec.returns,
+    body: body as TemplateBody<Record<string, unknown>, unknown>,
+  };
+}
+
+/**
  * An environment: a name, a version, capabilities, task templates and
  * lifecycle hooks.
  *
@@ -437,39 +482,16 @@ export class Environment {
     spec: TemplateSpec<S, Extra, Strict>,
     body: TemplateBody<TemplateArgs<S, Extra, Strict>, unknown>,
   ): Template<S, Extra> {
-    if (!isRecord(spec) || typeof spec.id !== "string" || spec.id === "") {
-      throw new TypeError("Cannot register template: id must be a non-empty string");
-    }
-    const id = spec.id;
-    if (!isAsyncGeneratorFunction(body)) {
-      throw new TypeError(
-        `Cannot register template "${id}": body must be an async generator function (async function*)`,
-      );
-    }
-    if (this.#templates.has(id)) {
-      throw new TypeError(
-        `Cannot register template "${id}": environment "${this.#name}" already has a template with this id`,
-      );
-    }
-    if (spec.args !== undefined && !isRecord(spec.args)) {
-      throw new TypeError(`Cannot register template "${id}": args must be an object of schemas`);
-    }
-    for (const flag of ["extraArgs", "strict"] as const) {
-      if (spec[flag] !== undefined && typeof spec[flag] !== "boolean") {
-        throw new TypeError(`Cannot register template "${id}": "${flag}" must be a boolean`);
-      }
-    }
-    const record: TemplateRecord = {
-      id,
-      description: spec.description ?? "",
-      shape: spec.args ?? {},
-      extraArgs: spec.extraArgs ?? false,
-      strict: spec.strict ?? true,
-      input: spec.input,
-      returns: spec.returns,
-      body: body as TemplateBody<Record<string, unknown>, unknown>,
-    };
-    this.#templates.set(id, record);
+    const record = templateRecord(spec, body, this.#name, this.#templates);
+    this.#templates.set(record.id, record);
+    return this.#minter(record) as Template<S, Extra>;
+  }
+
+  /** The function that mints task rows of `record`, with its id, environment and description. */
+  #minter(
+    record: TemplateRecord,
+  ): (args?: Record<string, unknown>, options?: TaskRowOptions) => TaskRow {
+    const { id } = record;
     const envName = this.#name;
     const mint = (args?: Record<string, unknown>, options?: TaskRowOptions): TaskRow => {
       const given = (args ?? {}) as Record<string, unknown>;
@@ -494,7 +516,7 @@ export class Environment {
       env: { value: this, enumerable: true },
       description: { value: record.description, enumerable: true },
     });
-    return mint as Template<S, Extra>;
+    return mint;
   }
 
   /** The `tasks.list` entries, in registration order. */

@@ -6,6 +6,7 @@
  */
 
 import { Environment } from "./env.ts";
+import { errorMessage } from "./_internal/util.ts";
 
 /** Options for {@linkcode loadEnvironment}. */
 export interface LoadEnvironmentOptions {
@@ -66,7 +67,7 @@ function importHint(first: string): string {
   return "";
 }
 
-function describe(found: { exportName: string; env: Environment }[]): string {
+function describe(found: Found[]): string {
   return found.map(({ exportName, env }) => `"${exportName}" (environment "${env.name}")`)
     .join(", ");
 }
@@ -107,8 +108,31 @@ export async function loadEnvironment(
   if (name !== undefined && (typeof name !== "string" || name === "")) {
     throw new TypeError("Cannot load environment: name must be a non-empty string");
   }
-  const url = moduleUrl(path);
   const shown = String(path);
+  const mod = await importModule(moduleUrl(path), shown);
+  const found: Found[] = [];
+  for (const [exportName, value] of Object.entries(mod)) {
+    if (!isEnvironment(value)) continue;
+    if (found.some((f) => f.env === value)) continue;
+    found.push({ exportName, env: value });
+  }
+  if (found.length === 0) {
+    throw new TypeError(`Cannot load environment: "${shown}" exports no Environment`);
+  }
+  return name === undefined
+    ? onlyEnvironment(found, shown)
+    : pickEnvironment(mod, found, name, shown);
+}
+
+/** An environment a module exports, and one name it is exported under. */
+type Found = { exportName: string; env: Environment };
+
+/**
+ * Imports the module at `url` (`shown` as the caller gave it).
+ * @throws {Deno.errors.NotFound} for a file that does not exist
+ * @throws {Error} when the import fails, its first line with a hint
+ */
+async function importModule(url: URL, shown: string): Promise<Record<string, unknown>> {
   if (url.protocol === "file:") {
     try {
       await Deno.stat(url);
@@ -121,36 +145,41 @@ export async function loadEnvironment(
       throw err;
     }
   }
-  let mod: Record<string, unknown>;
   try {
     // A user's module, by absolute URL: `deno publish` warns that it cannot
     // analyze this import, which is expected (and cannot be silenced).
-    mod = await import(url.href);
+    return await import(url.href);
   } catch (err) {
-    const detail = err instanceof Error ? err.message : String(err);
     // The hint goes on the first line, which is what the command line prints.
-    const [first, ...rest] = detail.split("\n");
+    const [first, ...rest] = errorMessage(err).split("\n");
     const message = [first + importHint(first), ...rest].join("\n");
     throw new Error(`Cannot load environment from "${shown}": ${message}`, { cause: err });
   }
+}
 
-  const found: { exportName: string; env: Environment }[] = [];
-  for (const [exportName, value] of Object.entries(mod)) {
-    if (!isEnvironment(value)) continue;
-    if (found.some((f) => f.env === value)) continue;
-    found.push({ exportName, env: value });
-  }
-  if (found.length === 0) {
-    throw new TypeError(`Cannot load environment: "${shown}" exports no Environment`);
-  }
-  if (name === undefined) {
-    if (found.length === 1) return found[0].env;
-    throw new RangeError(
-      `Cannot load environment: "${shown}" exports several environments: ${
-        describe(found)
-      }; pick one by export or environment name`,
-    );
-  }
+/**
+ * The module's only environment.
+ * @throws {RangeError} when it exports several, listing them
+ */
+function onlyEnvironment(found: Found[], shown: string): Environment {
+  if (found.length === 1) return found[0].env;
+  throw new RangeError(
+    `Cannot load environment: "${shown}" exports several environments: ${
+      describe(found)
+    }; pick one by export or environment name`,
+  );
+}
+
+/**
+ * The environment exported as `name`, or else the one named `name`.
+ * @throws {RangeError} when none is, or several are named so
+ */
+function pickEnvironment(
+  mod: Record<string, unknown>,
+  found: Found[],
+  name: string,
+  shown: string,
+): Environment {
   const byExport = mod[name];
   if (isEnvironment(byExport)) return byExport;
   const byName = found.filter((f) => f.env.name === name);

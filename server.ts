@@ -25,9 +25,17 @@ import { markServing } from "./_internal/serving.ts";
 import type { Environment } from "./env.ts";
 import { MAX_JSON_DEPTH, PRE_AUTH_MAX_JSON_DEPTH } from "./_internal/framing.ts";
 import { openFileLimit } from "./_internal/io.ts";
-import { generateToken, tokenFromEnv, tokenProblem } from "./_internal/auth.ts";
+import {
+  type ControlAddress,
+  generateToken,
+  portLine,
+  SERVE_TOKEN_VAR,
+  tokenFromEnv,
+  tokenLine,
+  tokenProblem,
+} from "./_internal/auth.ts";
 import { isLoopback } from "./_internal/net.ts";
-import { ControlServer } from "./_server/control.ts";
+import { ControlServer, type ServerConfig } from "./_server/control.ts";
 
 /** Default largest accepted frame: 16 MiB. */
 export const DEFAULT_MAX_FRAME_BYTES: number = 16 * 1024 * 1024;
@@ -168,9 +176,15 @@ export interface HudServer extends AsyncDisposable {
   /** The bound address. */
   readonly addr: Deno.NetAddr;
   /**
-   * The control address as a client takes it, so that `connect(server)`
-   * reaches this server: `tcp://:TOKEN@host:port` with auth,
-   * `tcp://host:port` without. It holds the secret: do not print it.
+   * The control address as a client dials it (a wildcard listener is
+   * reached on loopback), with the token: `connect(server)` uses it. The
+   * token is a secret: do not print it.
+   */
+  readonly address: ControlAddress;
+  /**
+   * {@linkcode HudServer.address} as a url, for another process (a
+   * `--url` flag): `tcp://:TOKEN@host:port` with auth, `tcp://host:port`
+   * without. It holds the secret: do not print it.
    */
   readonly url: string;
   /** The token clients must present, or `null` without auth. */
@@ -198,6 +212,19 @@ export function defaultMaxConnections(fds: number | null): number {
   return Math.max(16, fds - reserve);
 }
 
+/** The options of {@linkcode bind} that must be positive numbers. */
+const POSITIVE_OPTIONS = [
+  "maxFrameBytes",
+  "parkedTtl",
+  "shutdownTimeout",
+  "maxConnections",
+  "maxPendingConnections",
+  "maxBufferedBytes",
+  "maxJsonDepth",
+  "firstFrameTimeout",
+  "maxParked",
+] as const;
+
 function checkPositive(name: string, value: number | undefined): void {
   if (value !== undefined && (!Number.isFinite(value) || value <= 0)) {
     throw new RangeError(`Cannot bind: "${name}" must be a positive number, got "${value}"`);
@@ -210,66 +237,55 @@ function givenToken(options: BindOptions): string | null {
   if (token === null) return null;
   const problem = tokenProblem(token);
   if (problem) {
-    const from = options.token !== undefined ? '"token"' : "HUD_SERVE_TOKEN";
+    const from = options.token !== undefined ? '"token"' : SERVE_TOKEN_VAR;
     throw new TypeError(`Cannot bind: ${problem} (from ${from})`);
   }
   return token;
 }
 
 /**
- * Binds a control server for `env` and serves until shut down. The
- * environment's hooks are not run: call `env.start()` first, or use
- * {@linkcode serve}.
- *
- * @throws {RangeError} for an out-of-range limit
- * @throws {TypeError} for `auth: false` on a `hostname` that is not, or does
- *   not resolve to, a loopback address (unless `insecureListen`)
- * @throws {Deno.errors.AddrInUse} when the port is taken
+ * The server's token (`null`: no authentication), once the combination of
+ * `auth`, `token`, `hostname` and `insecureListen` is checked.
  */
-export function bind(env: Environment, options: BindOptions = {}): HudServer {
-  for (
-    const name of [
-      "maxFrameBytes",
-      "parkedTtl",
-      "shutdownTimeout",
-      "maxConnections",
-      "maxPendingConnections",
-      "maxBufferedBytes",
-      "maxJsonDepth",
-      "firstFrameTimeout",
-      "maxParked",
-    ] as const
-  ) {
-    checkPositive(name, options[name]);
+function bindToken(options: BindOptions, hostname: string): string | null {
+  if (options.auth ?? true) return givenToken(options) ?? generateToken();
+  if (options.token !== undefined) {
+    throw new TypeError('Cannot bind: "token" was given with auth: false; drop one of them');
   }
-  const hostname = options.hostname ?? "127.0.0.1";
-  const auth = options.auth ?? true;
-  let token: string | null = null;
-  if (auth) {
-    token = givenToken(options) ?? generateToken();
-  } else {
-    if (options.token !== undefined) {
-      throw new TypeError('Cannot bind: "token" was given with auth: false; drop one of them');
-    }
-    if (!isLoopback(hostname) && !options.insecureListen) {
-      throw new TypeError(
-        `Cannot bind: refusing to serve without authentication on "${hostname}", which is not a loopback address; keep auth on, listen on 127.0.0.1, or pass insecureListen: true`,
-      );
-    }
+  if (!isLoopback(hostname) && !options.insecureListen) {
+    throw new TypeError(
+      `Cannot bind: refusing to serve without authentication on "${hostname}", which is not a loopback address; keep auth on, listen on 127.0.0.1, or pass insecureListen: true`,
+    );
   }
+  return null;
+}
+
+/**
+ * Listens on `hostname`. Without authentication, a name is checked once
+ * more as the resolver answered it: "x.localhost" that a hosts file or DNS
+ * maps to 0.0.0.0 listens on every interface.
+ */
+function listen(hostname: string, options: BindOptions, token: string | null): Deno.TcpListener {
   const listener = Deno.listen({ hostname, port: options.port ?? 0 });
-  // A name is checked once more as the resolver answered it: "x.localhost"
-  // that a hosts file or DNS maps to 0.0.0.0 listens on every interface.
   const bound = listener.addr.hostname;
-  if (!auth && !options.insecureListen && !isLoopback(bound)) {
+  if (token === null && !options.insecureListen && !isLoopback(bound)) {
     listener.close();
     throw new TypeError(
       `Cannot bind: refusing to serve without authentication on "${hostname}", which resolves to ${bound}, not a loopback address; keep auth on, listen on 127.0.0.1, or pass insecureListen: true`,
     );
   }
+  return listener;
+}
+
+/** Every option of `bind` resolved, every default here: the record the server runs on. */
+function serverConfig(
+  options: BindOptions,
+  token: string | null,
+  bound: Deno.NetAddr,
+): ServerConfig {
   const maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
   const maxConnections = options.maxConnections ?? defaultMaxConnections(openFileLimit());
-  return new ControlServer(env, listener, {
+  return {
     token,
     maxFrameBytes,
     preAuthMaxFrameBytes: PRE_AUTH_MAX_FRAME_BYTES,
@@ -286,11 +302,29 @@ export function bind(env: Environment, options: BindOptions = {}): HudServer {
     signal: options.signal,
     onListen: options.onListen,
     onError: options.onError ?? (() => {}),
-    warning: token === null && !isLoopback(bound)
+    warning: token === null && !isLoopback(bound.hostname)
       ? (addr) =>
         `Serving without authentication on ${addr.hostname}:${addr.port}: anyone who can reach this port can use the environment (its shells and files) as this server's user`
       : null,
-  });
+  };
+}
+
+/**
+ * Binds a control server for `env` and serves until shut down. The
+ * environment's hooks are not run: call `env.start()` first, or use
+ * {@linkcode serve}.
+ *
+ * @throws {RangeError} for an out-of-range limit
+ * @throws {TypeError} for `auth: false` on a `hostname` that is not, or does
+ *   not resolve to, a loopback address (unless `insecureListen`)
+ * @throws {Deno.errors.AddrInUse} when the port is taken
+ */
+export function bind(env: Environment, options: BindOptions = {}): HudServer {
+  for (const name of POSITIVE_OPTIONS) checkPositive(name, options[name]);
+  const hostname = options.hostname ?? "127.0.0.1";
+  const token = bindToken(options, hostname);
+  const listener = listen(hostname, options, token);
+  return new ControlServer(env, listener, serverConfig(options, token, listener.addr));
 }
 
 /** Options for {@linkcode serve}. */
@@ -331,21 +365,14 @@ export interface ServeOptions extends BindOptions {
  * @throws the signal's reason, a hook's error, or what {@linkcode bind} throws
  */
 export async function serve(env: Environment, options: ServeOptions = {}): Promise<HudServer> {
-  const signal = options.signal;
-  signal?.throwIfAborted();
+  options.signal?.throwIfAborted();
   // Resolve the token before the hooks run, so that a bad one fails fast.
   const auth = options.auth ?? true;
   const given = auth ? givenToken(options) : null;
-  const token = auth ? given ?? generateToken() : undefined;
-  await env.start();
-  let server: HudServer;
-  try {
-    signal?.throwIfAborted();
-    server = bind(env, { ...options, token });
-  } catch (err) {
-    await env.stop().catch((stopErr) => options.onError?.(stopErr));
-    throw err;
-  }
+  const server = await startAndBind(env, {
+    ...options,
+    token: auth ? given ?? generateToken() : undefined,
+  });
   // Listen for signals before announcing: a parent may stop us as soon as
   // it reads the port line.
   const signals: Deno.Signal[] = options.handleSignals === false ? [] : ["SIGINT", "SIGTERM"];
@@ -355,9 +382,8 @@ export async function serve(env: Environment, options: ServeOptions = {}): Promi
     ((line: string) => Deno.stdout.writeSync(new TextEncoder().encode(line + "\n")));
   // The token line comes first: a parent that reads up to the port line
   // has both.
-  if (auth && given === null) announce(`HUD_SERVE_TOKEN=${server.token}`);
-  announce(`HUD_SERVE_PORT=${server.addr.port}`);
-
+  if (server.token !== null && given === null) announce(tokenLine(server.token));
+  announce(portLine(server.addr.port));
   const finished = server.finished.then(async () => {
     for (const s of signals) Deno.removeSignalListener(s, onSignal);
     try {
@@ -367,9 +393,33 @@ export async function serve(env: Environment, options: ServeOptions = {}): Promi
     }
   });
   markServing(env, server, finished);
+  return servingHandle(server, finished);
+}
+
+/** Runs the initialize hooks and binds; a failure runs the shutdown hooks before it is thrown. */
+async function startAndBind(env: Environment, options: BindOptions): Promise<HudServer> {
+  await env.start();
+  try {
+    options.signal?.throwIfAborted();
+    return bind(env, options);
+  } catch (err) {
+    await env.stop().catch((stopErr) => options.onError?.(stopErr));
+    throw err;
+  }
+}
+
+/** The handle `serve` returns: the server's, finished (and shut down) after the shutdown hooks. */
+function servingHandle(server: HudServer, finished: Promise<void>): HudServer {
+  const shutdown = async () => {
+    await server.shutdown();
+    await finished;
+  };
   return {
     get addr() {
       return server.addr;
+    },
+    get address() {
+      return server.address;
     },
     get url() {
       return server.url;
@@ -381,13 +431,7 @@ export async function serve(env: Environment, options: ServeOptions = {}): Promi
     get sessionCount() {
       return server.sessionCount;
     },
-    async shutdown() {
-      await server.shutdown();
-      await finished;
-    },
-    async [Symbol.asyncDispose]() {
-      await server.shutdown();
-      await finished;
-    },
+    shutdown,
+    [Symbol.asyncDispose]: shutdown,
   };
 }

@@ -4,6 +4,7 @@
 // binding at its forwarder. Private to client.ts.
 
 import type { Capability } from "../capability.ts";
+import type { ControlAddress } from "../_internal/auth.ts";
 import { HudProtocolError } from "../errors.ts";
 import { encodeFrame, LineReader, parseLine } from "../_internal/framing.ts";
 import { closeQuietly, isPeerGone, pump, writeAll } from "../_internal/io.ts";
@@ -20,8 +21,7 @@ const TUNNEL_REPLY_MAX = 64 * 1024;
 export class TcpForwarder {
   readonly capability: Capability;
   readonly #listener: Deno.TcpListener;
-  readonly #control: { hostname: string; port: number };
-  readonly #token: string | undefined;
+  readonly #control: ControlAddress;
   readonly #conns = new Set<Deno.Conn>();
   readonly #tasks = new Set<Promise<void>>();
   readonly #onError: (err: unknown) => void;
@@ -31,14 +31,12 @@ export class TcpForwarder {
 
   constructor(
     capability: Capability,
-    control: { hostname: string; port: number },
-    token: string | undefined,
+    control: ControlAddress,
     users: PeerUsers,
     onError: (err: unknown) => void,
   ) {
     this.capability = capability;
     this.#control = control;
-    this.#token = token;
     this.#users = users;
     this.#onError = onError;
     this.#listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
@@ -82,42 +80,14 @@ export class TcpForwarder {
     this.#conns.add(local);
     let remote: Deno.TcpConn | null = null;
     try {
-      remote = await Deno.connect(this.#control);
+      remote = await Deno.connect({ hostname: this.#control.hostname, port: this.#control.port });
       this.#conns.add(remote);
       if (this.#closed) return;
-      await writeAll(
-        remote,
-        encodeFrame({
-          jsonrpc: "2.0",
-          id: 1,
-          method: "tunnel.open",
-          params: this.#token === undefined
-            ? { capability: this.capability.name }
-            : { capability: this.capability.name, token: this.#token },
-        }),
-      );
+      await writeAll(remote, encodeFrame(this.#openRequest()));
       // Bytes the agent sends before the reply are forwarded at once.
       const up = pump(local, remote);
       const reader = new LineReader(remote, TUNNEL_REPLY_MAX);
-      const frame = await reader.read();
-      let ok = false;
-      if (frame?.kind === "line") {
-        try {
-          const reply = parseLine(frame.line);
-          ok = isRecord(reply) && isRecord(reply.result);
-          if (!ok && isRecord(reply) && isRecord(reply.error)) {
-            this.#onError(
-              new HudProtocolError(
-                Number(reply.error.code),
-                `Cannot open tunnel to "${this.capability.name}": ${reply.error.message}`,
-              ),
-            );
-          }
-        } catch {
-          ok = false;
-        }
-      }
-      if (!ok) {
+      if (!(await this.#opened(reader))) {
         closeQuietly(local);
         closeQuietly(remote);
         await up.catch(() => {});
@@ -134,6 +104,40 @@ export class TcpForwarder {
         this.#conns.delete(remote);
       }
     }
+  }
+
+  /** The `tunnel.open` request for this capability, with the token when there is one. */
+  #openRequest(): Record<string, unknown> {
+    const { token } = this.#control;
+    const capability = this.capability.name;
+    return {
+      jsonrpc: "2.0",
+      id: 1,
+      method: "tunnel.open",
+      params: token === undefined ? { capability } : { capability, token },
+    };
+  }
+
+  /** Whether the server's reply opened the tunnel; an error reply goes to `onError`. */
+  async #opened(reader: LineReader): Promise<boolean> {
+    const frame = await reader.read();
+    if (frame?.kind !== "line") return false;
+    let reply: unknown;
+    try {
+      reply = parseLine(frame.line);
+    } catch {
+      return false;
+    }
+    if (isRecord(reply) && isRecord(reply.result)) return true;
+    if (isRecord(reply) && isRecord(reply.error)) {
+      this.#onError(
+        new HudProtocolError(
+          Number(reply.error.code),
+          `Cannot open tunnel to "${this.capability.name}": ${reply.error.message}`,
+        ),
+      );
+    }
+    return false;
   }
 
   async close(): Promise<void> {

@@ -1,5 +1,13 @@
-// The control channel's shared secret: making one, reading one, checking one
-// in constant time, and keeping it out of urls that get printed.
+// The control channel's credentials and address, and their forms at the
+// edges. A token: made, checked in constant time, kept out of urls that get
+// printed. The ControlAddress (host, port, token) that runtimes hand to
+// connect() as a record; its url form (`tcp://:TOKEN@host:port`) and the
+// environment variables exist only where a person or another process gives
+// or takes the address (the CLI's --url, HUD_SERVE_TOKEN, the
+// `HUD_SERVE_PORT=` line `serve` prints), and this module is the one place
+// that parses and prints those forms and spells those names.
+
+import { formatHostPort } from "./net.ts";
 
 /** Bytes of a generated token: 256 bits. */
 const TOKEN_BYTES = 32;
@@ -31,17 +39,6 @@ export function tokenProblem(token: unknown): string | null {
     return "the token must be visible ASCII characters, without spaces";
   }
   return null;
-}
-
-/** The value of `HUD_SERVE_TOKEN`, or `undefined` when unset or not readable. */
-export function tokenFromEnv(): string | undefined {
-  try {
-    const value = Deno.env.get("HUD_SERVE_TOKEN");
-    return value === undefined || value === "" ? undefined : value;
-  } catch {
-    // No --allow-env: as if unset.
-    return undefined;
-  }
 }
 
 const encoder = new TextEncoder();
@@ -94,8 +91,167 @@ export function redactUrl(url: string): string {
   return String(url).replace(/^([a-zA-Z][a-zA-Z0-9+.-]*:\/\/)?[^@/?#]*@/, "$1");
 }
 
-/** `tcp://:TOKEN@host` from `tcp://host` (the token percent-encoded). */
-export function withToken(url: string, token: string): string {
-  const m = /^([a-zA-Z][a-zA-Z0-9+.-]*:\/\/)?(.*)$/s.exec(redactUrl(url))!;
-  return `${m[1] ?? "tcp://"}:${encodeURIComponent(token)}@${m[2]}`;
+/** The environment variable that carries the control token to a server or a client. */
+export const SERVE_TOKEN_VAR = "HUD_SERVE_TOKEN";
+/** The name of the line `serve` prints once it listens: `HUD_SERVE_PORT=<port>`. */
+export const SERVE_PORT_VAR = "HUD_SERVE_PORT";
+
+/**
+ * Where an environment's control port is: host, port, and the token the
+ * server requires (none without authentication). What runtimes return in
+ * their placements and `connect()` takes.
+ *
+ * Plain TCP today; a `tls` member (the server's name and CA) is the room
+ * left for TLS, with `tls://` as its url form, both added here.
+ */
+export interface ControlAddress {
+  /** Host name or address (IPv6 without brackets). */
+  readonly hostname: string;
+  /** Port. */
+  readonly port: number;
+  /** The server's token; a secret: never print it. */
+  readonly token?: string;
+}
+
+const INSPECT = Symbol.for("Deno.customInspect");
+
+/**
+ * A control address record. The token is there to read, but `console.log`,
+ * `Deno.inspect` and `JSON.stringify` show it as `***`: a placement or
+ * address that gets logged does not leak it.
+ */
+export function controlAddress(hostname: string, port: number, token?: string): ControlAddress {
+  const address: ControlAddress = token === undefined
+    ? { hostname, port }
+    : { hostname, port, token };
+  const shown = token === undefined ? { hostname, port } : { hostname, port, token: "***" };
+  // Not enumerable: spreads, deep equality and Object.keys see the three fields only.
+  Object.defineProperty(address, "toJSON", { value: () => shown });
+  Object.defineProperty(address, INSPECT, {
+    value: (inspect: (value: unknown, options: unknown) => string, options: unknown) =>
+      inspect(shown, options),
+  });
+  return Object.freeze(address);
+}
+
+/**
+ * The address a client dials to reach a listener bound on `addr`: a
+ * wildcard (`0.0.0.0`, `::`) is reached on this machine's loopback.
+ */
+export function dialableAddress(addr: Deno.NetAddr, token?: string): ControlAddress {
+  const host = addr.hostname === "0.0.0.0"
+    ? "127.0.0.1"
+    : addr.hostname === "::" || addr.hostname === "[::]"
+    ? "::1"
+    : addr.hostname;
+  return controlAddress(host, addr.port, token);
+}
+
+/**
+ * Host, port and token of a control address: `tcp://host:port`,
+ * `tcp://:TOKEN@host:port` or `host:port`. Messages never show the token.
+ * @throws {TypeError} for another scheme, a missing port, or user info
+ *   without a `:` before the token
+ */
+export function parseControlUrl(url: string): ControlAddress {
+  if (typeof url !== "string") throw new TypeError("Cannot connect: url must be a string");
+  const shown = redactUrl(url);
+  const m =
+    /^(?:([a-zA-Z][a-zA-Z0-9+.-]*):\/\/)?(?:([^@/?#]*)@)?(?:\[([^\]]+)\]|([^:/?#@]+)):(\d+)\/?$/
+      .exec(url.trim());
+  const scheme = m ? m[1] : /^([a-zA-Z][a-zA-Z0-9+.-]*):\/\//.exec(url)?.[1];
+  if (scheme !== undefined && scheme.toLowerCase() !== "tcp") {
+    throw new TypeError(
+      `Cannot connect: unsupported scheme "${scheme}" in "${shown}" (expected tcp://)`,
+    );
+  }
+  if (!m) {
+    throw new TypeError(`Cannot connect: invalid address "${shown}" (expected tcp://host:port)`);
+  }
+  const port = Number(m[5]);
+  if (port < 1 || port > 65535) throw new RangeError(`Cannot connect: invalid port in "${shown}"`);
+  return controlAddress(m[3] ?? m[4], port, m[2] === undefined ? undefined : urlToken(m[2], shown));
+}
+
+/** The token of a url's user info (`:TOKEN`), percent-decoded. */
+function urlToken(userInfo: string, shown: string): string {
+  const colon = userInfo.indexOf(":");
+  if (colon < 0) {
+    throw new TypeError(
+      `Cannot connect: put the token after a colon in "${shown}" (tcp://:TOKEN@host:port)`,
+    );
+  }
+  try {
+    return decodeURIComponent(userInfo.slice(colon + 1));
+  } catch {
+    throw new TypeError(`Cannot connect: the token in "${shown}" is not valid percent-encoding`);
+  }
+}
+
+/**
+ * The address as a url that {@linkcode parseControlUrl} reads back:
+ * `tcp://:TOKEN@host:port` (the token percent-encoded), `tcp://host:port`
+ * without one. It holds the secret: hand it on, never print it.
+ */
+export function formatControlUrl(address: ControlAddress): string {
+  const auth = address.token === undefined ? "" : `:${encodeURIComponent(address.token)}@`;
+  return `tcp://${auth}${formatHostPort(address.hostname, address.port)}`;
+}
+
+/** The address as a url without the token, `tcp://host:port`: safe to show. */
+export function shownControlUrl(address: ControlAddress): string {
+  return `tcp://${formatHostPort(address.hostname, address.port)}`;
+}
+
+/** The value of `HUD_SERVE_TOKEN`, or `undefined` when unset, empty or not readable. */
+export function tokenFromEnv(): string | undefined {
+  try {
+    const value = Deno.env.get(SERVE_TOKEN_VAR);
+    return value === undefined || value === "" ? undefined : value;
+  } catch {
+    // No --allow-env: as if unset.
+    return undefined;
+  }
+}
+
+/**
+ * {@linkcode tokenFromEnv}, and `HUD_SERVE_TOKEN` taken out of this
+ * process's environment, so that the processes it starts do not inherit it.
+ */
+export function takeTokenFromEnv(): string | undefined {
+  const token = tokenFromEnv();
+  try {
+    Deno.env.delete(SERVE_TOKEN_VAR);
+  } catch {
+    // No --allow-env: nothing to take.
+  }
+  return token;
+}
+
+/** `HUD_SERVE_PORT=<port>`: the line `serve` prints once it listens. */
+export function portLine(port: number): string {
+  return `${SERVE_PORT_VAR}=${port}`;
+}
+
+/** `HUD_SERVE_TOKEN=<token>`: the line `serve` prints first when it generated the token. */
+export function tokenLine(token: string): string {
+  return `${SERVE_TOKEN_VAR}=${token}`;
+}
+
+const PORT_LINE = new RegExp(`^${SERVE_PORT_VAR}=(\\d+)$`);
+
+/** What a line of `serve`'s output announces: its port, its token, or nothing. */
+export function readAnnouncement(line: string): { port: number } | { token: string } | null {
+  const port = PORT_LINE.exec(line)?.[1];
+  if (port !== undefined) return { port: Number(port) };
+  if (line.startsWith(`${SERVE_TOKEN_VAR}=`)) {
+    const token = line.slice(SERVE_TOKEN_VAR.length + 1);
+    if (token !== "") return { token };
+  }
+  return null;
+}
+
+/** A line of `serve`'s output with an announced token hidden, for logs and messages. */
+export function redactAnnouncement(line: string): string {
+  return line.startsWith(`${SERVE_TOKEN_VAR}=`) ? `${SERVE_TOKEN_VAR}=***` : line;
 }

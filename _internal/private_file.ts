@@ -3,15 +3,7 @@
 // umask. Created with mode 0600, which a umask can only narrow, then set to
 // exactly that, so that the file is never wider at any moment.
 
-async function exists(path: string): Promise<boolean> {
-  try {
-    await Deno.lstat(path);
-    return true;
-  } catch (err) {
-    if (err instanceof Deno.errors.NotFound) return false;
-    throw err;
-  }
-}
+import { exists } from "./fs.ts";
 
 /** Opens `path` for appending; a file it creates is 0600. An existing file keeps its mode. */
 export async function openPrivate(path: string): Promise<Deno.FsFile> {

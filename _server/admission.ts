@@ -2,13 +2,13 @@
 // token check of a connection's first frame, and the first-frame deadline.
 
 import { ErrorCode } from "../errors.ts";
-import { TokenVerifier } from "../_internal/auth.ts";
+import { SERVE_TOKEN_VAR, TokenVerifier } from "../_internal/auth.ts";
 import { isRecord } from "../_internal/util.ts";
 import { errorReply, type Reply } from "./dispatcher.ts";
 
 /** What an authenticating server tells a connection it turns away. */
 export const UNAUTHORIZED_MESSAGE =
-  "unauthorized: the first frame must be hello or tunnel.open with the server's token in params.token (set HUD_SERVE_TOKEN, or connect to tcp://:TOKEN@host:port)";
+  `unauthorized: the first frame must be hello or tunnel.open with the server's token in params.token (set ${SERVE_TOKEN_VAR}, or connect to tcp://:TOKEN@host:port)`;
 
 /**
  * The token check: a connection's first frame must be a `hello` or

@@ -16,9 +16,8 @@ import {
 } from "../_internal/framing.ts";
 import { closeQuietly, isPeerGone, writeAll } from "../_internal/io.ts";
 import { settleWithin } from "../_internal/async.ts";
-import { withToken } from "../_internal/auth.ts";
+import { type ControlAddress, dialableAddress, formatControlUrl } from "../_internal/auth.ts";
 import { acceptLoop } from "../_internal/accept.ts";
-import { formatHost } from "../_internal/net.ts";
 import { type ControlChannel, ControlDispatcher, errorReply, type Reply } from "./dispatcher.ts";
 import { FirstFrameDeadlines, Gate } from "./admission.ts";
 import { AttachedListeners } from "./attached.ts";
@@ -224,13 +223,12 @@ export class ControlServer {
     });
   }
 
+  get address(): ControlAddress {
+    return dialableAddress(this.addr, this.#token ?? undefined);
+  }
+
   get url(): string {
-    const { hostname, port } = this.addr;
-    const host = formatHost(hostname);
-    const url = `tcp://${
-      host === "0.0.0.0" ? "127.0.0.1" : host === "[::]" ? "[::1]" : host
-    }:${port}`;
-    return this.#token === null ? url : withToken(url, this.#token);
+    return formatControlUrl(this.address);
   }
 
   get token(): string | null {

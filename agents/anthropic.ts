@@ -6,6 +6,7 @@
  */
 
 import {
+  type ChatMessage,
   httpError,
   maxResponseBytes,
   type ModelBackend,
@@ -64,44 +65,7 @@ export function anthropicBody(
   defaultMaxTokens = 4096,
 ): Record<string, unknown> {
   const s = request.sampling ?? {};
-  const system: string[] = [];
-  const messages: { role: string; content: Record<string, unknown>[] }[] = [];
-  const push = (role: string, block: Record<string, unknown>) => {
-    const last = messages.at(-1);
-    // Tool results following each other go in one user turn, as the API asks.
-    if (last && last.role === role) last.content.push(block);
-    else messages.push({ role, content: [block] });
-  };
-  for (const m of request.messages) {
-    if (m.role === "system") system.push(m.content);
-    else if (m.role === "user") push("user", { type: "text", text: m.content });
-    else if (m.role === "tool") {
-      push("user", {
-        type: "tool_result",
-        tool_use_id: m.toolCallId,
-        content: m.content,
-        ...(m.isError ? { is_error: true } : {}),
-      });
-    } else {
-      const blocks: Record<string, unknown>[] = [];
-      if (m.content) blocks.push({ type: "text", text: m.content });
-      for (const c of m.toolCalls ?? []) {
-        let input: unknown;
-        try {
-          input = JSON.parse(c.arguments);
-        } catch {
-          input = {};
-        }
-        blocks.push({
-          type: "tool_use",
-          id: c.id,
-          name: c.name,
-          input: isRecord(input) ? input : {},
-        });
-      }
-      messages.push({ role: "assistant", content: blocks });
-    }
-  }
+  const { system, messages } = anthropicMessages(request.messages);
   const body: Record<string, unknown> = {
     model,
     max_tokens: s.maxTokens ?? defaultMaxTokens,
@@ -114,19 +78,70 @@ export function anthropicBody(
       description: t.description,
       input_schema: t.parameters,
     }));
-    const choice = request.toolChoice ?? "auto";
-    const parallel = request.parallelToolCalls ?? true;
-    body.tool_choice = typeof choice === "object"
-      ? { type: "tool", name: choice.name }
-      : { type: choice === "required" ? "any" : choice };
-    if (!parallel && choice !== "none") {
-      (body.tool_choice as Record<string, unknown>).disable_parallel_tool_use = true;
-    }
+    body.tool_choice = anthropicToolChoice(request);
   }
   if (s.temperature !== undefined) body.temperature = s.temperature;
   if (s.topP !== undefined) body.top_p = s.topP;
   if (s.stop !== undefined) body.stop_sequences = s.stop;
   return { ...body, ...s.extra };
+}
+
+type AnthropicMessage = { role: string; content: Record<string, unknown>[] };
+
+/** The system prompts apart, and the turns as the Messages API takes them. */
+function anthropicMessages(
+  chat: readonly ChatMessage[],
+): { system: string[]; messages: AnthropicMessage[] } {
+  const system: string[] = [];
+  const messages: AnthropicMessage[] = [];
+  const push = (role: string, block: Record<string, unknown>) => {
+    const last = messages.at(-1);
+    // Tool results following each other go in one user turn, as the API asks.
+    if (last && last.role === role) last.content.push(block);
+    else messages.push({ role, content: [block] });
+  };
+  for (const m of chat) {
+    if (m.role === "system") system.push(m.content);
+    else if (m.role === "user") push("user", { type: "text", text: m.content });
+    else if (m.role === "tool") {
+      push("user", {
+        type: "tool_result",
+        tool_use_id: m.toolCallId,
+        content: m.content,
+        ...(m.isError ? { is_error: true } : {}),
+      });
+    } else messages.push({ role: "assistant", content: assistantBlocks(m) });
+  }
+  return { system, messages };
+}
+
+/** An assistant turn's text and tool calls as content blocks. */
+function assistantBlocks(
+  m: Extract<ChatMessage, { role: "assistant" }>,
+): Record<string, unknown>[] {
+  const blocks: Record<string, unknown>[] = [];
+  if (m.content) blocks.push({ type: "text", text: m.content });
+  for (const c of m.toolCalls ?? []) {
+    let input: unknown;
+    try {
+      input = JSON.parse(c.arguments);
+    } catch {
+      input = {};
+    }
+    blocks.push({ type: "tool_use", id: c.id, name: c.name, input: isRecord(input) ? input : {} });
+  }
+  return blocks;
+}
+
+/** `tool_choice` for the request's choice and parallelism. */
+function anthropicToolChoice(request: ModelRequest): Record<string, unknown> {
+  const choice = request.toolChoice ?? "auto";
+  const parallel = request.parallelToolCalls ?? true;
+  const out: Record<string, unknown> = typeof choice === "object"
+    ? { type: "tool", name: choice.name }
+    : { type: choice === "required" ? "any" : choice };
+  if (!parallel && choice !== "none") out.disable_parallel_tool_use = true;
+  return out;
 }
 
 /** The Anthropic Messages API as a {@linkcode ModelBackend}. */

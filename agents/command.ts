@@ -46,6 +46,8 @@
 import type { Run } from "../eval/run.ts";
 import { type Agent, type AgentContext, type AgentInfo, NotGradedError } from "../eval/agent.ts";
 import { killProcessGroup, liveGroupMembers, trySignalGroup } from "../_internal/process.ts";
+import { type ExitStatus, succeeded } from "../_internal/exit.ts";
+import { errorMessage } from "../_internal/util.ts";
 import { delay } from "../_internal/async.ts";
 import { concat } from "../_internal/io.ts";
 import { stringifyJson } from "../_internal/framing.ts";
@@ -80,14 +82,13 @@ export interface CommandAgentOptions {
   maxOutputBytes?: number;
 }
 
-/** Result of the last run, as recorded in the trace. */
-export interface CommandAgentRecord {
-  /** Exit code (128 + n for death by signal n). */
-  code: number;
-  /** The signal that ended it, if any. */
-  signal: string | null;
+/**
+ * How the last run's command ended, and the tail of its stderr, as recorded
+ * in the trace: `code` is `null` when a signal ended it.
+ */
+export interface CommandAgentRecord extends ExitStatus {
   /** The tail of stderr. */
-  stderr: string;
+  readonly stderr: string;
 }
 
 const STDERR_TAIL = 64 * 1024;
@@ -140,11 +141,50 @@ function groupAlive(pgid: number): boolean {
   return liveGroupMembers(pgid).length > 0;
 }
 
+/** Every option of {@linkcode CommandAgent}, checked, with its default. */
+interface CommandConfig {
+  readonly env: Readonly<Record<string, string>>;
+  readonly passEnv: readonly string[];
+  readonly envFile: string | undefined;
+  readonly cwd: string | undefined;
+  readonly killGrace: number;
+  readonly maxOutputBytes: number;
+}
+
+/**
+ * Checks `options` and resolves every default, once.
+ * @throws {RangeError} for a `maxOutputBytes` or `killGrace` out of range
+ * @throws {TypeError} for a `passEnv` that is not an array
+ */
+function commandConfig(options: CommandAgentOptions): CommandConfig {
+  const max = options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT;
+  if (!Number.isInteger(max) || max < 1) {
+    throw new RangeError(
+      `Cannot create command agent: maxOutputBytes must be a positive integer, got "${max}"`,
+    );
+  }
+  if (options.killGrace !== undefined && !(options.killGrace >= 0)) {
+    throw new RangeError(
+      `Cannot create command agent: killGrace must not be negative, got "${options.killGrace}"`,
+    );
+  }
+  if (options.passEnv !== undefined && !Array.isArray(options.passEnv)) {
+    throw new TypeError("Cannot create command agent: passEnv must be an array of names");
+  }
+  return {
+    env: options.env ?? {},
+    passEnv: options.passEnv ?? [],
+    envFile: options.envFile,
+    cwd: options.cwd,
+    killGrace: options.killGrace ?? 2_000,
+    maxOutputBytes: max,
+  };
+}
+
 /** An external program as an {@linkcode Agent}; see the module docs for its contract. */
 export class CommandAgent implements Agent {
   readonly #argv: string[];
-  readonly #options: CommandAgentOptions;
-  readonly #maxOutput: number;
+  readonly #config: CommandConfig;
   readonly #live = new Set<number>();
   readonly #runs = new Set<Promise<unknown>>();
   #hurry = false;
@@ -168,23 +208,8 @@ export class CommandAgent implements Agent {
         "Cannot create command agent: command must be a non-empty string or argv",
       );
     }
-    const max = options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT;
-    if (!Number.isInteger(max) || max < 1) {
-      throw new RangeError(
-        `Cannot create command agent: maxOutputBytes must be a positive integer, got "${max}"`,
-      );
-    }
-    if (options.killGrace !== undefined && !(options.killGrace >= 0)) {
-      throw new RangeError(
-        `Cannot create command agent: killGrace must not be negative, got "${options.killGrace}"`,
-      );
-    }
-    if (options.passEnv !== undefined && !Array.isArray(options.passEnv)) {
-      throw new TypeError("Cannot create command agent: passEnv must be an array of names");
-    }
+    this.#config = commandConfig(options);
     this.#argv = argv;
-    this.#options = options;
-    this.#maxOutput = max;
   }
 
   /** The argv that is run. */
@@ -201,9 +226,9 @@ export class CommandAgent implements Agent {
     const words = this.#argv[0] === "bash" && this.#argv[1] === "-c" && this.#argv.length === 3
       ? this.#argv[2].trim().split(/\s+/).filter((w) => !/^[A-Za-z_][A-Za-z0-9_]*=/.test(w))
       : this.#argv;
-    const settings: Record<string, unknown> = { max_output_bytes: this.#maxOutput };
+    const settings: Record<string, unknown> = { max_output_bytes: this.#config.maxOutputBytes };
     if (words.length > 1) settings.hidden_words = words.length - 1;
-    if (this.#options.passEnv?.length) settings.pass_env = [...this.#options.passEnv];
+    if (this.#config.passEnv.length) settings.pass_env = [...this.#config.passEnv];
     return { kind: "command", name: words[0] ?? "", settings };
   }
 
@@ -240,35 +265,21 @@ export class CommandAgent implements Agent {
     return p;
   }
 
+  /** The variables of this process the command gets: PATH, HOME, `passEnv`, `envFile`. */
   async #environment(): Promise<Record<string, string>> {
     const env: Record<string, string> = {
       PATH: Deno.env.get("PATH") ?? "/usr/local/bin:/usr/bin:/bin",
       HOME: Deno.env.get("HOME") ?? "/",
     };
-    const pass = this.#options.passEnv ?? [];
+    const pass = this.#config.passEnv;
     if (pass.length > 0) {
       const match = globMatcher(pass);
       for (const [name, value] of Object.entries(Deno.env.toObject())) {
         if (match(name)) env[name] = value;
       }
     }
-    const file = this.#options.envFile;
-    if (file !== undefined) {
-      let text: string;
-      try {
-        text = await Deno.readTextFile(file);
-      } catch (err) {
-        throw new NotGradedError(
-          `Cannot start agent: cannot read env file "${file}": ${(err as Error).message}`,
-          { cause: err },
-        );
-      }
-      try {
-        Object.assign(env, parseEnvFile(text, `env file "${file}"`));
-      } catch (err) {
-        throw new NotGradedError((err as Error).message, { cause: err });
-      }
-    }
+    const file = this.#config.envFile;
+    if (file !== undefined) Object.assign(env, await readEnvFile(file));
     return env;
   }
 
@@ -278,54 +289,20 @@ export class CommandAgent implements Agent {
     try {
       const env = await this.#environment();
       const promptBytes = new TextEncoder().encode(prompt);
-      const promptFile = await Deno.makeTempFile({ prefix: "hud-prompt-" });
-      privateFiles.push(promptFile);
-      await Deno.chmod(promptFile, 0o600);
-      await Deno.writeFile(promptFile, promptBytes, { mode: 0o600 });
-      Object.assign(env, {
-        HUD_PROMPT_FILE: promptFile,
-        HUD_TASK_ID: run.task.id,
-        HUD_TASK_SLUG: run.task.slug,
-        HUD_TASK_ARGS: stringifyJson(run.task.args),
-        HUD_SESSION_ID: run.client.sessionId,
-        HUD_CONTROL_URL: run.client.url,
-        HUD_BINDINGS: stringifyJson(run.bindings),
-        HUD_CAPABILITIES: stringifyJson(run.capabilities.map((c) => c.toManifest())),
-      });
-      if (promptBytes.length < PROMPT_ENV_LIMIT) env.HUD_PROMPT = prompt;
-      for (const cap of run.capabilities) {
-        const key = envName(cap.name);
-        env[`HUD_CAP_${key}_URL`] = cap.url;
-        if (cap.family === "ssh" && typeof cap.params.client_key === "string") {
-          const file = await Deno.makeTempFile({ prefix: "hud-key-" });
-          privateFiles.push(file);
-          await Deno.chmod(file, 0o600);
-          await Deno.writeTextFile(file, cap.params.client_key, { mode: 0o600 });
-          env[`HUD_CAP_${key}_KEY_FILE`] = file;
-          env[`HUD_CAP_${key}_USER`] = String(cap.params.user ?? "agent");
-        }
-      }
-      Object.assign(env, this.#options.env ?? {});
+      Object.assign(env, await runEnvironment(run, prompt, promptBytes, privateFiles));
+      Object.assign(env, this.#config.env);
       const record = await this.#spawn(env, promptBytes, run, context.signal);
       run.trace.record("command", null, { ...record });
-      const tail = record.stderr.trim().split("\n").slice(-3).join(" | ");
-      if (record.signal === null && (record.code === 126 || record.code === 127)) {
-        throw new NotGradedError(
-          `Agent command could not start (exit code ${record.code})${tail ? `: ${tail}` : ""}`,
-        );
-      }
-      if (record.code !== 0) {
-        throw new Error(
-          `Agent command exited with ${
-            record.signal ? `signal ${record.signal}` : `code ${record.code}`
-          }${tail ? `: ${tail}` : ""}`,
-        );
-      }
+      checkExit(record);
     } finally {
       for (const f of privateFiles) await Deno.remove(f).catch(() => {});
     }
   }
 
+  /**
+   * Runs the command in a process group of its own, stopping the group when
+   * `signal` aborts; returns once the whole group is gone.
+   */
   async #spawn(
     env: Record<string, string>,
     prompt: Uint8Array,
@@ -333,89 +310,218 @@ export class CommandAgent implements Agent {
     signal: AbortSignal,
   ): Promise<CommandAgentRecord> {
     signal.throwIfAborted();
-    // A detached child gets a session and process group of its own, so that
-    // stopping it also stops whatever it started.
-    let child: Deno.ChildProcess;
-    try {
-      child = new Deno.Command(this.#argv[0], {
-        args: this.#argv.slice(1),
-        detached: true,
-        cwd: this.#options.cwd,
-        env,
-        clearEnv: true,
-        stdin: "piped",
-        stdout: "piped",
-        stderr: "piped",
-      }).spawn();
-    } catch (err) {
-      throw new NotGradedError(
-        `Agent command could not start: "${this.#argv[0]}": ${(err as Error).message}`,
-        { cause: err },
-      );
-    }
+    const child = spawnDetached(this.#argv, this.#config.cwd, env);
     const pid = child.pid;
     this.#live.add(pid);
-    const grace = () => this.#hurry ? 0 : this.#options.killGrace ?? 2_000;
+    const grace = () => this.#hurry ? 0 : this.#config.killGrace;
     let stopping: Promise<void> | null = null;
     const stop = () => stopping ??= killProcessGroup(pid, grace(), child.status);
     const onAbort = () => void stop();
     signal.addEventListener("abort", onAbort, { once: true });
-    let overflow = false;
     try {
-      const writer = child.stdin.getWriter();
-      const writing = writer.write(prompt)
-        .then(() => writer.close())
-        .catch(() => {}); // the command may exit without reading its input
-      // The answer is updated as output arrives, so that an agent stopped
-      // at its deadline is graded on what it had written.
-      const decoder = new TextDecoder();
-      let text = "";
-      let bytes = 0;
-      const reading = (async () => {
-        for await (const chunk of child.stdout) {
-          if (overflow) continue; // drain until the group is gone
-          bytes += chunk.length;
-          if (bytes > this.#maxOutput) {
-            overflow = true;
-            run.answer = null;
-            void stop();
-            continue;
-          }
-          text += decoder.decode(chunk, { stream: true });
-          run.answer = text.endsWith("\n") ? text.slice(0, -1) : text;
-        }
-        if (overflow) return;
-        text += decoder.decode();
-        run.answer = text.endsWith("\n") ? text.slice(0, -1) : text;
-      })();
-      let stderr: Uint8Array = new Uint8Array(0);
-      const errReading = (async () => {
-        for await (const chunk of child.stderr) {
-          const next = concat([stderr, chunk]);
-          stderr = next.length > STDERR_TAIL ? next.slice(next.length - STDERR_TAIL) : next;
-        }
-      })();
-      const status = await child.status;
-      // What the command left behind in its group goes with it; that also
-      // closes pipes a background child may hold open.
-      trySignalGroup(pid, "SIGKILL");
-      await Promise.all([writing, reading, errReading]);
-      if (overflow) {
-        throw new NotGradedError(`answer exceeds ${this.#maxOutput} bytes`);
-      }
-      return {
-        code: status.code,
-        signal: status.signal ?? null,
-        stderr: new TextDecoder().decode(stderr),
-      };
+      return await this.#collect(child, prompt, run, () => void stop());
     } finally {
       signal.removeEventListener("abort", onAbort);
       if (stopping) await stopping;
       await child.status.catch(() => {});
-      // The leader is reaped; wait until the rest of its group is too.
-      const bound = Date.now() + GROUP_GONE_BOUND_MS;
-      while (groupAlive(pid) && Date.now() < bound) await delay(10);
+      await groupGone(pid);
       this.#live.delete(pid);
     }
   }
+
+  /**
+   * Writes the prompt, reads the answer and the stderr tail, and waits for
+   * the command to exit.
+   * @throws {NotGradedError} when the answer went over `maxOutputBytes`
+   */
+  async #collect(
+    child: Deno.ChildProcess,
+    prompt: Uint8Array,
+    run: Run,
+    stop: () => void,
+  ): Promise<CommandAgentRecord> {
+    const max = this.#config.maxOutputBytes;
+    const writing = writePrompt(child.stdin, prompt);
+    const reading = readAnswer(child.stdout, run, max, stop);
+    const errReading = readTail(child.stderr, STDERR_TAIL);
+    const status = await child.status;
+    // What the command left behind in its group goes with it; that also
+    // closes pipes a background child may hold open.
+    trySignalGroup(child.pid, "SIGKILL");
+    const [, overflow, stderr] = await Promise.all([writing, reading, errReading]);
+    if (overflow) throw new NotGradedError(`answer exceeds ${max} bytes`);
+    const signal = status.signal ?? null;
+    return { code: signal === null ? status.code : null, signal, stderr };
+  }
+}
+
+/**
+ * The `HUD_*` variables of the contract; the prompt file and the key files
+ * it writes (0600) are pushed on `privateFiles`, for the caller to remove.
+ */
+async function runEnvironment(
+  run: Run,
+  prompt: string,
+  promptBytes: Uint8Array,
+  privateFiles: string[],
+): Promise<Record<string, string>> {
+  const env: Record<string, string> = {
+    HUD_PROMPT_FILE: await privateFile("hud-prompt-", promptBytes, privateFiles),
+    HUD_TASK_ID: run.task.id,
+    HUD_TASK_SLUG: run.task.slug,
+    HUD_TASK_ARGS: stringifyJson(run.task.args),
+    HUD_SESSION_ID: run.client.sessionId,
+    HUD_CONTROL_URL: run.client.url,
+    HUD_BINDINGS: stringifyJson(run.bindings),
+    HUD_CAPABILITIES: stringifyJson(run.capabilities.map((c) => c.toManifest())),
+  };
+  if (promptBytes.length < PROMPT_ENV_LIMIT) env.HUD_PROMPT = prompt;
+  for (const cap of run.capabilities) {
+    const key = envName(cap.name);
+    env[`HUD_CAP_${key}_URL`] = cap.url;
+    if (cap.family === "ssh" && typeof cap.params.client_key === "string") {
+      const keyBytes = new TextEncoder().encode(cap.params.client_key);
+      env[`HUD_CAP_${key}_KEY_FILE`] = await privateFile("hud-key-", keyBytes, privateFiles);
+      env[`HUD_CAP_${key}_USER`] = String(cap.params.user ?? "agent");
+    }
+  }
+  return env;
+}
+
+/** A new temporary file holding `data`, made 0600 before anything is written. */
+async function privateFile(prefix: string, data: Uint8Array, files: string[]): Promise<string> {
+  const file = await Deno.makeTempFile({ prefix });
+  files.push(file);
+  await Deno.chmod(file, 0o600);
+  await Deno.writeFile(file, data, { mode: 0o600 });
+  return file;
+}
+
+/**
+ * The variables of an env file.
+ * @throws {NotGradedError} when it cannot be read, or a line is not `NAME=value`
+ */
+async function readEnvFile(file: string): Promise<Record<string, string>> {
+  let text: string;
+  try {
+    text = await Deno.readTextFile(file);
+  } catch (err) {
+    throw new NotGradedError(
+      `Cannot start agent: cannot read env file "${file}": ${errorMessage(err)}`,
+      { cause: err },
+    );
+  }
+  try {
+    return parseEnvFile(text, `env file "${file}"`);
+  } catch (err) {
+    throw new NotGradedError(errorMessage(err), { cause: err });
+  }
+}
+
+/**
+ * Throws for a command that did not succeed: one that could not start (126,
+ * 127) is not graded; any other failure is the agent's error.
+ */
+function checkExit(record: CommandAgentRecord): void {
+  const tail = record.stderr.trim().split("\n").slice(-3).join(" | ");
+  const detail = tail ? `: ${tail}` : "";
+  if (record.code === 126 || record.code === 127) {
+    throw new NotGradedError(`Agent command could not start (exit code ${record.code})${detail}`);
+  }
+  if (!succeeded(record)) {
+    const how = record.signal !== null ? `signal ${record.signal}` : `code ${record.code}`;
+    throw new Error(`Agent command exited with ${how}${detail}`);
+  }
+}
+
+/**
+ * Starts `argv` detached: a session and process group of its own, so that
+ * stopping it also stops whatever it started.
+ * @throws {NotGradedError} when it cannot start
+ */
+function spawnDetached(
+  argv: readonly string[],
+  cwd: string | undefined,
+  env: Record<string, string>,
+): Deno.ChildProcess {
+  try {
+    return new Deno.Command(argv[0], {
+      args: argv.slice(1),
+      detached: true,
+      cwd,
+      env,
+      clearEnv: true,
+      stdin: "piped",
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+  } catch (err) {
+    throw new NotGradedError(
+      `Agent command could not start: "${argv[0]}": ${errorMessage(err)}`,
+      { cause: err },
+    );
+  }
+}
+
+/** Writes the prompt and closes stdin; the command may exit without reading it. */
+async function writePrompt(stdin: WritableStream<Uint8Array>, prompt: Uint8Array): Promise<void> {
+  const writer = stdin.getWriter();
+  try {
+    await writer.write(prompt);
+    await writer.close();
+  } catch {
+    // not read: the command's business
+  }
+}
+
+/**
+ * Reads stdout into `run.answer` as it arrives, so that an agent stopped at
+ * its deadline is graded on what it had written. Past `max` bytes the
+ * answer is dropped and `stop` called; the rest is drained until the group
+ * is gone.
+ * @returns whether the output went over `max`
+ */
+async function readAnswer(
+  stdout: ReadableStream<Uint8Array>,
+  run: Run,
+  max: number,
+  stop: () => void,
+): Promise<boolean> {
+  const decoder = new TextDecoder();
+  const answer = (text: string) => text.endsWith("\n") ? text.slice(0, -1) : text;
+  let text = "";
+  let bytes = 0;
+  let overflow = false;
+  for await (const chunk of stdout) {
+    if (overflow) continue;
+    bytes += chunk.length;
+    if (bytes > max) {
+      overflow = true;
+      run.answer = null;
+      stop();
+      continue;
+    }
+    text += decoder.decode(chunk, { stream: true });
+    run.answer = answer(text);
+  }
+  if (overflow) return true;
+  text += decoder.decode();
+  run.answer = answer(text);
+  return false;
+}
+
+/** The last `limit` bytes of a stream, as text. */
+async function readTail(stream: ReadableStream<Uint8Array>, limit: number): Promise<string> {
+  let tail: Uint8Array = new Uint8Array(0);
+  for await (const chunk of stream) {
+    const next = concat([tail, chunk]);
+    tail = next.length > limit ? next.slice(next.length - limit) : next;
+  }
+  return new TextDecoder().decode(tail);
+}
+
+/** Waits (boundedly) until no live process of group `pid` is left, killing what is. */
+async function groupGone(pid: number): Promise<void> {
+  const bound = Date.now() + GROUP_GONE_BOUND_MS;
+  while (groupAlive(pid) && Date.now() < bound) await delay(10);
 }

@@ -390,79 +390,113 @@ function readCompletion(body: unknown): ModelReply {
   return reply;
 }
 
+/** Reads a streamed completion (server-sent events) into one reply. */
 async function readStream(body: ReadableStream<Uint8Array>): Promise<ModelReply> {
-  let content = "";
-  let refusal = "";
-  let finishReason: string | null = null;
-  let usage: TokenUsage | null = null;
-  let done = false;
-  const calls = new Map<number, ToolCall>();
-  const tokens = new TokenReader();
+  const reply = new StreamedReply();
   try {
     for await (const { data } of sseData(body)) {
-      if (data.trim() === "[DONE]") {
-        done = true;
-        break;
-      }
-      let chunk: unknown;
-      try {
-        chunk = JSON.parse(data);
-      } catch (err) {
-        throw new ModelStreamError(`Cannot read stream: bad event "${data.slice(0, 80)}"`, {
-          cause: err,
-        });
-      }
-      if (!isRecord(chunk)) continue;
-      if (isRecord(chunk.error)) {
-        throw new ModelStreamError(`Chat completion failed mid-stream: ${chunk.error.message}`);
-      }
-      if (chunk.usage) usage = usageOf(chunk.usage);
-      const choice = Array.isArray(chunk.choices) ? chunk.choices[0] : undefined;
-      if (!isRecord(choice)) {
-        tokens.read(chunk, {});
-        continue;
-      }
-      tokens.read(chunk, choice);
-      const delta = isRecord(choice.delta) ? choice.delta : {};
-      if (typeof delta.content === "string") content += delta.content;
-      if (typeof delta.refusal === "string") refusal += delta.refusal;
-      for (const d of Array.isArray(delta.tool_calls) ? delta.tool_calls : []) {
-        if (!isRecord(d)) continue;
-        const index = typeof d.index === "number" ? d.index : calls.size;
-        let call = calls.get(index);
-        if (!call) {
-          call = { id: "", name: "", arguments: "" };
-          calls.set(index, call);
-        }
-        if (typeof d.id === "string" && d.id !== "") call.id = d.id;
-        const fn = isRecord(d.function) ? d.function : {};
-        if (typeof fn.name === "string") call.name += fn.name;
-        if (typeof fn.arguments === "string") call.arguments += fn.arguments;
-      }
-      if (typeof choice.finish_reason === "string") finishReason = choice.finish_reason;
+      if (!reply.take(data)) break;
     }
   } catch (err) {
     if (err instanceof ModelStreamError) throw err;
     if (err instanceof DOMException && err.name === "AbortError") throw err;
     throw new ModelStreamError("Chat completion stream broke", { cause: err });
   }
-  // A stream that ends without `[DONE]` or a finish reason was cut short:
-  // what it carried (a half-written tool call) must not be acted on.
-  if (!done && finishReason === null) {
-    throw new ModelStreamError("Chat completion stream ended early: no finish_reason nor [DONE]");
+  return reply.reply();
+}
+
+/** A streamed completion, put together chunk by chunk. */
+class StreamedReply {
+  #content = "";
+  #refusal = "";
+  #finishReason: string | null = null;
+  #usage: TokenUsage | null = null;
+  #done = false;
+  /** Tool calls by their index: a call's name and arguments come in pieces. */
+  readonly #calls = new Map<number, ToolCall>();
+  readonly #tokens = new TokenReader();
+
+  /**
+   * Takes one event's data.
+   * @returns false once the stream says `[DONE]`
+   * @throws {ModelStreamError} for an event that is not JSON, or an error event
+   */
+  take(data: string): boolean {
+    if (data.trim() === "[DONE]") {
+      this.#done = true;
+      return false;
+    }
+    let chunk: unknown;
+    try {
+      chunk = JSON.parse(data);
+    } catch (err) {
+      throw new ModelStreamError(`Cannot read stream: bad event "${data.slice(0, 80)}"`, {
+        cause: err,
+      });
+    }
+    if (isRecord(chunk)) this.#add(chunk);
+    return true;
   }
-  const toolCalls = [...calls.entries()].sort((a, b) => a[0] - b[0]).map(([i, c]) => ({
-    ...c,
-    id: c.id || `call_${i}`,
-  }));
-  const reply: ModelReply = {
-    content,
-    toolCalls,
-    finishReason: finishReason ?? "stop",
-    usage,
-  };
-  if (refusal !== "") reply.refusal = refusal;
-  const read = tokens.result();
-  if (read) reply.tokens = read;
-  return reply;
+
+  #add(chunk: Record<string, unknown>): void {
+    if (isRecord(chunk.error)) {
+      throw new ModelStreamError(`Chat completion failed mid-stream: ${chunk.error.message}`);
+    }
+    if (chunk.usage) this.#usage = usageOf(chunk.usage);
+    const choice = Array.isArray(chunk.choices) ? chunk.choices[0] : undefined;
+    if (!isRecord(choice)) {
+      this.#tokens.read(chunk, {});
+      return;
+    }
+    this.#tokens.read(chunk, choice);
+    const delta = isRecord(choice.delta) ? choice.delta : {};
+    if (typeof delta.content === "string") this.#content += delta.content;
+    if (typeof delta.refusal === "string") this.#refusal += delta.refusal;
+    for (const d of Array.isArray(delta.tool_calls) ? delta.tool_calls : []) {
+      if (isRecord(d)) this.#addToolCall(d);
+    }
+    if (typeof choice.finish_reason === "string") this.#finishReason = choice.finish_reason;
+  }
+
+  /** Adds a piece of a tool call to the call at its index. */
+  #addToolCall(d: Record<string, unknown>): void {
+    const index = typeof d.index === "number" ? d.index : this.#calls.size;
+    let call = this.#calls.get(index);
+    if (!call) {
+      call = { id: "", name: "", arguments: "" };
+      this.#calls.set(index, call);
+    }
+    if (typeof d.id === "string" && d.id !== "") call.id = d.id;
+    const fn = isRecord(d.function) ? d.function : {};
+    if (typeof fn.name === "string") call.name += fn.name;
+    if (typeof fn.arguments === "string") call.arguments += fn.arguments;
+  }
+
+  /**
+   * The reply the chunks made.
+   * @throws {ModelStreamError} for a stream cut short
+   */
+  reply(): ModelReply {
+    // A stream that ends without `[DONE]` or a finish reason was cut short:
+    // what it carried (a half-written tool call) must not be acted on.
+    if (!this.#done && this.#finishReason === null) {
+      throw new ModelStreamError(
+        "Chat completion stream ended early: no finish_reason nor [DONE]",
+      );
+    }
+    const toolCalls = [...this.#calls.entries()].sort((a, b) => a[0] - b[0]).map(([i, c]) => ({
+      ...c,
+      id: c.id || `call_${i}`,
+    }));
+    const reply: ModelReply = {
+      content: this.#content,
+      toolCalls,
+      finishReason: this.#finishReason ?? "stop",
+      usage: this.#usage,
+    };
+    if (this.#refusal !== "") reply.refusal = this.#refusal;
+    const read = this.#tokens.result();
+    if (read) reply.tokens = read;
+    return reply;
+  }
 }

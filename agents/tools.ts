@@ -123,57 +123,88 @@ export function shellTools(ssh: SshClient, options: ShellToolsOptions = {}): Age
   const limit = options.outputLimit ?? 16_000;
   const timeout = options.commandTimeout ?? 120_000;
   const cwd = options.cwd;
-  const at = (path: string) =>
-    cwd === undefined || path.startsWith("/") ? path : `${cwd.replace(/\/+$/, "")}/${path}`;
+  // readText/writeText/listDir go over SFTP (commands only where a server
+  // refuses SFTP): binary-safe, no shell quoting of paths.
+  return [
+    bashTool(ssh, limit, timeout, cwd),
+    readFileTool(ssh, limit, cwd),
+    writeFileTool(ssh, cwd),
+    listDirTool(ssh, cwd),
+  ];
+}
+
+/** `path` resolved against `cwd`, when relative and a `cwd` is given. */
+function inDir(cwd: string | undefined, path: string): string {
+  return cwd === undefined || path.startsWith("/") ? path : `${cwd.replace(/\/+$/, "")}/${path}`;
+}
+
+function bashTool(
+  ssh: SshClient,
+  limit: number,
+  timeout: number,
+  cwd: string | undefined,
+): AgentTool {
   // On a line of its own: a command's `;` or `||` must not escape the cd.
   const inCwd = (command: string) =>
     cwd === undefined ? command : `cd -- ${shellQuote(cwd)} || exit 1\n${command}`;
-  return [
-    defineTool({
-      name: "bash",
-      description: "Run a bash command in the workspace. Returns the exit code, stdout and stderr.",
-      args: { command: stringSchema({ description: "The command line, run by bash" }) },
-      async run({ command }, { signal }) {
-        const r = await ssh.exec(inCwd(command), { signal, timeout });
-        const out = [`exit_code: ${r.signal ? `killed by SIG${r.signal}` : r.code}`];
-        if (r.stdoutText !== "") out.push(`stdout:\n${truncate(r.stdoutText, limit)}`);
-        if (r.stderrText !== "") out.push(`stderr:\n${truncate(r.stderrText, limit)}`);
-        return out.join("\n");
-      },
-    }),
-    // readText/writeText/listDir go over SFTP (commands only where a server
-    // refuses SFTP): binary-safe, no shell quoting of paths.
-    defineTool({
-      name: "read_file",
-      description: "Read a text file in the workspace.",
-      args: { path: stringSchema({ description: "The file's path" }) },
-      async run({ path }, { signal }) {
-        return truncate(await ssh.readText(at(path), { signal }), limit);
-      },
-    }),
-    defineTool({
-      name: "write_file",
-      description: "Write a text file in the workspace, replacing it.",
-      args: {
-        path: stringSchema({ description: "The file's path" }),
-        content: stringSchema({ description: "The file's new content" }),
-      },
-      async run({ path, content }, { signal }) {
-        await ssh.writeText(at(path), content, { signal });
-        return `wrote ${content.length} characters to ${path}`;
-      },
-    }),
-    defineTool({
-      name: "list_dir",
-      description: "List a directory in the workspace.",
-      args: { path: stringSchema({ description: "The directory's path" }) },
-      async run({ path }, { signal }) {
-        const entries = await ssh.listDir(at(path), { signal });
-        return entries.map((e) => e.isDirectory ? `${e.name}/` : e.name).join("\n") ||
-          "(empty)";
-      },
-    }),
-  ];
+  return defineTool({
+    name: "bash",
+    description: "Run a bash command in the workspace. Returns the exit code, stdout and stderr.",
+    args: { command: stringSchema({ description: "The command line, run by bash" }) },
+    async run({ command }, { signal }) {
+      const r = await ssh.exec(inCwd(command), { signal, timeout });
+      const out = [`exit_code: ${r.signal ? `killed by ${signalName(r.signal)}` : r.code}`];
+      if (r.stdoutText !== "") out.push(`stdout:\n${truncate(r.stdoutText, limit)}`);
+      if (r.stderrText !== "") out.push(`stderr:\n${truncate(r.stderrText, limit)}`);
+      return out.join("\n");
+    },
+  });
+}
+
+function readFileTool(ssh: SshClient, limit: number, cwd: string | undefined): AgentTool {
+  return defineTool({
+    name: "read_file",
+    description: "Read a text file in the workspace.",
+    args: { path: stringSchema({ description: "The file's path" }) },
+    async run({ path }, { signal }) {
+      return truncate(await ssh.readText(inDir(cwd, path), { signal }), limit);
+    },
+  });
+}
+
+function writeFileTool(ssh: SshClient, cwd: string | undefined): AgentTool {
+  return defineTool({
+    name: "write_file",
+    description: "Write a text file in the workspace, replacing it.",
+    args: {
+      path: stringSchema({ description: "The file's path" }),
+      content: stringSchema({ description: "The file's new content" }),
+    },
+    async run({ path, content }, { signal }) {
+      await ssh.writeText(inDir(cwd, path), content, { signal });
+      return `wrote ${content.length} characters to ${path}`;
+    },
+  });
+}
+
+function listDirTool(ssh: SshClient, cwd: string | undefined): AgentTool {
+  return defineTool({
+    name: "list_dir",
+    description: "List a directory in the workspace.",
+    args: { path: stringSchema({ description: "The directory's path" }) },
+    async run({ path }, { signal }) {
+      const entries = await ssh.listDir(inDir(cwd, path), { signal });
+      return entries.map((e) => e.isDirectory ? `${e.name}/` : e.name).join("\n") || "(empty)";
+    },
+  });
+}
+
+/**
+ * A signal as Deno names it (`SIGKILL`): SSH's exit-signal names it without
+ * the prefix (RFC 4254), which ExitStatus adds.
+ */
+function signalName(signal: string): string {
+  return signal.startsWith("SIG") ? signal : `SIG${signal}`;
 }
 
 /** A tool result as the text the model sees. */

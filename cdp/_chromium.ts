@@ -277,56 +277,19 @@ async function start(
   dir: string,
   chromiumSandbox: boolean,
 ): Promise<ChromiumProcess> {
-  const { signal } = options;
-  const keep = options.stderrLines ?? 50;
   const hostPorts = options.hostPorts ?? [];
-  const home = `${dir}/home`;
-  const browserArgv = [
-    options.executable ?? "chromium",
-    ...DEFAULT_CHROMIUM_ARGS,
-    ...(chromiumSandbox ? [] : ["--no-sandbox"]),
-    ...(options.args ?? []),
-    `--user-data-dir=${dir}/profile`,
-    "about:blank",
-  ];
-  const env: Record<string, string> = {
-    PATH: DEFAULT_PATH,
-    HOME: home,
-    XDG_CONFIG_HOME: `${home}/.config`,
-    XDG_CACHE_HOME: `${home}/.cache`,
-    LANG: "C.UTF-8",
-  };
-  const listeners: Deno.UnixListener[] = [];
-  const bridged = new Set<Promise<void>>();
-  let relayArgv: string[] = [];
   const nonce = crypto.randomUUID();
-  const relayUp = Promise.withResolvers<void>();
-  relayUp.promise.catch(() => {});
-  if (hostPorts.length > 0) {
-    const socketDir = options.portsDir!;
-    for (const port of hostPorts) {
-      const path = `${socketDir}/${port}`;
-      await Deno.remove(path).catch(() => {}); // a try before this one
-      const listener = Deno.listen({ transport: "unix", path });
-      listeners.push(listener);
-      // Reachable only through the ports directory, which only the browser's uid may enter.
-      await Deno.chmod(path, 0o666);
-      bridged.add(bridge(listener, port));
-    }
-    env.DENO_DIR = `${dir}/deno`;
-    env.DENO_NO_UPDATE_CHECK = "1";
-    env.NO_COLOR = "1";
-    relayArgv = [
-      options.deno ?? Deno.execPath(),
-      "eval",
-      "--no-config",
-      "-q",
-      PORT_RELAY,
-      nonce,
-      socketDir,
-      ...hostPorts.map(String),
-    ];
-  }
+  const bridges = await PortBridges.open(options.portsDir, hostPorts);
+  const relayArgv = hostPorts.length === 0 ? [] : [
+    options.deno ?? Deno.execPath(),
+    "eval",
+    "--no-config",
+    "-q",
+    PORT_RELAY,
+    nonce,
+    options.portsDir!,
+    ...hostPorts.map(String),
+  ];
   // The relay starts beside Chromium, not before it: their start-ups overlap.
   const argv = [
     "bash",
@@ -337,134 +300,243 @@ async function start(
     "hud-browser",
     String(relayArgv.length),
     ...relayArgv,
-    ...browserArgv,
+    ...browserArgv(options, dir, chromiumSandbox),
   ];
-  const stopBridges = async () => {
-    for (const l of listeners) closeQuietly(l);
-    await Promise.allSettled([...bridged]);
-  };
-
   let child: Deno.ChildProcess;
   try {
-    child = await (options.spawn ?? spawnPlain)(argv, env);
+    child = await (options.spawn ?? spawnPlain)(argv, launchEnv(dir, hostPorts.length > 0));
   } catch (err) {
-    await stopBridges();
+    await bridges.stop();
     throw err;
   }
-  const pid = child.pid;
-  const pipeIn = child.stdin.getWriter();
-  let writing: Promise<void> = Promise.resolve();
-  const encoder = new TextEncoder();
-  const relay = new CdpRelay((message) => {
-    const bytes = encoder.encode(`${message}\0`);
-    writing = writing.then(() => pipeIn.write(bytes)).catch(() => {});
-  });
+  const browser = new PipeBrowser(child, nonce, options.stderrLines ?? 50, bridges);
+  try {
+    const version = await browser.handshake(options.signal, hostPorts.length > 0);
+    return browser.handle(dir, version, chromiumSandbox);
+  } catch (error) {
+    await browser.close();
+    throw error;
+  }
+}
 
-  const tail: string[] = [];
-  // Chromium must never block on a full stderr pipe: drain it until EOF.
-  const drained = (async () => {
+/** Chromium's command line: the pipe, the sandbox or not, the profile in `dir`. */
+function browserArgv(options: LaunchOptions, dir: string, chromiumSandbox: boolean): string[] {
+  return [
+    options.executable ?? "chromium",
+    ...DEFAULT_CHROMIUM_ARGS,
+    ...(chromiumSandbox ? [] : ["--no-sandbox"]),
+    ...(options.args ?? []),
+    `--user-data-dir=${dir}/profile`,
+    "about:blank",
+  ];
+}
+
+/** The whole environment of the launch: a home in `dir`, and Deno's for the port relay. */
+function launchEnv(dir: string, portRelay: boolean): Record<string, string> {
+  const home = `${dir}/home`;
+  const env: Record<string, string> = {
+    PATH: DEFAULT_PATH,
+    HOME: home,
+    XDG_CONFIG_HOME: `${home}/.config`,
+    XDG_CACHE_HOME: `${home}/.cache`,
+    LANG: "C.UTF-8",
+  };
+  if (portRelay) {
+    env.DENO_DIR = `${dir}/deno`;
+    env.DENO_NO_UPDATE_CHECK = "1";
+    env.NO_COLOR = "1";
+  }
+  return env;
+}
+
+/**
+ * This host's side of the `hostPorts` relay: a unix socket per port in the
+ * ports directory, each connection joined to 127.0.0.1 at that port.
+ */
+class PortBridges {
+  readonly #listeners: Deno.UnixListener[] = [];
+  readonly #bridged = new Set<Promise<void>>();
+
+  /** Listens at `<portsDir>/<port>` for each port (none without ports). */
+  static async open(portsDir: string | undefined, ports: readonly number[]): Promise<PortBridges> {
+    const bridges = new PortBridges();
+    for (const port of ports) {
+      const path = `${portsDir!}/${port}`;
+      await Deno.remove(path).catch(() => {}); // a try before this one
+      const listener = Deno.listen({ transport: "unix", path });
+      bridges.#listeners.push(listener);
+      // Reachable only through the ports directory, which only the browser's uid may enter.
+      await Deno.chmod(path, 0o666);
+      bridges.#bridged.add(bridge(listener, port));
+    }
+    return bridges;
+  }
+
+  /** Closes the listeners and waits for their connections to end. */
+  async stop(): Promise<void> {
+    for (const l of this.#listeners) closeQuietly(l);
+    await Promise.allSettled([...this.#bridged]);
+  }
+}
+
+/**
+ * A launched browser and the pipe to it: the relay reads Chromium's
+ * messages from its stdout and writes to its stdin; its stderr is drained
+ * into a tail, where the port relay also says it is up.
+ */
+class PipeBrowser {
+  readonly #child: Deno.ChildProcess;
+  readonly #nonce: string;
+  readonly #keep: number;
+  readonly #bridges: PortBridges;
+  readonly #pipeIn: WritableStreamDefaultWriter<Uint8Array>;
+  readonly #source: ReturnType<typeof byteReader>;
+  readonly #relay: CdpRelay;
+  readonly #tail: string[] = [];
+  readonly #relayUp = Promise.withResolvers<void>();
+  readonly #drained: Promise<void>;
+  readonly #reading: Promise<void>;
+  #writing: Promise<void> = Promise.resolve();
+  #closing: Promise<void> | undefined;
+
+  constructor(child: Deno.ChildProcess, nonce: string, keep: number, bridges: PortBridges) {
+    this.#child = child;
+    this.#nonce = nonce;
+    this.#keep = keep;
+    this.#bridges = bridges;
+    this.#pipeIn = child.stdin.getWriter();
+    const encoder = new TextEncoder();
+    this.#relay = new CdpRelay((message) => {
+      const bytes = encoder.encode(`${message}\0`);
+      this.#writing = this.#writing.then(() => this.#pipeIn.write(bytes)).catch(() => {});
+    });
+    this.#relayUp.promise.catch(() => {});
+    this.#drained = this.#drainStderr().catch(() => {}).finally(() =>
+      this.#relayUp.reject(new TypeError("Chromium exited before its port relay was ready"))
+    );
+    this.#source = byteReader(child.stdout);
+    this.#reading = this.#readPipe().catch(() => this.#relay.end());
+  }
+
+  /** Chromium must never block on a full stderr pipe: drain it until EOF. */
+  async #drainStderr(): Promise<void> {
     let buf = "";
-    for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) {
+    for await (const chunk of this.#child.stderr.pipeThrough(new TextDecoderStream())) {
       buf += chunk;
       const lines = buf.split("\n");
       buf = lines.pop() ?? "";
-      for (const line of lines) {
-        if (line === `hud-port-relay ${nonce} ready`) relayUp.resolve();
-        const failed = `hud-port-relay ${nonce} failed: `;
-        if (line.startsWith(failed)) {
-          relayUp.reject(
-            new TypeError(`Cannot start the browser's port relay: ${line.slice(failed.length)}`),
-          );
-        }
-        tail.push(line);
-        if (tail.length > keep) tail.shift();
-      }
+      for (const line of lines) this.#stderrLine(line);
     }
-    if (buf) tail.push(buf);
-  })().catch(() => {}).finally(() =>
-    relayUp.reject(new TypeError("Chromium exited before its port relay was ready"))
-  );
+    if (buf) this.#tail.push(buf);
+  }
 
-  const source = byteReader(child.stdout);
-  const reading = (async () => {
-    const reader = new LineReader(source, MAX_MESSAGE, undefined, 64 * 1024, 0);
+  #stderrLine(line: string): void {
+    if (line === `hud-port-relay ${this.#nonce} ready`) this.#relayUp.resolve();
+    const failed = `hud-port-relay ${this.#nonce} failed: `;
+    if (line.startsWith(failed)) {
+      this.#relayUp.reject(
+        new TypeError(`Cannot start the browser's port relay: ${line.slice(failed.length)}`),
+      );
+    }
+    this.#tail.push(line);
+    if (this.#tail.length > this.#keep) this.#tail.shift();
+  }
+
+  /** Hands each NUL-delimited message on the pipe to the relay. */
+  async #readPipe(): Promise<void> {
+    const reader = new LineReader(this.#source, MAX_MESSAGE, undefined, 64 * 1024, 0);
     const decoder = new TextDecoder();
     try {
       while (true) {
         const frame = await reader.read();
         if (frame === null) break;
         // An oversized message is dropped; the reader resynchronises at the next NUL.
-        if (frame.kind === "line") relay.receive(decoder.decode(frame.line));
+        if (frame.kind === "line") this.#relay.receive(decoder.decode(frame.line));
       }
     } catch (err) {
       if (!isPeerGone(err)) throw err;
     } finally {
-      relay.end();
+      this.#relay.end();
     }
-  })().catch(() => relay.end());
+  }
 
-  const status = child.status;
-  const exited = status.then(() => {}, () => {});
-
-  let closing: Promise<void> | undefined;
-  const close = () =>
-    closing ??= (async () => {
-      relay.close();
-      try {
-        Deno.kill(-pid, "SIGKILL");
-      } catch (error) {
-        if (!(error instanceof Deno.errors.NotFound)) throw error; // ESRCH: already gone
-      }
-      await status;
-      await pipeIn.close().catch(() => {});
-      await source.cancel();
-      await Promise.all([reading, drained]);
-      await stopBridges();
-      // Children are reparented to PID 1 and may linger as zombies; only wait for live ones.
-      for (let i = 0; i < 200 && liveGroupMembers(pid).length > 0; i++) await delay(10);
-    })();
-
-  try {
+  /**
+   * Waits until the browser answers `Browser.getVersion` (and the port
+   * relay is up, when there is one).
+   * @throws {ChromiumExitError} when Chromium exits first, with its stderr
+   */
+  async handshake(signal: AbortSignal | undefined, portRelay: boolean): Promise<BrowserVersion> {
     const version = await new Promise<Record<string, unknown>>((resolve, reject) => {
       const onAbort = () => reject(signal!.reason);
       signal?.addEventListener("abort", onAbort, { once: true });
-      relay.call("Browser.getVersion").then(resolve, async () => {
-        const s = await status;
-        await drained;
+      this.#relay.call("Browser.getVersion").then(resolve, async () => {
+        const s = await this.#child.status;
+        await this.#drained;
         reject(
           new ChromiumExitError(
-            `Chromium exited early (code ${s.code}, signal ${s.signal}):\n${tail.join("\n")}`,
+            `Chromium exited early (code ${s.code}, signal ${s.signal}):\n${this.#tail.join("\n")}`,
           ),
         );
       }).finally(() => signal?.removeEventListener("abort", onAbort));
     });
-    if (hostPorts.length > 0) await abortable(relayUp.promise, signal);
-    const v = version as Partial<BrowserVersion>;
-    const known: BrowserVersion = {
-      protocolVersion: String(v.protocolVersion ?? ""),
-      product: String(v.product ?? ""),
-      revision: String(v.revision ?? ""),
-      userAgent: String(v.userAgent ?? ""),
-      jsVersion: String(v.jsVersion ?? ""),
-    };
-    relay.version = known;
+    if (portRelay) await abortable(this.#relayUp.promise, signal);
+    const known = browserVersion(version);
+    this.#relay.version = known;
+    return known;
+  }
+
+  /** The running browser as callers see it. */
+  handle(dir: string, version: BrowserVersion, chromiumSandbox: boolean): ChromiumProcess {
+    const relay = this.#relay;
+    const close = () => this.close();
     return {
-      pid,
+      pid: this.#child.pid,
       dir,
-      version: known,
+      version,
       chromiumSandbox,
       path: relay.path,
-      exited,
+      exited: this.#child.status.then(() => {}, () => {}),
       attach: (conn, head) => relay.attach(conn, head),
       connect: () => relay.connect(),
-      stderrTail: () => [...tail],
+      stderrTail: () => [...this.#tail],
       close,
       [Symbol.asyncDispose]: close,
     };
-  } catch (error) {
-    await close();
-    throw error;
   }
+
+  /** Kills the process group and waits until it, the pipe and the bridges are done. */
+  close(): Promise<void> {
+    return this.#closing ??= this.#close();
+  }
+
+  async #close(): Promise<void> {
+    const pid = this.#child.pid;
+    this.#relay.close();
+    try {
+      Deno.kill(-pid, "SIGKILL");
+    } catch (error) {
+      if (!(error instanceof Deno.errors.NotFound)) throw error; // ESRCH: already gone
+    }
+    await this.#child.status;
+    await this.#pipeIn.close().catch(() => {});
+    await this.#source.cancel();
+    await Promise.all([this.#reading, this.#drained]);
+    await this.#bridges.stop();
+    // Children are reparented to PID 1 and may linger as zombies; only wait for live ones.
+    for (let i = 0; i < 200 && liveGroupMembers(pid).length > 0; i++) await delay(10);
+  }
+}
+
+/** What `Browser.getVersion` answered, every field a string. */
+function browserVersion(answer: Record<string, unknown>): BrowserVersion {
+  const v = answer as Partial<BrowserVersion>;
+  return {
+    protocolVersion: String(v.protocolVersion ?? ""),
+    product: String(v.product ?? ""),
+    revision: String(v.revision ?? ""),
+    userAgent: String(v.userAgent ?? ""),
+    jsVersion: String(v.jsVersion ?? ""),
+  };
 }
 
 /** `promise`, or the signal's reason once it aborts. */

@@ -195,6 +195,40 @@ class ByteSource {
   }
 }
 
+/** A frame as read: the payload unmasked. */
+interface Frame {
+  fin: boolean;
+  opcode: number;
+  payload: Uint8Array;
+}
+
+/**
+ * Checks a data frame's place: text or binary starts a message, a
+ * continuation goes on with one.
+ * @throws {FrameError} for a frame out of place or an unknown opcode
+ */
+function checkDataFrame(opcode: number, inMessage: boolean): void {
+  if (opcode === OP_TEXT || opcode === OP_BINARY) {
+    if (inMessage) throw new FrameError(1002, "Expected a continuation frame");
+  } else if (opcode === OP_CONTINUATION) {
+    if (!inMessage) throw new FrameError(1002, "Unexpected continuation frame");
+  } else {
+    throw new FrameError(1002, `Unknown opcode ${opcode}`);
+  }
+}
+
+/**
+ * A message's bytes as text.
+ * @throws {FrameError} for bytes that are not UTF-8
+ */
+function utf8(bytes: Uint8Array): string {
+  try {
+    return new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    throw new FrameError(1007, "Invalid UTF-8");
+  }
+}
+
 /** Server side of one WebSocket: text messages in and out, pings answered. */
 export class WebSocketConnection {
   readonly #conn: Duplex;
@@ -219,72 +253,25 @@ export class WebSocketConnection {
   async read(): Promise<string | null> {
     const parts: Uint8Array[] = [];
     let size = 0;
-    let inMessage = false;
     try {
       while (true) {
-        const head = await this.#source.take(2);
-        if (head === null) return this.#gone();
-        const fin = (head[0] & 0x80) !== 0;
-        const opcode = head[0] & 0x0f;
-        if ((head[0] & 0x70) !== 0) throw new FrameError(1002, "Reserved bits set");
-        if ((head[1] & 0x80) === 0) throw new FrameError(1002, "Client frames must be masked");
-        let length = head[1] & 0x7f;
-        if (length === 126) {
-          const ext = await this.#source.take(2);
-          if (ext === null) return this.#gone();
-          length = (ext[0] << 8) | ext[1];
-        } else if (length === 127) {
-          const ext = await this.#source.take(8);
-          if (ext === null) return this.#gone();
-          const big = new DataView(ext.buffer, ext.byteOffset, 8).getBigUint64(0);
-          if (big > BigInt(this.#options.maxMessage)) {
-            throw new FrameError(1009, "Message too big");
-          }
-          length = Number(big);
+        const f = await this.#readFrame(size);
+        if (f === null) return this.#gone();
+        if (f.opcode === OP_PING) {
+          this.#enqueue(frame(OP_PONG, f.payload));
+          continue;
         }
-        const control = opcode >= 8;
-        if (control && (!fin || length > 125)) throw new FrameError(1002, "Bad control frame");
-        if (!control && size + length > this.#options.maxMessage) {
-          throw new FrameError(1009, "Message too big");
+        if (f.opcode === OP_PONG) continue;
+        if (f.opcode === OP_CLOSE) {
+          const code = f.payload.length >= 2 ? (f.payload[0] << 8) | f.payload[1] : 1000;
+          this.#sendClose(code === 1005 || code === 1006 ? 1000 : code, "");
+          await this.#finish();
+          return null;
         }
-        const maskBytes = await this.#source.take(4);
-        if (maskBytes === null) return this.#gone();
-        const mask = maskBytes.slice();
-        const payload = await this.#source.payload(length);
-        if (payload === null) return this.#gone();
-        for (let i = 0; i < payload.length; i++) payload[i] ^= mask[i & 3];
-        switch (opcode) {
-          case OP_PING:
-            this.#enqueue(frame(OP_PONG, payload));
-            continue;
-          case OP_PONG:
-            continue;
-          case OP_CLOSE: {
-            const code = payload.length >= 2 ? (payload[0] << 8) | payload[1] : 1000;
-            this.#sendClose(code === 1005 || code === 1006 ? 1000 : code, "");
-            await this.#finish();
-            return null;
-          }
-          case OP_TEXT:
-          case OP_BINARY:
-            if (inMessage) throw new FrameError(1002, "Expected a continuation frame");
-            inMessage = true;
-            break;
-          case OP_CONTINUATION:
-            if (!inMessage) throw new FrameError(1002, "Unexpected continuation frame");
-            break;
-          default:
-            throw new FrameError(1002, `Unknown opcode ${opcode}`);
-        }
-        parts.push(payload);
-        size += payload.length;
-        if (!fin) continue;
-        const whole = parts.length === 1 ? parts[0] : joined(parts, size);
-        try {
-          return new TextDecoder("utf-8", { fatal: true }).decode(whole);
-        } catch {
-          throw new FrameError(1007, "Invalid UTF-8");
-        }
+        checkDataFrame(f.opcode, parts.length > 0);
+        parts.push(f.payload);
+        size += f.payload.length;
+        if (f.fin) return utf8(parts.length === 1 ? parts[0] : joined(parts, size));
       }
     } catch (err) {
       if (err instanceof FrameError) {
@@ -295,6 +282,48 @@ export class WebSocketConnection {
       if (isPeerGone(err)) return this.#gone();
       throw err;
     }
+  }
+
+  /**
+   * One frame, its header checked and its payload unmasked; null once the
+   * stream ended. `size` is what the message holds so far.
+   * @throws {FrameError} for a frame the protocol or `maxMessage` forbids
+   */
+  async #readFrame(size: number): Promise<Frame | null> {
+    const head = await this.#source.take(2);
+    if (head === null) return null;
+    const fin = (head[0] & 0x80) !== 0;
+    const opcode = head[0] & 0x0f;
+    if ((head[0] & 0x70) !== 0) throw new FrameError(1002, "Reserved bits set");
+    if ((head[1] & 0x80) === 0) throw new FrameError(1002, "Client frames must be masked");
+    const length = await this.#length(head[1] & 0x7f);
+    if (length === null) return null;
+    const control = opcode >= 8;
+    if (control && (!fin || length > 125)) throw new FrameError(1002, "Bad control frame");
+    if (!control && size + length > this.#options.maxMessage) {
+      throw new FrameError(1009, "Message too big");
+    }
+    const maskBytes = await this.#source.take(4);
+    if (maskBytes === null) return null;
+    const mask = maskBytes.slice();
+    const payload = await this.#source.payload(length);
+    if (payload === null) return null;
+    for (let i = 0; i < payload.length; i++) payload[i] ^= mask[i & 3];
+    return { fin, opcode, payload };
+  }
+
+  /** The payload length: the header's 7 bits, or the 16- or 64-bit length after it. */
+  async #length(short: number): Promise<number | null> {
+    if (short === 126) {
+      const ext = await this.#source.take(2);
+      return ext === null ? null : (ext[0] << 8) | ext[1];
+    }
+    if (short !== 127) return short;
+    const ext = await this.#source.take(8);
+    if (ext === null) return null;
+    const big = new DataView(ext.buffer, ext.byteOffset, 8).getBigUint64(0);
+    if (big > BigInt(this.#options.maxMessage)) throw new FrameError(1009, "Message too big");
+    return Number(big);
   }
 
   /**

@@ -360,44 +360,39 @@ export class CdpClient implements AsyncDisposable {
         }),
       );
     }
-    return new Promise<CdpParams>((resolve, reject) => {
-      const finish = () => {
-        off();
-        signal?.removeEventListener("abort", onAbort);
-        this.#closeListeners.delete(onClose);
-      };
-      const onAbort = () => {
-        finish();
-        reject(abortReason(signal!));
-      };
-      const onClose = () => {
-        finish();
-        reject(
-          new CdpError(`CDP connection closed while waiting for ${method}`, {
-            kind: "closed",
-            method,
-            cause: this.#closeError,
-          }),
-        );
-      };
-      const off = this.on(method, (params, event) => {
-        if (sessionId !== undefined && event.sessionId !== sessionId) return;
-        let ok: boolean;
-        try {
-          ok = predicate === undefined || predicate(params, event);
-        } catch (error) {
-          finish();
-          reject(error);
-          return;
-        }
-        if (ok) {
-          finish();
-          resolve(params);
-        }
-      });
-      signal?.addEventListener("abort", onAbort, { once: true });
-      this.#closeListeners.add(onClose);
+    const { promise, resolve, reject } = Promise.withResolvers<CdpParams>();
+    const finish = () => {
+      off();
+      signal?.removeEventListener("abort", onAbort);
+      this.#closeListeners.delete(onClose);
+    };
+    const onAbort = () => {
+      finish();
+      reject(abortReason(signal!));
+    };
+    const onClose = () => {
+      finish();
+      reject(
+        new CdpError(`CDP connection closed while waiting for ${method}`, {
+          kind: "closed",
+          method,
+          cause: this.#closeError,
+        }),
+      );
+    };
+    const off = this.on(method, (params, event) => {
+      if (sessionId !== undefined && event.sessionId !== sessionId) return;
+      try {
+        if (predicate !== undefined && !predicate(params, event)) return;
+        resolve(params);
+      } catch (error) {
+        reject(error);
+      }
+      finish();
     });
+    signal?.addEventListener("abort", onAbort, { once: true });
+    this.#closeListeners.add(onClose);
+    return promise;
   }
 
   /** Returns a {@linkcode CdpSession} view for an already attached flat session. */

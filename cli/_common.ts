@@ -114,7 +114,7 @@ export function parseCommand(
 
 /** node:util's parse errors, as one short line. */
 function parseArgsMessage(err: unknown): string {
-  const message = err instanceof Error ? err.message : String(err);
+  const message = errorMessage(err);
   const code = (err as { code?: string }).code;
   const option = /'(-[^' ]*)/.exec(message)?.[1];
   if (code === "ERR_PARSE_ARGS_UNKNOWN_OPTION" && option) return `unknown option "${option}"`;
@@ -134,6 +134,46 @@ function parseArgsMessage(err: unknown): string {
 export function stringOption(values: Values, name: string): string | undefined {
   const v = values[name];
   return typeof v === "string" ? v : undefined;
+}
+
+/**
+ * A flag that takes a positive integer: its value, or `fallback` when not
+ * given.
+ * @throws {UsageError} naming the flag, for any other text
+ */
+export function positiveIntOption(flag: string, text: string | undefined, fallback: number): number;
+export function positiveIntOption(flag: string, text: string | undefined): number | undefined;
+export function positiveIntOption(
+  flag: string,
+  text: string | undefined,
+  fallback?: number,
+): number | undefined {
+  if (text === undefined) return fallback;
+  if (!/^\d+$/.test(text) || Number(text) < 1) {
+    throw new UsageError(`${flag} must be a positive integer, got "${text}"`);
+  }
+  return Number(text);
+}
+
+/**
+ * A flag that takes a positive number of seconds, or `undefined` when not given.
+ * @throws {UsageError} naming the flag, for any other text
+ */
+export function secondsOption(flag: string, text: string | undefined): number | undefined {
+  if (text === undefined) return undefined;
+  if (!/^\d+(\.\d+)?$/.test(text) || !(Number(text) > 0)) {
+    throw new UsageError(`${flag} must be a positive number of seconds, got "${text}"`);
+  }
+  return Number(text);
+}
+
+/**
+ * The number a flag's text spells in decimal digits (`8`, `0.05`), else
+ * NaN: what is left to check is the library's, whose refusal then quotes
+ * the text as given.
+ */
+export function decimalNumber(text: string): number {
+  return /^\d+(\.\d+)?$/.test(text) ? Number(text) : NaN;
 }
 
 /**
@@ -167,8 +207,7 @@ export async function readTokenFile(path: string): Promise<string> {
     text = new TextDecoder().decode(await readCapped(file.readable, 64 * 1024, "the file"));
   } catch (err) {
     if (err instanceof UsageError) throw err;
-    const message = err instanceof Error ? err.message : String(err);
-    throw new UsageError(`cannot read --token-file "${path}": ${message}`);
+    throw new UsageError(`cannot read --token-file "${path}": ${errorMessage(err)}`);
   }
   const token = text.replace(/\r?\n$/, "");
   if (token === "") throw new UsageError(`--token-file "${path}" is empty`);
@@ -247,7 +286,7 @@ export function failed(io: Io, err: unknown): number {
  * line: bad usage is 2, a failure after an interrupting signal
  * (`interrupted`) 130, any other failure 1.
  */
-export async function runCommand(
+export async function runModule(
   load: () => Promise<Command>,
   args: string[],
   io: Io,

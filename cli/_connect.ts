@@ -4,8 +4,7 @@
 import { connect, type HudClient } from "../client.ts";
 import { NotReadyError } from "../errors.ts";
 import { errorMessage } from "../_internal/util.ts";
-import { redactUrl } from "../_internal/auth.ts";
-import { parseControlUrl } from "../_internal/control_url.ts";
+import { parseControlUrl, redactUrl, SERVE_TOKEN_VAR } from "../_internal/auth.ts";
 import { type Io, readTokenFile, stringOption, UsageError, type Values } from "./_common.ts";
 
 /** The served environment `tasks`, `start` and `grade` reach unless told otherwise. */
@@ -57,7 +56,7 @@ export async function resolveTarget(values: Values, io: Io): Promise<Target> {
   }
   if (inUrl) {
     io.err(
-      `warning: the token in --url can be read by every local user (in this process's command line); set HUD_SERVE_TOKEN or pass --token-file PATH (a file only you can read) instead\n`,
+      `warning: the token in --url can be read by every local user (in this process's command line); set ${SERVE_TOKEN_VAR} or pass --token-file PATH (a file only you can read) instead\n`,
     );
   }
   return { url };
@@ -113,7 +112,7 @@ export async function connectTo(
 export function tokenFileHelp(column: number): string {
   const pad = " ".repeat(column);
   return `  --token-file PATH`.padEnd(column) +
-    `read the token from this file (mode 0600; else\n${pad}HUD_SERVE_TOKEN; a token in --url warns)`;
+    `read the token from this file (mode 0600; else\n${pad}${SERVE_TOKEN_VAR}; a token in --url warns)`;
 }
 
 /** The --ready-timeout lines of a help text whose descriptions start at `column`. */

@@ -6,7 +6,7 @@
 
 import { CommandAgent } from "../agents/command.ts";
 import { MODEL_FLAGS, modelAgentFromFlags } from "../agents/_cli.ts";
-import { loadHarborTasks } from "../harbor/loader.ts";
+import { type HarborSkipped, loadHarborTasks } from "../harbor/loader.ts";
 import { type HarborResult, runHarborTasks } from "../harbor/run.ts";
 import type { Agent } from "../eval/agent.ts";
 import {
@@ -18,6 +18,7 @@ import {
   UsageError,
   type Values,
 } from "./_common.ts";
+import { runOptions } from "./_eval_options.ts";
 
 /** The options of `hud eval` that mean something for harbor:PATH. */
 const HARBOR_OPTIONS = new Set(["agent", "group", "json", ...Object.keys(MODEL_FLAGS)]);
@@ -33,8 +34,12 @@ function line(r: HarborResult): string {
   return `${r.task}: ${what}${r.built ? "" : " [image cached]"}`;
 }
 
-/** Runs `hud eval harbor:PATH` with the parsed `values`; returns the exit code. */
-export async function runHarborEval(path: string, values: Values, io: Io): Promise<number> {
+/**
+ * Checks the flags harbor:PATH takes (and that no other is given); returns
+ * the agent (`"oracle"`, a model, or a command) and the group size.
+ * @throws {UsageError} for a flag that does not apply, or a bad one
+ */
+async function harborFlags(path: string, values: Values) {
   for (const [name, value] of Object.entries(values)) {
     if (value !== undefined && !HARBOR_OPTIONS.has(name) && name !== "help") {
       throw new UsageError(`--${name} does not apply to harbor:PATH; leave it out`);
@@ -47,21 +52,49 @@ export async function runHarborEval(path: string, values: Values, io: Io): Promi
   if (!model && (command === undefined || command.trim() === "")) {
     throw new UsageError('missing --agent (a command, or "oracle") or --model');
   }
-  const groupText = stringOption(values, "group");
-  if (groupText !== undefined && !(/^\d+$/.test(groupText) && Number(groupText) >= 1)) {
-    throw new UsageError(`--group must be a positive integer, got "${groupText}"`);
-  }
-  const group = groupText === undefined ? 1 : Number(groupText);
-  const { tasks, skipped } = await loadHarborTasks(path);
+  // --group is checked as Taskset.run() checks it (harbor/run.ts runs one).
+  const { group } = runOptions(values).config;
   const oracle = command === "oracle";
   const commandAgent = model || oracle ? null : new CommandAgent(command!);
   const agent: Agent | "oracle" = oracle ? "oracle" : model?.agent ?? commandAgent!;
-  io.onHurry = () => commandAgent?.kill();
-  io.err(
-    `eval: ${tasks.length} Harbor tasks from ${path}${
-      skipped.length > 0 ? ` (${skipped.length} cannot be adapted)` : ""
-    }, agent: ${oracle ? "oracle" : model?.label ?? "command"}\n`,
+  const label = oracle ? "oracle" : model?.label ?? "command";
+  return { agent, commandAgent, oracle, label, group };
+}
+
+/** Prints the results: with `json` as one JSON line, else a summary line. */
+function printResults(
+  io: Io,
+  results: HarborResult[],
+  skipped: HarborSkipped[],
+  how: { json: boolean; oracle: boolean; failed: number },
+): void {
+  if (how.json) {
+    io.out(
+      JSON.stringify({
+        tasks: results.map(({ runs: _runs, ...r }) => r),
+        skipped: skipped.map(({ name, code, reason }) => ({ name, code, reason })),
+      }) + "\n",
+    );
+    return;
+  }
+  const scored = results.filter((r) => r.reward !== null);
+  const mean = scored.length === 0
+    ? "-"
+    : (scored.reduce((a, r) => a + r.reward!, 0) / scored.length).toFixed(3);
+  io.out(
+    `harbor: ${results.length} tasks, mean reward ${mean}, ${how.failed} ${
+      how.oracle ? "not 1.0" : "failed"
+    }, ${skipped.length} skipped\n`,
   );
+}
+
+/** Runs `hud eval harbor:PATH` with the parsed `values`; returns the exit code. */
+export async function runHarborEval(path: string, values: Values, io: Io): Promise<number> {
+  const { agent, commandAgent, oracle, label, group } = await harborFlags(path, values);
+  const { tasks, skipped } = await loadHarborTasks(path);
+  io.onHurry = () => commandAgent?.kill();
+  const cannot = skipped.length > 0 ? ` (${skipped.length} cannot be adapted)` : "";
+  io.err(`eval: ${tasks.length} Harbor tasks from ${path}${cannot}, agent: ${label}\n`);
   for (const s of skipped) io.err(`${s.name}: skipped: ${s.code}: ${s.reason}\n`);
   let results: HarborResult[];
   try {
@@ -82,23 +115,6 @@ export async function runHarborEval(path: string, values: Values, io: Io): Promi
     await commandAgent?.whenIdle();
   }
   const failed = results.filter((r) => r.error !== null || (oracle && r.reward !== 1));
-  if (values.json) {
-    io.out(
-      JSON.stringify({
-        tasks: results.map(({ runs: _runs, ...r }) => r),
-        skipped: skipped.map(({ name, code, reason }) => ({ name, code, reason })),
-      }) + "\n",
-    );
-  } else {
-    const scored = results.filter((r) => r.reward !== null);
-    const mean = scored.length === 0
-      ? "-"
-      : (scored.reduce((a, r) => a + r.reward!, 0) / scored.length).toFixed(3);
-    io.out(
-      `harbor: ${results.length} tasks, mean reward ${mean}, ${failed.length} ${
-        oracle ? "not 1.0" : "failed"
-      }, ${skipped.length} skipped\n`,
-    );
-  }
+  printResults(io, results, skipped, { json: values.json === true, oracle, failed: failed.length });
   return failed.length === 0 ? EXIT_OK : EXIT_FAILURE;
 }

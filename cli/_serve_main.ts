@@ -3,11 +3,11 @@
 // because Deno reads the whole module graph of cli.ts's command table as a
 // process starts (about 35 ms), which the new image would pay twice.
 
-import { processIo, runCommand } from "./_common.ts";
+import { processIo, runModule } from "./_common.ts";
 import { execWithServerV8Flags } from "../_server/v8_flags.ts";
 
 if (import.meta.main) {
   // Here it removes DENO_V8_FLAGS again; run directly, it gives them too.
   execWithServerV8Flags();
-  Deno.exit(await runCommand(() => import("./serve.ts"), Deno.args, processIo()));
+  Deno.exit(await runModule(() => import("./serve.ts"), Deno.args, processIo()));
 }

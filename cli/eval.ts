@@ -1,133 +1,43 @@
 // `hud eval FILE`: run an agent (a command, or a model) against an
 // environment's tasks, locally or on a container engine, and grade each
-// rollout. The engines are loaded only when --runtime names one.
+// rollout. A thin layer: it reads the flags into the library's options
+// (whose checks, made before the environment loads, are its usage errors),
+// runs Taskset.run(), and prints (cli/_eval_print.ts). The engines are
+// loaded only when --runtime names one (cli/_eval_runtime.ts).
 
 import type { Environment, TaskRow } from "../env.ts";
-import { loadEnvironment, moduleUrl } from "../loader.ts";
-import { exportedRows } from "../eval/_rows.ts";
-import { LocalRuntime } from "../runtime/local.ts";
 import type { RuntimeProvider } from "../runtime/placement.ts";
-import { CommandAgent, parseEnvFile } from "../agents/command.ts";
+import { loadEnvironment } from "../loader.ts";
+import type { Agent } from "../eval/agent.ts";
+import { CommandAgent, type CommandAgentOptions, parseEnvFile } from "../agents/command.ts";
 import { MODEL_FLAGS, MODEL_FLAGS_HELP, modelAgentFromFlags } from "../agents/_cli.ts";
-import { formatJobTable, formatProgress, formatReward } from "../eval/report.ts";
-import { firstError, type Job, type JobProgress } from "../eval/job.ts";
+import type { Job } from "../eval/job.ts";
 import { prepareResults } from "../eval/results.ts";
-import { Taskset } from "../eval/taskset.ts";
+import { Taskset, type TasksetRunConfig, type TasksetRunOptions } from "../eval/taskset.ts";
 import { errorMessage } from "../_internal/util.ts";
 import {
   EXIT_FAILURE,
-  EXIT_INTERRUPTED,
   EXIT_OK,
   type Io,
+  type OptionSpec,
   parseCommand,
+  positiveIntOption,
   PROGRAM,
   stringOption,
   UsageError,
+  type Values,
 } from "./_common.ts";
-
-function positiveInt(flag: string, text: string | undefined, fallback: number): number {
-  if (text === undefined) return fallback;
-  if (!/^\d+$/.test(text) || Number(text) < 1) {
-    throw new UsageError(`${flag} must be a positive integer, got "${text}"`);
-  }
-  return Number(text);
-}
-
-/** The rows to run: `--tasks FILE`, else the module's `tasks` export, else argument-free templates. */
-async function evalRows(
-  file: string,
-  env: Environment,
-  tasksFile: string | undefined,
-): Promise<TaskRow[]> {
-  if (tasksFile !== undefined) {
-    const set = await Taskset.load(tasksFile);
-    const foreign = set.rows.filter((r) => r.env !== env.name).map((r) => r.slug);
-    if (foreign.length > 0) {
-      throw new RangeError(
-        `Cannot evaluate: rows ${
-          foreign.map((s) => `"${s}"`).join(", ")
-        } are not for environment "${env.name}"`,
-      );
-    }
-    if (set.rows.length === 0) {
-      throw new UsageError(`${tasksFile} holds no rows: add tasks to it, or leave out --tasks`);
-    }
-    return [...set.rows];
-  }
-  const rows = await exportedRows(file, env);
-  if (rows !== null) {
-    if (rows.length === 0) {
-      throw new UsageError(
-        `${file} exports "tasks" with no rows for environment "${env.name}"; ` +
-          `add some, or pass --tasks`,
-      );
-    }
-    return rows;
-  }
-  const free = env.listTasks().filter((t) => !Array.isArray(t.args.required));
-  if (free.length === 0) {
-    throw new UsageError(
-      `${file} exports no "tasks" and every template needs arguments; export tasks or pass --tasks`,
-    );
-  }
-  return free.map((t) => ({ env: env.name, id: t.id, args: {}, slug: t.id }));
-}
-
-/** What is safe to echo of an agent command: its program, never its arguments or assignments. */
-function commandShown(command: string): string {
-  const words = command.trim().split(/\s+/);
-  const program = words.find((w) => !/^[A-Za-z_][A-Za-z0-9_]*=/.test(w)) ?? "";
-  const hidden = words.length - 1;
-  return hidden > 0 ? `${program} (+${hidden} more words, not shown)` : program;
-}
-
-function positiveNumber(flag: string, text: string | undefined): number | undefined {
-  if (text === undefined) return undefined;
-  if (!/^\d+(\.\d+)?$/.test(text) || !(Number(text) > 0)) {
-    throw new UsageError(`${flag} must be a positive number, got "${text}"`);
-  }
-  return Number(text);
-}
-
-/** `*` as any run of characters, the rest literal. */
-function globMatcher(pattern: string): RegExp {
-  return new RegExp(
-    `^${pattern.split("*").map((p) => p.replace(/[.+?^${}()|[\]\\]/g, "\\$&")).join(".*")}$`,
-  );
-}
-
-/**
- * The rows `--filter` (globs over slug or id, any of them) and `--limit`
- * (the first N of those) keep.
- */
-function selectRows(rows: TaskRow[], filters: string[], limit: number | undefined): TaskRow[] {
-  let kept = rows;
-  if (filters.length > 0) {
-    const patterns = filters.map(globMatcher);
-    kept = rows.filter((r) => patterns.some((p) => p.test(r.slug) || p.test(r.id)));
-    if (kept.length === 0) {
-      throw new UsageError(
-        `--filter ${
-          filters.map((f) => `"${f}"`).join(", ")
-        } matches none of the ${rows.length} tasks (slugs such as "${rows[0]?.slug}")`,
-      );
-    }
-  }
-  return limit === undefined ? kept : kept.slice(0, limit);
-}
-
-function seconds(flag: string, text: string | undefined): number | undefined {
-  if (text === undefined) return undefined;
-  if (!/^\d+(\.\d+)?$/.test(text) || !(Number(text) > 0)) {
-    throw new UsageError(`${flag} must be a positive number of seconds, got "${text}"`);
-  }
-  return Number(text);
-}
-
-function interrupted(io: Io, done: number, total: number): number {
-  io.err(`interrupted: ${done} of ${total} rollouts done; rerun with --resume to finish\n`);
-  return EXIT_INTERRUPTED;
-}
+import {
+  commandShown,
+  interrupted,
+  printJob,
+  printStart,
+  ProgressLine,
+  stopLine,
+} from "./_eval_print.ts";
+import { evalRows, selectRows } from "./_eval_rows.ts";
+import { runOptions } from "./_eval_options.ts";
+import { evalRuntime, type RuntimeChoice, runtimeChoice } from "./_eval_runtime.ts";
 
 /** The help of `hud eval`. */
 export const USAGE: string =
@@ -236,36 +146,140 @@ Options:
 ${MODEL_FLAGS_HELP}  -h, --help            show this help
 `;
 
+/** The options `hud eval` takes (parseArgs's spec). */
+const OPTIONS: OptionSpec = {
+  agent: { type: "string" },
+  env: { type: "string" },
+  tasks: { type: "string" },
+  group: { type: "string" },
+  filter: { type: "string", multiple: true },
+  limit: { type: "string" },
+  retries: { type: "string" },
+  "token-limit": { type: "string" },
+  "cost-limit": { type: "string" },
+  "max-concurrent": { type: "string" },
+  timeout: { type: "string" },
+  "agent-timeout": { type: "string" },
+  "pass-env": { type: "string", multiple: true },
+  "env-file": { type: "string" },
+  "max-output": { type: "string" },
+  out: { type: "string" },
+  resume: { type: "boolean" },
+  force: { type: "boolean" },
+  json: { type: "boolean" },
+  ...MODEL_FLAGS,
+  runtime: { type: "string" },
+  "container-network": { type: "boolean" },
+  "container-env": { type: "string", multiple: true },
+};
+
+/** The agent that runs: a model (`--model`), or a command (`--agent`). */
+interface EvalAgent {
+  readonly agent: Agent;
+  /** What the opening line shows of it (never a command's arguments). */
+  readonly label: string;
+  /** The command agent, whose processes are killed and awaited at the end; null for a model. */
+  readonly command: CommandAgent | null;
+}
+
+/** Everything the flags say, checked before the environment loads. */
+interface EvalPlan {
+  readonly agent: EvalAgent;
+  readonly runtime: RuntimeChoice;
+  /** The options for Taskset.run() (its runtime, signal and progress added at the end). */
+  readonly options: TasksetRunOptions;
+  /** Those options resolved by the library. */
+  readonly config: TasksetRunConfig;
+  readonly envName: string | undefined;
+  readonly tasksFile: string | undefined;
+  readonly filters: readonly string[];
+  readonly limit: number | undefined;
+  readonly json: boolean;
+}
+
+/**
+ * The command agent's flags (`--pass-env`, `--max-output`, `--env-file`,
+ * read and checked now), checked whichever agent runs.
+ * @throws {UsageError} for a bad name or size
+ */
+async function commandOptions(values: Values): Promise<CommandAgentOptions> {
+  const passEnv = (values["pass-env"] ?? []) as string[];
+  for (const name of passEnv) {
+    if (!/^[A-Za-z_*][A-Za-z0-9_*]*$/.test(name)) {
+      throw new UsageError(`--pass-env takes a variable name or glob, got "${name}"`);
+    }
+  }
+  const maxOutputBytes = positiveIntOption(
+    "--max-output",
+    stringOption(values, "max-output"),
+    16 * 1024 * 1024,
+  );
+  const envFile = stringOption(values, "env-file");
+  if (envFile !== undefined) {
+    const text = await Deno.readTextFile(envFile).catch((err) => {
+      throw new Error(`Cannot read env file "${envFile}": ${errorMessage(err)}`, { cause: err });
+    });
+    parseEnvFile(text, `env file "${envFile}"`);
+  }
+  return { passEnv, envFile, maxOutputBytes };
+}
+
+/**
+ * The agent the flags name: `--model` and its flags, or the `--agent`
+ * command with the command agent's flags.
+ * @throws {UsageError} for neither or both, or a bad flag of either
+ */
+async function evalAgent(values: Values): Promise<EvalAgent> {
+  const command = stringOption(values, "agent");
+  const model = await modelAgentFromFlags(values, (m) => new UsageError(m));
+  if (model && command !== undefined) throw new UsageError("pass --agent or --model, not both");
+  if (!model && (command === undefined || command.trim() === "")) {
+    throw new UsageError(`missing --agent or --model (see "${PROGRAM} eval --help")`);
+  }
+  const options = await commandOptions(values);
+  if (model) return { agent: model.agent, label: model.label, command: null };
+  const agent = new CommandAgent(command!, options);
+  return { agent, label: commandShown(command!), command: agent };
+}
+
+/**
+ * Reads every flag into a plan, and refuses what can be refused before the
+ * environment loads; an existing results file is checked (and with
+ * `--force` moved aside) now too.
+ */
+async function evalPlan(values: Values, io: Io): Promise<EvalPlan> {
+  const runtime = runtimeChoice(values);
+  const agent = await evalAgent(values);
+  const { options, config } = runOptions(values);
+  if ((config.tokenLimit !== undefined || config.costLimit !== undefined) && agent.command) {
+    throw new UsageError(
+      "--token-limit and --cost-limit count a model's calls: use them with --model",
+    );
+  }
+  const plan: EvalPlan = {
+    agent,
+    runtime,
+    options,
+    config,
+    envName: stringOption(values, "env"),
+    tasksFile: stringOption(values, "tasks"),
+    filters: (values.filter ?? []) as string[],
+    limit: positiveIntOption("--limit", stringOption(values, "limit")),
+    json: values.json === true,
+  };
+  if (config.out !== undefined) {
+    const aside = await prepareResults(config.out, config);
+    if (aside !== null) io.err(`eval: moved the old results to ${aside}\n`);
+  }
+  return plan;
+}
+
 /** Runs `hud eval` with `args` (after the command name); returns the exit code. */
 export async function run(args: string[], io: Io): Promise<number> {
   const parsed = parseCommand(args, {
     name: "eval",
     usage: USAGE,
-    options: {
-      agent: { type: "string" },
-      env: { type: "string" },
-      tasks: { type: "string" },
-      group: { type: "string" },
-      filter: { type: "string", multiple: true },
-      limit: { type: "string" },
-      retries: { type: "string" },
-      "token-limit": { type: "string" },
-      "cost-limit": { type: "string" },
-      "max-concurrent": { type: "string" },
-      timeout: { type: "string" },
-      "agent-timeout": { type: "string" },
-      "pass-env": { type: "string", multiple: true },
-      "env-file": { type: "string" },
-      "max-output": { type: "string" },
-      out: { type: "string" },
-      resume: { type: "boolean" },
-      force: { type: "boolean" },
-      json: { type: "boolean" },
-      ...MODEL_FLAGS,
-      runtime: { type: "string" },
-      "container-network": { type: "boolean" },
-      "container-env": { type: "string", multiple: true },
-    },
+    options: OPTIONS,
     positionals: { names: ["FILE"], min: 1 },
   }, io);
   if (parsed === null) return EXIT_OK;
@@ -274,232 +288,112 @@ export async function run(args: string[], io: Io): Promise<number> {
     const { runHarborEval } = await import("./_eval_harbor.ts");
     return await runHarborEval(file.slice("harbor:".length), values, io);
   }
-  const command = stringOption(values, "agent");
-  const runtimeSpec = stringOption(values, "runtime") ?? "local";
-  if (
-    runtimeSpec !== "local" && !/^(container|swarm|k8s):\S+$|^slurm(:\S+)?$/.test(runtimeSpec)
-  ) {
-    throw new UsageError(
-      `--runtime must be "local", "container:IMAGE", "swarm:IMAGE", "k8s:IMAGE" or "slurm[:PARTITION]", got "${runtimeSpec}"`,
-    );
-  }
-  const runtimeKind = runtimeSpec.split(":")[0];
-  // The image, or (slurm) the partition.
-  const where = runtimeSpec.slice(runtimeKind.length + 1);
-  const containerEnv: Record<string, string> = {};
-  for (const pair of (values["container-env"] ?? []) as unknown as string[]) {
-    const m = pair.match(/^([A-Za-z_][A-Za-z0-9_]*)=(.*)$/s);
-    if (m === null) throw new UsageError(`--container-env takes NAME=VALUE, got "${pair}"`);
-    containerEnv[m[1]] = m[2];
-  }
-  for (const flag of ["container-network", "container-env"]) {
-    if (values[flag] !== undefined && runtimeKind !== "container") {
-      throw new UsageError(`--${flag} needs --runtime container:IMAGE`);
-    }
-  }
-  // A model agent (--model ...) or an external one (--agent CMD).
-  const model = await modelAgentFromFlags(values, (m) => new UsageError(m));
-  if (model && command !== undefined) throw new UsageError("pass --agent or --model, not both");
-  if (!model && (command === undefined || command.trim() === "")) {
-    throw new UsageError(`missing --agent or --model (see "${PROGRAM} eval --help")`);
-  }
-  const group = positiveInt("--group", stringOption(values, "group"), 1);
-  const filters = (values.filter ?? []) as unknown as string[];
-  const limitText = stringOption(values, "limit");
-  const limit = limitText === undefined ? undefined : positiveInt("--limit", limitText, 1);
-  const retriesText = stringOption(values, "retries");
-  if (retriesText !== undefined && !/^\d+$/.test(retriesText)) {
-    throw new UsageError(`--retries must be an integer of at least 0, got "${retriesText}"`);
-  }
-  const retries = retriesText === undefined ? 0 : Number(retriesText);
-  const tokenLimitText = stringOption(values, "token-limit");
-  const tokenLimit = tokenLimitText === undefined
-    ? undefined
-    : positiveInt("--token-limit", tokenLimitText, 1);
-  const costLimit = positiveNumber("--cost-limit", stringOption(values, "cost-limit"));
-  if ((tokenLimit !== undefined || costLimit !== undefined) && !model) {
-    throw new UsageError(
-      "--token-limit and --cost-limit count a model's calls: use them with --model",
-    );
-  }
-  const maxConcurrent = positiveInt(
-    "--max-concurrent",
-    stringOption(values, "max-concurrent"),
-    4,
-  );
-  const timeout = seconds("--timeout", stringOption(values, "timeout")) ?? 600;
-  const agentTimeout = seconds("--agent-timeout", stringOption(values, "agent-timeout"));
-  if (agentTimeout !== undefined && agentTimeout >= timeout) {
-    throw new UsageError(
-      `--agent-timeout (${agentTimeout} s) must be less than --timeout (${timeout} s)`,
-    );
-  }
-  const maxOutput = positiveInt(
-    "--max-output",
-    stringOption(values, "max-output"),
-    16 * 1024 * 1024,
-  );
-  const passEnv = (values["pass-env"] ?? []) as unknown as string[];
-  for (const name of passEnv) {
-    if (!/^[A-Za-z_*][A-Za-z0-9_*]*$/.test(name)) {
-      throw new UsageError(`--pass-env takes a variable name or glob, got "${name}"`);
-    }
-  }
-  const envFile = stringOption(values, "env-file");
-  const out = stringOption(values, "out");
-  const resume = values.resume === true;
-  const force = values.force === true;
-  if (resume && out === undefined) {
-    throw new UsageError(`--resume needs --out (see "${PROGRAM} eval --help")`);
-  }
-  if (force && out === undefined) {
-    throw new UsageError(`--force needs --out (see "${PROGRAM} eval --help")`);
-  }
-  if (resume && force) throw new UsageError("give --resume or --force, not both");
-  // Everything that can be refused is refused before the environment loads.
-  if (envFile !== undefined) {
-    const text = await Deno.readTextFile(envFile).catch((err) => {
-      throw new Error(`Cannot read env file "${envFile}": ${errorMessage(err)}`, { cause: err });
-    });
-    parseEnvFile(text, `env file "${envFile}"`);
-  }
-  if (out !== undefined) {
-    const aside = await prepareResults(out, { resume, force });
-    if (aside !== null) io.err(`eval: moved the old results to ${aside}\n`);
-  }
+  const plan = await evalPlan(values, io);
   if (io.signal?.aborted) return interrupted(io, 0, 0);
-
-  const env = await loadEnvironment(file, { name: stringOption(values, "env") });
+  const env = await loadEnvironment(file, { name: plan.envName });
   let rows: TaskRow[];
   try {
-    rows = selectRows(await evalRows(file, env, stringOption(values, "tasks")), filters, limit);
+    rows = selectRows(await evalRows(file, env, plan.tasksFile), plan.filters, plan.limit);
   } catch (err) {
     await env.stop().catch(() => {});
     throw err;
   }
-  const total = rows.length * group;
-  // The engines' code loads only when --runtime names one. A pool (swarm,
-  // k8s, slurm) has a server per concurrent rollout and one for the held
-  // placement, and is closed at the end.
-  let pool: { close(): Promise<void> } | null = null;
-  let runtime: RuntimeProvider;
-  // The dead-man's switch of pods and jobs: every rollout's turn at the
-  // slowest, plus grace, should this process die without closing them.
-  const lifetime = (Math.ceil(total / maxConcurrent) * timeout + 600) * 1000;
-  if (runtimeKind === "local") {
-    runtime = new LocalRuntime(env);
-  } else if (runtimeKind === "swarm") {
-    const { SwarmRuntime } = await import("../engines/swarm.ts");
-    runtime = pool = new SwarmRuntime(where, { maxReplicas: maxConcurrent + 1 });
-  } else if (runtimeKind === "k8s") {
-    const { KubernetesRuntime } = await import("../engines/kubernetes.ts");
-    runtime = pool = new KubernetesRuntime(where, {
-      pool: { minReplicas: 1, maxReplicas: maxConcurrent + 1 },
-      activeDeadline: lifetime,
-    });
-  } else if (runtimeKind === "slurm") {
-    const { SlurmRuntime } = await import("../engines/slurm.ts");
-    runtime = pool = new SlurmRuntime({
-      // The nodes load it themselves: an absolute file url (or the url given).
-      module: moduleUrl(file).href,
-      envName: stringOption(values, "env"),
-      partition: where === "" ? undefined : where,
-      tasks: maxConcurrent + 1,
-      announceHost: Deno.env.get("HUD_ANNOUNCE_HOST") || undefined,
-      time: lifetime,
-    });
-  } else {
-    const { ContainerRuntime } = await import("../engines/container.ts");
-    // close() waits for the containers that rollouts cut short release in
-    // the background: none may outlive the run.
-    runtime = pool = new ContainerRuntime(where, {
-      network: values["container-network"] === true,
-      env: containerEnv,
-    });
-  }
-  // Start the environment once, up front: when it cannot start, that is
-  // one error with its message, not one per rollout. The held placement
-  // keeps it up between rollouts.
-  let held: AsyncDisposable;
+  return await evaluate(file, env, rows, plan, io);
+}
+
+/** A runtime that holds servers: closed at the end. */
+type Pool = { close(): Promise<void> };
+
+/**
+ * Starts the environment once, up front: when it cannot start, that is one
+ * error with its message, not one per rollout. The held placement keeps it
+ * up between rollouts. `null` when `signal` stopped it (all released).
+ * @throws {Error} `Cannot start environment "NAME": why`
+ */
+async function holdEnvironment(
+  runtime: RuntimeProvider,
+  pool: Pool | null,
+  env: Environment,
+  signal: AbortSignal | undefined,
+): Promise<AsyncDisposable | null> {
   try {
-    held = await runtime.place({ signal: io.signal });
+    return await runtime.place({ signal });
   } catch (err) {
     await pool?.close().catch(() => {});
     await env.stop().catch(() => {});
-    if (io.signal?.aborted) return interrupted(io, 0, total);
+    if (signal?.aborted) return null;
     throw new Error(`Cannot start environment "${env.name}": ${errorMessage(err)}`, {
       cause: err,
     });
   }
-  const commandAgent = model ? null : new CommandAgent(command!, {
-    passEnv,
-    envFile,
-    maxOutputBytes: maxOutput,
-  });
-  const agent = model?.agent ?? commandAgent!;
-  io.onHurry = () => commandAgent?.kill();
-  const live = io.live;
-  io.err(
-    `eval: ${rows.length} tasks x ${group} from "${env.name}", agent: ${
-      model?.label ?? commandShown(command!)
-    }\n`,
-  );
-  if (out === undefined) {
-    io.err("eval: no --out FILE: the traces are not kept (only the table below is printed)\n");
-  }
-  // The interrupt line says what the progress line said last.
-  let done = 0;
-  const show = (p: JobProgress) => {
-    done = p.done;
-    if (live) io.err(`\r\x1b[2K${formatProgress(p)}`);
-    else if (p.last) {
-      const what = p.last.reward === null
-        ? `${p.last.status} (${firstError([p.last]) ?? "-"})`
-        : formatReward(p.last.reward);
-      io.err(`${p.last.task.slug}: ${what}  (${formatProgress(p)})\n`);
-    }
-  };
+}
+
+/**
+ * Nothing of the run may outlive it: agents' process groups, key and
+ * prompt files, the environment (its shutdown hooks remove its keys).
+ */
+async function releaseRun(
+  io: Io,
+  held: { command: CommandAgent | null; placement: AsyncDisposable; pool: Pool | null },
+  env: Environment,
+): Promise<void> {
+  await held.command?.whenIdle();
+  await Promise.resolve(held.placement[Symbol.asyncDispose]()).catch(() => {});
+  await held.pool?.close().catch((err) => io.err(`warning: ${errorMessage(err)}\n`));
+  await env.stop().catch((err) => io.err(`warning: ${errorMessage(err)}\n`));
+}
+
+/**
+ * Runs the plan's job over `rows` of `env`: places the environment once
+ * up front, runs the taskset, releases everything, prints; returns the
+ * exit code.
+ */
+async function evaluate(
+  file: string,
+  env: Environment,
+  rows: TaskRow[],
+  plan: EvalPlan,
+  io: Io,
+): Promise<number> {
+  const { group, maxConcurrent } = plan.config;
+  const total = rows.length * group;
+  // The dead-man's switch of pods and jobs: every rollout's turn at the
+  // slowest, plus grace, should this process die without closing them.
+  const lifetime = Math.ceil(total / maxConcurrent) * plan.options.rolloutTimeout! + 600_000;
+  const use = { file, env, envName: plan.envName, maxConcurrent, lifetime };
+  const { runtime, pool } = await evalRuntime(plan.runtime, use);
+  const placement = await holdEnvironment(runtime, pool, env, io.signal);
+  if (placement === null) return interrupted(io, 0, total);
+  const { agent, config: { out } } = plan;
+  io.onHurry = () => agent.command?.kill();
+  printStart(io, { tasks: rows.length, group, env: env.name, agent: agent.label, out });
+  const progress = new ProgressLine(io);
   let job: Job;
   try {
-    job = await new Taskset(rows).run(agent, {
+    job = await new Taskset(rows).run(agent.agent, {
+      ...plan.options,
       runtime,
-      group,
-      maxConcurrent,
-      rolloutTimeout: timeout * 1000,
-      agentTimeout: agentTimeout === undefined ? undefined : agentTimeout * 1000,
-      out,
-      resume,
-      retries,
-      tokenLimit,
-      costLimit,
       signal: io.signal,
-      onProgress: show,
+      onProgress: progress.show,
     });
   } finally {
-    // Nothing of the run may outlive it: agents' process groups, key and
-    // prompt files, the environment (its shutdown hooks remove its keys).
-    await commandAgent?.whenIdle();
-    await Promise.resolve(held[Symbol.asyncDispose]()).catch(() => {});
-    await pool?.close().catch((err) => io.err(`warning: ${errorMessage(err)}\n`));
-    await env.stop().catch((err) => io.err(`warning: ${errorMessage(err)}\n`));
-    if (live) io.err("\n");
+    await releaseRun(io, { command: agent.command, placement, pool }, env);
+    progress.end();
   }
-  if (io.signal?.aborted) return interrupted(io, done, total);
-  io.out(values.json ? JSON.stringify(job.summary()) + "\n" : formatJobTable(job));
-  const stop = job.stopped;
-  if (stop !== null) {
+  if (io.signal?.aborted) return interrupted(io, progress.done, total);
+  return report(io, job, { json: plan.json, total, resumable: out !== undefined });
+}
+
+/** Prints the job and the line of a limit that stopped it; returns the exit code. */
+function report(
+  io: Io,
+  job: Job,
+  how: { json: boolean; total: number; resumable: boolean },
+): number {
+  printJob(io, job, how.json);
+  if (job.stopped !== null) {
     const notRun = job.runs.filter((r) => r.status === "cancelled").length;
-    const spent = stop.reason === "cost_limit"
-      ? `$${stop.spent.toFixed(4)} of $${stop.limit}`
-      : `${stop.spent} of ${stop.limit} tokens`;
-    const flag = stop.reason === "cost_limit" ? "--cost-limit" : "--token-limit";
-    io.err(
-      `eval: stopped at the ${
-        flag.slice(2)
-      } (${spent} spent); ${notRun} of ${total} rollouts not run${
-        out === undefined ? "" : `; raise ${flag} (or leave it out) and rerun with --resume`
-      }\n`,
-    );
+    io.err(stopLine(job.stopped, notRun, how.total, how.resumable));
   }
   return job.errored.length === 0 ? EXIT_OK : EXIT_FAILURE;
 }

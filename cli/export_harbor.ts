@@ -4,7 +4,16 @@
 import { exportHarborTasks } from "../harbor/export.ts";
 import { Taskset } from "../eval/taskset.ts";
 import type { TaskRow } from "../env.ts";
-import { EXIT_OK, type Io, parseCommand, PROGRAM, stringOption, UsageError } from "./_common.ts";
+import {
+  EXIT_OK,
+  type Io,
+  parseCommand,
+  PROGRAM,
+  secondsOption,
+  stringOption,
+  UsageError,
+  type Values,
+} from "./_common.ts";
 
 /** The help of `hud export-harbor`. */
 export const USAGE: string =
@@ -44,12 +53,41 @@ Options:
   -h, --help             show this help
 `;
 
-function seconds(flag: string, text: string | undefined): number | undefined {
-  if (text === undefined) return undefined;
-  if (!/^\d+(\.\d+)?$/.test(text) || !(Number(text) > 0)) {
-    throw new UsageError(`${flag} must be a positive number of seconds, got "${text}"`);
+/**
+ * The image flags: `--from IMAGE` or `--image TAG`, exactly one.
+ * @throws {UsageError} for both or neither
+ */
+function imageFlags(values: Values): { from?: string; image?: string } {
+  const from = stringOption(values, "from");
+  const image = stringOption(values, "image");
+  if (from !== undefined && image !== undefined) {
+    throw new UsageError("give --from or --image, not both");
   }
-  return Number(text);
+  if (from === undefined && image === undefined) {
+    throw new UsageError(
+      `give --from IMAGE (a base with bash; "${PROGRAM} image base" makes one) or --image TAG`,
+    );
+  }
+  return { from, image };
+}
+
+/** The answer file the instruction names: `--answer-file`, none with `--no-answer`, or the default. */
+function answerFlag(values: Values): string | null | undefined {
+  const answerFile = stringOption(values, "answer-file");
+  if (answerFile !== undefined && values["no-answer"]) {
+    throw new UsageError("give --answer-file or --no-answer, not both");
+  }
+  return values["no-answer"] ? null : answerFile;
+}
+
+/** The rows of `--tasks ROWS`, or `undefined` (the module's) without it. */
+async function taskRows(tasksFile: string | undefined): Promise<TaskRow[] | undefined> {
+  if (tasksFile === undefined) return undefined;
+  const tasks = [...(await Taskset.load(tasksFile)).rows];
+  if (tasks.length === 0) {
+    throw new UsageError(`${tasksFile} holds no rows: add tasks to it, or leave out --tasks`);
+  }
+  return tasks;
 }
 
 /** Runs `hud export-harbor` with `args` (after the command name); returns the exit code. */
@@ -78,42 +116,22 @@ export async function run(args: string[], io: Io): Promise<number> {
   if (out === undefined) {
     throw new UsageError(`--out is required (see "${PROGRAM} export-harbor --help")`);
   }
-  const from = stringOption(values, "from");
-  const image = stringOption(values, "image");
-  if (from !== undefined && image !== undefined) {
-    throw new UsageError("give --from or --image, not both");
-  }
-  if (from === undefined && image === undefined) {
-    throw new UsageError(
-      `give --from IMAGE (a base with bash; "${PROGRAM} image base" makes one) or --image TAG`,
-    );
-  }
-  const answerFile = stringOption(values, "answer-file");
-  if (answerFile !== undefined && values["no-answer"]) {
-    throw new UsageError("give --answer-file or --no-answer, not both");
-  }
-  const agentTimeoutSec = seconds("--agent-timeout", stringOption(values, "agent-timeout"));
-  const verifierTimeoutSec = seconds(
+  const { from, image } = imageFlags(values);
+  const answerFile = answerFlag(values);
+  const agentTimeoutSec = secondsOption("--agent-timeout", stringOption(values, "agent-timeout"));
+  const verifierTimeoutSec = secondsOption(
     "--verifier-timeout",
     stringOption(values, "verifier-timeout"),
   );
-  const tasksFile = stringOption(values, "tasks");
-  let tasks: TaskRow[] | undefined;
-  if (tasksFile !== undefined) {
-    tasks = [...(await Taskset.load(tasksFile)).rows];
-    if (tasks.length === 0) {
-      throw new UsageError(`${tasksFile} holds no rows: add tasks to it, or leave out --tasks`);
-    }
-  }
   const result = await exportHarborTasks(file, out, {
     env: stringOption(values, "env"),
-    tasks,
+    tasks: await taskRows(stringOption(values, "tasks")),
     from,
     image,
     repository: stringOption(values, "repository"),
-    answerFile: values["no-answer"] ? null : answerFile,
-    agentTimeoutSec,
-    verifierTimeoutSec,
+    answerFile,
+    agentTimeout: agentTimeoutSec === undefined ? undefined : agentTimeoutSec * 1000,
+    verifierTimeout: verifierTimeoutSec === undefined ? undefined : verifierTimeoutSec * 1000,
     socket: stringOption(values, "socket"),
     signal: io.signal,
   });

@@ -2,7 +2,15 @@
 // --kubernetes pods and their Secrets, or with --slurm jobs. The engines'
 // code loads only for the one asked for.
 
-import { EXIT_OK, type Io, parseCommand, PROGRAM, stringOption, UsageError } from "./_common.ts";
+import {
+  EXIT_OK,
+  type Io,
+  parseCommand,
+  PROGRAM,
+  stringOption,
+  UsageError,
+  type Values,
+} from "./_common.ts";
 
 /** The help of `hud gc`. */
 export const USAGE: string =
@@ -26,25 +34,20 @@ Options:
   -h, --help            show this help
 `;
 
-/** Runs `hud gc` with `args` (after the command name); returns the exit code. */
-export async function run(args: string[], io: Io): Promise<number> {
-  const parsed = parseCommand(args, {
-    name: "gc",
-    usage: USAGE,
-    options: {
-      "older-than": { type: "string" },
-      socket: { type: "string" },
-      kubernetes: { type: "boolean" },
-      namespace: { type: "string" },
-      slurm: { type: "boolean" },
-    },
-    positionals: { names: [], min: 0 },
-  }, io);
-  if (parsed === null) return EXIT_OK;
-  const { values } = parsed;
+/** What to remove: containers (through `socket`), pods and Secrets, or Slurm jobs. */
+type GcTarget =
+  | { kind: "containers"; socket: string | undefined; olderThan: number | undefined }
+  | { kind: "kubernetes"; namespace: string | undefined; olderThan: number | undefined }
+  | { kind: "slurm" };
+
+/**
+ * The target the flags name, with `--older-than` in ms.
+ * @throws {UsageError} for flags that do not go together
+ */
+function gcTarget(values: Values): GcTarget {
   const olderText = stringOption(values, "older-than");
-  const olderThan = olderText === undefined ? undefined : Number(olderText);
-  if (olderThan !== undefined && (!Number.isFinite(olderThan) || olderThan < 0)) {
+  const olderSeconds = olderText === undefined ? undefined : Number(olderText);
+  if (olderSeconds !== undefined && (!Number.isFinite(olderSeconds) || olderSeconds < 0)) {
     throw new UsageError(`--older-than must be a number of seconds, got "${olderText}"`);
   }
   const socket = stringOption(values, "socket");
@@ -60,35 +63,60 @@ export async function run(args: string[], io: Io): Promise<number> {
   if (namespace !== undefined && !kubernetes) {
     throw new UsageError("--namespace needs --kubernetes");
   }
-  const ms = olderThan === undefined ? undefined : olderThan * 1000;
-  if (slurm) {
-    if (ms !== undefined) {
-      throw new UsageError(
-        "--older-than does not apply to --slurm: only jobs of gone runs are cancelled",
-      );
-    }
+  const olderThan = olderSeconds === undefined ? undefined : olderSeconds * 1000;
+  if (slurm && olderThan !== undefined) {
+    throw new UsageError(
+      "--older-than does not apply to --slurm: only jobs of gone runs are cancelled",
+    );
+  }
+  if (slurm) return { kind: "slurm" };
+  if (kubernetes) return { kind: "kubernetes", namespace, olderThan };
+  return { kind: "containers", socket, olderThan };
+}
+
+/** `n thing` or `n things`. */
+function count(n: number, thing: string): string {
+  return `${n} ${thing}${n === 1 ? "" : "s"}`;
+}
+
+/** Removes what `target` names; prints each name on stdout and the count on stderr. */
+async function collect(target: GcTarget, io: Io): Promise<void> {
+  if (target.kind === "slurm") {
     const { cancelStaleJobs } = await import("../engines/slurm.ts");
     const cancelled = await cancelStaleJobs();
     for (const id of cancelled) io.out(`${id}\n`);
-    io.err(`gc: cancelled ${cancelled.length} job${cancelled.length === 1 ? "" : "s"}\n`);
-    return EXIT_OK;
-  }
-  if (kubernetes) {
+    io.err(`gc: cancelled ${count(cancelled.length, "job")}\n`);
+  } else if (target.kind === "kubernetes") {
     const { removeStalePods } = await import("../engines/kubernetes.ts");
-    const removed = await removeStalePods({ namespace, olderThan: ms });
+    const { namespace, olderThan } = target;
+    const removed = await removeStalePods({ namespace, olderThan });
     for (const name of removed) io.out(`${name}\n`);
     const pods = removed.filter((r) => r.startsWith("pod/")).length;
-    const secrets = removed.length - pods;
-    io.err(
-      `gc: removed ${pods} pod${pods === 1 ? "" : "s"} and ${secrets} secret${
-        secrets === 1 ? "" : "s"
-      }\n`,
-    );
-    return EXIT_OK;
+    io.err(`gc: removed ${count(pods, "pod")} and ${count(removed.length - pods, "secret")}\n`);
+  } else {
+    const { removeStaleContainers } = await import("../engines/gc.ts");
+    const { socket, olderThan } = target;
+    const removed = await removeStaleContainers({ socket, olderThan });
+    for (const id of removed) io.out(`${id}\n`);
+    io.err(`gc: removed ${count(removed.length, "container")}\n`);
   }
-  const { removeStaleContainers } = await import("../engines/gc.ts");
-  const removed = await removeStaleContainers({ socket, olderThan: ms });
-  for (const id of removed) io.out(`${id}\n`);
-  io.err(`gc: removed ${removed.length} container${removed.length === 1 ? "" : "s"}\n`);
+}
+
+/** Runs `hud gc` with `args` (after the command name); returns the exit code. */
+export async function run(args: string[], io: Io): Promise<number> {
+  const parsed = parseCommand(args, {
+    name: "gc",
+    usage: USAGE,
+    options: {
+      "older-than": { type: "string" },
+      socket: { type: "string" },
+      kubernetes: { type: "boolean" },
+      namespace: { type: "string" },
+      slurm: { type: "boolean" },
+    },
+    positionals: { names: [], min: 0 },
+  }, io);
+  if (parsed === null) return EXIT_OK;
+  await collect(gcTarget(parsed.values), io);
   return EXIT_OK;
 }

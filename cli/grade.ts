@@ -2,6 +2,8 @@
 
 import { abortable } from "../_internal/async.ts";
 import { errorMessage } from "../_internal/util.ts";
+import type { HudClient } from "../client.ts";
+import type { GradeFrame } from "../env.ts";
 import { HudProtocolError } from "../errors.ts";
 import {
   EXIT_OK,
@@ -11,6 +13,7 @@ import {
   stringOption,
   unknownTemplate,
   UsageError,
+  type Values,
 } from "./_common.ts";
 import {
   connectTo,
@@ -45,6 +48,71 @@ ${readyTimeoutHelp(22)}
   -h, --help          show this help
 `;
 
+/** Where the answer comes from: `--answer` TEXT, or the `--answer-file` at a path (`-`: standard input). */
+type AnswerSource = { text: string } | { file: string };
+
+/**
+ * Which of `--answer` and `--answer-file` was given.
+ * @throws {UsageError} for both or neither
+ */
+function answerSource(values: Values): AnswerSource {
+  const text = stringOption(values, "answer");
+  const file = stringOption(values, "answer-file");
+  if (text !== undefined && file !== undefined) {
+    throw new UsageError("give --answer or --answer-file, not both");
+  }
+  if (text !== undefined) return { text };
+  if (file === undefined) {
+    throw new UsageError(`missing --answer or --answer-file (see "${PROGRAM} grade --help")`);
+  }
+  return { file };
+}
+
+/** The answer `source` gives; a file's without one trailing newline. */
+async function readAnswer(source: AnswerSource, io: Io): Promise<string> {
+  if ("text" in source) return source.text;
+  const { file } = source;
+  const text = file === "-"
+    ? await abortable(new Response(io.stdin()).text(), io.signal)
+    : await Deno.readTextFile(file).catch((err) => {
+      throw new Error(`Cannot read answer file "${file}": ${errorMessage(err)}`, { cause: err });
+    });
+  return text.endsWith("\n") ? text.slice(0, -1).replace(/\r$/, "") : text;
+}
+
+/**
+ * Grades the task `session` (or the lone parked one) holds with `answer`,
+ * once `taskId` is known to be its template.
+ */
+async function gradeParked(
+  client: HudClient,
+  taskId: string,
+  session: string | undefined,
+  answer: string,
+): Promise<GradeFrame> {
+  const templates = await client.listTasks();
+  if (!templates.some((t) => t.id === taskId)) throw unknownTemplate("grade", taskId, templates);
+  const held = client.manifest.taskId;
+  if (held !== undefined && held !== taskId) {
+    throw new Error(
+      `Cannot grade "${taskId}": session ${session} holds a task of template "${held}"; ` +
+        `run "${PROGRAM} grade ${held} --session ${session}"`,
+    );
+  }
+  return await client.grade({ answer }).catch((err) => {
+    // The server counts the parked tasks in protocol terms; the way out here is a flag.
+    if (err instanceof HudProtocolError && /parked sessions hold a task/.test(err.message)) {
+      const parked = /^(\d+)/.exec(err.message)?.[1] ?? "several";
+      throw new Error(
+        `Cannot grade "${taskId}": ${parked} tasks are parked; pass --session ID, the id ` +
+          `"${PROGRAM} start" printed`,
+        { cause: err },
+      );
+    }
+    throw err;
+  });
+}
+
 /** Runs `hud grade` with `args` (after the command name); returns the exit code. */
 export async function run(args: string[], io: Io): Promise<number> {
   const parsed = parseCommand(args, {
@@ -62,49 +130,13 @@ export async function run(args: string[], io: Io): Promise<number> {
   }, io);
   if (parsed === null) return EXIT_OK;
   const { values, positionals: [taskId] } = parsed;
-  let answer = stringOption(values, "answer");
-  const answerFile = stringOption(values, "answer-file");
-  if (answer !== undefined && answerFile !== undefined) {
-    throw new UsageError("give --answer or --answer-file, not both");
-  }
-  if (answer === undefined && answerFile === undefined) {
-    throw new UsageError(`missing --answer or --answer-file (see "${PROGRAM} grade --help")`);
-  }
+  const source = answerSource(values);
   const target = await resolveTarget(values, io);
   readyTimeoutMs(values); // a bad value is a usage error before anything is read
-  if (answerFile !== undefined) {
-    const text = answerFile === "-"
-      ? await abortable(new Response(io.stdin()).text(), io.signal)
-      : await Deno.readTextFile(answerFile).catch((err) => {
-        throw new Error(`Cannot read answer file "${answerFile}": ${errorMessage(err)}`, {
-          cause: err,
-        });
-      });
-    answer = text.endsWith("\n") ? text.slice(0, -1).replace(/\r$/, "") : text;
-  }
+  const answer = await readAnswer(source, io);
   const session = stringOption(values, "session");
   await using client = await connectTo(target, io, values, session);
-  const templates = await client.listTasks();
-  if (!templates.some((t) => t.id === taskId)) throw unknownTemplate("grade", taskId, templates);
-  const held = client.manifest.taskId;
-  if (held !== undefined && held !== taskId) {
-    throw new Error(
-      `Cannot grade "${taskId}": session ${session} holds a task of template "${held}"; ` +
-        `run "${PROGRAM} grade ${held} --session ${session}"`,
-    );
-  }
-  const grade = await client.grade({ answer }).catch((err) => {
-    // The server counts the parked tasks in protocol terms; the way out here is a flag.
-    if (err instanceof HudProtocolError && /parked sessions hold a task/.test(err.message)) {
-      const parked = /^(\d+)/.exec(err.message)?.[1] ?? "several";
-      throw new Error(
-        `Cannot grade "${taskId}": ${parked} tasks are parked; pass --session ID, the id ` +
-          `"${PROGRAM} start" printed`,
-        { cause: err },
-      );
-    }
-    throw err;
-  });
+  const grade = await gradeParked(client, taskId, session, answer);
   io.out(JSON.stringify(grade) + "\n");
   return EXIT_OK;
 }

@@ -4,10 +4,17 @@
 import type { Environment } from "../env.ts";
 import { loadEnvironment } from "../loader.ts";
 import { servingOf } from "../_internal/serving.ts";
-import { serve } from "../server.ts";
+import { type HudServer, serve } from "../server.ts";
 import { isLoopback } from "../_internal/net.ts";
+import {
+  SERVE_PORT_VAR,
+  SERVE_TOKEN_VAR,
+  shownControlUrl,
+  takeTokenFromEnv,
+} from "../_internal/auth.ts";
 import { errorMessage } from "../_internal/util.ts";
 import {
+  type CommandSpec,
   DEFAULT_PORT,
   EXIT_INTERRUPTED,
   EXIT_OK,
@@ -43,13 +50,7 @@ async function serveAuth(
   hostname: string,
 ): Promise<{ auth: boolean; token?: string; insecureListen?: boolean }> {
   const tokenFile = stringOption(values, "token-file");
-  let fromEnv: string | undefined;
-  try {
-    fromEnv = Deno.env.get("HUD_SERVE_TOKEN") || undefined;
-    Deno.env.delete("HUD_SERVE_TOKEN");
-  } catch {
-    // No --allow-env: nothing to take.
-  }
+  const fromEnv = takeTokenFromEnv();
   if (values["no-auth-without-token"]) {
     if (values["no-auth"]) {
       throw new UsageError("give --no-auth or --no-auth-without-token, not both");
@@ -83,15 +84,15 @@ export const USAGE: string =
                  [--token-file PATH | --no-auth [--insecure-listen] | --no-auth-without-token]
 
 Loads the environment from FILE (a TypeScript module), runs its initialize
-hooks, binds the control port and prints HUD_SERVE_PORT=<port> on standard
+hooks, binds the control port and prints ${SERVE_PORT_VAR}=<port> on standard
 output. Serves until SIGINT, SIGTERM or SIGHUP, then closes every
 connection, cancels held tasks and runs the shutdown hooks (a second signal
 skips waiting for connections, but the shutdown hooks still run).
 
 Clients must present a token: the one in --token-file, else the one in
-HUD_SERVE_TOKEN, else a fresh random one, printed as HUD_SERVE_TOKEN=<token>
+${SERVE_TOKEN_VAR}, else a fresh random one, printed as ${SERVE_TOKEN_VAR}=<token>
 on standard output before the port line (and nowhere else). Clients take it
-from HUD_SERVE_TOKEN or the url (tcp://:TOKEN@host:port).
+from ${SERVE_TOKEN_VAR} or the url (tcp://:TOKEN@host:port).
 
 Options:
   --env NAME            the environment to serve, by export or environment
@@ -109,7 +110,7 @@ Options:
   --insecure-listen     allow --no-auth on a non-loopback host
   --no-auth-without-token
                         require the token only when one is given
-                        (--token-file or HUD_SERVE_TOKEN); else serve
+                        (--token-file or ${SERVE_TOKEN_VAR}); else serve
                         without authentication, on any host, as HUD's
                         images do (what images of "image" run, so that
                         HUD's runtimes, which send no token, can use them)
@@ -121,26 +122,29 @@ Options:
   -h, --help            show this help
 `;
 
+/** The options and operand of `hud serve`. */
+const SPEC: CommandSpec = {
+  name: "serve",
+  usage: USAGE,
+  options: {
+    env: { type: "string" },
+    host: { type: "string" },
+    port: { type: "string" },
+    "stop-on-eof": { type: "boolean" },
+    "token-file": { type: "string" },
+    "no-auth": { type: "boolean" },
+    "no-auth-without-token": { type: "boolean" },
+    "insecure-listen": { type: "boolean" },
+    "parked-ttl": { type: "string" },
+    "max-parked": { type: "string" },
+    "max-connections": { type: "string" },
+  },
+  positionals: { names: ["FILE"], min: 1 },
+};
+
 /** Runs `hud serve` with `args` (after the command name); returns the exit code. */
 export async function run(args: string[], io: Io): Promise<number> {
-  const parsed = parseCommand(args, {
-    name: "serve",
-    usage: USAGE,
-    options: {
-      env: { type: "string" },
-      host: { type: "string" },
-      port: { type: "string" },
-      "stop-on-eof": { type: "boolean" },
-      "token-file": { type: "string" },
-      "no-auth": { type: "boolean" },
-      "no-auth-without-token": { type: "boolean" },
-      "insecure-listen": { type: "boolean" },
-      "parked-ttl": { type: "string" },
-      "max-parked": { type: "string" },
-      "max-connections": { type: "string" },
-    },
-    positionals: { names: ["FILE"], min: 1 },
-  }, io);
+  const parsed = parseCommand(args, SPEC, io);
   if (parsed === null) return EXIT_OK;
   const { values, positionals: [file] } = parsed;
   const hostname = stringOption(values, "host") ?? "127.0.0.1";
@@ -151,77 +155,118 @@ export async function run(args: string[], io: Io): Promise<number> {
     maxConnections: positiveOption(values, "max-connections", 1),
   };
   const auth = await serveAuth(values, hostname);
-  // Signals are handled from the start, not from when serve() announces the
-  // port: a SIGTERM that arrives while the module loads or the initialize
-  // hooks run then still ends in the shutdown hooks, and one sent right
-  // after the announcement cannot kill the process before its handler is
-  // in place. A second signal exits sooner, once the shutdown hooks have
-  // removed what must not stay on disk (key files).
-  const stopped = new AbortController();
-  const signal = io.signal ? AbortSignal.any([io.signal, stopped.signal]) : stopped.signal;
-  let received = 0;
-  let loaded: Environment | null = null;
-  const onSignal = () => {
-    if (++received > 1) {
-      const stopping = loaded ? loaded.stop().catch(() => {}) : Promise.resolve();
-      void stopping.then(() => Deno.exit(EXIT_INTERRUPTED));
-      return;
-    }
-    stopped.abort(new Error("Stopped by a signal before serving"));
-  };
-  for (const s of STOP_SIGNALS) Deno.addSignalListener(s, onSignal);
+  using stopper = new Stopper(io.signal);
   // The parent holds our stdin open; end of file means it is gone.
-  const lifeline = values["stop-on-eof"] ? io.stdin().getReader() : null;
-  const watching = lifeline && (async () => {
-    try {
-      while (!(await lifeline.read()).done) { /* discard */ }
-    } catch {
-      // A broken pipe means the same as end of file.
-    }
-    stopped.abort(new Error("Standard input closed before serving"));
-  })();
+  const lifeline = values["stop-on-eof"] ? watchStdin(io, stopper) : null;
   try {
-    const env = await loadEnvironment(file, { name: stringOption(values, "env") });
-    const itself = servingOf(env);
-    if (itself !== undefined) {
-      // Serving it again would print a second port line for the same environment.
-      await itself.shutdown();
-      throw new Error(
-        `Cannot serve "${file}": the module serves its environment itself when imported; ` +
-          `guard its serve() call with "if (import.meta.main)"`,
-      );
-    }
-    loaded = env;
+    const env = await loadServable(file, stringOption(values, "env"));
+    stopper.loaded(env);
     const server = await serve(env, {
       hostname,
       port,
       ...auth,
       ...limits,
-      signal,
+      signal: stopper.signal,
       handleSignals: false,
       announce: (line) => io.out(line + "\n"),
       onError: (err) => io.err(`warning: ${errorMessage(err)}\n`),
     }).catch((err) => {
-      if (err instanceof Deno.errors.AddrInUse) {
-        throw new Error(
+      throw err instanceof Deno.errors.AddrInUse
+        ? new Error(
           `Cannot serve: address ${hostname}:${port} is already in use; pick another with --port`,
           { cause: err },
-        );
-      }
-      throw err;
+        )
+        : err;
     });
-    if (!signal.aborted) {
-      io.err(
-        `Serving "${env.name}" ${env.version} on tcp://${hostname}:${server.addr.port} (stop with Ctrl-C)\n`,
-      );
-    }
+    if (!stopper.signal.aborted) serving(io, env, hostname, server);
     await server.finished;
   } finally {
-    for (const s of STOP_SIGNALS) Deno.removeSignalListener(s, onSignal);
-    if (lifeline) {
-      await lifeline.cancel().catch(() => {});
-      await watching;
-    }
+    await lifeline?.stop();
   }
   return EXIT_OK;
+}
+
+/** Says on standard error where the environment is served (never with the token). */
+function serving(io: Io, env: Environment, hostname: string, server: HudServer): void {
+  const where = shownControlUrl({ hostname, port: server.addr.port });
+  io.err(`Serving "${env.name}" ${env.version} on ${where} (stop with Ctrl-C)\n`);
+}
+
+/**
+ * The environment of a module, refused when the module serves it itself on
+ * import (serving it again would print a second port line for it).
+ */
+async function loadServable(file: string, name: string | undefined): Promise<Environment> {
+  const env = await loadEnvironment(file, { name });
+  const itself = servingOf(env);
+  if (itself !== undefined) {
+    await itself.shutdown();
+    throw new Error(
+      `Cannot serve "${file}": the module serves its environment itself when imported; ` +
+        `guard its serve() call with "if (import.meta.main)"`,
+    );
+  }
+  return env;
+}
+
+/**
+ * Stops `serve` on SIGINT, SIGTERM or SIGHUP, handled from the start, not
+ * from when serve() announces the port: a signal that arrives while the
+ * module loads or the initialize hooks run then still ends in the shutdown
+ * hooks, and one sent right after the announcement cannot kill the process
+ * before its handler is in place. A second signal exits sooner, once the
+ * shutdown hooks have removed what must not stay on disk (key files).
+ */
+class Stopper implements Disposable {
+  readonly #stopped = new AbortController();
+  readonly signal: AbortSignal;
+  #env: Environment | null = null;
+  #received = 0;
+
+  constructor(outer: AbortSignal | undefined) {
+    this.signal = outer ? AbortSignal.any([outer, this.#stopped.signal]) : this.#stopped.signal;
+    for (const s of STOP_SIGNALS) Deno.addSignalListener(s, this.#onSignal);
+  }
+
+  /** The environment, once loaded: a second signal runs its shutdown hooks before exiting. */
+  loaded(env: Environment): void {
+    this.#env = env;
+  }
+
+  /** Stops serving (before it starts: never serves). */
+  stop(reason: string): void {
+    this.#stopped.abort(new Error(reason));
+  }
+
+  #onSignal = (): void => {
+    if (++this.#received > 1) {
+      const stopping = this.#env ? this.#env.stop().catch(() => {}) : Promise.resolve();
+      void stopping.then(() => Deno.exit(EXIT_INTERRUPTED));
+      return;
+    }
+    this.stop("Stopped by a signal before serving");
+  };
+
+  [Symbol.dispose](): void {
+    for (const s of STOP_SIGNALS) Deno.removeSignalListener(s, this.#onSignal);
+  }
+}
+
+/** Stops serving when standard input ends (the parent that holds it open is gone). */
+function watchStdin(io: Io, stopper: Stopper): { stop(): Promise<void> } {
+  const reader = io.stdin().getReader();
+  const watching = (async () => {
+    try {
+      while (!(await reader.read()).done) { /* discard */ }
+    } catch {
+      // A broken pipe means the same as end of file.
+    }
+    stopper.stop("Standard input closed before serving");
+  })();
+  return {
+    async stop() {
+      await reader.cancel().catch(() => {});
+      await watching;
+    },
+  };
 }

@@ -6,6 +6,7 @@ import { HudProtocolError } from "../errors.ts";
 import { loadEnvironment } from "../loader.ts";
 import { abortable } from "../_internal/async.ts";
 import { redactUrl } from "../_internal/auth.ts";
+import { errorMessage } from "../_internal/util.ts";
 import {
   EXIT_OK,
   type Io,
@@ -30,7 +31,7 @@ function parseJsonObject(flag: string, text: string | undefined): Record<string,
   try {
     value = JSON.parse(text);
   } catch (err) {
-    throw new UsageError(`${flag} is not valid JSON: ${(err as Error).message}`);
+    throw new UsageError(`${flag} is not valid JSON: ${errorMessage(err)}`);
   }
   if (typeof value !== "object" || value === null || Array.isArray(value)) {
     throw new UsageError(`${flag} must be a JSON object, got ${text}`);
@@ -127,6 +128,45 @@ ${readyTimeoutHelp(21)}
   -h, --help      show this help
 `;
 
+/**
+ * Starts the task on the served environment and leaves it parked; prints
+ * the prompt, and on standard error how to grade it.
+ */
+async function startParked(
+  taskId: string,
+  taskArgs: Record<string, unknown>,
+  values: Values,
+  io: Io,
+): Promise<number> {
+  const target = await resolveTarget(values, io);
+  await using client = await connectTo(target, io, values);
+  let prompt: PromptFrame;
+  try {
+    prompt = await client.startTask(taskId, taskArgs);
+  } catch (err) {
+    if (err instanceof HudProtocolError && /unknown task/.test(err.message)) {
+      throw unknownTemplate("start", taskId, await client.listTasks());
+    }
+    throw err;
+  }
+  const sessionId = client.sessionId;
+  if (values.json) {
+    io.out(JSON.stringify({ ...prompt, session_id: sessionId }) + "\n");
+  } else {
+    io.out(promptText(prompt.prompt) + "\n");
+    const tokenFile = target.tokenFile === undefined
+      ? ""
+      : ` --token-file ${JSON.stringify(target.tokenFile)}`;
+    io.err(
+      `Session ${sessionId} holds the task. Grade it with:\n  ${PROGRAM} grade ${taskId} --url ${
+        redactUrl(target.url)
+      }${tokenFile} --session ${sessionId} --answer TEXT\n`,
+    );
+  }
+  // Closing without "bye" leaves the task parked for the grader.
+  return EXIT_OK;
+}
+
 /** Runs `hud start` with `args` (after the command name); returns the exit code. */
 export async function run(args: string[], io: Io): Promise<number> {
   const parsed = parseCommand(args, {
@@ -148,42 +188,16 @@ export async function run(args: string[], io: Io): Promise<number> {
   const { values, positionals: [taskId] } = parsed;
   const taskArgs = parseJsonObject("--args", stringOption(values, "args"));
   const source = stringOption(values, "source");
-  const url = stringOption(values, "url");
-  if (source !== undefined && url !== undefined) {
+  if (source !== undefined && values.url !== undefined) {
     throw new UsageError("give --url or --source, not both");
   }
-  if (source !== undefined) return await startSource(taskId, taskArgs, source, values, io);
-  if (values.env !== undefined) throw new UsageError("--env needs --source");
   if (source !== undefined && values["token-file"] !== undefined) {
     throw new UsageError("--token-file needs --url, not --source");
   }
+  if (source !== undefined) return await startSource(taskId, taskArgs, source, values, io);
+  if (values.env !== undefined) throw new UsageError("--env needs --source");
   if (values.answer !== undefined) {
     throw new UsageError(`--answer needs --source; with --url, answer with "${PROGRAM} grade"`);
   }
-  const target = await resolveTarget(values, io);
-  await using client = await connectTo(target, io, values);
-  let prompt: PromptFrame;
-  try {
-    prompt = await client.startTask(taskId, taskArgs);
-  } catch (err) {
-    if (err instanceof HudProtocolError && /unknown task/.test(err.message)) {
-      throw unknownTemplate("start", taskId, await client.listTasks());
-    }
-    throw err;
-  }
-  const sessionId = client.sessionId;
-  if (values.json) {
-    io.out(JSON.stringify({ ...prompt, session_id: sessionId }) + "\n");
-  } else {
-    io.out(promptText(prompt.prompt) + "\n");
-    io.err(
-      `Session ${sessionId} holds the task. Grade it with:\n  ${PROGRAM} grade ${taskId} --url ${
-        redactUrl(target.url)
-      }${
-        target.tokenFile === undefined ? "" : ` --token-file ${JSON.stringify(target.tokenFile)}`
-      } --session ${sessionId} --answer TEXT\n`,
-    );
-  }
-  // Closing without "bye" leaves the task parked for the grader.
-  return EXIT_OK;
+  return await startParked(taskId, taskArgs, values, io);
 }

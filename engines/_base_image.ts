@@ -140,28 +140,7 @@ export async function buildBaseImage(
   tag: string,
   options: BuildBaseImageOptions = {},
 ): Promise<string> {
-  const coreutils = (await output("dpkg", ["-L", "coreutils"])).split("\n")
-    .filter((p) => /^\/(usr\/)?bin\/[^/]+$/.test(p));
-  const bins = new Set<string>();
-  for (const p of [...coreutils, ...TOOLS.map((t) => `/usr/bin/${t}`)]) {
-    try {
-      bins.add(await Deno.realPath(p));
-    } catch {
-      // not on this machine (bc is optional: only the third lab's check uses it)
-    }
-  }
-  const libs = new Set<string>();
-  for (const bin of bins) for (const lib of await linkedLibraries(bin)) libs.add(lib);
-  // Path in the image (merged /usr) to the host file, or to a symlink's target.
-  const files = new Map<string, { host: string; mode: number }>();
-  const links = new Map<string, string>();
-  for (const bin of bins) files.set(inUsr(bin), { host: bin, mode: 0o755 });
-  const seen = new Map<string, string>();
-  for (const pkg of options.packages ?? []) await addPackage(pkg, files, links, libs, seen);
-  for (const lib of libs) {
-    const path = inUsr(lib);
-    if (!files.has(path)) files.set(path, { host: await Deno.realPath(lib), mode: 0o755 });
-  }
+  const { files, links } = await hostTree(options.packages ?? []);
   const tar = new TarWriter();
   for (const d of ["usr/bin", "usr/sbin", "usr/lib", "usr/lib64", "etc"]) tar.dir(`root/${d}`);
   for (const l of ["bin", "sbin", "lib", "lib64"]) tar.symlink(`root/${l}`, `usr/${l}`);
@@ -187,4 +166,37 @@ export async function buildBaseImage(
     ),
   );
   return await buildContext(tar, tag, options);
+}
+
+/**
+ * What the base image takes from this machine, by its path in the image
+ * (merged /usr): coreutils' and the tools' binaries, the packages' files,
+ * and every library they link; and the symlinks among them.
+ */
+async function hostTree(packages: readonly string[]): Promise<{
+  files: Map<string, { host: string; mode: number }>;
+  links: Map<string, string>;
+}> {
+  const coreutils = (await output("dpkg", ["-L", "coreutils"])).split("\n")
+    .filter((p) => /^\/(usr\/)?bin\/[^/]+$/.test(p));
+  const bins = new Set<string>();
+  for (const p of [...coreutils, ...TOOLS.map((t) => `/usr/bin/${t}`)]) {
+    try {
+      bins.add(await Deno.realPath(p));
+    } catch {
+      // not on this machine (bc is optional: only the third lab's check uses it)
+    }
+  }
+  const libs = new Set<string>();
+  for (const bin of bins) for (const lib of await linkedLibraries(bin)) libs.add(lib);
+  const files = new Map<string, { host: string; mode: number }>();
+  const links = new Map<string, string>();
+  for (const bin of bins) files.set(inUsr(bin), { host: bin, mode: 0o755 });
+  const seen = new Map<string, string>();
+  for (const pkg of packages) await addPackage(pkg, files, links, libs, seen);
+  for (const lib of libs) {
+    const path = inUsr(lib);
+    if (!files.has(path)) files.set(path, { host: await Deno.realPath(lib), mode: 0o755 });
+  }
+  return { files, links };
 }

@@ -15,21 +15,22 @@
 // program launching another, not a library module depending on the CLI.
 
 import { Relay } from "./_relay.ts";
-import { CONTAINER_PORT } from "./container.ts";
+import { errorMessage } from "../_internal/util.ts";
+import { CONTAINER_PORT, CONTROL_SOCKET_VAR } from "./_constants.ts";
 
 const [cli, module] = Deno.args;
 if (cli === undefined || module === undefined) {
   console.error("usage: _container_main.ts CLI_PATH MODULE_PATH");
   Deno.exit(2);
 }
-const socket = Deno.env.get("HUD_CONTROL_SOCKET");
-Deno.env.delete("HUD_CONTROL_SOCKET");
+const socket = Deno.env.get(CONTROL_SOCKET_VAR);
+Deno.env.delete(CONTROL_SOCKET_VAR);
 let relay: Relay | null = null;
 if (socket) {
   relay = new Relay(
     { transport: "unix", path: socket },
     { transport: "tcp", hostname: "127.0.0.1", port: CONTAINER_PORT },
-    (err) => console.error(`warning: control relay: ${err instanceof Error ? err.message : err}`),
+    (err) => console.error(`warning: control relay: ${errorMessage(err)}`),
   );
   // The runtime's side may run as another user than this container's.
   await Deno.chmod(socket, 0o666);

@@ -2,6 +2,8 @@
 // unix socket, with Deno's own fetch: the few calls the container runtime
 // and the image builder need.
 
+import { errorMessage } from "../_internal/util.ts";
+
 /** The newest API version this client speaks; older servers are met at theirs. */
 const OUR_API = "1.43";
 
@@ -96,7 +98,7 @@ export class EngineClient implements Disposable {
       if (err instanceof EngineError) throw err;
       throw new Deno.errors.ConnectionRefused(
         `Cannot reach the container engine at ${path}: ${
-          err instanceof Error ? err.message : err
+          errorMessage(err)
         }; is the daemon running?`,
         { cause: err },
       );

@@ -5,7 +5,8 @@
 // kubectl.
 
 import { delay } from "../_internal/async.ts";
-import { isRecord } from "../_internal/util.ts";
+import { errorMessage, isRecord } from "../_internal/util.ts";
+import { reachableSync } from "../_internal/fs.ts";
 import { formatHostPort } from "../_internal/net.ts";
 import { parseYaml } from "./_yaml.ts";
 import { RawWebSocket } from "./_websocket.ts";
@@ -58,21 +59,12 @@ export interface LoadKubeConfigOptions {
 
 const SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount";
 
-function exists(path: string): boolean {
-  try {
-    Deno.statSync(path);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 /** Reads the configuration, as kubectl would find it (one file; no merging of several). */
 export async function loadKubeConfig(options: LoadKubeConfigOptions = {}): Promise<KubeConfig> {
   let file = options.kubeconfig;
   if (file === undefined) {
     const listed = (Deno.env.get("KUBECONFIG") ?? "").split(":").filter((p) => p !== "");
-    file = listed.find(exists);
+    file = listed.find(reachableSync);
     if (file === undefined && listed.length > 0) {
       throw new Deno.errors.NotFound(
         `Cannot read the kubeconfig: none of KUBECONFIG "${listed.join(":")}" exists`,
@@ -85,7 +77,7 @@ export async function loadKubeConfig(options: LoadKubeConfigOptions = {}): Promi
   if (file === undefined) {
     const home = Deno.env.get("HOME");
     file = home ? `${home}/.kube/config` : undefined;
-    if (file === undefined || !exists(file)) {
+    if (file === undefined || !reachableSync(file)) {
       throw new Deno.errors.NotFound(
         "Cannot find the Kubernetes API: no kubeconfig (set KUBECONFIG or pass kubeconfig) and not in a cluster",
       );
@@ -131,16 +123,7 @@ function named(list: unknown, name: string, what: string, file: string): Record<
 }
 
 async function fileConfig(file: string, context?: string): Promise<KubeConfig> {
-  const text = await Deno.readTextFile(file);
-  let doc: unknown;
-  try {
-    doc = parseYaml(text);
-  } catch (err) {
-    throw new TypeError(`Cannot read the kubeconfig ${file}: ${(err as Error).message}`, {
-      cause: err,
-    });
-  }
-  if (!isRecord(doc)) throw new TypeError(`Cannot read the kubeconfig ${file}: not a mapping`);
+  const doc = readYamlFile(file, await Deno.readTextFile(file));
   const name = context ?? doc["current-context"];
   if (typeof name !== "string" || name === "") {
     throw new TypeError(`Cannot read the kubeconfig ${file}: no current-context; pass context`);
@@ -148,15 +131,6 @@ async function fileConfig(file: string, context?: string): Promise<KubeConfig> {
   const ctx = named(doc.contexts, name, "context", file);
   const cluster = named(doc.clusters, String(ctx.cluster), "cluster", file);
   const user = ctx.user === undefined ? {} : named(doc.users, String(ctx.user), "user", file);
-  const dir = file.includes("/") ? file.slice(0, file.lastIndexOf("/")) : ".";
-  const path = (p: unknown) => String(p).startsWith("/") ? String(p) : `${dir}/${p}`;
-  const pem = async (data: unknown, ref: unknown): Promise<string | undefined> => {
-    if (typeof data === "string" && data !== "") {
-      return new TextDecoder().decode(Uint8Array.from(atob(data), (c) => c.charCodeAt(0)));
-    }
-    if (typeof ref === "string" && ref !== "") return await Deno.readTextFile(path(ref));
-    return undefined;
-  };
   if (typeof cluster.server !== "string" || !/^https?:\/\//.test(cluster.server)) {
     throw new TypeError(`Cannot read the kubeconfig ${file}: cluster of "${name}" has no server`);
   }
@@ -165,25 +139,17 @@ async function fileConfig(file: string, context?: string): Promise<KubeConfig> {
       `Cannot use the kubeconfig ${file}: insecure-skip-tls-verify is not supported; give the cluster's certificate-authority`,
     );
   }
-  const ca = await pem(cluster["certificate-authority-data"], cluster["certificate-authority"]);
-  const cert = await pem(user["client-certificate-data"], user["client-certificate"]);
-  const key = await pem(user["client-key-data"], user["client-key"]);
-  let token: KubeConfig["token"];
-  if (typeof user.token === "string" && user.token !== "") {
-    const t = user.token;
-    token = () => Promise.resolve(t);
-  } else if (typeof user.tokenFile === "string") {
-    const f = path(user.tokenFile);
-    token = async () => (await Deno.readTextFile(f)).trim();
-  } else if (isRecord(user.exec)) {
-    token = execToken(user.exec, file);
-  }
+  const ca = await pem(
+    file,
+    cluster["certificate-authority-data"],
+    cluster["certificate-authority"],
+  );
   return {
     server: cluster.server.replace(/\/+$/, ""),
     caCerts: ca ? [ca] : [],
-    cert,
-    key,
-    token,
+    cert: await pem(file, user["client-certificate-data"], user["client-certificate"]),
+    key: await pem(file, user["client-key-data"], user["client-key"]),
+    token: userToken(file, user),
     namespace: typeof ctx.namespace === "string" && ctx.namespace !== ""
       ? ctx.namespace
       : "default",
@@ -192,58 +158,109 @@ async function fileConfig(file: string, context?: string): Promise<KubeConfig> {
   };
 }
 
+/** The kubeconfig's mapping. */
+function readYamlFile(file: string, text: string): Record<string, unknown> {
+  let doc: unknown;
+  try {
+    doc = parseYaml(text);
+  } catch (err) {
+    throw new TypeError(`Cannot read the kubeconfig ${file}: ${errorMessage(err)}`, {
+      cause: err,
+    });
+  }
+  if (!isRecord(doc)) throw new TypeError(`Cannot read the kubeconfig ${file}: not a mapping`);
+  return doc;
+}
+
+/** A path the kubeconfig names, relative to its directory. */
+function besides(file: string, p: unknown): string {
+  const dir = file.includes("/") ? file.slice(0, file.lastIndexOf("/")) : ".";
+  return String(p).startsWith("/") ? String(p) : `${dir}/${p}`;
+}
+
+/** PEM text given inline (base64 `*-data`) or by a file, or undefined. */
+async function pem(file: string, data: unknown, ref: unknown): Promise<string | undefined> {
+  if (typeof data === "string" && data !== "") {
+    return new TextDecoder().decode(Uint8Array.from(atob(data), (c) => c.charCodeAt(0)));
+  }
+  if (typeof ref === "string" && ref !== "") return await Deno.readTextFile(besides(file, ref));
+  return undefined;
+}
+
+/** The user's bearer token: given, in a file (read each time), or from a credential plugin. */
+function userToken(file: string, user: Record<string, unknown>): KubeConfig["token"] {
+  if (typeof user.token === "string" && user.token !== "") {
+    const t = user.token;
+    return () => Promise.resolve(t);
+  }
+  if (typeof user.tokenFile === "string") {
+    const f = besides(file, user.tokenFile);
+    return async () => (await Deno.readTextFile(f)).trim();
+  }
+  if (isRecord(user.exec)) return execToken(user.exec, file);
+  return undefined;
+}
+
 /** A credential plugin (`users[].user.exec`): runs it, keeps its token until it expires. */
 function execToken(exec: Record<string, unknown>, file: string): () => Promise<string | undefined> {
   let cached: { token: string; until: number } | null = null;
   return async () => {
     if (cached !== null && Date.now() < cached.until) return cached.token;
-    const env: Record<string, string> = {};
-    if (Array.isArray(exec.env)) {
-      for (const e of exec.env) if (isRecord(e)) env[String(e.name)] = String(e.value);
-    }
-    const command = String(exec.command);
-    const out = await new Deno.Command(command, {
-      args: Array.isArray(exec.args) ? exec.args.map(String) : [],
-      env: {
-        ...env,
-        KUBERNETES_EXEC_INFO: JSON.stringify({
-          apiVersion: exec.apiVersion,
-          kind: "ExecCredential",
-          spec: { interactive: false },
-        }),
-      },
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-      signal: AbortSignal.timeout(60_000),
-    }).output().catch((err) => {
-      throw new Deno.errors.NotFound(
-        `Cannot authenticate with the kubeconfig ${file}: cannot run its credential plugin "${command}": ${err.message}`,
-        { cause: err },
-      );
-    });
-    if (!out.success) {
-      throw new Deno.errors.PermissionDenied(
-        `Cannot authenticate with the kubeconfig ${file}: credential plugin "${command}" exited with code ${out.code}: ${
-          new TextDecoder().decode(out.stderr).trim().slice(-300)
-        }`,
-      );
-    }
-    const cred = JSON.parse(new TextDecoder().decode(out.stdout)) as {
-      status?: { token?: string; expirationTimestamp?: string };
-    };
-    const token = cred.status?.token;
-    if (!token) {
-      throw new Deno.errors.PermissionDenied(
-        `Cannot authenticate with the kubeconfig ${file}: credential plugin "${command}" gave no token`,
-      );
-    }
-    const expires = cred.status?.expirationTimestamp
-      ? Date.parse(cred.status.expirationTimestamp) - 30_000
+    const cred = await runPlugin(exec, file);
+    const expires = cred.expirationTimestamp
+      ? Date.parse(cred.expirationTimestamp) - 30_000
       : Date.now() + 5 * 60_000;
-    cached = { token, until: expires };
-    return token;
+    cached = { token: cred.token, until: expires };
+    return cred.token;
   };
+}
+
+/** Runs a credential plugin as kubectl does; its ExecCredential's token and expiry. */
+async function runPlugin(
+  exec: Record<string, unknown>,
+  file: string,
+): Promise<{ token: string; expirationTimestamp?: string }> {
+  const env: Record<string, string> = {};
+  if (Array.isArray(exec.env)) {
+    for (const e of exec.env) if (isRecord(e)) env[String(e.name)] = String(e.value);
+  }
+  const command = String(exec.command);
+  const what = `Cannot authenticate with the kubeconfig ${file}`;
+  const out = await new Deno.Command(command, {
+    args: Array.isArray(exec.args) ? exec.args.map(String) : [],
+    env: {
+      ...env,
+      KUBERNETES_EXEC_INFO: JSON.stringify({
+        apiVersion: exec.apiVersion,
+        kind: "ExecCredential",
+        spec: { interactive: false },
+      }),
+    },
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+    signal: AbortSignal.timeout(60_000),
+  }).output().catch((err) => {
+    throw new Deno.errors.NotFound(
+      `${what}: cannot run its credential plugin "${command}": ${errorMessage(err)}`,
+      { cause: err },
+    );
+  });
+  if (!out.success) {
+    throw new Deno.errors.PermissionDenied(
+      `${what}: credential plugin "${command}" exited with code ${out.code}: ${
+        new TextDecoder().decode(out.stderr).trim().slice(-300)
+      }`,
+    );
+  }
+  const cred = JSON.parse(new TextDecoder().decode(out.stdout)) as {
+    status?: { token?: string; expirationTimestamp?: string };
+  };
+  const token = cred.status?.token;
+  if (!token) {
+    throw new Deno.errors.PermissionDenied(`${what}: credential plugin "${command}" gave no token`);
+  }
+  return { token, expirationTimestamp: cred.status?.expirationTimestamp };
 }
 
 /** A token bucket: `perSecond` on average, bursts of `burst`. */
@@ -330,23 +347,16 @@ export class KubeClient implements Disposable {
     const attempts = options.retry === false ? 1 : options.attempts ?? 6;
     for (let attempt = 1;; attempt++) {
       options.signal?.throwIfAborted();
+      const last = attempt >= attempts;
       let res: Response;
       try {
-        res = await fetch(`${this.config.server}${path}`, {
-          method,
-          client: this.#http,
-          headers: await this.#headers(
-            body === undefined ? {} : { "content-type": options.contentType ?? "application/json" },
-          ),
-          body: body === undefined ? undefined : JSON.stringify(body),
-          signal: options.signal,
-        });
+        res = await this.#fetch(method, path, body, options);
       } catch (err) {
-        if (options.signal?.aborted || attempt >= attempts) {
-          if (options.signal?.aborted) throw err;
+        if (options.signal?.aborted) throw err;
+        if (last) {
           throw new Deno.errors.ConnectionRefused(
             `Cannot reach the Kubernetes API at ${this.config.server} (${this.config.source}): ${
-              (err as Error).message
+              errorMessage(err)
             }`,
             { cause: err },
           );
@@ -355,32 +365,32 @@ export class KubeClient implements Disposable {
         continue;
       }
       const text = await res.text();
-      if (res.ok) {
-        if (text === "") return null;
-        return (res.headers.get("content-type") ?? "").includes("json") ? JSON.parse(text) : text;
-      }
-      let status: { reason?: string; message?: string } = {};
-      try {
-        status = JSON.parse(text);
-      } catch {
-        status = { message: text.trim().slice(0, 300) };
-      }
-      if (retriable(res.status) && attempt < attempts) {
-        const after = Number(res.headers.get("retry-after"));
-        await delay(
-          Number.isFinite(after) && after > 0 ? Math.min(after * 1000, 10_000) : backoff(attempt),
-          options.signal,
-        );
-        continue;
-      }
-      throw new KubeApiError(
-        `${method} ${path.replace(/\?.*/, "")}: ${res.status} ${status.reason ?? res.statusText}: ${
-          status.message ?? ""
-        }`.trim(),
-        res.status,
-        status.reason ?? "",
+      if (res.ok) return replyBody(res, text);
+      if (!retriable(res.status) || last) throw refusal(method, path, res, text);
+      const after = Number(res.headers.get("retry-after"));
+      await delay(
+        Number.isFinite(after) && after > 0 ? Math.min(after * 1000, 10_000) : backoff(attempt),
+        options.signal,
       );
     }
+  }
+
+  async #fetch(
+    method: string,
+    path: string,
+    body: unknown,
+    options: KubeCallOptions,
+  ): Promise<Response> {
+    const type: Record<string, string> = body === undefined
+      ? {}
+      : { "content-type": options.contentType ?? "application/json" };
+    return await fetch(`${this.config.server}${path}`, {
+      method,
+      client: this.#http,
+      headers: await this.#headers(type),
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal: options.signal,
+    });
   }
 
   /** A WebSocket to `path` (port-forward), authenticated as the calls are. */
@@ -403,6 +413,29 @@ export class KubeClient implements Disposable {
   [Symbol.dispose](): void {
     this.close();
   }
+}
+
+/** A successful reply's body: JSON parsed, other text as it is, nothing as null. */
+function replyBody(res: Response, text: string): unknown {
+  if (text === "") return null;
+  return (res.headers.get("content-type") ?? "").includes("json") ? JSON.parse(text) : text;
+}
+
+/** A refused call, with the Status object's reason and message. */
+function refusal(method: string, path: string, res: Response, text: string): KubeApiError {
+  let status: { reason?: string; message?: string } = {};
+  try {
+    status = JSON.parse(text);
+  } catch {
+    status = { message: text.trim().slice(0, 300) };
+  }
+  return new KubeApiError(
+    `${method} ${path.replace(/\?.*/, "")}: ${res.status} ${status.reason ?? res.statusText}: ${
+      status.message ?? ""
+    }`.trim(),
+    res.status,
+    status.reason ?? "",
+  );
 }
 
 /** Full jitter: a random wait up to 100 ms * 2^attempt, at most 5 s. */

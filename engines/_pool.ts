@@ -1,21 +1,23 @@
-// Leasing the members of a pool of environment servers (pods of a
-// Kubernetes pool, tasks of a Slurm allocation) to rollouts: the least
-// loaded ready member on the least loaded node goes first; a member that
-// dies leaves the pool, and the release of a lease on it rejects saying why
-// (a rollout records it).
+// Pools of environment servers (replicas of a swarm, pods of a Kubernetes
+// pool, tasks of a Slurm allocation), what the pooled runtimes share:
+// leasing the members to rollouts (the least loaded ready member on the
+// least loaded node goes first; a member that dies leaves the pool, and the
+// release of a lease on it rejects saying why, which a rollout records),
+// the size demand asks for, and the timer that looks at the pool.
 
-import type { Placement } from "../runtime/placement.ts";
+import { placementOf, type PlacementWithUrl } from "../runtime/placement.ts";
+import type { ControlAddress } from "../_internal/auth.ts";
 import { NotReadyError } from "../errors.ts";
 import { Deadline } from "../_internal/async.ts";
 
 /** One server of a pool. */
 export interface PoolMember {
-  /** Unique in the pool (pod name, job.step.task). */
+  /** Unique in the pool (task id, pod name, job.step). */
   readonly id: string;
   /** The node it runs on, for errors and spreading. */
   readonly node: string;
-  /** Control address, with the token. */
-  readonly url: string;
+  /** Its control address, with the token. */
+  readonly address: ControlAddress;
   /** Data for the placement's `params`. */
   readonly params: Readonly<Record<string, unknown>>;
   ready: boolean;
@@ -36,15 +38,18 @@ export class LeasePool {
   readonly #waiters: Waiter[] = [];
   readonly #width: number;
   readonly #what: string;
+  readonly #noun: string;
   #served = 0;
 
   /**
    * @param width rollouts a member serves at once
    * @param what the pool in errors: `pool "hud-1-ab"`
+   * @param noun a member in errors: `replica`
    */
-  constructor(width: number, what: string) {
+  constructor(width: number, what: string, noun = "member") {
     this.#width = width;
     this.#what = what;
+    this.#noun = noun;
   }
 
   /** A member by id. */
@@ -132,7 +137,7 @@ export class LeasePool {
   /**
    * Waits for a free ready member.
    * @param timeout ms
-   * @param describe the pool's state for the timeout's message
+   * @param describe the pool's state for the timeout's message: `(2 ready, 4 wanted)`
    */
   wait(
     timeout: number,
@@ -158,7 +163,7 @@ export class LeasePool {
         if (signal?.aborted) return waiter.reject(signal.reason);
         waiter.reject(
           new NotReadyError(
-            `Cannot place on ${this.#what}: no free ready member after ${timeout} ms (${describe()})`,
+            `Cannot place on ${this.#what}: no free ready ${this.#noun} after ${timeout} ms ${describe()}`,
           ),
         );
       }, { once: true });
@@ -178,27 +183,27 @@ export class LeasePool {
    *   that failed because the member died often ends before the pool has
    *   read of the death, and would otherwise hand the member on
    */
-  lease(member: PoolMember, onRelease?: () => void, settle?: () => Promise<void>): Placement {
+  lease(
+    member: PoolMember,
+    onRelease?: () => void,
+    settle?: () => Promise<void>,
+  ): PlacementWithUrl {
     let released: Promise<void> | null = null;
-    return {
-      url: member.url,
-      params: member.params,
-      [Symbol.asyncDispose]: () => {
-        released ??= (async () => {
-          await settle?.();
-          member.leases--;
-          onRelease?.();
-          if (member.dead !== null) {
-            if (member.leases === 0) this.#members.delete(member.id);
-            throw new Error(
-              `${member.id} of ${this.#what} on node ${member.node} died while placed: ${member.dead}`,
-            );
-          }
-          this.#dispatch();
-        })();
-        return released;
-      },
-    };
+    return placementOf(member.address, member.params, () => {
+      released ??= (async () => {
+        await settle?.();
+        member.leases--;
+        onRelease?.();
+        if (member.dead !== null) {
+          if (member.leases === 0) this.#members.delete(member.id);
+          throw new Error(
+            `${member.id} of ${this.#what} on node ${member.node} died while placed: ${member.dead}`,
+          );
+        }
+        this.#dispatch();
+      })();
+      return released;
+    });
   }
 
   #dispatch(): void {
@@ -207,5 +212,81 @@ export class LeasePool {
       if (member === null) return;
       this.#waiters.shift()!.resolve(member);
     }
+  }
+}
+
+/** The limits a pool's size moves within. */
+export interface PoolLimits {
+  /** Fewest members kept. */
+  min: number;
+  /** Most members demand may ask for. */
+  max: number;
+  /** Rollouts one member serves at once. */
+  width: number;
+  /** How long the pool stays idle before it shrinks to `min`, in ms. */
+  scaleDownAfter: number;
+}
+
+/**
+ * The size a pool should have: enough members for the demand (leases held
+ * plus rollouts waiting), up to `max`; `min` once it has had no demand for
+ * `scaleDownAfter` (down, or back up after failed creations); else as it is. A pure function of its
+ * arguments, so that the swarm's and the Kubernetes pool's scaling is one
+ * rule, tested without either.
+ * @param desired the size the pool is set to now
+ * @param idleFor how long the pool has had no demand, in ms (0 while it has some)
+ */
+export function scaleTarget(
+  desired: number,
+  demand: number,
+  idleFor: number,
+  limits: PoolLimits,
+): number {
+  const needed = Math.ceil(demand / limits.width);
+  if (needed > desired) return Math.min(limits.max, needed);
+  if (demand === 0 && idleFor >= limits.scaleDownAfter) return limits.min;
+  return desired;
+}
+
+/**
+ * Looks at a pool every `interval` ms until stopped: one look at a time,
+ * which concurrent callers of {@linkcode Poller.poll} share. A look that
+ * fails goes to `onError` and the next one comes as usual.
+ */
+export class Poller {
+  readonly #interval: number;
+  readonly #look: () => Promise<void>;
+  readonly #onError: (err: unknown) => void;
+  #timer: ReturnType<typeof setTimeout> | null = null;
+  #looking: Promise<void> | null = null;
+  #stopped = false;
+
+  constructor(interval: number, look: () => Promise<void>, onError: (err: unknown) => void) {
+    this.#interval = interval;
+    this.#look = look;
+    this.#onError = onError;
+  }
+
+  /** Starts the timer (again after each look). */
+  start(): void {
+    if (this.#stopped || this.#timer !== null) return;
+    this.#timer = setTimeout(() => {
+      this.#timer = null;
+      this.poll().catch(this.#onError).finally(() => this.start());
+    }, this.#interval);
+  }
+
+  /** One look now, or the one under way. */
+  poll(): Promise<void> {
+    this.#looking ??= this.#look().finally(() => this.#looking = null);
+    return this.#looking;
+  }
+
+  /** Stops the timer and waits for a look under way (its failure ignored). */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    if (this.#timer !== null) clearTimeout(this.#timer);
+    this.#timer = null;
+    await this.#looking?.catch(() => {});
   }
 }

@@ -6,6 +6,7 @@
 // local side stops sending or the pod's side ends.
 
 import type { KubeClient } from "./_kube.ts";
+import type { RawWebSocket } from "./_websocket.ts";
 import { closeQuietly, isPeerGone, writeAll } from "../_internal/io.ts";
 import { acceptLoop } from "../_internal/accept.ts";
 
@@ -62,54 +63,9 @@ export class PortForward implements AsyncDisposable {
 
   async #forward(conn: Deno.TcpConn): Promise<void> {
     const ws = await this.#client.webSocket(this.#path, PROTOCOL);
-    const seen = [false, false];
-    let failure = "";
-    // Pod to local.
-    const down = (async () => {
-      while (true) {
-        const msg = await ws.read();
-        if (msg === null || msg.length === 0) {
-          if (msg === null) return;
-          continue;
-        }
-        const channel = msg[0];
-        let body = msg.subarray(1);
-        if (channel > 1) continue;
-        if (!seen[channel]) {
-          // The first message of each channel names the port.
-          seen[channel] = true;
-          body = body.subarray(2);
-        }
-        if (body.length === 0) continue;
-        if (channel === 1) {
-          failure += new TextDecoder().decode(body);
-          continue;
-        }
-        try {
-          await writeAll(conn, body);
-        } catch (err) {
-          if (!isPeerGone(err)) throw err;
-          return;
-        }
-      }
-    })();
-    // Local to pod.
-    const up = (async () => {
-      const buf = new Uint8Array(64 * 1024);
-      while (true) {
-        let n: number | null;
-        try {
-          n = await conn.read(buf);
-        } catch (err) {
-          if (!isPeerGone(err)) throw err;
-          n = null;
-        }
-        if (n === null) return;
-        const frame = new Uint8Array(n + 1);
-        frame.set(buf.subarray(0, n), 1);
-        await ws.send(frame);
-      }
-    })();
+    const errors: string[] = [];
+    const down = podToLocal(ws, conn, errors);
+    const up = localToPod(conn, ws);
     try {
       await Promise.race([up, down]);
     } finally {
@@ -117,7 +73,8 @@ export class PortForward implements AsyncDisposable {
       closeQuietly(conn);
       await Promise.allSettled([up, down]);
     }
-    if (failure !== "") throw new Error(`port-forward to ${this.#path}: ${failure.trim()}`);
+    const failure = errors.join("").trim();
+    if (failure !== "") throw new Error(`port-forward to ${this.#path}: ${failure}`);
   }
 
   /** Stops listening, ends the connections, waits for them; idempotent. */
@@ -133,5 +90,54 @@ export class PortForward implements AsyncDisposable {
 
   [Symbol.asyncDispose](): Promise<void> {
     return this.close();
+  }
+}
+
+/**
+ * The pod's bytes to the local connection: channel 0's data; channel 1's
+ * error text goes to `errors`. The first message of each channel names the
+ * port.
+ */
+async function podToLocal(ws: RawWebSocket, conn: Deno.TcpConn, errors: string[]): Promise<void> {
+  const seen = [false, false];
+  while (true) {
+    const msg = await ws.read();
+    if (msg === null) return;
+    const channel = msg[0];
+    if (msg.length === 0 || channel > 1) continue;
+    let body = msg.subarray(1);
+    if (!seen[channel]) {
+      seen[channel] = true;
+      body = body.subarray(2);
+    }
+    if (body.length === 0) continue;
+    if (channel === 1) {
+      errors.push(new TextDecoder().decode(body));
+      continue;
+    }
+    try {
+      await writeAll(conn, body);
+    } catch (err) {
+      if (!isPeerGone(err)) throw err;
+      return;
+    }
+  }
+}
+
+/** The local connection's bytes to the pod, on channel 0, until it stops sending. */
+async function localToPod(conn: Deno.TcpConn, ws: RawWebSocket): Promise<void> {
+  const buf = new Uint8Array(64 * 1024);
+  while (true) {
+    let n: number | null;
+    try {
+      n = await conn.read(buf);
+    } catch (err) {
+      if (!isPeerGone(err)) throw err;
+      n = null;
+    }
+    if (n === null) return;
+    const frame = new Uint8Array(n + 1);
+    frame.set(buf.subarray(0, n), 1);
+    await ws.send(frame);
   }
 }

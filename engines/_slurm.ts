@@ -3,7 +3,7 @@
 // there is one, else through sbatch/scontrol/sinfo/scancel. The few calls
 // SlurmRuntime and `hud gc` need.
 
-import { isRecord } from "../_internal/util.ts";
+import { errorMessage, isRecord } from "../_internal/util.ts";
 import { isPeerGone } from "../_internal/io.ts";
 
 /** A job to submit. */
@@ -122,7 +122,7 @@ export class RestConnection implements SlurmConnection {
     } catch (err) {
       if (signal?.aborted) throw err;
       throw new Deno.errors.ConnectionRefused(
-        `Cannot reach slurmrestd at ${this.#where}: ${(err as Error).message}`,
+        `Cannot reach slurmrestd at ${this.#where}: ${errorMessage(err)}`,
         { cause: err },
       );
     }
@@ -264,7 +264,7 @@ export class CommandConnection implements SlurmConnection {
     } catch (err) {
       throw new Deno.errors.NotFound(
         `Cannot run ${cmd}: ${
-          (err as Error).message
+          errorMessage(err)
         }; install Slurm's client commands or give slurmrestd`,
         { cause: err },
       );

@@ -18,6 +18,74 @@ export interface WebSocketTarget {
   key?: string;
 }
 
+/** A connection to the target's host: TLS for https and wss, with its CA and client certificate. */
+async function connectTo(target: WebSocketTarget): Promise<Deno.Conn> {
+  const { url } = target;
+  const secure = url.protocol === "https:" || url.protocol === "wss:";
+  const port = Number(url.port) || (secure ? 443 : 80);
+  const hostname = url.hostname.replace(/^\[|\]$/g, "");
+  if (!secure) return await Deno.connect({ hostname, port });
+  return await Deno.connectTls({
+    hostname,
+    port,
+    caCerts: target.caCerts,
+    ...(target.cert && target.key ? { cert: target.cert, key: target.key } : {}),
+  });
+}
+
+/** The HTTP/1.1 upgrade request, with the target's subprotocol and headers. */
+function upgradeRequest(target: WebSocketTarget, key: string): string {
+  const { url } = target;
+  return [
+    `GET ${url.pathname}${url.search} HTTP/1.1`,
+    `Host: ${url.host}`,
+    "Upgrade: websocket",
+    "Connection: Upgrade",
+    `Sec-WebSocket-Key: ${key}`,
+    "Sec-WebSocket-Version: 13",
+    `Sec-WebSocket-Protocol: ${target.protocol}`,
+    ...Object.entries(target.headers).map(([k, v]) => `${k}: ${v}`),
+    "",
+    "",
+  ].join("\r\n");
+}
+
+/** The reply's head (status line and headers) and the bytes after it. */
+async function readHead(conn: Deno.Conn): Promise<{ head: string; rest: Uint8Array }> {
+  let buf: Uint8Array = new Uint8Array(0);
+  let end = -1;
+  const chunk = new Uint8Array(16 * 1024);
+  while ((end = indexOfBlankLine(buf)) < 0) {
+    if (buf.length > 64 * 1024) throw new Error("WebSocket upgrade: reply headers too long");
+    const n = await conn.read(chunk);
+    if (n === null) throw new Error("WebSocket upgrade: the server closed the connection");
+    buf = concat([buf, chunk.subarray(0, n)]);
+  }
+  return { head: new TextDecoder().decode(buf.subarray(0, end)), rest: buf.slice(end + 4) };
+}
+
+/**
+ * Checks the reply switches protocols and accepts our key; a refusal's body
+ * (a Status object) says why.
+ */
+async function checkUpgrade(head: string, rest: Uint8Array, key: string): Promise<void> {
+  const [status, ...fields] = head.split("\r\n");
+  if (!/^HTTP\/1\.1 101\b/.test(status)) {
+    const body = new TextDecoder().decode(rest).trim().slice(0, 300);
+    throw new Error(
+      `WebSocket upgrade refused: ${status.replace(/^HTTP\/1\.1 /, "")}${body ? `: ${body}` : ""}`,
+    );
+  }
+  const accept = fields.find((f) => f.toLowerCase().startsWith("sec-websocket-accept:"))
+    ?.slice("sec-websocket-accept:".length).trim();
+  const digest = new Uint8Array(
+    await crypto.subtle.digest("SHA-1", new TextEncoder().encode(key + GUID)),
+  );
+  if (accept !== btoa(String.fromCharCode(...digest))) {
+    throw new Error("WebSocket upgrade: wrong Sec-WebSocket-Accept");
+  }
+}
+
 /** An open WebSocket: whole binary messages in and out. */
 export class RawWebSocket {
   readonly #conn: Deno.Conn;
@@ -32,62 +100,12 @@ export class RawWebSocket {
 
   /** Connects and upgrades; throws with the server's status and words when it refuses. */
   static async open(target: WebSocketTarget): Promise<RawWebSocket> {
-    const { url } = target;
-    const secure = url.protocol === "https:" || url.protocol === "wss:";
-    const port = Number(url.port) || (secure ? 443 : 80);
-    const hostname = url.hostname.replace(/^\[|\]$/g, "");
-    const conn: Deno.Conn = secure
-      ? await Deno.connectTls({
-        hostname,
-        port,
-        caCerts: target.caCerts,
-        ...(target.cert && target.key ? { cert: target.cert, key: target.key } : {}),
-      })
-      : await Deno.connect({ hostname, port });
+    const conn = await connectTo(target);
     try {
       const key = btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(16))));
-      const lines = [
-        `GET ${url.pathname}${url.search} HTTP/1.1`,
-        `Host: ${url.host}`,
-        "Upgrade: websocket",
-        "Connection: Upgrade",
-        `Sec-WebSocket-Key: ${key}`,
-        "Sec-WebSocket-Version: 13",
-        `Sec-WebSocket-Protocol: ${target.protocol}`,
-        ...Object.entries(target.headers).map(([k, v]) => `${k}: ${v}`),
-        "",
-        "",
-      ];
-      await writeAll(conn, new TextEncoder().encode(lines.join("\r\n")));
-      let buf: Uint8Array = new Uint8Array(0);
-      let end = -1;
-      const chunk = new Uint8Array(16 * 1024);
-      while ((end = indexOfBlankLine(buf)) < 0) {
-        if (buf.length > 64 * 1024) throw new Error("WebSocket upgrade: reply headers too long");
-        const n = await conn.read(chunk);
-        if (n === null) throw new Error("WebSocket upgrade: the server closed the connection");
-        buf = concat([buf, chunk.subarray(0, n)]);
-      }
-      const head = new TextDecoder().decode(buf.subarray(0, end));
-      const rest = buf.slice(end + 4);
-      const [status, ...fields] = head.split("\r\n");
-      if (!/^HTTP\/1\.1 101\b/.test(status)) {
-        // The refusal's body (a Status object) says why.
-        const body = new TextDecoder().decode(rest).trim().slice(0, 300);
-        throw new Error(
-          `WebSocket upgrade refused: ${status.replace(/^HTTP\/1\.1 /, "")}${
-            body ? `: ${body}` : ""
-          }`,
-        );
-      }
-      const header = (name: string) =>
-        fields.find((f) => f.toLowerCase().startsWith(`${name}:`))?.slice(name.length + 1).trim();
-      const digest = new Uint8Array(
-        await crypto.subtle.digest("SHA-1", new TextEncoder().encode(key + GUID)),
-      );
-      if (header("sec-websocket-accept") !== btoa(String.fromCharCode(...digest))) {
-        throw new Error("WebSocket upgrade: wrong Sec-WebSocket-Accept");
-      }
+      await writeAll(conn, new TextEncoder().encode(upgradeRequest(target, key)));
+      const { head, rest } = await readHead(conn);
+      await checkUpgrade(head, rest, key);
       return new RawWebSocket(conn, rest);
     } catch (err) {
       conn.close();

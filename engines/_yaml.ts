@@ -169,61 +169,85 @@ function scalar(text: string, no: number): unknown {
 
 /** One-line flow collections: `{}`, `[]`, `[a, "b"]`, `{a: 1, b: [x]}`. */
 function flow(text: string, no: number): unknown {
-  let i = 0;
-  const fail = (): never => {
-    throw new SyntaxError(`YAML line ${no}: cannot read flow collection "${text}"`);
-  };
-  const ws = () => {
-    while (text[i] === " ") i++;
-  };
-  const item = (): unknown => {
-    ws();
-    if (text[i] === "{" || text[i] === "[") return collection();
-    if (text[i] === '"' || text[i] === "'") {
-      const end = quotedEnd(text, i);
-      if (end < 0) fail();
-      const s = text.slice(i, end + 1);
-      i = end + 1;
-      return scalar(s, no);
+  const reader = new FlowReader(text, no);
+  const value = reader.collection();
+  reader.end();
+  return value;
+}
+
+/** A reader of one flow collection's text, left to right. */
+class FlowReader {
+  readonly #text: string;
+  readonly #no: number;
+  #i = 0;
+
+  constructor(text: string, no: number) {
+    this.#text = text;
+    this.#no = no;
+  }
+
+  #fail(): never {
+    throw new SyntaxError(`YAML line ${this.#no}: cannot read flow collection "${this.#text}"`);
+  }
+
+  #spaces(): void {
+    while (this.#text[this.#i] === " ") this.#i++;
+  }
+
+  /** Fails unless the whole text was read. */
+  end(): void {
+    this.#spaces();
+    if (this.#i !== this.#text.length) this.#fail();
+  }
+
+  /** A scalar, quoted or plain, or a nested collection. */
+  #item(): unknown {
+    this.#spaces();
+    const text = this.#text;
+    if (text[this.#i] === "{" || text[this.#i] === "[") return this.collection();
+    if (text[this.#i] === '"' || text[this.#i] === "'") {
+      const end = quotedEnd(text, this.#i);
+      if (end < 0) this.#fail();
+      const s = text.slice(this.#i, end + 1);
+      this.#i = end + 1;
+      return scalar(s, this.#no);
     }
-    const start = i;
-    while (i < text.length && !",]}:".includes(text[i])) i++;
-    return scalar(text.slice(start, i).trim(), no);
-  };
-  const collection = (): unknown => {
-    const open = text[i++];
+    const start = this.#i;
+    while (this.#i < text.length && !",]}:".includes(text[this.#i])) this.#i++;
+    return scalar(text.slice(start, this.#i).trim(), this.#no);
+  }
+
+  /** A `{...}` or `[...]` at the current position. */
+  collection(): unknown {
+    const text = this.#text;
+    const open = text[this.#i++];
     const close = open === "{" ? "}" : "]";
-    const out: unknown = open === "{" ? {} : [];
-    ws();
-    if (text[i] === close) {
-      i++;
-      return out;
+    const map: Record<string, unknown> = {};
+    const list: unknown[] = [];
+    this.#spaces();
+    if (text[this.#i] === close) {
+      this.#i++;
+      return open === "{" ? map : list;
     }
-    while (i < text.length) {
-      const value = item();
-      ws();
+    while (this.#i < text.length) {
+      const value = this.#item();
+      this.#spaces();
       if (open === "{") {
-        if (text[i] !== ":") fail();
-        i++;
-        (out as Record<string, unknown>)[String(value)] = item();
-        ws();
+        if (text[this.#i] !== ":") this.#fail();
+        this.#i++;
+        map[String(value)] = this.#item();
+        this.#spaces();
       } else {
-        (out as unknown[]).push(value);
+        list.push(value);
       }
-      if (text[i] === ",") {
-        i++;
+      if (text[this.#i] === ",") {
+        this.#i++;
         continue;
       }
-      if (text[i] === close) {
-        i++;
-        return out;
-      }
-      fail();
+      if (text[this.#i] !== close) this.#fail();
+      this.#i++;
+      return open === "{" ? map : list;
     }
-    return fail();
-  };
-  const value = collection();
-  ws();
-  if (i !== text.length) fail();
-  return value;
+    return this.#fail();
+  }
 }

@@ -7,32 +7,32 @@
  */
 
 import { probeReady } from "../runtime/_probe.ts";
-import type { Placement, PlaceOptions, RuntimeProvider } from "../runtime/placement.ts";
+import {
+  placementOf,
+  type PlacementWithUrl,
+  type PlaceOptions,
+  type RuntimeProvider,
+} from "../runtime/placement.ts";
 import { NotReadyError } from "../errors.ts";
-import { generateToken, withToken } from "../_internal/auth.ts";
+import {
+  type ControlAddress,
+  controlAddress,
+  generateToken,
+  SERVE_TOKEN_VAR,
+} from "../_internal/auth.ts";
+import { reachableSync } from "../_internal/fs.ts";
 import { Deadline, delay } from "../_internal/async.ts";
 import { EngineClient, EngineError, removeContainer } from "./_engine.ts";
 import { Relay } from "./_relay.ts";
 import { seccompProfile } from "./_seccomp.ts";
+import {
+  CONTROL_DIR_LABEL,
+  CONTROL_LABEL,
+  CONTROL_SOCKET_VAR,
+  CREATED_LABEL,
+  OWNER_LABEL,
+} from "./_constants.ts";
 
-/** The port an environment image serves on inside its container. */
-export const CONTAINER_PORT = 8765;
-/** Label on every container this runtime starts (value: the creating process's pid). */
-export const OWNER_LABEL = "dev.hud.owner";
-/** Label on every environment image: the environment's name. */
-export const ENV_LABEL = "dev.hud.env";
-/**
- * Label on images whose server can be reached through a unix socket (value
- * `socket`): those {@linkcode buildEnvironmentImage} makes.
- */
-export const CONTROL_LABEL = "dev.hud.control";
-
-/**
- * Label on every container this runtime starts: the directory on this host
- * that holds its control socket, for {@linkcode removeStaleContainers} to
- * remove after a killed run.
- */
-export const CONTROL_DIR_LABEL = "dev.hud.control.dir";
 /** Where the runtime's control socket directory appears inside a container. */
 const CONTROL_DIR = "/tmp/.hud-control";
 /** The user containers run as unless told otherwise: nobody, in every base image. */
@@ -121,8 +121,9 @@ export interface ContainerRuntimeOptions {
    */
   readyTimeout?: number;
   /**
-   * Seconds the engine waits after SIGTERM before SIGKILL on release.
-   * @default 5
+   * How long the engine waits after SIGTERM before SIGKILL on release, in ms
+   * (whole seconds to the engine: rounded up).
+   * @default 5_000
    */
   stopTimeout?: number;
 }
@@ -134,6 +135,136 @@ interface ContainerInfo {
 /** What the engine says about its own security options. */
 interface EngineSecurity {
   apparmor: boolean;
+}
+
+/** {@linkcode ContainerRuntimeOptions}, checked, with every default resolved. */
+interface ContainerConfig {
+  image: string;
+  socket: string | undefined;
+  env: Record<string, string>;
+  cpus: number | undefined;
+  memory: number | undefined;
+  pids: number;
+  network: boolean;
+  user: string;
+  capabilities: readonly string[];
+  readOnly: boolean;
+  tmpSize: number;
+  onError: (err: unknown) => void;
+  labels: Record<string, string>;
+  readyTimeout: number;
+  stopTimeout: number;
+}
+
+function resolveContainerOptions(image: string, options: ContainerRuntimeOptions): ContainerConfig {
+  if (typeof image !== "string" || image === "") {
+    throw new TypeError("Cannot create ContainerRuntime: image must be a non-empty string");
+  }
+  for (const name of ["cpus", "memory", "pids", "tmpSize"] as const) {
+    const value = options[name];
+    if (value !== undefined && !(typeof value === "number" && value > 0 && isFinite(value))) {
+      throw new RangeError(
+        `Cannot create ContainerRuntime: ${name} must be a positive number, got ${value}`,
+      );
+    }
+  }
+  for (const cap of options.capabilities ?? []) {
+    if (typeof cap !== "string" || !/^[A-Z_]+$/.test(cap)) {
+      throw new TypeError(
+        `Cannot create ContainerRuntime: capability "${cap}" must be a name like "SETUID"`,
+      );
+    }
+  }
+  if (options.user !== undefined && (typeof options.user !== "string" || options.user === "")) {
+    throw new TypeError("Cannot create ContainerRuntime: user must be a non-empty string");
+  }
+  return {
+    image,
+    socket: options.socket,
+    env: { ...options.env },
+    cpus: options.cpus,
+    memory: options.memory,
+    pids: options.pids ?? DEFAULT_PIDS,
+    network: options.network ?? false,
+    user: options.user ?? DEFAULT_USER,
+    capabilities: [...(options.capabilities ?? [])],
+    readOnly: options.readOnly ?? true,
+    tmpSize: options.tmpSize ?? DEFAULT_TMP_SIZE,
+    onError: options.onError ?? (() => {}),
+    labels: { ...options.labels },
+    readyTimeout: options.readyTimeout ?? 60_000,
+    stopTimeout: options.stopTimeout ?? 5_000,
+  };
+}
+
+/** How a container is made beyond the runtime's options: its token, socket directory, engine. */
+interface ContainerSetting {
+  token: string;
+  /** The directory on this host that holds the control socket's directory. */
+  dir: string;
+  /** The seccomp option: the profile itself (Docker), or a file's path (Podman). */
+  seccomp: string;
+  podman: boolean;
+  apparmor: boolean;
+}
+
+/** The body of `POST /containers/create`: the image, confined as the runtime's doc says. */
+function containerSpec(config: ContainerConfig, setting: ContainerSetting): unknown {
+  const env = {
+    ...config.env,
+    [SERVE_TOKEN_VAR]: setting.token,
+    [CONTROL_SOCKET_VAR]: `${CONTROL_DIR}/control.sock`,
+  };
+  return {
+    Image: config.image,
+    User: config.user,
+    Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
+    Labels: {
+      ...config.labels,
+      [OWNER_LABEL]: String(Deno.pid),
+      [CONTROL_DIR_LABEL]: setting.dir,
+      [CREATED_LABEL]: new Date().toISOString(),
+    },
+    HostConfig: hostConfig(config, setting),
+  };
+}
+
+function hostConfig(config: ContainerConfig, setting: ContainerSetting): unknown {
+  return {
+    NetworkMode: config.network ? "bridge" : "none",
+    Binds: [`${setting.dir}/control:${CONTROL_DIR}`],
+    CapDrop: ["ALL"],
+    ...(config.capabilities.length > 0 ? { CapAdd: [...config.capabilities] } : {}),
+    SecurityOpt: [
+      "no-new-privileges",
+      `seccomp=${setting.seccomp}`,
+      // AppArmor's docker-default profile refuses every mount, also in
+      // a user namespace: bubblewrap could not build the sandbox.
+      ...(setting.apparmor ? ["apparmor=unconfined"] : []),
+      // Podman's compatible API ignores MaskedPaths and ReadonlyPaths.
+      ...(setting.podman ? ["unmask=/proc/*"] : []),
+    ],
+    // A fresh /proc (the sandbox's PID namespace) may be mounted only
+    // where the container's /proc is not partly covered: the engine's
+    // masks over /proc entries (kcore, keys, sys...) must go. They
+    // hide what only root may read or write, and nothing here runs as
+    // root.
+    MaskedPaths: MASKED_PATHS,
+    ReadonlyPaths: [],
+    ReadonlyRootfs: config.readOnly,
+    Tmpfs: { "/tmp": `rw,exec,nosuid,nodev,size=${config.tmpSize},mode=1777` },
+    PidsLimit: config.pids,
+    ...(config.cpus ? { NanoCpus: Math.round(config.cpus * 1e9) } : {}),
+    ...(config.memory ? { Memory: config.memory } : {}),
+  };
+}
+
+/** What one placement holds, to release (or undo, when placing fails). */
+interface Held {
+  engine: EngineClient;
+  id: string | null;
+  dir: string | null;
+  relay: Relay | null;
 }
 
 /**
@@ -159,8 +290,7 @@ interface EngineSecurity {
  * ```
  */
 export class ContainerRuntime implements RuntimeProvider {
-  readonly #image: string;
-  readonly #options: ContainerRuntimeOptions;
+  readonly #config: ContainerConfig;
   #security: Promise<EngineSecurity> | null = null;
   // Placements being made and releases running, and how to release each
   // placement still held: close() waits for all of them, so that a caller
@@ -178,34 +308,12 @@ export class ContainerRuntime implements RuntimeProvider {
    * @throws {RangeError} for a limit that is not a positive number
    */
   constructor(image: string, options: ContainerRuntimeOptions = {}) {
-    if (typeof image !== "string" || image === "") {
-      throw new TypeError("Cannot create ContainerRuntime: image must be a non-empty string");
-    }
-    for (const name of ["cpus", "memory", "pids", "tmpSize"] as const) {
-      const value = options[name];
-      if (value !== undefined && !(typeof value === "number" && value > 0 && isFinite(value))) {
-        throw new RangeError(
-          `Cannot create ContainerRuntime: ${name} must be a positive number, got ${value}`,
-        );
-      }
-    }
-    for (const cap of options.capabilities ?? []) {
-      if (typeof cap !== "string" || !/^[A-Z_]+$/.test(cap)) {
-        throw new TypeError(
-          `Cannot create ContainerRuntime: capability "${cap}" must be a name like "SETUID"`,
-        );
-      }
-    }
-    if (options.user !== undefined && (typeof options.user !== "string" || options.user === "")) {
-      throw new TypeError("Cannot create ContainerRuntime: user must be a non-empty string");
-    }
-    this.#image = image;
-    this.#options = options;
+    this.#config = resolveContainerOptions(image, options);
   }
 
   /** The image placed. */
   get image(): string {
-    return this.#image;
+    return this.#config.image;
   }
 
   /**
@@ -213,7 +321,7 @@ export class ContainerRuntime implements RuntimeProvider {
    * @throws {NotReadyError} when it exits or stays silent before it is ready, with its exit code and last output
    * @throws {TypeError} for an image not made by {@linkcode buildEnvironmentImage}
    */
-  place(options: PlaceOptions = {}): Promise<Placement> {
+  place(options: PlaceOptions = {}): Promise<PlacementWithUrl> {
     return this.#track(this.#place(options));
   }
 
@@ -239,136 +347,104 @@ export class ContainerRuntime implements RuntimeProvider {
     return work;
   }
 
-  async #place(options: PlaceOptions): Promise<Placement> {
-    const opts = this.#options;
-    const engine = await EngineClient.open(opts.socket, options.signal);
-    const token = generateToken();
-    let id: string | null = null;
-    let dir: string | null = null;
-    let relay: Relay | null = null;
+  async #place(options: PlaceOptions): Promise<PlacementWithUrl> {
+    const signal = options.signal;
+    const held: Held = {
+      engine: await EngineClient.open(this.#config.socket, signal),
+      id: null,
+      dir: null,
+      relay: null,
+    };
     try {
-      await this.#checkImage(engine, options.signal);
-      const security = await (this.#security ??= engineSecurity(engine));
-      // The socket's directory: reachable only through ours (0700), and
-      // writable by the container's user, whoever that is on this host.
-      dir = await Deno.makeTempDir({ prefix: "hud-container-" });
-      const shared = `${dir}/control`;
-      await Deno.mkdir(shared);
-      await Deno.chmod(shared, 0o777);
-      // Docker takes the profile itself; Podman's compatible API, a path on
-      // its host (this one: the engine is on this machine's socket).
-      const podman = engine.product.startsWith("Podman");
-      let seccomp = seccompProfile();
-      if (podman) {
-        await Deno.writeTextFile(`${dir}/seccomp.json`, seccomp, { mode: 0o600 });
-        seccomp = `${dir}/seccomp.json`;
-      }
-      const env = {
-        ...opts.env,
-        HUD_SERVE_TOKEN: token,
-        HUD_CONTROL_SOCKET: `${CONTROL_DIR}/control.sock`,
-      };
-      const created = await engine.call("POST", "/containers/create", {
-        Image: this.#image,
-        User: opts.user ?? DEFAULT_USER,
-        Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
-        Labels: {
-          ...opts.labels,
-          [OWNER_LABEL]: String(Deno.pid),
-          [CONTROL_DIR_LABEL]: dir,
-          "dev.hud.created": new Date().toISOString(),
-        },
-        HostConfig: {
-          NetworkMode: opts.network ? "bridge" : "none",
-          Binds: [`${shared}:${CONTROL_DIR}`],
-          CapDrop: ["ALL"],
-          ...(opts.capabilities?.length ? { CapAdd: [...opts.capabilities] } : {}),
-          SecurityOpt: [
-            "no-new-privileges",
-            `seccomp=${seccomp}`,
-            // AppArmor's docker-default profile refuses every mount, also in
-            // a user namespace: bubblewrap could not build the sandbox.
-            ...(security.apparmor ? ["apparmor=unconfined"] : []),
-            // Podman's compatible API ignores MaskedPaths and ReadonlyPaths.
-            ...(podman ? ["unmask=/proc/*"] : []),
-          ],
-          // A fresh /proc (the sandbox's PID namespace) may be mounted only
-          // where the container's /proc is not partly covered: the engine's
-          // masks over /proc entries (kcore, keys, sys...) must go. They
-          // hide what only root may read or write, and nothing here runs as
-          // root.
-          MaskedPaths: MASKED_PATHS,
-          ReadonlyPaths: [],
-          ReadonlyRootfs: opts.readOnly ?? true,
-          Tmpfs: {
-            "/tmp": `rw,exec,nosuid,nodev,size=${opts.tmpSize ?? DEFAULT_TMP_SIZE},mode=1777`,
-          },
-          PidsLimit: opts.pids ?? DEFAULT_PIDS,
-          ...(opts.cpus ? { NanoCpus: Math.round(opts.cpus * 1e9) } : {}),
-          ...(opts.memory ? { Memory: opts.memory } : {}),
-        },
-        // Not aborted halfway: the engine would make the container and we
-        // would not know its id to remove it. An abort is seen just after.
-      }) as { Id: string };
-      id = created.Id;
-      options.signal?.throwIfAborted();
-      relay = new Relay(
+      const setting = await this.#prepare(held, signal);
+      // Not aborted halfway: the engine would make the container and we
+      // would not know its id to remove it. An abort is seen just after.
+      const created = await held.engine.call(
+        "POST",
+        "/containers/create",
+        containerSpec(this.#config, setting),
+      ) as { Id: string };
+      held.id = created.Id;
+      signal?.throwIfAborted();
+      const socket = `${setting.dir}/control/control.sock`;
+      const relay = held.relay = new Relay(
         { transport: "tcp", hostname: "127.0.0.1", port: 0 },
-        { transport: "unix", path: `${shared}/control.sock` },
-        opts.onError ?? (() => {}),
+        { transport: "unix", path: socket },
+        this.#config.onError,
       );
-      await engine.call("POST", `/containers/${id}/start`, undefined, options.signal);
+      await held.engine.call("POST", `/containers/${held.id}/start`, undefined, signal);
       const port = (relay.addr as Deno.NetAddr).port;
-      const url = withToken(`tcp://127.0.0.1:${port}`, token);
-      await this.#waitReady(engine, id, url, `${shared}/control.sock`, options.signal);
-      const containerId = id;
-      const placed = { relay, dir };
-      let released: Promise<void> | null = null;
-      const release = (): Promise<void> => {
-        this.#held.delete(release);
-        released ??= this.#track((async () => {
-          try {
-            // A container that died while placed: say how, after removing it.
-            const died = await this.#deathNote(engine, containerId);
-            await removeContainer(engine, containerId, opts.stopTimeout ?? 5);
-            if (died !== null) throw new Error(died);
-          } finally {
-            engine.close();
-            await placed.relay.close();
-            await Deno.remove(placed.dir, { recursive: true }).catch(() => {});
-          }
-        })());
-        return released;
-      };
-      this.#held.add(release);
-      return {
-        url,
-        params: { containerId, image: this.#image, port },
-        [Symbol.asyncDispose]: release,
-      };
+      const address = controlAddress("127.0.0.1", port, setting.token);
+      await this.#waitReady(held.engine, held.id, address, socket, signal);
+      return this.#placement(held, address, port);
     } catch (err) {
-      if (id !== null) await removeContainer(engine, id, 0).catch(() => {});
-      engine.close();
-      await relay?.close();
-      if (dir !== null) await Deno.remove(dir, { recursive: true }).catch(() => {});
+      if (held.id !== null) await removeContainer(held.engine, held.id, 0).catch(() => {});
+      await undo(held);
       throw err;
     }
   }
 
+  /**
+   * Checks the image and makes the control socket's directory: reachable
+   * only through ours (0700), and writable by the container's user,
+   * whoever that is on this host.
+   */
+  async #prepare(held: Held, signal: AbortSignal | undefined): Promise<ContainerSetting> {
+    const engine = held.engine;
+    await this.#checkImage(engine, signal);
+    const security = await (this.#security ??= engineSecurity(engine));
+    const dir = held.dir = await Deno.makeTempDir({ prefix: "hud-container-" });
+    await Deno.mkdir(`${dir}/control`);
+    await Deno.chmod(`${dir}/control`, 0o777);
+    // Docker takes the profile itself; Podman's compatible API, a path on
+    // its host (this one: the engine is on this machine's socket).
+    const podman = engine.product.startsWith("Podman");
+    let seccomp = seccompProfile();
+    if (podman) {
+      await Deno.writeTextFile(`${dir}/seccomp.json`, seccomp, { mode: 0o600 });
+      seccomp = `${dir}/seccomp.json`;
+    }
+    return { token: generateToken(), dir, seccomp, podman, apparmor: security.apparmor };
+  }
+
+  /** The placement of a ready container; its release removes it, once. */
+  #placement(held: Held, address: ControlAddress, port: number): PlacementWithUrl {
+    const containerId = held.id!;
+    let released: Promise<void> | null = null;
+    const release = (): Promise<void> => {
+      this.#held.delete(release);
+      released ??= this.#track((async () => {
+        try {
+          // A container that died while placed: say how, after removing it.
+          const died = await this.#deathNote(held.engine, containerId);
+          const seconds = Math.ceil(this.#config.stopTimeout / 1000);
+          await removeContainer(held.engine, containerId, seconds);
+          if (died !== null) throw new Error(died);
+        } finally {
+          await undo(held);
+        }
+      })());
+      return released;
+    };
+    this.#held.add(release);
+    return placementOf(address, { containerId, image: this.#config.image, port }, release);
+  }
+
   /** Refuses an image whose server cannot be reached through the socket. */
   async #checkImage(engine: EngineClient, signal: AbortSignal | undefined): Promise<void> {
+    const image = this.#config.image;
     let info: { Config?: { Labels?: Record<string, string> | null } };
     try {
       info = await engine.call(
         "GET",
-        `/images/${encodeURIComponent(this.#image)}/json`,
+        `/images/${encodeURIComponent(image)}/json`,
         undefined,
         signal,
       ) as typeof info;
     } catch (err) {
       if (err instanceof EngineError && err.status === 404) {
         throw new EngineError(
-          `Cannot place container: no image "${this.#image}" on ${engine.product}; build it with buildEnvironmentImage (hud image)`,
+          `Cannot place container: no image "${image}" on ${engine.product}; build it with buildEnvironmentImage (hud image)`,
           404,
           { cause: err },
         );
@@ -377,25 +453,26 @@ export class ContainerRuntime implements RuntimeProvider {
     }
     if (info.Config?.Labels?.[CONTROL_LABEL] !== "socket") {
       throw new TypeError(
-        `Cannot place container: image "${this.#image}" has no "${CONTROL_LABEL}=socket" label, so its server cannot be reached without a network; rebuild it with buildEnvironmentImage (hud image)`,
+        `Cannot place container: image "${image}" has no "${CONTROL_LABEL}=socket" label, so its server cannot be reached without a network; rebuild it with buildEnvironmentImage (hud image)`,
       );
     }
   }
 
   /** null while the container runs; else how it ended, with its last output. */
   async #deathNote(engine: EngineClient, id: string): Promise<string | null> {
+    const image = this.#config.image;
     let info: ContainerInfo;
     try {
       info = await engine.call("GET", `/containers/${id}/json`) as ContainerInfo;
     } catch (err) {
       if (err instanceof EngineError && err.status === 404) {
-        return `Container ${id.slice(0, 12)} of "${this.#image}" was removed while placed`;
+        return `Container ${id.slice(0, 12)} of "${image}" was removed while placed`;
       }
       throw err;
     }
     if (info.State?.Running) return null;
     const logs = await engine.logs(id).catch(() => "");
-    return `Container ${id.slice(0, 12)} of "${this.#image}" died while placed: ${
+    return `Container ${id.slice(0, 12)} of "${image}" died while placed: ${
       info.State?.OOMKilled ? "out of memory, " : ""
     }exit code ${info.State?.ExitCode ?? "?"}${lastLines(logs)}`;
   }
@@ -403,41 +480,43 @@ export class ContainerRuntime implements RuntimeProvider {
   async #waitReady(
     engine: EngineClient,
     id: string,
-    url: string,
+    address: ControlAddress,
     socket: string,
     signal: AbortSignal | undefined,
   ): Promise<void> {
-    const readyTimeout = this.#options.readyTimeout ?? 60_000;
+    const { readyTimeout, image } = this.#config;
     using deadline = new Deadline(readyTimeout, signal, "container ready");
-    let lastError: unknown;
     for (let attempt = 1;; attempt++) {
       const info = await engine.call("GET", `/containers/${id}/json`) as ContainerInfo;
       if (!info.State?.Running) {
         const logs = await engine.logs(id).catch(() => "");
         throw new NotReadyError(
-          `Container of "${this.#image}" exited with code ${
+          `Container of "${image}" exited with code ${
             info.State?.ExitCode ?? "?"
           } before it was ready${lastLines(logs)}`,
         );
       }
       try {
-        await probeReady(url, { readyTimeout: 1_000, retryInterval: 100, signal: deadline.signal });
+        await probeReady(address, {
+          readyTimeout: 1_000,
+          retryInterval: 100,
+          signal: deadline.signal,
+        });
         return;
       } catch (err) {
-        lastError = err;
         if (signal?.aborted) throw signal.reason;
         if (deadline.signal.aborted) {
           const logs = await engine.logs(id).catch(() => "");
           // The socket never appeared here: the engine does not share this
           // machine's file system (a VM, another host).
-          const missing = !exists(socket)
+          const missing = !reachableSync(socket)
             ? `; the control socket never appeared at ${socket}: the engine must run on this machine`
             : "";
           throw new NotReadyError(
-            `Container of "${this.#image}" not ready after ${readyTimeout} ms (${attempt} attempts)${missing}${
+            `Container of "${image}" not ready after ${readyTimeout} ms (${attempt} attempts)${missing}${
               lastLines(logs)
             }`,
-            { cause: lastError },
+            { cause: err },
           );
         }
       }
@@ -446,20 +525,18 @@ export class ContainerRuntime implements RuntimeProvider {
   }
 }
 
+/** Closes what a placement holds on this side: the engine client, the relay, the socket directory. */
+async function undo(held: Held): Promise<void> {
+  held.engine.close();
+  await held.relay?.close();
+  if (held.dir !== null) await Deno.remove(held.dir, { recursive: true }).catch(() => {});
+}
+
 /** Whether the engine confines containers with AppArmor (its /info says). */
 async function engineSecurity(engine: EngineClient): Promise<EngineSecurity> {
   const info = await engine.call("GET", "/info") as { SecurityOptions?: string[] | null };
   const options = info.SecurityOptions ?? [];
   return { apparmor: options.some((o) => /(^|name=)apparmor\b/.test(o)) };
-}
-
-function exists(path: string): boolean {
-  try {
-    Deno.statSync(path);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 function lastLines(logs: string): string {

@@ -6,7 +6,7 @@
  */
 
 import { EngineClient, removeContainer } from "./_engine.ts";
-import { CONTROL_DIR_LABEL, OWNER_LABEL } from "./container.ts";
+import { CONTROL_DIR_LABEL, OWNER_LABEL } from "./_constants.ts";
 import { processAlive } from "../_internal/process.ts";
 
 /** Options for {@linkcode removeStaleContainers}. */

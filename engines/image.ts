@@ -8,7 +8,7 @@
 import { checkV8Flags, SERVER_V8_FLAGS } from "../runtime/subprocess.ts";
 import { TarWriter } from "./_tar.ts";
 import { buildContext, inUsr, linkedLibraries, output } from "./_base_image.ts";
-import { CONTAINER_PORT, CONTROL_LABEL, ENV_LABEL } from "./container.ts";
+import { CONTAINER_PORT, CONTROL_LABEL, ENV_LABEL, ENV_VERSION_LABEL } from "./_constants.ts";
 
 /** Options for {@linkcode buildEnvironmentImage}. */
 export interface BuildImageOptions {
@@ -159,18 +159,68 @@ export async function buildEnvironmentImage(
   options: BuildImageOptions,
 ): Promise<string> {
   checkV8Flags("the image", options.v8Flags);
-  const v8Flags = options.v8Flags ?? SERVER_V8_FLAGS;
-  const modulePathAbs = await Deno.realPath(modulePath);
+  const appDir = (options.appDir ?? "/app").replace(/\/+$/, "");
+  if (!appDir.startsWith("/") || appDir === "") {
+    throw new TypeError(`Cannot build image "${tag}": appDir "${appDir}" must be an absolute path`);
+  }
+  for (const path of Object.keys(options.files ?? {})) {
+    if (!path.startsWith("/") || path.split("/").includes("..")) {
+      throw new TypeError(`Cannot build image "${tag}": file "${path}" must be an absolute path`);
+    }
+  }
+  const app = await appFiles(modulePath, appDir);
+  const from = options.from ?? "scratch";
+  const tar = new TarWriter();
+  await addRuntime(tar, from);
+  for (const f of app.files) tar.file(`root${app.at(f)}`, await Deno.readFile(f));
+  for (const [path, data] of Object.entries(options.files ?? {})) tar.file(`root${path}`, data);
+  // No lock file: the image is read-only.
+  tar.file(
+    `root${appDir}/.hud_imports.json`,
+    new TextEncoder().encode(JSON.stringify({ imports: app.imports, lock: false }, null, 2) + "\n"),
+  );
+  const cmd = [
+    "/usr/local/bin/deno",
+    "run",
+    "-A",
+    ...v8FlagsArgs(options.v8Flags ?? SERVER_V8_FLAGS),
+    `--config=${appDir}/.hud_imports.json`,
+    app.at(app.entry),
+    app.at(app.cli),
+    app.at(app.module),
+  ];
+  tar.file("Dockerfile", new TextEncoder().encode(dockerfile(from, cmd, options)));
+  return await buildContext(tar, tag, options);
+}
+
+/** `--v8-flags=...`, or nothing for V8's defaults. */
+function v8FlagsArgs(flags: readonly string[]): string[] {
+  return flags.length === 0 ? [] : [`--v8-flags=${flags.join(",")}`];
+}
+
+/** What goes under the image's app directory, and where each file lands there. */
+interface AppFiles {
+  /** Host paths: the module's graph, the CLI's and the entry program's. */
+  files: string[];
+  /** A host path's place in the image. */
+  at(path: string): string;
+  /** The module's bare specifiers, mapped where they sit in the image. */
+  imports: Record<string, string>;
+  module: string;
+  cli: string;
+  entry: string;
+}
+
+/**
+ * The module's graph as `deno run` from its project resolves it (so that
+ * "@hud/sdk" and the project's other mapped imports go into the image), and
+ * this SDK's own files, which resolve by relative paths with its own config.
+ */
+async function appFiles(modulePath: string, appDir: string): Promise<AppFiles> {
+  const module = await Deno.realPath(modulePath);
   const cli = new URL("cli.ts", SDK_ROOT).pathname;
   const entry = new URL("_container_main.ts", import.meta.url).pathname;
-  // The module's graph as `deno run` from its project resolves it, so that
-  // "@hud/sdk" and the project's other mapped imports go into the image.
-  const user = await moduleGraph(
-    modulePathAbs,
-    await nearestConfig(modulePathAbs),
-    String(modulePath),
-  );
-  // The SDK's own files resolve by relative paths, with its own config.
+  const user = await moduleGraph(module, await nearestConfig(module), String(modulePath));
   const sdkConfig = new URL("deno.json", SDK_ROOT).pathname;
   const files = [
     ...new Set([
@@ -180,16 +230,28 @@ export async function buildEnvironmentImage(
     ]),
   ];
   const root = commonDir(files);
-  const rel = (p: string) => p.slice(root === "/" ? 1 : root.length + 1);
-  const tar = new TarWriter();
-  const from = options.from ?? "scratch";
+  const at = (p: string) => `${appDir}/${p.slice(root === "/" ? 1 : root.length + 1)}`;
+  // The image holds no deno.json of the project's: its paths point outside.
+  const imports: Record<string, string> = {};
+  for (const [name, to] of user.bare) {
+    imports[name] = to.startsWith("file:")
+      ? `file://${at(decodeURIComponent(new URL(to).pathname))}`
+      : to;
+  }
+  return { files, at, imports, module, cli, entry };
+}
+
+/**
+ * Deno's binary and the libraries it links (at the paths ldd names: through
+ * merged /usr on scratch, which also gets `root` and `nobody`, the user
+ * ContainerRuntime runs as, that scp and whoami want a name for).
+ */
+async function addRuntime(tar: TarWriter, from: string): Promise<void> {
   if (from === "scratch") {
-    // Merged /usr, so that the paths ldd prints resolve.
     for (const d of ["usr/bin", "usr/lib", "usr/lib64", "etc"]) tar.dir(`root/${d}`);
     tar.symlink("root/bin", "usr/bin");
     tar.symlink("root/lib", "usr/lib");
     tar.symlink("root/lib64", "usr/lib64");
-    // nobody: the user ContainerRuntime runs as (scp and whoami want a name).
     tar.file(
       "root/etc/passwd",
       new TextEncoder().encode("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534::/:/bin/sh\n"),
@@ -199,53 +261,22 @@ export async function buildEnvironmentImage(
   tar.dir("root/tmp", 0o1777);
   const deno = await Deno.realPath(Deno.execPath());
   tar.file("root/usr/local/bin/deno", await Deno.readFile(deno), 0o755);
-  // Deno's libraries, on any base (a minimal one may lack libdl): at the
-  // paths ldd names, through merged /usr on scratch.
+  // On any base (a minimal one may lack libdl).
   for (const lib of await linkedLibraries(deno)) {
     const path = from === "scratch" ? inUsr(lib) : lib;
     tar.file(`root${path}`, await Deno.readFile(await Deno.realPath(lib)), 0o755);
   }
-  const appDir = (options.appDir ?? "/app").replace(/\/+$/, "");
-  if (!appDir.startsWith("/") || appDir === "") {
-    throw new TypeError(`Cannot build image "${tag}": appDir "${appDir}" must be an absolute path`);
-  }
-  for (const f of files) tar.file(`root${appDir}/${rel(f)}`, await Deno.readFile(f));
-  for (const [path, data] of Object.entries(options.files ?? {})) {
-    if (!path.startsWith("/") || path.split("/").includes("..")) {
-      throw new TypeError(`Cannot build image "${tag}": file "${path}" must be an absolute path`);
-    }
-    tar.file(`root${path}`, data);
-  }
-  // The bare specifiers of the module's graph, mapped where they sit in the
-  // image (the image holds no deno.json of the project's: its paths point
-  // outside). No lock file: the image is read-only.
-  const imports: Record<string, string> = {};
-  for (const [name, to] of user.bare) {
-    imports[name] = to.startsWith("file:")
-      ? `file://${appDir}/${rel(decodeURIComponent(new URL(to).pathname))}`
-      : to;
-  }
-  tar.file(
-    `root${appDir}/.hud_imports.json`,
-    new TextEncoder().encode(JSON.stringify({ imports, lock: false }, null, 2) + "\n"),
-  );
+}
+
+/** The image's Dockerfile: its labels, the port, the server's command. */
+function dockerfile(from: string, cmd: string[], options: BuildImageOptions): string {
   const labels = {
     ...options.labels,
     [ENV_LABEL]: options.envName,
-    "dev.hud.env.version": options.envVersion,
+    [ENV_VERSION_LABEL]: options.envVersion,
     [CONTROL_LABEL]: "socket",
   };
-  const cmd = [
-    "/usr/local/bin/deno",
-    "run",
-    "-A",
-    ...(v8Flags.length === 0 ? [] : [`--v8-flags=${v8Flags.join(",")}`]),
-    `--config=${appDir}/.hud_imports.json`,
-    `${appDir}/${rel(entry)}`,
-    `${appDir}/${rel(cli)}`,
-    `${appDir}/${rel(modulePathAbs)}`,
-  ];
-  const dockerfile = [
+  return [
     `FROM ${from}`,
     "COPY root/ /",
     "ENV DENO_DIR=/tmp/deno HOME=/tmp NO_COLOR=1",
@@ -258,6 +289,4 @@ export async function buildEnvironmentImage(
     `CMD ${JSON.stringify(cmd)}`,
     "",
   ].join("\n");
-  tar.file("Dockerfile", new TextEncoder().encode(dockerfile));
-  return await buildContext(tar, tag, options);
 }

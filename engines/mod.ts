@@ -21,19 +21,13 @@
  */
 
 export { EngineError } from "./_engine.ts";
-export {
-  CONTAINER_PORT,
-  ContainerRuntime,
-  type ContainerRuntimeOptions,
-  CONTROL_LABEL,
-  ENV_LABEL,
-  OWNER_LABEL,
-} from "./container.ts";
+export { CONTAINER_PORT, CONTROL_LABEL, ENV_LABEL, OWNER_LABEL } from "./_constants.ts";
+export { HOST_LABEL, RUNTIME_LABEL } from "./_constants.ts";
+export { ContainerRuntime, type ContainerRuntimeOptions } from "./container.ts";
 export { buildEnvironmentImage, type BuildImageOptions } from "./image.ts";
 export { removeStaleContainers, type RemoveStaleOptions } from "./gc.ts";
 export { SwarmRuntime, type SwarmRuntimeOptions } from "./swarm.ts";
 export {
-  HOST_LABEL,
   KubeApiError,
   type KubernetesOwner,
   type KubernetesPoolOptions,
@@ -41,7 +35,6 @@ export {
   type KubernetesRuntimeOptions,
   removeStalePods,
   type RemoveStalePodsOptions,
-  RUNTIME_LABEL,
 } from "./kubernetes.ts";
 export {
   cancelStaleJobs,

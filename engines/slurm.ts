@@ -7,14 +7,19 @@
  * @module
  */
 
-import type { Placement, PlaceOptions, RuntimeProvider } from "../runtime/placement.ts";
+import type { PlacementWithUrl, PlaceOptions, RuntimeProvider } from "../runtime/placement.ts";
 import { probeReady } from "../runtime/_probe.ts";
 import { NotReadyError } from "../errors.ts";
-import { generateToken, timingSafeEqual, withToken } from "../_internal/auth.ts";
+import {
+  controlAddress,
+  generateToken,
+  SERVE_PORT_VAR,
+  SERVE_TOKEN_VAR,
+  timingSafeEqual,
+} from "../_internal/auth.ts";
 import { Deadline, delay } from "../_internal/async.ts";
 import { closeQuietly } from "../_internal/io.ts";
 import { acceptLoop } from "../_internal/accept.ts";
-import { formatHostPort } from "../_internal/net.ts";
 import { errorMessage } from "../_internal/util.ts";
 import {
   CommandConnection,
@@ -24,7 +29,7 @@ import {
   type SlurmConnection,
   SlurmError,
 } from "./_slurm.ts";
-import { LeasePool, type PoolMember } from "./_pool.ts";
+import { LeasePool, Poller, type PoolMember } from "./_pool.ts";
 import { processAlive } from "../_internal/process.ts";
 
 export { SlurmError };
@@ -143,8 +148,8 @@ const TASK = `exec 3<>"/dev/tcp/$HUD_ANNOUNCE_HOST/$HUD_ANNOUNCE_PORT" || exit 7
 "$HUD_DENO" run -A "$HUD_CLI" serve "$HUD_MODULE" \${HUD_ENV_NAME:+--env "$HUD_ENV_NAME"} \\
   --host 0.0.0.0 --port 0 --stop-on-eof <&3 | while IFS= read -r line; do
   case "$line" in
-  HUD_SERVE_PORT=*) printf 'HUD_TASK %s %s %s %s %s\\n' "$HUD_ANNOUNCE_TOKEN" "$SLURM_JOB_ID" \\
-    "$SLURM_STEP_ID" "$SLURMD_NODENAME" "\${line#HUD_SERVE_PORT=}" >&3 ;;
+  ${SERVE_PORT_VAR}=*) printf 'HUD_TASK %s %s %s %s %s\\n' "$HUD_ANNOUNCE_TOKEN" "$SLURM_JOB_ID" \\
+    "$SLURM_STEP_ID" "$SLURMD_NODENAME" "\${line#${SERVE_PORT_VAR}=}" >&3 ;;
   esac
 done`;
 
@@ -183,6 +188,95 @@ function checkPositive(what: string, value: number | undefined): void {
   }
 }
 
+/** {@linkcode SlurmRuntimeOptions}, checked, with every default resolved. */
+interface SlurmConfig {
+  module: string;
+  envName: string | undefined;
+  connection: CancelStaleJobsOptions;
+  /** The address the tasks announce themselves to; looked up when the listener opens. */
+  announceHost: string | undefined;
+  tasks: number;
+  nodes: number | undefined;
+  tasksPerNode: number | undefined;
+  cpusPerTask: number | undefined;
+  partition: string | undefined;
+  account: string | undefined;
+  qos: string | undefined;
+  jobPerPlacement: boolean;
+  width: number;
+  /** The time limit in whole minutes. */
+  timeLimit: number;
+  signalGrace: number;
+  deno: string;
+  env: Record<string, string>;
+  cwd: string;
+  output: string;
+  sbatchArgs: string[];
+  readyTimeout: number;
+  pollInterval: number;
+  closeTimeout: number;
+}
+
+function resolveSlurmOptions(options: SlurmRuntimeOptions): SlurmConfig {
+  if (typeof options?.module !== "string" || options.module === "") {
+    throw new TypeError("Cannot create SlurmRuntime: module must be a non-empty string");
+  }
+  for (const k of ["tasks", "nodes", "tasksPerNode", "cpusPerTask", "width"] as const) {
+    checkPositive(k, options[k]);
+  }
+  for (const k of ["time", "readyTimeout", "pollInterval", "closeTimeout"] as const) {
+    const v = options[k];
+    if (v !== undefined && !(v > 0)) {
+      throw new RangeError(`Cannot create SlurmRuntime: ${k} must be positive, got "${v}"`);
+    }
+  }
+  const grace = options.signalGrace;
+  if (grace !== undefined && !(Number.isInteger(grace) && grace >= 0)) {
+    throw new RangeError(
+      `Cannot create SlurmRuntime: signalGrace must be a whole number of seconds, got "${grace}"`,
+    );
+  }
+  const o = options;
+  return {
+    module: o.module,
+    envName: o.envName,
+    connection: { rest: o.rest, token: o.token, user: o.user, slurmConf: o.slurmConf },
+    announceHost: o.announceHost,
+    tasks: o.tasks ?? (o.nodes && o.tasksPerNode ? o.nodes * o.tasksPerNode : 1),
+    nodes: o.nodes,
+    tasksPerNode: o.tasksPerNode,
+    cpusPerTask: o.cpusPerTask,
+    partition: o.partition,
+    account: o.account,
+    qos: o.qos,
+    jobPerPlacement: o.jobPerPlacement === true,
+    width: o.width ?? 1,
+    timeLimit: Math.max(1, Math.ceil((o.time ?? 3_600_000) / 60_000)),
+    signalGrace: grace ?? 60,
+    deno: o.deno ?? Deno.execPath(),
+    env: { ...o.env },
+    cwd: o.cwd ?? "/tmp",
+    output: o.output ?? "/dev/null",
+    sbatchArgs: [...(o.sbatchArgs ?? [])],
+    readyTimeout: o.readyTimeout ?? 120_000,
+    pollInterval: o.pollInterval ?? 2_000,
+    closeTimeout: o.closeTimeout ?? 30_000,
+  };
+}
+
+/**
+ * The connection to Slurm: slurmrestd where one is named (`rest`, else
+ * `SLURMRESTD`), as `user` (else `USER`, `LOGNAME`, or root) with `token`
+ * (else `SLURM_JWT`); else the commands.
+ */
+function slurmConnection(options: CancelStaleJobsOptions): SlurmConnection {
+  const rest = options.rest ?? Deno.env.get("SLURMRESTD");
+  if (!rest) return new CommandConnection(options.slurmConf);
+  const user = options.user ?? Deno.env.get("USER") ?? Deno.env.get("LOGNAME") ??
+    (Deno.uid() === 0 ? "root" : undefined);
+  return new RestConnection(rest, user, options.token ?? Deno.env.get("SLURM_JWT"));
+}
+
 /**
  * Serves an environment module on Slurm nodes. By default one allocation is
  * the pool: a job whose tasks (one job step each) run `serve --port 0`,
@@ -211,11 +305,11 @@ function checkPositive(what: string, value: number | undefined): void {
  * ```
  */
 export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
-  readonly #options: SlurmRuntimeOptions;
+  readonly #config: SlurmConfig;
   readonly #name: string;
   readonly #token = generateToken();
   readonly #pool: LeasePool;
-  readonly #tasks: number;
+  readonly #poller: Poller;
   readonly #jobs = new Map<string, { state: string; reason: string; ended: boolean }>();
   /** Per-placement jobs waiting for their task. */
   readonly #jobWaiters = new Map<string, (task: Task) => void>();
@@ -229,8 +323,6 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
   #listener: Deno.TcpListener | null = null;
   #accepting: Promise<void> | null = null;
   #started: Promise<void> | null = null;
-  #timer: ReturnType<typeof setTimeout> | null = null;
-  #polling: Promise<void> | null = null;
   #closed: Promise<void> | null = null;
   #lastError = "";
 
@@ -242,31 +334,12 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
    * @throws {RangeError} for counts or times out of range
    */
   constructor(options: SlurmRuntimeOptions) {
-    if (typeof options?.module !== "string" || options.module === "") {
-      throw new TypeError("Cannot create SlurmRuntime: module must be a non-empty string");
-    }
-    for (const k of ["tasks", "nodes", "tasksPerNode", "cpusPerTask", "width"] as const) {
-      checkPositive(k, options[k]);
-    }
-    for (const k of ["time", "readyTimeout", "pollInterval", "closeTimeout"] as const) {
-      const v = options[k];
-      if (v !== undefined && !(v > 0)) {
-        throw new RangeError(`Cannot create SlurmRuntime: ${k} must be positive, got "${v}"`);
-      }
-    }
-    if (
-      options.signalGrace !== undefined &&
-      !(Number.isInteger(options.signalGrace) && options.signalGrace >= 0)
-    ) {
-      throw new RangeError(
-        `Cannot create SlurmRuntime: signalGrace must be a whole number of seconds, got "${options.signalGrace}"`,
-      );
-    }
-    this.#options = options;
-    this.#tasks = options.tasks ??
-      (options.nodes && options.tasksPerNode ? options.nodes * options.tasksPerNode : 1);
+    this.#config = resolveSlurmOptions(options);
     this.#name = `hud-${Deno.pid}-${crypto.randomUUID().slice(0, 8)}`;
-    this.#pool = new LeasePool(options.width ?? 1, `Slurm job "${this.#name}"`);
+    this.#pool = new LeasePool(this.#config.width, `Slurm job "${this.#name}"`);
+    this.#poller = new Poller(this.#config.pollInterval, () => this.#refresh(), (err) => {
+      this.#lastError = `reading the job: ${errorMessage(err)}`;
+    });
   }
 
   /** The jobs' name. */
@@ -289,11 +362,11 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
    * @throws {NotReadyError} when they are not ready in time, with the job's state
    */
   async ready(
-    n: number = this.#tasks,
+    n: number = this.#config.tasks,
     options: { signal?: AbortSignal; timeout?: number } = {},
   ): Promise<void> {
     await this.#start(options.signal);
-    const timeout = options.timeout ?? this.#options.readyTimeout ?? 120_000;
+    const timeout = options.timeout ?? this.#config.readyTimeout;
     using deadline = new Deadline(timeout, options.signal, "Slurm tasks ready");
     while (this.#pool.readyCount < n) {
       if (this.#closed) throw this.#closedError();
@@ -304,7 +377,7 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
         );
       }
       const ended = this.#endedText();
-      if (ended !== null && !this.#options.jobPerPlacement) {
+      if (ended !== null && !this.#config.jobPerPlacement) {
         throw new NotReadyError(`Cannot ready job "${this.#name}": ${ended}`);
       }
       await delay(100, deadline.signal).catch(() => {});
@@ -315,19 +388,19 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
    * Leases a ready server (or, with `jobPerPlacement`, submits a job for one).
    * @throws {NotReadyError} when none is ready in time, with the job's state
    */
-  async place(options: PlaceOptions = {}): Promise<Placement> {
+  async place(options: PlaceOptions = {}): Promise<PlacementWithUrl> {
     if (this.#closed) throw this.#closedError();
     options.signal?.throwIfAborted();
     await this.#start(options.signal);
-    if (this.#options.jobPerPlacement) return await this.#placeJob(options.signal);
+    if (this.#config.jobPerPlacement) return await this.#placeJob(options.signal);
     const ended = this.#endedText();
     if (ended !== null && this.#pool.readyCount === 0) {
       throw new NotReadyError(`Cannot place on job "${this.#name}": ${ended}`);
     }
     const task = this.#pool.take() ?? await this.#pool.wait(
-      this.#options.readyTimeout ?? 120_000,
+      this.#config.readyTimeout,
       options.signal,
-      () => `${this.#pool.readyCount} ready of ${this.#tasks}${this.#lastErrorText()}`,
+      () => `(${this.#pool.readyCount} ready of ${this.#config.tasks}${this.#lastErrorText()})`,
     );
     // A moment for the task's connection to say that its server died with the rollout.
     return this.#pool.lease(task, undefined, () => delay(50));
@@ -372,19 +445,15 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
   }
 
   async #setUp(signal?: AbortSignal): Promise<void> {
-    const o = this.#options;
-    const rest = o.rest ?? Deno.env.get("SLURMRESTD");
-    const user = o.user ?? Deno.env.get("USER") ?? Deno.env.get("LOGNAME") ??
-      (Deno.uid() === 0 ? "root" : undefined);
-    this.#slurm = rest
-      ? new RestConnection(rest, user, o.token ?? Deno.env.get("SLURM_JWT"))
-      : new CommandConnection(o.slurmConf);
-    const host = o.announceHost ?? firstAddress();
-    this.#listener = Deno.listen({ hostname: host, port: 0 });
+    this.#slurm = slurmConnection(this.#config.connection);
+    this.#listener = Deno.listen({
+      hostname: this.#config.announceHost ?? firstAddress(),
+      port: 0,
+    });
     this.#accepting = this.#accept(this.#listener);
-    if (!o.jobPerPlacement) {
+    if (!this.#config.jobPerPlacement) {
       try {
-        await this.#submit(this.#tasks, signal);
+        await this.#submit(this.#config.tasks, signal);
       } catch (err) {
         this.#listener.close();
         await this.#accepting;
@@ -392,49 +461,54 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
         throw err;
       }
     }
-    this.#schedule();
+    this.#poller.start();
   }
 
   async #submit(tasks: number, signal?: AbortSignal): Promise<string> {
-    const o = this.#options;
-    const cli = new URL("../cli.ts", import.meta.url);
-    const env: Record<string, string> = {
-      ...o.env,
-      PATH: Deno.env.get("PATH") ?? "/usr/bin:/bin",
-      HOME: Deno.env.get("HOME") ?? "/tmp",
-      ...(Deno.env.get("DENO_DIR") ? { DENO_DIR: Deno.env.get("DENO_DIR")! } : {}),
-      HUD_SERVE_TOKEN: this.#token,
-      HUD_ANNOUNCE_TOKEN: this.#token,
-      HUD_ANNOUNCE_HOST: this.#listener!.addr.hostname,
-      HUD_ANNOUNCE_PORT: String(this.#listener!.addr.port),
-      HUD_DENO: o.deno ?? Deno.execPath(),
-      HUD_CLI: cli.protocol === "file:" ? decodeURIComponent(cli.pathname) : cli.href,
-      HUD_MODULE: o.module,
-      ...(o.envName ? { HUD_ENV_NAME: o.envName } : {}),
-      NO_COLOR: "1",
-    };
-    const perPlacement = o.jobPerPlacement === true;
+    const c = this.#config;
+    const perPlacement = c.jobPerPlacement;
     const spec: JobSpec = {
       name: this.#name,
       comment: `${OWNER_COMMENT}${Deno.hostname()}:${Deno.pid}`,
       script: batchScript(),
       tasks,
-      nodes: perPlacement ? 1 : o.nodes,
-      tasksPerNode: perPlacement ? undefined : o.tasksPerNode,
-      cpusPerTask: o.cpusPerTask,
-      partition: o.partition,
-      account: o.account,
-      qos: o.qos,
-      timeLimit: Math.max(1, Math.ceil((o.time ?? 3_600_000) / 60_000)),
-      signalGrace: o.signalGrace ?? 60,
-      env,
-      cwd: o.cwd ?? "/tmp",
-      output: o.output ?? "/dev/null",
-      extra: o.sbatchArgs ?? [],
+      nodes: perPlacement ? 1 : c.nodes,
+      tasksPerNode: perPlacement ? undefined : c.tasksPerNode,
+      cpusPerTask: c.cpusPerTask,
+      partition: c.partition,
+      account: c.account,
+      qos: c.qos,
+      timeLimit: c.timeLimit,
+      signalGrace: c.signalGrace,
+      env: this.#jobEnv(),
+      cwd: c.cwd,
+      output: c.output,
+      extra: c.sbatchArgs,
     };
     const id = await this.#slurm!.submit(spec, signal);
     this.#jobs.set(id, { state: "PENDING", reason: "", ended: false });
     return id;
+  }
+
+  /** The job's environment: what its tasks run, and where they announce themselves. */
+  #jobEnv(): Record<string, string> {
+    const c = this.#config;
+    const cli = new URL("../cli.ts", import.meta.url);
+    return {
+      ...c.env,
+      PATH: Deno.env.get("PATH") ?? "/usr/bin:/bin",
+      HOME: Deno.env.get("HOME") ?? "/tmp",
+      ...(Deno.env.get("DENO_DIR") ? { DENO_DIR: Deno.env.get("DENO_DIR")! } : {}),
+      [SERVE_TOKEN_VAR]: this.#token,
+      HUD_ANNOUNCE_TOKEN: this.#token,
+      HUD_ANNOUNCE_HOST: this.#listener!.addr.hostname,
+      HUD_ANNOUNCE_PORT: String(this.#listener!.addr.port),
+      HUD_DENO: c.deno,
+      HUD_CLI: cli.protocol === "file:" ? decodeURIComponent(cli.pathname) : cli.href,
+      HUD_MODULE: c.module,
+      ...(c.envName ? { HUD_ENV_NAME: c.envName } : {}),
+      NO_COLOR: "1",
+    };
   }
 
   // -- announcements -----------------------------------------------------
@@ -456,7 +530,34 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
   /** Reads a task's line, checks its token, handshakes, and adds it to the pool. */
   async #announced(conn: Deno.TcpConn): Promise<void> {
     if (this.#closed) return this.#closeConn(conn);
-    const line = await readLine(conn, 4096, 15_000);
+    const task = this.#task(conn, await readLine(conn, 4096, 15_000));
+    this.#pool.add(task);
+    this.#watch(task);
+    try {
+      await probeReady(task.address, { readyTimeout: 30_000, retryInterval: 200 });
+    } catch (err) {
+      this.#drop(task, `no handshake: ${errorMessage(err)}`);
+      const { host, port } = task.params;
+      throw new Error(
+        `task ${task.id} on node ${task.node} (${host}:${port}): ${errorMessage(err)}`,
+      );
+    }
+    task.checking = false;
+    const waiter = this.#jobWaiters.get(task.job);
+    if (waiter) {
+      this.#jobWaiters.delete(task.job);
+      waiter(task);
+    } else if (!this.#config.jobPerPlacement) {
+      this.#pool.markReady(task);
+    }
+  }
+
+  /**
+   * The task a connection's first line announces: `HUD_TASK TOKEN JOB STEP
+   * NODE PORT`, with the runtime's token.
+   * @throws {Error} for a line without the token: not one of ours
+   */
+  #task(conn: Deno.TcpConn, line: string): Task {
     const [word, token, job, step, node, port] = line.trim().split(" ");
     const enc = new TextEncoder();
     if (
@@ -465,10 +566,10 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
       throw new Error(`refused a connection from ${conn.remoteAddr.hostname}: not one of ours`);
     }
     const host = conn.remoteAddr.hostname;
-    const task: Task = {
+    return {
       id: `${job}.${step}`,
       node,
-      url: withToken(`tcp://${formatHostPort(host, Number(port))}`, this.#token),
+      address: controlAddress(host, Number(port), this.#token),
       params: { job, step, node, host, port: Number(port), name: this.#name },
       ready: false,
       dead: null,
@@ -478,40 +579,28 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
       conn,
       checking: true,
     };
-    this.#pool.add(task);
-    // The task holds the connection open while it serves: its end is the task's.
+  }
+
+  /** The task holds its connection open while it serves: its end is the task's. */
+  #watch(task: Task): void {
     const watching = (async () => {
       const buf = new Uint8Array(64);
       try {
-        while ((await conn.read(buf)) !== null) { /* nothing else is said */ }
+        while ((await task.conn.read(buf)) !== null) { /* nothing else is said */ }
       } catch {
         // reset, or closed here: the same
       }
-      this.#pool.kill(task, `the task on node ${node} ended`);
-      this.#closeConn(conn);
+      this.#pool.kill(task, `the task on node ${task.node} ended`);
+      this.#closeConn(task.conn);
     })();
     this.#checks.add(watching);
     watching.finally(() => this.#checks.delete(watching));
-    try {
-      await probeReady(task.url, { readyTimeout: 30_000, retryInterval: 200 });
-    } catch (err) {
-      this.#drop(task, `no handshake: ${errorMessage(err)}`);
-      throw new Error(`task ${task.id} on node ${node} (${host}:${port}): ${errorMessage(err)}`);
-    }
-    task.checking = false;
-    const waiter = this.#jobWaiters.get(job);
-    if (waiter) {
-      this.#jobWaiters.delete(job);
-      waiter(task);
-    } else if (!this.#options.jobPerPlacement) {
-      this.#pool.markReady(task);
-    }
   }
 
   // -- job per placement -------------------------------------------------
 
-  async #placeJob(signal?: AbortSignal): Promise<Placement> {
-    const timeout = this.#options.readyTimeout ?? 120_000;
+  async #placeJob(signal?: AbortSignal): Promise<PlacementWithUrl> {
+    const timeout = this.#config.readyTimeout;
     using deadline = new Deadline(timeout, signal, "Slurm job");
     const id = await this.#submit(1, deadline.signal);
     try {
@@ -571,20 +660,6 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
 
   // -- polling -----------------------------------------------------------
 
-  #schedule(): void {
-    if (this.#closed || this.#timer !== null) return;
-    this.#timer = setTimeout(() => {
-      this.#timer = null;
-      this.#poll().catch((err) => this.#lastError = `reading the job: ${errorMessage(err)}`)
-        .finally(() => this.#schedule());
-    }, this.#options.pollInterval ?? 2_000);
-  }
-
-  #poll(): Promise<void> {
-    this.#polling ??= this.#refresh().finally(() => this.#polling = null);
-    return this.#polling;
-  }
-
   async #refresh(): Promise<void> {
     const slurm = this.#slurm;
     if (slurm === null || this.#closed) return;
@@ -598,7 +673,7 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
         for (const t of this.#pool.members() as Task[]) {
           if (t.job === id) this.#drop(t, `job ${id} ended (${info.state || "gone"})`);
         }
-        if (!this.#options.jobPerPlacement) {
+        if (!this.#config.jobPerPlacement) {
           this.#pool.rejectWaiters(() =>
             new NotReadyError(`Cannot place on job "${this.#name}": ${this.#endedText()}`)
           );
@@ -634,11 +709,9 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
   }
 
   async #shutdown(): Promise<void> {
-    if (this.#timer !== null) clearTimeout(this.#timer);
-    this.#timer = null;
     this.#pool.rejectWaiters(() => this.#closedError());
     await this.#started?.catch(() => {});
-    await this.#polling?.catch(() => {});
+    await this.#poller.stop();
     const slurm = this.#slurm;
     try {
       if (slurm === null) return;
@@ -653,7 +726,7 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
       for (const conn of [...this.#conns]) this.#closeConn(conn);
       await this.#accepting;
       await Promise.allSettled([...this.#checks]);
-      using deadline = new Deadline(this.#options.closeTimeout ?? 30_000, undefined, "jobs ending");
+      using deadline = new Deadline(this.#config.closeTimeout, undefined, "jobs ending");
       for (const [id, j] of this.#jobs) {
         while (!j.ended && !deadline.signal.aborted) {
           const info = await slurm.job(id).catch(() => ({ state: "", reason: "", nodes: "" }));
@@ -718,12 +791,7 @@ export interface CancelStaleJobsOptions {
  * @returns the job ids cancelled
  */
 export async function cancelStaleJobs(options: CancelStaleJobsOptions = {}): Promise<string[]> {
-  const rest = options.rest ?? Deno.env.get("SLURMRESTD");
-  const user = options.user ?? Deno.env.get("USER") ?? Deno.env.get("LOGNAME") ??
-    (Deno.uid() === 0 ? "root" : undefined);
-  const slurm: SlurmConnection = rest
-    ? new RestConnection(rest, user, options.token ?? Deno.env.get("SLURM_JWT"))
-    : new CommandConnection(options.slurmConf);
+  const slurm = slurmConnection(options);
   try {
     const cancelled: string[] = [];
     const host = Deno.hostname();

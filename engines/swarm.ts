@@ -7,15 +7,14 @@
  */
 
 import { probeReady } from "../runtime/_probe.ts";
-import type { Placement, PlaceOptions, RuntimeProvider } from "../runtime/placement.ts";
+import type { PlacementWithUrl, PlaceOptions, RuntimeProvider } from "../runtime/placement.ts";
 import { NotReadyError } from "../errors.ts";
-import { generateToken, withToken } from "../_internal/auth.ts";
+import { controlAddress, generateToken, SERVE_TOKEN_VAR } from "../_internal/auth.ts";
 import { Deadline, delay } from "../_internal/async.ts";
+import { errorMessage } from "../_internal/util.ts";
 import { EngineClient, EngineError } from "./_engine.ts";
-import { CONTAINER_PORT, OWNER_LABEL } from "./container.ts";
-
-/** The label naming the pool a replica's service belongs to. */
-const POOL_LABEL = "dev.hud.pool";
+import { CONTAINER_PORT, CREATED_LABEL, OWNER_LABEL, POOL_LABEL } from "./_constants.ts";
+import { LeasePool, Poller, type PoolLimits, type PoolMember, scaleTarget } from "./_pool.ts";
 
 /** Options for {@linkcode SwarmRuntime}. */
 export interface SwarmRuntimeOptions {
@@ -116,25 +115,118 @@ interface Slot {
   token: string;
 }
 
-interface Replica {
+/** A replica: one running task of a slot's service, a member of the pool. */
+interface Replica extends PoolMember {
   slot: Slot;
-  taskId: string;
-  node: string;
   nodeId: string;
   host: string;
   port: number;
-  url: string;
-  ready: boolean;
   checking: boolean;
-  /** Why it is gone, once it is. */
-  dead: string | null;
-  leases: number;
-  lastUsed: number;
 }
 
-interface Waiter {
-  resolve(replica: Replica): void;
-  reject(err: unknown): void;
+/** {@linkcode SwarmRuntimeOptions}, checked, with every default resolved. */
+interface SwarmConfig extends PoolLimits {
+  image: string;
+  name: string;
+  socket: string | undefined;
+  replicas: number;
+  env: Record<string, string>;
+  cpus: number | undefined;
+  memory: number | undefined;
+  pids: number | undefined;
+  labels: Record<string, string>;
+  readyTimeout: number;
+  pollInterval: number;
+  closeTimeout: number;
+}
+
+function resolveSwarmOptions(image: string, options: SwarmRuntimeOptions): SwarmConfig {
+  if (typeof image !== "string" || image === "") {
+    throw new TypeError("Cannot create SwarmRuntime: image must be a non-empty string");
+  }
+  const min = options.minReplicas ?? 1;
+  const initial = options.replicas ?? min;
+  const max = options.maxReplicas ?? Math.max(min, initial, 8);
+  const width = options.width ?? 1;
+  for (const [name, value] of [["minReplicas", min], ["width", width]] as const) {
+    if (!Number.isInteger(value) || value < 1) {
+      throw new RangeError(
+        `Cannot create SwarmRuntime: ${name} must be a positive integer, got "${value}"`,
+      );
+    }
+  }
+  if (!Number.isInteger(max) || max < min || !Number.isInteger(initial) || initial < min) {
+    throw new RangeError(
+      `Cannot create SwarmRuntime: need minReplicas <= replicas <= maxReplicas, got "${min}", "${initial}", "${max}"`,
+    );
+  }
+  if (initial > max) {
+    throw new RangeError(
+      `Cannot create SwarmRuntime: replicas "${initial}" is above maxReplicas "${max}"`,
+    );
+  }
+  return {
+    image,
+    name: options.name ?? `hud-${Deno.pid}-${crypto.randomUUID().slice(0, 8)}`,
+    socket: options.socket,
+    min,
+    max,
+    width,
+    replicas: initial,
+    scaleDownAfter: options.scaleDownAfter ?? 10_000,
+    env: { ...options.env },
+    cpus: options.cpus,
+    memory: options.memory,
+    pids: options.pids,
+    labels: { ...options.labels },
+    readyTimeout: options.readyTimeout ?? 120_000,
+    pollInterval: options.pollInterval ?? 500,
+    closeTimeout: options.closeTimeout ?? 30_000,
+  };
+}
+
+/** The body of `POST /services/create` for one replica's service. */
+function serviceSpec(config: SwarmConfig, name: string, token: string): unknown {
+  const env = { ...config.env, [SERVE_TOKEN_VAR]: token };
+  return {
+    Name: name,
+    Labels: {
+      ...config.labels,
+      [OWNER_LABEL]: String(Deno.pid),
+      [POOL_LABEL]: config.name,
+      [CREATED_LABEL]: new Date().toISOString(),
+    },
+    TaskTemplate: {
+      ContainerSpec: {
+        Image: config.image,
+        Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
+        Labels: { [OWNER_LABEL]: String(Deno.pid) },
+      },
+      Resources: {
+        Limits: {
+          ...(config.cpus ? { NanoCPUs: Math.round(config.cpus * 1e9) } : {}),
+          ...(config.memory ? { MemoryBytes: config.memory } : {}),
+          ...(config.pids ? { Pids: config.pids } : {}),
+        },
+      },
+      RestartPolicy: { Condition: "any", Delay: 500_000_000 },
+    },
+    Mode: { Replicated: { Replicas: 1 } },
+    // Host-mode publishing, a port per task on its own node only: the
+    // ingress mesh would open it on every node, and needs IPVS.
+    EndpointSpec: {
+      Mode: "dnsrr",
+      Ports: [{ Protocol: "tcp", TargetPort: CONTAINER_PORT, PublishMode: "host" }],
+    },
+  };
+}
+
+/** Why a task that is not live is not: its node's state, or its own. */
+function taskProblem(task: TaskInfo, node: NodeInfo | undefined, hostname: string): string {
+  if (node?.Status?.State !== "ready") {
+    return `node ${hostname} is ${node?.Status?.State ?? "gone"}`;
+  }
+  return `task ${task.Status?.State ?? "unknown"}${task.Status?.Err ? `: ${task.Status.Err}` : ""}`;
 }
 
 /**
@@ -165,27 +257,20 @@ interface Waiter {
  * ```
  */
 export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
-  readonly #image: string;
-  readonly #options: SwarmRuntimeOptions;
-  readonly #name: string;
+  readonly #config: SwarmConfig;
   /** The services, by id; one replica each. */
   readonly #slots = new Map<string, Slot>();
   #slotCount = 0;
-  readonly #min: number;
-  readonly #max: number;
-  readonly #width: number;
-  readonly #replicas = new Map<string, Replica>();
-  readonly #waiters: Waiter[] = [];
+  /** The replicas, by task id. */
+  readonly #pool: LeasePool;
+  readonly #poller: Poller;
   readonly #checks = new Set<Promise<void>>();
   #engine: EngineClient | null = null;
   #started: Promise<void> | null = null;
   #desired: number;
-  #timer: ReturnType<typeof setTimeout> | null = null;
-  #polling: Promise<void> | null = null;
   #closed: Promise<void> | null = null;
   #idleSince = Date.now();
   #lastTaskError = "";
-  #served = 0;
 
   /**
    * A runtime for `image` on the swarm whose manager is at `options.socket`.
@@ -196,47 +281,23 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
    * @throws {RangeError} for replica counts or width out of range
    */
   constructor(image: string, options: SwarmRuntimeOptions = {}) {
-    if (typeof image !== "string" || image === "") {
-      throw new TypeError("Cannot create SwarmRuntime: image must be a non-empty string");
-    }
-    const min = options.minReplicas ?? 1;
-    const initial = options.replicas ?? min;
-    const max = options.maxReplicas ?? Math.max(min, initial, 8);
-    const width = options.width ?? 1;
-    for (const [name, value] of [["minReplicas", min], ["width", width]] as const) {
-      if (!Number.isInteger(value) || value < 1) {
-        throw new RangeError(
-          `Cannot create SwarmRuntime: ${name} must be a positive integer, got "${value}"`,
-        );
-      }
-    }
-    if (!Number.isInteger(max) || max < min || !Number.isInteger(initial) || initial < min) {
-      throw new RangeError(
-        `Cannot create SwarmRuntime: need minReplicas <= replicas <= maxReplicas, got "${min}", "${initial}", "${max}"`,
-      );
-    }
-    if (initial > max) {
-      throw new RangeError(
-        `Cannot create SwarmRuntime: replicas "${initial}" is above maxReplicas "${max}"`,
-      );
-    }
-    this.#image = image;
-    this.#options = options;
-    this.#min = min;
-    this.#max = max;
-    this.#width = width;
-    this.#desired = initial;
-    this.#name = options.name ?? `hud-${Deno.pid}-${crypto.randomUUID().slice(0, 8)}`;
+    const config = this.#config = resolveSwarmOptions(image, options);
+    this.#desired = config.replicas;
+    this.#pool = new LeasePool(config.width, `service "${config.name}"`, "replica");
+    this.#poller = new Poller(config.pollInterval, () => this.#refresh(), (err) => {
+      // Said by the next place() that times out.
+      this.#lastTaskError = `reading the service's tasks: ${errorMessage(err)}`;
+    });
   }
 
   /** The image placed. */
   get image(): string {
-    return this.#image;
+    return this.#config.image;
   }
 
   /** The pool's name (its services are `<name>-<n>`). */
   get name(): string {
-    return this.#name;
+    return this.#config.name;
   }
 
   /** Replicas (services) the pool is set to run now. */
@@ -246,11 +307,7 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
 
   /** Ready replicas in the pool now, by node hostname. */
   get readyByNode(): Record<string, number> {
-    const out: Record<string, number> = {};
-    for (const r of this.#replicas.values()) {
-      if (r.ready && !r.dead) out[r.node] = (out[r.node] ?? 0) + 1;
-    }
-    return out;
+    return this.#pool.readyByNode;
   }
 
   /**
@@ -266,22 +323,20 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
     options: { signal?: AbortSignal; timeout?: number } = {},
   ): Promise<void> {
     await this.#start(options.signal);
-    const timeout = options.timeout ?? this.#options.readyTimeout ?? 120_000;
+    const timeout = options.timeout ?? this.#config.readyTimeout;
     using deadline = new Deadline(timeout, options.signal, "swarm replicas ready");
-    while (this.#readyCount() < n) {
+    while (this.#pool.readyCount < n) {
       if (this.#closed) throw this.#closedError();
       if (deadline.signal.aborted) {
         if (options.signal?.aborted) throw options.signal.reason;
         throw new NotReadyError(
-          `Cannot ready service "${this.#name}": ${this.#readyCount()} of ${n} replicas ready after ${timeout} ms${this.#lastErrorText()}`,
+          `Cannot ready service "${this.name}": ${this.#pool.readyCount} of ${n} replicas ready after ${timeout} ms${this.#lastErrorText()}`,
         );
       }
-      await this.#poll().catch((err) => {
-        this.#lastTaskError = `reading the service's tasks: ${
-          err instanceof Error ? err.message : err
-        }`;
+      await this.#poller.poll().catch((err) => {
+        this.#lastTaskError = `reading the service's tasks: ${errorMessage(err)}`;
       });
-      await delay(this.#pollMs(), deadline.signal).catch(() => {});
+      await delay(this.#config.pollInterval, deadline.signal).catch(() => {});
     }
   }
 
@@ -289,12 +344,23 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
    * Leases a ready replica, waiting for one (and scaling up) if none is free.
    * @throws {NotReadyError} when none is free within `readyTimeout`, with the last task error
    */
-  async place(options: PlaceOptions = {}): Promise<Placement> {
+  async place(options: PlaceOptions = {}): Promise<PlacementWithUrl> {
     if (this.#closed) throw this.#closedError();
     options.signal?.throwIfAborted();
     await this.#start(options.signal);
-    const replica = this.#take() ?? await this.#wait(options.signal);
-    return this.#lease(replica);
+    const pool = this.#pool;
+    const replica = pool.take() ?? await (() => {
+      const waiting = pool.wait(
+        this.#config.readyTimeout,
+        options.signal,
+        () =>
+          `(${pool.readyCount} ready, ${this.#desired} wanted, at most ${this.#config.max})${this.#lastErrorText()}`,
+      );
+      // Demand changed: scale now rather than at the next tick.
+      this.#poller.poll().catch(() => {});
+      return waiting;
+    })();
+    return pool.lease(replica);
   }
 
   /** Removes the services and waits (bounded) for their tasks to go; idempotent. */
@@ -308,24 +374,14 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
     return this.close();
   }
 
-  #pollMs(): number {
-    return this.#options.pollInterval ?? 500;
-  }
-
   #closedError(): Error {
     return new Deno.errors.Interrupted(
-      `Cannot place on service "${this.#name}": the SwarmRuntime is closed`,
+      `Cannot place on service "${this.name}": the SwarmRuntime is closed`,
     );
   }
 
   #lastErrorText(): string {
     return this.#lastTaskError === "" ? "" : `; last task error: ${this.#lastTaskError}`;
-  }
-
-  #readyCount(): number {
-    let n = 0;
-    for (const r of this.#replicas.values()) if (r.ready && !r.dead) n++;
-    return n;
   }
 
   #start(signal?: AbortSignal): Promise<void> {
@@ -334,23 +390,8 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
   }
 
   async #create(signal?: AbortSignal): Promise<void> {
-    const engine = await EngineClient.open(this.#options.socket, signal);
+    const engine = await managerEngine(this.#config, signal);
     this.#engine = engine;
-    let info: { Swarm?: { LocalNodeState?: string; ControlAvailable?: boolean } };
-    try {
-      info = await engine.call("GET", "/info", undefined, signal) as typeof info;
-    } catch (err) {
-      this.#engine = null;
-      engine.close();
-      throw err;
-    }
-    if (info.Swarm?.LocalNodeState !== "active" || !info.Swarm.ControlAvailable) {
-      this.#engine = null;
-      engine.close();
-      throw new Deno.errors.NotConnected(
-        `Cannot create service "${this.#name}": the engine at ${engine.socket} is not a swarm manager; run \`docker swarm init\` there or point socket at a manager`,
-      );
-    }
     try {
       for (let i = 0; i < this.#desired; i++) await this.#addSlot(signal);
     } catch (err) {
@@ -362,26 +403,24 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
       }
       throw err;
     }
-    this.#schedule();
+    this.#poller.start();
   }
 
   /** Creates one replica's service, with a token of its own. */
   async #addSlot(signal?: AbortSignal): Promise<void> {
-    const name = `${this.#name}-${++this.#slotCount}`;
+    const name = `${this.name}-${++this.#slotCount}`;
     const token = generateToken();
-    const created = await this.#engine!.call(
-      "POST",
-      "/services/create",
-      this.#spec(name, token),
-      signal,
-    ) as { ID: string };
+    const spec = serviceSpec(this.#config, name, token);
+    const created = await this.#engine!.call("POST", "/services/create", spec, signal) as {
+      ID: string;
+    };
     this.#slots.set(created.ID, { id: created.ID, name, token });
   }
 
   /** Removes a replica's service; its replicas leave the pool. */
   async #removeSlot(slot: Slot, why: string): Promise<void> {
     this.#slots.delete(slot.id);
-    for (const r of this.#replicas.values()) if (r.slot === slot && !r.dead) this.#kill(r, why);
+    for (const r of this.#replicas()) if (r.slot === slot && !r.dead) this.#pool.kill(r, why);
     try {
       await this.#engine!.call("DELETE", `/services/${slot.id}`);
     } catch (err) {
@@ -389,61 +428,11 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
     }
   }
 
-  #spec(name: string, token: string): unknown {
-    const o = this.#options;
-    const env = { ...o.env, HUD_SERVE_TOKEN: token };
-    return {
-      Name: name,
-      Labels: {
-        ...o.labels,
-        [OWNER_LABEL]: String(Deno.pid),
-        [POOL_LABEL]: this.#name,
-        "dev.hud.created": new Date().toISOString(),
-      },
-      TaskTemplate: {
-        ContainerSpec: {
-          Image: this.#image,
-          Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
-          Labels: { [OWNER_LABEL]: String(Deno.pid) },
-        },
-        Resources: {
-          Limits: {
-            ...(o.cpus ? { NanoCPUs: Math.round(o.cpus * 1e9) } : {}),
-            ...(o.memory ? { MemoryBytes: o.memory } : {}),
-            ...(o.pids ? { Pids: o.pids } : {}),
-          },
-        },
-        RestartPolicy: { Condition: "any", Delay: 500_000_000 },
-      },
-      Mode: { Replicated: { Replicas: 1 } },
-      // Host-mode publishing, a port per task on its own node only: the
-      // ingress mesh would open it on every node, and needs IPVS.
-      EndpointSpec: {
-        Mode: "dnsrr",
-        Ports: [{ Protocol: "tcp", TargetPort: CONTAINER_PORT, PublishMode: "host" }],
-      },
-    };
+  #replicas(): Replica[] {
+    return this.#pool.members() as Replica[];
   }
 
-  #schedule(): void {
-    if (this.#closed || this.#timer !== null) return;
-    this.#timer = setTimeout(() => {
-      this.#timer = null;
-      this.#poll().catch((err) => {
-        // Said by the next place() that times out.
-        this.#lastTaskError = `reading the service's tasks: ${
-          err instanceof Error ? err.message : err
-        }`;
-      }).finally(() => this.#schedule());
-    }, this.#pollMs());
-  }
-
-  /** One look at the tasks and nodes; concurrent callers share it. */
-  #poll(): Promise<void> {
-    this.#polling ??= this.#refresh().finally(() => this.#polling = null);
-    return this.#polling;
-  }
-
+  /** One look at the tasks and nodes: replicas in and out of the pool, and the pool's size. */
   async #refresh(): Promise<void> {
     const engine = this.#engine;
     if (engine === null || this.#closed) return;
@@ -454,76 +443,63 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
       engine.call("GET", "/nodes") as Promise<NodeInfo[]>,
     ]);
     const byId = new Map(nodes.map((n) => [n.ID, n]));
-    const seen = new Set<string>();
+    const live = new Set<string>();
     for (const task of tasks) {
-      const slot = this.#slots.get(task.ServiceID ?? "");
-      if (slot === undefined) continue; // a service being removed
-      const node = byId.get(task.NodeID ?? "");
-      const hostname = node?.Description?.Hostname ?? task.NodeID ?? "?";
-      const state = task.Status?.State ?? "unknown";
-      if (task.Status?.Err) {
-        this.#lastTaskError = `task ${task.ID.slice(0, 12)} on ${hostname}: ${task.Status.Err}`;
-      }
-      const known = this.#replicas.get(task.ID);
-      const live = state === "running" && task.DesiredState === "running" &&
-        node?.Status?.State === "ready";
-      if (!live) {
-        if (known && !known.dead) {
-          this.#kill(
-            known,
-            node?.Status?.State !== "ready"
-              ? `node ${hostname} is ${node?.Status?.State ?? "gone"}`
-              : `task ${state}${task.Status?.Err ? `: ${task.Status.Err}` : ""}`,
-          );
-        }
-        continue;
-      }
-      seen.add(task.ID);
-      if (known) continue;
-      const port = task.Status?.PortStatus?.Ports?.find((p) => p.TargetPort === CONTAINER_PORT)
-        ?.PublishedPort;
-      const host = nodeAddress(node!);
-      if (!port || !host) continue;
-      this.#replicas.set(task.ID, {
-        slot,
-        taskId: task.ID,
-        node: hostname,
-        nodeId: node!.ID,
-        host,
-        port,
-        url: withToken(`tcp://${host}:${port}`, slot.token),
-        ready: false,
-        checking: false,
-        dead: null,
-        leases: 0,
-        lastUsed: 0,
-      });
+      if (this.#observe(task, byId.get(task.NodeID ?? ""))) live.add(task.ID);
     }
-    for (const r of this.#replicas.values()) {
-      if (!seen.has(r.taskId) && !r.dead) this.#kill(r, "task gone from the service");
+    for (const r of this.#replicas()) {
+      if (!live.has(r.id) && !r.dead) this.#pool.kill(r, "task gone from the service");
       if (!r.ready && !r.dead && !r.checking) this.#check(r);
     }
     await this.#scale();
   }
 
-  #kill(replica: Replica, reason: string): void {
-    replica.dead = reason;
-    replica.ready = false;
-    if (replica.leases === 0) this.#replicas.delete(replica.taskId);
+  /** Folds one task into the pool; says whether it runs. */
+  #observe(task: TaskInfo, node: NodeInfo | undefined): boolean {
+    const slot = this.#slots.get(task.ServiceID ?? "");
+    if (slot === undefined) return false; // a service being removed
+    const hostname = node?.Description?.Hostname ?? task.NodeID ?? "?";
+    if (task.Status?.Err) {
+      this.#lastTaskError = `task ${task.ID.slice(0, 12)} on ${hostname}: ${task.Status.Err}`;
+    }
+    const known = this.#pool.get(task.ID);
+    const live = task.Status?.State === "running" && task.DesiredState === "running" &&
+      node?.Status?.State === "ready";
+    if (!live) {
+      if (known && !known.dead) this.#pool.kill(known, taskProblem(task, node, hostname));
+      return false;
+    }
+    if (known) return true;
+    const port = task.Status?.PortStatus?.Ports?.find((p) => p.TargetPort === CONTAINER_PORT)
+      ?.PublishedPort;
+    const host = nodeAddress(node!);
+    if (!port || !host) return true;
+    const replica: Replica = {
+      id: task.ID,
+      node: hostname,
+      address: controlAddress(host, port, slot.token),
+      params: { service: slot.name, pool: this.name, taskId: task.ID, node: hostname, host, port },
+      ready: false,
+      dead: null,
+      leases: 0,
+      lastUsed: 0,
+      slot,
+      nodeId: node!.ID,
+      host,
+      port,
+      checking: false,
+    };
+    this.#pool.add(replica);
+    return true;
   }
 
   /** Readiness is the handshake: the node may accept before the server listens. */
   #check(replica: Replica): void {
     replica.checking = true;
-    const check = probeReady(replica.url, { readyTimeout: 2_000, retryInterval: 200 })
-      .then(() => {
-        if (replica.dead === null) {
-          replica.ready = true;
-          this.#dispatch();
-        }
-      }, (err) => {
+    const check = probeReady(replica.address, { readyTimeout: 2_000, retryInterval: 200 })
+      .then(() => this.#pool.markReady(replica), (err) => {
         this.#lastTaskError = `replica on ${replica.node} (${replica.host}:${replica.port}): ${
-          err instanceof Error ? err.message : err
+          errorMessage(err)
         }`;
       }).finally(() => {
         replica.checking = false;
@@ -532,25 +508,16 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
     this.#checks.add(check);
   }
 
+  /** Services up to the size demand asks for; only idle replicas' go when it shrinks. */
   async #scale(): Promise<void> {
-    const leased = [...this.#replicas.values()].reduce((n, r) => n + r.leases, 0);
-    const demand = leased + this.#waiters.length;
+    const demand = this.#pool.demand;
     if (demand > 0) this.#idleSince = Date.now();
-    let want = this.#desired;
-    const needed = Math.ceil(demand / this.#width);
-    if (needed > this.#desired) want = Math.min(this.#max, needed);
-    else if (
-      demand === 0 && Date.now() - this.#idleSince >= (this.#options.scaleDownAfter ?? 10_000)
-    ) {
-      want = this.#min;
-    }
+    const want = scaleTarget(this.#desired, demand, Date.now() - this.#idleSince, this.#config);
     try {
       while (this.#slots.size < want && !this.#closed) await this.#addSlot();
       if (this.#slots.size > want) {
-        // Only idle replicas' services go (the pool is idle when it shrinks).
-        const busy = new Set(
-          [...this.#replicas.values()].filter((r) => r.leases > 0).map((r) => r.slot),
-        );
+        // The pool is idle when it shrinks: only idle replicas' services go.
+        const busy = new Set(this.#replicas().filter((r) => r.leases > 0).map((r) => r.slot));
         const idle = [...this.#slots.values()].filter((s) => !busy.has(s)).reverse();
         for (const slot of idle.slice(0, this.#slots.size - want)) {
           await this.#removeSlot(slot, "scaled down");
@@ -565,132 +532,62 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
     }
   }
 
-  #take(): Replica | null {
-    let best: Replica | null = null;
-    const perNode = new Map<string, number>();
-    for (const r of this.#replicas.values()) {
-      perNode.set(r.nodeId, (perNode.get(r.nodeId) ?? 0) + r.leases);
-    }
-    for (const r of this.#replicas.values()) {
-      if (!r.ready || r.dead || r.leases >= this.#width) continue;
-      if (
-        best === null || r.leases < best.leases ||
-        (r.leases === best.leases &&
-          (perNode.get(r.nodeId)! < perNode.get(best.nodeId)! ||
-            (perNode.get(r.nodeId) === perNode.get(best.nodeId) && r.lastUsed < best.lastUsed)))
-      ) best = r;
-    }
-    if (best) {
-      best.leases++;
-      best.lastUsed = ++this.#served;
-    }
-    return best;
-  }
-
-  #wait(signal?: AbortSignal): Promise<Replica> {
-    const timeout = this.#options.readyTimeout ?? 120_000;
-    const deadline = new Deadline(timeout, signal, "swarm replica");
-    return new Promise<Replica>((resolve, reject) => {
-      const waiter: Waiter = {
-        resolve: (r) => {
-          deadline[Symbol.dispose]();
-          resolve(r);
-        },
-        reject: (err) => {
-          deadline[Symbol.dispose]();
-          reject(err);
-        },
-      };
-      deadline.signal.addEventListener("abort", () => {
-        const i = this.#waiters.indexOf(waiter);
-        if (i >= 0) this.#waiters.splice(i, 1);
-        if (signal?.aborted) return waiter.reject(signal.reason);
-        waiter.reject(
-          new NotReadyError(
-            `Cannot place on service "${this.#name}": no free ready replica after ${timeout} ms (${this.#readyCount()} ready, ${this.#desired} wanted, at most ${this.#max})${this.#lastErrorText()}`,
-          ),
-        );
-      }, { once: true });
-      this.#waiters.push(waiter);
-      // Demand changed: scale now rather than at the next tick.
-      this.#poll().catch(() => {});
-    });
-  }
-
-  #dispatch(): void {
-    while (this.#waiters.length > 0) {
-      const replica = this.#take();
-      if (replica === null) return;
-      this.#waiters.shift()!.resolve(replica);
-    }
-  }
-
-  #lease(replica: Replica): Placement {
-    let released: Promise<void> | null = null;
-    return {
-      url: replica.url,
-      params: {
-        service: replica.slot.name,
-        pool: this.#name,
-        taskId: replica.taskId,
-        node: replica.node,
-        host: replica.host,
-        port: replica.port,
-      },
-      [Symbol.asyncDispose]: () => {
-        released ??= (() => {
-          replica.leases--;
-          if (replica.dead !== null) {
-            if (replica.leases === 0) this.#replicas.delete(replica.taskId);
-            return Promise.reject(
-              new Error(
-                `Replica of "${this.#name}" on node ${replica.node} died while placed: ${replica.dead}`,
-              ),
-            );
-          }
-          this.#dispatch();
-          return Promise.resolve();
-        })();
-        return released;
-      },
-    };
-  }
-
   async #shutdown(): Promise<void> {
-    if (this.#timer !== null) clearTimeout(this.#timer);
-    this.#timer = null;
-    for (const w of this.#waiters.splice(0)) w.reject(this.#closedError());
+    this.#pool.rejectWaiters(() => this.#closedError());
     try {
       await this.#started?.catch(() => {});
-      await this.#polling?.catch(() => {});
+      await this.#poller.stop();
       await Promise.allSettled([...this.#checks]);
       const engine = this.#engine;
       if (engine === null) return;
       const ids = new Set(this.#slots.keys());
       for (const slot of [...this.#slots.values()]) await this.#removeSlot(slot, "closed");
-      if (ids.size === 0) return;
-      // Wait (bounded) for the nodes to stop the tasks; a down node never reports.
-      const timeout = this.#options.closeTimeout ?? 30_000;
-      using deadline = new Deadline(timeout, undefined, "service removal");
-      // Filtering by a removed service fails: list all tasks and pick its own.
-      while (!deadline.signal.aborted) {
-        const [all, nodes] = await Promise.all([
-          engine.call("GET", "/tasks") as Promise<(TaskInfo & { ServiceID?: string })[]>,
-          engine.call("GET", "/nodes") as Promise<NodeInfo[]>,
-        ]);
-        const up = new Set(nodes.filter((n) => n.Status?.State === "ready").map((n) => n.ID));
-        const left = all.filter((t) =>
-          ids.has(t.ServiceID ?? "") && up.has(t.NodeID ?? "") &&
-          !["shutdown", "failed", "complete", "rejected", "orphaned"]
-            .includes(t.Status?.State ?? "")
-        );
-        if (left.length === 0) break;
-        await delay(200, deadline.signal).catch(() => {});
-      }
+      if (ids.size > 0) await tasksGone(engine, ids, this.#config.closeTimeout);
     } finally {
       this.#engine?.close();
       this.#engine = null;
     }
+  }
+}
+
+/** A client of the engine at the socket, once it says it is a swarm manager. */
+async function managerEngine(config: SwarmConfig, signal?: AbortSignal): Promise<EngineClient> {
+  const engine = await EngineClient.open(config.socket, signal);
+  try {
+    const info = await engine.call("GET", "/info", undefined, signal) as {
+      Swarm?: { LocalNodeState?: string; ControlAvailable?: boolean };
+    };
+    if (info.Swarm?.LocalNodeState !== "active" || !info.Swarm.ControlAvailable) {
+      throw new Deno.errors.NotConnected(
+        `Cannot create service "${config.name}": the engine at ${engine.socket} is not a swarm manager; run \`docker swarm init\` there or point socket at a manager`,
+      );
+    }
+    return engine;
+  } catch (err) {
+    engine.close();
+    throw err;
+  }
+}
+
+/**
+ * Waits (bounded) for the nodes to stop the tasks of removed services; a
+ * down node never reports. Filtering by a removed service fails: it lists
+ * all tasks and picks theirs.
+ */
+async function tasksGone(engine: EngineClient, ids: Set<string>, timeout: number): Promise<void> {
+  using deadline = new Deadline(timeout, undefined, "service removal");
+  while (!deadline.signal.aborted) {
+    const [all, nodes] = await Promise.all([
+      engine.call("GET", "/tasks") as Promise<TaskInfo[]>,
+      engine.call("GET", "/nodes") as Promise<NodeInfo[]>,
+    ]);
+    const up = new Set(nodes.filter((n) => n.Status?.State === "ready").map((n) => n.ID));
+    const left = all.filter((t) =>
+      ids.has(t.ServiceID ?? "") && up.has(t.NodeID ?? "") &&
+      !["shutdown", "failed", "complete", "rejected", "orphaned"].includes(t.Status?.State ?? "")
+    );
+    if (left.length === 0) return;
+    await delay(200, deadline.signal).catch(() => {});
   }
 }
 

@@ -112,6 +112,67 @@ function agentOf(value: unknown): AgentInfo | null {
   return info;
 }
 
+/** What a trace's steps say: calls, tokens, cost, the environment's version, the grade's subscores. */
+interface StepFigures {
+  modelCalls: number;
+  toolCalls: number;
+  inputTokens: number | null;
+  outputTokens: number | null;
+  costUsd: number | null;
+  envVersion: string | null;
+  graded: Record<string, number> | null;
+}
+
+function stepFigures(steps: readonly unknown[]): StepFigures {
+  const f: StepFigures = {
+    modelCalls: 0,
+    toolCalls: 0,
+    inputTokens: null,
+    outputTokens: null,
+    costUsd: null,
+    envVersion: null,
+    graded: null,
+  };
+  for (const step of steps) {
+    if (!isRecord(step)) continue;
+    const info = isRecord(step.info) ? step.info : {};
+    if (step.type === "model") {
+      f.modelCalls++;
+      f.inputTokens = add(f.inputTokens, info.input_tokens);
+      f.outputTokens = add(f.outputTokens, info.output_tokens);
+      f.costUsd = add(f.costUsd, info.cost_usd);
+    } else if (step.type === "tool") {
+      f.toolCalls++;
+    } else if (step.type === "setup" && typeof info.env_version === "string") {
+      f.envVersion = info.env_version;
+    } else if (step.type === "evaluate" && isRecord(step.content)) {
+      f.graded = subscoresOf(step.content.subscores);
+    }
+  }
+  return f;
+}
+
+/**
+ * The first failure, `phase: message` (its first line) and the whole
+ * message; for a rollout not graded with none recorded, its status.
+ */
+function firstFailure(
+  trace: Record<string, unknown>,
+  reward: number | null,
+  status: string,
+): { error: string; errorMessage: string } {
+  const errors: unknown[] = Array.isArray(trace.errors) ? trace.errors : [];
+  const first = errors.find(isRecord);
+  if (first) {
+    const message = String(first.message ?? "");
+    return {
+      error: `${String(first.phase ?? "?")}: ${message.split("\n")[0]}`,
+      errorMessage: message,
+    };
+  }
+  return { error: reward === null && status !== "completed" ? status : "", errorMessage: "" };
+}
+
 /** The digest of one record (a results line). */
 export function digestRecord(record: RunRecord): RolloutDigest {
   const raw = record as unknown as Record<string, unknown>;
@@ -119,40 +180,11 @@ export function digestRecord(record: RunRecord): RolloutDigest {
   const task: Record<string, unknown> = isRecord(raw.task) ? raw.task : {};
   const started = time(trace.started_at);
   const ended = time(trace.ended_at);
-  const errors: unknown[] = Array.isArray(trace.errors) ? trace.errors : [];
-  const first = errors.find(isRecord);
   const steps: unknown[] = Array.isArray(trace.steps) ? trace.steps : [];
-  let modelCalls = 0;
-  let toolCalls = 0;
-  let inputTokens: number | null = null;
-  let outputTokens: number | null = null;
-  let costUsd: number | null = null;
-  let envVersion: string | null = null;
-  let graded: Record<string, number> | null = null;
-  for (const step of steps) {
-    if (!isRecord(step)) continue;
-    const info = isRecord(step.info) ? step.info : {};
-    if (step.type === "model") {
-      modelCalls++;
-      inputTokens = add(inputTokens, info.input_tokens);
-      outputTokens = add(outputTokens, info.output_tokens);
-      costUsd = add(costUsd, info.cost_usd);
-    } else if (step.type === "tool") {
-      toolCalls++;
-    } else if (step.type === "setup" && typeof info.env_version === "string") {
-      envVersion = info.env_version;
-    } else if (step.type === "evaluate" && isRecord(step.content)) {
-      graded = subscoresOf(step.content.subscores);
-    }
-  }
+  const figures = stepFigures(steps);
   const reward = finite(raw.reward);
   const status = typeof raw.status === "string" ? raw.status : "?";
-  let error = "";
-  if (first) {
-    error = `${String(first.phase ?? "?")}: ${String(first.message ?? "").split("\n")[0]}`;
-  } else if (reward === null && status !== "completed") {
-    error = status;
-  }
+  const failure = firstFailure(trace, reward, status);
   return {
     job: String(raw.job_id ?? ""),
     slug: String(task.slug ?? "?"),
@@ -164,21 +196,21 @@ export function digestRecord(record: RunRecord): RolloutDigest {
     reward,
     status,
     phase: typeof raw.failed_phase === "string" ? raw.failed_phase : null,
-    error,
-    errorMessage: first ? String(first.message ?? "") : "",
+    error: failure.error,
+    errorMessage: failure.errorMessage,
     started,
     ended,
     duration: started !== null && ended !== null ? ended - started : null,
-    subscores: subscoresOf(raw.subscores) ?? graded,
+    subscores: subscoresOf(raw.subscores) ?? figures.graded,
     steps: steps.length,
-    modelCalls,
-    toolCalls,
-    inputTokens,
-    outputTokens,
-    costUsd,
+    modelCalls: figures.modelCalls,
+    toolCalls: figures.toolCalls,
+    inputTokens: figures.inputTokens,
+    outputTokens: figures.outputTokens,
+    costUsd: figures.costUsd,
     agent: agentOf(raw.agent),
     errorClass: typeof raw.error_class === "string" ? raw.error_class : null,
-    envVersion,
+    envVersion: figures.envVersion,
   };
 }
 
@@ -391,28 +423,24 @@ export interface SummarizeOptions {
   tasks?: boolean;
 }
 
-/**
- * The summary over every attempt of a job, in file order: the latest
- * attempt of each (slug, repeat) counts, the others are superseded.
- */
-export function summarizeDigests(
-  attempts: readonly RolloutDigest[],
-  options: SummarizeOptions = {},
-): JobSummary {
-  const { counted, superseded } = latestAttempts(attempts);
-  const rows = counted.map((i) => attempts[i]);
-  const threshold = options.threshold ?? 1;
-  const lines = options.tasks ?? true;
-  interface TaskAcc {
-    first: RolloutDigest;
-    /** Rollouts, and of them passes: all pass@k needs. */
-    n: number;
-    c: number;
-    /** The rest only for the per-task lines. */
-    rows: RolloutDigest[];
-    superseded: number;
-    subscores: SubscoreSums | null;
-  }
+/** One task's figures as the summary gathers them. */
+interface TaskAcc {
+  first: RolloutDigest;
+  /** Rollouts, and of them passes: all pass@k needs. */
+  n: number;
+  c: number;
+  /** The rest only for the per-task lines. */
+  rows: RolloutDigest[];
+  superseded: number;
+  subscores: SubscoreSums | null;
+}
+
+/** Each task's figures over `rows`, in the order tasks first appear; `lines` keeps their rows too. */
+function taskAccumulators(
+  rows: readonly RolloutDigest[],
+  threshold: number,
+  lines: boolean,
+): Map<string, TaskAcc> {
   const tasks = new Map<string, TaskAcc>();
   for (const r of rows) {
     let t = tasks.get(r.slug);
@@ -427,106 +455,169 @@ export function summarizeDigests(
       addSubscores(t.subscores ??= subscoreSums(), r.subscores);
     }
   }
+  return tasks;
+}
+
+/** The job-wide figures over the counted rollouts. */
+interface JobTotals {
+  rewards: number[];
+  erroredByPhase: Record<string, number>;
+  failuresByPhase: Record<string, number>;
+  subscores: SubscoreSums;
+  agent: AgentInfo | null;
+  envName: string | null;
+  envVersion: string | null;
+  inputTokens: number | null;
+  outputTokens: number | null;
+  costUsd: number | null;
+  modelCalls: number;
+  toolCalls: number;
+  steps: number;
+  /** The earliest start and the latest end. */
+  first: number | null;
+  last: number | null;
+  durationSum: number;
+  durations: number;
+}
+
+/** The job-wide figures over `rows`, gathered in one pass. */
+function jobTotals(rows: readonly RolloutDigest[]): JobTotals {
+  const t: JobTotals = {
+    rewards: [],
+    erroredByPhase: {},
+    failuresByPhase: {},
+    subscores: subscoreSums(),
+    agent: null,
+    envName: null,
+    envVersion: null,
+    inputTokens: null,
+    outputTokens: null,
+    costUsd: null,
+    modelCalls: 0,
+    toolCalls: 0,
+    steps: 0,
+    first: null,
+    last: null,
+    durationSum: 0,
+    durations: 0,
+  };
+  for (const r of rows) addToTotals(t, r);
+  return t;
+}
+
+function addToTotals(t: JobTotals, r: RolloutDigest): void {
+  if (r.phase !== null) t.failuresByPhase[r.phase] = (t.failuresByPhase[r.phase] ?? 0) + 1;
+  if (r.reward !== null) {
+    t.rewards.push(r.reward);
+    addSubscores(t.subscores, r.subscores);
+  } else {
+    const phase = r.phase ?? (r.status === "completed" ? "grading" : r.status);
+    t.erroredByPhase[phase] = (t.erroredByPhase[phase] ?? 0) + 1;
+  }
+  if (r.agent) t.agent = r.agent;
+  if (r.env !== "") t.envName = r.env;
+  if (r.envVersion !== null) t.envVersion = r.envVersion;
+  t.inputTokens = add(t.inputTokens, r.inputTokens);
+  t.outputTokens = add(t.outputTokens, r.outputTokens);
+  t.costUsd = add(t.costUsd, r.costUsd);
+  t.modelCalls += r.modelCalls;
+  t.toolCalls += r.toolCalls;
+  t.steps += r.steps;
+  if (r.started !== null && (t.first === null || r.started < t.first)) t.first = r.started;
+  if (r.ended !== null && (t.last === null || r.ended > t.last)) t.last = r.ended;
+  if (r.duration !== null) {
+    t.durationSum += r.duration;
+    t.durations++;
+  }
+}
+
+/** The groups with a rollout that did not finish (see {@linkcode rolloutFinished}). */
+function incompleteGroups(rows: readonly RolloutDigest[]): Set<string> {
+  return new Set(
+    rows.filter((r) => !rolloutFinished({ reward: r.reward, error_class: r.errorClass }))
+      .map((r) => r.group),
+  );
+}
+
+/** pass@k for every k from 1 to the group size (at least pass@1). */
+function passAtEvery(
+  tasks: readonly { n: number; c: number }[],
+  groupSize: number,
+): Record<string, number | null> {
+  const passAt: Record<string, number | null> = {};
+  for (let k = 1; k <= Math.max(1, groupSize); k++) passAt[String(k)] = passAtK(tasks, k);
+  return passAt;
+}
+
+/** A task's line of the summary; `incomplete` holds the groups that are not whole. */
+function taskSummary(t: TaskAcc, incomplete: ReadonlySet<string>): TaskSummary {
+  const graded = t.rows.filter((r) => r.reward !== null).map((r) => r.reward!);
+  const stats = meanAndError(graded);
+  return {
+    slug: t.first.slug,
+    id: t.first.id,
+    args: t.first.args,
+    runs: t.rows.length,
+    graded: graded.length,
+    errored: t.rows.length - graded.length,
+    passes: t.c,
+    mean_reward: stats.mean,
+    stderr: stats.stderr,
+    subscores: t.subscores === null ? {} : meansOf(t.subscores),
+    superseded: t.superseded,
+    failed_phases: phasesOf(t.rows),
+    first_error: t.rows.find((r) => r.error !== "")?.error ?? null,
+    group_complete: !t.rows.some((r) => incomplete.has(r.group)),
+  };
+}
+
+/**
+ * The summary over every attempt of a job, in file order: the latest
+ * attempt of each (slug, repeat) counts, the others are superseded.
+ */
+export function summarizeDigests(
+  attempts: readonly RolloutDigest[],
+  options: SummarizeOptions = {},
+): JobSummary {
+  const { counted, superseded } = latestAttempts(attempts);
+  const rows = counted.map((i) => attempts[i]);
+  const lines = options.tasks ?? true;
+  const tasks = taskAccumulators(rows, options.threshold ?? 1, lines);
   const older = [...superseded.map((i) => attempts[i]), ...(options.superseded ?? [])];
   for (const r of older) {
     const t = tasks.get(r.slug);
     if (t) t.superseded++;
   }
-  const rewards: number[] = [];
-  const byPhase: Record<string, number> = {};
-  const failures: Record<string, number> = {};
-  const subscores = subscoreSums();
-  let agent: AgentInfo | null = null;
-  let envName: string | null = null;
-  let envVersion: string | null = null;
-  let inputTokens: number | null = null;
-  let outputTokens: number | null = null;
-  let costUsd: number | null = null;
-  let modelCalls = 0;
-  let toolCalls = 0;
-  let steps = 0;
-  let first: number | null = null;
-  let last: number | null = null;
-  let durationSum = 0;
-  let durations = 0;
-  for (const r of rows) {
-    if (r.phase !== null) failures[r.phase] = (failures[r.phase] ?? 0) + 1;
-    if (r.reward !== null) {
-      rewards.push(r.reward);
-      addSubscores(subscores, r.subscores);
-    } else {
-      const phase = r.phase ?? (r.status === "completed" ? "grading" : r.status);
-      byPhase[phase] = (byPhase[phase] ?? 0) + 1;
-    }
-    if (r.agent) agent = r.agent;
-    if (r.env !== "") envName = r.env;
-    if (r.envVersion !== null) envVersion = r.envVersion;
-    inputTokens = add(inputTokens, r.inputTokens);
-    outputTokens = add(outputTokens, r.outputTokens);
-    costUsd = add(costUsd, r.costUsd);
-    modelCalls += r.modelCalls;
-    toolCalls += r.toolCalls;
-    steps += r.steps;
-    if (r.started !== null && (first === null || r.started < first)) first = r.started;
-    if (r.ended !== null && (last === null || r.ended > last)) last = r.ended;
-    if (r.duration !== null) {
-      durationSum += r.duration;
-      durations++;
-    }
-  }
-  const { mean, stderr } = meanAndError(rewards);
-  // Groups with a rollout that did not finish (see rolloutFinished).
-  const incomplete = new Set(
-    rows.filter((r) => !rolloutFinished({ reward: r.reward, error_class: r.errorClass }))
-      .map((r) => r.group),
-  );
+  const totals = jobTotals(rows);
+  const { mean, stderr } = meanAndError(totals.rewards);
+  const incomplete = incompleteGroups(rows);
   const counts = [...tasks.values()];
   const groupSize = counts.reduce((m, t) => Math.max(m, t.n), 0);
-  const passAt: Record<string, number | null> = {};
-  for (let k = 1; k <= Math.max(1, groupSize); k++) passAt[String(k)] = passAtK(counts, k);
+  const { first, last } = totals;
   return {
     id: options.id ?? rows[0]?.job ?? "",
     total: rows.length,
-    graded: rewards.length,
-    errored: rows.length - rewards.length,
+    graded: totals.rewards.length,
+    errored: rows.length - totals.rewards.length,
     superseded: older.length,
-    errored_by_phase: byPhase,
-    failures_by_phase: failures,
+    errored_by_phase: totals.erroredByPhase,
+    failures_by_phase: totals.failuresByPhase,
     mean_reward: mean,
     stderr,
     group_size: groupSize,
-    pass_at: passAt,
-    subscores: meansOf(subscores),
-    agent,
-    env: envName === null ? null : { name: envName, version: envVersion },
-    input_tokens: inputTokens,
-    output_tokens: outputTokens,
-    cost_usd: costUsd,
-    model_calls: modelCalls,
-    tool_calls: toolCalls,
-    steps,
+    pass_at: passAtEvery(counts, groupSize),
+    subscores: meansOf(totals.subscores),
+    agent: totals.agent,
+    env: totals.envName === null ? null : { name: totals.envName, version: totals.envVersion },
+    input_tokens: totals.inputTokens,
+    output_tokens: totals.outputTokens,
+    cost_usd: totals.costUsd,
+    model_calls: totals.modelCalls,
+    tool_calls: totals.toolCalls,
+    steps: totals.steps,
     wall_ms: first !== null && last !== null ? last - first : null,
-    mean_duration_ms: durations > 0 ? durationSum / durations : null,
-    tasks: !lines ? [] : [...tasks.values()].map((t): TaskSummary => {
-      const graded = t.rows.filter((r) => r.reward !== null).map((r) => r.reward!);
-      const stats = meanAndError(graded);
-      return {
-        slug: t.first.slug,
-        id: t.first.id,
-        args: t.first.args,
-        runs: t.rows.length,
-        graded: graded.length,
-        errored: t.rows.length - graded.length,
-        passes: t.c,
-        mean_reward: stats.mean,
-        stderr: stats.stderr,
-        subscores: t.subscores === null ? {} : meansOf(t.subscores),
-        superseded: t.superseded,
-        failed_phases: phasesOf(t.rows),
-        first_error: t.rows.find((r) => r.error !== "")?.error ?? null,
-        group_complete: !t.rows.some((r) => incomplete.has(r.group)),
-      };
-    }),
+    mean_duration_ms: totals.durations > 0 ? totals.durationSum / totals.durations : null,
+    tasks: lines ? counts.map((t) => taskSummary(t, incomplete)) : [],
     incomplete_groups: incomplete.size,
   };
 }

@@ -44,7 +44,7 @@
 import type { RunRecord } from "./results.ts";
 import { Job } from "./job.ts";
 import { isRecord } from "../_internal/util.ts";
-import { traceTokens } from "./tokens.ts";
+import { traceTokens, type TurnTokens } from "./tokens.ts";
 
 /** The root of an ATIF trajectory. */
 export interface AtifTrajectory {
@@ -196,6 +196,9 @@ function defined<T extends Record<string, unknown>>(value: T): T {
   return value;
 }
 
+/** A step before it has its number. */
+type Step = Omit<AtifStep, "step_id">;
+
 /**
  * One results-file record (a rollout) as an ATIF v1.4 trajectory. Fields
  * outside ATIF's schema go under `extra`; nothing of the record is lost
@@ -206,147 +209,219 @@ export function toAtif(record: RunRecord, options: AtifOptions = {}): AtifTrajec
   const trace: Record<string, unknown> = isRecord(raw.trace) ? raw.trace : {};
   const steps: Record<string, unknown>[] = (Array.isArray(trace.steps) ? trace.steps : [])
     .filter(isRecord);
-  const agentInfo = isRecord(raw.agent) ? raw.agent : null;
   const setup = steps.find((s) => s.type === "setup");
   const setupInfo = isRecord(setup?.info) ? setup.info : {};
-  const out: Omit<AtifStep, "step_id">[] = [];
-  const tools = new Map<string, Record<string, unknown>>();
-  for (const s of steps) {
-    if (s.type === "tool" && isRecord(s.content) && typeof s.content.id === "string") {
-      tools.set(s.content.id, s);
+  const task = isRecord(raw.task) ? raw.task : {};
+  const trajectory = new Trajectory(steps);
+  for (const s of steps) trajectory.add(s);
+  return {
+    schema_version: "ATIF-v1.4",
+    session_id: typeof setupInfo.session_id === "string"
+      ? setupInfo.session_id
+      : `${String(raw.job_id ?? "")}:${String(task.slug ?? "")}#${String(raw.repeat ?? 0)}`,
+    agent: atifAgent(isRecord(raw.agent) ? raw.agent : null, options),
+    steps: trajectory.steps.map((s, i) => ({ step_id: i + 1, ...s })),
+    notes: "Exported from a HUD SDK results file (@hud/sdk toAtif); the grade is in extra.hud.",
+    final_metrics: trajectory.finalMetrics(),
+    extra: { hud: hudExtra(raw, trace, steps, setupInfo.env_version) },
+  };
+}
+
+/**
+ * The steps of one trajectory, made from a trace's steps in order, and the
+ * totals over them. A step may change the one before it (a refusal) or one
+ * made earlier (a command agent's answer), so they are made here together.
+ */
+class Trajectory {
+  readonly steps: Step[] = [];
+  /** The `tool` steps by call id: their results ride on the calling step. */
+  readonly #tools = new Map<string, Record<string, unknown>>();
+  readonly #modelRun: boolean;
+  /** What ChatAgent kept with `tokens: true` (eval/tokens.ts), whole prompts. */
+  readonly #sampled: (TurnTokens | null)[];
+  #modelCalls = 0;
+  #prompt: string | null = null;
+  #command: Step | null = null;
+  #tokens = false;
+  #totalIn = 0;
+  #totalOut = 0;
+  #totalCost: number | null = null;
+
+  constructor(steps: Record<string, unknown>[]) {
+    for (const s of steps) {
+      if (s.type === "tool" && isRecord(s.content) && typeof s.content.id === "string") {
+        this.#tools.set(s.content.id, s);
+      }
+    }
+    const models = steps.filter((s) => s.type === "model" && isRecord(s.content));
+    this.#modelRun = models.length > 0;
+    this.#sampled = traceTokens(steps);
+    // A model run: the system prompt first, as the model saw it.
+    const firstRequest = models.length > 0 && isRecord(models[0].content)
+      ? models[0].content.request
+      : [];
+    const system = Array.isArray(firstRequest)
+      ? firstRequest.find((m) => isRecord(m) && m.role === "system")
+      : undefined;
+    if (isRecord(system)) {
+      // No timestamp: the prompt was set before the first call, not at it.
+      this.steps.push({ source: "system", message: text(system.content) });
     }
   }
-  const models = steps.filter((s) => s.type === "model" && isRecord(s.content));
-  // A model run: the system prompt first, as the model saw it.
-  const firstRequest = models.length > 0 && isRecord(models[0].content)
-    ? models[0].content.request
-    : [];
-  const system = Array.isArray(firstRequest)
-    ? firstRequest.find((m) => isRecord(m) && m.role === "system")
-    : undefined;
-  if (isRecord(system)) {
-    // No timestamp: the prompt was set before the first call, not at it.
-    out.push({ source: "system", message: text(system.content) });
-  }
-  let prompt: string | null = null;
-  let totalIn = 0;
-  let totalOut = 0;
-  let totalCost: number | null = null;
-  let tokens = false;
-  let command: Omit<AtifStep, "step_id"> | null = null;
-  const last = () => out[out.length - 1];
-  // What ChatAgent kept with `tokens: true` (eval/tokens.ts), whole prompts.
-  const sampled = traceTokens(steps);
-  let modelCalls = 0;
-  for (const s of steps) {
+
+  /** Adds what one trace step says, if ATIF has a place for it. */
+  add(s: Record<string, unknown>): void {
     const info = isRecord(s.info) ? s.info : {};
     const at = typeof s.timestamp === "string" && s.timestamp !== "" ? s.timestamp : undefined;
     const type = String(s.type);
-    const turn = type === "model" ? sampled[modelCalls++] ?? null : null;
+    const turn = type === "model" ? this.#sampled[this.#modelCalls++] ?? null : null;
     if (type === "user") {
-      prompt = text(s.content);
-      out.push({ timestamp: at, source: "user", message: prompt });
+      this.#prompt = text(s.content);
+      this.steps.push({ timestamp: at, source: "user", message: this.#prompt });
     } else if (type === "model" && isRecord(s.content)) {
-      const request = Array.isArray(s.content.request) ? s.content.request.filter(isRecord) : [];
-      for (const m of request) {
-        // Later user turns; tool results ride on the step that called them.
-        if (m.role === "user" && text(m.content) !== prompt) {
-          out.push({ timestamp: at, source: "user", message: text(m.content) });
-        }
-      }
-      const reply = isRecord(s.content.reply) ? s.content.reply : {};
-      const calls = (Array.isArray(reply.tool_calls) ? reply.tool_calls : []).filter(isRecord);
-      const toolCalls: AtifToolCall[] = [];
-      const results: AtifObservationResult[] = [];
-      const seen = new Set<string>();
-      calls.forEach((c, n) => {
-        const fn = isRecord(c.function) ? c.function : {};
-        let id = typeof c.id === "string" && c.id !== "" ? c.id : `call_${out.length}_${n}`;
-        // ATIF wants the ids of one step unique.
-        while (seen.has(id)) id += "_";
-        seen.add(id);
-        toolCalls.push({
-          tool_call_id: id,
-          function_name: String(c.name ?? fn.name ?? "tool"),
-          arguments: argumentsOf(c.arguments ?? fn.arguments),
-        });
-        const result = tools.get(String(c.id));
-        if (result && isRecord(result.content)) {
-          results.push({ source_call_id: id, content: text(result.content.result) });
-        }
-      });
-      const metrics: AtifMetrics = defined({
-        prompt_tokens: count(info.input_tokens),
-        completion_tokens: count(info.output_tokens),
-        cost_usd: typeof info.cost_usd === "number" ? info.cost_usd : undefined,
-        prompt_token_ids: numbers(info.prompt_token_ids) ?? turn?.promptIds ?? undefined,
-        completion_token_ids: numbers(info.completion_token_ids) ?? turn?.completionIds ??
-          undefined,
-        logprobs: numbers(info.logprobs) ?? turn?.logprobs ?? undefined,
-        extra: defined({
-          latency_ms: info.latency_ms,
-          finish_reason: info.finish_reason ?? undefined,
-          attempts: info.attempts,
-          retries: info.retries,
-        }),
-      });
-      if (metrics.prompt_tokens !== undefined || metrics.completion_tokens !== undefined) {
-        tokens = true;
-        totalIn += metrics.prompt_tokens ?? 0;
-        totalOut += metrics.completion_tokens ?? 0;
-      }
-      if (metrics.cost_usd !== undefined) totalCost = (totalCost ?? 0) + metrics.cost_usd;
-      out.push(defined({
-        timestamp: at,
-        source: "agent" as const,
-        model_name: typeof info.model === "string" ? info.model : undefined,
-        message: text(reply.content),
-        tool_calls: toolCalls.length > 0 ? toolCalls : undefined,
-        observation: results.length > 0 ? { results } : undefined,
-        metrics,
-      }));
+      this.#model(s.content, info, at, turn);
     } else if (type === "refusal") {
-      const step = last();
+      const step = this.steps.at(-1);
       if (step?.source === "agent") step.extra = { ...step.extra, refusal: text(s.content) };
     } else if (type === "command") {
-      command = {
+      this.#command = {
         timestamp: at,
         source: "agent",
         message: "",
         extra: { exit_code: info.code, signal: info.signal ?? null, stderr: info.stderr ?? "" },
       };
-      out.push(command);
+      this.steps.push(this.#command);
     } else if (type === "agent") {
       // A command agent's answer is its step's message; a model's is its submit call.
-      if (command !== null) command.message = text(s.content);
-      else if (models.length === 0) {
-        out.push({ timestamp: at, source: "agent", message: text(s.content) });
+      if (this.#command !== null) this.#command.message = text(s.content);
+      else if (!this.#modelRun) {
+        this.steps.push({ timestamp: at, source: "agent", message: text(s.content) });
       }
     } else if (type.startsWith("filetracking.") && isRecord(s.content)) {
-      // A flush nests its diff (HUD's shape); the other kinds hold the patches.
-      const diff = isRecord(s.content.diff) ? s.content.diff : s.content;
-      const patches = (Array.isArray(diff.patches) ? diff.patches : []).filter(isRecord);
-      if (patches.length === 0) continue;
-      const kind = type.slice("filetracking.".length);
-      out.push({
-        timestamp: at,
-        source: "system",
-        message: kind === "setup"
-          ? `The environment set up ${patches.length} file(s)`
-          : `The agent changed ${patches.length} file(s)`,
-        observation: {
-          results: patches.map((p) => ({ content: String(p.patch ?? `${p.status} ${p.path}`) })),
-        },
-        extra: { kind: type, paths: patches.map((p) => String(p.path)) },
-      });
+      const step = fileTrackingStep(type, s.content, at);
+      if (step !== null) this.steps.push(step);
     }
   }
-  const evaluate = steps.filter((s) => s.type === "evaluate" && isRecord(s.content)).pop();
-  const grade = isRecord(evaluate?.content) ? evaluate.content : null;
-  const task = isRecord(raw.task) ? raw.task : {};
+
+  /** A model call: later user turns, then the agent step with its calls and their results. */
+  #model(
+    content: Record<string, unknown>,
+    info: Record<string, unknown>,
+    at: string | undefined,
+    turn: TurnTokens | null,
+  ): void {
+    const request = Array.isArray(content.request) ? content.request.filter(isRecord) : [];
+    for (const m of request) {
+      // Later user turns; tool results ride on the step that called them.
+      if (m.role === "user" && text(m.content) !== this.#prompt) {
+        this.steps.push({ timestamp: at, source: "user", message: text(m.content) });
+      }
+    }
+    const reply = isRecord(content.reply) ? content.reply : {};
+    const { toolCalls, results } = this.#toolCalls(reply);
+    const metrics = modelMetrics(info, turn);
+    if (metrics.prompt_tokens !== undefined || metrics.completion_tokens !== undefined) {
+      this.#tokens = true;
+      this.#totalIn += metrics.prompt_tokens ?? 0;
+      this.#totalOut += metrics.completion_tokens ?? 0;
+    }
+    if (metrics.cost_usd !== undefined) this.#totalCost = (this.#totalCost ?? 0) + metrics.cost_usd;
+    this.steps.push(defined({
+      timestamp: at,
+      source: "agent" as const,
+      model_name: typeof info.model === "string" ? info.model : undefined,
+      message: text(reply.content),
+      tool_calls: toolCalls.length > 0 ? toolCalls : undefined,
+      observation: results.length > 0 ? { results } : undefined,
+      metrics,
+    }));
+  }
+
+  /** A reply's tool calls, with ids unique in the step, and the results of those that ran. */
+  #toolCalls(
+    reply: Record<string, unknown>,
+  ): { toolCalls: AtifToolCall[]; results: AtifObservationResult[] } {
+    const calls = (Array.isArray(reply.tool_calls) ? reply.tool_calls : []).filter(isRecord);
+    const toolCalls: AtifToolCall[] = [];
+    const results: AtifObservationResult[] = [];
+    const seen = new Set<string>();
+    calls.forEach((c, n) => {
+      const fn = isRecord(c.function) ? c.function : {};
+      let id = typeof c.id === "string" && c.id !== "" ? c.id : `call_${this.steps.length}_${n}`;
+      // ATIF wants the ids of one step unique.
+      while (seen.has(id)) id += "_";
+      seen.add(id);
+      toolCalls.push({
+        tool_call_id: id,
+        function_name: String(c.name ?? fn.name ?? "tool"),
+        arguments: argumentsOf(c.arguments ?? fn.arguments),
+      });
+      const result = this.#tools.get(String(c.id));
+      if (result && isRecord(result.content)) {
+        results.push({ source_call_id: id, content: text(result.content.result) });
+      }
+    });
+    return { toolCalls, results };
+  }
+
+  /** Totals over the steps. */
+  finalMetrics(): AtifFinalMetrics {
+    return defined({
+      total_prompt_tokens: this.#tokens ? this.#totalIn : undefined,
+      total_completion_tokens: this.#tokens ? this.#totalOut : undefined,
+      total_cost_usd: this.#totalCost ?? undefined,
+      total_steps: this.steps.length,
+    });
+  }
+}
+
+/** A model step's tokens, cost, sampled ids and timing. */
+function modelMetrics(info: Record<string, unknown>, turn: TurnTokens | null): AtifMetrics {
+  return defined({
+    prompt_tokens: count(info.input_tokens),
+    completion_tokens: count(info.output_tokens),
+    cost_usd: typeof info.cost_usd === "number" ? info.cost_usd : undefined,
+    prompt_token_ids: numbers(info.prompt_token_ids) ?? turn?.promptIds ?? undefined,
+    completion_token_ids: numbers(info.completion_token_ids) ?? turn?.completionIds ?? undefined,
+    logprobs: numbers(info.logprobs) ?? turn?.logprobs ?? undefined,
+    extra: defined({
+      latency_ms: info.latency_ms,
+      finish_reason: info.finish_reason ?? undefined,
+      attempts: info.attempts,
+      retries: info.retries,
+    }),
+  });
+}
+
+/** A file-tracking step with patches as a `system` step, one unified diff per file. */
+function fileTrackingStep(
+  type: string,
+  content: Record<string, unknown>,
+  at: string | undefined,
+): Step | null {
+  // A flush nests its diff (HUD's shape); the other kinds hold the patches.
+  const diff = isRecord(content.diff) ? content.diff : content;
+  const patches = (Array.isArray(diff.patches) ? diff.patches : []).filter(isRecord);
+  if (patches.length === 0) return null;
+  const kind = type.slice("filetracking.".length);
+  return {
+    timestamp: at,
+    source: "system",
+    message: kind === "setup"
+      ? `The environment set up ${patches.length} file(s)`
+      : `The agent changed ${patches.length} file(s)`,
+    observation: {
+      results: patches.map((p) => ({ content: String(p.patch ?? `${p.status} ${p.path}`) })),
+    },
+    extra: { kind: type, paths: patches.map((p) => String(p.path)) },
+  };
+}
+
+/** ATIF's agent for the record's `agent`: ChatAgent is `hud-chat-agent`. */
+function atifAgent(agentInfo: Record<string, unknown> | null, options: AtifOptions): AtifAgent {
   const settings = agentInfo && isRecord(agentInfo.settings) ? agentInfo.settings : undefined;
   const isModel = agentInfo?.kind === "model";
-  const agent: AtifAgent = defined({
+  return defined({
     name: isModel ? "hud-chat-agent" : String(agentInfo?.name ?? "unknown") || "unknown",
     version: typeof agentInfo?.version === "string"
       ? agentInfo.version
@@ -356,42 +431,34 @@ export function toAtif(record: RunRecord, options: AtifOptions = {}): AtifTrajec
     model_name: isModel ? String(agentInfo?.name) : undefined,
     extra: agentInfo ? defined({ kind: agentInfo.kind, settings }) : undefined,
   });
-  const finalMetrics: AtifFinalMetrics = defined({
-    total_prompt_tokens: tokens ? totalIn : undefined,
-    total_completion_tokens: tokens ? totalOut : undefined,
-    total_cost_usd: totalCost ?? undefined,
-    total_steps: out.length,
+}
+
+/** The record's task, reward, grade and errors: the root's `extra.hud`. */
+function hudExtra(
+  raw: Record<string, unknown>,
+  trace: Record<string, unknown>,
+  steps: Record<string, unknown>[],
+  envVersion: unknown,
+): Record<string, unknown> {
+  const evaluate = steps.filter((s) => s.type === "evaluate" && isRecord(s.content)).pop();
+  const grade = isRecord(evaluate?.content) ? evaluate.content : null;
+  return defined({
+    job_id: raw.job_id,
+    group_id: raw.group_id,
+    task: isRecord(raw.task) ? raw.task : {},
+    repeat: raw.repeat,
+    status: raw.status,
+    reward: raw.reward,
+    subscores: raw.subscores ?? (grade && isRecord(grade.subscores) ? grade.subscores : undefined),
+    grade_info: grade && isRecord(grade.info) ? grade.info : undefined,
+    answer: trace.content,
+    failed_phase: raw.failed_phase,
+    errors: trace.errors,
+    stop_reason: trace.stop_reason,
+    started_at: trace.started_at,
+    ended_at: trace.ended_at,
+    env_version: envVersion,
   });
-  return {
-    schema_version: "ATIF-v1.4",
-    session_id: typeof setupInfo.session_id === "string"
-      ? setupInfo.session_id
-      : `${String(raw.job_id ?? "")}:${String(task.slug ?? "")}#${String(raw.repeat ?? 0)}`,
-    agent,
-    steps: out.map((s, i) => ({ step_id: i + 1, ...s })),
-    notes: "Exported from a HUD SDK results file (@hud/sdk toAtif); the grade is in extra.hud.",
-    final_metrics: finalMetrics,
-    extra: {
-      hud: defined({
-        job_id: raw.job_id,
-        group_id: raw.group_id,
-        task,
-        repeat: raw.repeat,
-        status: raw.status,
-        reward: raw.reward,
-        subscores: raw.subscores ??
-          (grade && isRecord(grade.subscores) ? grade.subscores : undefined),
-        grade_info: grade && isRecord(grade.info) ? grade.info : undefined,
-        answer: trace.content,
-        failed_phase: raw.failed_phase,
-        errors: trace.errors,
-        stop_reason: trace.stop_reason,
-        started_at: trace.started_at,
-        ended_at: trace.ended_at,
-        env_version: setupInfo.env_version,
-      }),
-    },
-  };
 }
 
 /** A file name for `slug`: its letters, digits, `.`, `_` and `-`, the rest as `_`. */

@@ -72,6 +72,22 @@ export interface TaskResult {
   stderr: number | null;
 }
 
+/** What a finished taskset run adds to its records: why it stopped early, and what it spent. */
+export interface JobExtra {
+  stopped?: JobStop | null;
+  usage?: Usage;
+}
+
+// The constructor Taskset.run()'s ledger needs and Job's public API must
+// not show; assigned in Job's static block.
+let construct: (
+  id: string,
+  records: RunRecord[],
+  runs: (Run | null)[],
+  superseded: RunRecord[],
+  extra: JobExtra,
+) => Job;
+
 /**
  * A finished job: the record of every rollout that counts (the latest
  * attempt of each task and repeat), in expansion order, and the earlier
@@ -85,17 +101,16 @@ export class Job {
   readonly #stopped: JobStop | null;
   readonly #spent: Usage | null;
 
-  /**
-   * @internal Made by {@linkcode Taskset.run} and {@linkcode Job.load}.
-   * Records that repeat a (task, repeat) are kept as history: the last of
-   * them counts.
-   */
-  constructor(
+  // TypeScript's `private` is the only way to keep a constructor out of the
+  // public API (a #private name cannot apply to one). Jobs are made by
+  // Taskset.run() (through createJob()) and Job.load(). Records that repeat
+  // a (task, repeat) are kept as history: the last of them counts.
+  private constructor(
     id: string,
     records: RunRecord[],
     runs: (Run | null)[],
     superseded: RunRecord[] = [],
-    extra: { stopped?: JobStop | null; usage?: Usage } = {},
+    extra: JobExtra = {},
   ) {
     const { counted, superseded: older } = latestAttempts(
       records.map((r) => ({ slug: r.task.slug, repeat: r.repeat })),
@@ -112,6 +127,11 @@ export class Job {
     }
     this.#stopped = extra.stopped ?? null;
     this.#spent = extra.usage ?? null;
+  }
+
+  static {
+    construct = (id, records, runs, superseded, extra) =>
+      new Job(id, records, runs, superseded, extra);
   }
 
   /** The token or cost limit that stopped the job before it ran everything, or `null`. */
@@ -279,4 +299,19 @@ export function firstError(records: readonly RunRecord[]): string | null {
     if (error !== "") return error;
   }
   return null;
+}
+
+/**
+ * The job of a taskset run: its counted `records` and live `runs` in
+ * expansion order, the attempts they `superseded`, and `extra`. For
+ * Taskset.run() (eval/_ledger.ts); no face exports it.
+ */
+export function createJob(
+  id: string,
+  records: RunRecord[],
+  runs: (Run | null)[],
+  superseded: RunRecord[],
+  extra: JobExtra,
+): Job {
+  return construct(id, records, runs, superseded, extra);
 }

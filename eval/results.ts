@@ -7,7 +7,7 @@
  */
 
 import type { TaskRow } from "../env.ts";
-import { isRecord } from "../_internal/util.ts";
+import { errorMessage, isRecord } from "../_internal/util.ts";
 import { openPrivate } from "../_internal/private_file.ts";
 import { stringifyJson } from "../_internal/framing.ts";
 import type { TraceJson, TraceStatus } from "./trace.ts";
@@ -111,7 +111,7 @@ export async function prepareResults(
     await Deno.mkdir(dirname(path), { recursive: true, mode: 0o700 });
   } catch (err) {
     throw new Error(
-      `Cannot write results: cannot create directory "${dirname(path)}": ${(err as Error).message}`,
+      `Cannot write results: cannot create directory "${dirname(path)}": ${errorMessage(err)}`,
       { cause: err },
     );
   }

@@ -22,17 +22,17 @@
  * @module
  */
 
-import { connect, type ConnectOptions, type HudClient } from "../client.ts";
+import { connect, type ConnectOptions } from "../client.ts";
 import type { TaskRow } from "../env.ts";
 import { environmentOf } from "../env.ts";
-import type { Placement, RuntimeProvider } from "../runtime/placement.ts";
+import type { RuntimeProvider } from "../runtime/placement.ts";
 import { LocalRuntime } from "../runtime/local.ts";
-import { type FileTrackingEvent, type FlushResult, observeFiles } from "../filetracking/tracker.ts";
-import { abortable, Deadline } from "../_internal/async.ts";
-import { isRecord } from "../_internal/util.ts";
-import { type Agent, type AgentContext, NotGradedError } from "./agent.ts";
-import { Run } from "./run.ts";
-import { type Phase, Trace } from "./trace.ts";
+import type { Agent, AgentContext } from "./agent.ts";
+import type { Run } from "./run.ts";
+import { checkPositive, type OptionSpelling, optionSpelling } from "./_options.ts";
+import { type RolloutConfig, type RolloutObserver, runRollout } from "./_rollout_stages.ts";
+
+export type { RolloutObserver } from "./_rollout_stages.ts";
 
 /** Options for {@linkcode rollout}. */
 export interface RolloutOptions {
@@ -82,66 +82,29 @@ export interface RolloutOptions {
   context?: Omit<AgentContext, "signal">;
 }
 
-/**
- * Watches a rollout's agent phase: `before` runs after the task started,
- * `after` once the agent finished. Errors are recorded in the trace, never
- * fail the rollout.
- */
-export interface RolloutObserver {
-  /** Called before the agent runs. */
-  before?(run: Run, signal: AbortSignal): Promise<void> | void;
-  /** Called after the agent ran, before grading. */
-  after?(run: Run, signal: AbortSignal): Promise<void> | void;
-}
+/** How long a rollout may take unless told otherwise: 10 minutes. */
+export const DEFAULT_ROLLOUT_TIMEOUT = 600_000;
 
 /**
- * The part of a tracker result under `scope` (a path relative to the
- * tracker's root), or `null` when nothing of it is left.
+ * Refuses a rollout timeout that is not positive, and an agent timeout
+ * that is not positive or does not fit inside it; `s` says how to name
+ * them (rollout() and Taskset.run() name options, `hud eval` its flags).
+ * @throws {RangeError} naming the timeout
  */
-function scoped(event: FileTrackingEvent, scope: string | null): unknown | null {
-  const inScope = (path: string) =>
-    scope === null || path === scope || path.startsWith(scope.endsWith("/") ? scope : `${scope}/`);
-  switch (event.kind) {
-    case "snapshot": {
-      const files = event.result.files.filter((f) => inScope(f.path));
-      return files.length === 0 ? null : { ...event.result, files };
-    }
-    case "setup":
-    case "diff": {
-      const patches = event.result.patches.filter((p) => inScope(p.path));
-      return patches.length === 0
-        ? null
-        : { ...event.result, patches, files_changed: patches.length };
-    }
-    case "flush": {
-      // HUD's shape, which this project's tracker sends too (a HUD tracker
-      // has no skipped_files; a flat flush of an earlier version of this
-      // one has the diff's members beside capture).
-      const diff = event.result.diff ?? (event.result as unknown as FlushResult["diff"]);
-      const capture = event.result.capture ?? { files: [] };
-      const patches = (diff.patches ?? []).filter((p) => inScope(p.path));
-      const files = (capture.files ?? []).filter((f) => inScope(f.path));
-      const skipped = (capture.skipped_files ?? []).filter((f) => inScope(f.path));
-      if (patches.length === 0 && files.length === 0 && skipped.length === 0) return null;
-      return {
-        diff: { ...diff, patches, files_changed: patches.length },
-        capture: {
-          ...capture,
-          files,
-          files_eligible: files.length + skipped.length,
-          files_captured: files.length,
-          files_skipped: skipped.length,
-          skipped_files: skipped,
-        },
-      };
-    }
+export function checkTimeouts(
+  s: OptionSpelling,
+  rolloutTimeout: number,
+  agentTimeout: number | undefined,
+): void {
+  checkPositive(s, "rolloutTimeout", rolloutTimeout);
+  checkPositive(s, "agentTimeout", agentTimeout);
+  if (agentTimeout !== undefined && agentTimeout >= rolloutTimeout) {
+    throw new RangeError(
+      `${s.prefix}${s.name("agentTimeout")} (${s.duration(agentTimeout)}) must be less than ${
+        s.name("rolloutTimeout")
+      } (${s.duration(rolloutTimeout)})`,
+    );
   }
-}
-
-const CANCEL_BOUND_MS = 2_000;
-
-function timeoutError(what: string, ms: number): DOMException {
-  return new DOMException(`${what} timed out after ${ms} ms`, "TimeoutError");
 }
 
 /**
@@ -168,8 +131,33 @@ export function defaultRuntimeFor(
 }
 
 /**
+ * `options` resolved once: every default applied, every check made.
+ * @throws {RangeError} when a timeout is not positive, or `agentTimeout` does not fit
+ * @throws {TypeError} for an agent without `run()`, or a row with no runtime
+ */
+function rolloutConfig(task: TaskRow, agent: Agent, options: RolloutOptions): RolloutConfig {
+  const rolloutTimeout = options.rolloutTimeout ?? DEFAULT_ROLLOUT_TIMEOUT;
+  checkTimeouts(optionSpelling("Cannot roll out"), rolloutTimeout, options.agentTimeout);
+  if (typeof agent?.run !== "function") {
+    throw new TypeError("Cannot roll out: agent must have a run() method");
+  }
+  return {
+    runtime: options.runtime ?? defaultRuntimeFor(task),
+    rolloutTimeout,
+    agentTimeout: options.agentTimeout,
+    connect: options.connect ?? {},
+    fileTracking: options.fileTracking ?? {},
+    observers: options.observers ?? [],
+    context: options.context ?? {},
+    signal: options.signal,
+    dial: connect,
+  };
+}
+
+/**
  * Runs one task: places the environment, connects, starts the task, runs
- * the agent, grades the answer, releases the environment.
+ * the agent, grades the answer, releases the environment: the stages of
+ * eval/_rollout_stages.ts, in order.
  *
  * Never throws for a failed rollout: the returned run's trace says which
  * phase failed (`provisioning`, `start`, `agent`, `grading`), why, and the
@@ -185,155 +173,5 @@ export async function rollout(
   agent: Agent,
   options: RolloutOptions = {},
 ): Promise<Run> {
-  const rolloutTimeout = options.rolloutTimeout ?? 600_000;
-  if (!(rolloutTimeout > 0)) {
-    throw new RangeError(
-      `Cannot roll out: rolloutTimeout must be positive, got "${rolloutTimeout}"`,
-    );
-  }
-  const agentTimeout = options.agentTimeout;
-  if (agentTimeout !== undefined && (!(agentTimeout > 0) || agentTimeout >= rolloutTimeout)) {
-    throw new RangeError(
-      `Cannot roll out: agentTimeout (${agentTimeout} ms) must be positive and fit inside rolloutTimeout (${rolloutTimeout} ms)`,
-    );
-  }
-  if (typeof agent?.run !== "function") {
-    throw new TypeError("Cannot roll out: agent must have a run() method");
-  }
-  const runtime = options.runtime ?? defaultRuntimeFor(task);
-
-  using deadline = new Deadline(rolloutTimeout, options.signal, "rollout");
-  const trace = new Trace();
-  let placement: Placement | null = null;
-  let client: HudClient | null = null;
-  let run: Run | null = null;
-  const stub = () => new Run(null, task, trace);
-
-  const interrupted = () => deadline.signal.aborted;
-  const endInterrupted = async () => {
-    // Rollout deadline or abort: cancel (bounded), drop the connection, and
-    // leave the environment's teardown running in the background.
-    const reason = options.signal?.aborted ? "cancelled" : "timeout";
-    if (reason === "timeout") trace.fail(phase, timeoutError("rollout", rolloutTimeout));
-    trace.finish("cancelled", reason);
-    if (run && !run.settled) {
-      using bound = new Deadline(CANCEL_BOUND_MS, undefined, "cancel");
-      await abortable(run.cancel({ signal: bound.signal }), bound.signal).catch(() => {});
-    }
-    void client?.close();
-    const p = placement;
-    if (p) void Promise.resolve(p[Symbol.asyncDispose]()).catch(() => {});
-    placement = null;
-    return run ?? stub();
-  };
-
-  let phase: Phase = "provisioning";
-  try {
-    try {
-      const placing = runtime.place({ signal: deadline.signal });
-      // A placement that arrives after the deadline is released at once.
-      placement = await abortable(placing, deadline.signal, () => {
-        placing.then((p) => p[Symbol.asyncDispose](), () => {});
-      });
-      client = await connect(placement, { ...options.connect, signal: deadline.signal });
-    } catch (err) {
-      if (interrupted()) return await endInterrupted();
-      trace.fail("provisioning", err);
-      trace.finish("error", "provisioning_error");
-      return stub();
-    }
-
-    phase = "start";
-    run = new Run(client, task, trace);
-    try {
-      await abortable(run._begin(deadline.signal), deadline.signal);
-    } catch (err) {
-      if (interrupted()) return await endInterrupted();
-      trace.fail("start", err);
-      trace.finish("error", "start_error");
-      return run;
-    }
-
-    phase = "agent";
-    {
-      using agentDeadline = new Deadline(agentTimeout, deadline.signal, "agent");
-      for (const o of options.observers ?? []) {
-        try {
-          await o.before?.(run, agentDeadline.signal);
-        } catch (err) {
-          trace.record("observer_error", String((err as Error)?.message ?? err));
-        }
-      }
-      const currentRun = run;
-      const runAgent = () =>
-        abortable(
-          agent.run(currentRun, { ...options.context, signal: agentDeadline.signal }),
-          agentDeadline.signal,
-        );
-      const tracker = options.fileTracking === false
-        ? undefined
-        : client.manifest.bindings.find((c) => c.protocol === "filetracking/1");
-      try {
-        if (tracker) {
-          // A task may scope the tracker to its own part of the workspace
-          // with per-episode data: `bindings: { filetracking: { path } }`.
-          const episode = run.bindings[tracker.name];
-          const path = isRecord(episode) && typeof episode.path === "string" ? episode.path : null;
-          await observeFiles(client.binding(tracker.name), runAgent, {
-            pollInterval: options.fileTracking ? options.fileTracking.pollInterval : undefined,
-            signal: deadline.signal,
-            onResult: (event) => {
-              const result = scoped(event, path);
-              if (result !== null) trace.record(`filetracking.${event.kind}`, result);
-            },
-            onError: (err) =>
-              trace.record("filetracking_error", String((err as Error)?.message ?? err)),
-          });
-        } else {
-          await runAgent();
-        }
-      } catch (err) {
-        if (interrupted()) return await endInterrupted();
-        if (err instanceof NotGradedError) {
-          // Nothing to grade: the agent never ran, or its answer is unusable.
-          trace.fail("agent", err);
-          trace.finish("error", "agent_error");
-          using bound = new Deadline(CANCEL_BOUND_MS, undefined, "cancel");
-          await abortable(run.cancel({ signal: bound.signal }), bound.signal).catch(() => {});
-          return run;
-        }
-        trace.fail(
-          "agent",
-          agentDeadline.signal.aborted ? timeoutError("agent", agentTimeout!) : err,
-        );
-      }
-      for (const o of options.observers ?? []) {
-        try {
-          await o.after?.(run, deadline.signal);
-        } catch (err) {
-          trace.record("observer_error", String((err as Error)?.message ?? err));
-        }
-      }
-    }
-    if (interrupted()) return await endInterrupted();
-
-    phase = "grading";
-    try {
-      await abortable(run.finish({ signal: deadline.signal }), deadline.signal);
-    } catch {
-      if (interrupted()) return await endInterrupted();
-      // finish() recorded the failure.
-    }
-    return run;
-  } finally {
-    if (placement || client) {
-      await client?.close();
-      const p = placement as Placement | null;
-      if (p) {
-        await Promise.resolve(p[Symbol.asyncDispose]()).catch((err: unknown) => {
-          trace.record("teardown_error", String((err as Error)?.message ?? err));
-        });
-      }
-    }
-  }
+  return await runRollout(task, agent, rolloutConfig(task, agent, options));
 }

@@ -53,6 +53,11 @@ export interface RunStartOptions {
   signal?: AbortSignal;
 }
 
+// Plumbing the rollout's stages need and Run's public API must not show;
+// assigned in Run's static block, which can reach its #private members.
+let construct: (client: HudClient | null, task: TaskRow, trace: Trace) => Run;
+let begin: (run: Run, signal: AbortSignal | undefined) => Promise<void>;
+
 /**
  * The live handle an agent gets for one task. {@linkcode Run.start} sends
  * `tasks.start` and records a `setup` step and a `user` step holding the
@@ -87,11 +92,18 @@ export class Run implements AsyncDisposable {
   #grade: Grade | null = null;
   #settled = false;
 
-  /** @internal Use {@linkcode Run.start} or {@linkcode rollout}. */
-  constructor(client: HudClient | null, task: TaskRow, trace: Trace = new Trace()) {
+  // TypeScript's `private` is the only way to keep a constructor out of the
+  // public API (a #private name cannot apply to one); use Run.start() or
+  // rollout(), whose stages make runs through createRun().
+  private constructor(client: HudClient | null, task: TaskRow, trace: Trace) {
     this.#client = client;
     this.#task = task;
     this.#trace = trace;
+  }
+
+  static {
+    construct = (client, task, trace) => new Run(client, task, trace);
+    begin = (run, signal) => run.#begin(signal);
   }
 
   /**
@@ -103,13 +115,13 @@ export class Run implements AsyncDisposable {
     task: TaskRow,
     options: RunStartOptions = {},
   ): Promise<Run> {
-    const run = new Run(client, task);
-    await run._begin(options.signal);
+    const run = new Run(client, task, new Trace());
+    await run.#begin(options.signal);
     return run;
   }
 
-  /** @internal Sends `tasks.start` and records the setup and prompt steps. */
-  async _begin(signal?: AbortSignal): Promise<void> {
+  /** Sends `tasks.start` and records the setup and prompt steps. */
+  async #begin(signal?: AbortSignal): Promise<void> {
     this.#trace.record("setup", { id: this.#task.id, args: this.#task.args }, {
       slug: this.#task.slug,
       session_id: this.client.sessionId,
@@ -229,4 +241,22 @@ export class Run implements AsyncDisposable {
       // Recorded in the trace.
     }
   }
+}
+
+/**
+ * A run of `task` on `client`, not started, recording into `trace`; a
+ * `null` client makes the run of a rollout that never connected. For the
+ * rollout's stages (eval/_rollout_stages.ts); no face exports it.
+ */
+export function createRun(client: HudClient | null, task: TaskRow, trace: Trace): Run {
+  return construct(client, task, trace);
+}
+
+/**
+ * Starts `run`'s task: sends `tasks.start` and records the setup and prompt
+ * steps. For the rollout's stages; no face exports it.
+ * @throws {HudProtocolError} when the environment refuses to start it
+ */
+export function beginRun(run: Run, signal?: AbortSignal): Promise<void> {
+  return begin(run, signal);
 }

@@ -24,17 +24,29 @@
 
 import { type TaskRow, taskSlug } from "../env.ts";
 import type { RuntimeProvider } from "../runtime/placement.ts";
-import { isRecord } from "../_internal/util.ts";
+import { errorMessage, isRecord } from "../_internal/util.ts";
 import type { Agent } from "./agent.ts";
-import type { Run } from "./run.ts";
-import { defaultRuntimeFor, rollout, type RolloutOptions } from "./rollout.ts";
-import { Job, type JobProgress, type JobStop } from "./job.ts";
-import { openResults, recordKey, type ResultsFile, type RunRecord } from "./results.ts";
+import {
+  checkTimeouts,
+  DEFAULT_ROLLOUT_TIMEOUT,
+  defaultRuntimeFor,
+  type RolloutOptions,
+} from "./rollout.ts";
+import type { Job, JobProgress } from "./job.ts";
+import { openResults } from "./results.ts";
 import { AdaptiveConcurrency } from "./concurrency.ts";
 import { RETRYABLE_ERROR_CLASSES, type RolloutErrorClass } from "./failure.ts";
-import { addUsage, emptyUsage, traceUsage, type Usage } from "./usage.ts";
-import type { ModelCallUsage } from "./agent.ts";
-import { delay } from "../_internal/async.ts";
+import {
+  checkNeeds,
+  checkPositive,
+  checkPositiveInteger,
+  type OptionSpelling,
+  optionSpelling,
+} from "./_options.ts";
+import { expandSlots, JobLedger, resumeFrom } from "./_ledger.ts";
+import { Budget } from "./_budget.ts";
+import { Progress } from "./_progress.ts";
+import { type RetryConfig, RetryPolicy, SlotRunner } from "./_attempts.ts";
 
 /** A row as given, or with its slug computed as the Python SDK does when it has none. */
 function checkRow(row: unknown, where: string): TaskRow {
@@ -101,7 +113,7 @@ export interface TasksetRunOptions extends Omit<RolloutOptions, "signal" | "cont
    * JSONL file that receives one {@linkcode RunRecord} per finished
    * rollout. It is only ever appended to, each line synced to disk as it
    * is written; a missing directory is created. An existing non-empty file
-   * is refused unless `resume` or `force` is set.
+   * is refused unless `resume` or `force` (not both) is set.
    */
   out?: string;
   /**
@@ -136,6 +148,7 @@ export interface TasksetRunOptions extends Omit<RolloutOptions, "signal" | "cont
    * Stop the job once its model calls used this many tokens (prompt plus
    * completion), counting every attempt in `out` of a resumed job: no new
    * rollouts start; running ones finish (or are cancelled, by `limitAction`).
+   * A positive integer.
    * @default no limit
    */
   tokenLimit?: number;
@@ -149,12 +162,64 @@ export interface TasksetRunOptions extends Omit<RolloutOptions, "signal" | "cont
   limitAction?: "finish" | "cancel";
 }
 
-function retryOptions(value: TasksetRunOptions["retries"]): Required<RolloutRetryOptions> {
+/** {@linkcode Taskset.run}'s options resolved once: every default applied, every check made. */
+export interface TasksetRunConfig {
+  readonly group: number;
+  readonly maxConcurrent: number;
+  readonly retry: RetryConfig;
+  readonly tokenLimit: number | undefined;
+  readonly costLimit: number | undefined;
+  readonly limitAction: "finish" | "cancel";
+  readonly out: string | undefined;
+  readonly resume: boolean;
+  readonly force: boolean;
+}
+
+/**
+ * Resolves and checks {@linkcode Taskset.run}'s options (the rollouts'
+ * timeouts too) before anything runs. `s` names what it refuses: the
+ * options by default, a command line's flags when it passes its own.
+ * @throws {RangeError} for a bad group, concurrency, retries, limits or timeouts
+ * @throws {TypeError} for `resume` or `force` without `out`, or both
+ */
+export function tasksetRunConfig(
+  options: TasksetRunOptions,
+  s: OptionSpelling = optionSpelling("Cannot run taskset"),
+): TasksetRunConfig {
+  const group = options.group ?? 1;
+  const maxConcurrent = options.maxConcurrent ?? 8;
+  checkPositiveInteger(s, "group", group);
+  checkPositiveInteger(s, "maxConcurrent", maxConcurrent);
+  const retry = retryConfig(s, options.retries);
+  if (options.tokenLimit !== undefined) checkPositiveInteger(s, "tokenLimit", options.tokenLimit);
+  checkPositive(s, "costLimit", options.costLimit);
+  const limitAction = options.limitAction ?? "finish";
+  if (limitAction !== "finish" && limitAction !== "cancel") {
+    throw new RangeError(
+      `${s.prefix}${s.name("limitAction")} must be "finish" or "cancel", got "${limitAction}"`,
+    );
+  }
+  const out = options.out || undefined;
+  const resume = options.resume === true;
+  const force = options.force === true;
+  checkNeeds(s, "resume", resume, "out", out !== undefined);
+  checkNeeds(s, "force", force, "out", out !== undefined);
+  if (resume && force) {
+    throw new TypeError(`${s.prefix}give ${s.name("resume")} or ${s.name("force")}, not both`);
+  }
+  checkTimeouts(s, options.rolloutTimeout ?? DEFAULT_ROLLOUT_TIMEOUT, options.agentTimeout);
+  const { tokenLimit, costLimit } = options;
+  return { group, maxConcurrent, retry, tokenLimit, costLimit, limitAction, out, resume, force };
+}
+
+function retryConfig(s: OptionSpelling, value: TasksetRunOptions["retries"]): RetryConfig {
   const o: RolloutRetryOptions = typeof value === "number" ? { attempts: value } : value ??
     { attempts: 0 };
   if (!Number.isInteger(o.attempts) || o.attempts < 0) {
     throw new RangeError(
-      `Cannot run taskset: retries must be an integer of at least 0, got "${o.attempts}"`,
+      `${s.prefix}${s.name("retries")} must be an integer of at least 0, got "${
+        s.given("retries", o.attempts)
+      }"`,
     );
   }
   return {
@@ -163,12 +228,6 @@ function retryOptions(value: TasksetRunOptions["retries"]): Required<RolloutRetr
     baseDelay: o.baseDelay ?? 1_000,
     maxDelay: o.maxDelay ?? 30_000,
   };
-}
-
-function checkLimit(name: string, value: number | undefined): void {
-  if (value !== undefined && !(value > 0)) {
-    throw new RangeError(`Cannot run taskset: ${name} must be positive, got "${value}"`);
-  }
 }
 
 /**
@@ -229,7 +288,7 @@ export class Taskset {
       try {
         rows = JSON.parse(trimmed);
       } catch (err) {
-        throw new TypeError(`Cannot read taskset: invalid JSON: ${(err as Error).message}`);
+        throw new TypeError(`Cannot read taskset: invalid JSON: ${errorMessage(err)}`);
       }
       return new Taskset((rows as unknown[]).map((r, i) => checkRow(r, `#${i}`)));
     }
@@ -241,7 +300,7 @@ export class Taskset {
         row = JSON.parse(line);
       } catch (err) {
         throw new TypeError(
-          `Cannot read taskset: invalid JSON on line ${i + 1}: ${(err as Error).message}`,
+          `Cannot read taskset: invalid JSON on line ${i + 1}: ${errorMessage(err)}`,
         );
       }
       rows.push(checkRow(row, `on line ${i + 1}`));
@@ -269,6 +328,16 @@ export class Taskset {
   }
 
   /**
+   * Every row's runtime, resolved before anything runs: `runtime`, else the
+   * live environment each row was made from (one runtime per environment).
+   * @throws {TypeError} for a row with no live environment when no runtime is given
+   */
+  #runtimes(runtime: RuntimeProvider | undefined): RuntimeProvider[] {
+    const cache = new Map<unknown, RuntimeProvider>();
+    return this.#rows.map((row) => runtime ?? defaultRuntimeFor(row, cache));
+  }
+
+  /**
    * Runs every row `group` times with at most `maxConcurrent` rollouts at
    * once, and returns the job. Rollout failures are recorded, not thrown;
    * those of a retried class are tried again (every attempt recorded).
@@ -276,280 +345,56 @@ export class Taskset {
    * says why, and `resume` continues it.
    *
    * @throws {TypeError} up front, when no runtime is given and a row was not
-   *   made from a live environment
+   *   made from a live environment, or `resume` or `force` is set without `out` (or both are)
    * @throws {RangeError} up front, for a bad group, concurrency, retries, limits or timeouts
    */
   async run(agent: Agent, options: TasksetRunOptions = {}): Promise<Job> {
-    const group = options.group ?? 1;
-    const maxConcurrent = options.maxConcurrent ?? 8;
-    if (!Number.isInteger(group) || group < 1) {
-      throw new RangeError(`Cannot run taskset: group must be a positive integer, got "${group}"`);
-    }
-    if (!Number.isInteger(maxConcurrent) || maxConcurrent < 1) {
-      throw new RangeError(
-        `Cannot run taskset: maxConcurrent must be a positive integer, got "${maxConcurrent}"`,
-      );
-    }
-    const retry = retryOptions(options.retries);
-    checkLimit("tokenLimit", options.tokenLimit);
-    checkLimit("costLimit", options.costLimit);
-    const limitAction = options.limitAction ?? "finish";
-    if (limitAction !== "finish" && limitAction !== "cancel") {
-      throw new RangeError(
-        `Cannot run taskset: limitAction must be "finish" or "cancel", got "${limitAction}"`,
-      );
-    }
-    if (options.resume && !options.out) {
-      throw new TypeError("Cannot resume a taskset run: resume needs an out file");
-    }
-    // Resolve every row's runtime before anything runs.
-    const runtimes = new Map<unknown, RuntimeProvider>();
-    const runtimeOf = this.#rows.map((row) => options.runtime ?? defaultRuntimeFor(row, runtimes));
+    const config = tasksetRunConfig(options);
+    const runtimes = this.#runtimes(options.runtime);
     const concurrency = options.concurrency === false
       ? undefined
-      : options.concurrency ?? new AdaptiveConcurrency({ max: maxConcurrent });
-
-    const kept = new Map<string, RunRecord>();
-    const tries = new Map<string, number>();
-    const spent = emptyUsage();
-    // Read once: what the agent is does not change during a job.
-    const agentInfo = agent.info;
-    let jobId = options.jobId;
-    let out: ResultsFile | null = null;
-    if (options.out) {
-      out = await openResults(options.out, {
-        resume: options.resume === true,
-        force: options.force === true,
-      });
-      // The latest attempt of each (slug, repeat) counts; graded ones are
-      // kept. Every attempt's spending counts toward the limits.
-      for (const record of out.records) {
-        jobId ??= record.job_id;
-        const key = recordKey(record.task.slug, record.repeat);
-        tries.set(key, Math.max(tries.get(key) ?? 0, record.attempt ?? 1));
-        if (record.reward !== null) kept.set(key, record);
-        else kept.delete(key);
-        addUsage(spent, traceUsage(record.trace));
-      }
-    }
-    jobId ??= crypto.randomUUID();
-
-    interface Slot {
-      row: TaskRow;
-      repeat: number;
-      runtime: RuntimeProvider;
-      groupId: string;
-    }
-    const slots: Slot[] = [];
-    this.#rows.forEach((row, i) => {
-      const groupId = `${jobId}:${row.slug}`;
-      for (let repeat = 0; repeat < group; repeat++) {
-        slots.push({ row, repeat, runtime: runtimeOf[i], groupId });
-      }
-    });
-    const records: (RunRecord | null)[] = slots.map((s) =>
-      kept.get(recordKey(s.row.slug, s.repeat)) ?? null
+      : options.concurrency ?? new AdaptiveConcurrency({ max: config.maxConcurrent });
+    const out = config.out === undefined ? null : await openResults(config.out, config);
+    const resumed = resumeFrom(out?.records ?? []);
+    const jobId = options.jobId ?? resumed.jobId ?? crypto.randomUUID();
+    const ledger = new JobLedger(
+      jobId,
+      expandSlots(this.#rows, runtimes, config.group, jobId),
+      resumed,
     );
-    const runs: (Run | null)[] = slots.map(() => null);
-
-    // A limit reached stops new rollouts; with "cancel" it also aborts the running ones.
-    let stopped: JobStop | null = null;
-    const halt = new AbortController();
-    const signal = options.signal ? AbortSignal.any([options.signal, halt.signal]) : halt.signal;
-    const overLimit = (): JobStop | null => {
-      const tokens = spent.inputTokens + spent.outputTokens;
-      if (options.tokenLimit !== undefined && tokens >= options.tokenLimit) {
-        return { reason: "token_limit", limit: options.tokenLimit, spent: tokens };
-      }
-      if (options.costLimit !== undefined && spent.costUsd >= options.costLimit) {
-        return { reason: "cost_limit", limit: options.costLimit, spent: spent.costUsd };
-      }
-      return null;
-    };
-    const checkLimits = () => {
-      if (stopped !== null) return;
-      stopped = overLimit();
-      if (stopped !== null && limitAction === "cancel") {
-        halt.abort(
-          new DOMException(
-            `the job's ${stopped.reason.replace("_", " ")} was reached`,
-            "AbortError",
-          ),
-        );
-      }
-    };
-    checkLimits();
-
-    // Kept records are all graded; the mean is kept as a running sum so that
-    // each progress update costs O(1), not a pass over every record.
-    const keptRecords = records.filter((r): r is RunRecord => r !== null);
-    let rewardSum = keptRecords.reduce((sum, r) => sum + r.reward!, 0);
-    let gradedCount = keptRecords.length;
-    const startedAt = Date.now();
-    let finishedHere = 0;
-    const progress: JobProgress = {
-      total: slots.length,
-      done: keptRecords.length,
-      running: 0,
-      failed: 0,
-      meanReward: gradedCount === 0 ? null : rewardSum / gradedCount,
-      elapsedMs: 0,
-      etaMs: null,
-      retried: 0,
-    };
-    // A progress callback that throws (a closed stderr) must not stop the
-    // workers halfway, leaving rollouts running with nobody waiting.
-    const report = (last?: RunRecord) => {
-      progress.elapsedMs = Date.now() - startedAt;
-      progress.etaMs = finishedHere === 0
-        ? null
-        : Math.round(progress.elapsedMs / finishedHere * (progress.total - progress.done));
-      if (concurrency) {
-        progress.concurrency = { limit: concurrency.limit, max: concurrency.max };
-      }
-      progress.tokens = spent.inputTokens + spent.outputTokens;
-      progress.costUsd = spent.costUsd;
-      progress.stopped = stopped?.reason ?? null;
-      try {
-        options.onProgress?.(last ? { ...progress, last } : { ...progress });
-      } catch {
-        // Ignored: reporting is best effort.
-      }
-    };
-    report();
-
-    const attemptOnce = async (slot: Slot, attempt: number) => {
-      // What the agent reports as it goes counts at once; what only the
-      // trace holds, at the end.
-      const live = emptyUsage();
-      const onUsage = (u: ModelCallUsage) => {
-        const call: Usage = {
-          inputTokens: u.inputTokens,
-          outputTokens: u.outputTokens,
-          cachedTokens: u.cachedTokens,
-          costUsd: u.costUsd ?? 0,
-          unpricedCalls: u.costUsd === null ? 1 : 0,
-          modelCalls: 1,
-        };
-        addUsage(live, call);
-        addUsage(spent, call);
-        checkLimits();
-      };
-      const run = await rollout(slot.row, agent, {
-        ...options,
-        runtime: slot.runtime,
-        signal,
-        context: { concurrency, onUsage },
-      });
-      const traced = traceUsage(run.trace.toJSON());
-      addUsage(spent, {
-        inputTokens: Math.max(0, traced.inputTokens - live.inputTokens),
-        outputTokens: Math.max(0, traced.outputTokens - live.outputTokens),
-        cachedTokens: Math.max(0, traced.cachedTokens - live.cachedTokens),
-        costUsd: Math.max(0, traced.costUsd - live.costUsd),
-        unpricedCalls: Math.max(0, traced.unpricedCalls - live.unpricedCalls),
-        modelCalls: Math.max(0, traced.modelCalls - live.modelCalls),
-      });
-      checkLimits();
-      const status = run.trace.status as RunRecord["status"];
-      const record: RunRecord = {
-        job_id: jobId!,
-        group_id: slot.groupId,
-        task: { env: slot.row.env, id: slot.row.id, args: slot.row.args, slug: slot.row.slug },
-        repeat: slot.repeat,
-        attempt,
-        status,
-        reward: run.reward,
-        failed_phase: run.trace.failedPhase,
-        error_class: run.trace.errors[0]?.class ?? (status === "cancelled" ? "cancelled" : null),
-        ...(run.grade?.subscores ? { subscores: run.grade.subscores } : {}),
-        ...(agentInfo ? { agent: agentInfo } : {}),
-        trace: run.trace.toJSON(),
-      };
-      if (out) await out.append(record);
-      return { run, record };
-    };
-
-    const retryable = (record: RunRecord) =>
-      record.error_class !== undefined && record.error_class !== null &&
-      record.error_class !== "cancelled" &&
-      (retry.on as readonly string[]).includes(record.error_class);
-
-    const pending = slots.map((_, i) => i).filter((i) => records[i] === null);
+    const budget = new Budget(config, resumed.spent, options.signal);
+    const progress = new Progress(
+      config.group * this.#rows.length,
+      ledger.kept,
+      { budget, concurrency },
+      options.onProgress,
+    );
+    progress.report();
+    const runner = new SlotRunner({
+      agent,
+      agentInfo: agent.info,
+      rollout: options,
+      concurrency,
+      budget,
+      ledger,
+      progress,
+      retry: new RetryPolicy(config.retry),
+      out,
+      signal: options.signal,
+    });
+    const pending = ledger.pending();
     let next = 0;
-    // This run's failed attempts that a retry replaced: history, not counted.
-    const retriedHere: RunRecord[] = [];
-    const starting = () => !signal.aborted && stopped === null;
     const worker = async () => {
-      while (next < pending.length && starting()) {
-        const i = pending[next++];
-        const slot = slots[i];
-        const key = recordKey(slot.row.slug, slot.repeat);
-        progress.running++;
-        report();
-        let result = await attemptOnce(slot, (tries.get(key) ?? 0) + 1);
-        for (let n = 1; n <= retry.attempts && retryable(result.record) && starting(); n++) {
-          progress.retried!++;
-          report(result.record);
-          const wait = Math.min(retry.maxDelay, retry.baseDelay * 2 ** (n - 1)) *
-            (0.5 + Math.random());
-          try {
-            await delay(wait, signal);
-          } catch {
-            break; // Stopped while waiting: the failed attempt stands.
-          }
-          if (!starting()) break;
-          retriedHere.push(result.record);
-          result = await attemptOnce(slot, result.record.attempt! + 1);
-        }
-        const { run, record } = result;
-        runs[i] = run;
-        records[i] = record;
-        progress.running--;
-        // A rollout the abort cut short is not done: the interrupt line, and
-        // --resume, count it as left to run.
-        if (record.status === "cancelled" && options.signal?.aborted) {
-          report(record);
-          continue;
-        }
-        progress.done++;
-        finishedHere++;
-        if (record.reward === null) {
-          progress.failed++;
-        } else {
-          rewardSum += record.reward;
-          gradedCount++;
-          progress.meanReward = rewardSum / gradedCount;
-        }
-        report(record);
-      }
+      while (next < pending.length && budget.open) await runner.run(pending[next++]);
     };
     try {
-      await Promise.all(Array.from({ length: Math.min(maxConcurrent, pending.length) }, worker));
+      await Promise.all(
+        Array.from({ length: Math.min(config.maxConcurrent, pending.length) }, worker),
+      );
     } finally {
       await out?.close();
     }
-    // Slots never started (an abort, a limit) are recorded as cancelled.
-    const final = records.map((r, i): RunRecord =>
-      r ?? {
-        job_id: jobId!,
-        group_id: slots[i].groupId,
-        task: slots[i].row,
-        repeat: slots[i].repeat,
-        status: "cancelled",
-        reward: null,
-        failed_phase: null,
-        error_class: "cancelled",
-        trace: {},
-      }
-    );
-    // The file's older attempts of every slot stay as history.
-    const counted = new Set(kept.values());
-    const slotKeys = new Set(slots.map((s) => recordKey(s.row.slug, s.repeat)));
-    const superseded = (out?.records ?? []).filter((r) =>
-      !counted.has(r) && slotKeys.has(recordKey(r.task.slug, r.repeat))
-    );
-    report();
-    return new Job(jobId, final, runs, [...superseded, ...retriedHere], { stopped, usage: spent });
+    progress.report();
+    return ledger.toJob({ stopped: budget.stopped, usage: budget.spent });
   }
 }

@@ -122,16 +122,18 @@ export class Trace {
     return step;
   }
 
-  /** Records a failure in `phase` as an `error` step, with its class. */
-  fail(phase: Phase, error: unknown): void {
+  /**
+   * Records a failure in `phase` as an `error` step, with its class: the
+   * one given (a rollout stage's), else {@linkcode classifyError}'s.
+   */
+  fail(
+    phase: Phase,
+    error: unknown,
+    errorClass: RolloutErrorClass = classifyError(phase, error),
+  ): void {
     const err = error instanceof Error ? error : new Error(String(error));
     const message = redactSecrets(err.message);
-    const entry: TraceError = {
-      phase,
-      message,
-      name: err.name,
-      class: classifyError(phase, error),
-    };
+    const entry: TraceError = { phase, message, name: err.name, class: errorClass };
     this.#errors.push(entry);
     this.record("error", message, { phase, name: err.name, class: entry.class });
   }

@@ -163,7 +163,7 @@ export const fixBug = env.template(
       // the program it runs is the agent's, run as the agent, in the sandbox.
       const check = await workspace.exec(["bash", "-c", lab.check], {
         cwd: dir,
-        timeoutMs: 30_000,
+        timeout: 30_000,
       });
       const right = String(answer ?? "").trim() === lab.expected(seed);
       const subscores = { check: check.code === 0 ? 1 : 0, answer: right ? 1 : 0 };

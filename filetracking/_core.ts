@@ -361,8 +361,8 @@ export class Tracker {
     return `Binary files ${oldLabel} and ${newLabel} differ\n`;
   }
 
+  /** The artifacts (by file type) changed from `from` to `to`, within the capture limits. */
   async #capture(from: Scan, to: Scan): Promise<ArtifactCapture> {
-    const l = this.#limits;
     const files: CapturedFile[] = [];
     const skipped: SkippedArtifact[] = [];
     let eligible = 0;
@@ -376,39 +376,20 @@ export class Tracker {
       if (mime === null || entry.kind === "credential" || entry.kind === "symlink") continue;
       if (isCredentialPath(path)) continue;
       eligible++;
-      const skip = (reason: SkippedArtifact["reason"]) =>
-        skipped.push({ path, size: entry.size, reason });
-      if (files.length >= l.maxCaptureFiles) skip("count");
-      else if (entry.size > l.maxCaptureFileSize) skip("size");
-      else if (total + entry.size > l.maxCaptureTotal) skip("total");
-      else {
-        let bytes: Uint8Array<ArrayBuffer>;
-        try {
-          bytes = await Deno.readFile(this.#scanner.resolve(path));
-        } catch (err) {
-          if (
-            !(err instanceof Deno.errors.NotFound || err instanceof Deno.errors.PermissionDenied)
-          ) {
-            throw err;
-          }
-          skip("unreadable");
-          continue;
-        }
-        // The file may have grown since the scan.
-        if (bytes.length > l.maxCaptureFileSize) skip("size");
-        else if (total + bytes.length > l.maxCaptureTotal) skip("total");
-        else {
-          total += bytes.length;
-          files.push({
-            path,
-            size: bytes.length,
-            content_hash: await sha256Hex(bytes),
-            content_type: mime,
-            file: { type: "file", data: bytes.toBase64(), media_type: mime },
-            status: before ? "modified" : "added",
-          });
-        }
+      const bytes = await this.#take(path, entry.size, files.length, total);
+      if (typeof bytes === "string") {
+        skipped.push({ path, size: entry.size, reason: bytes });
+        continue;
       }
+      total += bytes.length;
+      files.push({
+        path,
+        size: bytes.length,
+        content_hash: await sha256Hex(bytes),
+        content_type: mime,
+        file: { type: "file", data: bytes.toBase64(), media_type: mime },
+        status: before ? "modified" : "added",
+      });
     }
     const capture: ArtifactCapture = {
       snapshot_timestamp: epochSeconds(to.timestamp),
@@ -423,6 +404,35 @@ export class Tracker {
     };
     if (skipped.some((f) => f.reason !== "unreadable")) capture.truncated = true;
     return capture;
+  }
+
+  /**
+   * The bytes of an artifact of `size` bytes (by the scan), when the limits
+   * leave room for it beside `count` files of `total` bytes; else why not.
+   */
+  async #take(
+    path: string,
+    size: number,
+    count: number,
+    total: number,
+  ): Promise<Uint8Array<ArrayBuffer> | SkippedArtifact["reason"]> {
+    const l = this.#limits;
+    if (count >= l.maxCaptureFiles) return "count";
+    if (size > l.maxCaptureFileSize) return "size";
+    if (total + size > l.maxCaptureTotal) return "total";
+    let bytes: Uint8Array<ArrayBuffer>;
+    try {
+      bytes = await Deno.readFile(this.#scanner.resolve(path));
+    } catch (err) {
+      if (!(err instanceof Deno.errors.NotFound || err instanceof Deno.errors.PermissionDenied)) {
+        throw err;
+      }
+      return "unreadable";
+    }
+    // The file may have grown since the scan.
+    if (bytes.length > l.maxCaptureFileSize) return "size";
+    if (total + bytes.length > l.maxCaptureTotal) return "total";
+    return bytes;
   }
 }
 

@@ -151,6 +151,16 @@ function analyze(
  * marks are kept only in the middle of long runs of discards.
  */
 function discards(eq: Int32Array, otherCount: Int32Array): Uint8Array {
+  const d = discardMarks(eq, otherCount);
+  for (let i = 0; i < d.length; i++) {
+    if (d[i] === 2) d[i] = 0;
+    else if (d[i] !== 0) i = settleRun(d, i);
+  }
+  return d;
+}
+
+/** 1 for a line with no match in the other file, 2 for one matched very often. */
+function discardMarks(eq: Int32Array, otherCount: Int32Array): Uint8Array {
   const end = eq.length;
   const d = new Uint8Array(end);
   let many = 5;
@@ -161,60 +171,86 @@ function discards(eq: Int32Array, otherCount: Int32Array): Uint8Array {
     if (n === 0) d[i] = 1;
     else if (n > many) d[i] = 2;
   }
-  for (let i = 0; i < end; i++) {
-    if (d[i] === 2) {
-      d[i] = 0;
-      continue;
-    }
-    if (d[i] === 0) continue;
-    let j: number;
-    let provisional = 0;
-    for (j = i; j < end; j++) {
-      if (d[j] === 0) break;
-      if (d[j] === 2) provisional++;
-    }
-    while (j > i && d[j - 1] === 2) {
-      d[--j] = 0;
-      provisional--;
-    }
-    const length = j - i;
-    if (provisional * 4 > length) {
-      while (j > i) if (d[--j] === 2) d[j] = 0;
-    } else {
-      let minimum = 1;
-      let t = length >> 2;
-      while ((t >>= 2) > 0) minimum <<= 1;
-      minimum++;
-      let consec = 0;
-      for (j = 0; j < length; j++) {
-        if (d[i + j] !== 2) consec = 0;
-        else if (minimum === ++consec) j -= consec;
-        else if (minimum < consec) d[i + j] = 0;
-      }
-      consec = 0;
-      for (j = 0; j < length; j++) {
-        if (j >= 8 && d[i + j] === 1) break;
-        if (d[i + j] === 2) {
-          consec = 0;
-          d[i + j] = 0;
-        } else if (d[i + j] === 0) consec = 0;
-        else consec++;
-        if (consec === 3) break;
-      }
-      i += length - 1;
-      consec = 0;
-      for (j = 0; j < length; j++) {
-        if (j >= 8 && d[i - j] === 1) break;
-        if (d[i - j] === 2) {
-          consec = 0;
-          d[i - j] = 0;
-        } else if (d[i - j] === 0) consec = 0;
-        else consec++;
-        if (consec === 3) break;
-      }
-    }
-  }
   return d;
+}
+
+/**
+ * Settles the provisional marks of the run of discards starting at `i`
+ * (not provisional): all cancelled when a quarter of the run is
+ * provisional, else kept only in its middle.
+ * @returns where the scan goes on from: the run's last line, or `i` when
+ *   the run's provisional marks were all cancelled (as GNU does)
+ */
+function settleRun(d: Uint8Array, i: number): number {
+  let j: number;
+  let provisional = 0;
+  for (j = i; j < d.length; j++) {
+    if (d[j] === 0) break;
+    if (d[j] === 2) provisional++;
+  }
+  // Cancel provisional discards at the end, and shrink the run.
+  while (j > i && d[j - 1] === 2) {
+    d[--j] = 0;
+    provisional--;
+  }
+  const length = j - i;
+  if (provisional * 4 > length) {
+    while (j > i) if (d[--j] === 2) d[j] = 0;
+    return i;
+  }
+  let minimum = 1;
+  let t = length >> 2;
+  while ((t >>= 2) > 0) minimum <<= 1;
+  minimum++;
+  // Cancel provisional discards in runs shorter than `minimum`.
+  let consec = 0;
+  for (j = 0; j < length; j++) {
+    if (d[i + j] !== 2) consec = 0;
+    else if (minimum === ++consec) j -= consec;
+    else if (minimum < consec) d[i + j] = 0;
+  }
+  cancelAtEdge(d, i, length, 1);
+  cancelAtEdge(d, i + length - 1, length, -1);
+  return i + length - 1;
+}
+
+/**
+ * Cancels the provisional discards at one edge of a run (from `start`, in
+ * the direction `step`), until three real discards in a row, or past the
+ * eighth line a line with no match.
+ */
+function cancelAtEdge(d: Uint8Array, start: number, length: number, step: 1 | -1): void {
+  let consec = 0;
+  for (let j = 0; j < length; j++) {
+    const k = start + step * j;
+    if (j >= 8 && d[k] === 1) break;
+    if (d[k] === 2) {
+      consec = 0;
+      d[k] = 0;
+    } else if (d[k] === 0) consec = 0;
+    else consec++;
+    if (consec === 3) break;
+  }
+}
+
+/**
+ * One split search of {@linkcode Myers}: the box it searches, and how far
+ * the forward and backward diagonals reach so far.
+ */
+interface Search {
+  readonly xoff: number;
+  readonly xlim: number;
+  readonly yoff: number;
+  readonly ylim: number;
+  /** The lowest and highest diagonal in the box. */
+  readonly dmin: number;
+  readonly dmax: number;
+  fmin: number;
+  fmax: number;
+  bmin: number;
+  bmax: number;
+  /** Whether the forward and backward middle diagonals differ by an odd number. */
+  readonly odd: boolean;
 }
 
 /** Myers' bidirectional O(ND) comparison, as gnulib's `diffseq.h`. */
@@ -292,82 +328,30 @@ class Myers {
   }
 
   #diag(xoff: number, xlim: number, yoff: number, ylim: number, minimal: boolean): void {
-    const fd = this.#fd, bd = this.#bd, o = this.#off;
-    const xv = this.#xv, yv = this.#yv;
-    const dmin = xoff - ylim;
-    const dmax = xlim - yoff;
     const fmid = xoff - yoff;
     const bmid = xlim - ylim;
-    let fmin = fmid, fmax = fmid, bmin = bmid, bmax = bmid;
-    const odd = ((fmid - bmid) & 1) !== 0;
-    fd[o + fmid] = xoff;
-    bd[o + bmid] = xlim;
+    const s: Search = {
+      xoff,
+      xlim,
+      yoff,
+      ylim,
+      dmin: xoff - ylim,
+      dmax: xlim - yoff,
+      fmin: fmid,
+      fmax: fmid,
+      bmin: bmid,
+      bmax: bmid,
+      odd: ((fmid - bmid) & 1) !== 0,
+    };
+    this.#fd[this.#off + fmid] = xoff;
+    this.#bd[this.#off + bmid] = xlim;
     for (let c = 1;; c++) {
-      if (fmin > dmin) fd[o + --fmin - 1] = -1;
-      else fmin++;
-      if (fmax < dmax) fd[o + ++fmax + 1] = -1;
-      else fmax--;
-      for (let d = fmax; d >= fmin; d -= 2) {
-        const tlo = fd[o + d - 1], thi = fd[o + d + 1];
-        const x0 = tlo >= thi ? tlo + 1 : thi;
-        let x = x0, y = x0 - d;
-        while (x < xlim && y < ylim && xv[x] === yv[y]) {
-          x++;
-          y++;
-        }
-        fd[o + d] = x;
-        if (odd && bmin <= d && d <= bmax && bd[o + d] <= x) {
-          this.#split(x, y, true, true);
-          return;
-        }
-      }
-      if (bmin > dmin) bd[o + --bmin - 1] = 0x7fffffff;
-      else bmin++;
-      if (bmax < dmax) bd[o + ++bmax + 1] = 0x7fffffff;
-      else bmax--;
-      for (let d = bmax; d >= bmin; d -= 2) {
-        const tlo = bd[o + d - 1], thi = bd[o + d + 1];
-        const x0 = tlo < thi ? tlo : thi - 1;
-        let x = x0, y = x0 - d;
-        while (xoff < x && yoff < y && xv[x - 1] === yv[y - 1]) {
-          x--;
-          y--;
-        }
-        bd[o + d] = x;
-        if (!odd && fmin <= d && d <= fmax && x <= fd[o + d]) {
-          this.#split(x, y, true, true);
-          return;
-        }
-      }
+      if (this.#forward(s) || this.#backward(s)) return;
       if (minimal || c < this.#tooExpensive) continue;
       // Gone well beyond the call of duty: split halfway between the best
       // forward and backward reach so far (GNU's heuristic, non-minimal).
-      let fxybest = -1, fxbest = 0;
-      for (let d = fmax; d >= fmin; d -= 2) {
-        let x = Math.min(fd[o + d], xlim);
-        let y = x - d;
-        if (ylim < y) {
-          x = ylim + d;
-          y = ylim;
-        }
-        if (fxybest < x + y) {
-          fxybest = x + y;
-          fxbest = x;
-        }
-      }
-      let bxybest = Number.MAX_SAFE_INTEGER, bxbest = 0;
-      for (let d = bmax; d >= bmin; d -= 2) {
-        let x = Math.max(xoff, bd[o + d]);
-        let y = x - d;
-        if (y < yoff) {
-          x = yoff + d;
-          y = yoff;
-        }
-        if (x + y < bxybest) {
-          bxybest = x + y;
-          bxbest = x;
-        }
-      }
+      const [fxybest, fxbest] = this.#bestForward(s);
+      const [bxybest, bxbest] = this.#bestBackward(s);
       if (xlim + ylim - bxybest < fxybest - (xoff + yoff)) {
         this.#split(fxbest, fxybest - fxbest, true, false);
       } else {
@@ -375,6 +359,99 @@ class Myers {
       }
       return;
     }
+  }
+
+  /**
+   * Extends each forward diagonal by one edit and its snake; true once one
+   * overlaps the backward search (the split is then set).
+   */
+  #forward(s: Search): boolean {
+    const fd = this.#fd, bd = this.#bd, o = this.#off;
+    const xv = this.#xv, yv = this.#yv;
+    const { xlim, ylim } = s;
+    if (s.fmin > s.dmin) fd[o + --s.fmin - 1] = -1;
+    else s.fmin++;
+    if (s.fmax < s.dmax) fd[o + ++s.fmax + 1] = -1;
+    else s.fmax--;
+    for (let d = s.fmax; d >= s.fmin; d -= 2) {
+      const tlo = fd[o + d - 1], thi = fd[o + d + 1];
+      const x0 = tlo >= thi ? tlo + 1 : thi;
+      let x = x0, y = x0 - d;
+      while (x < xlim && y < ylim && xv[x] === yv[y]) {
+        x++;
+        y++;
+      }
+      fd[o + d] = x;
+      if (s.odd && s.bmin <= d && d <= s.bmax && bd[o + d] <= x) {
+        this.#split(x, y, true, true);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /** The mirror of `#forward`, from the end of the box. */
+  #backward(s: Search): boolean {
+    const fd = this.#fd, bd = this.#bd, o = this.#off;
+    const xv = this.#xv, yv = this.#yv;
+    const { xoff, yoff } = s;
+    if (s.bmin > s.dmin) bd[o + --s.bmin - 1] = 0x7fffffff;
+    else s.bmin++;
+    if (s.bmax < s.dmax) bd[o + ++s.bmax + 1] = 0x7fffffff;
+    else s.bmax--;
+    for (let d = s.bmax; d >= s.bmin; d -= 2) {
+      const tlo = bd[o + d - 1], thi = bd[o + d + 1];
+      const x0 = tlo < thi ? tlo : thi - 1;
+      let x = x0, y = x0 - d;
+      while (xoff < x && yoff < y && xv[x - 1] === yv[y - 1]) {
+        x--;
+        y--;
+      }
+      bd[o + d] = x;
+      if (!s.odd && s.fmin <= d && d <= s.fmax && x <= fd[o + d]) {
+        this.#split(x, y, true, true);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /** The forward diagonal that got furthest (largest x + y), clipped to the box: [x + y, x]. */
+  #bestForward(s: Search): [number, number] {
+    const fd = this.#fd, o = this.#off;
+    let fxybest = -1, fxbest = 0;
+    for (let d = s.fmax; d >= s.fmin; d -= 2) {
+      let x = Math.min(fd[o + d], s.xlim);
+      let y = x - d;
+      if (s.ylim < y) {
+        x = s.ylim + d;
+        y = s.ylim;
+      }
+      if (fxybest < x + y) {
+        fxybest = x + y;
+        fxbest = x;
+      }
+    }
+    return [fxybest, fxbest];
+  }
+
+  /** The backward diagonal that got furthest (smallest x + y), clipped to the box: [x + y, x]. */
+  #bestBackward(s: Search): [number, number] {
+    const bd = this.#bd, o = this.#off;
+    let bxybest = Number.MAX_SAFE_INTEGER, bxbest = 0;
+    for (let d = s.bmax; d >= s.bmin; d -= 2) {
+      let x = Math.max(s.xoff, bd[o + d]);
+      let y = x - d;
+      if (y < s.yoff) {
+        x = s.yoff + d;
+        y = s.yoff;
+      }
+      if (x + y < bxybest) {
+        bxybest = x + y;
+        bxbest = x;
+      }
+    }
+    return [bxybest, bxbest];
   }
 
   #split(x: number, y: number, lo: boolean, hi: boolean): void {

@@ -91,122 +91,169 @@ export async function observeFiles<T>(
   run: () => Promise<T>,
   options: ObserveFilesOptions = {},
 ): Promise<T> {
-  const pollInterval = options.pollInterval ?? 2000;
-  const callTimeout = options.callTimeout ?? 60_000;
-  const { signal } = options;
-  const report = (err: unknown) => {
-    try {
-      options.onError?.(err);
-    } catch {
-      // A failing reporter must not fail the run either.
-    }
-  };
-  const emit = (event: FileTrackingEvent) => {
-    try {
-      options.onResult?.(event);
-    } catch (err) {
-      report(err);
-    }
-  };
-  let client: FileTrackerClient | null = null;
-  const call = async <R>(
-    what: string,
-    fn: (c: FileTrackerClient, s: AbortSignal) => Promise<R>,
-  ) => {
-    using deadline = new Deadline(callTimeout, signal, `filetracking ${what}`);
-    return await fn(client!, deadline.signal);
-  };
-  // An error reply leaves the connection usable: the next poll tries again.
-  // Anything else (a timeout, a lost connection) drops it for a new one.
-  const fail = (err: unknown) => {
-    report(err);
-    if (err instanceof HudProtocolError) return;
-    client?.close();
-    client = null;
-  };
-  const open = async () => {
-    using deadline = new Deadline(callTimeout, signal, "filetracking connect");
-    client = await FileTrackerClient.connect(capability.url, { signal: deadline.signal });
-  };
-
-  try {
-    await open();
-  } catch (err) {
-    fail(err);
-  }
-  if (client) {
-    try {
-      if (capability.params.setup_diff === true) {
-        const result = await call("setup", (c, s) => c.setup({ signal: s }));
-        if (patchCount(result) > 0) emit({ kind: "setup", result });
-      } else {
-        await call("advance", (c, s) => c.advance({ signal: s }));
-      }
-      const snapshot = await call("snapshot", (c, s) => c.snapshot({ signal: s }));
-      if (Array.isArray(snapshot.files) && snapshot.files.length > 0) {
-        emit({ kind: "snapshot", result: snapshot });
-      }
-    } catch (err) {
-      fail(err);
-    }
-  }
-
-  const maxReconnects = options.maxReconnects ?? 3;
-  let reconnectFailures = client ? 0 : maxReconnects; // never connected: do not retry
+  const observer = new FileObserver(capability, options);
+  await observer.begin();
   const stop = new AbortController();
-  const pollSignal = signal ? AbortSignal.any([stop.signal, signal]) : stop.signal;
-  const poll = async () => {
-    while (client || reconnectFailures < maxReconnects) {
-      try {
-        await delay(pollInterval, pollSignal);
-      } catch {
-        return; // the run ended or tracking was cancelled
-      }
-      if (!client) {
-        try {
-          await open();
-          // A new connection starts at the tracker's baseline: move it to now.
-          await call("advance", (c, s) => c.advance({ signal: s }));
-          reconnectFailures = 0;
-        } catch (err) {
-          reconnectFailures++;
-          fail(err);
-          continue;
-        }
-      }
-      try {
-        // Not tied to `stop`: a diff in flight when the run ends completes.
-        const result = await call("diff", (c, s) => c.diff({ signal: s }));
-        if (patchCount(result) > 0) emit({ kind: "diff", result });
-      } catch (err) {
-        fail(err);
-      }
-    }
-  };
-  const polling = poll();
+  const polling = observer.poll(stop.signal);
   try {
     return await run();
   } finally {
     stop.abort();
     await polling;
-    if (client) {
+    await observer.finish();
+  }
+}
+
+/**
+ * The tracker calls of one observed run, over one connection at a time:
+ * each failure is reported, and a lost connection is dropped for a new one
+ * at the next poll (up to `maxReconnects` failures in a row).
+ */
+class FileObserver {
+  readonly #capability: Capability;
+  readonly #options: ObserveFilesOptions;
+  readonly #pollInterval: number;
+  readonly #callTimeout: number;
+  readonly #maxReconnects: number;
+  #client: FileTrackerClient | null = null;
+  #reconnectFailures = 0;
+
+  constructor(capability: Capability, options: ObserveFilesOptions) {
+    this.#capability = capability;
+    this.#options = options;
+    this.#pollInterval = options.pollInterval ?? 2000;
+    this.#callTimeout = options.callTimeout ?? 60_000;
+    this.#maxReconnects = options.maxReconnects ?? 3;
+  }
+
+  /** Before the run: connect, then `setup` (or `advance`) and `snapshot`. */
+  async begin(): Promise<void> {
+    try {
+      await this.#open();
+    } catch (err) {
+      this.#fail(err);
+    }
+    if (this.#client) await this.#prime();
+    // Never connected (or dropped at once): do not retry.
+    if (!this.#client) this.#reconnectFailures = this.#maxReconnects;
+  }
+
+  async #prime(): Promise<void> {
+    try {
+      if (this.#capability.params.setup_diff === true) {
+        const result = await this.#call("setup", (c, s) => c.setup({ signal: s }));
+        if (patchCount(result) > 0) this.#emit({ kind: "setup", result });
+      } else {
+        await this.#call("advance", (c, s) => c.advance({ signal: s }));
+      }
+      const snapshot = await this.#call("snapshot", (c, s) => c.snapshot({ signal: s }));
+      if (Array.isArray(snapshot.files) && snapshot.files.length > 0) {
+        this.#emit({ kind: "snapshot", result: snapshot });
+      }
+    } catch (err) {
+      this.#fail(err);
+    }
+  }
+
+  /** While the run goes on (until `stop` aborts): `diff` every `pollInterval`. */
+  async poll(stop: AbortSignal): Promise<void> {
+    const signal = this.#options.signal;
+    const pollSignal = signal ? AbortSignal.any([stop, signal]) : stop;
+    while (this.#client || this.#reconnectFailures < this.#maxReconnects) {
       try {
-        const result = await call("flush", (c, s) => c.flush({ signal: s }));
-        if (flushHasContent(result)) emit({ kind: "flush", result });
+        await delay(this.#pollInterval, pollSignal);
+      } catch {
+        return; // the run ended or tracking was cancelled
+      }
+      if (!this.#client && !await this.#reconnect()) continue;
+      try {
+        // Not tied to `stop`: a diff in flight when the run ends completes.
+        await this.#diff();
       } catch (err) {
-        report(err);
-        // A tracker without flush (an older HUD one) still has the last
-        // changes: take them as a diff rather than lose them.
-        if (err instanceof HudProtocolError && client) {
-          try {
-            const result = await call("diff", (c, s) => c.diff({ signal: s }));
-            if (patchCount(result) > 0) emit({ kind: "diff", result });
-          } catch (again) {
-            report(again);
-          }
+        this.#fail(err);
+      }
+    }
+  }
+
+  /** A new connection, moved to now; whether it worked. */
+  async #reconnect(): Promise<boolean> {
+    try {
+      await this.#open();
+      // A new connection starts at the tracker's baseline: move it to now.
+      await this.#call("advance", (c, s) => c.advance({ signal: s }));
+      this.#reconnectFailures = 0;
+      return true;
+    } catch (err) {
+      this.#reconnectFailures++;
+      this.#fail(err);
+      return false;
+    }
+  }
+
+  /** After the run (even one that threw): `flush`, then close. */
+  async finish(): Promise<void> {
+    if (!this.#client) return;
+    try {
+      const result = await this.#call("flush", (c, s) => c.flush({ signal: s }));
+      if (flushHasContent(result)) this.#emit({ kind: "flush", result });
+    } catch (err) {
+      this.#report(err);
+      // A tracker without flush (an older HUD one) still has the last
+      // changes: take them as a diff rather than lose them.
+      if (err instanceof HudProtocolError && this.#client) {
+        try {
+          await this.#diff();
+        } catch (again) {
+          this.#report(again);
         }
       }
-      (client as FileTrackerClient | null)?.close();
+    }
+    this.#client?.close();
+  }
+
+  async #diff(): Promise<void> {
+    const result = await this.#call("diff", (c, s) => c.diff({ signal: s }));
+    if (patchCount(result) > 0) this.#emit({ kind: "diff", result });
+  }
+
+  async #open(): Promise<void> {
+    using deadline = new Deadline(this.#callTimeout, this.#options.signal, "filetracking connect");
+    this.#client = await FileTrackerClient.connect(this.#capability.url, {
+      signal: deadline.signal,
+    });
+  }
+
+  async #call<R>(
+    what: string,
+    fn: (c: FileTrackerClient, s: AbortSignal) => Promise<R>,
+  ): Promise<R> {
+    const signal = this.#options.signal;
+    using deadline = new Deadline(this.#callTimeout, signal, `filetracking ${what}`);
+    return await fn(this.#client!, deadline.signal);
+  }
+
+  // An error reply leaves the connection usable: the next poll tries again.
+  // Anything else (a timeout, a lost connection) drops it for a new one.
+  #fail(err: unknown): void {
+    this.#report(err);
+    if (err instanceof HudProtocolError) return;
+    this.#client?.close();
+    this.#client = null;
+  }
+
+  #report(err: unknown): void {
+    try {
+      this.#options.onError?.(err);
+    } catch {
+      // A failing reporter must not fail the run either.
+    }
+  }
+
+  #emit(event: FileTrackingEvent): void {
+    try {
+      this.#options.onResult?.(event);
+    } catch (err) {
+      this.#report(err);
     }
   }
 }

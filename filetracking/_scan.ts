@@ -214,55 +214,75 @@ export class Scanner {
    */
   async #walk(issues: ScanIssue[]): Promise<Found[]> {
     const found: Found[] = [];
-    const stack: { dir: string; rules: IgnoreRule[] }[] = [{ dir: "", rules: [] }];
+    const stack: Pending[] = [{ dir: "", rules: [] }];
     let lastYield = performance.now();
     while (stack.length > 0) {
-      const { dir, rules: parentRules } = stack.pop()!;
-      const absDir = dir === "" ? this.#root : `${this.#root}/${dir}`;
-      let entries: Deno.DirEntry[];
-      try {
-        entries = [...Deno.readDirSync(absDir)];
-      } catch (err) {
-        if (!isVanished(err)) addIssue(issues, dir, err);
-        continue;
-      }
-      let rules = parentRules;
-      if (entries.some((e) => e.name === ".gitignore" && e.isFile)) {
-        try {
-          const text = Deno.readTextFileSync(`${absDir}/.gitignore`);
-          rules = [...parentRules, ...parseGitignore(text, dir)];
-        } catch (err) {
-          if (!isVanished(err)) addIssue(issues, `${dir === "" ? "" : dir + "/"}.gitignore`, err);
-        }
-      }
-      for (const e of entries) {
-        const path = dir === "" ? e.name : `${dir}/${e.name}`;
-        if (path.length > MAX_PATH_LENGTH) {
-          addIssue(issues, path, `path longer than ${MAX_PATH_LENGTH} characters: not tracked`);
-          continue;
-        }
-        if (e.isDirectory) {
-          if (NOISE_DIRS.has(e.name) || isIgnored(rules, path, e.name, true)) continue;
-          stack.push({ dir: path, rules });
-        } else if (e.isFile || e.isSymlink) {
-          if (NOISE_FILES.has(e.name) || isIgnored(rules, path, e.name, false)) continue;
-          const abs = `${absDir}/${e.name}`;
-          let info: Deno.FileInfo;
-          try {
-            info = Deno.lstatSync(abs);
-          } catch (err) {
-            if (!isVanished(err)) addIssue(issues, path, err);
-            continue;
-          }
-          found.push({ path, abs, symlink: e.isSymlink, info });
-        }
-      }
+      this.#visit(stack.pop()!, stack, found, issues);
       if (performance.now() - lastYield > YIELD_EVERY_MS) {
         await new Promise((resolve) => setTimeout(resolve, 0));
         lastYield = performance.now();
       }
     }
     return found;
+  }
+
+  /**
+   * Lists one directory: the subdirectories to walk go on `stack`, the
+   * files and symlinks to track (with their lstat) on `found`.
+   */
+  #visit(pending: Pending, stack: Pending[], found: Found[], issues: ScanIssue[]): void {
+    const { dir } = pending;
+    const absDir = dir === "" ? this.#root : `${this.#root}/${dir}`;
+    let entries: Deno.DirEntry[];
+    try {
+      entries = [...Deno.readDirSync(absDir)];
+    } catch (err) {
+      if (!isVanished(err)) addIssue(issues, dir, err);
+      return;
+    }
+    const rules = entries.some((e) => e.name === ".gitignore" && e.isFile)
+      ? withGitignore(pending, absDir, issues)
+      : pending.rules;
+    for (const e of entries) {
+      const path = dir === "" ? e.name : `${dir}/${e.name}`;
+      if (path.length > MAX_PATH_LENGTH) {
+        addIssue(issues, path, `path longer than ${MAX_PATH_LENGTH} characters: not tracked`);
+        continue;
+      }
+      if (e.isDirectory) {
+        if (NOISE_DIRS.has(e.name) || isIgnored(rules, path, e.name, true)) continue;
+        stack.push({ dir: path, rules });
+      } else if (e.isFile || e.isSymlink) {
+        if (NOISE_FILES.has(e.name) || isIgnored(rules, path, e.name, false)) continue;
+        const abs = `${absDir}/${e.name}`;
+        let info: Deno.FileInfo;
+        try {
+          info = Deno.lstatSync(abs);
+        } catch (err) {
+          if (!isVanished(err)) addIssue(issues, path, err);
+          continue;
+        }
+        found.push({ path, abs, symlink: e.isSymlink, info });
+      }
+    }
+  }
+}
+
+/** A directory still to walk, with the ignore rules of its parents. */
+interface Pending {
+  dir: string;
+  rules: IgnoreRule[];
+}
+
+/** The rules of `pending` and of its own `.gitignore` (at `absDir`). */
+function withGitignore(pending: Pending, absDir: string, issues: ScanIssue[]): IgnoreRule[] {
+  const { dir, rules } = pending;
+  try {
+    const text = Deno.readTextFileSync(`${absDir}/.gitignore`);
+    return [...rules, ...parseGitignore(text, dir)];
+  } catch (err) {
+    if (!isVanished(err)) addIssue(issues, `${dir === "" ? "" : dir + "/"}.gitignore`, err);
+    return rules;
   }
 }
 

@@ -23,8 +23,8 @@ import { closeQuietly, isPeerGone, prefixed, writeAll } from "../_internal/io.ts
 import { acceptLoop } from "../_internal/accept.ts";
 import { formatHost } from "../_internal/net.ts";
 import { type PeerUsers, peerUsers, refusePeer } from "../_internal/peer_uid.ts";
-import { type Method, METHODS, Tracker } from "./_core.ts";
-import { isRecord } from "../_internal/util.ts";
+import { type Method, METHODS, Tracker, type TrackerCursor } from "./_core.ts";
+import { errorMessage, isRecord } from "../_internal/util.ts";
 
 export type {
   AdvanceResult,
@@ -369,51 +369,53 @@ class FileTrackerServer implements FileTracker {
     const reader = new LineReader(prefixed(conn, head), MAX_REQUEST);
     // Each connection observes from its own position (see TrackerCursor).
     const cursor = this.#tracker.cursor();
-    const send = (frame: unknown) => writeAll(conn, encodeFrame(frame));
-    const fail = (id: unknown, code: number, message: string) =>
-      send({ jsonrpc: "2.0", id, error: { code, message } });
     try {
       while (true) {
         const read = await reader.read();
         if (read === null) return;
         if (read.kind === "oversized") {
-          await fail(null, ErrorCode.INVALID_REQUEST, `Frame too large: over ${MAX_REQUEST} bytes`);
+          const message = `Frame too large: over ${MAX_REQUEST} bytes`;
+          await writeAll(conn, encodeFrame(rpcFailure(null, ErrorCode.INVALID_REQUEST, message)));
           return;
         }
-        let request: unknown;
-        try {
-          request = parseLine(read.line);
-        } catch (err) {
-          await fail(null, ErrorCode.PARSE_ERROR, `Parse error: ${(err as Error).message}`);
-          continue;
-        }
-        if (!isRecord(request)) {
-          await fail(null, ErrorCode.INVALID_REQUEST, "Invalid request: expected a JSON object");
-          continue;
-        }
-        const hasId = request.id !== undefined;
-        const id = request.id ?? null;
-        const method = typeof request.method === "string" ? request.method : "";
-        if (!(METHODS as readonly string[]).includes(method)) {
-          if (hasId) await fail(id, ErrorCode.METHOD_NOT_FOUND, `method not found: ${method}`);
-          continue;
-        }
-        let result: unknown;
-        try {
-          result = method === "snapshot"
-            ? await this.#tracker.snapshot()
-            : await this.#tracker[method as Exclude<Method, "snapshot">](cursor);
-        } catch (err) {
-          if (hasId) {
-            const message = err instanceof Error ? err.message : String(err);
-            await fail(id, ErrorCode.SERVER_ERROR, message);
-          }
-          continue;
-        }
-        if (hasId) await send({ jsonrpc: "2.0", id, result });
+        const reply = await this.#answer(read.line, cursor);
+        if (reply !== null) await writeAll(conn, encodeFrame(reply));
       }
     } catch (err) {
       if (!isPeerGone(err)) throw err;
     }
   }
+
+  /** The reply to one request line, or `null` for a notification. */
+  async #answer(line: Uint8Array, cursor: TrackerCursor): Promise<Record<string, unknown> | null> {
+    let request: unknown;
+    try {
+      request = parseLine(line);
+    } catch (err) {
+      return rpcFailure(null, ErrorCode.PARSE_ERROR, `Parse error: ${errorMessage(err)}`);
+    }
+    if (!isRecord(request)) {
+      return rpcFailure(null, ErrorCode.INVALID_REQUEST, "Invalid request: expected a JSON object");
+    }
+    const hasId = request.id !== undefined;
+    const id = request.id ?? null;
+    const method = typeof request.method === "string" ? request.method : "";
+    if (!(METHODS as readonly string[]).includes(method)) {
+      return hasId
+        ? rpcFailure(id, ErrorCode.METHOD_NOT_FOUND, `method not found: ${method}`)
+        : null;
+    }
+    try {
+      const result = method === "snapshot"
+        ? await this.#tracker.snapshot()
+        : await this.#tracker[method as Exclude<Method, "snapshot">](cursor);
+      return hasId ? { jsonrpc: "2.0", id, result } : null;
+    } catch (err) {
+      return hasId ? rpcFailure(id, ErrorCode.SERVER_ERROR, errorMessage(err)) : null;
+    }
+  }
+}
+
+function rpcFailure(id: unknown, code: number, message: string): Record<string, unknown> {
+  return { jsonrpc: "2.0", id, error: { code, message } };
 }

@@ -3,47 +3,24 @@
  * the agent's processes are gone, and scores it by its exit code, keeping
  * the code, the output (bounded) and the timing in `info`. It needs only
  * an {@linkcode ExecTarget}: anything with the `exec(argv, options)` of
- * the workspace handle `addWorkspace` returns.
+ * the workspace handle `addWorkspace` returns (its options and result are
+ * `WorkspaceExecOptions` and `WorkspaceExecResult`).
  *
  * @module
  */
 
 import type { SubScore } from "./combine.ts";
+import type { WorkspaceExecOptions, WorkspaceExecResult } from "../workspace/workspace.ts";
+import { errorMessage, refuseRenamed } from "../_internal/util.ts";
 
-/** Options of one {@linkcode ExecTarget.exec} call (the workspace's `exec` contract). */
-export interface ExecOptions {
-  /** The working directory, inside the workspace. */
-  cwd?: string;
-  /** Kill the command after this many ms. */
-  timeoutMs?: number;
-  /** Extra environment variables. */
-  env?: Record<string, string>;
-  /** Input for the command. */
-  stdin?: string | Uint8Array;
-  /** Abort the command. */
-  signal?: AbortSignal;
-}
-
-/** How one {@linkcode ExecTarget.exec} call ended. */
-export interface ExecResult {
-  /** The exit code, or `null` when a signal ended it. */
-  code: number | null;
-  /** The signal that ended it (`SIGKILL`), or `null`. */
-  signal: string | null;
-  /** Its standard output. */
-  stdout: string;
-  /** Its standard error. */
-  stderr: string;
-  /** Whether `timeoutMs` ran out. */
-  timedOut: boolean;
-  /** How long it ran. */
-  durationMs: number;
-}
-
-/** Where a command runs: the workspace handle, or anything with the same `exec`. */
+/**
+ * Where a command runs: the workspace handle `addWorkspace` returns, or
+ * anything with the same `exec` (its options and result are the
+ * workspace's).
+ */
 export interface ExecTarget {
   /** Runs `argv` (no shell) and waits for it to end. */
-  exec(argv: string[], options?: ExecOptions): Promise<ExecResult>;
+  exec(argv: string[], options?: WorkspaceExecOptions): Promise<WorkspaceExecResult>;
 }
 
 /** Options for {@linkcode bashGrader}. */
@@ -61,10 +38,10 @@ export interface BashGraderOptions {
   /** The working directory. @default the workspace's */
   cwd?: string;
   /**
-   * Kill the command after this many ms; it then scores 0.
+   * Milliseconds after which the command is killed; it then scores 0.
    * @default 600_000
    */
-  timeoutMs?: number;
+  timeout?: number;
   /** Extra environment variables. */
   env?: Record<string, string>;
   /** Input for the command. */
@@ -138,26 +115,27 @@ export async function bashGrader(
   if ((typeof command === "string" ? command.trim() : argv[0] ?? "") === "") {
     throw new TypeError(`Cannot run bash grader "${name}": the command is empty`);
   }
-  const timeoutMs = options.timeoutMs ?? 600_000;
-  if (!(timeoutMs > 0)) {
-    throw new RangeError(`Cannot run bash grader "${name}": timeoutMs ${timeoutMs} must be > 0`);
+  refuseRenamed(`run bash grader "${name}"`, options, { timeoutMs: "timeout" });
+  const timeout = options.timeout ?? 600_000;
+  if (!(timeout > 0)) {
+    throw new RangeError(`Cannot run bash grader "${name}": timeout ${timeout} must be > 0`);
   }
   const maxOutput = options.maxOutput ?? 16_384;
   if (!(maxOutput > 0)) {
     throw new RangeError(`Cannot run bash grader "${name}": maxOutput ${maxOutput} must be > 0`);
   }
   options.signal?.throwIfAborted();
-  const exec: ExecOptions = { timeoutMs };
+  const exec: WorkspaceExecOptions = { timeout };
   if (options.cwd !== undefined) exec.cwd = options.cwd;
   if (options.env !== undefined) exec.env = options.env;
   if (options.stdin !== undefined) exec.stdin = options.stdin;
   if (options.signal !== undefined) exec.signal = options.signal;
-  let result: ExecResult;
+  let result: WorkspaceExecResult;
   try {
     result = await target.exec(argv, exec);
   } catch (err) {
     if (options.signal?.aborted) throw options.signal.reason;
-    throw new Error(`Cannot run bash grader "${name}": ${(err as Error)?.message ?? err}`, {
+    throw new Error(`Cannot run bash grader "${name}": ${errorMessage(err)}`, {
       cause: err,
     });
   }

@@ -16,6 +16,7 @@ import {
   withRetries,
 } from "../agents/model.ts";
 import { Deadline } from "../_internal/async.ts";
+import { refuseRenamed } from "../_internal/util.ts";
 import type { SubScore } from "./combine.ts";
 
 /** A criterion with a weight; a negative weight marks a mistake to penalise. */
@@ -61,7 +62,7 @@ export interface LlmJudgeOptions {
    * The longest one model call may take, in ms, retries included.
    * @default 120_000
    */
-  callTimeoutMs?: number;
+  callTimeout?: number;
   /**
    * How many criteria are judged at once.
    * @default 4
@@ -290,6 +291,52 @@ export async function llmJudgeGrader(
   answer: unknown,
   options: LlmJudgeOptions,
 ): Promise<SubScore> {
+  const config = judgeConfig(options);
+  const text = typeof answer === "string" ? answer : JSON.stringify(answer) ?? String(answer);
+  options.signal?.throwIfAborted();
+  // One criterion failing stops the others.
+  const stop = new AbortController();
+  const signal = options.signal ? AbortSignal.any([options.signal, stop.signal]) : stop.signal;
+  let children: SubScore[];
+  try {
+    children = await pool(
+      config.criteria,
+      config.concurrency,
+      stop,
+      (c) => judgeCriterion(backend, c, text, config, signal),
+    );
+  } catch (err) {
+    if (options.signal?.aborted) throw options.signal.reason;
+    throw err;
+  }
+  const info: Record<string, unknown> = { model: backend.model, format: backend.format };
+  if (options.question !== undefined) info.question = options.question;
+  return {
+    name: options.name ?? "llm_judge",
+    value: rubricValue(children as { value: number; weight: number }[]),
+    weight: options.weight ?? 1,
+    info,
+    children,
+  };
+}
+
+/** {@linkcode LlmJudgeOptions} checked, with every default applied. */
+interface JudgeConfig {
+  criteria: Required<Criterion>[];
+  question: string | undefined;
+  tries: number;
+  concurrency: number;
+  callTimeout: number;
+  sampling: SamplingOptions;
+  retry: RetryOptions | undefined;
+}
+
+/**
+ * Checks the criteria and options before the model is called.
+ * @throws {TypeError} for no criteria, one without a requirement, or an option by its old name
+ * @throws {RangeError} for a weight, a count or a timeout out of range
+ */
+function judgeConfig(options: LlmJudgeOptions): JudgeConfig {
   const criteria = (options?.criteria ?? []).map((c, i): Required<Criterion> => {
     const requirement = typeof c === "string" ? c : c?.requirement;
     if (typeof requirement !== "string" || requirement.trim() === "") {
@@ -304,70 +351,69 @@ export async function llmJudgeGrader(
   if (criteria.length === 0) throw new TypeError("Cannot judge: no criteria given");
   const tries = options.verdictTries ?? 3;
   const concurrency = options.concurrency ?? 4;
-  const callTimeoutMs = options.callTimeoutMs ?? 120_000;
+  refuseRenamed("judge", options, { callTimeoutMs: "callTimeout" });
+  const callTimeout = options.callTimeout ?? 120_000;
   for (const [what, v] of [["verdictTries", tries], ["concurrency", concurrency]] as const) {
     if (!Number.isInteger(v) || v < 1) {
       throw new RangeError(`Cannot judge: ${what} ${v} must be a whole number ≥ 1`);
     }
   }
-  if (!(callTimeoutMs > 0)) {
-    throw new RangeError(`Cannot judge: callTimeoutMs ${callTimeoutMs} must be > 0`);
+  if (!(callTimeout > 0)) {
+    throw new RangeError(`Cannot judge: callTimeout ${callTimeout} must be > 0`);
   }
-  const text = typeof answer === "string" ? answer : JSON.stringify(answer) ?? String(answer);
   const sampling: SamplingOptions = { temperature: 0, maxTokens: 1024, ...options.sampling };
-  options.signal?.throwIfAborted();
-  // One criterion failing stops the others.
-  const stop = new AbortController();
-  const signal = options.signal ? AbortSignal.any([options.signal, stop.signal]) : stop.signal;
-
-  const judge = async (c: Required<Criterion>): Promise<SubScore> => {
-    const messages = [
-      { role: "system" as const, content: SYSTEM_PROMPT },
-      {
-        role: "user" as const,
-        content: userPrompt(c.requirement, c.weight < 0, text, options.question),
-      },
-    ];
-    let reply = "";
-    for (let attempt = 1; attempt <= tries; attempt++) {
-      using deadline = new Deadline(callTimeoutMs, signal, "judge call");
-      const answered = await withRetries(
-        () => backend.complete({ messages, tools: [], sampling }, deadline.signal),
-        deadline.signal,
-        options.retry,
-      );
-      reply = answered.content || answered.refusal || "";
-      const verdict = parseVerdict(reply);
-      if (verdict !== null) {
-        return {
-          name: c.requirement,
-          value: verdict.met ? 1 : 0,
-          weight: c.weight,
-          info: {
-            status: verdict.met ? "MET" : "UNMET",
-            explanation: verdict.explanation,
-            ...(attempt > 1 ? { tries: attempt } : {}),
-          },
-        };
-      }
-    }
-    throw new JudgeVerdictError(c.requirement, reply, tries);
-  };
-
-  let children: SubScore[];
-  try {
-    children = await pool(criteria, concurrency, stop, judge);
-  } catch (err) {
-    if (options.signal?.aborted) throw options.signal.reason;
-    throw err;
-  }
-  const info: Record<string, unknown> = { model: backend.model, format: backend.format };
-  if (options.question !== undefined) info.question = options.question;
   return {
-    name: options.name ?? "llm_judge",
-    value: rubricValue(children as { value: number; weight: number }[]),
-    weight: options.weight ?? 1,
-    info,
-    children,
+    criteria,
+    question: options.question,
+    tries,
+    concurrency,
+    callTimeout,
+    sampling,
+    retry: options.retry,
   };
+}
+
+/**
+ * Asks the model about one criterion until its reply holds a verdict (at
+ * most `tries` times), each call within `callTimeout`.
+ * @throws {JudgeVerdictError} when no reply held one
+ */
+async function judgeCriterion(
+  backend: ModelBackend,
+  c: Required<Criterion>,
+  answer: string,
+  config: JudgeConfig,
+  signal: AbortSignal,
+): Promise<SubScore> {
+  const messages = [
+    { role: "system" as const, content: SYSTEM_PROMPT },
+    {
+      role: "user" as const,
+      content: userPrompt(c.requirement, c.weight < 0, answer, config.question),
+    },
+  ];
+  let reply = "";
+  for (let attempt = 1; attempt <= config.tries; attempt++) {
+    using deadline = new Deadline(config.callTimeout, signal, "judge call");
+    const answered = await withRetries(
+      () => backend.complete({ messages, tools: [], sampling: config.sampling }, deadline.signal),
+      deadline.signal,
+      config.retry,
+    );
+    reply = answered.content || answered.refusal || "";
+    const verdict = parseVerdict(reply);
+    if (verdict !== null) {
+      return {
+        name: c.requirement,
+        value: verdict.met ? 1 : 0,
+        weight: c.weight,
+        info: {
+          status: verdict.met ? "MET" : "UNMET",
+          explanation: verdict.explanation,
+          ...(attempt > 1 ? { tries: attempt } : {}),
+        },
+      };
+    }
+  }
+  throw new JudgeVerdictError(c.requirement, reply, config.tries);
 }

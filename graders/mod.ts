@@ -43,13 +43,7 @@ export {
   type SubScoreInput,
   type SubScoreOptions,
 } from "./combine.ts";
-export {
-  bashGrader,
-  type BashGraderOptions,
-  type ExecOptions,
-  type ExecResult,
-  type ExecTarget,
-} from "./bash.ts";
+export { bashGrader, type BashGraderOptions, type ExecTarget } from "./bash.ts";
 export {
   type Criterion,
   JudgeVerdictError,

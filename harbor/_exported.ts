@@ -17,6 +17,7 @@
 // verifier reads first.
 
 import { connect } from "../client.ts";
+import { readAnnouncement } from "../_internal/auth.ts";
 import { writePrivateText } from "../_internal/private_file.ts";
 import { errorMessage, isRecord } from "../_internal/util.ts";
 
@@ -63,8 +64,9 @@ async function serverLines(): Promise<Control> {
   const deadline = Date.now() + 120_000;
   while (true) {
     const text = await Deno.readTextFile(`${CONTROL_DIR}/serve.out`).catch(() => "");
-    const token = /^HUD_SERVE_TOKEN=(.+)$/m.exec(text)?.[1];
-    const port = /^HUD_SERVE_PORT=(\d+)$/m.exec(text)?.[1];
+    const said = text.split("\n").map(readAnnouncement);
+    const token = said.find((s) => s !== null && "token" in s)?.token;
+    const port = said.find((s) => s !== null && "port" in s)?.port;
     if (token !== undefined && port !== undefined) {
       return { url: `tcp://127.0.0.1:${port}`, token };
     }

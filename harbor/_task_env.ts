@@ -18,9 +18,12 @@
 import { Environment } from "../env.ts";
 import { addWorkspace } from "../workspace/workspace.ts";
 import { killTrees } from "../workspace/_processes.ts";
-import { bashGrader, type ExecOptions, type ExecResult, type ExecTarget } from "../graders/bash.ts";
+import { bashGrader, type ExecTarget } from "../graders/bash.ts";
+import type { WorkspaceExecOptions, WorkspaceExecResult } from "../workspace/workspace.ts";
 import { type HarborTaskFile, TASK_FILE } from "./_task_env_file.ts";
 import { treeDiff, treeFiles } from "./_tree.ts";
+import { reachableSync } from "../_internal/fs.ts";
+import { errorMessage } from "../_internal/util.ts";
 
 const LOGS = "/logs/verifier";
 const OUTPUT_KEPT = 16_384;
@@ -120,7 +123,11 @@ const workspace = addWorkspace(
  * own that a time-out kills whole, with the image's variables: Harbor's
  * `docker exec -u USER`. Output is not kept (the verifier writes a file).
  */
-async function runAs(user: ImageUser, argv: string[], options: ExecOptions): Promise<ExecResult> {
+async function runAs(
+  user: ImageUser,
+  argv: string[],
+  options: WorkspaceExecOptions,
+): Promise<WorkspaceExecResult> {
   const started = performance.now();
   const child = new Deno.Command("setpriv", {
     args: [
@@ -143,10 +150,10 @@ async function runAs(user: ImageUser, argv: string[], options: ExecOptions): Pro
     stderr: "piped",
   }).spawn();
   let timedOut = false;
-  const timer = options.timeoutMs === undefined ? undefined : setTimeout(() => {
+  const timer = options.timeout === undefined ? undefined : setTimeout(() => {
     timedOut = true;
     killTrees([child.pid]);
-  }, options.timeoutMs);
+  }, options.timeout);
   try {
     const out = await child.output();
     return {
@@ -170,7 +177,7 @@ async function awaitHealthy(user: ImageUser): Promise<void> {
   let failures = 0;
   while (true) {
     const inStartPeriod = performance.now() < startPeriodEnd;
-    const r = await runAs(user, ["bash", "-c", hc.command], { timeoutMs: hc.timeoutSec * 1000 });
+    const r = await runAs(user, ["bash", "-c", hc.command], { timeout: hc.timeoutSec * 1000 });
     if (r.timedOut) {
       throw new Error(
         `Cannot start Harbor task: healthcheck timed out after ${hc.timeoutSec} s: ${hc.command}`,
@@ -187,15 +194,6 @@ async function awaitHealthy(user: ImageUser): Promise<void> {
   }
 }
 
-async function exists(path: string): Promise<boolean> {
-  try {
-    await Deno.stat(path);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 function tail(s: string): string {
   return s.length <= OUTPUT_KEPT ? s : s.slice(s.length - OUTPUT_KEPT);
 }
@@ -203,7 +201,7 @@ function tail(s: string): string {
 /** Reads the reward Harbor's way: reward.json (name → number), else reward.txt (one number). */
 async function readReward(): Promise<{ score: number; subscores: Record<string, number> }> {
   const json = `${LOGS}/reward.json`;
-  if (await exists(json)) {
+  if (reachableSync(json)) {
     const text = (await Deno.readTextFile(json)).trim();
     if (text === "") throw new Error(`Cannot grade Harbor task: ${json} is empty`);
     let parsed: unknown;
@@ -230,7 +228,7 @@ async function readReward(): Promise<{ score: number; subscores: Record<string, 
     return { score, subscores };
   }
   const txt = `${LOGS}/reward.txt`;
-  if (await exists(txt)) {
+  if (reachableSync(txt)) {
     const text = (await Deno.readTextFile(txt)).trim();
     if (text === "") throw new Error(`Cannot grade Harbor task: ${txt} is empty`);
     const score = Number(text);
@@ -255,7 +253,7 @@ env.template(
     }
     await awaitHealthy(resolved.image);
     yield { prompt: task.instruction, bindings: { shell: { cwd: task.workdir } } };
-    if (!await exists("/tests/test.sh")) {
+    if (!reachableSync("/tests/test.sh")) {
       throw new Error("Cannot grade Harbor task: /tests/test.sh was not copied in");
     }
     await Deno.remove(LOGS, { recursive: true }).catch(() => {});
@@ -282,7 +280,7 @@ env.template(
     const ran = await bashGrader(
       target,
       ["bash", "-c", `exec bash /tests/test.sh > ${LOGS}/test-stdout.txt 2>&1 < /dev/null`],
-      { name: "verifier", cwd: task.workdir, timeoutMs: timeoutSec * 1000, env: task.verifierEnv },
+      { name: "verifier", cwd: task.workdir, timeout: timeoutSec * 1000, env: task.verifierEnv },
     );
     const output = await Deno.readTextFile(`${LOGS}/test-stdout.txt`).catch(() => "");
     const verifier = { ...ran.info, stdout: tail(output) };
@@ -300,7 +298,7 @@ env.template(
       // What kept test.sh from running (setpriv refused the user, say).
       const said = String(ran.info?.stderr ?? "").trim().split("\n").slice(-2).join(" | ");
       if (said === "") throw err;
-      throw new Error(`${(err as Error).message}; starting it said: ${said}`, { cause: err });
+      throw new Error(`${errorMessage(err)}; starting it said: ${said}`, { cause: err });
     }
     yield { score: reward.score, subscores: reward.subscores, info: { verifier } };
   },

@@ -33,7 +33,8 @@ import { EngineClient, EngineError } from "../engines/_engine.ts";
 import { TarWriter } from "../engines/_tar.ts";
 import { buildContext } from "../engines/_base_image.ts";
 import { buildEnvironmentImage } from "../engines/image.ts";
-import { ENV_LABEL } from "../engines/container.ts";
+import { ENV_LABEL } from "../engines/_constants.ts";
+import { shellQuote } from "../_internal/shell.ts";
 import {
   CONTROL_DIR,
   EXPORTED_TASK_FILE,
@@ -75,15 +76,15 @@ export interface ExportHarborOptions {
    */
   answerFile?: string | null;
   /**
-   * `[agent] timeout_sec`.
-   * @default 600
+   * The agent's time, in ms: `[agent] timeout_sec`, in seconds.
+   * @default 600_000
    */
-  agentTimeoutSec?: number;
+  agentTimeout?: number;
   /**
-   * `[verifier] timeout_sec`.
-   * @default 600
+   * The verifier's time, in ms: `[verifier] timeout_sec`, in seconds.
+   * @default 600_000
    */
-  verifierTimeoutSec?: number;
+  verifierTimeout?: number;
   /**
    * Engine socket.
    * @default as `ContainerRuntimeOptions.socket`
@@ -133,10 +134,6 @@ function repoName(name: string): string {
 function folderName(slug: string): string {
   return slug.replace(/[^A-Za-z0-9._-]+/g, "-").replace(/^[^A-Za-z0-9]+/, "").slice(0, 100) ||
     "task";
-}
-
-function shellQuote(s: string): string {
-  return /^[A-Za-z0-9_./=:,+-]+$/.test(s) ? s : `'${s.replaceAll("'", `'\\''`)}'`;
 }
 
 /** A TOML basic string: JSON's escapes are all TOML escapes. */
@@ -300,10 +297,10 @@ function taskToml(
     `hud_slug = ${tomlString(row.slug)}`,
     "",
     "[agent]",
-    `timeout_sec = ${tomlNumber(options.agentTimeoutSec ?? 600)}`,
+    `timeout_sec = ${tomlNumber((options.agentTimeout ?? 600_000) / 1000)}`,
     "",
     "[verifier]",
-    `timeout_sec = ${tomlNumber(options.verifierTimeoutSec ?? 600)}`,
+    `timeout_sec = ${tomlNumber((options.verifierTimeout ?? 600_000) / 1000)}`,
     "",
     "[environment]",
     `docker_image = ${tomlString(image)}`,
@@ -383,13 +380,6 @@ export async function exportHarborTasks(
   }
   using engine = await EngineClient.open(options.socket, options.signal);
   const paths = await imagePaths(engine, envImage, env);
-  const enc = new TextEncoder();
-  const grade = [
-    "#!/bin/bash",
-    "# Grades the exported task (see harbor/_exported.ts).",
-    `exec ${[...paths.deno, paths.helper, "grade"].map(shellQuote).join(" ")}`,
-    "",
-  ].join("\n");
   const tasks: ExportedHarborTask[] = [];
   const used = new Set<string>();
   await Deno.mkdir(outDir, { recursive: true });
@@ -400,40 +390,70 @@ export async function exportHarborTasks(
     used.add(name);
     const image = `${repo}:${name.slice(0, 128)}`;
     const facts: ExportedTask = { id: row.id, args: row.args, prompt: texts[i], answerFile };
-    const tar = new TarWriter();
-    tar.file("root/opt/hud-harbor/entrypoint.sh", enc.encode(entrypoint(paths, env.name)), 0o755);
-    tar.file("root/opt/hud-harbor/grade.sh", enc.encode(grade), 0o755);
-    tar.file(`root${EXPORTED_TASK_FILE}`, enc.encode(JSON.stringify(facts)));
-    tar.file(
-      "Dockerfile",
-      enc.encode([
-        `FROM ${envImage}`,
-        "COPY root/ /",
-        `LABEL "dev.hud.harbor.export"=${JSON.stringify(name)}`,
-        `HEALTHCHECK --interval=1s --timeout=10s --retries=300 CMD ["test", "-f", ${
-          JSON.stringify(READY_FILE)
-        }]`,
-        `ENTRYPOINT ["/bin/bash", "/opt/hud-harbor/entrypoint.sh"]`,
-        `CMD ["sleep", "infinity"]`,
-        "",
-      ].join("\n")),
-    );
+    const tar = taskLayer(paths, env.name, envImage, name, facts);
     await buildContext(tar, image, { socket: options.socket, signal: options.signal });
     const dir = `${outDir}/${name}`;
-    await Deno.mkdir(`${dir}/environment`, { recursive: true });
-    await Deno.mkdir(`${dir}/tests`, { recursive: true });
-    await Deno.writeTextFile(`${dir}/task.toml`, taskToml(env, row, image, options));
-    const prompt = texts[i].endsWith("\n") ? texts[i] : `${texts[i]}\n`;
-    await Deno.writeTextFile(
-      `${dir}/instruction.md`,
-      answerFile === null
-        ? prompt
-        : `${prompt}\nWhen you are done, write your final answer to ${answerFile}.\n`,
-    );
-    await Deno.writeTextFile(`${dir}/environment/Dockerfile`, `FROM ${image}\n`);
-    await Deno.writeTextFile(`${dir}/tests/test.sh`, testSh(answerFile), { mode: 0o755 });
-    await Deno.chmod(`${dir}/tests/test.sh`, 0o755);
+    await writeTaskFolder(dir, taskToml(env, row, image, options), texts[i], image, answerFile);
     tasks.push({ name, path: await Deno.realPath(dir), image, id: row.id, args: row.args });
   }
   return { envImage, tasks };
+}
+
+/** The layer of one task's image, FROM the environment's: its entrypoint, grade.sh and facts. */
+function taskLayer(
+  paths: ImagePaths,
+  envName: string,
+  envImage: string,
+  name: string,
+  facts: ExportedTask,
+): TarWriter {
+  const enc = new TextEncoder();
+  const grade = [
+    "#!/bin/bash",
+    "# Grades the exported task (see harbor/_exported.ts).",
+    `exec ${[...paths.deno, paths.helper, "grade"].map(shellQuote).join(" ")}`,
+    "",
+  ].join("\n");
+  const tar = new TarWriter();
+  tar.file("root/opt/hud-harbor/entrypoint.sh", enc.encode(entrypoint(paths, envName)), 0o755);
+  tar.file("root/opt/hud-harbor/grade.sh", enc.encode(grade), 0o755);
+  tar.file(`root${EXPORTED_TASK_FILE}`, enc.encode(JSON.stringify(facts)));
+  tar.file(
+    "Dockerfile",
+    enc.encode([
+      `FROM ${envImage}`,
+      "COPY root/ /",
+      `LABEL "dev.hud.harbor.export"=${JSON.stringify(name)}`,
+      `HEALTHCHECK --interval=1s --timeout=10s --retries=300 CMD ["test", "-f", ${
+        JSON.stringify(READY_FILE)
+      }]`,
+      `ENTRYPOINT ["/bin/bash", "/opt/hud-harbor/entrypoint.sh"]`,
+      `CMD ["sleep", "infinity"]`,
+      "",
+    ].join("\n")),
+  );
+  return tar;
+}
+
+/** Writes one task folder: task.toml, instruction.md, environment/Dockerfile, tests/test.sh. */
+async function writeTaskFolder(
+  dir: string,
+  toml: string,
+  text: string,
+  image: string,
+  answerFile: string | null,
+): Promise<void> {
+  await Deno.mkdir(`${dir}/environment`, { recursive: true });
+  await Deno.mkdir(`${dir}/tests`, { recursive: true });
+  await Deno.writeTextFile(`${dir}/task.toml`, toml);
+  const prompt = text.endsWith("\n") ? text : `${text}\n`;
+  await Deno.writeTextFile(
+    `${dir}/instruction.md`,
+    answerFile === null
+      ? prompt
+      : `${prompt}\nWhen you are done, write your final answer to ${answerFile}.\n`,
+  );
+  await Deno.writeTextFile(`${dir}/environment/Dockerfile`, `FROM ${image}\n`);
+  await Deno.writeTextFile(`${dir}/tests/test.sh`, testSh(answerFile), { mode: 0o755 });
+  await Deno.chmod(`${dir}/tests/test.sh`, 0o755);
 }

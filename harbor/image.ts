@@ -18,6 +18,8 @@
  */
 
 import { EngineClient, EngineError } from "../engines/_engine.ts";
+import { CONTROL_SOCKET_VAR } from "../engines/_constants.ts";
+import { SERVE_TOKEN_VAR } from "../_internal/auth.ts";
 import { TarWriter } from "../engines/_tar.ts";
 import { buildEnvironmentImage } from "../engines/image.ts";
 import { buildContext as buildLayer } from "../engines/_base_image.ts";
@@ -25,6 +27,8 @@ import type { HarborTask } from "./loader.ts";
 import { TASK_FILE } from "./_task_env_file.ts";
 import type { HarborTaskFile } from "./_task_env_file.ts";
 import { sha256, treeFiles, treeHash, walk } from "./_tree.ts";
+import { errorMessage } from "../_internal/util.ts";
+import { shellQuote } from "../_internal/shell.ts";
 
 /** Where the SDK's sources go in a Harbor task's image. */
 const SDK_DIR = "/opt/hud-sdk";
@@ -105,10 +109,6 @@ interface ImageInfo {
   };
 }
 
-function shellQuote(s: string): string {
-  return /^[A-Za-z0-9_./=:,+-]+$/.test(s) ? s : `'${s.replaceAll("'", `'\\''`)}'`;
-}
-
 /**
  * The init of a layer on an image with an ENTRYPOINT: the server (`server`,
  * the layer's own CMD) in the background, then the ENTRYPOINT and Harbor's
@@ -135,7 +135,7 @@ function initScript(server: string[], user: string, env: Record<string, string>)
     "# hud's Harbor layer (harbor/image.ts): the task environment's server beside the",
     "# task image's ENTRYPOINT, which runs with Harbor's command as its arguments.",
     `${server.map(shellQuote).join(" ")} </dev/null &`,
-    "unset HUD_SERVE_TOKEN HUD_CONTROL_SOCKET",
+    `unset ${SERVE_TOKEN_VAR} ${CONTROL_SOCKET_VAR}`,
     ...restore,
     ...drop,
     'exec "$@"',
@@ -173,7 +173,7 @@ async function buildContext(
   } catch (err) {
     const why = signal.aborted
       ? `took longer than ${task.config.environment.buildTimeoutSec} s ([environment] build_timeout_sec)`
-      : (err as Error).message;
+      : errorMessage(err);
     throw new HarborBuildError(`Cannot run Harbor task "${task.name}": build failed: ${why}`, {
       cause: err,
     });
@@ -209,25 +209,54 @@ export async function buildHarborImage(
   const timeout = AbortSignal.timeout(task.config.environment.buildTimeoutSec * 1000);
   const signal = options.signal ? AbortSignal.any([options.signal, timeout]) : timeout;
   using engine = await EngineClient.open(options.socket, signal);
-  let built = false;
-  let taskImage: string;
-  if (task.buildContext !== null) {
-    taskImage = `hud-harbor-task/${slug(task.name)}:${
-      (await treeHash(task.buildContext)).slice(0, 16)
-    }`;
-    if (await imageInfo(engine, taskImage) === null) {
-      await buildContext(engine, task, taskImage, signal);
-      built = true;
-    }
-  } else {
-    taskImage = task.config.environment.dockerImage!;
-  }
-  const info = await imageInfo(engine, taskImage);
+  const own = await taskImage(engine, task, signal);
+  const info = await imageInfo(engine, own.image);
   if (info === null) {
     throw new HarborBuildError(
-      `Cannot run Harbor task "${task.name}": build failed: image "${taskImage}" is not on this engine; pull or build it first`,
+      `Cannot run Harbor task "${task.name}": build failed: image "${own.image}" is not on this engine; pull or build it first`,
     );
   }
+  const facts = await taskFacts(task, info);
+  const factsBytes = new TextEncoder().encode(JSON.stringify(facts));
+  // The SDK's own sources count: a changed SDK makes a new layer.
+  const sdk = await treeHash(
+    SDK_ROOT,
+    (rel) => !/^(\.|tests$|bench$|examples$|docs$|node_modules$)/.test(rel),
+  );
+  const key = await sha256([info.Id, factsBytes, sdk, Deno.version.deno, INIT]);
+  const image = `hud-harbor/${slug(task.name)}:${key.slice(0, 16)}`;
+  const entrypoint = info.Config?.Entrypoint ?? [];
+  let built = own.built;
+  if (await imageInfo(engine, image) === null) {
+    const layer = { image, from: own.image, facts, factsBytes, entrypoint };
+    await buildServedImage(engine, task, layer, options.socket, signal);
+    built = true;
+  }
+  const { workdir, imageUser: user } = facts;
+  return { image, taskImage: own.image, workdir, user, entrypoint, built };
+}
+
+/**
+ * The task's own image: `environment/Dockerfile` built (once per content
+ * hash), or `[environment] docker_image`.
+ */
+async function taskImage(
+  engine: EngineClient,
+  task: HarborTask,
+  signal: AbortSignal,
+): Promise<{ image: string; built: boolean }> {
+  if (task.buildContext === null) {
+    return { image: task.config.environment.dockerImage!, built: false };
+  }
+  const hash = (await treeHash(task.buildContext)).slice(0, 16);
+  const image = `hud-harbor-task/${slug(task.name)}:${hash}`;
+  if (await imageInfo(engine, image) !== null) return { image, built: false };
+  await buildContext(engine, task, image, signal);
+  return { image, built: true };
+}
+
+/** What the server in the task's container needs to know of the task and its image. */
+async function taskFacts(task: HarborTask, info: ImageInfo): Promise<HarborTaskFile> {
   const workdir = task.config.environment.workdir ?? (info.Config?.WorkingDir || "/");
   // The image's ENV, for the agent's and the verifier's commands (the
   // workspace gives them only what it is told).
@@ -238,65 +267,77 @@ export async function buildHarborImage(
   }
   // `[environment.env]` goes over it, as Harbor sets it on the container.
   Object.assign(env, task.config.environment.env);
-  const user = info.Config?.User ?? "";
-  const entrypoint = info.Config?.Entrypoint ?? [];
-  const facts: HarborTaskFile = {
+  return {
     name: task.name,
     env,
     instruction: task.instruction,
     workdir,
     verifierTimeoutSec: task.config.verifierTimeoutSec,
     verifierEnv: task.config.verifierEnv,
-    imageUser: user,
+    imageUser: info.Config?.User ?? "",
     agentUser: task.config.agentUser,
     verifierUser: task.config.verifierUser,
     healthcheck: task.config.environment.healthcheck,
     tests: await treeFiles(task.testsDir),
   };
-  const factsBytes = new TextEncoder().encode(JSON.stringify(facts));
-  // The SDK's own sources count: a changed SDK makes a new layer.
-  const sdk = await treeHash(
-    SDK_ROOT,
-    (rel) => !/^(\.|tests$|bench$|examples$|docs$|node_modules$)/.test(rel),
+}
+
+/** The layer that serves the task's environment, and what goes into it. */
+interface ServedLayer {
+  /** Its tag. */
+  image: string;
+  /** The task's own image. */
+  from: string;
+  facts: HarborTaskFile;
+  factsBytes: Uint8Array;
+  /** The task image's ENTRYPOINT. */
+  entrypoint: string[];
+}
+
+/**
+ * Builds the layer; over an image with an ENTRYPOINT, in two steps: the
+ * served environment, then an init that starts its server beside the
+ * ENTRYPOINT, which is kept.
+ */
+async function buildServedImage(
+  engine: EngineClient,
+  task: HarborTask,
+  layer: ServedLayer,
+  socket: string | undefined,
+  signal: AbortSignal,
+): Promise<void> {
+  const { image, entrypoint } = layer;
+  const served = entrypoint.length === 0 ? image : `${image}-served`;
+  await buildEnvironmentImage(TASK_ENV, served, {
+    from: layer.from,
+    envName: `harbor-${task.name}`,
+    envVersion: "1.0.0",
+    appDir: SDK_DIR,
+    files: { [TASK_FILE]: layer.factsBytes },
+    socket,
+    signal,
+  });
+  if (entrypoint.length === 0) return;
+  const server = (await imageInfo(engine, served))?.Config?.Cmd ?? [];
+  const tar = new TarWriter();
+  const enc = new TextEncoder();
+  const init = initScript(server, layer.facts.imageUser, layer.facts.env);
+  tar.file(`root${INIT}`, enc.encode(init), 0o755);
+  tar.file(
+    "Dockerfile",
+    enc.encode(
+      [
+        `FROM ${served}`,
+        "COPY root/ /",
+        `ENTRYPOINT ${JSON.stringify(["/bin/sh", INIT])}`,
+        `CMD ${JSON.stringify([...entrypoint, ...HARBOR_COMMAND])}`,
+        "",
+      ].join("\n"),
+    ),
   );
-  const key = await sha256([info.Id, factsBytes, sdk, Deno.version.deno, INIT]);
-  const image = `hud-harbor/${slug(task.name)}:${key.slice(0, 16)}`;
-  if (await imageInfo(engine, image) === null) {
-    const served = entrypoint.length === 0 ? image : `${image}-served`;
-    await buildEnvironmentImage(TASK_ENV, served, {
-      from: taskImage,
-      envName: `harbor-${task.name}`,
-      envVersion: "1.0.0",
-      appDir: SDK_DIR,
-      files: { [TASK_FILE]: factsBytes },
-      socket: options.socket,
-      signal,
-    });
-    if (entrypoint.length > 0) {
-      // The image's ENTRYPOINT is kept: an init starts the server beside it.
-      const server = (await imageInfo(engine, served))?.Config?.Cmd ?? [];
-      const tar = new TarWriter();
-      const enc = new TextEncoder();
-      tar.file(`root${INIT}`, enc.encode(initScript(server, user, env)), 0o755);
-      tar.file(
-        "Dockerfile",
-        enc.encode(
-          [
-            `FROM ${served}`,
-            "COPY root/ /",
-            `ENTRYPOINT ${JSON.stringify(["/bin/sh", INIT])}`,
-            `CMD ${JSON.stringify([...entrypoint, ...HARBOR_COMMAND])}`,
-            "",
-          ].join("\n"),
-        ),
-      );
-      try {
-        await buildLayer(tar, image, { socket: options.socket, signal });
-      } finally {
-        await engine.call("DELETE", `/images/${encodeURIComponent(served)}`).catch(() => {});
-      }
-    }
-    built = true;
+  try {
+    await buildLayer(tar, image, { socket, signal });
+  } finally {
+    await engine.call("DELETE", `/images/${encodeURIComponent(served)}`).catch(() => {});
   }
-  return { image, taskImage, workdir, user, entrypoint, built };
 }

@@ -7,6 +7,7 @@
  */
 
 import { type HarborTaskConfig, parseHarborConfig } from "./config.ts";
+import { errorMessage } from "../_internal/util.ts";
 
 /** Why a task directory cannot be adapted. */
 export type HarborSkipCode =
@@ -84,7 +85,7 @@ async function readTask(path: string): Promise<HarborTask> {
     config = parseHarborConfig(await Deno.readTextFile(file), file);
   } catch (err) {
     if (err instanceof Deno.errors.PermissionDenied) throw err;
-    throw new Skip("bad_config", (err as Error).message);
+    throw new Skip("bad_config", errorMessage(err));
   }
   let instruction = "";
   try {

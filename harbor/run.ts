@@ -19,6 +19,10 @@ import { EngineClient } from "../engines/_engine.ts";
 import type { Placement, PlaceOptions, RuntimeProvider } from "../runtime/placement.ts";
 import { buildHarborImage, HarborBuildError, tarTree } from "./image.ts";
 import type { HarborTask } from "./loader.ts";
+import type { HarborHealthcheckConfig } from "./config.ts";
+import type { Job } from "../eval/job.ts";
+import { shellQuote } from "../_internal/shell.ts";
+import { errorMessage } from "../_internal/util.ts";
 
 /** Options for {@linkcode runHarborTasks}. */
 export interface RunHarborOptions {
@@ -102,11 +106,6 @@ async function copyIn(clientUrl: string, dir: string, dest: string, signal?: Abo
   await res.body?.cancel();
 }
 
-/** `s` as one word of a POSIX shell command. */
-function quote(s: string): string {
-  return `'${s.replaceAll("'", "'\\''")}'`;
-}
-
 /**
  * Harbor's oracle agent for `task`: copies `solution/` to /solution and runs
  * `bash /solution/solve.sh` through the SSH workspace, in the workdir, with
@@ -129,8 +128,8 @@ export function oracleAgent(task: HarborTask): Agent {
     const cwd = (run.bindings.shell as { cwd?: string } | undefined)?.cwd ?? "/";
     // `[solution.env]` for solve.sh only, as Harbor's oracle runs it.
     const exports = Object.entries(task.config.solutionEnv)
-      .map(([k, v]) => `export ${k}=${quote(v)}; `).join("");
-    await shell.exec(`${exports}cd ${quote(cwd)} && bash /solution/solve.sh`, { signal });
+      .map(([k, v]) => `export ${k}=${shellQuote(v)}; `).join("");
+    await shell.exec(`${exports}cd ${shellQuote(cwd)} && bash /solution/solve.sh`, { signal });
   });
 }
 
@@ -195,17 +194,42 @@ async function runOne(
   try {
     inner = agent === "oracle" ? oracleAgent(task) : agent;
   } catch (err) {
-    return { ...empty, error: (err as Error).message, built: image.built };
+    return { ...empty, error: errorMessage(err), built: image.built };
   }
+  const agentMs = task.config.agentTimeoutSec * 1000;
+  const healthMs = healthcheckBound(task.config.environment.healthcheck);
+  const job = await new Taskset([{
+    env: `harbor-${task.name}`,
+    id: "harbor",
+    args: {},
+    slug: task.name,
+  }]).run(withTests(task, inner), {
+    runtime: taskRuntime(task, image.image, image.user, options.socket),
+    group: options.group ?? 1,
+    agentTimeout: agentMs,
+    // Placing, copying in and the verifier fit in the rest.
+    rolloutTimeout: agentMs + healthMs + task.config.verifierTimeoutSec * 1000 + 120_000,
+    signal: options.signal,
+  });
+  return harborResult(task.name, job, image.built);
+}
+
+/** The runtime of a task's container, with Harbor's semantics. */
+function taskRuntime(
+  task: HarborTask,
+  image: string,
+  imageUser: string,
+  socket: string | undefined,
+): HarborRuntime {
   const env = task.config.environment;
   // Another user than root anywhere (the image's USER, [agent] user,
   // [verifier] user): the server needs to switch to it (setpriv), give the
   // workdir to the agent's (chown), and drop the rest from what it runs.
-  const switches = [image.user, task.config.agentUser ?? "", task.config.verifierUser ?? ""]
+  const switches = [imageUser, task.config.agentUser ?? "", task.config.verifierUser ?? ""]
     .some((u) => u !== "" && !/^(root|0)(:(root|0))?$/.test(u));
-  const runtime = new HarborRuntime(
-    new ContainerRuntime(image.image, {
-      socket: options.socket,
+  return new HarborRuntime(
+    new ContainerRuntime(image, {
+      socket,
       cpus: env.cpus,
       memory: env.memoryMb * 1024 * 1024,
       // Harbor's semantics: the agent and the verifier are the container's
@@ -217,38 +241,31 @@ async function runOne(
       network: env.allowInternet,
       labels: { "dev.hud.harbor.task": task.name },
     }),
-    options.socket,
+    socket,
   );
-  const agentMs = task.config.agentTimeoutSec * 1000;
-  // The longest a healthcheck can take before it passes or fails.
-  const hc = env.healthcheck;
-  const healthMs = hc === null ? 0 : (hc.startPeriodSec +
-    (hc.startPeriodSec / Math.max(hc.startIntervalSec, 0.1) + hc.retries + 1) * hc.timeoutSec +
+}
+
+/** The longest a healthcheck can take before it passes or fails, in ms. */
+function healthcheckBound(hc: HarborHealthcheckConfig | null): number {
+  if (hc === null) return 0;
+  const startChecks = hc.startPeriodSec / Math.max(hc.startIntervalSec, 0.1);
+  return (hc.startPeriodSec + (startChecks + hc.retries + 1) * hc.timeoutSec +
     hc.retries * hc.intervalSec) * 1000;
-  const job = await new Taskset([{
-    env: `harbor-${task.name}`,
-    id: "harbor",
-    args: {},
-    slug: task.name,
-  }]).run(withTests(task, inner), {
-    runtime,
-    group: options.group ?? 1,
-    agentTimeout: agentMs,
-    // Placing, copying in and the verifier fit in the rest.
-    rolloutTimeout: agentMs + healthMs + task.config.verifierTimeoutSec * 1000 + 120_000,
-    signal: options.signal,
-  });
+}
+
+/** A task's result from its job: the mean reward of the graded runs, the first failure. */
+function harborResult(name: string, job: Job, built: boolean): HarborResult {
   const runs = [...job.runs];
   const graded = runs.filter((r) => r.reward !== null);
   const live = job.liveRuns.find((r) => r?.grade !== null && r?.grade !== undefined);
   const subscores = (live?.grade as { subscores?: Record<string, number> } | null)?.subscores ?? {};
   const failed = runs.find((r) => r.reward === null);
   return {
-    task: task.name,
+    task: name,
     reward: graded.length === 0 ? null : graded.reduce((a, r) => a + r.reward!, 0) / graded.length,
     subscores,
     error: failed ? errorOf(failed) : null,
-    built: image.built,
+    built,
     runs,
   };
 }

@@ -231,30 +231,9 @@ export class McpClient implements AsyncDisposable {
         response.status,
       );
     }
-    const type = response.headers.get("content-type") ?? "";
-    let reply: unknown = undefined;
-    const what = `the reply to "${method}"`;
+    let reply: unknown;
     try {
-      if (type.includes("text/event-stream")) {
-        const events = cappedBody(response.body!, this.#maxResponse, what);
-        for await (const { data } of sseData(events, { dropUnterminated: true })) {
-          const message = JSON.parse(data);
-          // Server requests and notifications may come first; the reply ends it.
-          if (
-            isRecord(message) && message.id === id && ("result" in message || "error" in message)
-          ) {
-            reply = message;
-            break;
-          }
-        }
-      } else {
-        const bytes = await readCapped(response.body, this.#maxResponse, what);
-        try {
-          reply = JSON.parse(new TextDecoder().decode(bytes));
-        } catch {
-          reply = undefined;
-        }
-      }
+      reply = await this.#readReply(response, id, `the reply to "${method}"`);
     } catch (err) {
       if (err instanceof BodyTooLargeError) {
         throw new McpError(
@@ -275,6 +254,32 @@ export class McpClient implements AsyncDisposable {
       );
     }
     return isRecord(reply.result) ? reply.result : {};
+  }
+
+  /**
+   * The reply to request `id`: a JSON body, or the message of an event
+   * stream that answers it; `undefined` for a body that is not JSON.
+   * @throws {BodyTooLargeError} past `maxResponseBytes`
+   */
+  async #readReply(response: Response, id: number, what: string): Promise<unknown> {
+    const type = response.headers.get("content-type") ?? "";
+    if (!type.includes("text/event-stream")) {
+      const bytes = await readCapped(response.body, this.#maxResponse, what);
+      try {
+        return JSON.parse(new TextDecoder().decode(bytes));
+      } catch {
+        return undefined;
+      }
+    }
+    const events = cappedBody(response.body!, this.#maxResponse, what);
+    for await (const { data } of sseData(events, { dropUnterminated: true })) {
+      const message = JSON.parse(data);
+      // Server requests and notifications may come first; the reply ends it.
+      if (isRecord(message) && message.id === id && ("result" in message || "error" in message)) {
+        return message;
+      }
+    }
+    return undefined;
   }
 
   /** Sends a notification (no reply). */

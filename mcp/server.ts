@@ -10,7 +10,7 @@
 import { Capability } from "../capability.ts";
 import type { Environment } from "../env.ts";
 import { type ArgsShape, type InferArgs, type JsonSchema, shapeToJsonSchema } from "../schema.ts";
-import { isRecord } from "../_internal/util.ts";
+import { errorMessage, isRecord } from "../_internal/util.ts";
 import { formatHost, isLoopback } from "../_internal/net.ts";
 import { MCP_PROTOCOL_VERSIONS } from "./client.ts";
 import { bearerToken, generateToken, tokenProblem, TokenVerifier } from "../_internal/auth.ts";
@@ -175,6 +175,28 @@ function hostForm(hostname: string): string {
  * @throws {RangeError} for a `maxBodyBytes` that is not a positive integer
  */
 export function mcpHandler(options: McpServerOptions): (request: Request) => Promise<Response> {
+  const server = new McpHttpServer(mcpConfig(options));
+  return (request) => server.handle(request);
+}
+
+/** {@linkcode McpServerOptions} checked, with every default resolved. */
+interface McpConfig {
+  readonly tools: ReadonlyMap<string, McpTool>;
+  readonly serverName: string;
+  readonly replies: "json" | "sse" | undefined;
+  readonly verifier: TokenVerifier | null;
+  /** Allowed hosts besides loopback, as a `Host` header spells them. */
+  readonly hosts: ReadonlySet<string>;
+  readonly origins: ReadonlySet<string>;
+  readonly maxBodyBytes: number;
+}
+
+/**
+ * Checks `options` and resolves every default, once.
+ * @throws {TypeError} for tool names that clash or a bad token
+ * @throws {RangeError} for a `maxBodyBytes` that is not a positive integer
+ */
+function mcpConfig(options: McpServerOptions): McpConfig {
   const tools = new Map<string, McpTool>();
   for (const t of options.tools ?? []) {
     if (tools.has(t.name)) {
@@ -182,10 +204,10 @@ export function mcpHandler(options: McpServerOptions): (request: Request) => Pro
     }
     tools.set(t.name, t);
   }
-  const maxBody = options.maxBodyBytes ?? MAX_BODY_BYTES;
-  if (!Number.isSafeInteger(maxBody) || maxBody <= 0) {
+  const maxBodyBytes = options.maxBodyBytes ?? MAX_BODY_BYTES;
+  if (!Number.isSafeInteger(maxBodyBytes) || maxBodyBytes <= 0) {
     throw new RangeError(
-      `Cannot serve MCP tools: maxBodyBytes must be a positive integer, got "${maxBody}"`,
+      `Cannot serve MCP tools: maxBodyBytes must be a positive integer, got "${maxBodyBytes}"`,
     );
   }
   let verifier: TokenVerifier | null = null;
@@ -194,94 +216,41 @@ export function mcpHandler(options: McpServerOptions): (request: Request) => Pro
     if (problem !== null) throw new TypeError(`Cannot serve MCP tools: ${problem}`);
     verifier = new TokenVerifier(options.authToken);
   }
-  const hosts = new Set((options.allowedHosts ?? []).map(hostForm));
-  const allowedHost = (host: string) => isLoopback(host) || hosts.has(host);
-  const origins = new Set(options.allowedOrigins ?? []);
-  const sessions = new Map<string, string>();
-  const serverInfo = { name: options.serverName ?? "hud-sdk", version: "0.1.0" };
-
-  const handle = async (msg: JsonRpcMessage) => {
-    const params = isRecord(msg.params) ? msg.params : {};
-    switch (msg.method) {
-      case "initialize": {
-        const asked = String(params.protocolVersion ?? "");
-        const version = MCP_PROTOCOL_VERSIONS.includes(asked) ? asked : MCP_PROTOCOL_VERSIONS[0];
-        const id = crypto.randomUUID();
-        sessions.set(id, version);
-        return {
-          session: id,
-          result: {
-            protocolVersion: version,
-            capabilities: { tools: { listChanged: false } },
-            serverInfo,
-          },
-        };
-      }
-      case "ping":
-        return { result: {} };
-      case "tools/list":
-        return {
-          result: {
-            tools: [...tools.values()].map((t) => ({
-              name: t.name,
-              description: t.description,
-              inputSchema: t.inputSchema,
-            })),
-          },
-        };
-      case "tools/call": {
-        const tool = tools.get(String(params.name));
-        if (!tool) return { error: [-32602, `Unknown tool: "${params.name}"`] as const };
-        const args = isRecord(params.arguments) ? params.arguments : {};
-        try {
-          const value = await tool.call(args);
-          const text = typeof value === "string" ? value : JSON.stringify(value ?? null);
-          return {
-            result: {
-              content: [{ type: "text", text }],
-              ...(isRecord(value) ? { structuredContent: value } : {}),
-              isError: false,
-            },
-          };
-        } catch (err) {
-          return {
-            result: {
-              content: [{ type: "text", text: String((err as Error)?.message ?? err) }],
-              isError: true,
-            },
-          };
-        }
-      }
-      default:
-        return { error: [-32601, `Method not found: "${msg.method}"`] as const };
-    }
+  return {
+    tools,
+    serverName: options.serverName ?? "hud-sdk",
+    replies: options.replies,
+    verifier,
+    hosts: new Set((options.allowedHosts ?? []).map(hostForm)),
+    origins: new Set(options.allowedOrigins ?? []),
+    maxBodyBytes,
   };
+}
 
-  /** Why the request's Host or Origin is refused, or `null`. */
-  const foreign = (request: Request): string | null => {
-    if (!allowedHost(hostOfHeader(request.headers.get("host") ?? ""))) {
-      return "Forbidden: unexpected Host header";
-    }
-    const origin = request.headers.get("origin");
-    if (origin === null || origins.has(origin)) return null;
-    let host: string;
-    try {
-      host = hostForm(new URL(origin).hostname);
-    } catch {
-      return "Forbidden: unexpected Origin header";
-    }
-    return allowedHost(host) ? null : "Forbidden: unexpected Origin header";
-  };
+/** What a method gives: a result (and a new session), or an error code and message. */
+type Outcome =
+  | { result: Record<string, unknown>; session?: string }
+  | { error: readonly [number, string] };
 
-  const unauthorized = (request: Request): boolean => {
-    if (verifier === null) return false;
-    return !verifier.verify(bearerToken(request.headers.get("authorization")));
-  };
+/**
+ * One streamable HTTP MCP server: the checks of each request (headers,
+ * token, body, session) and the JSON-RPC methods, over the sessions it
+ * opened.
+ */
+class McpHttpServer {
+  readonly #config: McpConfig;
+  /** Open sessions: id to protocol version. */
+  readonly #sessions = new Map<string, string>();
 
-  return async (request) => {
-    const refused = foreign(request);
+  constructor(config: McpConfig) {
+    this.#config = config;
+  }
+
+  /** Answers one HTTP request. */
+  async handle(request: Request): Promise<Response> {
+    const refused = this.#foreign(request);
     if (refused !== null) return new Response(`${refused}\n`, { status: 403 });
-    if (unauthorized(request)) {
+    if (this.#unauthorized(request)) {
       return Response.json(
         { error: "invalid_token", error_description: "Unauthorized: a bearer token is required" },
         { status: 401, headers: { "www-authenticate": 'Bearer error="invalid_token"' } },
@@ -289,7 +258,7 @@ export function mcpHandler(options: McpServerOptions): (request: Request) => Pro
     }
     if (request.method === "DELETE") {
       const id = request.headers.get("mcp-session-id");
-      if (id === null || !sessions.delete(id)) return new Response(null, { status: 404 });
+      if (id === null || !this.#sessions.delete(id)) return new Response(null, { status: 404 });
       return new Response(null, { status: 200 });
     }
     if (request.method !== "POST") {
@@ -298,6 +267,43 @@ export function mcpHandler(options: McpServerOptions): (request: Request) => Pro
         headers: { allow: "POST, DELETE" },
       });
     }
+    const msg = await this.#readMessage(request);
+    if (msg instanceof Response) return msg;
+    const badSession = this.#checkSession(request, msg);
+    if (badSession !== null) return badSession;
+    if (msg.id === undefined) return new Response(null, { status: 202 }); // a notification
+    return this.#reply(request, msg, await this.#dispatch(msg));
+  }
+
+  /** Why the request's Host or Origin is refused, or `null`. */
+  #foreign(request: Request): string | null {
+    if (!this.#allowedHost(hostOfHeader(request.headers.get("host") ?? ""))) {
+      return "Forbidden: unexpected Host header";
+    }
+    const origin = request.headers.get("origin");
+    if (origin === null || this.#config.origins.has(origin)) return null;
+    let host: string;
+    try {
+      host = hostForm(new URL(origin).hostname);
+    } catch {
+      return "Forbidden: unexpected Origin header";
+    }
+    return this.#allowedHost(host) ? null : "Forbidden: unexpected Origin header";
+  }
+
+  #allowedHost(host: string): boolean {
+    return isLoopback(host) || this.#config.hosts.has(host);
+  }
+
+  #unauthorized(request: Request): boolean {
+    const verifier = this.#config.verifier;
+    if (verifier === null) return false;
+    return !verifier.verify(bearerToken(request.headers.get("authorization")));
+  }
+
+  /** The body as one JSON-RPC message, or the response that refuses it. */
+  async #readMessage(request: Request): Promise<JsonRpcMessage | Response> {
+    const maxBody = this.#config.maxBodyBytes;
     const tooLarge = () =>
       Response.json(
         rpcError(null, -32600, `Invalid request: the body is over ${formatBytes(maxBody)}`),
@@ -319,39 +325,104 @@ export function mcpHandler(options: McpServerOptions): (request: Request) => Pro
         { status: 400 },
       );
     }
-    if (msg.method !== "initialize") {
-      const session = request.headers.get("mcp-session-id");
-      if (session === null) {
-        return Response.json(rpcError(msg.id, -32000, "Bad request: missing Mcp-Session-Id"), {
-          status: 400,
-        });
-      }
-      if (!sessions.has(session)) {
-        return Response.json(rpcError(msg.id, -32001, "Session not found"), { status: 404 });
-      }
-      const version = request.headers.get("mcp-protocol-version");
-      if (version !== null && !MCP_PROTOCOL_VERSIONS.includes(version)) {
-        return Response.json(
-          rpcError(msg.id, -32000, `Bad request: unsupported protocol version "${version}"`),
-          { status: 400 },
-        );
-      }
+    return msg;
+  }
+
+  /** Past `initialize`, a message needs an open session and a known protocol version. */
+  #checkSession(request: Request, msg: JsonRpcMessage): Response | null {
+    if (msg.method === "initialize") return null;
+    const session = request.headers.get("mcp-session-id");
+    if (session === null) {
+      return Response.json(rpcError(msg.id, -32000, "Bad request: missing Mcp-Session-Id"), {
+        status: 400,
+      });
     }
-    if (msg.id === undefined) return new Response(null, { status: 202 }); // a notification
-    const out = await handle(msg);
-    const reply = "error" in out && out.error
+    if (!this.#sessions.has(session)) {
+      return Response.json(rpcError(msg.id, -32001, "Session not found"), { status: 404 });
+    }
+    const version = request.headers.get("mcp-protocol-version");
+    if (version !== null && !MCP_PROTOCOL_VERSIONS.includes(version)) {
+      return Response.json(
+        rpcError(msg.id, -32000, `Bad request: unsupported protocol version "${version}"`),
+        { status: 400 },
+      );
+    }
+    return null;
+  }
+
+  /** The method's outcome as a JSON-RPC reply, in JSON or (when asked and accepted) SSE. */
+  #reply(request: Request, msg: JsonRpcMessage, out: Outcome): Response {
+    const reply = "error" in out
       ? rpcError(msg.id, out.error[0], out.error[1])
       : { jsonrpc: "2.0", id: msg.id, result: out.result };
     const headers: Record<string, string> = {};
     if ("session" in out && out.session) headers["mcp-session-id"] = out.session;
     const accept = request.headers.get("accept") ?? "";
-    if (options.replies === "sse" && accept.includes("text/event-stream")) {
+    if (this.#config.replies === "sse" && accept.includes("text/event-stream")) {
       headers["content-type"] = "text/event-stream";
       headers["cache-control"] = "no-cache";
       return new Response(`event: message\ndata: ${JSON.stringify(reply)}\n\n`, { headers });
     }
     return Response.json(reply, { headers });
-  };
+  }
+
+  /** Runs one JSON-RPC method. */
+  async #dispatch(msg: JsonRpcMessage): Promise<Outcome> {
+    const params = isRecord(msg.params) ? msg.params : {};
+    switch (msg.method) {
+      case "initialize":
+        return this.#initialize(params);
+      case "ping":
+        return { result: {} };
+      case "tools/list":
+        return { result: { tools: [...this.#config.tools.values()].map(toolInfo) } };
+      case "tools/call":
+        return await this.#callTool(params);
+      default:
+        return { error: [-32601, `Method not found: "${msg.method}"`] };
+    }
+  }
+
+  /** Opens a session in the version the client asked for, else the newest known. */
+  #initialize(params: Record<string, unknown>): Outcome {
+    const asked = String(params.protocolVersion ?? "");
+    const version = MCP_PROTOCOL_VERSIONS.includes(asked) ? asked : MCP_PROTOCOL_VERSIONS[0];
+    const id = crypto.randomUUID();
+    this.#sessions.set(id, version);
+    return {
+      session: id,
+      result: {
+        protocolVersion: version,
+        capabilities: { tools: { listChanged: false } },
+        serverInfo: { name: this.#config.serverName, version: "0.1.0" },
+      },
+    };
+  }
+
+  /** Runs a tool: its value as text (and structured, for an object), a failure as an error result. */
+  async #callTool(params: Record<string, unknown>): Promise<Outcome> {
+    const tool = this.#config.tools.get(String(params.name));
+    if (!tool) return { error: [-32602, `Unknown tool: "${params.name}"`] };
+    const args = isRecord(params.arguments) ? params.arguments : {};
+    try {
+      const value = await tool.call(args);
+      const text = typeof value === "string" ? value : JSON.stringify(value ?? null);
+      return {
+        result: {
+          content: [{ type: "text", text }],
+          ...(isRecord(value) ? { structuredContent: value } : {}),
+          isError: false,
+        },
+      };
+    } catch (err) {
+      return { result: { content: [{ type: "text", text: errorMessage(err) }], isError: true } };
+    }
+  }
+}
+
+/** A tool as `tools/list` lists it. */
+function toolInfo(t: McpTool): Record<string, unknown> {
+  return { name: t.name, description: t.description, inputSchema: t.inputSchema };
 }
 
 /** Options for {@linkcode addMcpServer}. */

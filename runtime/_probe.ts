@@ -1,10 +1,11 @@
 // The runtimes' readiness probe: a `hello` round trip with the token, as
-// connect() does it, without the client (no forwarders, no heartbeat, no
-// protocol clients): a runtime waits for its environment with this.
+// connect() does it (the same helloUntilReady), without the client (no
+// forwarders, no heartbeat, no protocol clients). A runtime waits for its
+// environment with probeReady; a pool that watches a member's server holds
+// the probe's connection open with holdReady.
 
-import { parseControlUrl } from "../_internal/control_url.ts";
-import { helloUntilReady } from "../_internal/ready.ts";
-import { redactUrl, tokenFromEnv } from "../_internal/auth.ts";
+import { type ControlAddress, shownControlUrl, tokenFromEnv } from "../_internal/auth.ts";
+import { type HelloReply, helloUntilReady } from "../_internal/ready.ts";
 
 /** Options for {@linkcode probeReady}. */
 export interface ProbeOptions {
@@ -31,24 +32,62 @@ export interface ProbeOptions {
 const PROBE_MAX_FRAME = 16 * 1024 * 1024;
 
 /**
- * Resolves once the environment at `url` answers `hello` (with the url's
- * token, else `HUD_SERVE_TOKEN`), then closes the connection. Refusals and
- * connections closed before the reply are retried; an error reply (a wrong
- * token, say) fails at once.
+ * A session held open after its `hello`: `ended` resolves when the server
+ * closes the connection or it breaks (the server died, or its host), or
+ * when it is closed here.
+ */
+export interface HeldSession {
+  /** Resolves once the connection has ended, whoever ended it. */
+  readonly ended: Promise<void>;
+  /** Closes the connection. Idempotent. */
+  close(): void;
+}
+
+/**
+ * Resolves once the environment at `address` answers `hello` (with the
+ * address's token, else `HUD_SERVE_TOKEN`), then closes the connection.
+ * Refusals and connections closed before the reply are retried; an error
+ * reply (a wrong token, say) fails at once.
  * @throws {NotReadyError} when it did not answer in time
  * @throws {HudProtocolError} for an error reply
  */
-export async function probeReady(url: string, options: ProbeOptions = {}): Promise<void> {
-  const { token, ...addr } = parseControlUrl(url);
+export async function probeReady(
+  address: ControlAddress,
+  options: ProbeOptions = {},
+): Promise<void> {
+  (await hello(address, options)).caller.close();
+}
+
+/**
+ * {@linkcode probeReady}, keeping the connection: its end says that the
+ * server went away, sooner than anything that polls. Nothing more is sent
+ * on it.
+ */
+export async function holdReady(
+  address: ControlAddress,
+  options: ProbeOptions = {},
+): Promise<HeldSession> {
+  const { caller, conn } = await hello(address, options);
+  const ended = (async () => {
+    const buf = new Uint8Array(4096);
+    try {
+      while ((await conn.read(buf)) !== null) { /* nothing else comes */ }
+    } catch {
+      // reset, or closed here: the same
+    }
+  })();
+  return { ended, close: () => caller.close() };
+}
+
+function hello(address: ControlAddress, options: ProbeOptions): Promise<HelloReply> {
   const readyTimeout = options.readyTimeout ?? 60_000;
-  const secret = token ?? tokenFromEnv();
-  const { caller } = await helloUntilReady(addr, secret === undefined ? {} : { token: secret }, {
-    url: redactUrl(url),
+  const token = address.token ?? tokenFromEnv();
+  return helloUntilReady(address, token === undefined ? {} : { token }, {
+    url: shownControlUrl(address),
     readyTimeout,
     refusedTimeout: options.refusedTimeout ?? readyTimeout,
     retryInterval: options.retryInterval ?? 200,
     maxFrameBytes: PROBE_MAX_FRAME,
     signal: options.signal,
   });
-  caller.close();
 }

@@ -9,7 +9,12 @@ import type { Environment } from "../env.ts";
 import { type HudServer, serve } from "../server.ts";
 import { abortable, Deadline } from "../_internal/async.ts";
 import { generateToken } from "../_internal/auth.ts";
-import type { Placement, PlaceOptions, RuntimeProvider } from "./placement.ts";
+import {
+  placementOf,
+  type PlacementWithUrl,
+  type PlaceOptions,
+  type RuntimeProvider,
+} from "./placement.ts";
 
 /** Options for {@linkcode LocalRuntime}. */
 export interface LocalRuntimeOptions {
@@ -24,7 +29,7 @@ export interface LocalRuntimeOptions {
 
 /**
  * An environment served in this process on 127.0.0.1 port 0, with a fresh
- * token per server that the placement's url carries.
+ * token per server that the placement's address carries.
  *
  * Given an {@linkcode Environment}, every placement shares one server, and
  * the hooks run on the first placement and the shutdown hooks after the
@@ -48,7 +53,8 @@ export interface LocalRuntimeOptions {
  */
 export class LocalRuntime implements RuntimeProvider {
   readonly #source: Environment | (() => Environment | Promise<Environment>);
-  readonly #options: LocalRuntimeOptions;
+  readonly #readyTimeout: number;
+  readonly #onError: ((error: unknown) => void) | undefined;
   #shared: Promise<HudServer> | null = null;
   #users = 0;
 
@@ -64,7 +70,8 @@ export class LocalRuntime implements RuntimeProvider {
       throw new TypeError("Cannot create LocalRuntime: expected an Environment or a factory");
     }
     this.#source = source;
-    this.#options = options;
+    this.#readyTimeout = options.readyTimeout ?? 60_000;
+    this.#onError = options.onError;
   }
 
   /**
@@ -72,7 +79,7 @@ export class LocalRuntime implements RuntimeProvider {
    * On failure everything started so far is torn down before the error is
    * thrown, or, for a timeout, once the initialize hooks settle.
    */
-  async place(options: PlaceOptions = {}): Promise<Placement> {
+  async place(options: PlaceOptions = {}): Promise<PlacementWithUrl> {
     options.signal?.throwIfAborted();
     if (typeof this.#source === "function") {
       const server = await this.#boot(await this.#source(), options.signal);
@@ -110,23 +117,22 @@ export class LocalRuntime implements RuntimeProvider {
    * down by `serve` itself once the hooks settle.
    */
   async #boot(env: Environment, signal?: AbortSignal): Promise<HudServer> {
-    const timeout = this.#options.readyTimeout ?? 60_000;
-    using deadline = new Deadline(timeout, signal, `starting environment "${env.name}"`);
+    using deadline = new Deadline(
+      this.#readyTimeout,
+      signal,
+      `starting environment "${env.name}"`,
+    );
     const serving = serve(env, {
       signal: deadline.signal,
       token: generateToken(),
       announce: () => {},
       handleSignals: false,
-      onError: this.#options.onError,
+      onError: this.#onError,
     });
     return await abortable(serving, deadline.signal);
   }
 }
 
-function placement(server: HudServer, release: () => Promise<void>): Placement {
-  return {
-    url: server.url,
-    params: Object.freeze({ port: server.addr.port }),
-    [Symbol.asyncDispose]: release,
-  };
+function placement(server: HudServer, release: () => Promise<void>): PlacementWithUrl {
+  return placementOf(server.address, Object.freeze({ port: server.addr.port }), release);
 }

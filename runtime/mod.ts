@@ -1,7 +1,7 @@
 /**
  * Runtimes: where an environment runs for a rollout. A runtime implements
  * {@linkcode RuntimeProvider}: it is placed, the client connects to the
- * placement's url, and disposing the placement releases it.
+ * placement's address, and disposing the placement releases it.
  *
  * - {@linkcode Runtime}: an environment already served at an address.
  * - {@linkcode LocalRuntime}: an environment in this process.
@@ -16,7 +16,13 @@
  * @module
  */
 
-export type { Placement, PlaceOptions, RuntimeProvider } from "./placement.ts";
+export type {
+  ControlAddress,
+  Placement,
+  PlacementWithUrl,
+  PlaceOptions,
+  RuntimeProvider,
+} from "./placement.ts";
 export { Shared, type SharedOptions } from "./shared.ts";
 export { Runtime } from "./runtime.ts";
 export { LocalRuntime, type LocalRuntimeOptions } from "./local.ts";

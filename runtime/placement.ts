@@ -1,22 +1,60 @@
 /**
  * The runtime contract: a {@linkcode RuntimeProvider} places an environment
- * for a rollout, the client connects to the {@linkcode Placement}'s url,
- * and disposing the placement releases it. Every runtime implements it,
- * here and in `engines/`; `connect()` takes one (structurally: the client
- * is a lower layer and does not import this module).
+ * for a rollout, the client connects to the {@linkcode Placement}'s
+ * address, and disposing the placement releases it. Every runtime
+ * implements it, here and in `engines/`; `connect()` takes one
+ * (structurally: the client is a lower layer and does not import this
+ * module).
  *
  * @module
  */
 
-/** A placed environment: where to connect, until disposed. */
+import { type ControlAddress, formatControlUrl } from "../_internal/auth.ts";
+
+export type { ControlAddress };
+
+/**
+ * A placed environment: where to connect, until disposed.
+ *
+ * The address is a record, not a url: the token travels from the runtime to
+ * the client without being written into a string and read back. Where a url
+ * is wanted (a flag for another process), `formatControlUrl(placement.address)`
+ * (from `@hud/sdk/client`) makes one.
+ */
 export interface Placement extends AsyncDisposable {
-  /**
-   * The control address, `tcp://host:port`, or `tcp://:TOKEN@host:port` when
-   * the environment requires a token (do not print it).
-   */
-  readonly url: string;
+  /** The control address: host, port, and the token (a secret: never print it). */
+  readonly address: ControlAddress;
   /** Data about the placement (container id, pid...). */
   readonly params: Readonly<Record<string, unknown>>;
+}
+
+/**
+ * The placements this SDK's runtimes return: the {@linkcode Placement}, and
+ * its address as a url besides, for code written when placements carried
+ * only a url (the url is made from the address when read). Read `address`.
+ */
+export interface PlacementWithUrl extends Placement {
+  /**
+   * The address as a url, `tcp://:TOKEN@host:port` (`tcp://host:port`
+   * without a token): it holds the secret, do not print it.
+   */
+  readonly url: string;
+}
+
+/**
+ * A placement at `address`, released by `release`, with its url made on
+ * demand: what the runtimes return. The url is not enumerable, so that a
+ * placement that is logged or serialised shows the address, whose token
+ * reads as `***`, and not the url, which holds it.
+ */
+export function placementOf(
+  address: ControlAddress,
+  params: Readonly<Record<string, unknown>>,
+  release: () => Promise<void>,
+): PlacementWithUrl {
+  const placement = { address, params, [Symbol.asyncDispose]: release };
+  Object.defineProperty(placement, "url", { get: () => formatControlUrl(address) });
+  return placement as typeof placement & { readonly url: string };
 }
 
 /** Options for {@linkcode RuntimeProvider.place}. */

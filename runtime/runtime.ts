@@ -5,8 +5,8 @@
  * @module
  */
 
-import { parseControlUrl } from "../_internal/control_url.ts";
-import type { Placement, PlaceOptions, RuntimeProvider } from "./placement.ts";
+import { type ControlAddress, parseControlUrl } from "../_internal/auth.ts";
+import type { PlacementWithUrl, PlaceOptions, RuntimeProvider } from "./placement.ts";
 
 /**
  * An environment served elsewhere, at a known address. Placing it does
@@ -19,11 +19,12 @@ import type { Placement, PlaceOptions, RuntimeProvider } from "./placement.ts";
  *
  * const runtime = new Runtime("tcp://127.0.0.1:8765");
  * await using placed = await runtime.place();
- * assert.equal(placed.url, "tcp://127.0.0.1:8765");
+ * assert.deepEqual(placed.address, { hostname: "127.0.0.1", port: 8765 });
  * ```
  */
-export class Runtime implements RuntimeProvider, Placement {
+export class Runtime implements RuntimeProvider, PlacementWithUrl {
   readonly #url: string;
+  readonly #address: ControlAddress;
   readonly #params: Readonly<Record<string, unknown>>;
 
   /**
@@ -35,14 +36,19 @@ export class Runtime implements RuntimeProvider, Placement {
    * @throws {TypeError} for a malformed address
    */
   constructor(url: string, params: Record<string, unknown> = {}) {
-    parseControlUrl(url);
+    this.#address = parseControlUrl(url);
     this.#url = url.includes("://") ? url : `tcp://${url}`;
     this.#params = Object.freeze({ ...params });
   }
 
-  /** The control address. */
+  /** The control address as given (it may hold the token: do not print it). */
   get url(): string {
     return this.#url;
+  }
+
+  /** The control address: host, port and the url's token. */
+  get address(): ControlAddress {
+    return this.#address;
   }
 
   /** Data about the placement. */
@@ -51,7 +57,7 @@ export class Runtime implements RuntimeProvider, Placement {
   }
 
   /** Returns this runtime. */
-  place(options?: PlaceOptions): Promise<Placement> {
+  place(options?: PlaceOptions): Promise<PlacementWithUrl> {
     options?.signal?.throwIfAborted();
     return Promise.resolve(this);
   }

@@ -12,7 +12,7 @@
  * await using shared = new Shared(new LocalRuntime(env), { width: 2 });
  * for (let i = 0; i < 3; i++) {
  *   await using placed = await shared.place();
- *   assert.ok(placed.url.startsWith("tcp://"));
+ *   assert.equal(placed.address.hostname, "127.0.0.1");
  * }
  * assert.equal(shared.boots, 1);
  * ```
@@ -20,7 +20,13 @@
  * @module
  */
 
-import type { Placement, PlaceOptions, RuntimeProvider } from "./placement.ts";
+import {
+  type Placement,
+  placementOf,
+  type PlacementWithUrl,
+  type PlaceOptions,
+  type RuntimeProvider,
+} from "./placement.ts";
 
 /** Options for {@linkcode Shared}. */
 export interface SharedOptions {
@@ -67,7 +73,7 @@ export class Shared implements RuntimeProvider, AsyncDisposable {
   }
 
   /** A lease on the shared placement; dispose it to free the slot. */
-  async place(options: PlaceOptions = {}): Promise<Placement> {
+  async place(options: PlaceOptions = {}): Promise<PlacementWithUrl> {
     if (this.#disposed) throw new Error("Cannot place: the shared runtime was disposed");
     await this.#acquire(options.signal);
     try {
@@ -91,17 +97,13 @@ export class Shared implements RuntimeProvider, AsyncDisposable {
         }
       }
       let released = false;
-      return {
-        url: placement.url,
-        params: placement.params,
-        [Symbol.asyncDispose]: () => {
-          if (!released) {
-            released = true;
-            this.#release();
-          }
-          return Promise.resolve();
-        },
-      };
+      return placementOf(placement.address, placement.params, () => {
+        if (!released) {
+          released = true;
+          this.#release();
+        }
+        return Promise.resolve();
+      });
     } catch (err) {
       this.#release();
       throw err;

@@ -8,10 +8,23 @@
 
 import { abortable, Deadline, settleWithin } from "../_internal/async.ts";
 import { signalGroup } from "../_internal/process.ts";
-import { generateToken, withToken } from "../_internal/auth.ts";
+import {
+  type ControlAddress,
+  controlAddress,
+  generateToken,
+  readAnnouncement,
+  redactAnnouncement,
+  SERVE_TOKEN_VAR,
+} from "../_internal/auth.ts";
+import { errorMessage } from "../_internal/util.ts";
 import { NotReadyError } from "../errors.ts";
 import { probeReady } from "./_probe.ts";
-import type { Placement, PlaceOptions, RuntimeProvider } from "./placement.ts";
+import {
+  placementOf,
+  type PlacementWithUrl,
+  type PlaceOptions,
+  type RuntimeProvider,
+} from "./placement.ts";
 import { SERVER_V8_FLAGS } from "../_server/v8_flags.ts";
 
 // The V8 flags servers start with; their one definition is beside the
@@ -85,7 +98,6 @@ const SHOWN_LINES = 20;
 const MAX_LINE_CHARS = 2_000;
 /** How long to wait for the output pipes to close once the child is gone. */
 const DRAIN_MS = 1_000;
-const ANNOUNCE = /^HUD_SERVE_PORT=(\d+)$/;
 /** How long a child that announced its port may take to answer hello. */
 const PROBE_TIMEOUT = 10_000;
 
@@ -114,7 +126,7 @@ function absolutePath(path: string): string {
  * `deno run -A cli.ts serve <path> --port 0 [--env NAME]` in a process group
  * (session) of its own. Each child gets a fresh token through its
  * environment (`HUD_SERVE_TOKEN`, never its arguments), and the placement's
- * url carries it. Placing waits for the child's `HUD_SERVE_PORT=` line;
+ * address carries it. Placing waits for the child's `HUD_SERVE_PORT=` line;
  * releasing the placement ends the child's whole process group: SIGTERM
  * (the child stops serving and runs its shutdown hooks), SIGKILL after the
  * grace period, and SIGKILL for any process of the group still there when
@@ -140,9 +152,7 @@ function absolutePath(path: string): string {
  * ```
  */
 export class SubprocessRuntime implements RuntimeProvider {
-  readonly #path: string;
-  readonly #module: string;
-  readonly #options: SubprocessRuntimeOptions;
+  readonly #config: SubprocessConfig;
 
   /**
    * Serves the environment module at `path` in child processes.
@@ -152,38 +162,14 @@ export class SubprocessRuntime implements RuntimeProvider {
    * @throws {RangeError} for a negative timeout or an infinite grace period
    */
   constructor(path: string, options: SubprocessRuntimeOptions = {}) {
-    if (typeof path !== "string" || path === "") {
-      throw new TypeError("Cannot create SubprocessRuntime: path must be a non-empty string");
-    }
-    const env = options.env;
-    if (
-      env !== undefined &&
-      (typeof env !== "object" || env === null ||
-        Object.values(env).some((v) => typeof v !== "string"))
-    ) {
-      throw new TypeError(
-        'Cannot create SubprocessRuntime: "env" must be an object of environment variables (strings); pick the environment with "name"',
-      );
-    }
-    if (options.name !== undefined && (typeof options.name !== "string" || options.name === "")) {
-      throw new TypeError('Cannot create SubprocessRuntime: "name" must be a non-empty string');
-    }
-    if (options.denoArgs !== undefined && !Array.isArray(options.denoArgs)) {
-      throw new TypeError('Cannot create SubprocessRuntime: "denoArgs" must be an array');
-    }
-    checkV8Flags("SubprocessRuntime", options.v8Flags);
-    checkTimeout("readyTimeout", options.readyTimeout, true);
-    checkTimeout("killGrace", options.killGrace, false);
-    this.#path = path;
-    this.#module = absolutePath(path);
-    this.#options = { ...options };
+    this.#config = resolveSubprocessOptions(path, options);
   }
 
   /**
    * Spawns a child serving the environment and waits for its port.
    *
-   * @returns the placement: `url` is `tcp://:TOKEN@127.0.0.1:<port>`,
-   *   `params` holds the child's `pid` and `port`
+   * @returns the placement: its address is `127.0.0.1`, the child's port
+   *   and its token; `params` holds the child's `pid` and `port`
    * @throws {Error} when the child exits before serving (the message gives
    *   the exit code and the last lines of output)
    * @throws {NotReadyError} when the child does not announce a port within
@@ -192,43 +178,27 @@ export class SubprocessRuntime implements RuntimeProvider {
    *   first, as at teardown: a child busy in its initialize hooks finishes
    *   them and runs its shutdown hooks, or is killed after `killGrace`
    */
-  async place(options: PlaceOptions = {}): Promise<Placement> {
+  async place(options: PlaceOptions = {}): Promise<PlacementWithUrl> {
     options.signal?.throwIfAborted();
-    const timeout = this.#options.readyTimeout ?? 60_000;
-    const grace = this.#options.killGrace ?? 5_000;
+    const config = this.#config;
     // The author's own HUD_SERVE_TOKEN wins; otherwise one per child.
-    const token = this.#options.env?.HUD_SERVE_TOKEN ?? generateToken();
-    const v8Flags = this.#options.v8Flags ?? SERVER_V8_FLAGS;
-    const args = [
-      "run",
-      // A bare --v8-flags keeps V8's defaults: `serve` adds its own flags
-      // only when none were chosen (_server/v8_flags.ts).
-      v8Flags.length === 0 ? "--v8-flags" : `--v8-flags=${v8Flags.join(",")}`,
-      ...(this.#options.denoArgs ?? ["-A"]),
-      new URL("../cli.ts", import.meta.url).href,
-      "serve",
-      "--host=127.0.0.1",
-      "--port=0",
-      // The child stops when its stdin closes: it never outlives this process.
-      "--stop-on-eof",
-      ...(this.#options.name === undefined ? [] : [`--env=${this.#options.name}`]),
-      "--",
-      this.#module,
-    ];
-    const child = new ServerProcess(
-      new Deno.Command(Deno.execPath(), {
-        args,
-        env: { ...this.#options.env, HUD_SERVE_TOKEN: token },
-        stdin: "piped",
-        stdout: "piped",
-        stderr: "piped",
-        // A session of its own (setsid), so that teardown can signal the group.
-        detached: true,
-      }).spawn(),
-      this.#options.onOutput,
-    );
-    const what = `Cannot place environment "${this.#path}"`;
-    using deadline = new Deadline(timeout, options.signal, "placing");
+    const token = config.env[SERVE_TOKEN_VAR] ?? generateToken();
+    const child = spawnServer(config, token);
+    using deadline = new Deadline(config.readyTimeout, options.signal, "placing");
+    const port = await this.#announced(child, deadline.signal, options.signal);
+    const address = controlAddress("127.0.0.1", port, token);
+    await this.#answers(child, address, deadline.signal, options.signal);
+    const params = Object.freeze({ pid: child.pid, port });
+    return placementOf(address, params, () => child.stop(config.killGrace));
+  }
+
+  /** The port the child announced; the child is stopped when it exits first or time runs out. */
+  async #announced(
+    child: ServerProcess,
+    deadline: AbortSignal,
+    signal: AbortSignal | undefined,
+  ): Promise<number> {
+    const { readyTimeout, killGrace } = this.#config;
     let outcome: { port: number } | { status: Deno.CommandStatus };
     try {
       outcome = await abortable(
@@ -236,48 +206,141 @@ export class SubprocessRuntime implements RuntimeProvider {
           child.announced.then((port) => ({ port })),
           child.status.then((status) => ({ status })),
         ]),
-        deadline.signal,
+        deadline,
       );
     } catch (err) {
-      await child.stop(grace);
-      if (options.signal?.aborted) throw options.signal.reason;
-      if (deadline.signal.aborted) {
+      await child.stop(killGrace);
+      if (signal?.aborted) throw signal.reason;
+      if (deadline.aborted) {
         throw new NotReadyError(
-          `${what}: the server did not announce its port within ${timeout} ms${child.output()}`,
+          `${this.#what}: the server did not announce its port within ${readyTimeout} ms${child.output()}`,
           { cause: err },
         );
       }
       throw err;
     }
-    if ("status" in outcome) {
-      await child.stop(grace);
-      const how = outcome.status.signal
-        ? `was killed by ${outcome.status.signal}`
-        : `exited with code ${outcome.status.code}`;
-      throw new Error(`${what}: the server ${how} before serving${child.output()}`);
-    }
-    const port = outcome.port;
-    const url = withToken(`tcp://127.0.0.1:${port}`, token);
-    // The port line says it listens; a hello with the token says it is the
-    // server we started and that it takes our token.
+    if ("port" in outcome) return outcome.port;
+    await child.stop(killGrace);
+    const how = outcome.status.signal
+      ? `was killed by ${outcome.status.signal}`
+      : `exited with code ${outcome.status.code}`;
+    throw new Error(`${this.#what}: the server ${how} before serving${child.output()}`);
+  }
+
+  /**
+   * The port line says the child listens; a hello with the token says it is
+   * the server we started and that it takes our token.
+   */
+  async #answers(
+    child: ServerProcess,
+    address: ControlAddress,
+    deadline: AbortSignal,
+    signal: AbortSignal | undefined,
+  ): Promise<void> {
     try {
-      await probeReady(url, { readyTimeout: PROBE_TIMEOUT, signal: deadline.signal });
+      await probeReady(address, { readyTimeout: PROBE_TIMEOUT, signal: deadline });
     } catch (err) {
-      await child.stop(grace);
-      if (options.signal?.aborted) throw options.signal.reason;
+      await child.stop(this.#config.killGrace);
+      if (signal?.aborted) throw signal.reason;
       throw new NotReadyError(
-        `${what}: the server announced port ${port} but did not answer hello: ${
-          err instanceof Error ? err.message : String(err)
+        `${this.#what}: the server announced port ${address.port} but did not answer hello: ${
+          errorMessage(err)
         }${child.output()}`,
         { cause: err },
       );
     }
-    return {
-      url,
-      params: Object.freeze({ pid: child.pid, port }),
-      [Symbol.asyncDispose]: () => child.stop(grace),
-    };
   }
+
+  get #what(): string {
+    return `Cannot place environment "${this.#config.path}"`;
+  }
+}
+
+/** {@linkcode SubprocessRuntimeOptions}, checked, with every default resolved. */
+interface SubprocessConfig {
+  /** The path as given, for messages. */
+  path: string;
+  /** The module's absolute path or URL. */
+  module: string;
+  name: string | undefined;
+  env: Record<string, string>;
+  readyTimeout: number;
+  killGrace: number;
+  denoArgs: readonly string[];
+  v8Flags: readonly string[];
+  onOutput: SubprocessRuntimeOptions["onOutput"];
+}
+
+function resolveSubprocessOptions(
+  path: string,
+  options: SubprocessRuntimeOptions,
+): SubprocessConfig {
+  if (typeof path !== "string" || path === "") {
+    throw new TypeError("Cannot create SubprocessRuntime: path must be a non-empty string");
+  }
+  const env = options.env;
+  if (
+    env !== undefined &&
+    (typeof env !== "object" || env === null ||
+      Object.values(env).some((v) => typeof v !== "string"))
+  ) {
+    throw new TypeError(
+      'Cannot create SubprocessRuntime: "env" must be an object of environment variables (strings); pick the environment with "name"',
+    );
+  }
+  if (options.name !== undefined && (typeof options.name !== "string" || options.name === "")) {
+    throw new TypeError('Cannot create SubprocessRuntime: "name" must be a non-empty string');
+  }
+  if (options.denoArgs !== undefined && !Array.isArray(options.denoArgs)) {
+    throw new TypeError('Cannot create SubprocessRuntime: "denoArgs" must be an array');
+  }
+  checkV8Flags("SubprocessRuntime", options.v8Flags);
+  checkTimeout("readyTimeout", options.readyTimeout, true);
+  checkTimeout("killGrace", options.killGrace, false);
+  return {
+    path,
+    module: absolutePath(path),
+    name: options.name,
+    env: { ...env },
+    readyTimeout: options.readyTimeout ?? 60_000,
+    killGrace: options.killGrace ?? 5_000,
+    denoArgs: [...(options.denoArgs ?? ["-A"])],
+    v8Flags: [...(options.v8Flags ?? SERVER_V8_FLAGS)],
+    onOutput: options.onOutput,
+  };
+}
+
+/**
+ * `deno run cli.ts serve` for the module, in a session of its own, with the
+ * token in its environment (never its arguments).
+ */
+function spawnServer(config: SubprocessConfig, token: string): ServerProcess {
+  const args = [
+    "run",
+    // A bare --v8-flags keeps V8's defaults: `serve` adds its own flags
+    // only when none were chosen (_server/v8_flags.ts).
+    config.v8Flags.length === 0 ? "--v8-flags" : `--v8-flags=${config.v8Flags.join(",")}`,
+    ...config.denoArgs,
+    new URL("../cli.ts", import.meta.url).href,
+    "serve",
+    "--host=127.0.0.1",
+    "--port=0",
+    // The child stops when its stdin closes: it never outlives this process.
+    "--stop-on-eof",
+    ...(config.name === undefined ? [] : [`--env=${config.name}`]),
+    "--",
+    config.module,
+  ];
+  const command = new Deno.Command(Deno.execPath(), {
+    args,
+    env: { ...config.env, [SERVE_TOKEN_VAR]: token },
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "piped",
+    // A session of its own (setsid), so that teardown can signal the group.
+    detached: true,
+  });
+  return new ServerProcess(command.spawn(), config.onOutput);
 }
 
 /** A spawned `serve` child: its output readers, its port, its teardown. */
@@ -357,11 +420,11 @@ class ServerProcess {
 
   #line(raw: string, which: "stdout" | "stderr"): void {
     let line = raw.endsWith("\r") ? raw.slice(0, -1) : raw;
-    // A child that made its own token announces it; it goes no further.
-    if (which === "stdout" && line.startsWith("HUD_SERVE_TOKEN=")) line = "HUD_SERVE_TOKEN=***";
     if (which === "stdout") {
-      const m = ANNOUNCE.exec(line);
-      if (m) this.#announced.resolve(Number(m[1]));
+      // A child that made its own token announces it; it goes no further.
+      line = redactAnnouncement(line);
+      const said = readAnnouncement(line);
+      if (said !== null && "port" in said) this.#announced.resolve(said.port);
     }
     this.#tail.push(line.length > MAX_LINE_CHARS ? `${line.slice(0, MAX_LINE_CHARS)}...` : line);
     if (this.#tail.length > TAIL_LINES) this.#tail.shift();

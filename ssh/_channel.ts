@@ -208,48 +208,16 @@ export class Channel {
         return;
       }
       case MSG.CHANNEL_DATA:
-      case MSG.CHANNEL_EXTENDED_DATA: {
-        const ext = type === MSG.CHANNEL_DATA ? 0 : r.uint32();
-        const data = r.string();
-        if (this.#gotEof) throw protocolError("data after EOF");
-        if (data.length > this.#localWindow) throw protocolError("data beyond the window");
-        this.#localWindow -= data.length;
-        if (this.#sentClose) return;
-        this.#handlers.onData(data, ext);
-        return;
-      }
+      case MSG.CHANNEL_EXTENDED_DATA:
+        return this.#onData(type === MSG.CHANNEL_DATA ? 0 : r.uint32(), r.string());
       case MSG.CHANNEL_EOF:
         this.#gotEof = true;
         this.#handlers.onEof();
         return;
       case MSG.CHANNEL_CLOSE:
-        this.#gotClose = true;
-        if (!this.#sentClose) {
-          this.#sentClose = true;
-          this.#transport.post(
-            new SshWriter(5).byte(MSG.CHANNEL_CLOSE).uint32(this.remoteId).bytes(),
-          );
-        }
-        this.#finish();
-        return;
-      case MSG.CHANNEL_REQUEST: {
-        const reqType = r.text();
-        const wantReply = r.boolean();
-        let ok = false;
-        try {
-          ok = await this.#handlers.onRequest(reqType, wantReply, r);
-        } catch (err) {
-          if (err instanceof SshError) throw err;
-          ok = false;
-        }
-        if (wantReply && !this.#sentClose) {
-          this.#transport.post(
-            new SshWriter(5).byte(ok ? MSG.CHANNEL_SUCCESS : MSG.CHANNEL_FAILURE)
-              .uint32(this.remoteId).bytes(),
-          );
-        }
-        return;
-      }
+        return this.#onClose();
+      case MSG.CHANNEL_REQUEST:
+        return await this.#onRequest(r);
       case MSG.CHANNEL_SUCCESS:
       case MSG.CHANNEL_FAILURE: {
         const reply = this.#replies.shift();
@@ -257,6 +225,42 @@ export class Channel {
         reply(type === MSG.CHANNEL_SUCCESS);
         return;
       }
+    }
+  }
+
+  #onData(ext: number, data: Uint8Array): void {
+    if (this.#gotEof) throw protocolError("data after EOF");
+    if (data.length > this.#localWindow) throw protocolError("data beyond the window");
+    this.#localWindow -= data.length;
+    if (this.#sentClose) return;
+    this.#handlers.onData(data, ext);
+  }
+
+  #onClose(): void {
+    this.#gotClose = true;
+    if (!this.#sentClose) {
+      this.#sentClose = true;
+      this.#transport.post(new SshWriter(5).byte(MSG.CHANNEL_CLOSE).uint32(this.remoteId).bytes());
+    }
+    this.#finish();
+  }
+
+  /** A channel request: the handler decides; a reply when one is wanted and the channel is open. */
+  async #onRequest(r: SshReader): Promise<void> {
+    const reqType = r.text();
+    const wantReply = r.boolean();
+    let ok = false;
+    try {
+      ok = await this.#handlers.onRequest(reqType, wantReply, r);
+    } catch (err) {
+      if (err instanceof SshError) throw err;
+      ok = false;
+    }
+    if (wantReply && !this.#sentClose) {
+      this.#transport.post(
+        new SshWriter(5).byte(ok ? MSG.CHANNEL_SUCCESS : MSG.CHANNEL_FAILURE)
+          .uint32(this.remoteId).bytes(),
+      );
     }
   }
 }
@@ -332,60 +336,13 @@ export class ChannelMux {
       case MSG.REQUEST_SUCCESS:
       case MSG.REQUEST_FAILURE:
         return true;
-      case MSG.CHANNEL_OPEN: {
-        const chType = r.text();
-        const remoteId = r.uint32();
-        const window = r.uint32();
-        const maxPacket = r.uint32();
-        const refuse = (reason: number, message: string) =>
-          this.#transport.post(
-            new SshWriter(64).byte(MSG.CHANNEL_OPEN_FAILURE).uint32(remoteId).uint32(reason)
-              .string(message).string("").bytes().slice(),
-          );
-        if (this.#onOpen === null) {
-          refuse(1, "channels not accepted");
-          return true;
-        }
-        if (this.#channels.size >= MAX_CHANNELS) {
-          refuse(4, "too many channels");
-          return true;
-        }
-        const id = this.#allocId();
-        const ch = new Channel(this, this.#transport, id, remoteId, window, maxPacket);
-        const decision = this.#onOpen(chType, ch, r);
-        if ("reason" in decision) {
-          refuse(decision.reason, decision.message);
-          return true;
-        }
-        ch.setHandlers(decision.handlers);
-        this.#channels.set(id, ch);
-        this.#transport.post(
-          new SshWriter(17).byte(MSG.CHANNEL_OPEN_CONFIRMATION).uint32(remoteId).uint32(id)
-            .uint32(LOCAL_WINDOW).uint32(LOCAL_MAX_PACKET).bytes(),
-        );
+      case MSG.CHANNEL_OPEN:
+        this.#onOpenRequest(r);
         return true;
-      }
       case MSG.CHANNEL_OPEN_CONFIRMATION:
-      case MSG.CHANNEL_OPEN_FAILURE: {
-        const id = r.uint32();
-        const pending = this.#pending.get(id);
-        if (pending === undefined) throw protocolError(`unexpected channel id "${id}"`);
-        this.#pending.delete(id);
-        if (type === MSG.CHANNEL_OPEN_FAILURE) {
-          const reason = r.uint32();
-          const text = r.text();
-          pending.reject(new SshError(`Cannot open channel: ${text || "refused"} (${reason})`));
-        } else {
-          const remoteId = r.uint32();
-          const window = r.uint32();
-          const maxPacket = r.uint32();
-          const ch = new Channel(this, this.#transport, id, remoteId, window, maxPacket);
-          ch.setHandlers(pending.handlers);
-          this.#channels.set(id, ch);
-          pending.resolve(ch);
-        }
+      case MSG.CHANNEL_OPEN_FAILURE:
+        this.#onOpenReply(type, r);
         return true;
-      }
       case MSG.CHANNEL_WINDOW_ADJUST:
       case MSG.CHANNEL_DATA:
       case MSG.CHANNEL_EXTENDED_DATA:
@@ -402,6 +359,52 @@ export class ChannelMux {
       }
     }
     return false;
+  }
+
+  /** The peer opens a channel: ours to accept (with its handlers) or refuse. */
+  #onOpenRequest(r: SshReader): void {
+    const chType = r.text();
+    const remoteId = r.uint32();
+    const window = r.uint32();
+    const maxPacket = r.uint32();
+    const refuse = (reason: number, message: string) =>
+      this.#transport.post(
+        new SshWriter(64).byte(MSG.CHANNEL_OPEN_FAILURE).uint32(remoteId).uint32(reason)
+          .string(message).string("").bytes().slice(),
+      );
+    if (this.#onOpen === null) return refuse(1, "channels not accepted");
+    if (this.#channels.size >= MAX_CHANNELS) return refuse(4, "too many channels");
+    const id = this.#allocId();
+    const ch = new Channel(this, this.#transport, id, remoteId, window, maxPacket);
+    const decision = this.#onOpen(chType, ch, r);
+    if ("reason" in decision) return refuse(decision.reason, decision.message);
+    ch.setHandlers(decision.handlers);
+    this.#channels.set(id, ch);
+    this.#transport.post(
+      new SshWriter(17).byte(MSG.CHANNEL_OPEN_CONFIRMATION).uint32(remoteId).uint32(id)
+        .uint32(LOCAL_WINDOW).uint32(LOCAL_MAX_PACKET).bytes(),
+    );
+  }
+
+  /** The peer answers a channel we opened. */
+  #onOpenReply(type: number, r: SshReader): void {
+    const id = r.uint32();
+    const pending = this.#pending.get(id);
+    if (pending === undefined) throw protocolError(`unexpected channel id "${id}"`);
+    this.#pending.delete(id);
+    if (type === MSG.CHANNEL_OPEN_FAILURE) {
+      const reason = r.uint32();
+      const text = r.text();
+      pending.reject(new SshError(`Cannot open channel: ${text || "refused"} (${reason})`));
+      return;
+    }
+    const remoteId = r.uint32();
+    const window = r.uint32();
+    const maxPacket = r.uint32();
+    const ch = new Channel(this, this.#transport, id, remoteId, window, maxPacket);
+    ch.setHandlers(pending.handlers);
+    this.#channels.set(id, ch);
+    pending.resolve(ch);
   }
 
   /** The connection ended: fail pending opens, end every channel. */

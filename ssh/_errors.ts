@@ -1,5 +1,7 @@
 // Error classes of the SSH modules, public through ssh.ts.
 
+import type { ExitStatus } from "../_internal/exit.ts";
+
 /**
  * An SSH connection failed: a protocol violation, a failed key exchange or
  * a disconnect. `reason` is the RFC 4253 disconnect reason code when there
@@ -48,23 +50,26 @@ export class SshAuthError extends SshError {
   }
 }
 
-/** A command run by a helper such as `readText()` exited unsuccessfully. */
+/** A command run by a helper such as `readText()` ended unsuccessfully. */
 export class SshCommandError extends SshError {
-  /** The command's exit code (-1 when it was killed by a signal). */
-  readonly exitCode: number;
+  /** The command's exit code, or `null` when a signal ended it. */
+  readonly exitCode: ExitStatus["code"];
+  /** The signal that ended it (`"SIGKILL"`), or `null`. */
+  readonly signal: ExitStatus["signal"];
   /** What the command wrote to stderr. */
   readonly stderr: string;
 
   /**
    * Creates a command error.
    * @param message what failed
-   * @param exitCode the exit code
+   * @param status how the command ended
    * @param stderr the command's stderr text
    */
-  constructor(message: string, exitCode: number, stderr: string) {
+  constructor(message: string, status: ExitStatus, stderr: string) {
     super(message);
     this.name = "SshCommandError";
-    this.exitCode = exitCode;
+    this.exitCode = status.code;
+    this.signal = status.signal;
     this.stderr = stderr;
   }
 }

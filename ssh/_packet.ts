@@ -105,24 +105,11 @@ export class PacketSealer {
   /**
    * Seals payloads into one buffer of consecutive packets, valid until the
    * next-but-one call (the write loop writes a batch while sealing the next).
+   * Every MAC or GCM call starts before any is awaited.
    */
   async seal(payloads: readonly Payload[]): Promise<Uint8Array> {
     const mode = this.#mode;
-    const block = mode.kind === "plain" || mode.kind === "chacha" ? 8 : 16;
-    const lenOutside = mode.kind === "etm" || mode.kind === "gcm" || mode.kind === "chacha";
-    const sizes = new Array<number>(payloads.length);
-    let total = 4;
-    let streamBytes = 0;
-    for (let i = 0; i < payloads.length; i++) {
-      const size = payloadLength(payloads[i]);
-      const base = (lenOutside ? 1 : 5) + size;
-      let pad = block - (base % block);
-      if (pad < 4) pad += block;
-      const packetLen = 1 + size + pad;
-      sizes[i] = packetLen;
-      total += 4 + packetLen + mode.macLen;
-      streamBytes += lenOutside ? packetLen : 4 + packetLen;
-    }
+    const { sizes, total, streamBytes } = layout(mode, payloads);
     const out = this.#output(total);
     const view = new DataView(out.buffer);
     if (mode.ks !== null) {
@@ -141,49 +128,93 @@ export class PacketSealer {
         writePacket(buf, 0, payloads[i], packetLen, random);
         mode.chacha!.sealPacket(this.#seq, 4 + packetLen);
         out.set(buf, off);
-        this.#seq = (this.#seq + 1) >>> 0;
-        off = end + mode.macLen;
-        continue;
-      }
-      writePacket(out, off, payloads[i], packetLen, random);
-      switch (mode.kind) {
-        case "ctr":
-          // The MAC is over the plaintext; sign() copies its input at once.
-          view.setUint32(off - 4, this.#seq);
-          pending.push(crypto.subtle.sign("HMAC", mode.hmac!, out.subarray(off - 4, end)));
-          mode.ks!.xor(out.subarray(off, end));
-          break;
-        case "etm":
-          mode.ks!.xor(out.subarray(off + 4, end));
-          view.setUint32(off - 4, this.#seq);
-          pending.push(crypto.subtle.sign("HMAC", mode.hmac!, out.subarray(off - 4, end)));
-          break;
-        case "gcm":
-          pending.push(
-            crypto.subtle.encrypt(
-              { name: "AES-GCM", iv: bs(mode.iv), additionalData: out.subarray(off, off + 4) },
-              mode.aes!,
-              out.subarray(off + 4, end),
-            ),
-          );
-          incrementGcmIv(mode.iv);
-          break;
+      } else {
+        writePacket(out, off, payloads[i], packetLen, random);
+        const sealing = this.#sealInPlace(out, view, off, end);
+        if (sealing !== null) pending.push(sealing);
       }
       this.#seq = (this.#seq + 1) >>> 0;
       off = end + mode.macLen;
     }
-    if (pending.length > 0) {
-      const results = await Promise.all(pending);
-      off = 4;
-      for (let i = 0; i < payloads.length; i++) {
-        const end = off + 4 + sizes[i];
-        const r = new Uint8Array(results[i]);
-        if (mode.kind === "gcm") out.set(r, off + 4);
-        else out.set(r, end);
-        off = end + mode.macLen;
-      }
-    }
+    if (pending.length > 0) placeSealed(mode, out, sizes, await Promise.all(pending));
     return out.subarray(4);
+  }
+
+  /**
+   * Encrypts the packet at `out[off..end]` (its sequence number goes in the
+   * four bytes before it) and starts its MAC, or its GCM encryption; null
+   * for the plain mode.
+   */
+  #sealInPlace(
+    out: Uint8Array<ArrayBuffer>,
+    view: DataView,
+    off: number,
+    end: number,
+  ): Promise<ArrayBuffer> | null {
+    const mode = this.#mode;
+    switch (mode.kind) {
+      case "ctr": {
+        // The MAC is over the plaintext; sign() copies its input at once.
+        view.setUint32(off - 4, this.#seq);
+        const mac = crypto.subtle.sign("HMAC", mode.hmac!, out.subarray(off - 4, end));
+        mode.ks!.xor(out.subarray(off, end));
+        return mac;
+      }
+      case "etm":
+        mode.ks!.xor(out.subarray(off + 4, end));
+        view.setUint32(off - 4, this.#seq);
+        return crypto.subtle.sign("HMAC", mode.hmac!, out.subarray(off - 4, end));
+      case "gcm": {
+        const sealed = crypto.subtle.encrypt(
+          { name: "AES-GCM", iv: bs(mode.iv), additionalData: out.subarray(off, off + 4) },
+          mode.aes!,
+          out.subarray(off + 4, end),
+        );
+        incrementGcmIv(mode.iv);
+        return sealed;
+      }
+      default:
+        return null;
+    }
+  }
+}
+
+/**
+ * The wire size of each packet (length and padding), of the whole batch
+ * (with a spare four bytes in front for the first sequence number), and the
+ * bytes of key stream the batch uses.
+ */
+function layout(
+  mode: Mode,
+  payloads: readonly Payload[],
+): { sizes: number[]; total: number; streamBytes: number } {
+  const block = mode.kind === "plain" || mode.kind === "chacha" ? 8 : 16;
+  const lenOutside = mode.kind === "etm" || mode.kind === "gcm" || mode.kind === "chacha";
+  const sizes = new Array<number>(payloads.length);
+  let total = 4;
+  let streamBytes = 0;
+  for (let i = 0; i < payloads.length; i++) {
+    const size = payloadLength(payloads[i]);
+    const base = (lenOutside ? 1 : 5) + size;
+    let pad = block - (base % block);
+    if (pad < 4) pad += block;
+    const packetLen = 1 + size + pad;
+    sizes[i] = packetLen;
+    total += 4 + packetLen + mode.macLen;
+    streamBytes += lenOutside ? packetLen : 4 + packetLen;
+  }
+  return { sizes, total, streamBytes };
+}
+
+/** Puts each MAC after its packet, or each GCM ciphertext and tag over its body. */
+function placeSealed(mode: Mode, out: Uint8Array, sizes: number[], results: ArrayBuffer[]): void {
+  let off = 4;
+  for (let i = 0; i < sizes.length; i++) {
+    const end = off + 4 + sizes[i];
+    const r = new Uint8Array(results[i]);
+    if (mode.kind === "gcm") out.set(r, off + 4);
+    else out.set(r, end);
+    off = end + mode.macLen;
   }
 }
 
@@ -260,6 +291,14 @@ function packetError(what: string): SshError {
   return new SshError(`Cannot read packet: ${what}`, { reason: 2 });
 }
 
+/** A packet that fails its MAC or tag (disconnect reason 5). */
+function macMismatch(what: string, cause?: unknown): SshError {
+  return new SshError(
+    `Cannot read packet: ${what}`,
+    cause === undefined ? { reason: 5 } : { reason: 5, cause },
+  );
+}
+
 /** Reads packets for one direction. */
 export class PacketOpener {
   #mode: Mode;
@@ -302,104 +341,116 @@ export class PacketOpener {
       if (r.available === 0) return null;
       throw packetError("truncated packet");
     }
-    let packet: Uint8Array; // padding_length || payload || padding
-    switch (mode.kind) {
-      case "plain": {
-        const len = new DataView(r.peek(4).slice().buffer).getUint32(0);
-        if (len > MAX_PACKET) throw packetError(`oversized packet "${len}"`);
-        if (len < 5) throw packetError(`bad packet length "${len}"`);
-        if (!(await r.fill(4 + len))) throw packetError("truncated packet");
-        packet = r.peek(4 + len).slice(4);
-        r.consume(4 + len);
-        break;
-      }
-      case "ctr": {
-        const ks = mode.ks!;
-        let wait = ks.ensure(16);
-        if (wait !== null) await wait;
-        const first = r.peek(16).slice();
-        ks.xor(first);
-        const len = new DataView(first.buffer).getUint32(0);
-        this.#checkLength(len, 16, false);
-        if (!(await r.fill(4 + len + 32))) throw packetError("truncated packet");
-        const buf = new Uint8Array(8 + len);
-        new DataView(buf.buffer).setUint32(0, this.#seq);
-        buf.set(first, 4);
-        buf.set(r.peek(4 + len).subarray(16), 20);
-        const mac = r.peek(4 + len + 32).slice(4 + len);
-        r.consume(4 + len + 32);
-        wait = ks.ensure(len - 12);
-        if (wait !== null) await wait;
-        ks.xor(buf.subarray(20));
-        const expect = new Uint8Array(await crypto.subtle.sign("HMAC", mode.hmac!, buf));
-        if (!bytesEqual(expect, mac)) {
-          throw new SshError("Cannot read packet: MAC mismatch", { reason: 5 });
-        }
-        packet = buf.subarray(8);
-        break;
-      }
-      case "etm": {
-        const len = new DataView(r.peek(4).slice().buffer).getUint32(0);
-        this.#checkLength(len, 16, true);
-        if (!(await r.fill(4 + len + 32))) throw packetError("truncated packet");
-        const buf = new Uint8Array(8 + len);
-        new DataView(buf.buffer).setUint32(0, this.#seq);
-        buf.set(r.peek(4 + len), 4);
-        const mac = r.peek(4 + len + 32).slice(4 + len);
-        r.consume(4 + len + 32);
-        const ok = await crypto.subtle.verify("HMAC", mode.hmac!, mac, buf);
-        if (!ok) throw new SshError("Cannot read packet: MAC mismatch", { reason: 5 });
-        const wait = mode.ks!.ensure(len);
-        if (wait !== null) await wait;
-        packet = buf.subarray(8);
-        mode.ks!.xor(packet);
-        break;
-      }
-      case "chacha": {
-        const len = mode.chacha!.decryptLength(this.#seq, r.peek(4));
-        this.#checkLength(len, 8, true);
-        if (!(await r.fill(4 + len + 16))) throw packetError("truncated packet");
-        const all = r.peek(4 + len + 16);
-        const body = mode.chacha!.openBody(
-          this.#seq,
-          all.subarray(0, 4 + len),
-          all.subarray(4 + len),
-        );
-        r.consume(4 + len + 16);
-        if (body === null) {
-          throw new SshError("Cannot read packet: authentication tag mismatch", { reason: 5 });
-        }
-        packet = body;
-        break;
-      }
-      case "gcm": {
-        const head = r.peek(4).slice();
-        const len = new DataView(head.buffer).getUint32(0);
-        this.#checkLength(len, 16, true);
-        if (!(await r.fill(4 + len + 16))) throw packetError("truncated packet");
-        const sealed = r.peek(4 + len + 16).subarray(4);
-        const iv = mode.iv.slice();
-        incrementGcmIv(mode.iv);
-        const decrypting = crypto.subtle.decrypt(
-          { name: "AES-GCM", iv, additionalData: head },
-          mode.aes!,
-          bs(sealed),
-        );
-        r.consume(4 + len + 16);
-        try {
-          packet = new Uint8Array(await decrypting);
-        } catch (err) {
-          throw new SshError("Cannot read packet: authentication tag mismatch", {
-            reason: 5,
-            cause: err,
-          });
-        }
-        break;
-      }
-    }
+    // padding_length || payload || padding
+    const packet = await this.#open(r);
     this.#seq = (this.#seq + 1) >>> 0;
     const pad = packet[0];
     if (pad < 4 || pad >= packet.length) throw packetError(`bad padding length "${pad}"`);
     return packet.subarray(1, packet.length - pad);
+  }
+
+  /** The next packet, its length's bytes at hand, opened by the mode in force. */
+  #open(r: ByteReader): Promise<Uint8Array> {
+    switch (this.#mode.kind) {
+      case "plain":
+        return this.#openPlain(r);
+      case "ctr":
+        return this.#openCtr(r);
+      case "etm":
+        return this.#openEtm(r);
+      case "chacha":
+        return this.#openChacha(r);
+      case "gcm":
+        return this.#openGcm(r);
+    }
+  }
+
+  async #openPlain(r: ByteReader): Promise<Uint8Array> {
+    const len = new DataView(r.peek(4).slice().buffer).getUint32(0);
+    if (len > MAX_PACKET) throw packetError(`oversized packet "${len}"`);
+    if (len < 5) throw packetError(`bad packet length "${len}"`);
+    if (!(await r.fill(4 + len))) throw packetError("truncated packet");
+    const packet = r.peek(4 + len).slice(4);
+    r.consume(4 + len);
+    return packet;
+  }
+
+  /** AES-CTR, then HMAC over the sequence number and the plaintext. */
+  async #openCtr(r: ByteReader): Promise<Uint8Array> {
+    const mode = this.#mode;
+    const ks = mode.ks!;
+    let wait = ks.ensure(16);
+    if (wait !== null) await wait;
+    const first = r.peek(16).slice();
+    ks.xor(first);
+    const len = new DataView(first.buffer).getUint32(0);
+    this.#checkLength(len, 16, false);
+    if (!(await r.fill(4 + len + 32))) throw packetError("truncated packet");
+    const buf = new Uint8Array(8 + len);
+    new DataView(buf.buffer).setUint32(0, this.#seq);
+    buf.set(first, 4);
+    buf.set(r.peek(4 + len).subarray(16), 20);
+    const mac = r.peek(4 + len + 32).slice(4 + len);
+    r.consume(4 + len + 32);
+    wait = ks.ensure(len - 12);
+    if (wait !== null) await wait;
+    ks.xor(buf.subarray(20));
+    const expect = new Uint8Array(await crypto.subtle.sign("HMAC", mode.hmac!, buf));
+    if (!bytesEqual(expect, mac)) throw macMismatch("MAC mismatch");
+    return buf.subarray(8);
+  }
+
+  /** Encrypt-then-MAC: the MAC checked over the ciphertext first. */
+  async #openEtm(r: ByteReader): Promise<Uint8Array> {
+    const mode = this.#mode;
+    const len = new DataView(r.peek(4).slice().buffer).getUint32(0);
+    this.#checkLength(len, 16, true);
+    if (!(await r.fill(4 + len + 32))) throw packetError("truncated packet");
+    const buf = new Uint8Array(8 + len);
+    new DataView(buf.buffer).setUint32(0, this.#seq);
+    buf.set(r.peek(4 + len), 4);
+    const mac = r.peek(4 + len + 32).slice(4 + len);
+    r.consume(4 + len + 32);
+    const ok = await crypto.subtle.verify("HMAC", mode.hmac!, mac, buf);
+    if (!ok) throw macMismatch("MAC mismatch");
+    const wait = mode.ks!.ensure(len);
+    if (wait !== null) await wait;
+    const packet = buf.subarray(8);
+    mode.ks!.xor(packet);
+    return packet;
+  }
+
+  async #openChacha(r: ByteReader): Promise<Uint8Array> {
+    const chacha = this.#mode.chacha!;
+    const len = chacha.decryptLength(this.#seq, r.peek(4));
+    this.#checkLength(len, 8, true);
+    if (!(await r.fill(4 + len + 16))) throw packetError("truncated packet");
+    const all = r.peek(4 + len + 16);
+    const body = chacha.openBody(this.#seq, all.subarray(0, 4 + len), all.subarray(4 + len));
+    r.consume(4 + len + 16);
+    if (body === null) throw macMismatch("authentication tag mismatch");
+    return body;
+  }
+
+  async #openGcm(r: ByteReader): Promise<Uint8Array> {
+    const mode = this.#mode;
+    const head = r.peek(4).slice();
+    const len = new DataView(head.buffer).getUint32(0);
+    this.#checkLength(len, 16, true);
+    if (!(await r.fill(4 + len + 16))) throw packetError("truncated packet");
+    const sealed = r.peek(4 + len + 16).subarray(4);
+    const iv = mode.iv.slice();
+    incrementGcmIv(mode.iv);
+    const decrypting = crypto.subtle.decrypt(
+      { name: "AES-GCM", iv, additionalData: head },
+      mode.aes!,
+      bs(sealed),
+    );
+    r.consume(4 + len + 16);
+    try {
+      return new Uint8Array(await decrypting);
+    } catch (err) {
+      throw macMismatch("authentication tag mismatch", err);
+    }
   }
 }

@@ -13,6 +13,7 @@ import type { Channel, ChannelHandlers } from "./_channel.ts";
 import type { SshReader } from "./_wire.ts";
 import { SftpServer } from "./_sftp.ts";
 import { shellQuote } from "../_internal/shell.ts";
+import { readEnv } from "../_internal/util.ts";
 
 /** What a {@linkcode SshSpawner} is asked to run. */
 export interface SshSpawnOptions {
@@ -93,14 +94,6 @@ async function findTerminal(pid: number): Promise<string | null> {
   return null;
 }
 
-function hostEnv(name: string): string | undefined {
-  try {
-    return Deno.env.get(name);
-  } catch {
-    return undefined;
-  }
-}
-
 /** Reads a stream chunk by chunk; a chunk is valid until the next read(). */
 interface ChunkReader {
   /** The next chunk, null at the end. */
@@ -146,6 +139,91 @@ function chunkReader(stream: ReadableStream<Uint8Array>): ChunkReader {
     },
     release: () => reader.releaseLock(),
   };
+}
+
+/** What {@linkcode withinTick} gives when the timer tick came first. */
+const TICK = Symbol("tick");
+
+/** `next`, if it settles within a timer tick, else {@linkcode TICK}. */
+async function withinTick<T>(next: Promise<T>): Promise<T | typeof TICK> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const tick = new Promise<typeof TICK>((resolve) => timer = setTimeout(() => resolve(TICK), 0));
+  try {
+    return await Promise.race([next, tick]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * A child's output gathered into whole packets, in a few reused send
+ * buffers: read bytes go into the current slot; its whole packets are sent
+ * from it, and it is used again once the channel has flushed them.
+ */
+class SendSlots {
+  readonly #max: number;
+  readonly #slots = Array.from({ length: PUMP_SLOTS }, () => ({
+    bytes: new Uint8Array(0),
+    flushed: Promise.resolve(),
+  }));
+  #slot = 0;
+  /** The current slot's bytes, the first `#length` of them gathered. */
+  #pending: Uint8Array;
+  #length = 0;
+
+  constructor(maxPacket: number) {
+    this.#max = maxPacket;
+    this.#pending = this.#slots[0].bytes = new Uint8Array(maxPacket + PUMP_BUFFER);
+  }
+
+  /** Bytes gathered and not sent. */
+  get length(): number {
+    return this.#length;
+  }
+
+  /** Whether a whole packet or more is gathered. */
+  get hasWholePackets(): boolean {
+    return this.#length >= this.#max;
+  }
+
+  append(chunk: Uint8Array): void {
+    if (this.#length + chunk.length > this.#pending.length) {
+      const grown = new Uint8Array(this.#length + chunk.length);
+      grown.set(this.#pending.subarray(0, this.#length));
+      this.#pending = this.#slots[this.#slot].bytes = grown;
+    }
+    this.#pending.set(chunk, this.#length);
+    this.#length += chunk.length;
+  }
+
+  /** Everything gathered, copied out (sent alone). */
+  takeAll(): Uint8Array {
+    const all = this.#pending.slice(0, this.#length);
+    this.#length = 0;
+    return all;
+  }
+
+  /**
+   * The whole packets gathered, in place in their slot; the rest moves to
+   * the next slot once what that one sent before is flushed. Call `sent()`
+   * with when these are flushed.
+   */
+  async takeWholePackets(): Promise<{ bytes: Uint8Array; sent(flushed: Promise<void>): void }> {
+    const whole = this.#length - (this.#length % this.#max);
+    const bytes = this.#pending.subarray(0, whole);
+    const full = this.#slots[this.#slot];
+    this.#slot = (this.#slot + 1) % PUMP_SLOTS;
+    const next = this.#slots[this.#slot];
+    await next.flushed;
+    if (next.bytes.length < this.#max + PUMP_BUFFER) {
+      next.bytes = new Uint8Array(this.#max + PUMP_BUFFER);
+    }
+    const rest = this.#pending.subarray(whole, this.#length);
+    this.#pending = next.bytes;
+    this.#pending.set(rest);
+    this.#length = rest.length;
+    return { bytes, sent: (flushed) => full.flushed = flushed };
+  }
 }
 
 /** One exec/shell session channel. */
@@ -304,10 +382,10 @@ export class Session {
 
   #commandEnv(): Record<string, string> {
     return {
-      PATH: hostEnv("PATH") ?? DEFAULT_PATH,
-      HOME: hostEnv("HOME") ?? "/",
-      USER: hostEnv("USER") ?? "root",
-      LANG: hostEnv("LANG") ?? "C.UTF-8",
+      PATH: readEnv("PATH") ?? DEFAULT_PATH,
+      HOME: readEnv("HOME") ?? "/",
+      USER: readEnv("USER") ?? "root",
+      LANG: readEnv("LANG") ?? "C.UTF-8",
       ...this.#config.env,
       ...this.#env,
     };
@@ -402,78 +480,40 @@ export class Session {
    * and larger batches, did not help.
    */
   async #pumpOut(stream: ReadableStream<Uint8Array>, ext: number): Promise<void> {
-    const send = async (data: Uint8Array) => {
-      if (this.#channel.isClosing) return; // drain so the pipe closes
-      try {
-        await this.#channel.write(data, ext, true);
-      } catch {
-        // Channel gone: keep draining, the process is being killed.
-      }
-    };
     const reader = chunkReader(stream);
-    const max = this.#channel.maxPacket;
-    // Read bytes go into the current slot; its whole packets are sent from
-    // it, and it is used again once the channel has flushed them.
-    const slots = Array.from({ length: PUMP_SLOTS }, () => ({
-      bytes: new Uint8Array(0),
-      flushed: Promise.resolve(),
-    }));
-    let slot = 0;
-    let pending = new Uint8Array(max + PUMP_BUFFER);
-    slots[0].bytes = pending;
-    let pendingLength = 0;
+    const slots = new SendSlots(this.#channel.maxPacket);
     try {
       let next = reader.read();
       while (true) {
-        let chunk: Uint8Array | null;
-        if (pendingLength === 0) {
-          chunk = await next;
-        } else {
-          let timer: ReturnType<typeof setTimeout> | undefined;
-          const tick = new Promise<"tick">((resolve) =>
-            timer = setTimeout(() => resolve("tick"), 0)
-          );
-          const first = await Promise.race([next, tick]);
-          clearTimeout(timer);
-          if (first === "tick") {
-            const t = pending.slice(0, pendingLength);
-            pendingLength = 0;
-            await send(t);
-            continue;
-          }
-          chunk = first;
+        const chunk = slots.length === 0 ? await next : await withinTick(next);
+        if (chunk === TICK) {
+          await this.#send(slots.takeAll(), ext);
+          continue;
         }
         if (chunk === null) break;
-        if (pendingLength + chunk.length > pending.length) {
-          const grown = new Uint8Array(pendingLength + chunk.length);
-          grown.set(pending.subarray(0, pendingLength));
-          pending = slots[slot].bytes = grown;
-        }
-        pending.set(chunk, pendingLength);
-        pendingLength += chunk.length;
+        slots.append(chunk);
         next = reader.read();
-        if (pendingLength >= max) {
-          const whole = pendingLength - (pendingLength % max);
-          const out = pending.subarray(0, whole);
-          const full = slots[slot];
-          slot = (slot + 1) % PUMP_SLOTS;
-          await slots[slot].flushed;
-          if (slots[slot].bytes.length < max + PUMP_BUFFER) {
-            slots[slot].bytes = new Uint8Array(max + PUMP_BUFFER);
-          }
-          const rest = pending.subarray(whole, pendingLength);
-          pending = slots[slot].bytes;
-          pending.set(rest);
-          pendingLength = rest.length;
-          await send(out);
-          full.flushed = this.#channel.flush().catch(() => {});
+        if (slots.hasWholePackets) {
+          const whole = await slots.takeWholePackets();
+          await this.#send(whole.bytes, ext);
+          whole.sent(this.#channel.flush().catch(() => {}));
         }
       }
-      if (pendingLength > 0) await send(pending.slice(0, pendingLength));
+      if (slots.length > 0) await this.#send(slots.takeAll(), ext);
     } catch (err) {
       if (!isPeerGone(err)) this.#config.onError(err);
     } finally {
       reader.release();
+    }
+  }
+
+  /** Sends output; once the channel is gone, drops it (the pipe is drained so it closes). */
+  async #send(data: Uint8Array, ext: number): Promise<void> {
+    if (this.#channel.isClosing) return;
+    try {
+      await this.#channel.write(data, ext, true);
+    } catch {
+      // Channel gone: keep draining, the process is being killed.
     }
   }
 

@@ -84,25 +84,24 @@ export class SftpClient {
     }
     v.r.uint32();
     while (v.r.remaining > 0) client.#extensions.set(v.r.text(), v.r.text());
-    if (client.#extensions.has("limits@openssh.com")) {
-      try {
-        const lim = await client.#request(
-          FXP.EXTENDED,
-          (w) => w.string("limits@openssh.com"),
-          "",
-        );
-        if (lim.type === FXP.EXTENDED_REPLY) {
-          lim.r.uint64();
-          const read = Number(lim.r.uint64());
-          const write = Number(lim.r.uint64());
-          if (read > 0) client.#readChunk = Math.min(read, MAX_DATA);
-          if (write > 0) client.#writeChunk = Math.min(write, MAX_DATA);
-        }
-      } catch {
-        // keep the defaults
-      }
-    }
+    if (client.#extensions.has("limits@openssh.com")) await client.#askLimits();
     return client;
+  }
+
+  /** Reads and writes as large as the server's limits extension allows. */
+  async #askLimits(): Promise<void> {
+    try {
+      const lim = await this.#request(FXP.EXTENDED, (w) => w.string("limits@openssh.com"), "");
+      if (lim.type === FXP.EXTENDED_REPLY) {
+        lim.r.uint64();
+        const read = Number(lim.r.uint64());
+        const write = Number(lim.r.uint64());
+        if (read > 0) this.#readChunk = Math.min(read, MAX_DATA);
+        if (write > 0) this.#writeChunk = Math.min(write, MAX_DATA);
+      }
+    } catch {
+      // keep the defaults
+    }
   }
 
   /** Whether the session still works. */
@@ -225,61 +224,54 @@ export class SftpClient {
   async readFile(path: string): Promise<Uint8Array> {
     const handle = await this.#open(path, OPEN_FLAGS.READ);
     try {
-      const pieces = new Map<number, Uint8Array>();
-      let eofAt = Infinity;
-      let next = 0;
-      let failure: unknown = null;
-      const chunk = this.#readChunk;
-      const readAt = async (offset: number, len: number): Promise<void> => {
-        while (len > 0 && offset < eofAt && failure === null) {
-          const rep = await this.#request(
-            FXP.READ,
-            (w) => w.string(handle).uint64(BigInt(offset)).uint32(len),
-            path,
-          );
-          if (this.#isEof(rep, "read", path)) {
-            eofAt = Math.min(eofAt, offset);
-            return;
-          }
-          const data = this.#expect(rep, FXP.DATA, "read", path).string();
-          pieces.set(offset, data);
-          // A short read: ask again for the rest.
-          offset += data.length;
-          len -= data.length;
-        }
-      };
-      const lanes: Promise<void>[] = [];
-      const lane = async () => {
-        while (failure === null && next < eofAt) {
-          const offset = next;
-          next += chunk;
-          try {
-            await readAt(offset, chunk);
-          } catch (err) {
-            failure ??= err;
-          }
-        }
-      };
-      for (let i = 0; i < PIPELINE; i++) lanes.push(lane());
-      await Promise.all(lanes);
-      if (failure !== null) throw failure;
-      const offsets = [...pieces.keys()].filter((o) => o < eofAt).sort((a, b) => a - b);
-      let size = 0;
-      for (const o of offsets) {
-        if (o !== size) {
-          throw new SshError(`Cannot read "${path}": the server skipped bytes at ${size}`);
-        }
-        size += Math.min(pieces.get(o)!.length, eofAt - o);
-      }
-      const out = new Uint8Array(size);
-      for (const o of offsets) {
-        const p = pieces.get(o)!;
-        out.set(p.subarray(0, Math.min(p.length, size - o)), o);
-      }
-      return out;
+      const { pieces, eofAt } = await this.#readPieces(handle, path);
+      return assemble(pieces, eofAt, path);
     } finally {
       await this.#closeHandle(handle, path).catch(() => {});
     }
+  }
+
+  /**
+   * Reads `handle` to its end in chunks, PIPELINE lanes at once, each lane
+   * taking the next chunk; a short read asks again for the rest.
+   * @returns the pieces read, by offset, and where the file ended
+   */
+  async #readPieces(
+    handle: Uint8Array,
+    path: string,
+  ): Promise<{ pieces: Map<number, Uint8Array>; eofAt: number }> {
+    const pieces = new Map<number, Uint8Array>();
+    let eofAt = Infinity;
+    let next = 0;
+    let failure: unknown = null;
+    const chunk = this.#readChunk;
+    const readAt = async (offset: number, len: number): Promise<void> => {
+      while (len > 0 && offset < eofAt && failure === null) {
+        const rep = await this.#request(
+          FXP.READ,
+          (w) => w.string(handle).uint64(BigInt(offset)).uint32(len),
+          path,
+        );
+        if (this.#isEof(rep, "read", path)) {
+          eofAt = Math.min(eofAt, offset);
+          return;
+        }
+        const data = this.#expect(rep, FXP.DATA, "read", path).string();
+        pieces.set(offset, data);
+        offset += data.length;
+        len -= data.length;
+      }
+    };
+    const lane = async () => {
+      while (failure === null && next < eofAt) {
+        const offset = next;
+        next += chunk;
+        await readAt(offset, chunk).catch((err) => failure ??= err);
+      }
+    };
+    await Promise.all(Array.from({ length: PIPELINE }, lane));
+    if (failure !== null) throw failure;
+    return { pieces, eofAt };
   }
 
   /** Whether `rep` is STATUS EOF; throws for any other status. */
@@ -326,13 +318,9 @@ export class SftpClient {
       }
     };
     try {
-      if (data instanceof Uint8Array) {
-        await put(data);
-      } else {
-        for await (const part of data) {
-          await put(part);
-          if (failure !== null) break;
-        }
+      for await (const part of data instanceof Uint8Array ? [data] : data) {
+        await put(part);
+        if (failure !== null) break;
       }
       await Promise.all(inflight);
       if (failure !== null) throw failure;
@@ -398,6 +386,27 @@ export class SftpClient {
     }
     return this.#simple(FXP.RENAME, "rename", from, (w) => w.string(from).string(to));
   }
+}
+
+/**
+ * The file from the pieces read (by offset), cut at `eofAt`.
+ * @throws {SshError} when the server skipped bytes
+ */
+function assemble(pieces: Map<number, Uint8Array>, eofAt: number, path: string): Uint8Array {
+  const offsets = [...pieces.keys()].filter((o) => o < eofAt).sort((a, b) => a - b);
+  let size = 0;
+  for (const o of offsets) {
+    if (o !== size) {
+      throw new SshError(`Cannot read "${path}": the server skipped bytes at ${size}`);
+    }
+    size += Math.min(pieces.get(o)!.length, eofAt - o);
+  }
+  const out = new Uint8Array(size);
+  for (const o of offsets) {
+    const p = pieces.get(o)!;
+    out.set(p.subarray(0, Math.min(p.length, size - o)), o);
+  }
+  return out;
 }
 
 function describe(type: number): string {

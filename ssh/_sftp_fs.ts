@@ -66,14 +66,3 @@ export function statusOf(err: unknown): SftpStatus {
 export function denied(): SftpStatus {
   return new SftpStatus(FX.PERMISSION_DENIED, "Permission denied: outside the workspace");
 }
-
-/** Whether anything (a dangling link too) is at `path`. */
-export async function exists(path: string): Promise<boolean> {
-  try {
-    await Deno.lstat(path);
-    return true;
-  } catch (err) {
-    if (err instanceof Deno.errors.NotFound) return false;
-    throw err;
-  }
-}

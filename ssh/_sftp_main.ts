@@ -22,6 +22,22 @@ const MAX_PENDING = 16 * 1024 * 1024;
 /** A pipe's default capacity. */
 const READ_SIZE = 64 * 1024;
 
+/** Writes to stdout in order; the server hands over bytes it never changes again. */
+function stdoutWriter(): { write(data: Uint8Array): Promise<void>; drained(): Promise<void> } {
+  let writes: Promise<void> = Promise.resolve();
+  return {
+    write(data) {
+      const sent = writes.then(async () => {
+        let off = 0;
+        while (off < data.length) off += await Deno.stdout.write(data.subarray(off));
+      });
+      writes = sent.catch(() => {});
+      return sent;
+    },
+    drained: () => writes,
+  };
+}
+
 async function main(): Promise<void> {
   const root = Deno.args[0] ?? "/";
   const start = Deno.args[1] ?? Deno.cwd();
@@ -29,20 +45,12 @@ async function main(): Promise<void> {
   let pending = 0;
   let wake: (() => void) | null = null;
   let ended = false;
-  let writes: Promise<void> = Promise.resolve();
+  const out = stdoutWriter();
   const buf = new Uint8Array(READ_SIZE);
   const server = new SftpServer(
     realRoot,
     {
-      write(data) {
-        // The server sends in order and never reuses `data`.
-        const sent = writes.then(async () => {
-          let off = 0;
-          while (off < data.length) off += await Deno.stdout.write(data.subarray(off));
-        });
-        writes = sent.catch(() => {});
-        return sent;
-      },
+      write: (data) => out.write(data),
       consumed(n) {
         pending -= n;
         if (pending <= MAX_PENDING && wake !== null) {
@@ -71,7 +79,7 @@ async function main(): Promise<void> {
     server.receive(buf.slice(0, n));
   }
   await server.close();
-  await writes;
+  await out.drained();
 }
 
 if (import.meta.main) {

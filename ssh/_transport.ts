@@ -24,6 +24,7 @@ import {
 import { ED25519, type Ed25519Signer, parsePublicBlob, verifyEd25519 } from "./_keys.ts";
 import { SshReader, SshWireError, SshWriter, utf8 } from "./_wire.ts";
 import { closeQuietly, isPeerGone, writeAll } from "../_internal/io.ts";
+import { asError } from "../_internal/util.ts";
 
 export const MSG = {
   DISCONNECT: 1,
@@ -81,6 +82,25 @@ export interface TransportOptions {
   rekeyMs?: number;
 }
 
+/** {@linkcode TransportOptions} with every default applied. */
+interface TransportSettings extends TransportOptions {
+  ciphers: readonly string[];
+  macs: readonly string[];
+  rekeyBytes: number;
+  rekeyMs: number;
+}
+
+function transportSettings(options: TransportOptions): TransportSettings {
+  const server = options.role === "server";
+  return {
+    ...options,
+    ciphers: options.ciphers ?? (server ? SERVER_CIPHERS : DEFAULT_CIPHERS),
+    macs: options.macs ?? DEFAULT_MACS,
+    rekeyBytes: options.rekeyBytes ?? REKEY_BYTES,
+    rekeyMs: options.rekeyMs ?? REKEY_MS,
+  };
+}
+
 interface Deferred {
   promise: Promise<void>;
   resolve(): void;
@@ -103,13 +123,65 @@ function protocolError(what: string): SshError {
   return new SshError(`Cannot continue: ${what}`, { reason: DISCONNECT.PROTOCOL_ERROR });
 }
 
+/**
+ * Writes sealed batches to the socket one after another, so that sealing
+ * the next batch overlaps writing the previous one. The batches a write
+ * carries are resolved once it is done.
+ */
+class WireWriter {
+  readonly #conn: Deno.Conn;
+  #writing: Promise<void> = Promise.resolve();
+  /** The batches whose bytes are in the write under way. */
+  #waiting: Deferred[] = [];
+
+  constructor(conn: Deno.Conn) {
+    this.#conn = conn;
+  }
+
+  /** Waits for the write under way; then the batches it carried are sent. */
+  async settle(): Promise<void> {
+    await this.#writing;
+    for (const d of this.#waiting) d.resolve();
+    this.#waiting = [];
+  }
+
+  /** Starts writing `bytes` once the write under way is done. */
+  async write(bytes: Uint8Array): Promise<void> {
+    await this.settle();
+    this.#writing = writeAll(this.#conn, bytes);
+    this.#writing.catch(() => {});
+  }
+
+  /** `batch` is sent once the write under way (its last) is done. */
+  carries(batch: Deferred): void {
+    this.#waiting.push(batch);
+  }
+
+  /** Fails the batches not yet sent. */
+  fail(err: unknown): void {
+    for (const d of this.#waiting) d.reject(err);
+  }
+}
+
+/** The error a DISCONNECT from the peer ends the connection with (none is sent back). */
+function peerDisconnect(payload: Uint8Array): SshError {
+  const r = new SshReader(payload, 1);
+  const code = r.uint32();
+  const text = r.text();
+  const err = new SshError(`Disconnected by peer: ${text || "no reason"} (${code})`, {
+    reason: code,
+  });
+  (err as { fromPeer?: boolean }).fromPeer = true;
+  return err;
+}
+
 /** Message numbers some layer here handles; others get UNIMPLEMENTED. */
 const KNOWN_MESSAGES: ReadonlySet<number> = new Set(Object.values(MSG));
 
 /** One SSH connection's transport. */
 export class SshTransport {
   readonly #conn: Deno.Conn;
-  readonly #opts: TransportOptions;
+  readonly #opts: TransportSettings;
   readonly #reader: ByteReader;
   #sealer = PacketSealer.plain();
   #opener = PacketOpener.plain();
@@ -140,7 +212,7 @@ export class SshTransport {
 
   constructor(conn: Deno.Conn, options: TransportOptions) {
     this.#conn = conn;
-    this.#opts = options;
+    this.#opts = transportSettings(options);
     this.#reader = new ByteReader(conn);
     this.#closed = new Promise((resolve) => this.#closedResolve = resolve);
   }
@@ -181,7 +253,7 @@ export class SshTransport {
       await writeAll(this.#conn, utf8(`${this.#localVersion}\r\n`));
       await this.#readVersion();
     } catch (err) {
-      this.#finish(err instanceof Error ? err : new Error(String(err)));
+      this.#finish(asError(err));
       throw err instanceof SshError
         ? err
         : new SshError("Cannot connect: version exchange failed", {
@@ -251,49 +323,20 @@ export class SshTransport {
   }
 
   async #runWriteLoop(): Promise<void> {
-    // Sealing the next batch overlaps writing the previous one; `waiting`
-    // are the batches whose bytes are in the write under way.
-    let writing: Promise<void> = Promise.resolve();
-    let waiting: Deferred[] = [];
-    const settle = async () => {
-      await writing;
-      for (const d of waiting) d.resolve();
-      waiting = [];
-    };
+    const wire = new WireWriter(this.#conn);
     let current: Deferred | null = null;
     try {
       while (true) {
         if (this.#queue.length === 0) {
-          await settle();
+          await wire.settle();
           if (this.#queue.length === 0) break;
         }
         const items = this.#queue;
         current = this.#batch;
         this.#queue = [];
         this.#batch = deferred();
-        let payloads: Payload[] = [];
-        const flush = async () => {
-          if (payloads.length === 0) return;
-          const wire = await this.#sealer.seal(payloads);
-          payloads = [];
-          this.#bytesSinceKex += wire.length;
-          await settle();
-          writing = writeAll(this.#conn, wire);
-          writing.catch(() => {});
-        };
-        for (const item of items) {
-          if (item instanceof KeySwitch) {
-            await flush();
-            const old = this.#sealer;
-            this.#sealer = await PacketSealer.create(item.keys, item.strict ? 0 : old.seq);
-            await old.drain();
-          } else {
-            payloads.push(item);
-            if (payloads.length >= MAX_BATCH) await flush();
-          }
-        }
-        await flush();
-        waiting.push(current);
+        await this.#writeItems(items, wire);
+        wire.carries(current);
         current = null;
         this.#maybeRekey();
       }
@@ -302,13 +345,40 @@ export class SshTransport {
         ? new SshError("Cannot send: connection closed", { cause: err })
         : err;
       current?.reject(e);
-      for (const d of waiting) d.reject(e);
+      wire.fail(e);
       this.#batch.reject(e);
       this.#heldBatch.reject(e);
-      this.#finish(err instanceof Error ? err : new Error(String(err)));
+      this.#finish(asError(err));
     } finally {
       this.#writing = false;
     }
+  }
+
+  /**
+   * Seals and writes one batch of queued items, at most MAX_BATCH packets a
+   * write; a key switch takes effect between the packets around it.
+   */
+  async #writeItems(items: (Payload | KeySwitch)[], wire: WireWriter): Promise<void> {
+    let payloads: Payload[] = [];
+    const flush = async () => {
+      if (payloads.length === 0) return;
+      const sealed = await this.#sealer.seal(payloads);
+      payloads = [];
+      this.#bytesSinceKex += sealed.length;
+      await wire.write(sealed);
+    };
+    for (const item of items) {
+      if (item instanceof KeySwitch) {
+        await flush();
+        const old = this.#sealer;
+        this.#sealer = await PacketSealer.create(item.keys, item.strict ? 0 : old.seq);
+        await old.drain();
+      } else {
+        payloads.push(item);
+        if (payloads.length >= MAX_BATCH) await flush();
+      }
+    }
+    await flush();
   }
 
   // ---- receiving ----
@@ -328,7 +398,7 @@ export class SshTransport {
         this.#maybeRekey();
       }
     } catch (err) {
-      failure = err instanceof Error ? err : new Error(String(err));
+      failure = asError(err);
       if (err instanceof SshWireError) {
         failure = new SshError(`Cannot continue: malformed message`, {
           reason: DISCONNECT.PROTOCOL_ERROR,
@@ -359,19 +429,12 @@ export class SshTransport {
     }
     const initial = this.#kexCount === 0;
     switch (type) {
-      case MSG.DISCONNECT: {
-        const r = new SshReader(payload, 1);
-        const code = r.uint32();
-        const text = r.text();
-        const err = new SshError(`Disconnected by peer: ${text || "no reason"} (${code})`, {
-          reason: code,
-        });
-        (err as { fromPeer?: boolean }).fromPeer = true;
-        throw err;
-      }
+      case MSG.DISCONNECT:
+        throw peerDisconnect(payload);
       case MSG.IGNORE:
       case MSG.DEBUG:
       case MSG.UNIMPLEMENTED:
+        // Strict key exchange allows nothing but the exchange before the first NEWKEYS.
         if (initial && this.#strict) throw protocolError(`message ${type} during strict kex`);
         if (type === MSG.UNIMPLEMENTED) {
           this.#unimplemented.push(new SshReader(payload, 1).uint32());
@@ -408,8 +471,7 @@ export class SshTransport {
     const kexAlgs = this.#kexCount === 0
       ? [...KEX_ALGS, server ? STRICT_S : STRICT_C, ...(server ? [] : ["ext-info-c"])]
       : KEX_ALGS;
-    const ciphers = this.#opts.ciphers ?? (server ? SERVER_CIPHERS : DEFAULT_CIPHERS);
-    const macs = this.#opts.macs ?? DEFAULT_MACS;
+    const { ciphers, macs } = this.#opts;
     const w = new SshWriter(512).byte(MSG.KEXINIT).raw(crypto.getRandomValues(new Uint8Array(16)))
       .nameList(kexAlgs)
       .nameList([ED25519])
@@ -444,9 +506,9 @@ export class SshTransport {
 
   #maybeRekey(): void {
     if (this.#kexCount === 0 || this.#kex !== null || this.#isClosed) return;
-    const limit = this.#opts.rekeyBytes ?? REKEY_BYTES;
+    const limit = this.#opts.rekeyBytes;
     const total = this.#bytesSinceKex + this.#reader.received;
-    if (total > limit || Date.now() - this.#kexAt > (this.#opts.rekeyMs ?? REKEY_MS)) {
+    if (total > limit || Date.now() - this.#kexAt > this.#opts.rekeyMs) {
       this.#startKex();
     }
   }

@@ -17,7 +17,6 @@
 
 import type { Capability } from "../capability.ts";
 import { parseHostPort } from "../capability.ts";
-import type { ChannelHandlers } from "./_channel.ts";
 import { ClientConnection } from "./_connection.ts";
 import {
   DISCONNECT,
@@ -30,12 +29,29 @@ import {
 import { S_IFDIR, S_IFLNK, S_IFMT, S_IFREG, SftpClient } from "./_sftp_client.ts";
 import type { SftpAttrs } from "./_sftp_wire.ts";
 import { Ed25519Signer, parsePrivateKey, parsePublicKey } from "./_keys.ts";
-import { concat, fromUtf8, utf8 } from "./_wire.ts";
-import { collectStream, ExecResult, statusFrom, StreamSink } from "./_exec.ts";
+import { fromUtf8, utf8 } from "./_wire.ts";
+import {
+  abortReason,
+  checkExecOptions,
+  collectStream,
+  runToEnd,
+  type SshExecOptions,
+  type SshExecResult,
+  type SshProcess,
+  startCommand,
+} from "./_exec.ts";
+import { describeExit } from "../_internal/exit.ts";
 import { delay } from "../_internal/async.ts";
 import { shellQuote } from "../_internal/shell.ts";
 
 export { SshAuthError, SshCommandError, SshError, SshFileError, SshHostKeyError };
+export type {
+  SshExecOptions,
+  SshExecResult,
+  SshExitStatus,
+  SshProcess,
+  SshPtyOptions,
+} from "./_exec.ts";
 
 /** Options for {@linkcode SshClient}. */
 export interface SshClientOptions {
@@ -114,44 +130,6 @@ export interface SshBindingOptions {
   connectTimeout?: number;
 }
 
-/** Options for {@linkcode SshClient.exec} and {@linkcode SshClient.spawn}. */
-export interface SshExecOptions {
-  /**
-   * Bytes or text to feed the command's stdin (for `exec`), after which
-   * stdin is closed.
-   * @default nothing: stdin is closed at once
-   */
-  stdin?: string | Uint8Array;
-  /** Kills the command (its whole process group) when aborted. */
-  signal?: AbortSignal;
-  /** Milliseconds after which the command is killed and the call rejects. */
-  timeout?: number;
-  /**
-   * Variables to set, sent as `env` requests.
-   * @default {}
-   */
-  env?: Record<string, string>;
-  /**
-   * A terminal of this size for the command (`spawn` only): stdout then
-   * carries stdout and stderr as the terminal shows them.
-   * @default no terminal
-   */
-  pty?: SshPtyOptions;
-}
-
-/** The terminal asked for with {@linkcode SshExecOptions.pty}. */
-export interface SshPtyOptions {
-  /** Columns. */
-  cols: number;
-  /** Rows. */
-  rows: number;
-  /**
-   * The TERM value.
-   * @default "xterm-256color"
-   */
-  term?: string;
-}
-
 /** Options for the file methods of {@linkcode SshClient}. */
 export interface SshFileOptions {
   /** Abandons the call when aborted. */
@@ -176,49 +154,6 @@ export interface SshFileInfo {
   readonly mtime: Date | null;
 }
 
-/** How a remote command ended. */
-export interface SshExitStatus {
-  /** Exit code; -1 when killed by a signal. */
-  readonly code: number;
-  /** The signal name (`KILL`, `TERM`...) when killed by one, else null. */
-  readonly signal: string | null;
-  /** Whether the code is 0. */
-  readonly success: boolean;
-}
-
-/** What {@linkcode SshClient.exec} returns. */
-export interface SshExecResult extends SshExitStatus {
-  /** Everything written to stdout. */
-  readonly stdout: Uint8Array;
-  /** Everything written to stderr. */
-  readonly stderr: Uint8Array;
-  /** stdout decoded as UTF-8. */
-  readonly stdoutText: string;
-  /** stderr decoded as UTF-8. */
-  readonly stderrText: string;
-}
-
-/** A running remote command, from {@linkcode SshClient.spawn}. */
-export interface SshProcess {
-  /** The command's stdin; closing it sends EOF. */
-  readonly stdin: WritableStream<Uint8Array>;
-  /** The command's stdout, with flow control (a slow reader slows the command). */
-  readonly stdout: ReadableStream<Uint8Array>;
-  /** The command's stderr. */
-  readonly stderr: ReadableStream<Uint8Array>;
-  /** Resolves when the command has ended and the channel is closed. */
-  readonly status: Promise<SshExitStatus>;
-  /** Kills the command's process group and closes the channel. */
-  kill(): void;
-  /**
-   * Tells the command's terminal its new size (a `window-change`); does
-   * nothing without a terminal.
-   */
-  resize(cols: number, rows: number): void;
-  /** Kills the command if still running and waits for the channel to close. */
-  [Symbol.asyncDispose](): Promise<void>;
-}
-
 /** An entry of {@linkcode SshClient.listDir}. */
 export interface SshDirEntry {
   /** The entry's name (not a path). */
@@ -229,6 +164,14 @@ export interface SshDirEntry {
   readonly isDirectory: boolean;
   /** Whether it is a symbolic link. */
   readonly isSymlink: boolean;
+}
+
+/** {@linkcode SshClientOptions} with every default applied. */
+interface ClientSettings extends SshClientOptions {
+  hostname: string;
+  port: number;
+  user: string;
+  connectTimeout: number;
 }
 
 const RETRY_DELAYS = [100, 400];
@@ -243,10 +186,6 @@ function isTransient(err: unknown): boolean {
   return err.reason !== DISCONNECT.KEY_EXCHANGE_FAILED &&
     err.reason !== DISCONNECT.NO_MORE_AUTH_METHODS_AVAILABLE &&
     err.reason !== DISCONNECT.HOST_KEY_NOT_VERIFIABLE;
-}
-
-function abortReason(signal: AbortSignal): unknown {
-  return signal.reason ?? new DOMException("The operation was aborted", "AbortError");
 }
 
 /**
@@ -277,7 +216,7 @@ function abortReason(signal: AbortSignal): unknown {
  * ```
  */
 export class SshClient {
-  readonly #options: SshClientOptions;
+  readonly #options: ClientSettings;
   readonly #keyText: () => Promise<string>;
   #conn: ClientConnection | null = null;
   #connecting: Promise<ClientConnection> | null = null;
@@ -305,7 +244,13 @@ export class SshClient {
     } else {
       throw new TypeError("Cannot create SSH client: privateKey or privateKeyPath is required");
     }
-    this.#options = { ...options };
+    this.#options = {
+      ...options,
+      hostname: options.hostname ?? "127.0.0.1",
+      port: options.port ?? 22,
+      user: options.user ?? "agent",
+      connectTimeout: options.connectTimeout ?? 15_000,
+    };
   }
 
   /**
@@ -409,9 +354,7 @@ export class SshClient {
       if (attempt < RETRY_DELAYS.length) await delay(RETRY_DELAYS[attempt], sig);
     }
     throw new SshError(
-      `Cannot connect: ${this.#options.hostname ?? "127.0.0.1"}:${
-        this.#options.port ?? 22
-      } failed three times`,
+      `Cannot connect: ${this.#options.hostname}:${this.#options.port} failed three times`,
       { cause: last },
     );
   }
@@ -422,17 +365,17 @@ export class SshClient {
     const signer = await Ed25519Signer.fromParsed(parsePrivateKey(keyText));
     const hostBlob = parsePublicKey(opts.hostPublicKey).blob;
     const tcp = await Deno.connect({
-      hostname: opts.hostname ?? "127.0.0.1",
-      port: opts.port ?? 22,
+      hostname: opts.hostname,
+      port: opts.port,
       transport: "tcp",
     });
     tcp.setNoDelay(true);
     const conn = new ClientConnection(tcp, opts, hostBlob);
     const onAbort = () => conn.transport.close();
     signal?.addEventListener("abort", onAbort, { once: true });
-    const timer = setTimeout(() => conn.transport.close(), opts.connectTimeout ?? 15_000);
+    const timer = setTimeout(() => conn.transport.close(), opts.connectTimeout);
     try {
-      await conn.login(opts.user ?? "agent", signer);
+      await conn.login(opts.user, signer);
       return conn;
     } catch (err) {
       conn.transport.close();
@@ -455,116 +398,13 @@ export class SshClient {
    */
   async spawn(command: string, options: SshExecOptions = {}): Promise<SshProcess> {
     if (typeof command !== "string") throw new TypeError("Cannot run command: expected a string");
-    const { signal, timeout } = options;
-    if (signal?.aborted) throw abortReason(signal);
-    if (timeout !== undefined && !(timeout >= 0)) {
-      throw new RangeError(`Cannot run command: invalid timeout "${timeout}"`);
-    }
-    const pty = options.pty;
-    if (
-      pty !== undefined &&
-      !(Number.isInteger(pty.cols) && Number.isInteger(pty.rows) && pty.cols > 0 && pty.rows > 0)
-    ) {
-      throw new RangeError(`Cannot run command: invalid pty size "${pty.cols}x${pty.rows}"`);
-    }
-    const conn = await this.#ensure(signal);
-    const status = { code: -1, signal: null as string | null, received: false };
-    const outs = [new StreamSink(), new StreamSink(), new StreamSink()];
-    outs[2].end(); // other extended data is dropped
-    const handlers: ChannelHandlers = {
-      onData: (data, ext) => outs[Math.min(ext, 2)].push(data),
-      onEof: () => outs.forEach((s) => s.end()),
-      onClose: () => outs.forEach((s) => s.end()),
-      onRequest: (type, _want, r) => statusFrom(type, r, status),
-    };
-    const channel = await conn.mux.open("session", handlers);
-    outs.forEach((s) => s.attach(channel));
-    for (const [name, value] of Object.entries(options.env ?? {})) {
-      channel.request("env", false, (w) => w.string(name).string(value));
-    }
-    if (pty !== undefined) {
-      const ok = await channel.request(
-        "pty-req",
-        true,
-        (w) =>
-          w.string(pty.term ?? "xterm-256color").uint32(pty.cols).uint32(pty.rows).uint32(0)
-            .uint32(0).string(new Uint8Array([0])),
-      );
-      if (!ok) {
-        channel.close();
-        throw new SshError("Cannot run command: the server refused a terminal");
-      }
-    }
-    if (!(await channel.request("exec", true, (w) => w.string(command)))) {
-      channel.close();
-      throw new SshError(`Cannot run command: the server refused "${command}"`);
-    }
-    let abortErr: unknown = null;
-    const kill = (reason?: unknown) => {
-      if (channel.isClosing) return;
-      abortErr ??= reason ?? null;
-      channel.request("signal", false, (w) => w.string("KILL"));
-      channel.close();
-    };
-    const onAbort = () => kill(abortReason(signal!));
-    signal?.addEventListener("abort", onAbort, { once: true });
-    const timer = timeout === undefined ? undefined : setTimeout(
-      () =>
-        kill(
-          new DOMException(`Command timed out after ${timeout} ms: "${command}"`, "TimeoutError"),
-        ),
-      timeout,
-    );
-    const done = channel.closed.then(async () => {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", onAbort);
-      if (abortErr !== null) throw abortErr;
-      if (!status.received) {
-        const lost = conn.transport.isClosed ? await conn.transport.closed : null;
-        throw new SshError(
-          `Cannot run command: ${lost?.message ?? "the channel closed without an exit status"}`,
-          { cause: lost ?? undefined },
-        );
-      }
-      const s: SshExitStatus = {
-        code: status.code,
-        signal: status.signal,
-        success: status.code === 0,
-      };
-      return s;
-    });
-    done.catch(() => {});
-    const tracked = done.catch(() => {});
+    checkExecOptions(options);
+    const conn = await this.#ensure(options.signal);
+    const proc = await startCommand(conn, command, options);
+    const tracked = proc.status.then(() => {}, () => {});
     this.#processes.add(tracked);
     tracked.finally(() => this.#processes.delete(tracked));
-    const stdin = new WritableStream<Uint8Array>({
-      write: (chunk) => channel.write(chunk),
-      close: async () => {
-        await channel.flush().catch(() => {});
-        channel.eof();
-      },
-      abort: () => channel.eof(),
-    });
-    return {
-      stdin,
-      stdout: outs[0].stream,
-      stderr: outs[1].stream,
-      status: done,
-      kill: () => kill(),
-      resize: (cols: number, rows: number) => {
-        if (pty === undefined || channel.isClosing) return;
-        channel.request(
-          "window-change",
-          false,
-          (w) => w.uint32(cols).uint32(rows).uint32(0).uint32(0),
-        );
-      },
-      [Symbol.asyncDispose]: async () => {
-        kill();
-        await channel.closed;
-        await Promise.allSettled(outs.slice(0, 2).map((s) => s.cancelIfUnread()));
-      },
-    };
+    return proc;
   }
 
   /**
@@ -577,41 +417,14 @@ export class SshClient {
    * @throws {DOMException} `AbortError`/`TimeoutError` when cancelled (the command is killed)
    */
   async exec(command: string, options: SshExecOptions = {}): Promise<SshExecResult> {
-    const proc = await this.spawn(command, options);
-    const collect = async (stream: ReadableStream<Uint8Array>) => {
-      const parts: Uint8Array[] = [];
-      for await (const chunk of stream) parts.push(chunk);
-      return concat(parts);
-    };
-    const writeIn = async () => {
-      const w = proc.stdin.getWriter();
-      try {
-        if (options.stdin !== undefined) {
-          await w.write(typeof options.stdin === "string" ? utf8(options.stdin) : options.stdin);
-        }
-        await w.close();
-      } catch {
-        // The command ended without reading everything.
-      }
-    };
-    const [stdout, stderr] = await Promise.all([
-      collect(proc.stdout),
-      collect(proc.stderr),
-      writeIn(),
-    ]);
-    const status = await proc.status;
-    return new ExecResult(status, stdout, stderr);
+    return await runToEnd(await this.spawn(command, options), options.stdin);
   }
 
   async #checked(command: string, what: string, options: SshExecOptions): Promise<SshExecResult> {
     const r = await this.exec(command, options);
     if (r.code !== 0) {
       const detail = r.stderrText.trim().split("\n").pop() ?? "";
-      throw new SshCommandError(
-        `Cannot ${what}: ${detail || `exit code ${r.code}`}`,
-        r.code,
-        r.stderrText,
-      );
+      throw new SshCommandError(`Cannot ${what}: ${detail || describeExit(r)}`, r, r.stderrText);
     }
     return r;
   }

@@ -63,6 +63,7 @@ export {
   type SshProcess,
   type SshPtyOptions,
 } from "./client.ts";
+export type { ExitStatus } from "../_internal/exit.ts";
 export {
   type SshServer,
   type SshServerOptions,

@@ -213,6 +213,92 @@ function checkStartups(limits: SshStartupLimits): SshStartupLimits {
   return { start, rate, full };
 }
 
+/** {@linkcode SshServerOptions} checked, with every default applied. */
+interface ServerSettings {
+  /** What each connection and session is handed. */
+  config: ServerConfig;
+  hostKey: ReturnType<typeof parsePrivateKey>;
+  hostname: string;
+  port: number;
+  loginGraceTime: number;
+  versionTimeout: number;
+  maxConnections: number;
+  startups: SshStartupLimits;
+}
+
+/**
+ * Checks `options` and applies the defaults, once.
+ * @throws {TypeError} when a key does not parse or an option has the wrong type
+ * @throws {RangeError} when a limit is out of range
+ */
+function serverSettings(options: SshServerOptions): ServerSettings {
+  if (typeof options !== "object" || options === null) {
+    throw new TypeError("Cannot start SSH server: expected an options object");
+  }
+  const hostKey = parsePrivateKey(options.hostKey);
+  const authorized = authorizedBlobs(options.authorizedKeys);
+  const maxAuthTries = options.maxAuthTries ?? 6;
+  if (!Number.isInteger(maxAuthTries) || maxAuthTries < 1) {
+    throw new RangeError(`Cannot start SSH server: invalid maxAuthTries "${maxAuthTries}"`);
+  }
+  const loginGraceTime = options.loginGraceTime ?? 30_000;
+  const versionTimeout = options.versionTimeout ?? 10_000;
+  if (!(versionTimeout > 0)) {
+    throw new RangeError(`Cannot start SSH server: invalid versionTimeout "${versionTimeout}"`);
+  }
+  const maxConnections = options.maxConnections ?? 256;
+  const startups = checkStartups(options.maxStartups ?? { start: 10, rate: 30, full: 100 });
+  if (options.spawn !== undefined && typeof options.spawn !== "function") {
+    throw new TypeError("Cannot start SSH server: spawn must be a function");
+  }
+  const cwd = options.cwd ?? Deno.cwd();
+  const config: ServerConfig = {
+    spawn: options.spawn ?? spawnDirect,
+    cwd,
+    env: { ...(options.env ?? {}) },
+    user: options.user,
+    authorized,
+    maxAuthTries,
+    rekeyLimit: options.rekeyLimit,
+    ciphers: checkCiphers(options.ciphers),
+    onError: options.onError ?? (() => {}),
+    sftpRoot: null,
+    sftpCommand: checkSftpCommand(options.sftpCommand),
+  };
+  if (options.sftp ?? true) {
+    config.sftpRoot = Deno.realPath(cwd);
+    config.sftpRoot.catch(() => {});
+  }
+  return {
+    config,
+    hostKey,
+    hostname: options.hostname ?? "127.0.0.1",
+    port: options.port ?? 0,
+    loginGraceTime,
+    versionTimeout,
+    maxConnections,
+    startups,
+  };
+}
+
+/** The keys that may log in, as the blobs a login presents. */
+function authorizedBlobs(keys: readonly string[]): Uint8Array[] {
+  if (!Array.isArray(keys)) {
+    throw new TypeError("Cannot start SSH server: authorizedKeys must be an array");
+  }
+  return keys.map((k) => parsePublicKey(k).blob);
+}
+
+function checkSftpCommand(command: readonly string[] | undefined): readonly string[] | null {
+  if (command === undefined) return null;
+  if (
+    !Array.isArray(command) || command.length === 0 || !command.every((a) => typeof a === "string")
+  ) {
+    throw new TypeError("Cannot start SSH server: sftpCommand must be a non-empty string array");
+  }
+  return [...command];
+}
+
 class Server implements SshServer {
   readonly #listener: Deno.TcpListener;
   readonly #hostKey: Promise<Signer>;
@@ -233,66 +319,19 @@ class Server implements SshServer {
   #shuttingDown: Promise<void> | null = null;
 
   constructor(options: SshServerOptions) {
-    if (typeof options !== "object" || options === null) {
-      throw new TypeError("Cannot start SSH server: expected an options object");
-    }
-    const parsed = parsePrivateKey(options.hostKey);
-    if (!Array.isArray(options.authorizedKeys)) {
-      throw new TypeError("Cannot start SSH server: authorizedKeys must be an array");
-    }
-    const authorized = options.authorizedKeys.map((k) => parsePublicKey(k).blob);
-    const maxAuthTries = options.maxAuthTries ?? 6;
-    if (!Number.isInteger(maxAuthTries) || maxAuthTries < 1) {
-      throw new RangeError(`Cannot start SSH server: invalid maxAuthTries "${maxAuthTries}"`);
-    }
-    this.#grace = options.loginGraceTime ?? 30_000;
-    this.#versionTimeout = options.versionTimeout ?? 10_000;
-    if (!(this.#versionTimeout > 0)) {
-      throw new RangeError(
-        `Cannot start SSH server: invalid versionTimeout "${this.#versionTimeout}"`,
-      );
-    }
-    this.#maxConnections = options.maxConnections ?? 256;
-    this.#startups = checkStartups(options.maxStartups ?? { start: 10, rate: 30, full: 100 });
-    if (options.spawn !== undefined && typeof options.spawn !== "function") {
-      throw new TypeError("Cannot start SSH server: spawn must be a function");
-    }
-    this.#hostKey = Ed25519Signer.fromParsed(parsed);
+    const settings = serverSettings(options);
+    this.#config = settings.config;
+    this.#grace = settings.loginGraceTime;
+    this.#versionTimeout = settings.versionTimeout;
+    this.#maxConnections = settings.maxConnections;
+    this.#startups = settings.startups;
+    this.#hostKey = Ed25519Signer.fromParsed(settings.hostKey);
     this.#hostKey.catch(() => {});
-    this.#hostPublicKey = formatPublicKey(parsed.publicKey);
-    this.#config = {
-      spawn: options.spawn ?? spawnDirect,
-      cwd: options.cwd ?? Deno.cwd(),
-      env: { ...(options.env ?? {}) },
-      user: options.user,
-      authorized,
-      maxAuthTries,
-      rekeyLimit: options.rekeyLimit,
-      ciphers: checkCiphers(options.ciphers),
-      onError: options.onError ?? (() => {}),
-      sftpRoot: null,
-      sftpCommand: null,
-    };
-    const sftpCommand = options.sftpCommand;
-    if (sftpCommand !== undefined) {
-      if (
-        !Array.isArray(sftpCommand) || sftpCommand.length === 0 ||
-        !sftpCommand.every((a) => typeof a === "string")
-      ) {
-        throw new TypeError(
-          "Cannot start SSH server: sftpCommand must be a non-empty string array",
-        );
-      }
-      this.#config.sftpCommand = [...sftpCommand];
-    }
-    if (options.sftp ?? true) {
-      this.#config.sftpRoot = Deno.realPath(this.#config.cwd);
-      this.#config.sftpRoot.catch(() => {});
-    }
+    this.#hostPublicKey = formatPublicKey(settings.hostKey.publicKey);
     this.#finished = new Promise((resolve) => this.#finishedResolve = resolve);
     this.#listener = Deno.listen({
-      hostname: options.hostname ?? "127.0.0.1",
-      port: options.port ?? 0,
+      hostname: settings.hostname,
+      port: settings.port,
       transport: "tcp",
     });
     const signal = options.signal;

@@ -102,6 +102,10 @@ test("main() rejects bad usage with one line and exit code 2", async () => {
     /--url or --source, not both/,
   );
   assertUsageError(await run(["start", "add", "--answer", "3"]), /--answer needs --source/);
+  assertUsageError(
+    await run(["start", "add", "--source", BASIC, "--answer", "5", "--token-file", "/x"]),
+    /--token-file needs --url, not --source/,
+  );
   assertUsageError(await run(["start", "add", "--url", "http://x:1"]), /--url must be tcp:/);
   assertUsageError(await run(["start", "add", "--json=yes"]), /"--json" does not take a value/);
   assertUsageError(await run(["grade", "add"]), /missing --answer/);

@@ -11,13 +11,13 @@ import {
   NotReadyError,
   ProtocolViolationError,
 } from "../mod.ts";
-import { parseControlUrl } from "../client.ts";
+import { formatControlUrl, parseControlUrl } from "../client.ts";
 import { LineReader, parseLine } from "../_internal/framing.ts";
 import { demoEnv, echoServer, tcpServer, waitFor } from "./_helpers.ts";
 import { FileTrackerClient, startFileTracker } from "../filetracking/mod.ts";
 import { generateSshKeyPair, SshClient } from "../ssh/mod.ts";
 import { functionAgent, rollout } from "../eval/mod.ts";
-import { Runtime } from "../runtime/mod.ts";
+import { LocalRuntime, type Placement, Runtime } from "../runtime/mod.ts";
 
 function freePort(): number {
   const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
@@ -744,4 +744,66 @@ test("HudClient keeps integers beyond 2^53 exact both ways, against our server",
   assert.equal(grade.received, "1152921504606846978");
   assert.equal(grade.content, BIG + 1n);
   assert.equal((await client.listTasks()).length, 1, "the connection stays usable");
+});
+
+test("connect() takes a control address as a record: a placement's, a server's, or one written out", async (t) => {
+  const token = "r".repeat(64);
+  await using server = bind(demoEnv(), { token });
+  await t.step("a placement that carries only an address", async () => {
+    const placement: Placement = {
+      address: { hostname: "127.0.0.1", port: server.addr.port, token },
+      params: {},
+      [Symbol.asyncDispose]: () => Promise.resolve(),
+    };
+    await using client = await connect(placement, { readyTimeout: 10_000, forward: false });
+    assert.equal(client.manifest.env.name, "demo");
+    assert.equal(client.url, `tcp://127.0.0.1:${server.addr.port}`, "no token in client.url");
+  });
+  await t.step("a runtime whose placements carry only an address", async () => {
+    const runtime = {
+      place: () =>
+        Promise.resolve({
+          address: server.address,
+          params: {},
+          [Symbol.asyncDispose]: () => Promise.resolve(),
+        }),
+    };
+    await using client = await connect(runtime, { readyTimeout: 10_000, forward: false });
+    assert.equal(client.manifest.env.name, "demo");
+  });
+  await t.step("the server handle's address", async () => {
+    assert.deepEqual(server.address, { hostname: "127.0.0.1", port: server.addr.port, token });
+    await using client = await connect(server, { readyTimeout: 10_000, forward: false });
+    assert.equal(client.manifest.env.name, "demo");
+  });
+  await t.step("an address written out, and refused soon where nothing listens", async () => {
+    const address = { hostname: "127.0.0.1", port: server.addr.port, token };
+    await using client = await connect(address, { readyTimeout: 10_000, forward: false });
+    assert.equal(client.manifest.env.name, "demo");
+    await assert.rejects(
+      connect({ hostname: "127.0.0.1", port: freePort() }, { refusedTimeout: 200 }),
+      (e: unknown) => e instanceof NotReadyError && /nothing listens there/.test(e.message),
+    );
+    await assert.rejects(connect({ hostname: "", port: 1 }), TypeError);
+    await assert.rejects(connect({ hostname: "x", port: 0 }), RangeError);
+  });
+  await t.step("still, anything with a url", async () => {
+    const legacy = { url: formatControlUrl(server.address) };
+    await using client = await connect(legacy, { readyTimeout: 10_000, forward: false });
+    assert.equal(client.manifest.env.name, "demo");
+  });
+});
+
+test("a runtime's placement carries a typed address, and printing it shows no token", async () => {
+  await using placed = await new LocalRuntime(demoEnv()).place();
+  const { hostname, port, token } = placed.address;
+  assert.equal(hostname, "127.0.0.1");
+  assert.equal(port, placed.params.port);
+  assert.match(token ?? "", /^[0-9a-f]{64}$/, "a fresh token per server");
+  assert.equal(placed.url, `tcp://:${token}@127.0.0.1:${port}`, "the url, for compatibility");
+  for (const shown of [Deno.inspect(placed, { depth: 5, getters: true }), JSON.stringify(placed)]) {
+    assert.ok(!shown.includes(token!), `the token is printed: ${shown}`);
+  }
+  await using client = await connect(placed, { readyTimeout: 10_000, forward: false });
+  assert.equal(client.manifest.env.name, "demo");
 });

@@ -12,6 +12,7 @@ import { parseRecord, ResultsFile, ROW_FIELDS, Rows } from "./_data.ts";
 import { renderPage } from "./_page.ts";
 import { bearerToken, generateToken, tokenProblem, TokenVerifier } from "../_internal/auth.ts";
 import { formatHost, isLoopback } from "../_internal/net.ts";
+import { errorMessage } from "../_internal/util.ts";
 
 /** Options for {@linkcode renderReport}. */
 export interface ReportOptions {
@@ -213,80 +214,9 @@ export async function startViewer(
   const token = options.token ?? generateToken();
   const problem = tokenProblem(token);
   if (problem !== null) throw new TypeError(`Cannot view results: ${problem}`);
-  const verifier = new TokenVerifier(token);
-  const names = namesOf(paths);
-  const files = paths.map((p) => new ResultsFile(p));
-  const title = options.title ?? "HUD results";
-  const loopback = isLoopback(options.hostname ?? "127.0.0.1");
-  const fileOf = (url: URL): ResultsFile | null => {
-    const f = Number(url.searchParams.get("file") ?? "0");
-    return Number.isInteger(f) && f >= 0 && f < files.length ? files[f] : null;
-  };
+  const site = new ViewerSite(paths, token, options);
   // Read what is there before listening, so that the first page is quick.
-  await Promise.all(files.map((f) => f.refresh()));
-  const handler = async (request: Request, info: Deno.ServeHandlerInfo): Promise<Response> => {
-    void info;
-    const host = (request.headers.get("host") ?? "").replace(/:\d+$/, "");
-    if (loopback && !isLoopback(host)) {
-      return textResponse("Forbidden: unexpected Host header\n", 403);
-    }
-    const url = new URL(request.url);
-    const given = bearerToken(request.headers.get("authorization")) ??
-      url.searchParams.get("token");
-    if (!verifier.verify(given)) {
-      return textResponse("Forbidden: open the url with the token that view printed\n", 403);
-    }
-    if (request.method !== "GET") return textResponse("Method not allowed\n", 405);
-    if (url.pathname === "/") {
-      // The rows so far ride in the page: one round trip to a full table.
-      await Promise.all(files.map((f) => f.refresh()));
-      const page = await renderPage(title, {
-        files: files.map((f, i) => ({
-          name: names[i],
-          rows: f.table.packed(),
-          subscores: f.table.subscoreNames,
-          summary: f.table.head,
-          generation: f.generation,
-        })),
-        fields: ROW_FIELDS,
-        live: true,
-        pollInterval: options.pollInterval ?? 1000,
-        token,
-      });
-      return new Response(page, {
-        headers: { "content-type": "text/html; charset=utf-8", ...COMMON_HEADERS },
-      });
-    }
-    const file = fileOf(url);
-    if (url.pathname === "/api/rows") {
-      if (file === null) return jsonResponse('{"error":"unknown file"}', 404);
-      await file.refresh();
-      const generation = Number(url.searchParams.get("generation") ?? file.generation);
-      const from = generation === file.generation
-        ? Math.max(0, Number(url.searchParams.get("from") ?? "0") || 0)
-        : 0;
-      return jsonResponse(JSON.stringify({
-        generation: file.generation,
-        rows: file.table.packed(from),
-        subscores: file.table.subscoreNames,
-        summary: file.table.head,
-      }));
-    }
-    if (url.pathname === "/api/summary") {
-      if (file === null) return jsonResponse('{"error":"unknown file"}', 404);
-      await file.refresh();
-      return jsonResponse(JSON.stringify(file.table.summary));
-    }
-    if (url.pathname === "/api/record") {
-      if (file === null) return jsonResponse('{"error":"unknown file"}', 404);
-      const i = Number(url.searchParams.get("i"));
-      if (!Number.isInteger(i) || i < 0 || i >= file.lines.length) {
-        return jsonResponse('{"error":"no such record"}', 404);
-      }
-      return jsonResponse(file.lines[i]);
-    }
-    return textResponse("Not found\n", 404);
-  };
+  await site.refresh();
   let listened: (addr: Deno.NetAddr) => void;
   const listening = new Promise<Deno.NetAddr>((resolve) => listened = resolve);
   const server = Deno.serve({
@@ -294,11 +224,8 @@ export async function startViewer(
     port: options.port ?? 0,
     signal: options.signal,
     onListen: (addr) => listened(addr as Deno.NetAddr),
-    onError: (err) =>
-      new Response(`Internal error: ${err instanceof Error ? err.message : String(err)}\n`, {
-        status: 500,
-      }),
-  }, handler);
+    onError: (err) => new Response(`Internal error: ${errorMessage(err)}\n`, { status: 500 }),
+  }, (request) => site.handle(request));
   const addr = await listening;
   options.onListen?.(addr);
   const host = formatHost(addr.hostname);
@@ -312,4 +239,110 @@ export async function startViewer(
     shutdown,
     [Symbol.asyncDispose]: shutdown,
   };
+}
+
+/** The viewer's requests: the checks every one passes, the page, and the API. */
+class ViewerSite {
+  readonly #files: ResultsFile[];
+  readonly #names: string[];
+  readonly #token: string;
+  readonly #verifier: TokenVerifier;
+  readonly #title: string;
+  readonly #pollInterval: number;
+  /** Whether it listens on loopback, where a foreign `Host` means DNS rebinding. */
+  readonly #loopback: boolean;
+
+  constructor(paths: string[], token: string, options: ViewerOptions) {
+    this.#files = paths.map((p) => new ResultsFile(p));
+    this.#names = namesOf(paths);
+    this.#token = token;
+    this.#verifier = new TokenVerifier(token);
+    this.#title = options.title ?? "HUD results";
+    this.#pollInterval = options.pollInterval ?? 1000;
+    this.#loopback = isLoopback(options.hostname ?? "127.0.0.1");
+  }
+
+  /** Reads what the files gained. */
+  async refresh(): Promise<void> {
+    await Promise.all(this.#files.map((f) => f.refresh()));
+  }
+
+  async handle(request: Request): Promise<Response> {
+    const host = (request.headers.get("host") ?? "").replace(/:\d+$/, "");
+    if (this.#loopback && !isLoopback(host)) {
+      return textResponse("Forbidden: unexpected Host header\n", 403);
+    }
+    const url = new URL(request.url);
+    const given = bearerToken(request.headers.get("authorization")) ??
+      url.searchParams.get("token");
+    if (!this.#verifier.verify(given)) {
+      return textResponse("Forbidden: open the url with the token that view printed\n", 403);
+    }
+    if (request.method !== "GET") return textResponse("Method not allowed\n", 405);
+    if (url.pathname === "/") return await this.#page();
+    const api = API.get(url.pathname);
+    if (api === undefined) return textResponse("Not found\n", 404);
+    const f = Number(url.searchParams.get("file") ?? "0");
+    const file = Number.isInteger(f) && f >= 0 && f < this.#files.length ? this.#files[f] : null;
+    if (file === null) return jsonResponse('{"error":"unknown file"}', 404);
+    return await api(file, url);
+  }
+
+  /** The page, with the rows so far in it: one round trip to a full table. */
+  async #page(): Promise<Response> {
+    await this.refresh();
+    const page = await renderPage(this.#title, {
+      files: this.#files.map((f, i) => ({
+        name: this.#names[i],
+        rows: f.table.packed(),
+        subscores: f.table.subscoreNames,
+        summary: f.table.head,
+        generation: f.generation,
+      })),
+      fields: ROW_FIELDS,
+      live: true,
+      pollInterval: this.#pollInterval,
+      token: this.#token,
+    });
+    return new Response(page, {
+      headers: { "content-type": "text/html; charset=utf-8", ...COMMON_HEADERS },
+    });
+  }
+}
+
+/** The API, by path: each answers for one results file. */
+const API = new Map<string, (file: ResultsFile, url: URL) => Promise<Response> | Response>([
+  ["/api/rows", rowsResponse],
+  ["/api/summary", summaryResponse],
+  ["/api/record", recordResponse],
+]);
+
+/** The rows from `from` on (all of them when the file was rewritten since `generation`). */
+async function rowsResponse(file: ResultsFile, url: URL): Promise<Response> {
+  await file.refresh();
+  const generation = Number(url.searchParams.get("generation") ?? file.generation);
+  const from = generation === file.generation
+    ? Math.max(0, Number(url.searchParams.get("from") ?? "0") || 0)
+    : 0;
+  return jsonResponse(JSON.stringify({
+    generation: file.generation,
+    rows: file.table.packed(from),
+    subscores: file.table.subscoreNames,
+    summary: file.table.head,
+  }));
+}
+
+/** What `Job.summary()` says of the file. */
+async function summaryResponse(file: ResultsFile): Promise<Response> {
+  await file.refresh();
+  return jsonResponse(JSON.stringify(file.table.summary));
+}
+
+/** Record `i`, as the file holds it. */
+function recordResponse(file: ResultsFile, url: URL): Response {
+  const i = Number(url.searchParams.get("i"));
+  if (!Number.isInteger(i) || i < 0 || i >= file.lines.length) {
+    return jsonResponse('{"error":"no such record"}', 404);
+  }
+  return jsonResponse(file.lines[i]);
 }

@@ -4,6 +4,8 @@
 // root; where they cannot be had, the caller is told why, in one line each.
 
 import { findProgram } from "./_sandbox.ts";
+import { reachableSync } from "../_internal/fs.ts";
+import { errorMessage, readEnv } from "../_internal/util.ts";
 
 const GiB = 1024 * 1024 * 1024;
 
@@ -111,15 +113,6 @@ function under(m: Mount, path: string): string {
   return `${m.point}${rel === "/" ? "" : rel}`;
 }
 
-function exists(path: string): boolean {
-  try {
-    Deno.statSync(path);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 function pidsIn(procsFile: string): number[] {
   try {
     return Deno.readTextFileSync(procsFile).split("\n").filter(Boolean).map(Number);
@@ -145,7 +138,7 @@ class Cgroup implements WorkspaceCgroup {
   async kill(): Promise<void> {
     for (const dir of this.#dirs) {
       // cgroup v2 (Linux 5.14) kills a whole subtree at once.
-      if (exists(`${dir}/cgroup.kill`)) {
+      if (reachableSync(`${dir}/cgroup.kill`)) {
         await Deno.writeTextFile(`${dir}/cgroup.kill`, "1").catch(() => {});
       }
     }
@@ -190,7 +183,7 @@ function makeDir(parent: string, name: string): string {
   try {
     for (const e of Deno.readDirSync(parent)) {
       const pid = e.name.match(/^hud-(\d+)-[0-9a-f]+$/)?.[1];
-      if (pid !== undefined && e.isDirectory && !exists(`/proc/${pid}`)) {
+      if (pid !== undefined && e.isDirectory && !reachableSync(`/proc/${pid}`)) {
         try {
           Deno.removeSync(`${parent}/${e.name}`);
         } catch {
@@ -241,7 +234,9 @@ function tryV2(
   try {
     if (memory !== null) {
       Deno.writeTextFileSync(`${dir}/memory.max`, String(memory));
-      if (exists(`${dir}/memory.swap.max`)) Deno.writeTextFileSync(`${dir}/memory.swap.max`, "0");
+      if (reachableSync(`${dir}/memory.swap.max`)) {
+        Deno.writeTextFileSync(`${dir}/memory.swap.max`, "0");
+      }
     }
     if (processes !== null) Deno.writeTextFileSync(`${dir}/pids.max`, String(processes));
   } catch {
@@ -275,7 +270,7 @@ function tryV1(
     if (controller === "memory") {
       Deno.writeTextFileSync(`${dir}/memory.limit_in_bytes`, String(limit));
       // Memory plus swap: no more than memory (where swap accounting is on).
-      if (exists(`${dir}/memory.memsw.limit_in_bytes`)) {
+      if (reachableSync(`${dir}/memory.memsw.limit_in_bytes`)) {
         Deno.writeTextFileSync(`${dir}/memory.memsw.limit_in_bytes`, String(limit));
       }
     } else {
@@ -317,7 +312,7 @@ export function createCgroup(
     own = ownCgroups();
     all = mounts();
   } catch (err) {
-    return { cgroup: null, reasons: [`cannot read /proc: ${(err as Error).message}`] };
+    return { cgroup: null, reasons: [`cannot read /proc: ${errorMessage(err)}`] };
   }
   const v2 = tryV2(own, all, name, memory, processes);
   if (v2 !== null) return { cgroup: v2, reasons: [] };
@@ -392,14 +387,8 @@ function passwdUids(): Set<number> {
 
 /** Where leases live: /run (a tmpfs, emptied at boot) when there is one, else TMPDIR. */
 function leaseDir(): string {
-  if (exists("/run")) return "/run/hud-uids";
-  let tmp: string | undefined;
-  try {
-    tmp = Deno.env.get("TMPDIR");
-  } catch {
-    tmp = undefined;
-  }
-  return `${tmp ?? "/tmp"}/hud-uids`;
+  if (reachableSync("/run")) return "/run/hud-uids";
+  return `${readEnv("TMPDIR") ?? "/tmp"}/hud-uids`;
 }
 
 /**
@@ -456,12 +445,23 @@ export async function leaseUid(first: number, last: number): Promise<UidLease> {
  * @param verb what is refused: "add workspace", "add browser"
  * @throws {RangeError} for a value that is not a positive integer or Infinity
  */
-export function checkLimit(verb: string, what: string, value: number | undefined): void {
+function checkLimit(verb: string, what: string, value: number | undefined): void {
   if (value === undefined || value === Infinity) return;
   if (!(Number.isInteger(value) && value > 0)) {
     throw new RangeError(
       `Cannot ${verb}: invalid limits.${what} "${value}" (a positive integer, or Infinity for none)`,
     );
+  }
+}
+
+/**
+ * Checks every one of {@linkcode WorkspaceLimits} as given.
+ * @param verb what is refused: "add workspace", "add browser"
+ * @throws {RangeError} for a value that is not a positive integer or Infinity
+ */
+export function checkLimits(verb: string, limits: WorkspaceLimits | undefined): void {
+  for (const key of ["memory", "processes", "tmpSize", "fileSize"] as const) {
+    checkLimit(verb, key, limits?.[key]);
   }
 }
 

@@ -59,14 +59,14 @@ function signal(pid: number, sig: Deno.Signal): void {
  * Stops every process of the trees under `roots` (SIGSTOP, which no process
  * can catch), until a scan finds none still running: a stopped process forks
  * no more, so what a scan misses the next one sees.
- * @returns whether all were stopped within `timeoutMs`
+ * @returns whether all were stopped within `timeout` ms
  */
 export async function stopTrees(
   roots: () => Iterable<number>,
-  timeoutMs: number,
+  timeout: number,
 ): Promise<boolean> {
   if (Deno.build.os !== "linux") return false;
-  const deadline = Date.now() + timeoutMs;
+  const deadline = Date.now() + timeout;
   while (true) {
     const table = processTable();
     const running = trees(roots(), table).filter((pid) => {

@@ -13,9 +13,23 @@
 // sandboxes rely on.
 
 import type { SshSpawnOptions } from "../ssh/server.ts";
+import { errorMessage, readEnv } from "../_internal/util.ts";
 
 /** A sandbox mechanism; "none" runs commands as they are. */
 export type Isolation = "bwrap" | "unshare" | "none";
+
+/**
+ * Checks an `isolation` option as given.
+ * @param verb what is refused: "add workspace", "add browser"
+ * @throws {RangeError} for anything but "auto", "bwrap", "unshare" or "none"
+ */
+export function checkIsolation(verb: string, wanted: unknown): void {
+  if (!["auto", "bwrap", "unshare", "none"].includes(wanted as string)) {
+    throw new RangeError(
+      `Cannot ${verb}: unknown isolation "${wanted}" (use "auto", "bwrap", "unshare" or "none")`,
+    );
+  }
+}
 
 /** A host path shown at `dest` inside the sandbox. */
 export interface SandboxMount {
@@ -69,13 +83,7 @@ const SYSTEM_PATHS = ["/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64
  * here, not on the command's PATH, which the agent's `env` requests set.
  */
 export function findProgram(program: string): string | null {
-  let path: string | undefined;
-  try {
-    path = Deno.env.get("PATH");
-  } catch {
-    path = undefined;
-  }
-  for (const dir of (path ?? DEFAULT_PATH).split(":")) {
+  for (const dir of (readEnv("PATH") ?? DEFAULT_PATH).split(":")) {
     if (!dir.startsWith("/")) continue;
     try {
       const info = Deno.statSync(`${dir}/${program}`);
@@ -87,7 +95,8 @@ export function findProgram(program: string): string | null {
   return null;
 }
 
-function isUnder(path: string, dir: string): boolean {
+/** Whether `path` is `dir` or lies under it (both normalised, absolute). */
+export function isUnder(path: string, dir: string): boolean {
   return path === dir || path.startsWith(dir === "/" ? "/" : `${dir}/`);
 }
 
@@ -484,7 +493,7 @@ export async function probeSandbox(config: SandboxConfig, cwd: string): Promise<
   } catch (err) {
     return err instanceof Deno.errors.NotFound
       ? `"${config.isolation}" is not installed`
-      : String(err instanceof Error ? err.message : err);
+      : errorMessage(err);
   }
 }
 

@@ -17,6 +17,7 @@ import { Capability } from "../capability.ts";
 import type { Environment } from "../env.ts";
 import { type ChromiumProcess, type ChromiumSpawner, launchChromium } from "../cdp/_chromium.ts";
 import {
+  checkIsolation,
   chooseSandbox,
   findProgram,
   type SandboxMount,
@@ -24,12 +25,12 @@ import {
   systemShows,
 } from "./_sandbox.ts";
 import {
-  checkLimit,
+  checkLimits,
   resolveLimits,
   type WorkspaceCgroup,
   type WorkspaceLimits,
 } from "./_limits.ts";
-import type { Workspace, WorkspaceIsolation } from "./workspace.ts";
+import type { Workspace, WorkspaceIsolation } from "./_types.ts";
 
 /** The uid (and gid) Chromium runs as when this process is root: `nobody`. */
 const NOBODY = 65534;
@@ -248,38 +249,32 @@ async function inWorkspace(
 
 /** In a sandbox of the browser's own. */
 async function onItsOwn(
-  name: string,
-  options: BrowserOptions,
+  config: BrowserConfig,
   mounts: string[],
   placement: Placement,
 ): Promise<void> {
-  const user = Deno.uid() === 0 ? { uid: options.uid ?? NOBODY, gid: options.gid ?? NOBODY } : null;
+  const user = Deno.uid() === 0 ? { uid: config.uid, gid: config.gid } : null;
   const own = await browserDir("hud-browser-", user?.uid ?? null, user?.gid ?? null);
   placement.dir = own;
   placement.dirs.push(own);
   // 65534 is shared by every browser: RLIMIT_NPROC would count them all.
-  const limits = resolveLimits(options.limits, `hud-browser-${Deno.pid}`, false);
+  const limits = resolveLimits(config.limits, `hud-browser-${Deno.pid}`, false);
   placement.cgroup = limits.cgroup;
   for (const line of limits.notInForce) {
-    options.onError?.(new Error(`Browser "${name}": ${line}`));
+    config.onError(new Error(`Browser "${config.name}": ${line}`));
   }
-  const network = options.network ?? false;
   // The author's directories are mounts, not `writable`: the sandbox hands
   // root's files in `writable` to the sandbox's uid, which suits the
   // browser's own directory only.
   const sandbox = await chooseSandbox(
-    options.isolation ?? "auto",
+    config.isolation,
     {
       writable: [own],
       mounts: [
         ...mounts.map((p): SandboxMount => ({ src: p, dest: p })),
-        ...(options.writable ?? []).map((dir): SandboxMount => ({
-          src: dir,
-          dest: dir,
-          writable: true,
-        })),
+        ...config.writable.map((dir): SandboxMount => ({ src: dir, dest: dir, writable: true })),
       ],
-      network,
+      network: config.network,
       user,
       limits: {
         tmpSize: limits.inForce.tmpSize,
@@ -292,15 +287,213 @@ async function onItsOwn(
     { what: "browser", runs: "Chromium" },
   );
   if (sandbox.isolation === "none") {
-    options.onError?.(
+    config.onError(
       new Error(
-        `Browser "${name}" runs Chromium without a sandbox (isolation: "none"): it sees this host's files and network`,
+        `Browser "${config.name}" runs Chromium without a sandbox (isolation: "none"): it sees this host's files and network`,
       ),
     );
   }
   placement.kind = `${sandbox.isolation}:${user?.uid ?? Deno.uid()}`;
-  placement.ownNetwork = sandbox.isolation !== "none" && !network;
+  placement.ownNetwork = sandbox.isolation !== "none" && !config.network;
   placement.spawn = (argv, env) => spawnInSandbox(argv, { cwd: own, env, sandbox });
+}
+
+/** {@linkcode BrowserOptions} checked, with every default applied. */
+interface BrowserConfig {
+  readonly name: string;
+  readonly executable: string;
+  readonly args: readonly string[] | undefined;
+  readonly startTimeout: number;
+  readonly workspace: Workspace | undefined;
+  readonly network: boolean;
+  /** Checked when given as a list; a function's list is checked at each start. */
+  readonly hostPorts: readonly number[] | (() => readonly number[]);
+  readonly writable: readonly string[];
+  readonly isolation: WorkspaceIsolation;
+  /** When this process is root. */
+  readonly uid: number;
+  readonly gid: number;
+  readonly limits: WorkspaceLimits | undefined;
+  readonly onError: (error: unknown) => void;
+}
+
+/**
+ * Checks `options` (what can be checked before a start) and applies the defaults.
+ * @throws {TypeError} when an option has the wrong type, or is the workspace's to decide
+ * @throws {RangeError} when `isolation`, `uid`, `gid`, a limit or a port is out of range
+ */
+function browserConfig(options: BrowserOptions): BrowserConfig {
+  const name = options.name ?? "browser";
+  if (typeof name !== "string" || name === "") {
+    throw new TypeError("Cannot add browser: name must be a non-empty string");
+  }
+  if (options.args !== undefined && !Array.isArray(options.args)) {
+    throw new TypeError("Cannot add browser: args must be an array of strings");
+  }
+  if (options.workspace !== undefined) checkWorkspace(options);
+  if (options.writable !== undefined && !Array.isArray(options.writable)) {
+    throw new TypeError("Cannot add browser: writable must be an array of directories");
+  }
+  const isolation = options.isolation ?? "auto";
+  checkIsolation("add browser", isolation);
+  checkId("uid", options.uid);
+  checkId("gid", options.gid);
+  checkLimits("add browser", options.limits);
+  const hostPorts = options.hostPorts ?? [];
+  if (typeof hostPorts !== "function") checkPorts(hostPorts);
+  return {
+    name,
+    executable: options.executable ?? "chromium",
+    args: options.args,
+    startTimeout: options.startTimeout ?? 30_000,
+    workspace: options.workspace,
+    network: options.network ?? false,
+    hostPorts,
+    writable: options.writable ?? [],
+    isolation,
+    uid: options.uid ?? NOBODY,
+    gid: options.gid ?? NOBODY,
+    limits: options.limits,
+    onError: options.onError ?? (() => {}),
+  };
+}
+
+/** @throws {TypeError} unless `workspace` is a workspace handle and nothing it decides is set */
+function checkWorkspace(options: BrowserOptions): void {
+  if (typeof options.workspace?.spawn !== "function") {
+    throw new TypeError("Cannot add browser: workspace must be what addWorkspace returned");
+  }
+  for (const key of WORKSPACE_OWNS) {
+    if (options[key] !== undefined) {
+      throw new TypeError(
+        `Cannot add browser: "${key}" is the workspace's when workspace is given (set it on addWorkspace, or leave workspace out)`,
+      );
+    }
+  }
+}
+
+/** What a start needs from this host: Chromium, the relay's deno and the ports it relays. */
+interface Programs {
+  executable: string;
+  deno: string | null;
+  hostPorts: readonly number[];
+}
+
+/**
+ * Finds Chromium (and deno, for the relay of `hostPorts`) and checks the
+ * ports and the writable directories as they are at this start.
+ * @throws {TypeError} naming what is missing and the way out
+ */
+async function programs(config: BrowserConfig): Promise<Programs> {
+  const executable = executablePath(config.executable);
+  if (executable === null) {
+    throw new TypeError(
+      `Cannot start browser: "${config.executable}" is not installed (apt-get install chromium, or pass executable)`,
+    );
+  }
+  const hostPorts = checkPorts(
+    typeof config.hostPorts === "function" ? config.hostPorts() : config.hostPorts,
+  );
+  // The relay for hostPorts is `deno eval`: a `deno compile` binary is no deno.
+  const deno = hostPorts.length === 0
+    ? null
+    : Deno.build.standalone
+    ? findProgram("deno")
+    : Deno.execPath();
+  if (hostPorts.length > 0 && deno === null) {
+    throw new TypeError(
+      'Cannot start browser: hostPorts needs "deno" on PATH (this program is a compiled binary)',
+    );
+  }
+  for (const path of config.writable) {
+    const info = await Deno.stat(path).catch(() => null);
+    if (info === null || !info.isDirectory || !path.startsWith("/")) {
+      throw new TypeError(
+        `Cannot start browser: writable "${path}" is not an absolute path to a directory`,
+      );
+    }
+  }
+  return { executable, deno, hostPorts };
+}
+
+/** Removes what a placement made on this host. */
+async function undo(p: Placement): Promise<void> {
+  await p.cgroup?.remove();
+  for (const d of p.dirs) await Deno.remove(d, { recursive: true }).catch(() => {});
+}
+
+/** One browser of an environment, started and stopped with it. */
+class BrowserHandle {
+  readonly #env: Environment;
+  readonly #config: BrowserConfig;
+  #browser: ChromiumProcess | null = null;
+  #placed: Placement | null = null;
+
+  constructor(env: Environment, config: BrowserConfig) {
+    this.#env = env;
+    this.#config = config;
+  }
+
+  /** Places Chromium (in the workspace's sandbox or its own), starts it, attaches it. */
+  async start(): Promise<void> {
+    const config = this.#config;
+    const { executable, deno, hostPorts } = await programs(config);
+    const mounts = await programMounts(executable, deno);
+    const p: Placement = {
+      dir: "",
+      spawn: () => Promise.reject(new Error("unplaced")),
+      kind: "",
+      ownNetwork: false,
+      dirs: [],
+      cgroup: null,
+    };
+    this.#placed = p;
+    let browser: ChromiumProcess;
+    try {
+      if (config.workspace !== undefined) {
+        await inWorkspace(config.workspace, mounts, hostPorts, p);
+      } else {
+        await onItsOwn(config, mounts, p);
+      }
+      browser = this.#browser = await launchChromium({
+        executable,
+        args: config.args,
+        dir: p.dir,
+        portsDir: p.portsDir,
+        // Without a namespace of its own the browser has this host's 127.0.0.1 already.
+        hostPorts: p.ownNetwork ? hostPorts : [],
+        deno: deno ?? undefined,
+        chromiumSandbox: noChromiumSandbox.has(p.kind) ? false : undefined,
+        spawn: p.spawn,
+        signal: AbortSignal.timeout(config.startTimeout),
+      });
+      if (!browser.chromiumSandbox) noChromiumSandbox.add(p.kind);
+    } catch (err) {
+      this.#placed = null;
+      await undo(p);
+      throw err;
+    }
+    this.#env.addCapability(
+      Capability.cdp({ name: config.name, url: `ws://127.0.0.1:0${browser.path}` }),
+      { attach: (conn, head) => browser.attach(conn, head) },
+    );
+  }
+
+  /** Detaches and kills the browser and removes its files. */
+  async stop(): Promise<void> {
+    const b = this.#browser;
+    const p = this.#placed;
+    this.#browser = null;
+    this.#placed = null;
+    try {
+      if (b !== null) {
+        this.#env.removeCapability(this.#config.name);
+        await b.close();
+      }
+    } finally {
+      if (p !== null) await undo(p);
+    }
+  }
 }
 
 /**
@@ -338,131 +531,7 @@ async function onItsOwn(
  * @throws {RangeError} when `isolation`, `uid`, `gid`, a limit or a port is out of range
  */
 export function addBrowser(env: Environment, options: BrowserOptions = {}): void {
-  const name = options.name ?? "browser";
-  if (typeof name !== "string" || name === "") {
-    throw new TypeError("Cannot add browser: name must be a non-empty string");
-  }
-  if (options.args !== undefined && !Array.isArray(options.args)) {
-    throw new TypeError("Cannot add browser: args must be an array of strings");
-  }
-  const workspace = options.workspace;
-  if (workspace !== undefined) {
-    if (typeof workspace?.spawn !== "function") {
-      throw new TypeError("Cannot add browser: workspace must be what addWorkspace returned");
-    }
-    for (const key of WORKSPACE_OWNS) {
-      if (options[key] !== undefined) {
-        throw new TypeError(
-          `Cannot add browser: "${key}" is the workspace's when workspace is given (set it on addWorkspace, or leave workspace out)`,
-        );
-      }
-    }
-  }
-  if (options.writable !== undefined && !Array.isArray(options.writable)) {
-    throw new TypeError("Cannot add browser: writable must be an array of directories");
-  }
-  const wanted = options.isolation ?? "auto";
-  if (!["auto", "bwrap", "unshare", "none"].includes(wanted)) {
-    throw new RangeError(
-      `Cannot add browser: unknown isolation "${wanted}" (use "auto", "bwrap", "unshare" or "none")`,
-    );
-  }
-  checkId("uid", options.uid);
-  checkId("gid", options.gid);
-  for (const key of ["memory", "processes", "tmpSize", "fileSize"] as const) {
-    checkLimit("add browser", key, options.limits?.[key]);
-  }
-  if (typeof options.hostPorts !== "function" && options.hostPorts !== undefined) {
-    checkPorts(options.hostPorts);
-  }
-  let browser: ChromiumProcess | null = null;
-  let placed: Placement | null = null;
-
-  const undo = async (p: Placement) => {
-    await p.cgroup?.remove();
-    for (const d of p.dirs) await Deno.remove(d, { recursive: true }).catch(() => {});
-  };
-
-  env.initialize(async () => {
-    const wantedExecutable = options.executable ?? "chromium";
-    const executable = executablePath(wantedExecutable);
-    if (executable === null) {
-      throw new TypeError(
-        `Cannot start browser: "${wantedExecutable}" is not installed (apt-get install chromium, or pass executable)`,
-      );
-    }
-    const hostPorts = checkPorts(
-      typeof options.hostPorts === "function" ? options.hostPorts() : options.hostPorts ?? [],
-    );
-    // The relay for hostPorts is `deno eval`: a `deno compile` binary is no deno.
-    const deno = hostPorts.length === 0
-      ? null
-      : Deno.build.standalone
-      ? findProgram("deno")
-      : Deno.execPath();
-    if (hostPorts.length > 0 && deno === null) {
-      throw new TypeError(
-        'Cannot start browser: hostPorts needs "deno" on PATH (this program is a compiled binary)',
-      );
-    }
-    for (const path of options.writable ?? []) {
-      const info = await Deno.stat(path).catch(() => null);
-      if (info === null || !info.isDirectory || !path.startsWith("/")) {
-        throw new TypeError(
-          `Cannot start browser: writable "${path}" is not an absolute path to a directory`,
-        );
-      }
-    }
-    const mounts = await programMounts(executable, deno);
-    const p: Placement = {
-      dir: "",
-      spawn: () => Promise.reject(new Error("unplaced")),
-      kind: "",
-      ownNetwork: false,
-      dirs: [],
-      cgroup: null,
-    };
-    placed = p;
-    try {
-      if (workspace !== undefined) await inWorkspace(workspace, mounts, hostPorts, p);
-      else await onItsOwn(name, options, mounts, p);
-      browser = await launchChromium({
-        executable,
-        args: options.args,
-        dir: p.dir,
-        portsDir: p.portsDir,
-        // Without a namespace of its own the browser has this host's 127.0.0.1 already.
-        hostPorts: p.ownNetwork ? hostPorts : [],
-        deno: deno ?? undefined,
-        chromiumSandbox: noChromiumSandbox.has(p.kind) ? false : undefined,
-        spawn: p.spawn,
-        signal: AbortSignal.timeout(options.startTimeout ?? 30_000),
-      });
-      if (!browser.chromiumSandbox) noChromiumSandbox.add(p.kind);
-    } catch (err) {
-      placed = null;
-      await undo(p);
-      throw err;
-    }
-    const b = browser;
-    env.addCapability(
-      Capability.cdp({ name, url: `ws://127.0.0.1:0${b.path}` }),
-      { attach: (conn, head) => b.attach(conn, head) },
-    );
-  });
-
-  env.shutdown(async () => {
-    const b = browser;
-    const p = placed;
-    browser = null;
-    placed = null;
-    try {
-      if (b !== null) {
-        env.removeCapability(name);
-        await b.close();
-      }
-    } finally {
-      if (p !== null) await undo(p);
-    }
-  });
+  const browser = new BrowserHandle(env, browserConfig(options));
+  env.initialize(() => browser.start());
+  env.shutdown(() => browser.stop());
 }

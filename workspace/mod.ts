@@ -23,3 +23,4 @@ export {
   type WorkspaceSpawnOptions,
 } from "./workspace.ts";
 export { addBrowser, type BrowserOptions } from "./browser.ts";
+export type { ExitStatus } from "../_internal/exit.ts";

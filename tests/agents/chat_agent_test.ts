@@ -1,7 +1,14 @@
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { Environment, integer, rollout, type Run, string } from "../../mod.ts";
-import { AgentLimitError, ChatAgent, defineTool, trimToolResults } from "../../agents/mod.ts";
+import {
+  AgentLimitError,
+  ChatAgent,
+  defineTool,
+  shellTools,
+  trimToolResults,
+} from "../../agents/mod.ts";
+import type { SshClient } from "../../ssh/mod.ts";
 import type { ChatMessage } from "../../agents/mod.ts";
 import { completion, delta, failure, scriptedServer, stream } from "./_scripted.ts";
 
@@ -456,4 +463,21 @@ test("ChatAgent: a typed tool gets coerced arguments and a string() schema", asy
   );
   assert.deepEqual(seen, [{ text: "ab", times: 2 }]);
   assert.equal((steps(run, "tool")[0].content as { result: string }).result, '{"echoed":"abab"}');
+});
+
+test("shellTools(): bash names a signal as Deno does, from SSH's KILL or ExitStatus's SIGKILL", async () => {
+  // The tool's text, not the transport, is the point: a client that answers
+  // one exec as a server would.
+  for (const signal of ["KILL", "SIGKILL"]) {
+    const ssh = {
+      exec: () => Promise.resolve({ code: null, signal, stdoutText: "before\n", stderrText: "" }),
+    } as unknown as SshClient;
+    const bash = shellTools(ssh).find((t) => t.name === "bash")!;
+    const context = { run: undefined as unknown as Run, signal: new AbortController().signal };
+    assert.equal(
+      await bash.call({ command: "kill -KILL $$" }, context),
+      "exit_code: killed by SIGKILL\nstdout:\nbefore\n",
+      signal,
+    );
+  }
 });

@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { bind, Environment, integer, Job, LocalRuntime, rollout, Taskset } from "../../mod.ts";
 import type { RuntimeProvider } from "../../runtime/mod.ts";
 import { CommandAgent } from "../../agents/mod.ts";
+import type { Run } from "../../eval/mod.ts";
 
 function echoEnv(): Environment {
   const env = new Environment("echoes");
@@ -131,6 +132,28 @@ test("CommandAgent: an agent that cannot start is an error, never graded", async
   await Deno.remove(notExecutable);
 });
 
+test("CommandAgent: an exit is recorded as ExitStatus, a signal as code null with its name", async (t) => {
+  const runtime = new LocalRuntime(echoEnv());
+  const command = (run: Run) => run.trace.steps.find((s) => s.type === "command")!.info!;
+  await t.step("exit 3: code 3, no signal, an agent error; the answer is graded", async () => {
+    const run = await rollout(row(1), new CommandAgent("echo 1; exit 3"), { runtime });
+    assert.equal(run.reward, 1);
+    assert.deepEqual({ ...command(run), stderr: "" }, { code: 3, signal: null, stderr: "" });
+    assert.equal(run.trace.errors[0].message, "Agent command exited with code 3");
+  });
+  await t.step("killed by SIGKILL: code null (not 137), the signal named", async () => {
+    const agent = new CommandAgent(["sh", "-c", "echo 1; kill -KILL $$"]);
+    const run = await rollout(row(1), agent, { runtime });
+    assert.equal(run.reward, 1);
+    assert.deepEqual({ ...command(run), stderr: "" }, {
+      code: null,
+      signal: "SIGKILL",
+      stderr: "",
+    });
+    assert.equal(run.trace.errors[0].message, "Agent command exited with signal SIGKILL");
+  });
+});
+
 test("CommandAgent caps the answer: over it the agent stops and the run errors", async () => {
   const runtime = new LocalRuntime(echoEnv());
   const agent = new CommandAgent("yes 1 | head -c 100000; sleep 30", {
@@ -164,7 +187,11 @@ test("rollout(): an answer over the server's frame limit reports the limit", asy
   await using server = bind(env, { maxFrameBytes: 4096 });
   const runtime: RuntimeProvider = {
     place: () =>
-      Promise.resolve({ url: server.url, params: {}, [Symbol.asyncDispose]: async () => {} }),
+      Promise.resolve({
+        address: server.address,
+        params: {},
+        [Symbol.asyncDispose]: async () => {},
+      }),
   };
   const run = await rollout(row(1), new CommandAgent("head -c 10000 /dev/zero | tr '\\0' x"), {
     runtime,

@@ -15,11 +15,10 @@ import {
   KubernetesRuntime,
   type KubernetesRuntimeOptions,
   removeStalePods,
-  RUNTIME_LABEL,
 } from "../../engines/kubernetes.ts";
 import { KubeClient, loadKubeConfig } from "../../engines/_kube.ts";
 import { buildEnvironmentImage } from "../../engines/image.ts";
-import { OWNER_LABEL } from "../../engines/container.ts";
+import { OWNER_LABEL, RUNTIME_LABEL } from "../../engines/_constants.ts";
 import { EngineClient, findEngineSocket } from "../../engines/_engine.ts";
 import { connect } from "../../client.ts";
 import type { Placement, PlaceOptions } from "../../runtime/placement.ts";

@@ -157,6 +157,6 @@ test("Taskset.run() with limitAction cancel stops the running rollouts at the to
   assert.deepEqual(graded, [], "a cancelled rollout was graded");
   await assert.rejects(
     new Taskset(rows).run(agent, { costLimit: 0 }),
-    { name: "RangeError", message: /costLimit must be positive/ },
+    { name: "RangeError", message: /costLimit must be a positive number, got "0"/ },
   );
 });

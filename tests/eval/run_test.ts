@@ -223,7 +223,7 @@ test("rollout() timeout cancels and returns fast even when teardown hangs", asyn
     async place(options) {
       const p = await inner.place(options);
       return {
-        url: p.url,
+        address: p.address,
         params: p.params,
         async [Symbol.asyncDispose]() {
           await teardownGate;
@@ -313,7 +313,7 @@ test("rollout() releases a placement that arrives after its deadline", async () 
       await new Promise((r) => setTimeout(r, 300));
       const p = await inner.place();
       return {
-        url: p.url,
+        address: p.address,
         params: p.params,
         async [Symbol.asyncDispose]() {
           released = true;

@@ -111,6 +111,29 @@ test("unifiedDiff() matches diff -u on added, deleted and newline-only changes",
   }
 });
 
+test("unifiedDiff() matches diff -u where the search stops short of a minimal diff", async (t) => {
+  // Two unrelated 6,000-line texts over 300 words: the middle-snake search
+  // runs past 4,096 steps and splits at its best reach so far, as GNU does
+  // (diffseq.h's too-expensive heuristic). Checked with instrumented copies
+  // of _diff.ts: both seeds take it, seed 34 splitting at the forward
+  // reach and 36 at the backward one.
+  const dir = await Deno.makeTempDir();
+  try {
+    for (const seed of [34, 36]) {
+      await t.step(`seed ${seed}`, async () => {
+        const r = rng(seed);
+        const text = () =>
+          Array.from({ length: 6000 }, () => `line ${Math.floor(r() * 300)}\n`).join("");
+        const a = text();
+        const b = text();
+        assert.equal(ours(a, b), await gnuDiff(dir, a, b));
+      });
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 test("unifiedDiff() returns an empty string for equal texts", () => {
   assert.equal(ours("a\nb\n", "a\nb\n"), "");
 });

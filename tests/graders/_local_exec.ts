@@ -3,19 +3,20 @@
 // group at the time-out or on abort. The bash grader's tests use it until
 // the sandboxed workspace handle lands; it depends on nothing of that.
 
-import type { ExecOptions, ExecResult, ExecTarget } from "../../graders/mod.ts";
+import type { ExecTarget } from "../../graders/mod.ts";
+import type { WorkspaceExecOptions, WorkspaceExecResult } from "../../workspace/mod.ts";
 import { killProcessGroup } from "../../_internal/process.ts";
 
 /** Calls that reached `exec`, for the tests to inspect. */
 export interface LocalExec extends ExecTarget {
-  calls: { argv: string[]; options: ExecOptions }[];
+  calls: { argv: string[]; options: WorkspaceExecOptions }[];
 }
 
 export function localExec(root: string): LocalExec {
   const calls: LocalExec["calls"] = [];
   return {
     calls,
-    async exec(argv: string[], options: ExecOptions = {}): Promise<ExecResult> {
+    async exec(argv: string[], options: WorkspaceExecOptions = {}): Promise<WorkspaceExecResult> {
       calls.push({ argv, options });
       options.signal?.throwIfAborted();
       const started = performance.now();
@@ -40,10 +41,10 @@ export function localExec(root: string): LocalExec {
       const output = child.output();
       let timedOut = false;
       const kill = () => void killProcessGroup(child.pid, 500, output);
-      const timer = options.timeoutMs === undefined ? undefined : setTimeout(() => {
+      const timer = options.timeout === undefined ? undefined : setTimeout(() => {
         timedOut = true;
         kill();
-      }, options.timeoutMs);
+      }, options.timeout);
       options.signal?.addEventListener("abort", kill, { once: true });
       try {
         const out = await output;

@@ -3,7 +3,7 @@
 
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";
-import { bashGrader, combine, type ExecTarget } from "../../graders/mod.ts";
+import { bashGrader, type BashGraderOptions, combine, type ExecTarget } from "../../graders/mod.ts";
 import { localExec } from "./_local_exec.ts";
 
 async function withDir<T>(fn: (dir: string) => Promise<T>): Promise<T> {
@@ -49,17 +49,17 @@ test("bashGrader() runs an argv as given, with cwd, env and stdin passed through
     const s = await bashGrader(
       target,
       ["sh", "-c", 'test "$(pwd)" = "$WANT" && read line && test "$line" = hello'],
-      { cwd: `${dir}/sub`, env: { WANT: `${dir}/sub` }, stdin: "hello\n", timeoutMs: 20_000 },
+      { cwd: `${dir}/sub`, env: { WANT: `${dir}/sub` }, stdin: "hello\n", timeout: 20_000 },
     );
     assert.equal(s.value, 1, JSON.stringify(s.info));
     assert.deepEqual(target.calls[0].argv[0], "sh");
-    assert.equal(target.calls[0].options.timeoutMs, 20_000);
+    assert.equal(target.calls[0].options.timeout, 20_000);
     assert.deepEqual(s.info?.command, target.calls[0].argv);
   }));
 
 test("bashGrader() scores 0 when the command times out, and says so", () =>
   withDir(async (dir) => {
-    const s = await bashGrader(localExec(dir), "echo started; sleep 30", { timeoutMs: 300 });
+    const s = await bashGrader(localExec(dir), "echo started; sleep 30", { timeout: 300 });
     assert.equal(s.value, 0);
     assert.equal(s.info?.timed_out, true);
     assert.equal(s.info?.exit_code, null);
@@ -133,7 +133,15 @@ test("bashGrader() refuses an empty command and bad bounds", async () => {
     message: 'Cannot run bash grader "bash": the command is empty',
   });
   await assert.rejects(() => bashGrader(target, []), TypeError);
-  await assert.rejects(() => bashGrader(target, "true", { timeoutMs: 0 }), RangeError);
+  await assert.rejects(() => bashGrader(target, "true", { timeout: 0 }), RangeError);
+  // The name before 0.1.0 is refused, not ignored.
+  await assert.rejects(
+    () => bashGrader(target, "true", { timeoutMs: 300 } as BashGraderOptions),
+    {
+      name: "TypeError",
+      message: 'Cannot run bash grader "bash": option "timeoutMs" is now "timeout"',
+    },
+  );
   await assert.rejects(() => bashGrader(target, "true", { maxOutput: -1 }), RangeError);
   assert.equal(target.calls.length, 0);
 });

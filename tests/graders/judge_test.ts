@@ -285,9 +285,15 @@ test("llmJudgeGrader() refuses bad criteria and options before calling the model
       RangeError,
     ],
     [
-      { criteria: ["x"], callTimeoutMs: 0 },
-      "Cannot judge: callTimeoutMs 0 must be > 0",
+      { criteria: ["x"], callTimeout: 0 },
+      "Cannot judge: callTimeout 0 must be > 0",
       RangeError,
+    ],
+    [
+      // The name before 0.1.0: refused, not ignored.
+      { criteria: ["x"], callTimeoutMs: 5 } as Parameters<typeof llmJudgeGrader>[2],
+      'Cannot judge: option "callTimeoutMs" is now "callTimeout"',
+      TypeError,
     ],
   ];
   for (const [options, message, type] of cases) {

@@ -172,7 +172,10 @@ test({
     assert.equal((await Deno.stat(`${out}/code/tests/test.sh`)).mode! & 0o777, 0o755);
     const toml = parseToml(await Deno.readTextFile(`${out}/code/task.toml`)) as {
       metadata: Record<string, string>;
+      agent: { timeout_sec: number };
+      verifier: { timeout_sec: number };
     };
+    assert.deepEqual([toml.agent.timeout_sec, toml.verifier.timeout_sec], [600, 600]);
     assert.deepEqual(toml.metadata, {
       hud_env: "harbor-export-fixture",
       hud_env_version: "0.1.0",
@@ -194,8 +197,18 @@ test({
         "--repository",
         `${REPO}-cli`,
         "--no-answer",
+        "--agent-timeout",
+        "90",
+        "--verifier-timeout",
+        "1.5",
       ], { stdout: (t) => lines.push(t), stderr: () => {} });
       assert.equal(code, 0);
+      // The flags in seconds, the library's agentTimeout/verifierTimeout in ms, the file in seconds.
+      const timed = parseToml(await Deno.readTextFile(`${again}/code/task.toml`)) as {
+        agent: { timeout_sec: number };
+        verifier: { timeout_sec: number };
+      };
+      assert.deepEqual([timed.agent.timeout_sec, timed.verifier.timeout_sec], [90, 1.5]);
       assert.deepEqual(lines.join("").trim().split("\n").map((l) => l.split(" ")[1]), [
         `${REPO}-cli:code`,
         `${REPO}-cli:varying`,

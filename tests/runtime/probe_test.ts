@@ -1,6 +1,6 @@
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";
-import { probeReady } from "../../runtime/_probe.ts";
+import { holdReady, probeReady } from "../../runtime/_probe.ts";
 import { bind } from "../../server.ts";
 import { HudProtocolError, NotReadyError } from "../../errors.ts";
 import { demoEnv } from "../_helpers.ts";
@@ -18,7 +18,7 @@ test("probeReady() waits for a server that starts late, with its token", async (
   let server: ReturnType<typeof bind> | null = null;
   const timer = setTimeout(() => server = bind(demoEnv(), { port, token }), 300);
   try {
-    await probeReady(`tcp://:${token}@127.0.0.1:${port}`, {
+    await probeReady({ hostname: "127.0.0.1", port, token }, {
       readyTimeout: 20_000,
       retryInterval: 50,
     });
@@ -32,11 +32,37 @@ test("probeReady() waits for a server that starts late, with its token", async (
 test("probeReady() fails at once on a wrong token, and in time where nothing listens", async () => {
   await using server = bind(demoEnv(), { token: "a".repeat(64) });
   await assert.rejects(
-    probeReady(`tcp://:${"b".repeat(64)}@127.0.0.1:${server.addr.port}`, { readyTimeout: 30_000 }),
+    probeReady({ hostname: "127.0.0.1", port: server.addr.port, token: "b".repeat(64) }, {
+      readyTimeout: 30_000,
+    }),
     (e: unknown) => e instanceof HudProtocolError && e.code === -32001,
   );
   await assert.rejects(
-    probeReady(`tcp://127.0.0.1:${freePort()}`, { readyTimeout: 30_000, refusedTimeout: 200 }),
+    probeReady({ hostname: "127.0.0.1", port: freePort() }, {
+      readyTimeout: 30_000,
+      refusedTimeout: 200,
+    }),
     (e: unknown) => e instanceof NotReadyError && /nothing listens there/.test(e.message),
   );
+});
+
+test("holdReady() keeps its hello's session open, and its end says the server went away", async () => {
+  const token = "h".repeat(64);
+  const server = bind(demoEnv(), { token });
+  try {
+    const held = await holdReady(
+      { hostname: "127.0.0.1", port: server.addr.port, token },
+      { readyTimeout: 10_000 },
+    );
+    assert.equal(server.sessionCount, 1, "the hello's session is held");
+    let ended = false;
+    const watching = held.ended.then(() => ended = true);
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal(ended, false, "nothing ends it while the server runs");
+    await server.shutdown();
+    await watching;
+    held.close();
+  } finally {
+    await server.shutdown();
+  }
 });

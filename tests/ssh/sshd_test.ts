@@ -97,8 +97,8 @@ test({
 
     await t.step("reports a signal death", async () => {
       const r = await client.exec("kill -TERM $$");
-      assert.equal(r.signal, "TERM");
-      assert.equal(r.code, -1);
+      assert.equal(r.signal, "SIGTERM");
+      assert.equal(r.code, null);
     });
 
     await t.step("refuses the wrong host key", async () => {

@@ -8,7 +8,12 @@ import assert from "node:assert/strict";
 import { Environment } from "../../env.ts";
 import { bashGrader, combine } from "../../graders/mod.ts";
 import { SshClient } from "../../ssh/mod.ts";
-import { addWorkspace, type Workspace } from "../../workspace/workspace.ts";
+import {
+  addWorkspace,
+  type Workspace,
+  type WorkspaceExecOptions,
+} from "../../workspace/workspace.ts";
+import { describeExit, type ExitStatus } from "../../_internal/exit.ts";
 
 const IS_ROOT = Deno.uid() === 0;
 
@@ -40,7 +45,7 @@ test("Workspace.exec() runs a check in the sandbox and reports it per the contra
         cwd: `${root}/sub`,
         stdin: "in",
         env: { MARK: "m" },
-        timeoutMs: 20_000,
+        timeout: 20_000,
       });
       assert.deepEqual(
         {
@@ -61,7 +66,7 @@ test("Workspace.exec() runs a check in the sandbox and reports it per the contra
         "bash",
         "-c",
         "id -u; [ -e /run/docker.sock ] && echo host-socket; (echo > /dev/tcp/127.0.0.1/22) 2>/dev/null && echo net; echo done",
-      ], { timeoutMs: 20_000 });
+      ], { timeout: 20_000 });
       assert.equal(r.stdout, `${agent}\ndone\n`);
       if (IS_ROOT) assert.equal(agent, String(ws.uid));
     });
@@ -69,7 +74,7 @@ test("Workspace.exec() runs a check in the sandbox and reports it per the contra
     await t.step("a timeout kills the whole command", async () => {
       const mark = String(800 + Math.floor(Math.random() * 99));
       const r = await ws.exec(["bash", "-c", `setsid sleep ${mark}.25 & sleep ${mark}.25`], {
-        timeoutMs: 500,
+        timeout: 500,
       });
       assert.equal(r.timedOut, true);
       assert.equal(r.code, null);
@@ -89,7 +94,7 @@ test("Workspace.exec() runs a check in the sandbox and reports it per the contra
         "bash",
         "-c",
         'cat "$HUD_GRADER_FILES/tests/t.txt"; echo x > "$HUD_GRADER_FILES/tests/t.txt" 2>/dev/null || echo read-only',
-      ], { files: { "tests/t.txt": "hidden\n" }, timeoutMs: 20_000 });
+      ], { files: { "tests/t.txt": "hidden\n" }, timeout: 20_000 });
       assert.equal(r.stdout, "hidden\nread-only\n");
       const seen = await shell.exec("ls /grader 2>&1; ls -d /tmp/hud-grade-* 2>/dev/null | wc -l");
       assert.match(seen.stdoutText, /No such file or directory\n0\n$/);
@@ -100,7 +105,7 @@ test("Workspace.exec() runs a check in the sandbox and reports it per the contra
         "echo 'echo PLANTED' > ~/.bashrc; cp ~/.bashrc ~/.profile; mkdir -p ~/.config; echo x > ~/.config/mark",
       );
       const r = await ws.exec(["bash", "-lc", 'echo "$HOME"; ls -A "$HOME" | wc -l'], {
-        timeoutMs: 20_000,
+        timeout: 20_000,
       });
       const [home, count] = r.stdout.trim().split("\n");
       assert.notEqual(home, (await shell.exec("printf %s $HOME")).stdoutText);
@@ -112,9 +117,35 @@ test("Workspace.exec() runs a check in the sandbox and reports it per the contra
       await assert.rejects(ws.exec([]), TypeError);
       await assert.rejects(ws.exec(["true"], { cwd: "/etc" }), RangeError);
       await assert.rejects(ws.exec(["true"], { files: { "../x": "y" } }), TypeError);
-      await assert.rejects(ws.exec(["true"], { timeoutMs: 0 }), RangeError);
+      await assert.rejects(ws.exec(["true"], { timeout: 0 }), RangeError);
+      // The name before 0.1.0: refused, not ignored (a ten-minute default instead of 5 s).
+      const old = { timeoutMs: 5000 } as WorkspaceExecOptions;
+      await assert.rejects(ws.exec(["true"], old), {
+        name: "TypeError",
+        message: 'Cannot run in workspace "shell": option "timeoutMs" is now "timeout"',
+      });
     });
   });
+});
+
+test("Workspace.exec() and SshClient.exec() say alike that a signal ended a command", async () => {
+  // Unsandboxed, so that the command itself is killed: under bubblewrap or
+  // unshare the sandbox's own process exits 137 for it, both ways alike.
+  const root = await Deno.makeTempDir({ prefix: "ws-grade-" });
+  const env = new Environment("grading-test");
+  const ws = addWorkspace(env, root, { trackFiles: false, isolation: "none" });
+  await env.start();
+  try {
+    await using shell = SshClient.fromBinding(env.capability("shell")!);
+    const here = await ws.exec(["bash", "-c", "kill -KILL $$"], { timeout: 20_000 });
+    const there = await shell.exec("kill -KILL $$");
+    const exit = (s: ExitStatus) => ({ code: s.code, signal: s.signal, said: describeExit(s) });
+    assert.deepEqual(exit(here), { code: null, signal: "SIGKILL", said: "signal SIGKILL" });
+    assert.deepEqual(exit(there), exit(here));
+  } finally {
+    await env.stop();
+    await Deno.remove(root, { recursive: true });
+  }
 });
 
 test("Workspace.grading() stops the agent's processes: a lingering one cannot race the check", async () => {
@@ -140,7 +171,7 @@ test("Workspace.grading() stops the agent's processes: a lingering one cannot ra
             "-c",
             'for i in $(seq 50); do echo good > f; sleep 0.01; [ "$(cat f)" = good ] || { echo raced; exit 1; }; done; ls',
           ],
-          { timeoutMs: 30_000 },
+          { timeout: 30_000 },
         );
         assert.equal(r.code, 0, r.stdout + r.stderr);
         assert.doesNotMatch(r.stdout, /late\.txt/);
@@ -181,12 +212,12 @@ test("Workspace is an ExecTarget: graders' bashGrader and combine run in its san
     await shell.exec("echo 42 > answer.txt");
     // combine() runs its graders at once: each opens a grading phase.
     const grade = await combine([
-      bashGrader(ws, 'test "$(cat answer.txt)" = 42', { name: "answer", timeoutMs: 20_000 }),
+      bashGrader(ws, 'test "$(cat answer.txt)" = 42', { name: "answer", timeout: 20_000 }),
       bashGrader(ws, ["bash", "-c", 'test "$(id -u)" = "$0"', String(ws.uid ?? Deno.uid())], {
         name: "uid",
-        timeoutMs: 20_000,
+        timeout: 20_000,
       }),
-      bashGrader(ws, "touch /etc/x", { name: "escape", weight: -1, timeoutMs: 20_000 }),
+      bashGrader(ws, "touch /etc/x", { name: "escape", weight: -1, timeout: 20_000 }),
     ]);
     assert.equal(grade.score, 1, JSON.stringify(grade.info));
     assert.deepEqual(grade.subscores, { answer: 1, uid: 1, escape: 0 });

@@ -1,0 +1,103 @@
+// A workspace's options resolved once (as `server.ts` bind() does with
+// `_server/control.ts`): checked when `addWorkspace` is called, every
+// default applied in one place, into the record the handle and the steps of
+// each start read.
+
+import { checkIsolation } from "./_sandbox.ts";
+import { checkLimits, type WorkspaceLimits } from "./_limits.ts";
+import type { WorkspaceIsolation, WorkspaceOptions } from "./_types.ts";
+
+/** The uids workspaces take one each of, by default (no system or package uses them). */
+const UID_RANGE: readonly [number, number] = [59000, 59999];
+
+/** {@linkcode WorkspaceOptions} checked, with every default applied. */
+export interface WorkspaceConfig {
+  /** The capability name. */
+  readonly name: string;
+  /** The root, absolute. */
+  readonly root: string;
+  /** The one user name the agent logs in as. */
+  readonly user: string;
+  /** The author's variables for commands. */
+  readonly env: Readonly<Record<string, string>>;
+  readonly isolation: WorkspaceIsolation;
+  readonly network: boolean;
+  /** The uid and gid asked for; when not given, decided at each start (as root). */
+  readonly uid: number | undefined;
+  readonly gid: number | undefined;
+  readonly uidRange: readonly [number, number];
+  /** As asked for: each start makes its cgroup and says what is not in force. */
+  readonly limits: WorkspaceLimits | undefined;
+  /** Host paths shown read-only at the same place. */
+  readonly mounts: readonly string[];
+  readonly hostname: string;
+  readonly port: number;
+  readonly writeKeyFile: boolean;
+  readonly trackFiles: boolean;
+  readonly onError: (error: unknown) => void;
+}
+
+/** `path` made absolute against this process's working directory. */
+export function absolute(path: string): string {
+  if (path.startsWith("/")) return path;
+  const cwd = Deno.cwd();
+  return path === "." ? cwd : `${cwd.replace(/\/$/, "")}/${path.replace(/^\.\//, "")}`;
+}
+
+function checkId(what: string, id: number | undefined): void {
+  if (id !== undefined && !(Number.isInteger(id) && id >= 0 && id < 2 ** 32 - 1)) {
+    throw new RangeError(`Cannot add workspace: invalid ${what} "${id}"`);
+  }
+}
+
+function checkUidRange(range: readonly [number, number] | undefined): void {
+  if (
+    range !== undefined &&
+    !(Array.isArray(range) && range.length === 2 &&
+      range.every((u) => Number.isInteger(u) && u > 0) &&
+      range[0] <= range[1] && range[1] < 2 ** 32 - 1)
+  ) {
+    throw new RangeError(`Cannot add workspace: invalid uidRange "${range}" ([first, last] uids)`);
+  }
+}
+
+/**
+ * Checks `options` and applies the defaults.
+ * @throws {TypeError} when `root` is not a non-empty string, or a mount is not absolute
+ * @throws {RangeError} when `isolation`, `uid`, `gid`, `uidRange` or a limit is out of range
+ */
+export function workspaceConfig(root: string, options: WorkspaceOptions): WorkspaceConfig {
+  if (typeof root !== "string" || root === "") {
+    throw new TypeError("Cannot add workspace: root must be a non-empty string");
+  }
+  const isolation = options.isolation ?? "auto";
+  checkIsolation("add workspace", isolation);
+  checkId("uid", options.uid);
+  checkId("gid", options.gid);
+  checkUidRange(options.uidRange);
+  checkLimits("add workspace", options.limits);
+  const mounts = options.mounts ?? [];
+  for (const p of mounts) {
+    if (typeof p !== "string" || !p.startsWith("/")) {
+      throw new TypeError(`Cannot add workspace: mounts must be absolute paths, got "${p}"`);
+    }
+  }
+  return {
+    name: options.name ?? "shell",
+    root: absolute(root),
+    user: options.user ?? "agent",
+    env: options.env ?? {},
+    isolation,
+    network: options.network ?? false,
+    uid: options.uid,
+    gid: options.gid,
+    uidRange: options.uidRange ?? UID_RANGE,
+    limits: options.limits,
+    mounts,
+    hostname: options.hostname ?? "127.0.0.1",
+    port: options.port ?? 0,
+    writeKeyFile: options.writeKeyFile ?? true,
+    trackFiles: options.trackFiles ?? true,
+    onError: options.onError ?? (() => {}),
+  };
+}

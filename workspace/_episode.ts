@@ -1,0 +1,268 @@
+// One start-to-stop episode of a workspace, made in steps, each its own
+// function: the agent's uid (leased from a range, as root), the limits in
+// force, the root handed to that uid, the sandbox's /etc naming it, the
+// sandboxed SFTP server, the sandbox chosen; then the keys, the SSH server
+// and the published capabilities. What an episode made is undone by
+// `releaseEpisode()`.
+
+import { Capability } from "../capability.ts";
+import type { Environment } from "../env.ts";
+import { formatHost } from "../_internal/net.ts";
+import { generateSshKeyPair } from "../ssh/keys.ts";
+import { type SshServer, type SshSpawner, startSshServer } from "../ssh/server.ts";
+import { startFileTracker } from "../filetracking/tracker.ts";
+import type { FileTracker } from "../filetracking/tracker.ts";
+import { chooseSandbox, type SandboxConfig, type SandboxMount } from "./_sandbox.ts";
+import {
+  leaseUid,
+  resolveLimits,
+  type UidLease,
+  type WorkspaceCgroup,
+  type WorkspaceLimitsInForce,
+} from "./_limits.ts";
+import { SandboxedSftp, SFTP_MARKER } from "./_sftp.ts";
+import type { WorkspaceConfig } from "./_config.ts";
+
+/** Unauthenticated SSH connections: random early drop from 32, all from 128. */
+const WORKSPACE_STARTUPS = { start: 32, rate: 30, full: 128 };
+
+/** The gid of commands given a `uid` but no `gid`, when this process is root: `nogroup`. */
+const NOBODY = 65534;
+
+/** Everything one start-to-stop episode holds. */
+export interface Episode {
+  sandbox: SandboxConfig;
+  /** The agent's HOME, made for this episode. */
+  home: string;
+  /** The uid and gid commands run as (as root, unless that is root), or null. */
+  user: { uid: number; gid: number } | null;
+  /** HOME, USER and the author's variables. */
+  commandEnv: Record<string, string>;
+  cgroup: WorkspaceCgroup | null;
+  lease: UidLease | null;
+  limits: WorkspaceLimitsInForce;
+  server: SshServer | null;
+  tracker: FileTracker | null;
+  /** The directory of the client key file, when one was written. */
+  keyDir: string | null;
+  sftp: SandboxedSftp | null;
+  /** The sandbox's /etc/passwd and /etc/group, naming the agent's uid. */
+  etc: string | null;
+}
+
+/** A new episode, with its HOME made and nothing else yet. */
+export async function newEpisode(): Promise<Episode> {
+  return {
+    sandbox: { isolation: "none", writable: [], network: false, user: null },
+    home: await Deno.makeTempDir({ prefix: "hud-home-" }),
+    user: null,
+    commandEnv: {},
+    cgroup: null,
+    lease: null,
+    limits: { memory: null, processes: null, tmpSize: null, fileSize: null },
+    server: null,
+    tracker: null,
+    keyDir: null,
+    sftp: null,
+    etc: null,
+  };
+}
+
+/**
+ * Makes the episode's sandbox, complete enough for commands: the agent's
+ * uid, limits, the root and HOME handed over, /etc naming the uid, the SFTP
+ * server staged, the mechanism chosen, the commands' variables.
+ * @param report one line for each protection that could not be had here
+ */
+export async function prepareSandbox(
+  config: WorkspaceConfig,
+  ep: Episode,
+  report: (message: string) => void,
+): Promise<void> {
+  ep.user = await agentUser(config, ep);
+  const nproc = applyLimits(config, ep, report);
+  const mounts: SandboxMount[] = config.mounts.map((p) => ({ src: p, dest: p }));
+  if (ep.user !== null) {
+    await chownTree([config.root, ep.home], ep.user.uid, ep.user.gid);
+    mounts.push(...await nameUser(config.user, ep.user, ep));
+  }
+  ep.sftp = await SandboxedSftp.stage(report);
+  if (ep.sftp !== null) mounts.push(...ep.sftp.mounts);
+  ep.sandbox = await chooseSandbox(
+    config.isolation,
+    {
+      writable: [config.root, ep.home],
+      mounts,
+      network: config.network,
+      user: ep.user,
+      limits: { tmpSize: ep.limits.tmpSize, fileSize: ep.limits.fileSize, processes: nproc },
+      cgroups: ep.cgroup?.procs ?? [],
+    },
+    config.root,
+    { what: "workspace", runs: "commands" },
+  );
+  if (ep.sandbox.isolation === "none") {
+    config.onError(
+      new Error(
+        `Workspace "${config.name}" runs commands without a sandbox (isolation: "none"): they see this host's processes, files and network${
+          ep.user === null ? " as this process's user" : ""
+        }`,
+      ),
+    );
+  }
+  ep.commandEnv = { HOME: ep.home, USER: config.user, ...config.env };
+}
+
+/**
+ * The uid and gid commands run as, when this process is root: those given,
+ * else a uid leased from the range (its gid the same); null when not root
+ * or when that is root itself.
+ */
+async function agentUser(
+  config: WorkspaceConfig,
+  ep: Episode,
+): Promise<{ uid: number; gid: number } | null> {
+  if (Deno.uid() !== 0) return null;
+  let uid = config.uid;
+  let gid = config.gid;
+  if (uid === undefined) {
+    const [first, last] = config.uidRange;
+    ep.lease = await leaseUid(first, last);
+    uid = ep.lease.uid;
+    gid ??= uid;
+  }
+  gid ??= uid === 0 ? 0 : NOBODY;
+  return uid === 0 ? null : { uid, gid };
+}
+
+/** Makes the cgroup and notes the limits in force; returns RLIMIT_NPROC to set, if any. */
+function applyLimits(
+  config: WorkspaceConfig,
+  ep: Episode,
+  report: (message: string) => void,
+): number | null {
+  const limits = resolveLimits(config.limits, `hud-${Deno.pid}`, ep.lease !== null);
+  ep.cgroup = limits.cgroup;
+  ep.limits = limits.inForce;
+  for (const line of limits.notInForce) report(line);
+  return limits.nproc;
+}
+
+/** Gives `paths` (recursively, links not followed) to `uid`:`gid`. */
+async function chownTree(paths: string[], uid: number, gid: number): Promise<void> {
+  const out = await new Deno.Command("chown", {
+    args: ["-R", "-P", "-h", `${uid}:${gid}`, "--", ...paths],
+    stdout: "null",
+    stderr: "piped",
+  }).output();
+  if (!out.success) {
+    const why = new TextDecoder().decode(out.stderr).trim().split("\n")[0];
+    throw new Error(`Cannot start workspace: cannot give the root to uid ${uid}: ${why}`);
+  }
+}
+
+/**
+ * A uid without a name breaks scp, git and whoami: the sandbox's passwd
+ * and group, this host's with a line for the agent added, name it.
+ * @returns the mounts that show them
+ */
+async function nameUser(
+  name: string,
+  user: { uid: number; gid: number },
+  ep: Episode,
+): Promise<SandboxMount[]> {
+  const etc = ep.etc = await Deno.makeTempDir({ prefix: "hud-etc-" });
+  await Deno.chmod(etc, 0o755);
+  const read = (f: string) => Deno.readTextFile(f).then((t) => t.replace(/\n?$/, "\n"), () => "");
+  const passwd = `${name}:x:${user.uid}:${user.gid}::${ep.home}:/bin/bash\n`;
+  await Deno.writeTextFile(`${etc}/passwd`, `${await read("/etc/passwd")}${passwd}`, {
+    mode: 0o644,
+  });
+  await Deno.writeTextFile(`${etc}/group`, `${await read("/etc/group")}${name}:x:${user.gid}:\n`, {
+    mode: 0o644,
+  });
+  return [
+    { src: `${etc}/passwd`, dest: "/etc/passwd" },
+    { src: `${etc}/group`, dest: "/etc/group" },
+  ];
+}
+
+/**
+ * Makes the episode's keys, starts its SSH server (commands through
+ * `spawn`) and publishes the `ssh/2` capability, attached to the
+ * environment so that a `tunnel.open` hands the control connection to the
+ * server in this process: no loopback hop, one copy fewer each way.
+ */
+export async function publishShell(
+  env: Environment,
+  config: WorkspaceConfig,
+  ep: Episode,
+  spawn: SshSpawner,
+): Promise<void> {
+  const host = await generateSshKeyPair({ comment: `${env.name}-host` });
+  const client = await generateSshKeyPair({ comment: `${env.name}-${config.user}` });
+  let clientKeyPath: string | undefined;
+  if (config.writeKeyFile) {
+    ep.keyDir = await Deno.makeTempDir({ prefix: "hud-ssh-" });
+    clientKeyPath = `${ep.keyDir}/id_ed25519`;
+    await Deno.writeTextFile(clientKeyPath, client.privateKey, { mode: 0o600 });
+  }
+  const server = ep.server = startSshServer({
+    hostname: config.hostname,
+    port: config.port,
+    hostKey: host.privateKey,
+    authorizedKeys: [client.publicKey],
+    user: config.user,
+    cwd: config.root,
+    env: ep.commandEnv,
+    spawn,
+    ...(ep.sftp === null ? { sftp: false } : { sftpCommand: [SFTP_MARKER] }),
+    // Rollouts in parallel log in at once: OpenSSH's 10:30:100 would drop
+    // some of a burst of twenty.
+    maxStartups: WORKSPACE_STARTUPS,
+    onError: config.onError,
+  });
+  const addr = server.addr;
+  env.addCapability(
+    Capability.ssh({
+      name: config.name,
+      url: `ssh://${formatHost(addr.hostname)}:${addr.port}`,
+      user: config.user,
+      hostPublicKey: server.hostPublicKey,
+      clientKey: client.privateKey,
+      clientKeyPath,
+      cwd: config.root,
+      isolation: ep.sandbox.isolation,
+    }),
+    { attach: (conn, head) => server.attach(conn, head) },
+  );
+}
+
+/**
+ * Starts a `filetracking/1` tracker of the root and publishes it, attached
+ * to the environment: it has no port of its own.
+ */
+export async function publishTracker(
+  env: Environment,
+  config: WorkspaceConfig,
+  ep: Episode,
+): Promise<void> {
+  const t = ep.tracker = await startFileTracker(config.root, {
+    onError: config.onError,
+    listen: false,
+  });
+  env.addCapability(t.capability(), { attach: (conn, head) => t.attach(conn, head) });
+}
+
+/**
+ * Undoes what the episode made on this host (once its processes are gone):
+ * the SFTP staging, the cgroup, the uid lease, the key, HOME and /etc.
+ */
+export async function releaseEpisode(ep: Episode): Promise<void> {
+  await ep.sftp?.remove();
+  await ep.cgroup?.remove();
+  await ep.lease?.release();
+  for (const dir of [ep.keyDir, ep.home, ep.etc]) {
+    if (dir !== null) await Deno.remove(dir, { recursive: true }).catch(() => {});
+  }
+}

@@ -1,0 +1,80 @@
+// The agent's side of a workspace: every process started for it (commands,
+// SFTP servers, spawn() children) and the gate a grading phase closes on
+// them. While a phase runs, each of their process trees is stopped
+// (SIGSTOP) and new ones wait; the last phase to end lets them run again.
+
+import { continueTrees, killTrees, stopTrees } from "./_processes.ts";
+
+/** How long stopping the agent may take before what will not stop is killed. */
+const FREEZE_TIMEOUT = 5000;
+
+/** The agent's processes and the grading gate. */
+export class AgentGate {
+  /** Each process started for the agent, by pid, to when it exits. */
+  readonly #exits = new Map<number, Promise<void>>();
+  #phases = 0;
+  #gate: Promise<void> = Promise.resolve();
+  #openGate: () => void = () => {};
+  #frozen: Promise<void> = Promise.resolve();
+
+  /** Whether a grading phase holds the agent now. */
+  get held(): boolean {
+    return this.#phases > 0;
+  }
+
+  /** Resolves when the phases holding the agent now have ended. */
+  get opened(): Promise<void> {
+    return this.#gate;
+  }
+
+  /** Counts `child` as the agent's until it exits. */
+  track(child: Deno.ChildProcess): void {
+    const pid = child.pid;
+    const exited = child.status.then(() => {}, () => {});
+    this.#exits.set(pid, exited);
+    exited.then(() => this.#exits.delete(pid));
+  }
+
+  /**
+   * Begins a grading phase; the first one stops every process of the
+   * agent. Resolves once they are stopped (or killed, when they would not
+   * stop in time).
+   */
+  async hold(): Promise<void> {
+    this.#phases++;
+    if (this.#phases === 1) {
+      this.#gate = new Promise((resolve) => this.#openGate = resolve);
+      this.#frozen = this.#freeze();
+    }
+    await this.#frozen;
+  }
+
+  /** Ends a grading phase; after the last one the agent's processes run again. */
+  release(): void {
+    if (--this.#phases === 0) {
+      continueTrees(this.#exits.keys());
+      this.#openGate();
+    }
+  }
+
+  async #freeze(): Promise<void> {
+    if (await stopTrees(() => this.#exits.keys(), FREEZE_TIMEOUT)) return;
+    await this.#killAgent();
+  }
+
+  async #killAgent(others: Iterable<number> = []): Promise<void> {
+    const agent = [...this.#exits];
+    killTrees([...agent.map(([pid]) => pid), ...others]);
+    await Promise.all(agent.map(([, exited]) => exited));
+  }
+
+  /**
+   * Kills every process of the agent, and `others` (grading commands),
+   * waits for the agent's to exit, and opens the gate: nothing waits on a
+   * workspace that is stopping.
+   */
+  async killAll(others: Iterable<number>): Promise<void> {
+    await this.#killAgent(others);
+    if (this.#phases > 0) this.#openGate();
+  }
+}

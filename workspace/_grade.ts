@@ -1,0 +1,268 @@
+// One grading command (`Workspace.exec()` within a phase): its arguments
+// checked, a fresh directory for its HOME and hidden files, the agent's
+// sandbox with those in place, and its run under a timeout with its output
+// kept up to a bound.
+
+import { readEnv, refuseRenamed } from "../_internal/util.ts";
+import { concat } from "../_internal/io.ts";
+import { DEFAULT_PATH, isUnder, type SandboxConfig, spawnInSandbox } from "./_sandbox.ts";
+import { killTrees } from "./_processes.ts";
+import { absolute } from "./_config.ts";
+import { WORKSPACE_RUN_DIR } from "./_sftp.ts";
+import type { WorkspaceExecOptions, WorkspaceExecResult } from "./_types.ts";
+
+/** Where a grading command finds its `files`, inside the sandbox. */
+const GRADER_FILES = "/grader";
+
+/** A grading command, checked, with every default applied. */
+export interface GradeCommand {
+  readonly argv: readonly string[];
+  /** Absolute and normalised, inside the root. */
+  readonly cwd: string;
+  readonly timeout: number;
+  readonly maxOutput: number;
+  readonly files: readonly (readonly [string, string | Uint8Array])[];
+  readonly env: Readonly<Record<string, string>>;
+  readonly stdin: string | Uint8Array | undefined;
+  readonly signal: AbortSignal | undefined;
+}
+
+/** What of the agent's episode a grading command runs with. */
+export interface GradeSandbox {
+  /** The agent's sandbox. */
+  readonly sandbox: SandboxConfig;
+  /** The agent's uid and gid (as root), or null. */
+  readonly user: { uid: number; gid: number } | null;
+  /** The agent's commands' HOME, USER and the author's variables. */
+  readonly commandEnv: Readonly<Record<string, string>>;
+}
+
+/** @throws {TypeError} unless `argv` is a non-empty array of strings */
+export function checkArgv(verb: string, name: string, argv: readonly string[]): void {
+  if (
+    !Array.isArray(argv) || argv.length === 0 || !argv.every((a) => typeof a === "string")
+  ) {
+    throw new TypeError(
+      `Cannot ${verb} workspace "${name}": argv must be a non-empty string array`,
+    );
+  }
+}
+
+/** `path` without ".", ".." and doubled slashes (links are not resolved). */
+function normalize(path: string): string {
+  const parts: string[] = [];
+  for (const part of path.split("/")) {
+    if (part === "" || part === ".") continue;
+    if (part === "..") parts.pop();
+    else parts.push(part);
+  }
+  return `/${parts.join("/")}`;
+}
+
+function checkFiles(
+  name: string,
+  files: Record<string, string | Uint8Array>,
+): [string, string | Uint8Array][] {
+  const entries = Object.entries(files);
+  for (const [path, content] of entries) {
+    const parts = path.split("/");
+    if (
+      path === "" || path.startsWith("/") || path.includes("\0") ||
+      parts.some((p) => p === "" || p === "." || p === "..") ||
+      (typeof content !== "string" && !(content instanceof Uint8Array))
+    ) {
+      throw new TypeError(
+        `Cannot run in workspace "${name}": invalid file "${path}" (a relative path to a string or bytes)`,
+      );
+    }
+  }
+  return entries;
+}
+
+/**
+ * Checks a grading command's arguments and applies the defaults.
+ * @param name the workspace's name, for messages
+ * @param root the workspace's root
+ * @throws {TypeError} for a bad `argv` or `files`, or an option by its old name
+ * @throws {RangeError} for a `cwd` outside the root or a bad `timeout`
+ */
+export function gradeCommand(
+  name: string,
+  root: string,
+  argv: readonly string[],
+  options: WorkspaceExecOptions,
+): GradeCommand {
+  checkArgv("run in", name, argv);
+  refuseRenamed(`run in workspace "${name}"`, options, { timeoutMs: "timeout" });
+  const cwd = normalize(options.cwd === undefined ? root : absolute(options.cwd));
+  if (!isUnder(cwd, normalize(root))) {
+    throw new RangeError(
+      `Cannot run in workspace "${name}": cwd "${options.cwd}" is outside the root "${root}"`,
+    );
+  }
+  const timeout = options.timeout ?? 600_000;
+  if (!(timeout > 0)) {
+    throw new RangeError(`Cannot run in workspace "${name}": invalid timeout "${timeout}"`);
+  }
+  return {
+    argv,
+    cwd,
+    timeout,
+    maxOutput: options.maxOutput ?? 1024 * 1024,
+    files: checkFiles(name, options.files ?? {}),
+    env: options.env ?? {},
+    stdin: options.stdin,
+    signal: options.signal,
+  };
+}
+
+/**
+ * Makes a directory for one grading command: `home/`, its HOME (the agent's
+ * uid's), and `files/`, its hidden files (world-readable, for any uid).
+ */
+async function gradingDir(
+  files: GradeCommand["files"],
+  user: GradeSandbox["user"],
+): Promise<string> {
+  const dir = await Deno.makeTempDir({ prefix: "hud-grade-" });
+  try {
+    await Deno.chmod(dir, 0o711);
+    await Deno.mkdir(`${dir}/home`, { mode: 0o700 });
+    await Deno.mkdir(`${dir}/files`, { mode: 0o755 });
+    await Deno.chmod(`${dir}/files`, 0o755);
+    for (const [path, content] of files) {
+      const full = `${dir}/files/${path}`;
+      await Deno.mkdir(full.slice(0, full.lastIndexOf("/")), { recursive: true, mode: 0o755 });
+      if (typeof content === "string") await Deno.writeTextFile(full, content, { mode: 0o755 });
+      else await Deno.writeFile(full, content, { mode: 0o755 });
+    }
+    if (user !== null) await Deno.chown(`${dir}/home`, user.uid, user.gid);
+    return dir;
+  } catch (err) {
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+    throw err;
+  }
+}
+
+/**
+ * The agent's sandbox for a grading command: the root and a fresh HOME
+ * writable, the hidden files read-only at /grader, nothing of the
+ * workspace's own (the SFTP server).
+ */
+function graderSandbox(sandbox: SandboxConfig, root: string, dir: string): SandboxConfig {
+  return {
+    ...sandbox,
+    writable: [root, `${dir}/home`],
+    mounts: [
+      ...(sandbox.mounts ?? []).filter((m) => !m.dest.startsWith(WORKSPACE_RUN_DIR)),
+      { src: `${dir}/files`, dest: GRADER_FILES },
+    ],
+  };
+}
+
+/**
+ * Runs a grading command in the agent's sandbox and waits for it, its
+ * process id in `running` meanwhile (the workspace kills those when it
+ * stops).
+ */
+export async function runGradeCommand(
+  agent: GradeSandbox,
+  root: string,
+  command: GradeCommand,
+  running: Set<number>,
+): Promise<WorkspaceExecResult> {
+  const started = performance.now();
+  const dir = await gradingDir(command.files, agent.user);
+  try {
+    const sandboxed = agent.sandbox.isolation !== "none";
+    const child = spawnInSandbox(command.argv, {
+      cwd: command.cwd,
+      env: {
+        PATH: readEnv("PATH") ?? DEFAULT_PATH,
+        LANG: readEnv("LANG") ?? "C.UTF-8",
+        ...agent.commandEnv,
+        HOME: `${dir}/home`,
+        HUD_GRADER_FILES: sandboxed ? GRADER_FILES : `${dir}/files`,
+        ...command.env,
+      },
+      sandbox: graderSandbox(agent.sandbox, root, dir),
+    });
+    running.add(child.pid);
+    try {
+      return await capture(child, command, started);
+    } finally {
+      running.delete(child.pid);
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  }
+}
+
+/**
+ * Feeds `child` its stdin, keeps up to `maxOutput` bytes of each of its
+ * outputs and waits for it to end, killing its whole tree at the timeout or
+ * when the signal aborts.
+ */
+async function capture(
+  child: Deno.ChildProcess,
+  command: GradeCommand,
+  started: number,
+): Promise<WorkspaceExecResult> {
+  const { signal, timeout, maxOutput } = command;
+  let timedOut = false;
+  const kill = () => killTrees([child.pid]);
+  const timer = setTimeout(() => {
+    timedOut = true;
+    kill();
+  }, timeout);
+  signal?.addEventListener("abort", kill, { once: true });
+  if (signal?.aborted) kill();
+  try {
+    const [status, stdout, stderr] = await Promise.all([
+      child.status,
+      collect(child.stdout, maxOutput),
+      collect(child.stderr, maxOutput),
+      feed(child.stdin, command.stdin),
+    ]);
+    return {
+      code: status.signal === null ? status.code : null,
+      signal: status.signal,
+      stdout,
+      stderr,
+      timedOut,
+      durationMs: Math.round(performance.now() - started),
+    };
+  } finally {
+    clearTimeout(timer);
+    signal?.removeEventListener("abort", kill);
+  }
+}
+
+/** Writes `input` (if any) to `stdin` and closes it; a command may stop reading. */
+async function feed(
+  stdin: WritableStream<Uint8Array>,
+  input: string | Uint8Array | undefined,
+): Promise<void> {
+  const w = stdin.getWriter();
+  try {
+    if (input !== undefined) {
+      await w.write(typeof input === "string" ? new TextEncoder().encode(input) : input);
+    }
+    await w.close();
+  } catch {
+    // It stopped reading.
+  }
+}
+
+/** Reads `stream` to its end, keeping its first `max` bytes, as text. */
+async function collect(stream: ReadableStream<Uint8Array>, max: number): Promise<string> {
+  const chunks: Uint8Array[] = [];
+  let kept = 0;
+  for await (const chunk of stream) {
+    if (kept >= max) continue;
+    const part = chunk.subarray(0, max - kept);
+    chunks.push(part);
+    kept += part.length;
+  }
+  return new TextDecoder().decode(concat(chunks));
+}
