@@ -55,11 +55,31 @@ function entries(path: string): Uint8Array[] {
   return out;
 }
 
-/** The NULL-terminated array of the entries' addresses, as execve takes it. */
-function pointers(list: Uint8Array[]): BigUint64Array {
-  const out = new BigUint64Array(list.length + 1);
-  list.forEach((b, i) => out[i] = BigInt(Deno.UnsafePointer.value(Deno.UnsafePointer.of(b))));
-  return out;
+/**
+ * What execve reads, held until it has read it: a pointer into a buffer
+ * that the garbage collector freed or moved meanwhile would hand the new
+ * image another string.
+ */
+let handedToExecve: unknown[] = [];
+
+/**
+ * The entries copied into one buffer, and the NULL-terminated array of
+ * their addresses, as execve takes them. Both are backed by ArrayBuffers,
+ * which V8 keeps off its heap and never moves (a small typed array of its
+ * own may live on the heap, and move).
+ */
+function packed(list: Uint8Array[]): BigUint64Array {
+  const bytes = new Uint8Array(new ArrayBuffer(list.reduce((n, b) => n + b.length, 0)));
+  const table = new BigUint64Array(new ArrayBuffer(8 * (list.length + 1)));
+  const base = BigInt(Deno.UnsafePointer.value(Deno.UnsafePointer.of(bytes)));
+  let offset = 0;
+  list.forEach((b, i) => {
+    bytes.set(b, offset);
+    table[i] = base + BigInt(offset);
+    offset += b.length;
+  });
+  handedToExecve.push(bytes, table);
+  return table;
 }
 
 /**
@@ -120,6 +140,7 @@ export function execWithServerV8Flags(entry?: URL): void {
     encoder.encode(`DENO_V8_FLAGS=${SERVER_V8_FLAGS.join(",")}\0`),
     encoder.encode(`${APPLIED}=1\0`),
   );
+  // A buffer argument's own address is taken as the call starts.
   const path = encoder.encode(Deno.execPath() + "\0");
   for (const name of LIBC) {
     let libc;
@@ -131,7 +152,8 @@ export function execWithServerV8Flags(entry?: URL): void {
       continue;
     }
     // Returns only when it failed.
-    libc.symbols.execve(path, pointers(intoEntry(argv, args, entry)), pointers(environ));
+    libc.symbols.execve(path, packed(intoEntry(argv, args, entry)), packed(environ));
+    handedToExecve = [];
     libc.close();
     return;
   }
