@@ -400,7 +400,14 @@ export class ControlServer {
    * registers (0.4 KiB less per session; BENCHMARKS.md).
    */
   #next(c: Connection): void {
-    const frame = c.reader.next();
+    let frame;
+    try {
+      frame = c.reader.next();
+    } catch (err) {
+      // Growing the buffer failed: the connection ends as in a read loop's
+      // catch; thrown in a promise callback, it would end the process.
+      return this.#end(c, err);
+    }
     if (frame === undefined) {
       c.conn.read(c.reader.space()).then((n) => {
         c.reader.filled(n);
