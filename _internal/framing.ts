@@ -24,7 +24,7 @@ export type LineResult =
   | { kind: "oversized"; size: number; overBudget?: true; head: Uint8Array };
 
 /** How many first bytes of an oversized line {@linkcode LineReader} keeps. */
-export const OVERSIZED_HEAD = 1024;
+const OVERSIZED_HEAD = 1024;
 
 /**
  * Bytes of line buffers shared by many readers (a server's connections), so

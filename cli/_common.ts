@@ -25,7 +25,7 @@ export const EXIT_INTERRUPTED = 130;
 
 /** Colour and cursor escapes (Deno's import errors carry them). */
 // deno-lint-ignore no-control-regex
-export const ANSI = /\x1b\[[0-9;?]*[A-Za-z]/g;
+const ANSI = /\x1b\[[0-9;?]*[A-Za-z]/g;
 
 /** Bad usage: reported on one line, exit code 2. */
 export class UsageError extends Error {
