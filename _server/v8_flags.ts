@@ -110,8 +110,9 @@ function intoEntry(argv: Uint8Array[], args: string[], entry: URL | undefined): 
 /**
  * Re-executes this process with {@linkcode SERVER_V8_FLAGS} when no V8
  * flags were chosen for it; returns when it does not (flags were chosen,
- * not Linux, a permission missing, the script read from standard input, or
- * execve failed: the process then goes on with V8's defaults). The new
+ * not Linux, a permission missing, /proc/self unreadable, the script read
+ * from standard input, or execve failed: the process then goes on with
+ * V8's defaults). The new
  * image runs `entry` (a local module) in place of the script and its first
  * argument, the command's name, when given, else the same script; the other
  * arguments and the environment go to it byte for byte, plus DENO_V8_FLAGS,
@@ -131,8 +132,15 @@ export function execWithServerV8Flags(entry?: URL): void {
   const readable = (path: string) => granted({ name: "read", path });
   if (!granted({ name: "ffi" }) || !readable("/proc/self/cmdline")) return;
   if (!readable("/proc/self/environ")) return;
-  const argv = entries("/proc/self/cmdline");
-  const environ = entries("/proc/self/environ");
+  let argv, environ;
+  try {
+    argv = entries("/proc/self/cmdline");
+    environ = entries("/proc/self/environ");
+  } catch {
+    // Deno reads them only under --allow-all, whatever --allow-read grants
+    // (NotCapable); or /proc is not there.
+    return;
+  }
   const text = (list: Uint8Array[]) => list.map((b) => decoder.decode(b.subarray(0, -1)));
   const args = text(argv);
   if (flagsChosen(args, text(environ)) || args.includes("-")) return;

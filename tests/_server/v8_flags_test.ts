@@ -13,14 +13,17 @@ const CLI = new URL("../../cli.ts", import.meta.url).pathname;
 const FIXTURE = new URL("../fixtures/young_generation_env.ts", import.meta.url).pathname;
 const linux = Deno.build.os === "linux";
 
-/** Serves the fixture with `denoFlags` before the script; what its probe task reports. */
-async function served(denoFlags: string[]): Promise<{
+/**
+ * Serves the fixture with `denoFlags` before the script, under `permissions`;
+ * what its probe task reports.
+ */
+async function served(denoFlags: string[], permissions = ["-A"]): Promise<{
   argv: string[];
   environ: string[];
   report: Record<string, unknown>;
 }> {
   await using child = new ChildProcess(Deno.execPath(), {
-    args: ["run", "-A", ...denoFlags, CLI, "serve", FIXTURE, "--port", "0", "--no-auth"],
+    args: ["run", ...permissions, ...denoFlags, CLI, "serve", FIXTURE, "--port", "0", "--no-auth"],
     env: { NO_COLOR: "1" },
   });
   try {
@@ -74,5 +77,18 @@ test({
         `${given}: V8 grows the young generation: ${report.new_space_mib} MiB`,
       );
     }
+  },
+});
+
+test({
+  name: "cli.ts serve without --allow-all serves under V8's defaults",
+  ignore: !linux,
+  async fn() {
+    // Deno reads /proc/self/cmdline and environ only under --allow-all,
+    // whatever --allow-read says: serve goes on without re-executing.
+    const permissions = ["--allow-read", "--allow-net", "--allow-env", "--allow-ffi"];
+    const { environ, report } = await served([], permissions);
+    assert.ok(!environ.some((e) => e.startsWith("DENO_V8_FLAGS=")), "not re-executed");
+    assert.equal(report.deno_v8_flags, null);
   },
 });
