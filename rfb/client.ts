@@ -218,6 +218,8 @@ const ENCODING_CODES: Readonly<Record<RfbEncodingName, number>> = {
   raw: Encoding.RAW,
 };
 const DEFAULT_MAX_PIXELS = 2 ** 25;
+/** Characters typed with Shift on a US keyboard. */
+const SHIFTED = /^[A-Z~!@#$%^&*()_+{}|:"<>?]$/;
 
 interface Waiter {
   resolve(stats: UpdateStats): void;
@@ -573,46 +575,40 @@ export class RfbClient implements AsyncDisposable {
   /**
    * Brings this client's copy of the screen up to date: asks for every
    * change (and the whole screen the first time) together with one pixel
-   * in full, which the server must answer at once, and waits for that
-   * answer. A scraping server (x11vnc) sees changes only as often as it
-   * polls the screen.
+   * in full, which the server must answer at once, and waits for the
+   * update that holds that pixel. An update without it (one already on its
+   * way, or a cursor-only update, which TigerVNC sends in answer to the
+   * request) is followed by the request again. A scraping server (x11vnc)
+   * sees changes only as often as it polls the screen.
    * @throws {RfbError} when the connection fails; a `TimeoutError` when the
    *   server does not answer within `timeout`
    */
   async refresh(options: RfbWaitOptions = {}): Promise<void> {
     const timeout = options.timeout ?? 10_000;
-    const { width, height } = this;
-    const request = this.#haveFrame
-      ? new Uint8Array([
-        ...updateRequest(true, 0, 0, width, height),
-        ...updateRequest(false, 0, 0, 1, 1),
-      ])
-      : updateRequest(false, 0, 0, width, height);
-    const answered = this.#answerTo(timeout, options.signal);
-    try {
-      await this.#send(request);
-    } catch (err) {
-      answered.catch(() => {});
-      throw err;
-    }
-    await answered;
-    this.#haveFrame = true;
-  }
-
-  /** Waits for the update that holds pixel (0, 0), which answers a refresh's request. */
-  async #answerTo(timeout: number, signal: AbortSignal | undefined): Promise<void> {
     const end = performance.now() + timeout;
     for (;;) {
+      const { width, height } = this;
+      const request = this.#haveFrame
+        ? join([updateRequest(true, 0, 0, width, height), updateRequest(false, 0, 0, 1, 1)])
+        : updateRequest(false, 0, 0, width, height);
       const left = end - performance.now();
-      const stats = left > 0 ? await this.#nextUpdate(left, signal) : null;
+      const next = left > 0 ? this.#nextUpdate(left, options.signal) : Promise.resolve(null);
+      try {
+        await this.#send(request);
+      } catch (err) {
+        next.catch(() => {});
+        throw err;
+      }
+      const stats = await next;
       if (stats === null) {
         throw new DOMException(
           `The VNC server did not answer a framebuffer update request within ${timeout} ms`,
           "TimeoutError",
         );
       }
-      if (stats.resized || stats.origin) return;
+      if (stats.resized || stats.origin) break;
     }
+    this.#haveFrame = true;
   }
 
   /**
@@ -801,13 +797,22 @@ export class RfbClient implements AsyncDisposable {
     await this.#send(join(keys.toReversed().map((k) => keyEvent(false, k))));
   }
 
-  /** Types `text`, one key press per character (`\n` is Return, `\t` Tab). */
+  /**
+   * Types `text`, one key press per character (`\n` is Return, `\t` Tab),
+   * with Shift held for the characters a US keyboard shifts (capitals,
+   * `!`, `?`...), as a person typing would: servers then need not fake a
+   * modifier (TigerVNC would toggle Caps Lock).
+   */
   async type(text: string): Promise<void> {
     if (typeof text !== "string") throw new TypeError("Cannot type: text must be a string");
+    const shift = comboKeysyms("shift")[0];
     const parts: Uint8Array[] = [];
     for (const char of text) {
       const k = charKeysym(char);
+      const shifted = SHIFTED.test(char);
+      if (shifted) parts.push(keyEvent(true, shift));
       parts.push(keyEvent(true, k), keyEvent(false, k));
+      if (shifted) parts.push(keyEvent(false, shift));
     }
     if (parts.length > 0) await this.#send(join(parts));
   }
