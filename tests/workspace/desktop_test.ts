@@ -1,0 +1,409 @@
+// addDesktop(): an X desktop over VNC in the workspace's sandbox, as the
+// agent's user, reached only through the authenticated tunnel (issue 40).
+// Against both of Debian's servers (TigerVNC's Xvnc; Xvfb with x11vnc):
+// screenshots through the tunnel equal what `import` reads in the sandbox,
+// input arrives, and the browser's security checks hold for the desktop
+// (namespaces, uid, no host listener, another uid and a token-less tunnel
+// refused, no host files, no way to the control port). A task with a Tk
+// button at a random place scores 1 for an agent that finds it in the
+// screenshot and clicks it, 0 for one that clicks elsewhere.
+
+import { test } from "../_test.ts";
+import assert from "node:assert/strict";
+import { connect } from "../../client.ts";
+import { Environment } from "../../env.ts";
+import { functionAgent, rollout } from "../../eval/mod.ts";
+import { LocalRuntime } from "../../runtime/mod.ts";
+import { bind } from "../../server.ts";
+import { integer } from "../../schema.ts";
+import { addDesktop, addWorkspace } from "../../workspace/mod.ts";
+import { requireAll, skip } from "../rfb/_x.ts";
+
+const ROOT = Deno.uid() === 0;
+const NOBODY = 65534;
+
+const NEEDS = {
+  tigervnc: ["Xvnc", "xdotool", "import", "compare", "tkinter"],
+  x11vnc: ["Xvfb", "x11vnc", "xdotool", "import", "compare", "tkinter"],
+} as const;
+
+/** Processes whose command name is `comm` and that run as `uid`. */
+function processesNamed(comm: string, uid: number | null): number[] {
+  const out: number[] = [];
+  for (const entry of Deno.readDirSync("/proc")) {
+    if (!/^\d+$/.test(entry.name)) continue;
+    try {
+      if (Deno.readTextFileSync(`/proc/${entry.name}/comm`).trim() !== comm) continue;
+      const status = Deno.readTextFileSync(`/proc/${entry.name}/status`);
+      const u = Number(/^Uid:\s+(\d+)/m.exec(status)![1]);
+      if (uid === null || u === uid) out.push(Number(entry.name));
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return out;
+}
+
+function stateOf(pid: number): string {
+  const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+  return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+}
+
+/** Listening TCP ports of this host's network namespace held by `pids`. */
+function hostListeners(pids: number[]): number[] {
+  const listening = new Map<string, number>();
+  for (const file of ["tcp", "tcp6"]) {
+    const text = Deno.readTextFileSync(`/proc/self/net/${file}`);
+    for (const line of text.split("\n").slice(1)) {
+      const f = line.trim().split(/\s+/);
+      if (f.length >= 10 && f[3] === "0A") listening.set(f[9], parseInt(f[1].split(":")[1], 16));
+    }
+  }
+  const out: number[] = [];
+  for (const pid of pids) {
+    try {
+      for (const fd of Deno.readDirSync(`/proc/${pid}/fd`)) {
+        const m = /^socket:\[(\d+)\]$/.exec(Deno.readLinkSync(`/proc/${pid}/fd/${fd.name}`));
+        if (m && listening.has(m[1])) out.push(listening.get(m[1])!);
+      }
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return out;
+}
+
+async function differingPixels(a: string, b: string): Promise<number> {
+  const out = await new Deno.Command("compare", {
+    args: ["-metric", "AE", a, b, "null:"],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder().decode(out.stderr).trim();
+  const n = Number(text.split(" ")[0]);
+  if (!Number.isFinite(n)) throw new Error(`compare said: ${text}`);
+  return n;
+}
+
+for (const server of ["tigervnc", "x11vnc"] as const) {
+  test({
+    name:
+      `addDesktop({ workspace, server: "${server}" }) runs in the workspace's sandbox as the agent, reached only through the tunnel`,
+    ignore: skip(`desktop_test (${server})`, NEEDS[server]),
+    async fn(t) {
+      requireAll(NEEDS[server]);
+      const root = await Deno.makeTempDir({ prefix: "hud-desktop-root-" });
+      const env = new Environment("desk");
+      const workspace = addWorkspace(env, root, { trackFiles: false });
+      const desktop = addDesktop(env, { workspace, server, width: 800, height: 600 });
+      const xName = server === "tigervnc" ? "Xvnc" : "Xvfb";
+      try {
+        await env.start();
+        assert.equal(desktop.server, server);
+        const uid = workspace.uid;
+        const xs = processesNamed(xName, uid).filter((pid) =>
+          Deno.readLinkSync(`/proc/${pid}/ns/mnt`) !== Deno.readLinkSync("/proc/self/ns/mnt")
+        );
+        assert.equal(xs.length, 1, `expected one sandboxed ${xName} of the workspace's uid`);
+        const x = xs[0];
+
+        await t.step(
+          "as the workspace's uid, in namespaces of its own, with no host listener",
+          () => {
+            if (ROOT) {
+              assert.equal(
+                Number(/^Uid:\s+(\d+)/m.exec(Deno.readTextFileSync(`/proc/${x}/status`))![1]),
+                uid,
+              );
+            }
+            for (const ns of ["net", "pid", "mnt"]) {
+              assert.notEqual(
+                Deno.readLinkSync(`/proc/${x}/ns/${ns}`),
+                Deno.readLinkSync(`/proc/self/ns/${ns}`),
+              );
+            }
+            const desktopPids = processesNamed(xName, null).concat(processesNamed("x11vnc", null));
+            assert.deepEqual(hostListeners(desktopPids), []);
+            assert.doesNotMatch(Deno.readTextFileSync(`/proc/${x}/environ`), /HUD_|TOKEN/);
+          },
+        );
+
+        await using srv = bind(env);
+        await using client = await connect(srv, { readyTimeout: 30_000 });
+        await using vnc = await client.open("screen");
+        assert.deepEqual([vnc.width, vnc.height], [800, 600]);
+
+        await t.step(
+          "screenshots through the tunnel are what import reads in the sandbox",
+          async () => {
+            await desktop.exec(["xsetroot", "-solid", "#225588"]);
+            const logo = await desktop.run(["xlogo", "-geometry", "200x150+500+300"]);
+            await vnc.settle({ quiet: 500, timeout: 10_000 });
+            const ours = await Deno.makeTempFile({ prefix: "hud-desktop-vnc-", suffix: ".png" });
+            await Deno.writeFile(ours, await vnc.screenshot());
+            const shot = await desktop.exec(["import", "-window", "root", `${root}/import.png`]);
+            assert.equal(shot.code, 0, shot.stderr);
+            try {
+              assert.equal(await differingPixels(ours, `${root}/import.png`), 0);
+              assert.ok((await differingPixels(ours, "xc:#225588[800x600]")) > 1000, "no logo");
+            } finally {
+              await Deno.remove(ours);
+              await logo.kill();
+            }
+            assert.equal((await logo.status).signal, "SIGTERM");
+          },
+        );
+
+        await t.step("input arrives: xdotool in the sandbox sees the pointer", async () => {
+          await vnc.move({ x: 321, y: 123 });
+          await vnc.settle({ quiet: 100 });
+          const where = await desktop.exec(["xdotool", "getmouselocation"]);
+          assert.match(where.stdout, /^x:321 y:123 /);
+        });
+
+        await t.step(
+          "programs on the desktop run as the agent, without this host's files or network",
+          async () => {
+            const keyPath = env.capability("shell")!.params.client_key_path as string;
+            const probe = await desktop.exec([
+              "bash",
+              "-c",
+              `id -u; cat ${keyPath} 2>&1 | head -c 0; test -e ${keyPath} && echo key-visible; ` +
+              `env | grep -c -E 'HUD_|TOKEN'; ls /tmp/.X11-unix; ` +
+              `(exec 3<>/dev/tcp/127.0.0.1/${srv.addr.port}) 2>/dev/null && echo control-reachable; true`,
+            ]);
+            const lines = probe.stdout.trim().split("\n");
+            if (ROOT) assert.equal(lines[0], String(uid));
+            assert.ok(!lines.includes("key-visible"), probe.stdout);
+            assert.ok(!lines.includes("control-reachable"), probe.stdout);
+            assert.ok(lines.includes("0"), probe.stdout); // no HUD_ or TOKEN variable
+            assert.ok(lines.includes("X0") || lines.some((l) => /^X\d+$/.test(l)), probe.stdout);
+          },
+        );
+
+        await t.step({
+          name: "another uid reaches neither the desktop's sockets nor a tunnel without the token",
+          ignore: !ROOT,
+          fn: async () => {
+            const home = await Deno.makeTempDir({ prefix: "hud-desktop-other-" });
+            try {
+              await Deno.chown(home, NOBODY, NOBODY);
+              const script = `const [x, control] = JSON.parse(Deno.args[0]);
+const reached = [];
+for (const path of ["/proc/" + x + "/root/tmp/hud-desktop/rfb.sock", "/proc/" + x + "/root/tmp/.X11-unix/X0"]) {
+  try { (await Deno.connect({ transport: "unix", path })).close(); reached.push(path); } catch { /* refused */ }
+}
+const c = await Deno.connect({ hostname: "127.0.0.1", port: control });
+await c.write(new TextEncoder().encode(JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tunnel.open", params: { capability: "screen" } }) + "\\n"));
+const buf = new Uint8Array(4096);
+const n = await c.read(buf);
+c.close();
+console.log(JSON.stringify({ reached, tunnel: new TextDecoder().decode(buf.subarray(0, n ?? 0)) }));`;
+              const out = await new Deno.Command("setpriv", {
+                args: [
+                  `--reuid=${NOBODY}`,
+                  `--regid=${NOBODY}`,
+                  "--clear-groups",
+                  Deno.execPath(),
+                  "eval",
+                  "--no-config",
+                  script,
+                  JSON.stringify([x, srv.addr.port]),
+                ],
+                clearEnv: true,
+                env: { PATH: "/usr/bin:/bin", HOME: home, DENO_DIR: `${home}/deno`, NO_COLOR: "1" },
+                stdout: "piped",
+                stderr: "piped",
+              }).output();
+              assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+              const { reached, tunnel } = JSON.parse(new TextDecoder().decode(out.stdout));
+              assert.deepEqual(reached, []);
+              assert.match(tunnel, /"error"/);
+              assert.doesNotMatch(tunnel, /"result"/);
+            } finally {
+              await Deno.remove(home, { recursive: true });
+            }
+          },
+        });
+
+        await t.step("stopped while the workspace grades, answering again after", async () => {
+          {
+            await using _grading = await workspace.grading();
+            assert.equal(stateOf(x), "T");
+          }
+          assert.ok((await vnc.screenshot()).length > 100);
+        });
+      } finally {
+        await env.stop();
+        await Deno.remove(root, { recursive: true });
+      }
+      assert.equal(env.capability("screen"), undefined);
+      assert.deepEqual(
+        processesNamed(xName, workspace.uid ?? null).filter((pid) => {
+          try {
+            return stateOf(pid) !== "Z";
+          } catch {
+            return false;
+          }
+        }),
+        [],
+        "the X server outlived env.stop()",
+      );
+    },
+  });
+}
+
+// A Tk window with one button at (x, y); it writes "shown" once it is up,
+// then what it saw: "pressed" when the button is clicked, "missed X Y" for a
+// click elsewhere.
+const BUTTON_APP = `
+import sys, tkinter as tk
+out = open(sys.argv[1], "w", buffering=1)
+x, y = int(sys.argv[2]), int(sys.argv[3])
+root = tk.Tk()
+root.geometry("%dx%d+0+0" % (root.winfo_screenwidth(), root.winfo_screenheight()))
+root.configure(background="#ffffff")
+button = tk.Button(root, text="OK", bg="#00c000", activebackground="#00c000", relief="flat",
+                   command=lambda: out.write("pressed\\n"))
+button.place(x=x, y=y, width=80, height=40)
+root.bind("<Button-1>", lambda e: out.write("missed %d %d\\n" % (e.x_root, e.y_root)) if e.widget is root else None)
+root.after(300, lambda: out.write("shown\\n"))
+root.mainloop()
+`;
+
+/** The centre of the pixels of `rgb` in a frame, or null when there are none. */
+function findColour(
+  frame: { width: number; height: number; rgba: Uint8Array },
+  rgb: number[],
+): { x: number; y: number } | null {
+  let n = 0, sx = 0, sy = 0;
+  for (let y = 0; y < frame.height; y++) {
+    for (let x = 0; x < frame.width; x++) {
+      const i = (y * frame.width + x) * 4;
+      if (
+        frame.rgba[i] === rgb[0] && frame.rgba[i + 1] === rgb[1] && frame.rgba[i + 2] === rgb[2]
+      ) {
+        n++;
+        sx += x;
+        sy += y;
+      }
+    }
+  }
+  return n === 0 ? null : { x: Math.round(sx / n), y: Math.round(sy / n) };
+}
+
+test({
+  name:
+    "a desktop task: an agent that finds the Tk button in the screenshot and clicks it scores 1, one that clicks elsewhere 0",
+  ignore: skip("desktop_test (button task)", NEEDS.tigervnc),
+  async fn() {
+    requireAll(NEEDS.tigervnc);
+    const root = await Deno.makeTempDir({ prefix: "hud-desktop-task-" });
+    const env = new Environment("buttons");
+    const workspace = addWorkspace(env, root, { trackFiles: false });
+    const desktop = addDesktop(env, { workspace, width: 1024, height: 768 });
+    const press = env.template(
+      { id: "press", args: { seed: integer() } },
+      async function* ({ seed }) {
+        // A place that depends on the seed, anywhere on the screen.
+        const x = 20 + (seed * 7919) % (1024 - 120);
+        const y = 20 + (seed * 104729) % (768 - 80);
+        const seen = `${root}/seen-${seed}.txt`;
+        await Deno.remove(seen).catch(() => {}); // a run before this one
+        const app = await desktop.run([
+          "/usr/bin/python3",
+          "-c",
+          BUTTON_APP,
+          seen,
+          String(x),
+          String(y),
+        ]);
+        try {
+          for (
+            let i = 0;
+            i < 400 && !(await Deno.readTextFile(seen).catch(() => "")).includes("shown");
+            i++
+          ) {
+            await new Promise((r) => setTimeout(r, 25));
+          }
+          yield "Click the green OK button on the screen, then answer done.";
+          // What the program saw, read in the sandbox as the agent's user.
+          const check = await workspace.exec(["grep", "-qx", "pressed", `seen-${seed}.txt`]);
+          yield check.code === 0 ? 1 : 0;
+        } finally {
+          await app.kill("SIGKILL");
+          await app.status.catch(() => {});
+        }
+      },
+    );
+    const finder = functionAgent(async (_prompt, run) => {
+      await using vnc = await run.client.open("screen");
+      await vnc.settle({ quiet: 300 });
+      const at = findColour(await vnc.frame(), [0, 0xc0, 0]);
+      if (at === null) return "no button";
+      await vnc.click(at);
+      await vnc.settle({ quiet: 200 });
+      return "done";
+    });
+    const elsewhere = functionAgent(async (_prompt, run) => {
+      await using vnc = await run.client.open("screen");
+      await vnc.click({ x: 3, y: 3 });
+      await vnc.settle({ quiet: 200 });
+      return "done";
+    });
+    try {
+      const runtime = new LocalRuntime(env);
+      for (const seed of [3, 11]) {
+        const good = await rollout(press({ seed }), finder, { runtime, fileTracking: false });
+        assert.equal(good.reward, 1, JSON.stringify(good.trace.errors));
+        const bad = await rollout(press({ seed }), elsewhere, { runtime, fileTracking: false });
+        assert.equal(bad.reward, 0, JSON.stringify(bad.trace.errors));
+        const seen = await Deno.readTextFile(`${root}/seen-${seed}.txt`);
+        assert.match(seen, /^missed 3 3$/m, seen);
+      }
+    } finally {
+      await Deno.remove(root, { recursive: true });
+    }
+  },
+});
+
+test("addDesktop() refuses bad options in one line, before anything starts", () => {
+  const env = new Environment("bad");
+  assert.throws(
+    () => addDesktop(env, { width: 10 }),
+    /Cannot add desktop: invalid width "10" \(64 to 8192\)/,
+  );
+  assert.throws(() => addDesktop(env, { depth: 8 as 16 }), /invalid depth "8" \(16 or 24\)/);
+  assert.throws(() => addDesktop(env, { server: "vnc" as "x11vnc" }), /unknown server "vnc"/);
+  assert.throws(() => addDesktop(env, { uid: 0 }), /invalid uid "0"/);
+  const root = "/nonexistent";
+  const workspace = addWorkspace(env, root, { trackFiles: false });
+  assert.throws(
+    () => addDesktop(env, { workspace, network: true }),
+    /"network" is the workspace's when workspace is given/,
+  );
+});
+
+test({
+  name: "addDesktop(): x11vnc is refused where the desktop shares this host's network",
+  ignore: skip("desktop_test (x11vnc network)", ["Xvfb", "x11vnc"]),
+  async fn() {
+    const env = new Environment("net");
+    addDesktop(env, { server: "x11vnc", network: true });
+    await assert.rejects(env.start(), /x11vnc always listens on a TCP port besides its socket/);
+    await env.stop();
+  },
+});
+
+test("Desktop calls before start say so in one line", async () => {
+  const env = new Environment("early");
+  const desktop = addDesktop(env);
+  await assert.rejects(
+    desktop.run(["xterm"]),
+    /Cannot run a program on desktop "screen": it is not started/,
+  );
+  await assert.rejects(
+    desktop.open(),
+    /Cannot open a VNC client on desktop "screen": it is not started/,
+  );
+});
