@@ -797,6 +797,16 @@ export class RfbClient implements AsyncDisposable {
     await this.#send(join(keys.toReversed().map((k) => keyEvent(false, k))));
   }
 
+  /** Presses the keys of a combination (as {@linkcode RfbClient.key} names them) and keeps them down. */
+  async keyDown(combo: string): Promise<void> {
+    await this.#send(join(comboKeysyms(combo).map((k) => keyEvent(true, k))));
+  }
+
+  /** Releases the keys of a combination, in reverse order. */
+  async keyUp(combo: string): Promise<void> {
+    await this.#send(join(comboKeysyms(combo).toReversed().map((k) => keyEvent(false, k))));
+  }
+
   /**
    * Types `text`, one key press per character (`\n` is Return, `\t` Tab),
    * with Shift held for the characters a US keyboard shifts (capitals,

@@ -5,6 +5,9 @@
 // Missing ones skip the tests that need them, naming them; with
 // HUD_REQUIRE_DESKTOP=1 (set by .ci/run, which installs them) they fail.
 
+import type { Environment, TaskRow } from "../../env.ts";
+import { integer } from "../../schema.ts";
+import type { Desktop, Workspace } from "../../workspace/mod.ts";
 import { findProgram } from "../../workspace/_sandbox.ts";
 
 /** Set by .ci/run: there a missing counterpart is a failure, not a skip. */
@@ -258,4 +261,85 @@ export async function waitForLog(path: string, pattern: RegExp, ms = 15_000): Pr
     }
     await new Promise((r) => setTimeout(r, 25));
   }
+}
+
+// A Tk window with one button at (x, y); it writes "shown" once it is up,
+// then what it saw: "pressed" when the button is clicked, "missed X Y" for a
+// click elsewhere.
+export const BUTTON_APP = `
+import sys, tkinter as tk
+out = open(sys.argv[1], "w", buffering=1)
+x, y = int(sys.argv[2]), int(sys.argv[3])
+root = tk.Tk()
+root.geometry("%dx%d+0+0" % (root.winfo_screenwidth(), root.winfo_screenheight()))
+root.configure(background="#ffffff")
+button = tk.Button(root, text="OK", bg="#00c000", activebackground="#00c000", relief="flat",
+                   command=lambda: out.write("pressed\\n"))
+button.place(x=x, y=y, width=80, height=40)
+root.bind("<Button-1>", lambda e: out.write("missed %d %d\\n" % (e.x_root, e.y_root)) if e.widget is root else None)
+root.after(300, lambda: out.write("shown\\n"))
+root.mainloop()
+`;
+
+/** The centre of the pixels of `rgb` in a frame, or null when there are none. */
+export function findColour(
+  frame: { width: number; height: number; rgba: Uint8Array },
+  rgb: number[],
+): { x: number; y: number } | null {
+  let n = 0, sx = 0, sy = 0;
+  for (let y = 0; y < frame.height; y++) {
+    for (let x = 0; x < frame.width; x++) {
+      const i = (y * frame.width + x) * 4;
+      if (
+        frame.rgba[i] === rgb[0] && frame.rgba[i + 1] === rgb[1] && frame.rgba[i + 2] === rgb[2]
+      ) {
+        n++;
+        sx += x;
+        sy += y;
+      }
+    }
+  }
+  return n === 0 ? null : { x: Math.round(sx / n), y: Math.round(sy / n) };
+}
+
+/**
+ * The template "press": the Tk button at a place that depends on the seed,
+ * anywhere on the desktop; the prompt once it shows; 1 when the program saw
+ * its button pressed (read in the sandbox, as the agent's user), else 0.
+ */
+export function buttonTask(
+  env: Environment,
+  workspace: Workspace,
+  desktop: Desktop,
+  root: string,
+): (args: { seed: number }) => TaskRow {
+  return env.template(
+    { id: "press", args: { seed: integer() } },
+    async function* ({ seed }) {
+      const x = 20 + (seed * 7919) % (desktop.width - 120);
+      const y = 20 + (seed * 104729) % (desktop.height - 80);
+      const seen = `${root}/seen-${seed}.txt`;
+      await Deno.remove(seen).catch(() => {}); // a run before this one
+      const app = await desktop.run([
+        "/usr/bin/python3",
+        "-c",
+        BUTTON_APP,
+        seen,
+        String(x),
+        String(y),
+      ]);
+      try {
+        for (let i = 0; i < 400; i++) {
+          if ((await Deno.readTextFile(seen).catch(() => "")).includes("shown")) break;
+          await new Promise((r) => setTimeout(r, 25));
+        }
+        yield "Click the green OK button on the screen, then answer done.";
+        const check = await workspace.exec(["grep", "-qx", "pressed", `seen-${seed}.txt`]);
+        yield check.code === 0 ? 1 : 0;
+      } finally {
+        await app.kill("SIGKILL");
+        await app.status.catch(() => {});
+      }
+    },
+  );
 }

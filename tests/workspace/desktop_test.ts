@@ -15,9 +15,8 @@ import { Environment } from "../../env.ts";
 import { functionAgent, rollout } from "../../eval/mod.ts";
 import { LocalRuntime } from "../../runtime/mod.ts";
 import { bind } from "../../server.ts";
-import { integer } from "../../schema.ts";
 import { addDesktop, addWorkspace } from "../../workspace/mod.ts";
-import { requireAll, skip } from "../rfb/_x.ts";
+import { buttonTask, findColour, requireAll, skip } from "../rfb/_x.ts";
 
 const ROOT = Deno.uid() === 0;
 const NOBODY = 65534;
@@ -253,45 +252,6 @@ console.log(JSON.stringify({ reached, tunnel: new TextDecoder().decode(buf.subar
   });
 }
 
-// A Tk window with one button at (x, y); it writes "shown" once it is up,
-// then what it saw: "pressed" when the button is clicked, "missed X Y" for a
-// click elsewhere.
-const BUTTON_APP = `
-import sys, tkinter as tk
-out = open(sys.argv[1], "w", buffering=1)
-x, y = int(sys.argv[2]), int(sys.argv[3])
-root = tk.Tk()
-root.geometry("%dx%d+0+0" % (root.winfo_screenwidth(), root.winfo_screenheight()))
-root.configure(background="#ffffff")
-button = tk.Button(root, text="OK", bg="#00c000", activebackground="#00c000", relief="flat",
-                   command=lambda: out.write("pressed\\n"))
-button.place(x=x, y=y, width=80, height=40)
-root.bind("<Button-1>", lambda e: out.write("missed %d %d\\n" % (e.x_root, e.y_root)) if e.widget is root else None)
-root.after(300, lambda: out.write("shown\\n"))
-root.mainloop()
-`;
-
-/** The centre of the pixels of `rgb` in a frame, or null when there are none. */
-function findColour(
-  frame: { width: number; height: number; rgba: Uint8Array },
-  rgb: number[],
-): { x: number; y: number } | null {
-  let n = 0, sx = 0, sy = 0;
-  for (let y = 0; y < frame.height; y++) {
-    for (let x = 0; x < frame.width; x++) {
-      const i = (y * frame.width + x) * 4;
-      if (
-        frame.rgba[i] === rgb[0] && frame.rgba[i + 1] === rgb[1] && frame.rgba[i + 2] === rgb[2]
-      ) {
-        n++;
-        sx += x;
-        sy += y;
-      }
-    }
-  }
-  return n === 0 ? null : { x: Math.round(sx / n), y: Math.round(sy / n) };
-}
-
 test({
   name:
     "a desktop task: an agent that finds the Tk button in the screenshot and clicks it scores 1, one that clicks elsewhere 0",
@@ -302,40 +262,7 @@ test({
     const env = new Environment("buttons");
     const workspace = addWorkspace(env, root, { trackFiles: false });
     const desktop = addDesktop(env, { workspace, width: 1024, height: 768 });
-    const press = env.template(
-      { id: "press", args: { seed: integer() } },
-      async function* ({ seed }) {
-        // A place that depends on the seed, anywhere on the screen.
-        const x = 20 + (seed * 7919) % (1024 - 120);
-        const y = 20 + (seed * 104729) % (768 - 80);
-        const seen = `${root}/seen-${seed}.txt`;
-        await Deno.remove(seen).catch(() => {}); // a run before this one
-        const app = await desktop.run([
-          "/usr/bin/python3",
-          "-c",
-          BUTTON_APP,
-          seen,
-          String(x),
-          String(y),
-        ]);
-        try {
-          for (
-            let i = 0;
-            i < 400 && !(await Deno.readTextFile(seen).catch(() => "")).includes("shown");
-            i++
-          ) {
-            await new Promise((r) => setTimeout(r, 25));
-          }
-          yield "Click the green OK button on the screen, then answer done.";
-          // What the program saw, read in the sandbox as the agent's user.
-          const check = await workspace.exec(["grep", "-qx", "pressed", `seen-${seed}.txt`]);
-          yield check.code === 0 ? 1 : 0;
-        } finally {
-          await app.kill("SIGKILL");
-          await app.status.catch(() => {});
-        }
-      },
-    );
+    const press = buttonTask(env, workspace, desktop, root);
     const finder = functionAgent(async (_prompt, run) => {
       await using vnc = await run.client.open("screen");
       await vnc.settle({ quiet: 300 });
