@@ -14,7 +14,6 @@
 import type { RfbClient, RfbPoint } from "../rfb/client.ts";
 import type { Run } from "../eval/run.ts";
 import { delay } from "../_internal/async.ts";
-import type { AnthropicToolDefinition } from "./model.ts";
 import type { AgentTool } from "./tools.ts";
 
 /** An image a tool returns, for the model to see. */
@@ -169,6 +168,122 @@ function parameters(width: number, height: number) {
   };
 }
 
+/** What an action works with: the desktop, the model's screen, the call's arguments. */
+interface Action {
+  vnc: RfbClient;
+  model: { width: number; height: number };
+  args: Record<string, unknown>;
+  signal: AbortSignal;
+}
+
+/** A model's `[x, y]` as a desktop point, pixel centre to pixel centre. */
+function toDesktop(a: Action, c: unknown, what: string): RfbPoint {
+  if (
+    !Array.isArray(c) || c.length !== 2 ||
+    !c.every((v) => typeof v === "number" && Number.isFinite(v))
+  ) {
+    throw new TypeError(`${what} must be [x, y], two numbers`);
+  }
+  const [x, y] = c as number[];
+  const { model, vnc } = a;
+  if (x < 0 || y < 0 || x >= model.width || y >= model.height) {
+    throw new RangeError(`${what} [${x}, ${y}] is off the ${model.width}x${model.height} screen`);
+  }
+  return {
+    x: Math.min(vnc.width - 1, Math.floor(((x + 0.5) * vnc.width) / model.width)),
+    y: Math.min(vnc.height - 1, Math.floor(((y + 0.5) * vnc.height) / model.height)),
+  };
+}
+
+/** `coordinate` as a desktop point, or where the pointer is. */
+function at(a: Action): RfbPoint {
+  return a.args.coordinate === undefined
+    ? a.vnc.pointer
+    : toDesktop(a, a.args.coordinate, "coordinate");
+}
+
+function needs(a: Action, key: string): unknown {
+  const value = a.args[key];
+  if (value === undefined || value === "") throw new TypeError(`${a.args.action} needs ${key}`);
+  return value;
+}
+
+function seconds(d: unknown, fallback: number): number {
+  const s = d === undefined ? fallback : Number(d);
+  if (!(s >= 0 && s <= MAX_SECONDS)) {
+    throw new RangeError(`duration must be 0 to ${MAX_SECONDS} seconds, got "${d}"`);
+  }
+  return s;
+}
+
+/** Runs `act` with the modifiers of `text` ("shift", "ctrl+alt") held. */
+async function withModifiers(a: Action, act: () => Promise<void>): Promise<void> {
+  const text = a.args.text;
+  const held = typeof text === "string" && text.trim() !== "" ? text.trim() : null;
+  if (held !== null) await a.vnc.keyDown(held);
+  try {
+    await act();
+  } finally {
+    if (held !== null) await a.vnc.keyUp(held);
+  }
+}
+
+function scroll(a: Action): Promise<void> {
+  const direction = String(a.args.scroll_direction ?? "down");
+  if (!["up", "down", "left", "right"].includes(direction)) {
+    throw new TypeError(`scroll_direction must be up, down, left or right, got "${direction}"`);
+  }
+  const amount = a.args.scroll_amount === undefined ? 3 : Number(a.args.scroll_amount);
+  if (!Number.isInteger(amount) || amount < 1 || amount > 100) {
+    throw new RangeError(`scroll_amount must be 1 to 100, got "${a.args.scroll_amount}"`);
+  }
+  const point = at(a);
+  const sign = direction === "up" || direction === "left" ? -1 : 1;
+  const delta = direction === "up" || direction === "down"
+    ? { dy: sign * amount }
+    : { dx: sign * amount };
+  return withModifiers(a, () => a.vnc.scroll(point, delta));
+}
+
+const CLICKS: Readonly<Record<string, { button: "left" | "right" | "middle"; count: number }>> = {
+  left_click: { button: "left", count: 1 },
+  right_click: { button: "right", count: 1 },
+  middle_click: { button: "middle", count: 1 },
+  double_click: { button: "left", count: 2 },
+  triple_click: { button: "left", count: 3 },
+};
+
+/** Every action but the two that take no screenshot after them. */
+const ACTIONS: Readonly<Record<string, (a: Action) => Promise<void>>> = {
+  mouse_move: (a) => a.vnc.move(toDesktop(a, needs(a, "coordinate"), "coordinate")),
+  ...Object.fromEntries(
+    Object.entries(CLICKS).map(([name, click]) => [
+      name,
+      (a: Action) => {
+        const point = at(a);
+        return withModifiers(a, () => a.vnc.click(point, click));
+      },
+    ]),
+  ),
+  left_click_drag: (a) => {
+    const to = toDesktop(a, needs(a, "coordinate"), "coordinate");
+    const from = a.args.start_coordinate === undefined
+      ? a.vnc.pointer
+      : toDesktop(a, a.args.start_coordinate, "start_coordinate");
+    return a.vnc.drag(from, to);
+  },
+  left_mouse_down: (a) => a.vnc.mouseDown(a.args.coordinate === undefined ? undefined : at(a)),
+  left_mouse_up: (a) => a.vnc.mouseUp(a.args.coordinate === undefined ? undefined : at(a)),
+  scroll,
+  key: async (a) => {
+    for (const combo of String(needs(a, "text")).trim().split(/\s+/)) await a.vnc.key(combo);
+  },
+  hold_key: (a) =>
+    a.vnc.key(String(needs(a, "text")).trim(), { hold: seconds(a.args.duration, 1) * 1000 }),
+  type: (a) => a.vnc.type(String(needs(a, "text"))),
+  wait: (a) => delay(seconds(a.args.duration, 1) * 1000, a.signal),
+};
+
 /**
  * The `computer` tool over a connected {@linkcode RfbClient}.
  *
@@ -188,156 +303,44 @@ export function computerTool(vnc: RfbClient, options: ComputerToolOptions = {}):
   const model = modelScreen(vnc, options);
   const quiet = options.settleQuiet ?? 300;
   const settleTimeout = options.settleTimeout ?? 3_000;
-  const anthropic: AnthropicToolDefinition = {
-    definition: {
-      type: ANTHROPIC_TYPE,
-      name: "computer",
-      display_width_px: model.width,
-      display_height_px: model.height,
-    },
-    beta: ANTHROPIC_BETA,
-  };
-  const toDesktop = (c: unknown, what: string): RfbPoint => {
-    if (
-      !Array.isArray(c) || c.length !== 2 ||
-      !c.every((v) => typeof v === "number" && Number.isFinite(v))
-    ) {
-      throw new TypeError(`${what} must be [x, y], two numbers`);
-    }
-    const [x, y] = c as number[];
-    if (x < 0 || y < 0 || x >= model.width || y >= model.height) {
-      throw new RangeError(`${what} [${x}, ${y}] is off the ${model.width}x${model.height} screen`);
-    }
-    // Pixel centres map to pixel centres, both ways.
-    return {
-      x: Math.min(vnc.width - 1, Math.floor(((x + 0.5) * vnc.width) / model.width)),
-      y: Math.min(vnc.height - 1, Math.floor(((y + 0.5) * vnc.height) / model.height)),
-    };
-  };
-  const toModel = (p: RfbPoint) => ({
-    x: Math.floor(((p.x + 0.5) * model.width) / vnc.width),
-    y: Math.floor(((p.y + 0.5) * model.height) / vnc.height),
-  });
-  const screenshot = async (text: string, signal: AbortSignal): Promise<ImageResult> => {
+  const screenshot = async (signal: AbortSignal): Promise<ImageResult> => {
     await vnc.settle({ quiet, timeout: settleTimeout, signal });
-    const png = await vnc.screenshot(
-      model.width === vnc.width && model.height === vnc.height ? { signal } : { ...model, signal },
-    );
-    return new ImageResult(text, [{ mediaType: "image/png", data: png }]);
+    const same = model.width === vnc.width && model.height === vnc.height;
+    const png = await vnc.screenshot(same ? { signal } : { ...model, signal });
+    return new ImageResult("", [{ mediaType: "image/png", data: png }]);
   };
-  const withModifiers = async (text: unknown, act: () => Promise<void>) => {
-    const held = typeof text === "string" && text.trim() !== "" ? text.trim() : null;
-    if (held !== null) await vnc.keyDown(held);
-    try {
-      await act();
-    } finally {
-      if (held !== null) await vnc.keyUp(held);
-    }
-  };
-  const seconds = (d: unknown, fallback: number) => {
-    const s = d === undefined ? fallback : Number(d);
-    if (!(s >= 0 && s <= MAX_SECONDS)) {
-      throw new RangeError(`duration must be 0 to ${MAX_SECONDS} seconds, got "${d}"`);
-    }
-    return s;
-  };
-
   return {
     name: "computer",
     description:
       `Use the computer's ${model.width}x${model.height} screen with the mouse and keyboard, and see it. ` +
       "Start with a screenshot; every action answers with a screenshot taken after it.",
     parameters: parameters(model.width, model.height),
-    anthropic,
+    anthropic: {
+      definition: {
+        type: ANTHROPIC_TYPE,
+        name: "computer",
+        display_width_px: model.width,
+        display_height_px: model.height,
+      },
+      beta: ANTHROPIC_BETA,
+    },
     async call(args, { signal }) {
-      const action = args.action;
-      if (typeof action !== "string" || !(COMPUTER_ACTIONS as readonly string[]).includes(action)) {
-        throw new TypeError(
-          `unknown action "${action}"; use one of ${COMPUTER_ACTIONS.join(", ")}`,
-        );
+      const action = String(args.action);
+      if (action === "cursor_position") {
+        const p = vnc.pointer;
+        const x = Math.floor(((p.x + 0.5) * model.width) / vnc.width);
+        const y = Math.floor(((p.y + 0.5) * model.height) / vnc.height);
+        return `X=${x},Y=${y}`;
       }
-      const at = () =>
-        args.coordinate === undefined ? vnc.pointer : toDesktop(args.coordinate, "coordinate");
-      const text = typeof args.text === "string" ? args.text : undefined;
-      const needText = () => {
-        if (text === undefined || text === "") throw new TypeError(`${action} needs text`);
-        return text;
-      };
-      switch (action as ComputerAction) {
-        case "screenshot":
-          return await screenshot("", signal);
-        case "cursor_position": {
-          const p = toModel(vnc.pointer);
-          return `X=${p.x},Y=${p.y}`;
+      if (action !== "screenshot") {
+        if (!Object.hasOwn(ACTIONS, action)) {
+          throw new TypeError(
+            `unknown action "${args.action}"; use one of ${COMPUTER_ACTIONS.join(", ")}`,
+          );
         }
-        case "mouse_move":
-          if (args.coordinate === undefined) throw new TypeError("mouse_move needs coordinate");
-          await vnc.move(at());
-          break;
-        case "left_click":
-        case "right_click":
-        case "middle_click":
-        case "double_click":
-        case "triple_click": {
-          const point = at();
-          const button = action === "right_click"
-            ? "right"
-            : action === "middle_click"
-            ? "middle"
-            : "left";
-          const count = action === "double_click" ? 2 : action === "triple_click" ? 3 : 1;
-          await withModifiers(text, () => vnc.click(point, { button, count }));
-          break;
-        }
-        case "left_click_drag": {
-          if (args.coordinate === undefined) {
-            throw new TypeError("left_click_drag needs coordinate");
-          }
-          const from = args.start_coordinate === undefined
-            ? vnc.pointer
-            : toDesktop(args.start_coordinate, "start_coordinate");
-          await vnc.drag(from, at());
-          break;
-        }
-        case "left_mouse_down":
-          await vnc.mouseDown(args.coordinate === undefined ? undefined : at());
-          break;
-        case "left_mouse_up":
-          await vnc.mouseUp(args.coordinate === undefined ? undefined : at());
-          break;
-        case "scroll": {
-          const direction = args.scroll_direction ?? "down";
-          if (!["up", "down", "left", "right"].includes(String(direction))) {
-            throw new TypeError(
-              `scroll_direction must be up, down, left or right, got "${direction}"`,
-            );
-          }
-          const amount = args.scroll_amount === undefined ? 3 : Number(args.scroll_amount);
-          if (!Number.isInteger(amount) || amount < 1 || amount > 100) {
-            throw new RangeError(`scroll_amount must be 1 to 100, got "${args.scroll_amount}"`);
-          }
-          const point = at();
-          const sign = direction === "up" || direction === "left" ? -1 : 1;
-          const delta = direction === "up" || direction === "down"
-            ? { dy: sign * amount }
-            : { dx: sign * amount };
-          await withModifiers(text, () => vnc.scroll(point, delta));
-          break;
-        }
-        case "key":
-          for (const combo of needText().trim().split(/\s+/)) await vnc.key(combo);
-          break;
-        case "hold_key":
-          await vnc.key(needText().trim(), { hold: seconds(args.duration, 1) * 1000 });
-          break;
-        case "type":
-          await vnc.type(needText());
-          break;
-        case "wait":
-          await delay(seconds(args.duration, 1) * 1000, signal);
-          break;
+        await ACTIONS[action]({ vnc, model, args, signal });
       }
-      return await screenshot("", signal);
+      return await screenshot(signal);
     },
   };
 }

@@ -151,7 +151,130 @@ function zrleBound(w: number, h: number): number {
   return 4 * w * h + tiles * (1 + 127 * 3);
 }
 
-/** A ZRLE rectangle's tiles, from its decompressed bytes; null when they end early. */
+/** Where a ZRLE tile's decoding is: the decompressed bytes and the position in them. */
+interface TileReader {
+  d: Uint8Array;
+  p: number;
+}
+
+/** A compact pixel (R, G, B) at the reader's position, as a 32-bit pixel. */
+function cpixel(t: TileReader): number {
+  const { d, p } = t;
+  t.p += 3;
+  return d[p] | (d[p + 1] << 8) | (d[p + 2] << 16) | OPAQUE;
+}
+
+/** A run length: 1 plus the bytes that follow, through the first one under 255; null at the end. */
+function runLength(t: TileReader): number | null {
+  let n = 1;
+  for (;;) {
+    if (t.p >= t.d.length) return null;
+    const b = t.d[t.p++];
+    n += b;
+    if (b !== 255) return n;
+  }
+}
+
+/** One ZRLE tile (subencoding, then data) at (tx, ty); false when the data ends early. */
+function zrleTile(
+  t: TileReader,
+  fb: Framebuffer,
+  tx: number,
+  ty: number,
+  tw: number,
+  th: number,
+  palette: Uint32Array,
+): boolean {
+  const sub = t.d[t.p++];
+  const left = () => t.d.length - t.p;
+  if (sub === 0) {
+    if (left() < tw * th * 3) return false;
+    for (let row = 0; row < th; row++) {
+      let o = (ty + row) * fb.width + tx;
+      for (let col = 0; col < tw; col++) fb.u32[o++] = cpixel(t);
+    }
+    return true;
+  }
+  if (sub === 1) {
+    if (left() < 3) return false;
+    fb.fill(tx, ty, tw, th, cpixel(t));
+    return true;
+  }
+  const size = sub <= 16 ? sub : sub >= 130 ? sub - 128 : sub === 128 ? 0 : -1;
+  if (size < 0) throw bad(`unknown ZRLE subencoding ${sub}`);
+  if (left() < size * 3) return false;
+  for (let i = 0; i < size; i++) palette[i] = cpixel(t);
+  return sub <= 16
+    ? packedTile(t, fb, tx, ty, tw, th, palette, size)
+    : runTile(t, fb, tx, ty, tw, th, palette, size);
+}
+
+/** A packed-palette tile's indices: 1, 2 or 4 bits a pixel, rows padded to a byte. */
+function packedTile(
+  t: TileReader,
+  fb: Framebuffer,
+  tx: number,
+  ty: number,
+  tw: number,
+  th: number,
+  palette: Uint32Array,
+  size: number,
+): boolean {
+  const bits = size === 2 ? 1 : size <= 4 ? 2 : 4;
+  const rowBytes = Math.ceil((tw * bits) / 8);
+  if (t.d.length - t.p < rowBytes * th) return false;
+  const mask = (1 << bits) - 1;
+  for (let row = 0; row < th; row++) {
+    let o = (ty + row) * fb.width + tx;
+    for (let col = 0; col < tw; col++) {
+      const bit = col * bits;
+      const index = (t.d[t.p + (bit >> 3)] >> (8 - bits - (bit & 7))) & mask;
+      if (index >= size) throw bad(`a ZRLE palette index ${index} past its ${size} colours`);
+      fb.u32[o++] = palette[index];
+    }
+    t.p += rowBytes;
+  }
+  return true;
+}
+
+/** A run-length tile: plain (`size` 0, a pixel per run) or with a palette of `size`. */
+function runTile(
+  t: TileReader,
+  fb: Framebuffer,
+  tx: number,
+  ty: number,
+  tw: number,
+  th: number,
+  palette: Uint32Array,
+  size: number,
+): boolean {
+  const total = tw * th;
+  for (let done = 0; done < total;) {
+    let colour: number;
+    let run: number | null = 1;
+    if (size === 0) {
+      if (t.d.length - t.p < 3) return false;
+      colour = cpixel(t);
+      run = runLength(t);
+    } else {
+      if (t.p >= t.d.length) return false;
+      const index = t.d[t.p++];
+      if ((index & 127) >= size) {
+        throw bad(`a ZRLE palette index ${index & 127} past its ${size} colours`);
+      }
+      colour = palette[index & 127];
+      if (index & 128) run = runLength(t);
+    }
+    if (run === null) return false;
+    if (done + run > total) throw bad("a ZRLE run goes past the end of its tile");
+    for (let i = 0; i < run; i++, done++) {
+      fb.u32[(ty + Math.floor(done / tw)) * fb.width + tx + (done % tw)] = colour;
+    }
+  }
+  return true;
+}
+
+/** A ZRLE rectangle's tiles, from its decompressed bytes; how many it used, or null when they end early. */
 function zrleTiles(
   d: Uint8Array,
   fb: Framebuffer,
@@ -160,88 +283,17 @@ function zrleTiles(
   w: number,
   h: number,
 ): number | null {
-  const px = fb.u32;
-  const fw = fb.width;
-  let p = 0;
+  const t: TileReader = { d, p: 0 };
   const palette = new Uint32Array(128);
-  const cpixel = () => d[p] | (d[p + 1] << 8) | (d[p + 2] << 16) | OPAQUE;
-  // A run length: 1 plus the bytes that follow, through the first one under 255.
-  const runLength = (): number | null => {
-    let n = 1;
-    for (;;) {
-      if (p >= d.length) return null;
-      const b = d[p++];
-      n += b;
-      if (b !== 255) return n;
-    }
-  };
   for (let ty = y; ty < y + h; ty += 64) {
-    const th = Math.min(64, y + h - ty);
     for (let tx = x; tx < x + w; tx += 64) {
+      if (t.p >= d.length) return null;
       const tw = Math.min(64, x + w - tx);
-      if (p >= d.length) return null;
-      const sub = d[p++];
-      if (sub === 0) {
-        if (p + tw * th * 3 > d.length) return null;
-        for (let row = 0; row < th; row++) {
-          let o = (ty + row) * fw + tx;
-          for (let col = 0; col < tw; col++, p += 3) px[o++] = cpixel();
-        }
-      } else if (sub === 1) {
-        if (p + 3 > d.length) return null;
-        fb.fill(tx, ty, tw, th, cpixel());
-        p += 3;
-      } else if (sub <= 16) {
-        const bits = sub === 2 ? 1 : sub <= 4 ? 2 : 4;
-        const rowBytes = Math.ceil((tw * bits) / 8);
-        if (p + sub * 3 + rowBytes * th > d.length) return null;
-        for (let i = 0; i < sub; i++, p += 3) palette[i] = cpixel();
-        const mask = (1 << bits) - 1;
-        for (let row = 0; row < th; row++) {
-          let o = (ty + row) * fw + tx;
-          for (let col = 0; col < tw; col++) {
-            const bit = col * bits;
-            const index = (d[p + (bit >> 3)] >> (8 - bits - (bit & 7))) & mask;
-            if (index >= sub) throw bad(`a ZRLE palette index ${index} past its ${sub} colours`);
-            px[o++] = palette[index];
-          }
-          p += rowBytes;
-        }
-      } else if (sub === 128 || sub >= 130) {
-        const size = sub === 128 ? 0 : sub - 128;
-        if (p + size * 3 > d.length) return null;
-        for (let i = 0; i < size; i++, p += 3) palette[i] = cpixel();
-        let done = 0;
-        const total = tw * th;
-        while (done < total) {
-          let colour: number;
-          let run: number | null = 1;
-          if (size === 0) {
-            if (p + 3 > d.length) return null;
-            colour = cpixel();
-            p += 3;
-            run = runLength();
-          } else {
-            if (p >= d.length) return null;
-            const index = d[p++];
-            if ((index & 127) >= size) {
-              throw bad(`a ZRLE palette index ${index & 127} past its ${size} colours`);
-            }
-            colour = palette[index & 127];
-            if (index & 128) run = runLength();
-          }
-          if (run === null) return null;
-          if (done + run > total) throw bad("a ZRLE run goes past the end of its tile");
-          for (let i = 0; i < run; i++, done++) {
-            px[(ty + Math.floor(done / tw)) * fw + tx + (done % tw)] = colour;
-          }
-        }
-      } else {
-        throw bad(`unknown ZRLE subencoding ${sub}`);
-      }
+      const th = Math.min(64, y + h - ty);
+      if (!zrleTile(t, fb, tx, ty, tw, th, palette)) return null;
     }
   }
-  return p;
+  return t.p;
 }
 
 async function zrleRect(

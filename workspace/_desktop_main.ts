@@ -7,10 +7,10 @@
 // screen) could swap any socket path for a link to one of the host's, but
 // it cannot reach this pipe.
 //
-// It runs as `deno eval "(<this function>)(config)"`: the SDK's files may
-// not be readable (or even local) in the sandbox, so the function uses
-// nothing but its argument and Deno's globals, and its source is what
-// Function.prototype.toString gives (Deno strips the types).
+// It runs as `deno eval` of SUPERVISOR_SOURCE: the SDK's files may not be
+// readable (or even local) in the sandbox, so the functions below use
+// nothing but their arguments, each other and Deno's globals, and their
+// source is what Function.prototype.toString gives (Deno strips the types).
 //
 // VNC servers: TigerVNC's Xvnc is the X server and listens on a unix socket
 // in the supervisor's private directory (no TCP port: -rfbport -1); with
@@ -49,351 +49,377 @@ export interface DesktopMainConfig {
   frames: typeof FRAME;
 }
 
-/** The supervisor itself. Self-contained: see the module comment. */
-export async function desktopMain(config: DesktopMainConfig): Promise<void> {
-  const F = config.frames;
-  const encoder = new TextEncoder();
-  interface Conn {
-    queue: Uint8Array[];
-    queued: number;
-    wake: (() => void) | null;
-    ended: boolean;
-    closed: boolean;
-    close(): void;
-  }
-  const conns = new Map<number, Conn>();
-  const programs = new Map<number, Deno.ChildProcess>();
-  let x: Deno.ChildProcess | null = null;
-  let vnc: Deno.ChildProcess | null = null;
-  const quietly = (f: () => unknown) => {
+/** One VNC connection, as the supervisor keeps it. */
+interface Conn {
+  queue: Uint8Array[];
+  queued: number;
+  wake: (() => void) | null;
+  ended: boolean;
+  closed: boolean;
+  close(): void;
+}
+
+/** What the supervisor's functions share. */
+interface Supervisor {
+  config: DesktopMainConfig;
+  send(type: number, id: number, payload?: Uint8Array): Promise<void>;
+  sendJson(type: number, id: number, value: unknown): Promise<void>;
+  conns: Map<number, Conn>;
+  programs: Map<number, Deno.ChildProcess>;
+  /** The X server and x11vnc, once started. */
+  children: Deno.ChildProcess[];
+  /** The programs' environment: DISPLAY, XAUTHORITY and the supervisor's own. */
+  env: Record<string, string>;
+  authFile: string;
+  socket: string;
+}
+
+/** Ends everything it started (unconfined, nothing else would), then itself. */
+function shutdown(s: Supervisor, code: number): never {
+  const quietly = (f: () => void) => {
     try {
       f();
     } catch {
       // gone already
     }
   };
-  // Unconfined (isolation "none") nothing else ends what this started when
-  // this host goes away: the X server and the programs end with it.
-  const shutdown = (code = 0): never => {
-    for (const child of programs.values()) quietly(() => child.kill("SIGKILL"));
-    for (const conn of conns.values()) conn.close();
-    for (const p of [x, vnc]) if (p !== null) quietly(() => p.kill("SIGKILL"));
-    Deno.exit(code);
-  };
-  const stdout = Deno.stdout.writable.getWriter();
-  let writing: Promise<void> = Promise.resolve();
-  const send = (type: number, id: number, payload: Uint8Array = new Uint8Array()) => {
-    const frame = new Uint8Array(9 + payload.length);
-    const v = new DataView(frame.buffer);
-    v.setUint8(0, type);
-    v.setUint32(1, id);
-    v.setUint32(5, payload.length);
-    frame.set(payload, 9);
-    writing = writing.then(() => stdout.write(frame)).catch(() => shutdown());
-    return writing;
-  };
-  const sendJson = (type: number, id: number, value: unknown) =>
-    send(type, id, encoder.encode(JSON.stringify(value)));
-  const fatal = async (message: string) => {
-    await sendJson(F.FATAL, 0, { message });
-    return shutdown(1);
-  };
+  for (const child of s.programs.values()) quietly(() => child.kill("SIGKILL"));
+  for (const conn of s.conns.values()) conn.close();
+  for (const child of s.children) quietly(() => child.kill("SIGKILL"));
+  Deno.exit(code);
+}
 
-  // The X authority file: one MIT-MAGIC-COOKIE-1 entry for any address
-  // (FamilyWild) and display `n`; programs on the display get it through
-  // XAUTHORITY, and no other client gets in.
-  const cookie = crypto.getRandomValues(new Uint8Array(16));
-  const authFile = `${config.dir}/Xauthority`;
-  const writeAuth = (display: string) => {
-    const field = (b: Uint8Array) => [b.length >> 8, b.length & 0xff, ...b];
-    const bytes = new Uint8Array([
-      0xff,
-      0xff,
-      ...field(new Uint8Array()),
-      ...field(encoder.encode(display)),
-      ...field(encoder.encode("MIT-MAGIC-COOKIE-1")),
-      ...field(cookie),
-    ]);
-    Deno.writeFileSync(authFile, bytes, { mode: 0o600 });
-  };
-  Deno.mkdirSync(config.dir, { recursive: true, mode: 0o700 });
-  writeAuth("0");
+/** Says why it cannot go on, and ends. */
+async function fatal(s: Supervisor, message: string): Promise<never> {
+  await s.sendJson(s.config.frames.FATAL, 0, { message });
+  return shutdown(s, 1);
+}
 
-  // The X server, with -displayfd 1: it picks a free display and prints its number.
-  const socket = `${config.dir}/rfb.sock`;
-  const common = ["-displayfd", "1", "-nolisten", "tcp", "-nolisten", "local", "-auth", authFile];
-  const xArgs = config.server === "tigervnc"
+/**
+ * The X authority file: one MIT-MAGIC-COOKIE-1 entry for any address
+ * (FamilyWild) and `display`; programs on the display get it through
+ * XAUTHORITY, and no other client gets in.
+ */
+function writeXauthority(path: string, display: string, cookie: Uint8Array): void {
+  const encoder = new TextEncoder();
+  const field = (b: Uint8Array) => [b.length >> 8, b.length & 0xff, ...b];
+  const bytes = new Uint8Array([
+    0xff,
+    0xff,
+    ...field(new Uint8Array()),
+    ...field(encoder.encode(display)),
+    ...field(encoder.encode("MIT-MAGIC-COOKIE-1")),
+    ...field(cookie),
+  ]);
+  Deno.writeFileSync(path, bytes, { mode: 0o600 });
+}
+
+/**
+ * Starts the X server (Xvnc or Xvfb) with -displayfd 1: it picks a free
+ * display and prints its number. Keeps the last lines it says on stderr.
+ */
+async function startX(s: Supervisor, log: string[]): Promise<string> {
+  const c = s.config;
+  const common = ["-displayfd", "1", "-nolisten", "tcp", "-nolisten", "local", "-auth", s.authFile];
+  const args = c.server === "tigervnc"
     ? [
       ...common,
-      "-geometry",
-      `${config.width}x${config.height}`,
-      "-depth",
-      String(config.depth),
-      "-rfbunixpath",
-      socket,
-      "-rfbunixmode",
-      "0600",
-      "-rfbport",
-      "-1",
-      "-SecurityTypes",
-      "None",
-      "-AlwaysShared",
-      "-desktop",
-      "hud",
+      ...["-geometry", `${c.width}x${c.height}`, "-depth", String(c.depth)],
+      ...["-rfbunixpath", s.socket, "-rfbunixmode", "0600", "-rfbport", "-1"],
+      ...["-SecurityTypes", "None", "-AlwaysShared", "-desktop", "hud"],
     ]
-    : [...common, "-screen", "0", `${config.width}x${config.height}x${config.depth}`];
-  const xProgram = config.server === "tigervnc" ? config.programs.xvnc! : config.programs.xvfb!;
-  let xChild: Deno.ChildProcess;
+    : [...common, "-screen", "0", `${c.width}x${c.height}x${c.depth}`];
+  const program = c.server === "tigervnc" ? c.programs.xvnc! : c.programs.xvfb!;
+  let x: Deno.ChildProcess;
   try {
-    xChild = new Deno.Command(xProgram, {
-      args: xArgs,
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-    }).spawn();
+    x = new Deno.Command(program, { args, stdin: "null", stdout: "piped", stderr: "piped" })
+      .spawn();
   } catch (err) {
-    return await fatal(`cannot run ${xProgram}: ${(err as Error).message}`);
+    return await fatal(s, `cannot run ${program}: ${(err as Error).message}`);
   }
-  x = xChild;
-  const xLog: string[] = [];
+  s.children.push(x);
   (async () => {
-    const lines = xChild.stderr.pipeThrough(new TextDecoderStream());
-    for await (const chunk of lines) {
-      xLog.push(...chunk.split("\n").filter((l) => l.trim() !== ""));
-      xLog.splice(0, Math.max(0, xLog.length - 20));
+    for await (const chunk of x.stderr.pipeThrough(new TextDecoderStream())) {
+      log.push(...chunk.split("\n").filter((l) => l.trim() !== ""));
+      log.splice(0, Math.max(0, log.length - 20));
     }
   })().catch(() => {});
-  let displayText = "";
-  const reader = xChild.stdout.pipeThrough(new TextDecoderStream()).getReader();
-  while (!displayText.includes("\n")) {
+  let text = "";
+  const reader = x.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  while (!text.includes("\n")) {
     const { value, done } = await reader.read();
     if (done) {
-      await xChild.status;
-      return await fatal(`${xProgram} exited at start: ${xLog.slice(-5).join(" / ")}`);
+      await x.status;
+      return await fatal(s, `${program} exited at start: ${log.slice(-5).join(" / ")}`);
     }
-    displayText += value;
+    text += value;
   }
   reader.cancel().catch(() => {});
-  const display = displayText.trim();
-  writeAuth(display);
-  xChild.status.then(() => fatal(`the X server exited: ${xLog.slice(-5).join(" / ")}`));
+  x.status.then(() => fatal(s, `the X server exited: ${log.slice(-5).join(" / ")}`));
+  return text.trim();
+}
 
-  const baseEnv: Record<string, string> = {};
-  for (const key of ["PATH", "HOME", "USER", "LANG"]) {
-    const value = Deno.env.get(key);
-    if (value !== undefined) baseEnv[key] = value;
+/** Starts x11vnc on the display, on the same socket path as Xvnc's. */
+async function startX11vnc(s: Supervisor, display: string): Promise<void> {
+  let vnc: Deno.ChildProcess;
+  try {
+    vnc = new Deno.Command(s.config.programs.x11vnc!, {
+      args: [
+        ...["-display", `:${display}`, "-auth", s.authFile, "-unixsock", s.socket],
+        // It listens on TCP too, whatever it is told: only in the sandbox's
+        // own network namespace (desktop.ts sees to that).
+        ...["-rfbport", "0", "-listen", "127.0.0.1", "-no6"],
+        ...["-forever", "-shared", "-nopw", "-norc", "-noncache", "-quiet"],
+      ],
+      env: s.env,
+      clearEnv: true,
+      stdin: "null",
+      stdout: "null",
+      stderr: "null",
+    }).spawn();
+  } catch (err) {
+    return await fatal(s, `cannot run x11vnc: ${(err as Error).message}`);
   }
-  for (const [key, value] of Object.entries(Deno.env.toObject())) {
-    if (!key.startsWith("DENO_") && key !== "NO_COLOR") baseEnv[key] = value;
-  }
-  baseEnv.DISPLAY = `:${display}`;
-  baseEnv.XAUTHORITY = authFile;
+  s.children.push(vnc);
+  vnc.status.then(() => fatal(s, "x11vnc exited"));
+}
 
-  // x11vnc is started once the display is up, on the same socket path.
-  if (config.server === "x11vnc") {
-    try {
-      vnc = new Deno.Command(config.programs.x11vnc!, {
-        args: [
-          "-display",
-          `:${display}`,
-          "-auth",
-          authFile,
-          "-unixsock",
-          socket,
-          // It listens on TCP too, whatever it is told: only in the
-          // sandbox's own network namespace (desktop.ts sees to that).
-          "-rfbport",
-          "0",
-          "-listen",
-          "127.0.0.1",
-          "-no6",
-          "-forever",
-          "-shared",
-          "-nopw",
-          "-norc",
-          "-noncache",
-          "-quiet",
-        ],
-        env: baseEnv,
-        clearEnv: true,
-        stdin: "null",
-        stdout: "null",
-        stderr: "null",
-      }).spawn();
-    } catch (err) {
-      return await fatal(`cannot run x11vnc: ${(err as Error).message}`);
-    }
-    vnc.status.then(() => fatal("x11vnc exited"));
-  }
-  // The VNC server makes its socket once it is up; wait for it, bounded.
+/** Waits (bounded) until the VNC server's socket takes connections. */
+async function waitForSocket(s: Supervisor, log: string[]): Promise<void> {
   for (let i = 0;; i++) {
     try {
-      (await Deno.connect({ transport: "unix", path: socket })).close();
-      break;
+      (await Deno.connect({ transport: "unix", path: s.socket })).close();
+      return;
     } catch {
       if (i >= 400) {
-        return await fatal(`the VNC server made no socket: ${xLog.slice(-5).join(" / ")}`);
+        return await fatal(s, `the VNC server made no socket: ${log.slice(-5).join(" / ")}`);
       }
       await new Promise((r) => setTimeout(r, 25));
     }
   }
+}
 
-  // One VNC connection: bytes from the host queue toward the server (closed
-  // past maxQueue, so a stalled server cannot hold the pipe), bytes from the
-  // server go out as DATA frames.
-  const open = async (id: number) => {
-    let writable: WritableStreamDefaultWriter<Uint8Array>;
-    let readable: ReadableStream<Uint8Array>;
-    let closeAll: () => void;
-    try {
-      const c = await Deno.connect({ transport: "unix", path: socket });
-      writable = c.writable.getWriter();
-      readable = c.readable;
-      closeAll = () => quietly(() => c.close());
-    } catch (err) {
-      await send(
-        F.CLOSE,
-        id,
-        encoder.encode(`cannot reach the VNC server: ${(err as Error).message}`),
-      );
-      return;
-    }
-    const conn: Conn = {
-      queue: [],
-      queued: 0,
-      wake: null,
-      ended: false,
-      closed: false,
-      close() {
-        if (conn.closed) return;
-        conn.closed = true;
-        conns.delete(id);
-        closeAll();
-        conn.wake?.();
-      },
-    };
-    conns.set(id, conn);
-    (async () => {
+/**
+ * One VNC connection: bytes from the host queue toward the server (the
+ * frame reader closes it past maxQueue, so a stalled server cannot hold the
+ * pipe), bytes from the server go out as DATA frames.
+ */
+async function openConn(s: Supervisor, id: number): Promise<void> {
+  const F = s.config.frames;
+  let socket: Deno.UnixConn;
+  try {
+    socket = await Deno.connect({ transport: "unix", path: s.socket });
+  } catch (err) {
+    const why = `cannot reach the VNC server: ${(err as Error).message}`;
+    return await s.send(F.CLOSE, id, new TextEncoder().encode(why));
+  }
+  const writer = socket.writable.getWriter();
+  const conn: Conn = {
+    queue: [],
+    queued: 0,
+    wake: null,
+    ended: false,
+    closed: false,
+    close() {
+      if (conn.closed) return;
+      conn.closed = true;
+      s.conns.delete(id);
       try {
-        for await (const chunk of readable) await send(F.DATA, id, chunk);
-        await send(F.EOF, id);
+        socket.close();
       } catch {
-        if (!conn.closed) await send(F.CLOSE, id);
+        // closed
       }
-    })();
-    (async () => {
-      try {
-        while (!conn.closed) {
-          const next = conn.queue.shift();
-          if (next === undefined) {
-            if (conn.ended) {
-              await writable.close();
-              return;
-            }
-            await new Promise<void>((r) => conn.wake = r);
-            conn.wake = null;
-            continue;
-          }
-          conn.queued -= next.length;
-          await writable.write(next);
-        }
-      } catch {
-        if (!conn.closed) await send(F.CLOSE, id);
-        conn.close();
-      }
-    })();
+      conn.wake?.();
+    },
   };
-
-  // A program on the display: its exit (and output, when asked) goes back.
-  const run = (
-    id: number,
-    spec: { argv: string[]; env?: Record<string, string>; cwd?: string; capture?: boolean },
-  ) => {
-    let child: Deno.ChildProcess;
+  s.conns.set(id, conn);
+  (async () => {
     try {
-      child = new Deno.Command(spec.argv[0], {
-        args: spec.argv.slice(1),
-        env: { ...baseEnv, ...(spec.env ?? {}) },
-        clearEnv: true,
-        cwd: spec.cwd,
-        stdin: "null",
-        stdout: spec.capture ? "piped" : "null",
-        stderr: spec.capture ? "piped" : "null",
-      }).spawn();
-    } catch (err) {
-      sendJson(F.EXIT, id, { error: (err as Error).message });
-      return;
+      for await (const chunk of socket.readable) await s.send(F.DATA, id, chunk);
+      await s.send(F.EOF, id);
+    } catch {
+      if (!conn.closed) await s.send(F.CLOSE, id);
     }
-    programs.set(id, child);
-    const collect = async (stream: ReadableStream<Uint8Array> | null) => {
-      if (stream === null || !spec.capture) return "";
-      const parts: Uint8Array<ArrayBuffer>[] = [];
-      let kept = 0;
-      for await (const chunk of stream) {
-        if (kept < config.maxOutput) {
-          parts.push(chunk.slice(0, config.maxOutput - kept));
-          kept += Math.min(chunk.length, config.maxOutput - kept);
-        }
+  })();
+  pumpToServer(s, id, conn, writer);
+}
+
+/** Writes what the host sent for a connection to the VNC server, in order, as it comes. */
+async function pumpToServer(
+  s: Supervisor,
+  id: number,
+  conn: Conn,
+  writer: WritableStreamDefaultWriter<Uint8Array>,
+): Promise<void> {
+  try {
+    while (!conn.closed) {
+      const next = conn.queue.shift();
+      if (next !== undefined) {
+        conn.queued -= next.length;
+        await writer.write(next);
+      } else if (conn.ended) return await writer.close();
+      else {
+        await new Promise<void>((r) => conn.wake = r);
+        conn.wake = null;
       }
-      return new TextDecoder().decode(await new Blob(parts).bytes());
-    };
-    Promise.all([
-      child.status,
-      collect(spec.capture ? child.stdout : null),
-      collect(spec.capture ? child.stderr : null),
-    ]).then(([status, out, err]) => {
-      programs.delete(id);
-      sendJson(F.EXIT, id, {
-        code: status.signal ? null : status.code,
-        signal: status.signal,
-        stdout: out,
-        stderr: err,
-      });
-    });
-  };
+    }
+  } catch {
+    if (!conn.closed) await s.send(s.config.frames.CLOSE, id);
+    conn.close();
+  }
+}
 
-  await sendJson(F.READY, 0, { display: Number(display) });
+/** Reads a stream to its end, keeping its first `max` bytes as text. */
+async function collect(stream: ReadableStream<Uint8Array>, max: number): Promise<string> {
+  const parts: Uint8Array<ArrayBuffer>[] = [];
+  let kept = 0;
+  for await (const chunk of stream) {
+    if (kept >= max) continue;
+    parts.push(chunk.slice(0, max - kept));
+    kept += Math.min(chunk.length, max - kept);
+  }
+  return new TextDecoder().decode(await new Blob(parts).bytes());
+}
 
-  // Frames from the host, until it goes away (then everything here ends with the sandbox).
+/** A program on the display: its exit (and output, when asked) goes back. */
+function runProgram(
+  s: Supervisor,
+  id: number,
+  spec: { argv: string[]; env?: Record<string, string>; cwd?: string; capture?: boolean },
+): void {
+  const F = s.config.frames;
+  let child: Deno.ChildProcess;
+  try {
+    child = new Deno.Command(spec.argv[0], {
+      args: spec.argv.slice(1),
+      env: { ...s.env, ...(spec.env ?? {}) },
+      clearEnv: true,
+      cwd: spec.cwd,
+      stdin: "null",
+      stdout: spec.capture ? "piped" : "null",
+      stderr: spec.capture ? "piped" : "null",
+    }).spawn();
+  } catch (err) {
+    s.sendJson(F.EXIT, id, { error: (err as Error).message });
+    return;
+  }
+  s.programs.set(id, child);
+  Promise.all([
+    child.status,
+    spec.capture ? collect(child.stdout, s.config.maxOutput) : "",
+    spec.capture ? collect(child.stderr, s.config.maxOutput) : "",
+  ]).then(([status, stdout, stderr]) => {
+    s.programs.delete(id);
+    const code = status.signal ? null : status.code;
+    s.sendJson(F.EXIT, id, { code, signal: status.signal, stdout, stderr });
+  });
+}
+
+/** Acts on one frame from the host. */
+async function onFrame(s: Supervisor, type: number, id: number, payload: Uint8Array) {
+  const F = s.config.frames;
+  const conn = s.conns.get(id);
+  if (type === F.OPEN) await openConn(s, id);
+  else if (type === F.DATA && conn !== undefined && !conn.ended) {
+    conn.queue.push(payload);
+    conn.queued += payload.length;
+    if (conn.queued <= s.config.maxQueue) return conn.wake?.();
+    conn.close();
+    await s.send(F.CLOSE, id, new TextEncoder().encode("the VNC server is not reading"));
+  } else if (type === F.EOF && conn !== undefined) {
+    conn.ended = true;
+    conn.wake?.();
+  } else if (type === F.CLOSE && conn !== undefined) conn.close();
+  else if (type === F.RUN) runProgram(s, id, JSON.parse(new TextDecoder().decode(payload)));
+  else if (type === F.KILL) {
+    try {
+      s.programs.get(id)?.kill(new TextDecoder().decode(payload) as Deno.Signal);
+    } catch {
+      // gone already
+    }
+  }
+}
+
+/** Frames from the host, until it goes away (then everything here ends). */
+async function readFrames(s: Supervisor): Promise<never> {
   const input = Deno.stdin.readable.getReader();
   let buf = new Uint8Array(0);
   const need = async (n: number) => {
     while (buf.length < n) {
       const { value, done } = await input.read();
-      if (done || value === undefined) return shutdown();
+      if (done || value === undefined) return shutdown(s, 0);
       const next = new Uint8Array(buf.length + value.length);
       next.set(buf);
       next.set(value, buf.length);
       buf = next;
     }
   };
-  const decoder = new TextDecoder();
   for (;;) {
     await need(9);
     const v = new DataView(buf.buffer, buf.byteOffset, 9);
-    const type = v.getUint8(0);
-    const id = v.getUint32(1);
-    const length = v.getUint32(5);
+    const [type, id, length] = [v.getUint8(0), v.getUint32(1), v.getUint32(5)];
     await need(9 + length);
     const payload = buf.slice(9, 9 + length);
     buf = buf.subarray(9 + length);
-    const conn = conns.get(id);
-    if (type === F.OPEN) await open(id);
-    else if (type === F.DATA && conn !== undefined && !conn.ended) {
-      conn.queue.push(payload);
-      conn.queued += payload.length;
-      if (conn.queued > config.maxQueue) {
-        conn.close();
-        await send(F.CLOSE, id, encoder.encode("the VNC server is not reading"));
-      } else conn.wake?.();
-    } else if (type === F.EOF && conn !== undefined) {
-      conn.ended = true;
-      conn.wake?.();
-    } else if (type === F.CLOSE && conn !== undefined) conn.close();
-    else if (type === F.RUN) run(id, JSON.parse(decoder.decode(payload)));
-    else if (type === F.KILL) {
-      const child = programs.get(id);
-      if (child !== undefined) quietly(() => child.kill(decoder.decode(payload) as Deno.Signal));
-    }
+    await onFrame(s, type, id, payload);
   }
 }
+
+/** The supervisor's entry point. */
+export async function desktopMain(config: DesktopMainConfig): Promise<void> {
+  const stdout = Deno.stdout.writable.getWriter();
+  let writing: Promise<void> = Promise.resolve();
+  const s: Supervisor = {
+    config,
+    send(type, id, payload = new Uint8Array()) {
+      const frame = new Uint8Array(9 + payload.length);
+      const v = new DataView(frame.buffer);
+      v.setUint8(0, type);
+      v.setUint32(1, id);
+      v.setUint32(5, payload.length);
+      frame.set(payload, 9);
+      writing = writing.then(() => stdout.write(frame)).catch(() => shutdown(s, 0));
+      return writing;
+    },
+    sendJson: (type, id, value) =>
+      s.send(type, id, new TextEncoder().encode(JSON.stringify(value))),
+    conns: new Map(),
+    programs: new Map(),
+    children: [],
+    env: {},
+    authFile: `${config.dir}/Xauthority`,
+    socket: `${config.dir}/rfb.sock`,
+  };
+  Deno.mkdirSync(config.dir, { recursive: true, mode: 0o700 });
+  const cookie = crypto.getRandomValues(new Uint8Array(16));
+  writeXauthority(s.authFile, "0", cookie);
+  const log: string[] = [];
+  const display = await startX(s, log);
+  writeXauthority(s.authFile, display, cookie);
+  for (const [key, value] of Object.entries(Deno.env.toObject())) {
+    if (!key.startsWith("DENO_") && key !== "NO_COLOR") s.env[key] = value;
+  }
+  s.env.DISPLAY = `:${display}`;
+  s.env.XAUTHORITY = s.authFile;
+  if (config.server === "x11vnc") await startX11vnc(s, display);
+  await waitForSocket(s, log);
+  await s.sendJson(config.frames.READY, 0, { display: Number(display) });
+  await readFrames(s);
+}
+
+/** The program `deno eval` runs: the functions above, then the entry point on its argument. */
+export const SUPERVISOR_SOURCE: string = [
+  shutdown,
+  fatal,
+  writeXauthority,
+  startX,
+  startX11vnc,
+  waitForSocket,
+  openConn,
+  pumpToServer,
+  collect,
+  runProgram,
+  onFrame,
+  readFrames,
+  desktopMain,
+].map(String).join("\n\n") + "\n\ndesktopMain(JSON.parse(Deno.args[0]));\n";

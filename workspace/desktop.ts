@@ -25,7 +25,7 @@ import {
   type WorkspaceCgroup,
   type WorkspaceLimits,
 } from "./_limits.ts";
-import { desktopMain, type DesktopMainConfig, FRAME } from "./_desktop_main.ts";
+import { type DesktopMainConfig, FRAME, SUPERVISOR_SOURCE } from "./_desktop_main.ts";
 import { DesktopPipe, type PipeExit } from "./_desktop_pipe.ts";
 import { killTrees, treePids } from "./_processes.ts";
 import type { Workspace, WorkspaceIsolation } from "./workspace.ts";
@@ -440,6 +440,32 @@ async function stopRunning(r: Running): Promise<void> {
   await undo(r.placement);
 }
 
+/** Waits for the supervisor's READY, bounded; the error names the supervisor's last words. */
+async function awaitReady(
+  name: string,
+  pipe: DesktopPipe,
+  tail: () => string,
+  timeout: number,
+): Promise<number> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    const ready = await Promise.race([
+      pipe.ready,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`not up within ${timeout} ms`)), timeout);
+      }),
+    ]);
+    return ready.display;
+  } catch (err) {
+    const more = tail();
+    throw new Error(
+      `Cannot start desktop "${name}": ${(err as Error).message}${more ? ` (${more})` : ""}`,
+    );
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 async function start(name: string, options: DesktopOptions): Promise<Running> {
   const { server, programs } = chooseServer(options.server ?? "auto");
   const { deno, mounts } = await supervisorDeno();
@@ -471,34 +497,13 @@ async function start(name: string, options: DesktopOptions): Promise<Running> {
       maxOutput: 1024 * 1024,
       frames: FRAME,
     };
-    const argv = [
-      deno,
-      "eval",
-      "--no-config",
-      "-q",
-      `(${desktopMain.toString()})(JSON.parse(Deno.args[0]))`,
-      JSON.stringify(config),
-    ];
-    child = await p.spawn(argv, {
-      DENO_DIR: `${p.dir}/deno`,
-      DENO_NO_UPDATE_CHECK: "1",
-      NO_COLOR: "1",
-    });
+    child = await p.spawn(
+      [deno, "eval", "--no-config", "-q", SUPERVISOR_SOURCE, JSON.stringify(config)],
+      { DENO_DIR: `${p.dir}/deno`, DENO_NO_UPDATE_CHECK: "1", NO_COLOR: "1" },
+    );
     const tail = stderrTail(child);
     pipe = new DesktopPipe(child, MAX_QUEUE);
-    const timeout = options.startTimeout ?? 30_000;
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const { display } = await Promise.race([
-      pipe.ready,
-      new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`not up within ${timeout} ms`)), timeout);
-      }),
-    ]).catch((err) => {
-      const more = tail();
-      throw new Error(
-        `Cannot start desktop "${name}": ${(err as Error).message}${more ? ` (${more})` : ""}`,
-      );
-    }).finally(() => clearTimeout(timer));
+    const display = await awaitReady(name, pipe, tail, options.startTimeout ?? 30_000);
     return { child, pipe, placement: p, server, display };
   } catch (err) {
     if (child !== null && pipe !== null) {
