@@ -18,7 +18,12 @@ export interface PipeExit {
   error?: string;
 }
 
-const MAX_FRAME = 1024 * 1024;
+/**
+ * The largest frame read from the supervisor (which runs as the agent's
+ * user, so its output is not trusted): a program's exit with a MiB of
+ * output on each stream, JSON-escaped, fits.
+ */
+const MAX_FRAME = 16 * 1024 * 1024;
 const WRITE_CHUNK = 64 * 1024;
 
 /** One VNC connection through the pipe. */
