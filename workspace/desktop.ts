@@ -18,9 +18,15 @@ import type { Environment } from "../env.ts";
 import type { ExitStatus } from "../_internal/exit.ts";
 import { splice } from "../_internal/io.ts";
 import { RfbClient, type RfbOptions } from "../rfb/client.ts";
-import { chooseSandbox, findProgram, spawnInSandbox, systemShows } from "./_sandbox.ts";
 import {
-  checkLimit,
+  checkIsolation,
+  chooseSandbox,
+  findProgram,
+  spawnInSandbox,
+  systemShows,
+} from "./_sandbox.ts";
+import {
+  checkLimits,
   resolveLimits,
   type WorkspaceCgroup,
   type WorkspaceLimits,
@@ -394,21 +400,14 @@ function checkOptions(options: DesktopOptions): void {
       }
     }
   }
-  const isolation = options.isolation ?? "auto";
-  if (!["auto", "bwrap", "unshare", "none"].includes(isolation)) {
-    throw new RangeError(
-      `Cannot add desktop: unknown isolation "${isolation}" (use "auto", "bwrap", "unshare" or "none")`,
-    );
-  }
+  checkIsolation("add desktop", options.isolation ?? "auto");
   for (const key of ["uid", "gid"] as const) {
     const id = options[key];
     if (id !== undefined && !(Number.isInteger(id) && id > 0 && id < 2 ** 32 - 1)) {
       throw new RangeError(`Cannot add desktop: invalid ${key} "${id}" (use one other than 0)`);
     }
   }
-  for (const key of ["memory", "processes", "tmpSize", "fileSize"] as const) {
-    checkLimit("add desktop", key, options.limits?.[key]);
-  }
+  checkLimits("add desktop", options.limits);
 }
 
 /** A running desktop: the supervisor's process and its pipe. */
