@@ -2,6 +2,8 @@
 // the pixel format, the client's messages, the encoding numbers, and the
 // one error class of the subsystem.
 
+import { errorMessage } from "../_internal/util.ts";
+
 /** What an {@linkcode RfbError} is about. */
 export type RfbErrorKind =
   | "protocol" // the server broke the protocol, or does not speak RFB
@@ -164,7 +166,7 @@ export class ByteReader {
       try {
         got = await this.#src.read(this.#buf.subarray(this.#end));
       } catch (err) {
-        throw new RfbError("closed", `Cannot read from the VNC server: ${errorText(err)}`, {
+        throw new RfbError("closed", `Cannot read from the VNC server: ${errorMessage(err)}`, {
           cause: err,
         });
       }
@@ -175,10 +177,6 @@ export class ByteReader {
       this.#total += got;
     }
   }
-}
-
-export function errorText(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }
 
 /** A pixel format's 16 bytes. */

@@ -13,6 +13,8 @@
 // through the writable side). Should a runtime deliver later than that, one
 // macrotask more is waited for before a short part is called an error.
 
+import { errorMessage } from "../_internal/util.ts";
+
 /** Bad compressed data from the server. */
 export class InflateError extends Error {
   /** Makes the error. */
@@ -66,7 +68,7 @@ export class Inflater {
       try {
         await this.#writer.write(part.slice(off, off + SLICE));
       } catch (err) {
-        throw new InflateError(`data is not zlib (${errorText(err)})`, {
+        throw new InflateError(`data is not zlib (${errorMessage(err)})`, {
           cause: err,
         });
       }
@@ -77,7 +79,7 @@ export class Inflater {
       }
     }
     if (this.#error !== null) {
-      throw new InflateError(`data is not zlib (${errorText(this.#error)})`);
+      throw new InflateError(`data is not zlib (${errorMessage(this.#error)})`);
     }
     return this.take();
   }
@@ -109,8 +111,4 @@ export class Inflater {
     this.#writer.abort().catch(() => {});
     this.#reader.cancel().catch(() => {});
   }
-}
-
-function errorText(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }

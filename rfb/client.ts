@@ -17,6 +17,7 @@ import type { Capability } from "../capability.ts";
 import { parseHostPort } from "../capability.ts";
 import { Deadline } from "../_internal/async.ts";
 import { writeAll } from "../_internal/io.ts";
+import { errorMessage } from "../_internal/util.ts";
 import { handshake } from "./_handshake.ts";
 import {
   checkSize,
@@ -33,7 +34,6 @@ import {
   CLIENT_FORMAT,
   clientCutText,
   Encoding,
-  errorText,
   keyEvent,
   latin1,
   pointerEvent,
@@ -345,7 +345,7 @@ export class RfbClient implements AsyncDisposable {
     } catch (err) {
       throw new RfbError(
         "closed",
-        `Cannot connect to the VNC server at ${where}: ${errorText(err)}`,
+        `Cannot connect to the VNC server at ${where}: ${errorMessage(err)}`,
         {
           cause: err,
         },
@@ -512,7 +512,7 @@ export class RfbClient implements AsyncDisposable {
       this.#fail(
         err instanceof RfbError
           ? err
-          : new RfbError("protocol", `Cannot read from the VNC server: ${errorText(err)}`, {
+          : new RfbError("protocol", `Cannot read from the VNC server: ${errorMessage(err)}`, {
             cause: err,
           }),
       );
@@ -542,9 +542,13 @@ export class RfbClient implements AsyncDisposable {
     const next = this.#writing.then(() => writeAll(this.#transport, bytes));
     this.#writing = next.catch(() => {});
     return next.catch((err) => {
-      const failure = new RfbError("closed", `Cannot write to the VNC server: ${errorText(err)}`, {
-        cause: err,
-      });
+      const failure = new RfbError(
+        "closed",
+        `Cannot write to the VNC server: ${errorMessage(err)}`,
+        {
+          cause: err,
+        },
+      );
       this.#fail(failure);
       throw this.#error ?? failure;
     });

@@ -9,14 +9,17 @@
 //
 // It runs as `deno eval` of SUPERVISOR_SOURCE: the SDK's files may not be
 // readable (or even local) in the sandbox, so the functions below use
-// nothing but their arguments, each other and Deno's globals, and their
-// source is what Function.prototype.toString gives (Deno strips the types).
+// nothing but their arguments, each other (errorMessage() from
+// _internal/util.ts among them) and Deno's globals, and their source is
+// what Function.prototype.toString gives (Deno strips the types).
 //
 // VNC servers: TigerVNC's Xvnc is the X server and listens on a unix socket
 // in the supervisor's private directory (no TCP port: -rfbport -1); with
 // x11vnc, Xvfb is the X server and x11vnc listens on such a socket, and on
 // a TCP port it cannot be talked out of (its -inetd mode wants a socket, not
 // a pipe), which is why it runs only in a network namespace of its own.
+
+import { errorMessage } from "../_internal/util.ts";
 
 /** Frame types of the desktop pipe, shared by both ends through the config. */
 export const FRAME = {
@@ -135,7 +138,7 @@ async function startX(s: Supervisor, log: string[]): Promise<string> {
     x = new Deno.Command(program, { args, stdin: "null", stdout: "piped", stderr: "piped" })
       .spawn();
   } catch (err) {
-    return await fatal(s, `cannot run ${program}: ${(err as Error).message}`);
+    return await fatal(s, `cannot run ${program}: ${errorMessage(err)}`);
   }
   s.children.push(x);
   (async () => {
@@ -178,7 +181,7 @@ async function startX11vnc(s: Supervisor, display: string): Promise<void> {
       stderr: "null",
     }).spawn();
   } catch (err) {
-    return await fatal(s, `cannot run x11vnc: ${(err as Error).message}`);
+    return await fatal(s, `cannot run x11vnc: ${errorMessage(err)}`);
   }
   s.children.push(vnc);
   vnc.status.then(() => fatal(s, "x11vnc exited"));
@@ -210,7 +213,7 @@ async function openConn(s: Supervisor, id: number): Promise<void> {
   try {
     socket = await Deno.connect({ transport: "unix", path: s.socket });
   } catch (err) {
-    const why = `cannot reach the VNC server: ${(err as Error).message}`;
+    const why = `cannot reach the VNC server: ${errorMessage(err)}`;
     return await s.send(F.CLOSE, id, new TextEncoder().encode(why));
   }
   const writer = socket.writable.getWriter();
@@ -300,7 +303,7 @@ function runProgram(
       stderr: spec.capture ? "piped" : "null",
     }).spawn();
   } catch (err) {
-    s.sendJson(F.EXIT, id, { error: (err as Error).message });
+    s.sendJson(F.EXIT, id, { error: errorMessage(err) });
     return;
   }
   s.programs.set(id, child);
@@ -409,6 +412,7 @@ export async function desktopMain(config: DesktopMainConfig): Promise<void> {
 
 /** The program `deno eval` runs: the functions above, then the entry point on its argument. */
 export const SUPERVISOR_SOURCE: string = [
+  errorMessage,
   shutdown,
   fatal,
   writeXauthority,

@@ -7,6 +7,7 @@
 // more than `maxQueue` bytes unread is closed, so one client cannot stall
 // the others (the grader's among them).
 
+import { errorMessage } from "../_internal/util.ts";
 import { FRAME } from "./_desktop_main.ts";
 
 /** How a program on the desktop ended, or why it could not start. */
@@ -228,7 +229,7 @@ export class DesktopPipe {
       }
       this.#die("the desktop's supervisor exited");
     } catch (err) {
-      this.#die(`the desktop's pipe broke: ${(err as Error).message}`);
+      this.#die(`the desktop's pipe broke: ${errorMessage(err)}`);
     } finally {
       reader.releaseLock();
     }

@@ -17,6 +17,7 @@ import { Capability } from "../capability.ts";
 import type { Environment } from "../env.ts";
 import type { ExitStatus } from "../_internal/exit.ts";
 import { splice } from "../_internal/io.ts";
+import { errorMessage } from "../_internal/util.ts";
 import { RfbClient, type RfbOptions } from "../rfb/client.ts";
 import {
   checkIsolation,
@@ -458,7 +459,7 @@ async function awaitReady(
   } catch (err) {
     const more = tail();
     throw new Error(
-      `Cannot start desktop "${name}": ${(err as Error).message}${more ? ` (${more})` : ""}`,
+      `Cannot start desktop "${name}": ${errorMessage(err)}${more ? ` (${more})` : ""}`,
     );
   } finally {
     clearTimeout(timer);
