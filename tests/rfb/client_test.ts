@@ -519,6 +519,22 @@ test("RfbClient.settle() waits for the screen to stop changing, bounded by its t
   });
 });
 
+test("RfbClient keeps the server's cut text (Latin-1) and skips bells and colour maps", async () => {
+  await using server = fakeServer(async (io) => {
+    await accept38(io, 8, 8);
+    await readRequest(io);
+    await io.write([2], [1, 0, ...u16(0), ...u16(1), 0, 1, 0, 2, 0, 3]); // Bell, SetColourMapEntries
+    await io.write([3, 0, 0, 0], u32(6), [0x63, 0x61, 0x66, 0xe9, 0x21, 0x0a]); // "café!\n"
+    await io.write(update(1), rawRect(0, 0, 8, 8, [1, 2, 3]));
+    await drain(io);
+  });
+  await using vnc = await RfbClient.connect({ port: server.port });
+  assert.equal(vnc.cutText, null);
+  await vnc.refresh();
+  assert.equal(vnc.cutText, "café!\n");
+  assert.equal(vnc.closed, false);
+});
+
 test("RfbClient.close() is idempotent; calls after it fail as closed", async () => {
   await using server = fakeServer(async (io) => {
     await accept38(io, 8, 8);
