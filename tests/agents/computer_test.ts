@@ -260,7 +260,7 @@ for (const format of ["anthropic", "openai"] as const) {
       const workspace = addWorkspace(env, root, { trackFiles: false });
       // Larger than the model's screen: the picture is scaled to 1280x800 and the click back.
       const desktop = addDesktop(env, { workspace, width: 1600, height: 1000 });
-      const press = buttonTask(env, workspace, desktop, root);
+      const press = buttonTask(env, desktop);
       const agent = new ChatAgent({
         format,
         model: "scripted",

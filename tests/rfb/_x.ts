@@ -7,7 +7,7 @@
 
 import type { Environment, TaskRow } from "../../env.ts";
 import { integer } from "../../schema.ts";
-import type { Desktop, Workspace } from "../../workspace/mod.ts";
+import type { Desktop } from "../../workspace/mod.ts";
 import { findProgram } from "../../workspace/_sandbox.ts";
 
 /** Set by .ci/run: there a missing counterpart is a failure, not a skip. */
@@ -265,10 +265,13 @@ export async function waitForLog(path: string, pattern: RegExp, ms = 15_000): Pr
 
 // A Tk window with one button at (x, y); it writes "shown" once it is up,
 // then what it saw: "pressed" when the button is clicked, "missed X Y" for a
-// click elsewhere.
+// click elsewhere. It writes to the file named by its first argument in the
+// desktop's own directory (where $XAUTHORITY is), which the agent's shell,
+// in a sandbox of its own, does not see; it is run with `python3 -I`, so that
+// modules the agent leaves in the root or in HOME are not imported.
 export const BUTTON_APP = `
-import sys, tkinter as tk
-out = open(sys.argv[1], "w", buffering=1)
+import os, sys, tkinter as tk
+out = open(os.path.join(os.path.dirname(os.environ["XAUTHORITY"]), sys.argv[1]), "w", buffering=1)
 x, y = int(sys.argv[2]), int(sys.argv[3])
 root = tk.Tk()
 root.geometry("%dx%d+0+0" % (root.winfo_screenwidth(), root.winfo_screenheight()))
@@ -280,6 +283,15 @@ root.bind("<Button-1>", lambda e: out.write("missed %d %d\\n" % (e.x_root, e.y_r
 root.after(300, lambda: out.write("shown\\n"))
 root.mainloop()
 `;
+
+/** What the button program wrote in the desktop's own directory, read on the desktop. */
+async function seenBy(desktop: Desktop, name: string): Promise<string> {
+  const r = await desktop.exec(
+    ["/bin/sh", "-c", 'cat "$(dirname "$XAUTHORITY")/$1" 2>/dev/null; true', "sh", name],
+    { timeout: 10_000 },
+  );
+  return r.stdout;
+}
 
 /** The centre of the pixels of `rgb` in a frame, or null when there are none. */
 export function findColour(
@@ -305,37 +317,39 @@ export function findColour(
 /**
  * The template "press": the Tk button at a place that depends on the seed,
  * anywhere on the desktop; the prompt once it shows; 1 when the program saw
- * its button pressed (read in the sandbox, as the agent's user), else 0.
+ * its button pressed, else 0. What it saw is read on the desktop (in the
+ * workspace's sandbox, as the agent's user) before the workspace grades, and
+ * kept in `seen` by seed.
  */
 export function buttonTask(
   env: Environment,
-  workspace: Workspace,
   desktop: Desktop,
-  root: string,
+  seen: Map<number, string> = new Map(),
 ): (args: { seed: number }) => TaskRow {
   return env.template(
     { id: "press", args: { seed: integer() } },
     async function* ({ seed }) {
       const x = 20 + (seed * 7919) % (desktop.width - 120);
       const y = 20 + (seed * 104729) % (desktop.height - 80);
-      const seen = `${root}/seen-${seed}.txt`;
-      await Deno.remove(seen).catch(() => {}); // a run before this one
+      // A name of its own: a file an earlier rollout left is never read as this one's.
+      const name = `seen-${seed}-${crypto.randomUUID()}`;
       const app = await desktop.run([
         "/usr/bin/python3",
+        "-I",
         "-c",
         BUTTON_APP,
-        seen,
-        String(x),
-        String(y),
+        name,
+        `${x}`,
+        `${y}`,
       ]);
       try {
-        for (let i = 0; i < 400; i++) {
-          if ((await Deno.readTextFile(seen).catch(() => "")).includes("shown")) break;
-          await new Promise((r) => setTimeout(r, 25));
+        for (let i = 0; i < 200 && !(await seenBy(desktop, name)).includes("shown"); i++) {
+          await new Promise((r) => setTimeout(r, 50));
         }
         yield "Click the green OK button on the screen, then answer done.";
-        const check = await workspace.exec(["grep", "-qx", "pressed", `seen-${seed}.txt`]);
-        yield check.code === 0 ? 1 : 0;
+        const text = await seenBy(desktop, name);
+        seen.set(seed, text);
+        yield text.split("\n").includes("pressed") ? 1 : 0;
       } finally {
         await app.kill("SIGKILL");
         await app.status.catch(() => {});

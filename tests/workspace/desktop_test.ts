@@ -16,6 +16,8 @@ import { functionAgent, rollout } from "../../eval/mod.ts";
 import { LocalRuntime } from "../../runtime/mod.ts";
 import { bind } from "../../server.ts";
 import { addDesktop, addWorkspace } from "../../workspace/mod.ts";
+import type { RfbClient } from "../../rfb/mod.ts";
+import type { SshClient } from "../../ssh/mod.ts";
 import { buttonTask, findColour, requireAll, skip } from "../rfb/_x.ts";
 
 const ROOT = Deno.uid() === 0;
@@ -262,7 +264,8 @@ test({
     const env = new Environment("buttons");
     const workspace = addWorkspace(env, root, { trackFiles: false });
     const desktop = addDesktop(env, { workspace, width: 1024, height: 768 });
-    const press = buttonTask(env, workspace, desktop, root);
+    const seen = new Map<number, string>();
+    const press = buttonTask(env, desktop, seen);
     const finder = functionAgent(async (_prompt, run) => {
       await using vnc = await run.client.open("screen");
       await vnc.settle({ quiet: 300 });
@@ -285,9 +288,102 @@ test({
         assert.equal(good.reward, 1, JSON.stringify(good.trace.errors));
         const bad = await rollout(press({ seed }), elsewhere, { runtime, fileTracking: false });
         assert.equal(bad.reward, 0, JSON.stringify(bad.trace.errors));
-        const seen = await Deno.readTextFile(`${root}/seen-${seed}.txt`);
-        assert.match(seen, /^missed 3 3$/m, seen);
+        assert.match(seen.get(seed)!, /^missed 3 3$/m, seen.get(seed));
       }
+    } finally {
+      await Deno.remove(root, { recursive: true });
+    }
+  },
+});
+
+// What an agent that wants the reward without clicking the button could do
+// with what it is given: the workspace's shell (its files, its HOME, its
+// /tmp) and the desktop's keyboard and clipboard. Each gets 0.
+// Imported instead of tkinter, it loads the real one and makes every
+// Button press itself once shown: the program then writes "pressed" itself.
+const PLANTED_TKINTER = `
+import os, sys
+sys.path = [p for p in sys.path if p not in ("", ".", os.getcwd())]
+del sys.modules[__name__]
+import tkinter
+class Button(tkinter.Button):
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.after(100, self.invoke)
+tkinter.Button = Button
+sys.modules[__name__] = tkinter
+`;
+
+test({
+  name:
+    "a desktop task: an agent cannot forge the button's press through the shell, planted Python modules, or the keyboard",
+  ignore: skip("desktop_test (button task attacks)", NEEDS.tigervnc),
+  async fn(t) {
+    requireAll(NEEDS.tigervnc);
+    const root = await Deno.makeTempDir({ prefix: "hud-desktop-attack-" });
+    const env = new Environment("buttons");
+    const workspace = addWorkspace(env, root, { trackFiles: false });
+    const desktop = addDesktop(env, { workspace, width: 800, height: 600 });
+    const seen = new Map<number, string>();
+    const press = buttonTask(env, desktop, seen);
+    const runtime = new LocalRuntime(env);
+    const shellAgent = (script: string) =>
+      functionAgent(async (_prompt, run, { signal }) => {
+        await using shell = await run.client.open("shell", { signal }) as SshClient;
+        const r = await shell.exec(script, { signal });
+        assert.equal(r.code, 0, r.stderrText);
+        return "done";
+      });
+    try {
+      await t.step('writing "pressed" wherever the shell can: the root, HOME, /tmp', async () => {
+        const forger = shellAgent(
+          'for f in seen-*.txt; do echo pressed >> "$f"; done; ' +
+            'for d in "$PWD" "$HOME" /tmp; do for n in seen seen-1.txt seen-1; do ' +
+            'printf "shown\\npressed\\n" > "$d/$n"; done; done; ' +
+            'find / -xdev -name "*seen*" -writable 2>/dev/null | while read -r f; do ' +
+            'echo pressed >> "$f"; done; true',
+        );
+        const r = await rollout(press({ seed: 1 }), forger, { runtime, fileTracking: false });
+        assert.equal(r.reward, 0, JSON.stringify(r.trace.errors));
+        assert.equal(seen.get(1), "shown\n");
+      });
+
+      await t.step(
+        "a tkinter.py and a .pth in the root and HOME, for the next rollout's program",
+        async () => {
+          const planter = shellAgent(
+            `cat > tkinter.py <<'EOF'\n${PLANTED_TKINTER}\nEOF\n` +
+              'site=$(python3 -c "import site; print(site.getusersitepackages())") && ' +
+              'mkdir -p "$site" && cp tkinter.py "$site/" && ' +
+              `echo 'import tkinter' > "$site/zz.pth" && cp tkinter.py "$HOME/"`,
+          );
+          const first = await rollout(press({ seed: 2 }), planter, {
+            runtime,
+            fileTracking: false,
+          });
+          assert.equal(first.reward, 0, JSON.stringify(first.trace.errors));
+          assert.ok((await Deno.stat(`${root}/tkinter.py`)).isFile);
+          const idle = functionAgent(() => "done");
+          const next = await rollout(press({ seed: 2 }), idle, { runtime, fileTracking: false });
+          assert.equal(next.reward, 0, JSON.stringify(next.trace.errors));
+          assert.equal(seen.get(2), "shown\n");
+        },
+      );
+
+      await t.step('typing "pressed", Return and the clipboard on the desktop', async () => {
+        const typer = functionAgent(async (_prompt, run) => {
+          await using vnc = await run.client.open("screen") as RfbClient;
+          await vnc.sendCutText("pressed\n");
+          await vnc.type("pressed\n");
+          await vnc.key("ctrl+v");
+          await vnc.key("Return");
+          await vnc.settle({ quiet: 200 });
+          return "pressed";
+        });
+        const r = await rollout(press({ seed: 4 }), typer, { runtime, fileTracking: false });
+        assert.equal(r.reward, 0, JSON.stringify(r.trace.errors));
+        assert.equal(seen.get(4), "shown\n");
+      });
     } finally {
       await Deno.remove(root, { recursive: true });
     }
