@@ -25,7 +25,65 @@ export interface PipeExit {
  * output on each stream, JSON-escaped, fits.
  */
 const MAX_FRAME = 16 * 1024 * 1024;
+/** The most output of a stream a program's exit may carry (the supervisor keeps the first MiB). */
+const MAX_OUTPUT = 1024 * 1024;
 const WRITE_CHUNK = 64 * 1024;
+
+/** The longest reason a supervisor's frame may give (a close, a fatal error). */
+const MAX_REASON = 500;
+
+/** `text` on one line, cut to {@linkcode MAX_REASON} characters. */
+function oneLine(text: string): string {
+  const line = text.replace(/\s+/g, " ").trim();
+  return line.length > MAX_REASON ? `${line.slice(0, MAX_REASON)}...` : line;
+}
+
+function parseJson(text: string, what: string): Record<string, unknown> {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    value = null;
+  }
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    throw new Error(`a malformed ${what} frame`);
+  }
+  return value as Record<string, unknown>;
+}
+
+/** A program's exit as the supervisor reports it, every field checked. */
+function parseExit(text: string): PipeExit {
+  const v = parseJson(text, "exit");
+  const optional = (key: string, ok: (x: unknown) => boolean) => v[key] === undefined || ok(v[key]);
+  const str = (x: unknown) => typeof x === "string" && x.length <= MAX_OUTPUT;
+  const valid = optional(
+    "code",
+    (x) => x === null || (Number.isInteger(x) && Math.abs(x as number) < 2 ** 31),
+  ) &&
+    optional(
+      "signal",
+      (x) => x === null || (typeof x === "string" && /^SIG[A-Z0-9]{1,10}$/.test(x)),
+    ) &&
+    optional("stdout", str) && optional("stderr", str) &&
+    optional("error", (x) => typeof x === "string");
+  if (!valid) throw new Error("a malformed exit frame");
+  const exit: PipeExit = {};
+  if (v.code !== undefined) exit.code = v.code as number | null;
+  if (v.signal !== undefined) exit.signal = v.signal as string | null;
+  if (v.stdout !== undefined) exit.stdout = v.stdout as string;
+  if (v.stderr !== undefined) exit.stderr = v.stderr as string;
+  if (v.error !== undefined) exit.error = oneLine(v.error as string);
+  return exit;
+}
+
+/** The supervisor's READY: the X display's number. */
+function parseReady(text: string): { display: number } {
+  const { display } = parseJson(text, "ready");
+  if (!Number.isInteger(display) || (display as number) < 0 || (display as number) > 65535) {
+    throw new Error("a malformed ready frame");
+  }
+  return { display: display as number };
+}
 
 /** One VNC connection through the pipe. */
 export class DesktopChannel {
@@ -231,7 +289,9 @@ export class DesktopPipe {
     } catch (err) {
       this.#die(`the desktop's pipe broke: ${errorMessage(err)}`);
     } finally {
-      reader.releaseLock();
+      // Cancelled, not released: after a bad frame nothing more is read, and
+      // the stream would stay open until the supervisor exits.
+      await reader.cancel().catch(() => {});
     }
   }
 
@@ -246,20 +306,25 @@ export class DesktopPipe {
         break;
       case FRAME.CLOSE:
         this.#channels.delete(id);
-        channel?.end(decoder.decode(payload) || "closed by the desktop");
+        channel?.end(oneLine(decoder.decode(payload)) || "closed by the desktop");
         break;
       case FRAME.EXIT: {
+        // Parsed before the program is forgotten: a bad frame ends the pipe,
+        // which answers every program still waiting, this one among them.
+        const exit = parseExit(decoder.decode(payload));
         const resolve = this.#programs.get(id);
         this.#programs.delete(id);
-        resolve?.(JSON.parse(decoder.decode(payload)));
+        resolve?.(exit);
         break;
       }
       case FRAME.READY:
-        this.#ready.resolve(JSON.parse(decoder.decode(payload)));
+        this.#ready.resolve(parseReady(decoder.decode(payload)));
         break;
       case FRAME.FATAL:
-        this.#die(JSON.parse(decoder.decode(payload)).message);
+        this.#die(oneLine(String(parseJson(decoder.decode(payload), "fatal")?.message)));
         break;
+      default:
+        throw new Error(`a frame of unknown type ${type}`);
     }
   }
 
