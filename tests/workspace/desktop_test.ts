@@ -18,7 +18,7 @@ import { bind } from "../../server.ts";
 import { addDesktop, addWorkspace } from "../../workspace/mod.ts";
 import type { RfbClient } from "../../rfb/mod.ts";
 import type { SshClient } from "../../ssh/mod.ts";
-import { buttonTask, findColour, requireAll, skip } from "../rfb/_x.ts";
+import { buttonTask, findColour, KEY_LOGGER, requireAll, skip, waitForLog } from "../rfb/_x.ts";
 
 const ROOT = Deno.uid() === 0;
 const NOBODY = 65534;
@@ -161,6 +161,39 @@ for (const server of ["tigervnc", "x11vnc"] as const) {
           const where = await desktop.exec(["xdotool", "getmouselocation"]);
           assert.match(where.stdout, /^x:321 y:123 /);
         });
+
+        await t.step(
+          "input arrives: a Tk window logs the clicks and keys sent through the tunnel",
+          async () => {
+            const log = `${root}/events.log`;
+            const logger = await desktop.run([
+              "/usr/bin/python3",
+              "-I",
+              "-c",
+              KEY_LOGGER,
+              log,
+              "400x300",
+            ]);
+            try {
+              await waitForLog(log, /^ready$/);
+              await vnc.click({ x: 40, y: 30 });
+              await vnc.type("aB");
+              await vnc.key("ctrl+Return");
+              const lines = await waitForLog(log, /^key Return$/);
+              assert.deepEqual(lines.slice(lines.indexOf("ready") + 1), [
+                "button 1 40 30",
+                "key a",
+                "key Shift_L",
+                "key B",
+                "key Control_L",
+                "key Return",
+              ]);
+            } finally {
+              await logger.kill("SIGKILL");
+              await logger.status.catch(() => {});
+            }
+          },
+        );
 
         await t.step(
           "programs on the desktop run as the agent, without this host's files or network",
