@@ -98,6 +98,12 @@ const ANTHROPIC_BETA = "computer-use-2025-01-24";
 /** The longest `wait` and `hold_key`, in seconds. */
 const MAX_SECONDS = 10;
 
+/**
+ * The most characters `text` may hold: a model's reply may be tens of MiB,
+ * and each character typed is four key events held in memory and sent.
+ */
+const MAX_TEXT = 10_000;
+
 /** The model's screen size: `options`' or the desktop's, shrunk to fit 1280x800. */
 export function modelScreen(
   desktop: { width: number; height: number },
@@ -146,6 +152,7 @@ function parameters(width: number, height: number) {
       start_coordinate: point("Where left_click_drag starts (default: where the pointer is)"),
       text: {
         type: "string",
+        maxLength: MAX_TEXT,
         description:
           'For type: the text. For key and hold_key: keys in xdotool\'s syntax ("Return", "ctrl+c", "alt+Tab"; several separated by spaces). For clicks and scroll: modifier keys to hold ("shift", "ctrl").',
       },
@@ -208,6 +215,15 @@ function needs(a: Action, key: string): unknown {
   return value;
 }
 
+/** `text`, a string of at most {@linkcode MAX_TEXT} characters. */
+function text(a: Action): string {
+  const value = String(needs(a, "text"));
+  if (value.length > MAX_TEXT) {
+    throw new RangeError(`text is ${value.length} characters; at most ${MAX_TEXT}`);
+  }
+  return value;
+}
+
 function seconds(d: unknown, fallback: number): number {
   const s = d === undefined ? fallback : Number(d);
   if (!(s >= 0 && s <= MAX_SECONDS)) {
@@ -218,8 +234,7 @@ function seconds(d: unknown, fallback: number): number {
 
 /** Runs `act` with the modifiers of `text` ("shift", "ctrl+alt") held. */
 async function withModifiers(a: Action, act: () => Promise<void>): Promise<void> {
-  const text = a.args.text;
-  const held = typeof text === "string" && text.trim() !== "" ? text.trim() : null;
+  const held = typeof a.args.text === "string" && a.args.text.trim() !== "" ? text(a).trim() : null;
   if (held !== null) await a.vnc.keyDown(held);
   try {
     await act();
@@ -276,11 +291,10 @@ const ACTIONS: Readonly<Record<string, (a: Action) => Promise<void>>> = {
   left_mouse_up: (a) => a.vnc.mouseUp(a.args.coordinate === undefined ? undefined : at(a)),
   scroll,
   key: async (a) => {
-    for (const combo of String(needs(a, "text")).trim().split(/\s+/)) await a.vnc.key(combo);
+    for (const combo of text(a).trim().split(/\s+/)) await a.vnc.key(combo);
   },
-  hold_key: (a) =>
-    a.vnc.key(String(needs(a, "text")).trim(), { hold: seconds(a.args.duration, 1) * 1000 }),
-  type: (a) => a.vnc.type(String(needs(a, "text"))),
+  hold_key: (a) => a.vnc.key(text(a).trim(), { hold: seconds(a.args.duration, 1) * 1000 }),
+  type: (a) => a.vnc.type(text(a)),
   wait: (a) => delay(seconds(a.args.duration, 1) * 1000, a.signal),
 };
 

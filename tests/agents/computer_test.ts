@@ -129,6 +129,19 @@ test("computerTool() scales the model's coordinates to the desktop and answers w
     /unknown action "fly"; use one of screenshot, /,
   );
   await assert.rejects(tool.call({ action: "type" }, context()), /type needs text/);
+  // A model's reply can be tens of MiB: text past 10,000 characters is refused, not typed.
+  await assert.rejects(
+    tool.call({ action: "type", text: "a".repeat(10_001) }, context()),
+    /^RangeError: text is 10001 characters; at most 10000$/,
+  );
+  await assert.rejects(
+    tool.call({ action: "key", text: "a ".repeat(5_001) }, context()),
+    /text is 10002 characters; at most 10000/,
+  );
+  await assert.rejects(
+    tool.call({ action: "left_click", coordinate: [1, 1], text: "shift".repeat(2_001) }, context()),
+    /text is 10005 characters; at most 10000/,
+  );
   await assert.rejects(
     tool.call({ action: "mouse_move" }, context()),
     /mouse_move needs coordinate/,
