@@ -10,6 +10,7 @@
 
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";
+import { parseHostPort } from "../../capability.ts";
 import { connect } from "../../client.ts";
 import { Environment } from "../../env.ts";
 import { functionAgent, rollout } from "../../eval/mod.ts";
@@ -419,6 +420,93 @@ test({
       });
     } finally {
       await Deno.remove(root, { recursive: true });
+    }
+  },
+});
+
+async function readExactly(conn: Deno.Conn, n: number): Promise<Uint8Array> {
+  const out = new Uint8Array(n);
+  for (let at = 0; at < n;) {
+    const got = await conn.read(out.subarray(at));
+    if (got === null) throw new Error(`the connection ended after ${at} of ${n} bytes`);
+    at += got;
+  }
+  return out;
+}
+
+/**
+ * An agent's VNC connection by hand: RFB 3.8 with security None and the
+ * server's pixel format (Raw: 3 MiB a frame at 1024x768), then 40 requests
+ * for the whole screen 25 ms apart (up to 120 MiB of frames), reading what
+ * comes or not. Returns whether the connection was still open after them.
+ */
+async function askForFrames(hostname: string, port: number, reading: boolean): Promise<boolean> {
+  using raw = await Deno.connect({ hostname, port });
+  await readExactly(raw, 12);
+  await raw.write(new TextEncoder().encode("RFB 003.008\n"));
+  const [count] = await readExactly(raw, 1);
+  assert.ok((await readExactly(raw, count)).includes(1), "no security type None");
+  await raw.write(new Uint8Array([1]));
+  assert.deepEqual(await readExactly(raw, 4), new Uint8Array(4));
+  await raw.write(new Uint8Array([1]));
+  const init = await readExactly(raw, 24);
+  await readExactly(raw, new DataView(init.buffer).getUint32(20));
+  let open = true;
+  const drained = reading
+    ? (async () => {
+      const buf = new Uint8Array(1 << 20);
+      let read = 0;
+      while (open) {
+        const n = await raw.read(buf).catch(() => null);
+        if (n === null) open = false;
+        else read += n;
+      }
+      return read;
+    })()
+    : Promise.resolve(0);
+  const request = new Uint8Array([3, 0, 0, 0, 0, 0, 0x04, 0x00, 0x03, 0x00]);
+  for (let i = 0; i < 40 && open; i++) {
+    open = await raw.write(request).then(() => true, () => false);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  if (!reading && open) {
+    // Nothing read: the host's end is closed once 32 MiB wait for us.
+    const buf = new Uint8Array(1 << 20);
+    const deadline = Date.now() + 20_000;
+    while (open && Date.now() < deadline) {
+      open = await raw.read(buf).then((n) => n !== null, () => false);
+    }
+  }
+  const stillOpen = open;
+  open = false;
+  raw.close();
+  const read = await drained;
+  if (reading) assert.ok(read > 32 * 1024 * 1024, `${read} bytes read: the server sent few frames`);
+  return stillOpen;
+}
+
+test({
+  name:
+    "addDesktop(): a VNC client that asks for frames and never reads is cut off past 32 MiB, the grader's client unaffected",
+  ignore: skip("desktop_test (a client that does not read)", NEEDS.tigervnc),
+  async fn() {
+    requireAll(NEEDS.tigervnc);
+    const env = new Environment("stall");
+    const desktop = addDesktop(env, { server: "tigervnc", width: 1024, height: 768 });
+    try {
+      await env.start();
+      await using srv = bind(env);
+      await using client = await connect(srv, { readyTimeout: 30_000 });
+      const { hostname, port } = parseHostPort(client.binding("screen").url)!;
+      // One that reads every frame keeps its connection; one that reads none loses it.
+      assert.equal(await askForFrames(hostname, port!, true), true);
+      const stalled = askForFrames(hostname, port!, false);
+      // Meanwhile the grader's client gets its screenshot.
+      await using vnc = await desktop.open();
+      assert.ok((await vnc.screenshot()).length > 0);
+      assert.equal(await stalled, false);
+    } finally {
+      await env.stop();
     }
   },
 });
