@@ -352,6 +352,26 @@ for (const format of ["anthropic", "openai"] as const) {
         });
         assert.equal(missing.status, 404);
         await missing.body?.cancel();
+        // Only <sha256>.<image type> of a results file it serves, never a path out of .files/.
+        const real = refs[1].file;
+        for (
+          const path of [
+            "files/../../../../etc/passwd",
+            "files/..%2f..%2f..%2fetc%2fpasswd",
+            `files/%2e%2e%2f${real}`,
+            `files/${real}%00.png`,
+            `files/${real.toUpperCase()}`,
+            `files/${real.replace(".png", ".jsonl")}`,
+            `files/${real}?file=1`,
+            `files/${real}?file=-1`,
+          ]
+        ) {
+          const r = await fetch(new URL(path.includes("?") ? path : `${path}?file=0`, viewer.url), {
+            headers: { authorization: `Bearer ${viewer.token}` },
+          });
+          assert.equal(r.status, 404, path);
+          await r.body?.cancel();
+        }
 
         const signal = AbortSignal.timeout(60_000);
         browser = await launchChromium({ signal });
