@@ -6,7 +6,10 @@
 // (namespaces, uid, no host listener, another uid and a token-less tunnel
 // refused, no host files, no way to the control port). A task with a Tk
 // button at a random place scores 1 for an agent that finds it in the
-// screenshot and clicks it, 0 for one that clicks elsewhere.
+// screenshot and clicks it, 0 for one that clicks elsewhere, and 0 for the
+// agents that try to forge the press (through the workspace's shell,
+// modules planted for the next rollout's program, the keyboard and the
+// clipboard). A VNC client that never reads is cut off, the grader's not.
 
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";
