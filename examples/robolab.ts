@@ -30,7 +30,7 @@ import {
   Taskset,
   type Workspace,
 } from "../mod.ts";
-import { formatProgress } from "../eval/mod.ts";
+import { commonFailureText, formatProgress } from "../eval/mod.ts";
 import { CommandAgent } from "../agents/mod.ts";
 
 interface Lab {
@@ -289,6 +289,9 @@ export async function main(args: string[] = Deno.args): Promise<number> {
       job.runs.length - job.errored.length
     } graded runs, ${job.errored.length} errored`,
   );
+  // Every rollout failing alike (no sandbox here, say): the reason once, with the way out.
+  const common = job.summary().common_failure;
+  if (common !== null) console.log(`\n${commonFailureText(common).trimEnd()}`);
   return job.errored.length === 0 ? 0 : 1;
 }
 
