@@ -434,3 +434,47 @@ test("scoped(): the file tracker's results cut to the task's part of the workspa
     },
   });
 });
+
+test("stage grade: a rollout stopped while grading is cancelled or a verifier timeout, never a grading error", async (t) => {
+  /** A client whose grading waits until its call's signal aborts, as a real one does. */
+  const hanging = (log: Log): HudClient => {
+    const client = fakeClient(log);
+    return Object.assign(Object.create(client), {
+      grade: (_payload: unknown, options: { signal?: AbortSignal } = {}) => {
+        log.push("grade");
+        return new Promise((_ok, fail) =>
+          options.signal?.addEventListener("abort", () => fail(options.signal!.reason))
+        );
+      },
+      cancel: client.cancel,
+      close: client.close,
+    }) as HudClient;
+  };
+  await t.step("the rollout's deadline: verifier_timeout", async () => {
+    const log: Log = [];
+    const run = await runRollout(
+      ROW,
+      answer5,
+      config(log, { rolloutTimeout: 300, dial: () => Promise.resolve(hanging(log)) }),
+    );
+    assert.equal(run.reward, null);
+    assert.deepEqual(run.trace.errors.map((e) => e.class), ["verifier_timeout"]);
+    assert.equal(run.trace.stopReason, "timeout");
+    assert.ok(log.includes("cancel"), "the task is cancelled");
+  });
+  await t.step("the job's abort: cancelled, no failure recorded", async () => {
+    const log: Log = [];
+    const stop = new AbortController();
+    const running = runRollout(
+      ROW,
+      answer5,
+      config(log, { signal: stop.signal, dial: () => Promise.resolve(hanging(log)) }),
+    );
+    while (!log.includes("grade")) await new Promise((r) => setTimeout(r, 5));
+    stop.abort();
+    const run = await running;
+    assert.deepEqual(run.trace.errors, [], "an interrupt is not a grading error");
+    assert.equal(run.trace.status, "cancelled");
+    assert.ok(log.includes("cancel"));
+  });
+});
