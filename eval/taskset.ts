@@ -33,7 +33,7 @@ import {
   type RolloutOptions,
 } from "./rollout.ts";
 import type { Job, JobProgress } from "./job.ts";
-import { openResults, recordKey } from "./results.ts";
+import { openResults, recordKey, type ResultsFile } from "./results.ts";
 import { AdaptiveConcurrency } from "./concurrency.ts";
 import { readErrorClass, RETRYABLE_ERROR_CLASSES, type RolloutErrorClass } from "./failure.ts";
 import {
@@ -43,10 +43,18 @@ import {
   type OptionSpelling,
   optionSpelling,
 } from "./_options.ts";
-import { checkSameAgent, expandSlots, JobLedger, resumeFrom } from "./_ledger.ts";
+import {
+  checkSameAgent,
+  expandSlots,
+  JobLedger,
+  type Resumed,
+  resumeFrom,
+  type Slot,
+} from "./_ledger.ts";
 import { Budget } from "./_budget.ts";
 import { Progress } from "./_progress.ts";
 import { type RetryConfig, RetryPolicy, SlotRunner } from "./_attempts.ts";
+
 import { StartPacer } from "./_pacing.ts";
 
 /** A row as given, or with its slug computed as the Python SDK does when it has none. */
@@ -256,6 +264,40 @@ function retriedClasses(
 }
 
 /**
+ * Runs `pending` slots, up to `maxConcurrent` at once, while the budget is
+ * open: past the pacing floor, they start as fast as this process keeps up
+ * ({@linkcode StartPacer}). Slots left when the budget closes (a limit, the
+ * caller's abort) are not started.
+ */
+async function runPending(
+  pending: readonly Slot[],
+  runner: SlotRunner,
+  budget: Budget,
+  maxConcurrent: number,
+): Promise<void> {
+  const pacer = new StartPacer(Math.min(maxConcurrent, pending.length));
+  let next = 0;
+  const worker = async () => {
+    while (next < pending.length && budget.open) {
+      let admission: Disposable;
+      try {
+        admission = await pacer.admit(budget.signal);
+      } catch {
+        return; // Stopped while waiting.
+      }
+      using _ = admission;
+      if (!(next < pending.length && budget.open)) return;
+      await runner.run(pending[next++]);
+    }
+  };
+  try {
+    await Promise.all(Array.from({ length: Math.min(maxConcurrent, pending.length) }, worker));
+  } finally {
+    pacer.close();
+  }
+}
+
+/**
  * An ordered set of task rows keyed by slug. Rows move between this SDK and
  * the HUD SDK as JSON or JSONL.
  */
@@ -363,6 +405,30 @@ export class Taskset {
   }
 
   /**
+   * The results file of `config.out`, open for appending, and what it held:
+   * read, and a resume with another agent refused, before anything is
+   * written to it.
+   */
+  async #openResults(
+    config: TasksetRunConfig,
+    agent: Agent,
+  ): Promise<{ out: ResultsFile | null; resumed: Resumed }> {
+    let resumed = resumeFrom([]);
+    if (config.out === undefined) return { out: null, resumed };
+    const keys = this.#rows.flatMap((row) =>
+      Array.from({ length: config.group }, (_, repeat) => recordKey(row.slug, repeat))
+    );
+    const out = await openResults(config.out, {
+      ...config,
+      check: (records) => {
+        resumed = resumeFrom(records);
+        checkSameAgent(config.out!, resumed, keys, agent.info, config.force);
+      },
+    });
+    return { out, resumed };
+  }
+
+  /**
    * Runs every row `group` times with at most `maxConcurrent` rollouts at
    * once, and returns the job. Rollout failures are recorded, not thrown;
    * those of a retried class are tried again (every attempt recorded).
@@ -380,19 +446,7 @@ export class Taskset {
     const concurrency = options.concurrency === false
       ? undefined
       : options.concurrency ?? new AdaptiveConcurrency({ max: config.maxConcurrent });
-    // What the file holds is read, and a resume with another agent refused,
-    // before anything is written to it.
-    let resumed = resumeFrom([]);
-    const keys = this.#rows.flatMap((row) =>
-      Array.from({ length: config.group }, (_, repeat) => recordKey(row.slug, repeat))
-    );
-    const out = config.out === undefined ? null : await openResults(config.out, {
-      ...config,
-      check: (records) => {
-        resumed = resumeFrom(records);
-        checkSameAgent(config.out!, resumed, keys, agent.info, config.force);
-      },
-    });
+    const { out, resumed } = await this.#openResults(config, agent);
     const jobId = options.jobId ?? resumed.jobId ?? crypto.randomUUID();
     const ledger = new JobLedger(
       jobId,
@@ -419,29 +473,9 @@ export class Taskset {
       out,
       signal: options.signal,
     });
-    const pending = ledger.pending();
-    const pacer = new StartPacer(Math.min(config.maxConcurrent, pending.length));
-    let next = 0;
-    const worker = async () => {
-      while (next < pending.length && budget.open) {
-        // Past the floor, rollouts start as fast as this process keeps up.
-        let admission: Disposable;
-        try {
-          admission = await pacer.admit(budget.signal);
-        } catch {
-          return; // Stopped while waiting: the slots left are not started.
-        }
-        using _ = admission;
-        if (!(next < pending.length && budget.open)) return;
-        await runner.run(pending[next++]);
-      }
-    };
     try {
-      await Promise.all(
-        Array.from({ length: Math.min(config.maxConcurrent, pending.length) }, worker),
-      );
+      await runPending(ledger.pending(), runner, budget, config.maxConcurrent);
     } finally {
-      pacer.close();
       await out?.close();
     }
     progress.report();
