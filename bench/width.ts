@@ -6,9 +6,14 @@
 // the job left behind (processes, temporary directories, the workspace's
 // keys).
 //
-//   deno run -A bench/width.ts [--rollouts 1000] [--json]
+//   deno run -A bench/width.ts [--rollouts 1000] [--max-concurrent N] [--interrupt S] [--json]
 //
-// Exits 0 when every rollout was graded 1 and nothing leaked.
+// With --interrupt S the job is stopped S seconds in, as Ctrl-C stops
+// `hud eval` (its signal aborts the job, then the held environment is
+// released and its shutdown hooks run), and only leaks count.
+//
+// Exits 0 when every rollout was graded 1 (or, interrupted, none was
+// graded below 1) and nothing leaked.
 
 import { parseArgs } from "node:util";
 import { Environment } from "../env.ts";
@@ -23,12 +28,16 @@ const { values } = parseArgs({
   args: Deno.args,
   options: {
     rollouts: { type: "string", default: "1000" },
+    // At once: all of them by default (the job paces its starts past 32).
+    "max-concurrent": { type: "string" },
+    interrupt: { type: "string" },
     json: { type: "boolean", default: false },
   },
 });
 const n = Number(values.rollouts);
-if (!Number.isInteger(n) || n < 1) {
-  console.error(`error: --rollouts takes a positive integer, got "${values.rollouts}"`);
+const width = Number(values["max-concurrent"] ?? n);
+if (!Number.isInteger(n) || n < 1 || !Number.isInteger(width) || width < 1) {
+  console.error("error: --rollouts and --max-concurrent take positive integers");
   Deno.exit(2);
 }
 
@@ -53,10 +62,21 @@ const agent = functionAgent(async (_prompt, run) => {
 let peak = 0;
 const sampler = setInterval(() => peak = Math.max(peak, Deno.memoryUsage().rss), 200);
 const started = performance.now();
+// As `hud eval` does: the environment held for the whole job, released last.
+const runtime = new LocalRuntime(env);
+const held = await runtime.place();
+const stop = new AbortController();
+const interrupt = values.interrupt === undefined
+  ? undefined
+  : setTimeout(() => stop.abort(), Number(values.interrupt) * 1000);
 const job = await new Taskset(Array.from({ length: n }, (_, i) => touch({ i }))).run(agent, {
-  runtime: new LocalRuntime(env),
-  maxConcurrent: n,
+  runtime,
+  maxConcurrent: width,
+  signal: stop.signal,
 });
+clearTimeout(interrupt);
+await held[Symbol.asyncDispose]();
+await env.stop();
 const wall = performance.now() - started;
 clearInterval(sampler);
 peak = Math.max(peak, Deno.memoryUsage().rss);
@@ -67,11 +87,12 @@ const zeros = job.runs.filter((r) => r.reward !== null && r.reward < 1).length;
 const leaks = await leaksSince(before);
 const figures = {
   rollouts: n,
+  interrupted: stop.signal.aborted,
+  max_concurrent: width,
   graded: s.graded,
   graded_below_1: zeros,
   errored: s.errored,
-  errored_by_class: (s as unknown as Record<string, unknown>).errored_by_class ??
-    s.errored_by_phase,
+  errored_by_class: s.errored_by_class,
   first_error: s.tasks.find((t) => t.first_error !== null)?.first_error ?? null,
   wall_s: Math.round(wall / 100) / 10,
   peak_rss_mib: Math.round(peak / 2 ** 20),
@@ -85,4 +106,5 @@ if (values.json) {
     console.log(`${k.padEnd(18)} ${typeof v === "object" ? JSON.stringify(v) : v}`);
   }
 }
-Deno.exit(s.graded === n && zeros === 0 && leaks.length === 0 ? 0 : 1);
+const done = stop.signal.aborted || s.graded === n;
+Deno.exit(done && zeros === 0 && leaks.length === 0 ? 0 : 1);
