@@ -438,3 +438,49 @@ test("every rollout errored the same way: the reason once in the table, with the
   });
   assert.equal(mixed.summary().common_failure, null);
 });
+
+/**
+ * Runs `argv` in a mount namespace of its own where bwrap and unshare are
+ * replaced by scripts that fail as they do where user namespaces are not
+ * allowed (as under Docker's defaults). Needs root.
+ */
+async function withoutNamespaces(argv: string[]): Promise<Deno.CommandOutput> {
+  const dir = await Deno.makeTempDir({ prefix: "hud-nons-" });
+  try {
+    const fake = async (name: string, says: string) => {
+      await Deno.writeTextFile(`${dir}/${name}`, `#!/bin/sh\necho '${says}' >&2\nexit 1\n`);
+      await Deno.chmod(`${dir}/${name}`, 0o755);
+    };
+    await fake("bwrap", "bwrap: No permissions to create new namespace");
+    await fake("unshare", "unshare: unshare failed: Operation not permitted");
+    const script = `mount --bind ${dir}/bwrap /usr/bin/bwrap && ` +
+      `mount --bind ${dir}/unshare /usr/bin/unshare && exec "$@"`;
+    return await new Deno.Command("unshare", {
+      args: ["-m", "--propagation", "private", "sh", "-c", script, "sh", ...argv],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+test({
+  name:
+    "examples/robolab.ts where no sandbox can be made: why, once, with the way out, exit 1 (issue 44)",
+  // A mount namespace to hide bwrap and unshare in takes root.
+  ignore: Deno.uid() !== 0,
+}, async () => {
+  const robolab = new URL("../../examples/robolab.ts", import.meta.url).pathname;
+  const ran = await withoutNamespaces([Deno.execPath(), "run", "-A", robolab]);
+  const out = new TextDecoder().decode(ran.stdout);
+  assert.equal(ran.code, 1, out + new TextDecoder().decode(ran.stderr));
+  const reason =
+    "Cannot start workspace: no sandbox works here (bwrap: bwrap: No permissions to create new namespace; unshare: unshare: unshare failed: Operation not permitted)";
+  // Before: six rows "error (provisioning)" and the mean, nothing saying why.
+  assert.equal(out.split(reason).length - 1, 1, out);
+  assert.match(out, /all 6 rollouts errored the same way, provisioning/);
+  assert.match(out, /what to do: /);
+  // robolab's own switch, named where the reason is.
+  assert.match(out, /robolab: .*ROBOLAB_ISOLATION=none/);
+});
