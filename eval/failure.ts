@@ -185,7 +185,7 @@ export function isFailureClass(name: unknown): name is RolloutErrorClass {
 }
 
 /** The phase of a rollout a failure happened in. */
-type FailurePhase = "provisioning" | "start" | "agent" | "grading";
+export type FailurePhase = "provisioning" | "start" | "agent" | "grading";
 
 /** Each phase's class for a failure nothing more specific explains. */
 const PHASE_CLASS: Readonly<Record<FailurePhase, RolloutErrorClass>> = {
@@ -268,9 +268,13 @@ export function classifyError(phase: FailurePhase, err: unknown): RolloutErrorCl
 
 /** What {@linkcode recordClass} reads of a record: it may come from a file of any age. */
 export interface ClassedRecord {
+  /** The reward, or `null` when not graded. */
   reward: number | null;
+  /** The failure's class, under today's name or an older one; `null` for none. */
   error_class?: string | null;
+  /** The phase that failed, if any. */
   failed_phase?: string | null;
+  /** `completed`, `error` or `cancelled`. */
   status?: string;
 }
 

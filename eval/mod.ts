@@ -53,6 +53,7 @@ export {
   classifyError,
   FAILURE_CLASSES,
   type FailureClassInfo,
+  type FailurePhase,
   isFailureClass,
   isGraded,
   type LegacyErrorClass,
