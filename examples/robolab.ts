@@ -30,7 +30,7 @@ import {
   Taskset,
   type Workspace,
 } from "../mod.ts";
-import { formatProgress, type RunRecord } from "../eval/mod.ts";
+import { commonFailureText, formatProgress } from "../eval/mod.ts";
 import { CommandAgent } from "../agents/mod.ts";
 
 interface Lab {
@@ -215,21 +215,15 @@ function pad(s: string, n: number): string {
   return s.length >= n ? s : s + " ".repeat(n - s.length);
 }
 
+/** Robolab's own switch for a machine where no sandbox can be made. */
+const NO_SANDBOX =
+  "Where no sandbox can be made (no bubblewrap, user namespaces not allowed, as in a container), ROBOLAB_ISOLATION=none runs the workspace's commands unconfined, as the server's user with every capability dropped (SECURITY.md says what the agent can then do)";
+
 /** Runs the taskset and prints progress and a per-task table; returns the job. */
 export async function main(args: string[] = Deno.args): Promise<number> {
   const usage =
-    `Usage: deno run -A examples/robolab.ts [--agent CMD] [--group N] [--max-concurrent N]
-
-  --agent CMD          an external agent (the prompt on stdin, the answer on stdout;
-                       default: the scripted agent)
-  --group N            rollouts of each task (default: 1)
-  --max-concurrent N   rollouts at once (default: 3)
-
-The agent's commands run in a sandbox (bubblewrap, else unshare), which needs
-user namespaces. Where none can be made (a container under Docker's default
-profile), ${NO_SANDBOX} runs them unconfined: the agent can
-then read and change whatever this process can (see
-docs/capabilities.md#where-user-namespaces-are-not-allowed).`;
+    "Usage: deno run -A examples/robolab.ts [--agent CMD] [--group N] [--max-concurrent N]\n" +
+    `\n${NO_SANDBOX}.`;
   let values;
   try {
     ({ values } = parseArgs({
@@ -300,26 +294,13 @@ docs/capabilities.md#where-user-namespaces-are-not-allowed).`;
       job.runs.length - job.errored.length
     } graded runs, ${job.errored.length} errored`,
   );
-  const noSandbox = sandboxRefusal(job.runs);
-  if (noSandbox !== null) {
-    console.log(
-      `\nerror: ${noSandbox}; to run robolab unconfined here, set ${NO_SANDBOX} (see --help)`,
-    );
+  // Every rollout failing alike (no sandbox here, say): the reason once, with the way out.
+  const common = job.summary().common_failure;
+  if (common !== null) console.log(`\n${commonFailureText(common).trimEnd()}`);
+  if (common?.class === "provisioning" && /no sandbox/.test(common.message)) {
+    console.log(`  robolab: ${NO_SANDBOX}`);
   }
   return job.errored.length === 0 ? 0 : 1;
-}
-
-/** robolab's switch for a machine where no sandbox can be made. */
-const NO_SANDBOX = "ROBOLAB_ISOLATION=none";
-
-/**
- * The workspace's refusal, when it is why every rollout failed (no sandbox
- * can be made here); else null.
- */
-function sandboxRefusal(runs: readonly RunRecord[]): string | null {
-  const first = runs.map((r) => "errors" in r.trace ? r.trace.errors[0]?.message ?? "" : "");
-  const refusal = /^Cannot start workspace: no sandbox works here/;
-  return first.length > 0 && first.every((m) => refusal.test(m)) ? first[0] : null;
 }
 
 if (import.meta.main) Deno.exit(await main());
