@@ -164,7 +164,8 @@ await main();
         loadEnvironment(file),
         new Error(
           `Cannot load environment from "${file}": Cannot serve "unguarded" while its module is ` +
-            `loaded as an environment: guard the serve() call with "if (import.meta.main)"`,
+            `loaded as an environment: guard the serve() call with "if (import.meta.main)" ` +
+            `(at ${file}:6:16)`,
         ),
       );
     });

@@ -33,7 +33,8 @@ await serve(env, { handleSignals: false });
     assert.equal(
       stderr,
       `error: Cannot load environment from "${file}": Cannot serve "unguarded" while its module ` +
-        `is loaded as an environment: guard the serve() call with "if (import.meta.main)"\n`,
+        `is loaded as an environment: guard the serve() call with "if (import.meta.main)" ` +
+        `(at ${file}:4:7)\n`,
     );
     // Neither the module's own server (refused before it binds: issue 38) nor the command line's.
     assert.equal(stdout, "");
@@ -66,7 +67,10 @@ await serve(env);
     assert.doesNotMatch(stdout + stderr, /HUD_SERVE_(TOKEN|PORT)=/);
     assert.equal(stdout, "");
     assert.equal(out.code, 1, stderr);
-    assert.match(stderr, /^error: Cannot load environment from .*"if \(import\.meta\.main\)"\n$/);
+    assert.match(
+      stderr,
+      /^error: Cannot load environment from .*"if \(import\.meta\.main\)" \(at \S+unguarded\.ts:4:7\)\n$/,
+    );
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

@@ -476,7 +476,7 @@ test({
   const out = new TextDecoder().decode(ran.stdout);
   assert.equal(ran.code, 1, out + new TextDecoder().decode(ran.stderr));
   const reason =
-    "Cannot start workspace: no sandbox works here (bwrap: bwrap: No permissions to create new namespace; unshare: unshare: unshare failed: Operation not permitted)";
+    "Cannot start workspace: no sandbox works here: user namespaces are not allowed here (bwrap: bwrap: No permissions to create new namespace; unshare: unshare: unshare failed: Operation not permitted)";
   // Before: six rows "error (provisioning)" and the mean, nothing saying why.
   assert.equal(out.split(reason).length - 1, 1, out);
   assert.match(out, /all 6 rollouts errored the same way, provisioning/);
