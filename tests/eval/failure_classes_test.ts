@@ -3,6 +3,7 @@
 // counts the two apart, as issue 36's observations asked.
 
 import { test } from "../_test.ts";
+import { BWRAP, ROOT_USER, UNSHARE } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { main } from "../../cli.ts";
 import { Environment } from "../../env.ts";
@@ -468,8 +469,8 @@ async function withoutNamespaces(argv: string[]): Promise<Deno.CommandOutput> {
 test({
   name:
     "examples/robolab.ts where no sandbox can be made: why, once, with the way out, exit 1 (issue 44)",
-  // A mount namespace to hide bwrap and unshare in takes root.
-  ignore: Deno.uid() !== 0,
+  // A mount namespace to hide bwrap and unshare in takes root; the fakes are mounted over both.
+  needs: [ROOT_USER, BWRAP, UNSHARE],
 }, async () => {
   const robolab = new URL("../../examples/robolab.ts", import.meta.url).pathname;
   const ran = await withoutNamespaces([Deno.execPath(), "run", "-A", robolab]);

@@ -559,7 +559,9 @@ test("startViewer() on 127.0.0.2 is loopback too: it refuses a foreign Host head
   }
 });
 
-test("the viewer's headline: the mean and pass@k over the same graded rollouts, named in words", async () => {
+test("the viewer's headline: the mean and pass@k over the same graded rollouts, named in words", {
+  needs: [CHROMIUM],
+}, async () => {
   // Issue 36: with 2 of 3 rollouts errored the page said "Mean reward 1"
   // beside pass@1 0.333: two denominators, neither named.
   const dir = await Deno.makeTempDir({ prefix: "viewer-headline-" });
