@@ -10,6 +10,7 @@ import type { TaskRow } from "../env.ts";
 import { errorMessage, isRecord } from "../_internal/util.ts";
 import { openPrivate } from "../_internal/private_file.ts";
 import { stringifyJson } from "../_internal/framing.ts";
+import { redactDeep } from "../_internal/redact.ts";
 import type { TraceJson, TraceStatus } from "./trace.ts";
 import type { RolloutErrorClass } from "./failure.ts";
 import type { AgentInfo } from "./agent.ts";
@@ -138,6 +139,8 @@ export interface ResultsFile {
 }
 
 const encoder = new TextEncoder();
+/** How deep a record is redacted: a trace's own depth, and the levels above its steps. */
+const RECORD_DEPTH = 72;
 
 /** Opens a results file for appending, one synced line per record, in order. */
 export async function openResults(
@@ -165,7 +168,10 @@ export async function openResults(
   return {
     records,
     // Integers the client read exactly (bigint) are written digit for digit.
-    append: (record) => write(encoder.encode(stringifyJson(record) + "\n")),
+    // The whole record is redacted (task arguments, agent info), its trace
+    // again for values held since it was recorded; its steps sit 3 levels in.
+    append: (record) =>
+      write(encoder.encode(stringifyJson(redactDeep(record, RECORD_DEPTH)) + "\n")),
     async close() {
       if (closed) return;
       closed = true;

@@ -43,6 +43,7 @@
 
 import type { TaskRow } from "../env.ts";
 import { isRecord } from "../_internal/util.ts";
+import { redactDeep } from "../_internal/redact.ts";
 import type { RunRecord } from "./results.ts";
 import { traceTokens } from "./tokens.ts";
 import { rolloutFinished } from "./failure.ts";
@@ -162,6 +163,12 @@ function messagesOf(steps: Record<string, unknown>[]): Record<string, unknown>[]
   return out;
 }
 
+/** A row with its text redacted; its token ids and numbers are left alone (no text in them). */
+function redactRow(row: TrainingRow): TrainingRow {
+  const { turns, sequences, ...text } = row;
+  return { ...redactDeep(text, 80) as typeof text, turns, sequences };
+}
+
 /**
  * One row per record (the latest attempt of each task and repeat, as a
  * {@linkcode Job} holds them); see the module doc.
@@ -196,7 +203,8 @@ export function trainingRows(
     });
     const model = models.map((s) => isRecord(s.info) ? s.info.model : undefined)
       .find((m) => typeof m === "string") as string | undefined;
-    rows.push({
+    // Redacted as a results file is, whatever file the records came from.
+    rows.push(redactRow({
       job_id: r.job_id,
       group_id: r.group_id,
       task: r.task,
@@ -212,7 +220,7 @@ export function trainingRows(
       sequences: sequencesOf(turns),
       tokens_complete: turns.length > 0 &&
         turns.every((t) => t.prompt_token_ids !== null && t.completion_token_ids !== null),
-    });
+    }));
   }
   return rows;
 }
