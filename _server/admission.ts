@@ -92,15 +92,20 @@ export class FirstFrameDeadlines<K> {
     return true;
   }
 
+  /** How long the connection that has waited longest has waited, in ms (`null`: none waits). */
+  oldestWait(): number | null {
+    const first = this.#deadlines.values().next();
+    return first.done ? null : Date.now() - (first.value - this.#ms);
+  }
+
   /**
    * Ends the deadline of the connection that has waited longest, if it has
    * waited at least `minWait` ms, and returns it.
    */
   takeOldest(minWait = 0): K | undefined {
-    const first = this.#deadlines.entries().next();
-    if (first.done) return undefined;
-    const [oldest, deadline] = first.value;
-    if (Date.now() - (deadline - this.#ms) < minWait) return undefined;
+    const waited = this.oldestWait();
+    if (waited === null || waited < minWait) return undefined;
+    const oldest = this.#deadlines.keys().next().value as K;
     this.arrived(oldest);
     return oldest;
   }
