@@ -29,6 +29,7 @@ import { ActiveTask, type PromptFrame, type TemplateBody, type TemplateRecord } 
 
 export { ActiveTask } from "./task.ts";
 export type { GradeFrame, PromptFrame, TemplateBody } from "./task.ts";
+export { markSecret } from "./_internal/redact.ts";
 
 /** A task row: which template of which environment, with which arguments. */
 export interface TaskRow {

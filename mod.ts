@@ -73,7 +73,6 @@ export {
   withDefault,
 } from "./schema.ts";
 export { loadEnvironment, type LoadEnvironmentOptions } from "./loader.ts";
-export { markSecret } from "./_internal/redact.ts";
 export {
   ConnectionClosedError,
   ErrorCode,

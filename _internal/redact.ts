@@ -142,7 +142,8 @@ export function redactSecrets(text: string): string {
  *
  * @example
  * ```ts
- * import { markSecret, Trace } from "./mod.ts";
+ * import { markSecret } from "../env.ts";
+ * import { Trace } from "../mod.ts";
  * import assert from "node:assert/strict";
  *
  * const key = "v3ry-own-shape-" + crypto.randomUUID();

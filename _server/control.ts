@@ -136,7 +136,7 @@ const MAX_DRAINING = 32;
  * than this may be the token holder's, not yet read, so the accept loop
  * waits instead (the newcomers wait in the kernel's queue).
  */
-export const PRESSURE_FIRST_FRAME_MS = 1000;
+const PRESSURE_FIRST_FRAME_MS = 1000;
 
 /**
  * The server handle: the listener and accept loop, admission (connection
