@@ -29,7 +29,7 @@ const SECRET_ENV_NAME =
 /** Names that look secret and are not: ssh's and git's askpass programs. */
 const NOT_SECRET_ENV = /ASKPASS$/;
 /** The variable that names more variables whose values are secrets (comma-separated). */
-export const SECRET_ENV_VARIABLE = "HUD_SECRET_ENV";
+const SECRET_ENV_VARIABLE = "HUD_SECRET_ENV";
 
 /** Whether an environment variable's name says its value is a secret. */
 export function isSecretEnvName(name: string): boolean {
@@ -80,12 +80,6 @@ class SecretValues {
       }
     }
     return true;
-  }
-
-  /** Whether `value` is held (in any of its forms). */
-  has(value: string): boolean {
-    this.#readEnv();
-    return this.#hex.has(value) || this.#other.has(value);
   }
 
   /** `text` with every held value replaced by `marker(kind)`. */
@@ -156,11 +150,6 @@ const registry = new SecretValues();
  */
 export function addSecretValue(value: string, kind: string): boolean {
   return registry.add(value, kind);
-}
-
-/** Whether `value` is held as a secret of this process. */
-export function isSecretValue(value: string): boolean {
-  return registry.has(value);
 }
 
 /** `text` with every secret value this process holds replaced by `marker(kind)`. */
