@@ -74,12 +74,23 @@ async function stranger(
   stop: AbortSignal,
 ): Promise<void> {
   const open: Deno.Conn[] = [];
+  const stopped = new Promise<null>((resolve) => {
+    if (stop.aborted) resolve(null);
+    stop.addEventListener("abort", () => resolve(null), { once: true });
+  });
+  // A paused server leaves connections in the kernel's queue: a connect
+  // may still be waiting there when the churn stops, and is closed once
+  // it completes (a signal given to Deno.connect leaked one).
+  let late: Promise<void> = Promise.resolve();
   try {
     while (!stop.aborted) {
-      let conn: Deno.Conn;
-      try {
-        conn = await Deno.connect({ hostname: "127.0.0.1", port });
-      } catch {
+      const attempt = Deno.connect({ hostname: "127.0.0.1", port });
+      const conn = await Promise.race([attempt, stopped]).catch(() => undefined);
+      if (conn === null) {
+        late = attempt.then((c) => c.close(), () => {});
+        break;
+      }
+      if (conn === undefined) {
         await new Promise((r) => setTimeout(r, 5));
         continue;
       }
@@ -97,6 +108,7 @@ async function stranger(
         c.close();
       } catch { /* closed already */ }
     }
+    await late;
   }
 }
 
@@ -112,7 +124,8 @@ test("bind() serves a token holder through a stranger's churn of connections (is
     let most = 0;
     const sampler = setInterval(() => most = Math.max(most, descriptors(pid)), 5);
     const strangers = [
-      // Connects and says nothing.
+      // Connect and say nothing: more than the cap between them.
+      stranger(port, 600, async () => {}, stop.signal),
       stranger(port, 600, async () => {}, stop.signal),
       // A hello with a wrong token, never reading the refusal.
       stranger(port, 600, async (c) => {
@@ -157,8 +170,8 @@ test("bind() serves a token holder through a stranger's churn of connections (is
     }
     assert.deepEqual(refused, [], "every hello of the token holder served");
     assert.ok(most < LIMIT, `the server held ${most} descriptors of ${LIMIT}`);
-    // The churn did press the server: more than its cap of connections.
-    assert.ok(most > 768, `the strangers took the server to ${most} descriptors only`);
+    // The churn did press the server: to its cap of connections at least.
+    assert.ok(most >= 768, `the strangers took the server to ${most} descriptors only`);
   });
 });
 
