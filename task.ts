@@ -79,7 +79,9 @@ export class ActiveTask {
   }
 
   /**
-   * Sends the answer in and returns the normalised evaluation.
+   * Sends the answer in and returns the normalised evaluation. An absent
+   * answer (`undefined`) is sent in as `null`, as HUD's server does
+   * (`payload.get("answer")`): JSON has no `undefined`.
    * @throws {Error} when already graded or cancelled
    * The grade (and a failing task's message) loses every secret value this
    * process holds (see `markSecret`): what it sends goes into results.
@@ -95,7 +97,7 @@ export class ActiveTask {
     this.#done = true;
     let step: IteratorResult<unknown, unknown>;
     try {
-      step = await this.#gen.next(this.#answerFor(answer));
+      step = await this.#gen.next(this.#answerFor(answer === undefined ? null : answer));
     } catch (err) {
       throw new TaskError(id, redactValues(errorMessage(err)), { cause: err });
     } finally {
@@ -135,7 +137,7 @@ export class ActiveTask {
   #answerFor(answer: unknown): unknown {
     const returns = this.#template.returns;
     if (returns === undefined) return answer;
-    const raw = typeof answer === "string" ? answer : stringifyJson(answer ?? null);
+    const raw = typeof answer === "string" ? answer : stringifyJson(answer);
     let content: unknown = answer;
     if (!returns.accepts(answer)) {
       const coerced = returns.coerce(answer);

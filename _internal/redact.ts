@@ -7,6 +7,7 @@
 // (secret_values.ts).
 
 import { addSecretValue, MIN_SECRET_LENGTH, redactSecretValues } from "./secret_values.ts";
+import { MAX_JSON_DEPTH } from "./framing.ts";
 
 /** What replaces a secret: the kind is kept so that a reader knows what was there. */
 function marker(kind: string): string {
@@ -199,9 +200,10 @@ const BY_VALUE: Redactor = { text: redactValues, member: (_key, value) => redact
  * secrets (`token`, `password`, `api_key`...) replaced whole: a copy where
  * something changed, the same value where nothing did. What is walked is
  * what `JSON.stringify` would write (an object's `toJSON()`, own enumerable
- * properties); nesting deeper than `depth` is replaced by a note.
+ * properties); nesting deeper than `depth` (by default what the wire
+ * carries, so that nothing that came over it is cut) is replaced by a note.
  */
-export function redactDeep(value: unknown, depth = 64): unknown {
+export function redactDeep(value: unknown, depth: number = MAX_JSON_DEPTH): unknown {
   return walk(value, BY_SHAPE_AND_VALUE, depth);
 }
 
@@ -215,7 +217,7 @@ export function redactValues(text: string): string {
  * grade, a task's error) loses the secrets its process holds, and nothing
  * else of what its author wrote changes.
  */
-export function redactValuesDeep(value: unknown, depth = 64): unknown {
+export function redactValuesDeep(value: unknown, depth: number = MAX_JSON_DEPTH): unknown {
   return walk(value, BY_VALUE, depth);
 }
 
