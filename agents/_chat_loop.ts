@@ -5,6 +5,7 @@
 
 import type { AgentContext } from "../eval/agent.ts";
 import type { Run } from "../eval/run.ts";
+import type { Trace } from "../eval/trace.ts";
 import type { AdaptiveConcurrency } from "../eval/concurrency.ts";
 import { encodeTurnTokens, type TurnTokens } from "../eval/tokens.ts";
 import { callCost, type ModelPrice, priceOf, type PricingTable } from "../eval/usage.ts";
@@ -15,10 +16,12 @@ import {
   type ChatMessage,
   isRetryable,
   type ModelBackend,
+  modelCause,
   ModelHttpError,
   type ModelReply,
   type ModelRequest,
   ModelUnavailableError,
+  publicUrl,
   type RetryOptions,
   type SamplingOptions,
   type TokenUsage,
@@ -29,6 +32,7 @@ import {
 } from "./model.ts";
 import { type AgentTool, isArgs, resultText, type ToolContext } from "./tools.ts";
 import type { Toolbox, ToolboxConfig } from "./_toolbox.ts";
+import { ImageResult, type ToolImage } from "./computer.ts";
 
 /** The agent ran out of steps or tokens without an answer. */
 export class AgentLimitError extends Error {
@@ -211,12 +215,18 @@ export class ChatLoop {
       using deadline = new Deadline(this.#config.callTimeout, this.#context.signal, "model call");
       try {
         reply = await withRetries(
-          () => this.#attempt(tally, deadline.signal),
+          (_, signal) => this.#attempt(tally, signal),
           deadline.signal,
           this.#retryOptions(tally.retries),
         );
       } catch (err) {
-        throw unavailable(err, deadline.signal, tally.attempts);
+        throw modelFailure(err, {
+          url: this.#backend.url,
+          attempts: tally.attempts,
+          elapsed: performance.now() - started,
+          callTimeout: this.#config.callTimeout,
+          agentStopped: this.#context.signal.aborted,
+        });
       }
     }
     return { reply, ...tally, latency: performance.now() - started };
@@ -340,20 +350,7 @@ export class ChatLoop {
     const results = [];
     for (const call of calls) results.push(await callTool(call, this.#toolbox.tools, context));
     for (const [i, call] of calls.entries()) {
-      const r = results[i];
-      this.#messages.push({
-        role: "tool",
-        toolCallId: call.id,
-        name: call.name,
-        content: r.text,
-        ...(r.isError ? { isError: true } : {}),
-      });
-      this.#run.trace.record("tool", {
-        id: call.id,
-        name: call.name,
-        arguments: call.arguments,
-        result: r.text,
-      }, { latency_ms: r.latency, is_error: r.isError });
+      await recordToolResult(this.#run.trace, this.#messages, call, results[i]);
     }
   }
 }
@@ -384,19 +381,85 @@ function modelStepInfo(
   return info;
 }
 
+/** How a model call that failed went, for its error. */
+interface CallFailure {
+  /** The endpoint, when the backend says. */
+  readonly url: string | undefined;
+  /** Tries made. */
+  readonly attempts: number;
+  /** Milliseconds since the first try. */
+  readonly elapsed: number;
+  readonly callTimeout: number;
+  /** Whether the agent itself was stopped (its deadline, the rollout's). */
+  readonly agentStopped: boolean;
+}
+
 /**
- * What a call that failed past its retries throws: a server still
- * unreachable is unavailable (a rollout that fails so is an infrastructure
- * failure, not the agent's); anything else is thrown as it is.
+ * What a call that failed past its retries throws. A server that did not
+ * answer (refused, reset, 408, 429, 5xx, no reply within `callTimeout`) is
+ * a {@linkcode ModelUnavailableError} naming the endpoint (without
+ * credentials), the tries, the time and the last cause: a rollout that
+ * fails so is the infrastructure's failure, not the agent's. The agent
+ * stopped from outside, a context overflow, and the errors that will
+ * repeat (`model_error`: a bad status, an unreadable reply) are thrown as
+ * they are; each names the endpoint itself.
  */
-function unavailable(err: unknown, signal: AbortSignal, attempts: number): unknown {
-  if (signal.aborted || !isRetryable(err) || err instanceof ModelHttpError) return err;
-  return new ModelUnavailableError(
-    `ChatAgent stopped: the model server is unavailable after ${attempts} attempts: ${
-      errorMessage(err)
-    }`,
-    { cause: err },
-  );
+function modelFailure(err: unknown, how: CallFailure): unknown {
+  if (how.agentStopped) return err;
+  const where = how.url === undefined ? "the model server" : `model server ${publicUrl(how.url)}`;
+  const after = `after ${how.attempts} attempt${how.attempts === 1 ? "" : "s"} in ${
+    (how.elapsed / 1000).toFixed(1)
+  } s`;
+  if (
+    err instanceof DOMException && err.name === "TimeoutError" &&
+    err.message.startsWith("model call timed out")
+  ) {
+    return new ModelUnavailableError(
+      `${where} did not answer within ${how.callTimeout} ms (callTimeout), ${after}`,
+      { cause: err },
+    );
+  }
+  if (!isRetryable(err)) return err;
+  return new ModelUnavailableError(`${where} unavailable ${after}: ${modelCause(err)}`, {
+    cause: err,
+  });
+}
+
+/** What a tool call came to. */
+interface ToolOutcome {
+  text: string;
+  isError: boolean;
+  latency: number;
+  images: readonly ToolImage[];
+}
+
+/**
+ * Gives a tool's result to the model (its pictures base64) and to the trace
+ * (its pictures as files of the trace, referenced from the step).
+ */
+async function recordToolResult(
+  trace: Trace,
+  messages: ChatMessage[],
+  call: ToolCall,
+  r: ToolOutcome,
+): Promise<void> {
+  const images = r.images.map((i) => ({ mediaType: i.mediaType, data: i.data.toBase64() }));
+  messages.push({
+    role: "tool",
+    toolCallId: call.id,
+    name: call.name,
+    content: r.text,
+    ...(r.isError ? { isError: true } : {}),
+    ...(images.length > 0 ? { images } : {}),
+  });
+  const files = await Promise.all(r.images.map((i) => trace.attach(i.data, i.mediaType)));
+  trace.record("tool", {
+    id: call.id,
+    name: call.name,
+    arguments: call.arguments,
+    result: r.text,
+    ...(files.length > 0 ? { images: files } : {}),
+  }, { latency_ms: r.latency, is_error: r.isError });
 }
 
 /** Runs one tool call; a bad call or a failing tool is an error result for the model. */
@@ -404,12 +467,13 @@ async function callTool(
   call: ToolCall,
   tools: ReadonlyMap<string, AgentTool>,
   context: ToolContext,
-): Promise<{ text: string; isError: boolean; latency: number }> {
+): Promise<ToolOutcome> {
   const started = performance.now();
-  const done = (text: string, isError: boolean) => ({
+  const done = (text: string, isError: boolean, images: readonly ToolImage[] = []) => ({
     text,
     isError,
     latency: Math.round((performance.now() - started) * 10) / 10,
+    images,
   });
   const tool = tools.get(call.name);
   if (!tool) {
@@ -433,7 +497,9 @@ async function callTool(
     return done(`Error: the arguments of "${call.name}" must be a JSON object`, true);
   }
   try {
-    return done(resultText(await tool.call(args, context)), false);
+    const value = await tool.call(args, context);
+    if (value instanceof ImageResult) return done(value.text, false, value.images);
+    return done(resultText(value), false);
   } catch (err) {
     if (context.signal.aborted) throw context.signal.reason;
     return done(`Error: ${errorMessage(err)}`, true);

@@ -6,13 +6,14 @@
  */
 
 import {
+  type ChatImage,
   type ChatMessage,
   httpError,
   maxResponseBytes,
   type ModelBackend,
   type ModelReply,
+  ModelReplyError,
   type ModelRequest,
-  ModelStreamError,
   replyJson,
   type TokenUsage,
   type ToolCall,
@@ -35,7 +36,7 @@ export interface AnthropicBackendOptions {
    */
   apiKey?: string;
   /**
-   * Past this many bytes a reply is cut off with a {@linkcode ModelStreamError}.
+   * Past this many bytes a reply is cut off with a `ModelStreamError`.
    * @default 64 MiB
    */
   maxResponseBytes?: number;
@@ -59,6 +60,18 @@ function envVar(name: string): string | undefined {
   }
 }
 
+/** A tool_result's content: its text, or its text and its pictures (image blocks). */
+function toolResultContent(text: string, images: readonly ChatImage[] | undefined): unknown {
+  if (!images?.length) return text;
+  return [
+    ...(text ? [{ type: "text", text }] : []),
+    ...images.map((i) => ({
+      type: "image",
+      source: { type: "base64", media_type: i.mediaType, data: i.data },
+    })),
+  ];
+}
+
 /** The Messages request body for `request`. */
 export function anthropicBody(
   model: string,
@@ -74,11 +87,13 @@ export function anthropicBody(
   };
   if (system.length > 0) body.system = system.join("\n\n");
   if (request.tools.length > 0) {
-    body.tools = request.tools.map((t) => ({
-      name: t.name,
-      description: t.description,
-      input_schema: t.parameters,
-    }));
+    body.tools = request.tools.map((t) =>
+      t.anthropic?.definition ?? {
+        name: t.name,
+        description: t.description,
+        input_schema: t.parameters,
+      }
+    );
     body.tool_choice = anthropicToolChoice(request);
   }
   if (s.temperature !== undefined) body.temperature = s.temperature;
@@ -108,7 +123,7 @@ function anthropicMessages(
       push("user", {
         type: "tool_result",
         tool_use_id: m.toolCallId,
-        content: m.content,
+        content: toolResultContent(m.content, m.images),
         ...(m.isError ? { is_error: true } : {}),
       });
     } else messages.push({ role: "assistant", content: assistantBlocks(m) });
@@ -143,6 +158,12 @@ function anthropicToolChoice(request: ModelRequest): Record<string, unknown> {
     : { type: choice === "required" ? "any" : choice };
   if (!parallel && choice !== "none") out.disable_parallel_tool_use = true;
   return out;
+}
+
+/** `headers`, with the betas that tools Anthropic defines itself (the computer tool) need. */
+function withBetas(headers: Record<string, string>, request: ModelRequest): Record<string, string> {
+  const betas = [...new Set(request.tools.flatMap((t) => t.anthropic?.beta ?? []))];
+  return betas.length > 0 ? { ...headers, "anthropic-beta": betas.join(",") } : headers;
 }
 
 /** The Anthropic Messages API as a {@linkcode ModelBackend}. */
@@ -185,22 +206,27 @@ export class AnthropicBackend implements ModelBackend {
     };
   }
 
+  /** The endpoint's url. */
+  get url(): string {
+    return this.#url;
+  }
+
   /**
    * Sends one Messages request.
    * @throws {ModelHttpError} for an HTTP error status
-   * @throws {ModelStreamError} for a reply that cannot be read
+   * @throws {ModelReplyError} for a reply that cannot be read
    */
   async complete(request: ModelRequest, signal: AbortSignal): Promise<ModelReply> {
     const response = await fetch(this.#url, {
       method: "POST",
-      headers: this.#headers,
+      headers: withBetas(this.#headers, request),
       body: JSON.stringify(anthropicBody(this.model, request, this.#defaultMaxTokens)),
       signal,
     });
     if (!response.ok) throw await httpError(response, "Messages request");
     const body = await replyJson(response, this.#maxResponse, "messages reply");
     if (!isRecord(body) || !Array.isArray(body.content)) {
-      throw new ModelStreamError("Cannot read messages reply: it has no content");
+      throw new ModelReplyError("Cannot read messages reply: it has no content");
     }
     let content = "";
     const toolCalls: ToolCall[] = [];

@@ -21,10 +21,17 @@ import type { Agent, AgentContext, AgentInfo } from "../eval/agent.ts";
 import type { Run } from "../eval/run.ts";
 import type { AdaptiveConcurrency } from "../eval/concurrency.ts";
 import type { PricingTable } from "../eval/usage.ts";
-import type { ModelBackend, RetryOptions, SamplingOptions, ToolChoice } from "./model.ts";
+import {
+  type ModelBackend,
+  publicUrl,
+  type RetryOptions,
+  type SamplingOptions,
+  type ToolChoice,
+} from "./model.ts";
 import { OpenAiBackend } from "./openai.ts";
 import { AnthropicBackend } from "./anthropic.ts";
 import type { AgentTool, ShellToolsOptions } from "./tools.ts";
+import type { ComputerToolOptions } from "./computer.ts";
 import { type Closable, openToolbox, SUBMIT } from "./_toolbox.ts";
 import { type ChatConfig, ChatLoop } from "./_chat_loop.ts";
 
@@ -66,6 +73,8 @@ export interface ChatAgentOptions {
   outputLimit?: number;
   /** Limits of the shell tools. */
   shell?: ShellToolsOptions;
+  /** The model's screen size and settling of the computer tool (an `rfb` binding's). */
+  computer?: ComputerToolOptions;
   /** Sampling options, passed through. */
   sampling?: SamplingOptions;
   /**
@@ -132,20 +141,6 @@ const DEFAULT_SYSTEM =
 
 const DEFAULT_OUTPUT_LIMIT = 16_000;
 
-/** `url` without user, password, query or fragment: safe to record. */
-function publicUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    u.username = "";
-    u.password = "";
-    u.search = "";
-    u.hash = "";
-    return u.href;
-  } catch {
-    return "";
-  }
-}
-
 /**
  * Checks `options` and resolves every default, once.
  * @throws {RangeError} for a limit that is not positive
@@ -172,6 +167,7 @@ function chatConfig(options: ChatAgentOptions): ChatConfig {
     capabilityTools: options.capabilityTools !== false,
     outputLimit: options.outputLimit ?? DEFAULT_OUTPUT_LIMIT,
     shell: options.shell,
+    computer: options.computer,
     system: options.system ?? DEFAULT_SYSTEM,
     sampling: options.sampling,
     toolChoice: options.toolChoice,
@@ -259,7 +255,7 @@ export class ChatAgent implements Agent {
     const o = this.#options;
     const s = o.sampling ?? {};
     const settings: Record<string, unknown> = { api: this.#backend.format };
-    const url = (this.#backend as { url?: unknown }).url;
+    const url = this.#backend.url;
     if (typeof url === "string") settings.url = publicUrl(url);
     settings.max_steps = this.#config.maxSteps;
     const optional: [string, unknown][] = [

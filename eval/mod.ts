@@ -13,6 +13,7 @@ export {
   type Phase,
   Trace,
   type TraceError,
+  type TraceFile,
   type TraceJson,
   type TraceStatus,
   type TraceStep,
@@ -39,6 +40,7 @@ export {
   type TasksetRunOptions,
 } from "./taskset.ts";
 export {
+  type CommonFailure,
   Job,
   type JobProgress,
   type JobStop,
@@ -46,9 +48,18 @@ export {
   type TaskResult,
   type TaskSummary,
 } from "./job.ts";
-export { type RunRecord } from "./results.ts";
+export { resultsFilesDir, type RunRecord } from "./results.ts";
 export {
+  type ClassedRecord,
   classifyError,
+  FAILURE_CLASSES,
+  type FailureClassInfo,
+  type FailurePhase,
+  isFailureClass,
+  isGraded,
+  type LegacyErrorClass,
+  readErrorClass,
+  recordClass,
   RETRYABLE_ERROR_CLASSES,
   type RolloutErrorClass,
   rolloutFinished,
@@ -91,7 +102,14 @@ export {
   type TrainingSequence,
   type TrainingTurn,
 } from "./training.ts";
-export { formatCount, formatDuration, formatJobTable, formatProgress } from "./report.ts";
+export {
+  commonFailureText,
+  formatCount,
+  formatDuration,
+  formatJobTable,
+  formatProgress,
+  meanLine,
+} from "./report.ts";
 export {
   type AtifAgent,
   type AtifFinalMetrics,

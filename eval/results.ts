@@ -9,10 +9,10 @@
 import type { TaskRow } from "../env.ts";
 import { errorMessage, isRecord } from "../_internal/util.ts";
 import { openPrivate } from "../_internal/private_file.ts";
-import { stringifyJson } from "../_internal/framing.ts";
+import { MAX_JSON_DEPTH, stringifyJson } from "../_internal/framing.ts";
 import { redactDeep } from "../_internal/redact.ts";
 import type { TraceJson, TraceStatus } from "./trace.ts";
-import type { RolloutErrorClass } from "./failure.ts";
+import type { LegacyErrorClass, RolloutErrorClass } from "./failure.ts";
 import type { AgentInfo } from "./agent.ts";
 
 /** One finished rollout, as streamed to the results file. */
@@ -32,10 +32,14 @@ export interface RunRecord {
   /** The phase that failed, if any. */
   failed_phase: string | null;
   /**
-   * The class of the first failure (see {@linkcode classifyError}), or
-   * `cancelled`; absent for a rollout that did not fail and in older files.
+   * The failure's class (one of `FAILURE_CLASSES`, see
+   * {@linkcode classifyError}): for a rollout not graded, of the failure
+   * that ended it; for a graded one, of its first failure (the agent's
+   * own); `null` for a rollout that did not fail, absent in older files.
+   * Files from before the classes were renamed hold older names, which
+   * `readErrorClass` reads as today's.
    */
-  error_class?: RolloutErrorClass | "cancelled" | null;
+  error_class?: RolloutErrorClass | LegacyErrorClass | null;
   /**
    * Which attempt at this (task, repeat) the record is, from 1: a retried
    * rollout has a record per attempt, and the latest counts. Absent in older files (1).
@@ -134,23 +138,58 @@ export async function prepareResults(
 /** A results file open for appending, with the records it already held. */
 export interface ResultsFile {
   records: RunRecord[];
-  append(record: RunRecord): Promise<void>;
+  /**
+   * Appends a record, after writing the files its trace references
+   * (screenshots) into {@linkcode resultsFilesDir}.
+   */
+  append(record: RunRecord, files?: ReadonlyMap<string, Uint8Array>): Promise<void>;
   close(): Promise<void>;
 }
 
-const encoder = new TextEncoder();
-/** How deep a record is redacted: a trace's own depth, and the levels above its steps. */
-const RECORD_DEPTH = 72;
+/**
+ * Where a results file keeps the files its traces reference (`TraceFile`):
+ * `<results>.files/`, beside it.
+ */
+export function resultsFilesDir(path: string): string {
+  return `${path}.files`;
+}
 
-/** Opens a results file for appending, one synced line per record, in order. */
+/** Writes `files` into `dir` (0700), each 0600; one already there (same name, same bytes) stays. */
+async function writeFiles(dir: string, files: ReadonlyMap<string, Uint8Array>): Promise<void> {
+  if (files.size === 0) return;
+  await Deno.mkdir(dir, { recursive: true, mode: 0o700 });
+  for (const [name, bytes] of files) {
+    if (!/^[0-9a-f]{64}\.[a-z]+$/.test(name)) {
+      throw new RangeError(`Cannot write trace file: invalid name "${name}"`);
+    }
+    const path = `${dir}/${name}`;
+    if ((await Deno.stat(path).catch(() => null))?.size === bytes.length) continue;
+    await Deno.writeFile(path, bytes, { mode: 0o600 });
+  }
+}
+
+const encoder = new TextEncoder();
+/** How deep a record is redacted: what the wire carries, and the levels above a trace's steps. */
+const RECORD_DEPTH = MAX_JSON_DEPTH + 8;
+
+/**
+ * Opens a results file for appending, one synced line per record, in order.
+ * With `resume`, `check` sees the records it holds before anything is
+ * written; what it throws leaves the file as it was.
+ */
 export async function openResults(
   path: string,
-  options: { resume: boolean; force: boolean },
+  options: {
+    resume: boolean;
+    force: boolean;
+    check?: (records: readonly RunRecord[]) => void;
+  },
 ): Promise<ResultsFile> {
   await prepareResults(path, options);
   const { records, endsWithNewline } = options.resume
     ? await readResults(path)
     : { records: [], endsWithNewline: true };
+  options.check?.(records);
   const file = await openPrivate(path);
   let writes: Promise<void> = Promise.resolve();
   const write = (bytes: Uint8Array) => {
@@ -168,10 +207,13 @@ export async function openResults(
   return {
     records,
     // Integers the client read exactly (bigint) are written digit for digit.
-    // The whole record is redacted (task arguments, agent info), its trace
-    // again for values held since it was recorded; its steps sit 3 levels in.
-    append: (record) =>
-      write(encoder.encode(stringifyJson(redactDeep(record, RECORD_DEPTH)) + "\n")),
+    // The files first: a record never names a file that is not there. The
+    // whole record is redacted (task arguments, agent info), its trace again
+    // for values held since it was recorded.
+    append: async (record, files) => {
+      if (files !== undefined) await writeFiles(resultsFilesDir(path), files);
+      await write(encoder.encode(stringifyJson(redactDeep(record, RECORD_DEPTH)) + "\n"));
+    },
     async close() {
       if (closed) return;
       closed = true;

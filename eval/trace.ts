@@ -7,6 +7,9 @@
 
 import { classifyError, type RolloutErrorClass } from "./failure.ts";
 import { redactDeep, redactSecrets } from "../_internal/redact.ts";
+import { codeStack } from "../_internal/stack.ts";
+import { HudProtocolError } from "../errors.ts";
+import { isRecord } from "../_internal/util.ts";
 
 /** The phase of a rollout in which something failed. */
 export type Phase = "provisioning" | "start" | "agent" | "grading";
@@ -26,6 +29,26 @@ export interface TraceStep {
   info?: Record<string, unknown>;
 }
 
+/**
+ * A file of a trace (a screenshot), as a step references it: its bytes are
+ * kept apart from the JSON, and a results file writes them beside itself,
+ * in `<results file>.files/`, named by their SHA-256.
+ */
+export interface TraceFile {
+  /** The file's name in the results file's `.files/` directory: `<sha256>.<ext>`. */
+  file: string;
+  /** Its media type. */
+  media_type: string;
+  /** Its size in bytes. */
+  bytes: number;
+}
+
+const EXTENSIONS: Readonly<Record<string, string>> = {
+  "image/png": "png",
+  "image/jpeg": "jpg",
+  "image/webp": "webp",
+};
+
 /** A failure recorded in a trace. */
 export interface TraceError {
   /** The phase that failed. */
@@ -36,6 +59,31 @@ export interface TraceError {
   name: string;
   /** Its class (see {@linkcode classifyError}), which decides whether a job retries the rollout. */
   class?: RolloutErrorClass;
+  /**
+   * Where the code that threw is, for an error of the environment's task
+   * code (the control server sends it) or of an agent's own code: its first
+   * frame outside the SDK, `/path/env.ts:12:7`.
+   */
+  at?: string;
+  /** That code's stack: the error's first line and its frames outside the SDK, redacted. */
+  stack?: string;
+}
+
+/**
+ * Where `err` was thrown: what the environment's server said of its task
+ * code (a {@linkcode HudProtocolError}'s `data`), else the error's own
+ * stack outside the SDK (an agent's code), else nothing.
+ */
+function whereThrown(err: Error): { at?: string; stack?: string } {
+  if (err instanceof HudProtocolError) {
+    const data = isRecord(err.data) ? err.data : {};
+    const out: { at?: string; stack?: string } = {};
+    if (typeof data.at === "string") out.at = redactSecrets(data.at);
+    if (typeof data.stack === "string") out.stack = redactSecrets(data.stack);
+    return out;
+  }
+  const own = codeStack(err);
+  return own === null ? {} : { at: own.at, stack: own.stack };
 }
 
 /** A trace as JSON (the results file's `trace`), with the HUD SDK's field names. */
@@ -79,6 +127,7 @@ export class Trace {
   #stopReason: string | null = null;
   #content: unknown = undefined;
   #errors: TraceError[] = [];
+  readonly #files = new Map<string, Uint8Array>();
 
   /** Recorded steps, in order. */
   get steps(): readonly TraceStep[] {
@@ -113,6 +162,30 @@ export class Trace {
     return this.#endedAt;
   }
 
+  /** The bytes of the files steps reference ({@linkcode Trace.attach}), by name. */
+  get files(): ReadonlyMap<string, Uint8Array> {
+    return this.#files;
+  }
+
+  /**
+   * Keeps `bytes` as a file of the trace and returns the reference a step
+   * holds in their place (named by their SHA-256, so a picture seen twice
+   * is one file).
+   * @throws {RangeError} for a media type other than PNG, JPEG or WebP
+   */
+  async attach(bytes: Uint8Array, mediaType: string): Promise<TraceFile> {
+    const ext = Object.hasOwn(EXTENSIONS, mediaType) ? EXTENSIONS[mediaType] : undefined;
+    if (ext === undefined) {
+      throw new RangeError(`Cannot attach file: media type "${mediaType}" is not an image type`);
+    }
+    const digest = new Uint8Array(
+      await crypto.subtle.digest("SHA-256", bytes as Uint8Array<ArrayBuffer>),
+    );
+    const file = `${[...digest].map((b) => b.toString(16).padStart(2, "0")).join("")}.${ext}`;
+    this.#files.set(file, bytes);
+    return { file, media_type: mediaType, bytes: bytes.length };
+  }
+
   /** Appends a step, stamped now, its content and info redacted. */
   record(type: string, content?: unknown, info?: Record<string, unknown>): TraceStep {
     const step: TraceStep = { type, timestamp: nowIso() };
@@ -134,8 +207,13 @@ export class Trace {
     const err = error instanceof Error ? error : new Error(String(error));
     const message = redactSecrets(err.message);
     const entry: TraceError = { phase, message, name: err.name, class: errorClass };
+    const where = whereThrown(err);
+    if (where.at !== undefined) entry.at = where.at;
+    if (where.stack !== undefined) entry.stack = where.stack;
     this.#errors.push(entry);
-    this.record("error", message, { phase, name: err.name, class: entry.class });
+    const info: Record<string, unknown> = { phase, name: err.name, class: entry.class };
+    if (entry.at !== undefined) info.at = entry.at;
+    this.record("error", message, info);
   }
 
   /** Sets the answer (redacted, as the steps are). */

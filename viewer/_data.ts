@@ -43,6 +43,8 @@ export const ROW_FIELDS: readonly string[] = [
   "calls",
   "tools",
   "tokens",
+  "class",
+  "graded",
 ];
 
 /**
@@ -72,6 +74,8 @@ function packRow(row: Row, names: readonly string[]): unknown[] {
     row.modelCalls,
     row.toolCalls,
     tokens,
+    row.errorClass,
+    row.graded,
   ];
 }
 
