@@ -95,6 +95,7 @@ export async function prepareSandbox(
       mounts,
       network: config.network,
       user: ep.user,
+      keepCapabilities: config.keepCapabilities,
       limits: { tmpSize: ep.limits.tmpSize, fileSize: ep.limits.fileSize, processes: nproc },
       cgroups: ep.cgroup?.procs ?? [],
     },
@@ -220,6 +221,7 @@ export async function publishShell(
     // Rollouts in parallel log in at once: OpenSSH's 10:30:100 would drop
     // some of a burst of twenty.
     maxStartups: WORKSPACE_STARTUPS,
+    killOnClose: config.lifetime === "session",
     onError: config.onError,
   });
   const addr = server.addr;
