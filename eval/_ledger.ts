@@ -113,7 +113,10 @@ export function runRecord(jobId: string, slot: Slot, attempted?: Attempted): Run
     status,
     reward: run.reward,
     failed_phase: run.trace.failedPhase,
-    error_class: run.trace.errors[0]?.class ?? (status === "cancelled" ? "cancelled" : null),
+    // Tampering names the rollout whatever failed before it (an agent out of time, say).
+    error_class:
+      (run.trace.errors.find((e) => e.class === "tampered") ?? run.trace.errors[0])?.class ??
+        (status === "cancelled" ? "cancelled" : null),
     ...(run.grade?.subscores ? { subscores: run.grade.subscores } : {}),
     ...(agent ? { agent } : {}),
     trace: run.trace.toJSON(),

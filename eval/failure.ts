@@ -41,7 +41,13 @@ export type RolloutErrorClass =
   /** The agent's own failure. */
   | "agent"
   /** Grading failed. */
-  | "grading";
+  | "grading"
+  /**
+   * The environment found the agent tampering with its grading (a planted
+   * file the grader would run, a process that killed it): its grade says
+   * so in `info.tampered`, and the score it gave (0) stands.
+   */
+  | "tampered";
 
 /** The classes {@linkcode Taskset.run} retries unless told otherwise. */
 export const RETRYABLE_ERROR_CLASSES: readonly RolloutErrorClass[] = Object.freeze([
@@ -59,6 +65,7 @@ const CLASSES = new Set<string>([
   "start",
   "agent",
   "grading",
+  "tampered",
 ]);
 
 function isConnectionLost(err: unknown): boolean {
