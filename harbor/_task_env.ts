@@ -14,6 +14,13 @@
 // child it leaves behind holding its output cannot keep the verifier from
 // ending), and reads /logs/verifier/reward.json before reward.txt, as
 // Harbor's verifier does.
+//
+// Integrity (SECURITY.md): the task's facts (the verifier's variables, the
+// tests' hashes) are read once and their file removed before any agent
+// connects; the verifier's shell is the `bash` found on its PATH at the
+// start, run by that path; and what the agent planted for the verifier to
+// run (harbor/_tamper.ts) ends the rollout `tampered`, graded 0, with the
+// files named, instead of running the verifier.
 
 import { Environment } from "../env.ts";
 import { addWorkspace } from "../workspace/workspace.ts";
@@ -22,16 +29,20 @@ import { bashGrader, type ExecTarget } from "../graders/bash.ts";
 import type { WorkspaceExecOptions, WorkspaceExecResult } from "../workspace/workspace.ts";
 import { type HarborTaskFile, TASK_FILE } from "./_task_env_file.ts";
 import { treeDiff, treeFiles } from "./_tree.ts";
+import { readReward, VERIFIER_LOGS as LOGS } from "./_reward.ts";
+import { TamperBaseline, VerificationWatch, VerifierLayout } from "./_tamper.ts";
 import { reachableSync } from "../_internal/fs.ts";
 import { errorMessage } from "../_internal/util.ts";
+import { shellQuote } from "../_internal/shell.ts";
 
-const LOGS = "/logs/verifier";
 const OUTPUT_KEPT = 16_384;
 const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-const task = JSON.parse(
-  await Deno.readTextFile(Deno.env.get("HUD_HARBOR_TASK_FILE") ?? TASK_FILE),
-) as HarborTaskFile;
+const taskFile = Deno.env.get("HUD_HARBOR_TASK_FILE") ?? TASK_FILE;
+const task = JSON.parse(await Deno.readTextFile(taskFile)) as HarborTaskFile;
+// It holds the verifier's variables (a judge's key) and the tests' hashes: from
+// here on in this process only, before any agent connects.
+await Deno.remove(taskFile).catch(() => {});
 
 /** The task's environment. */
 export const env: Environment = new Environment(`harbor-${task.name}`, { version: "1.0.0" });
@@ -118,6 +129,22 @@ const workspace = addWorkspace(
   },
 );
 
+/** The variables of a command run as `user`: the image's, the task's, then `extra`. */
+function commandEnv(user: ImageUser, extra: Record<string, string> = {}): Record<string, string> {
+  return { PATH: DEFAULT_PATH, HOME: user.home, ...task.env, ...extra };
+}
+
+/** Where the verifier finds what it runs, as its variables say. */
+function verifierLayout(user: ImageUser): VerifierLayout {
+  const env = commandEnv(user, task.verifierEnv);
+  return new VerifierLayout({
+    workdir: task.workdir,
+    path: env.PATH,
+    pythonPath: env.PYTHONPATH ?? "",
+    home: env.HOME,
+  });
+}
+
 /**
  * Runs `argv` as `user` (setpriv, capabilities dropped), in a session of its
  * own that a time-out kills whole, with the image's variables: Harbor's
@@ -143,7 +170,7 @@ async function runAs(
     ],
     cwd: options.cwd ?? task.workdir,
     clearEnv: true,
-    env: { PATH: DEFAULT_PATH, HOME: user.home, ...task.env, ...options.env },
+    env: commandEnv(user, options.env),
     detached: true,
     stdin: "null",
     stdout: "null",
@@ -198,50 +225,6 @@ function tail(s: string): string {
   return s.length <= OUTPUT_KEPT ? s : s.slice(s.length - OUTPUT_KEPT);
 }
 
-/** Reads the reward Harbor's way: reward.json (name → number), else reward.txt (one number). */
-async function readReward(): Promise<{ score: number; subscores: Record<string, number> }> {
-  const json = `${LOGS}/reward.json`;
-  if (reachableSync(json)) {
-    const text = (await Deno.readTextFile(json)).trim();
-    if (text === "") throw new Error(`Cannot grade Harbor task: ${json} is empty`);
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(text);
-    } catch {
-      throw new Error(`Cannot grade Harbor task: ${json} is not JSON: ${text.slice(0, 80)}`);
-    }
-    if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
-      throw new Error(`Cannot grade Harbor task: ${json} must be an object of numbers`);
-    }
-    const subscores: Record<string, number> = {};
-    for (const [k, v] of Object.entries(parsed)) {
-      const n = typeof v === "boolean" ? Number(v) : v;
-      if (typeof n !== "number" || !Number.isFinite(n)) {
-        throw new Error(`Cannot grade Harbor task: ${json}: "${k}" is not a number`);
-      }
-      subscores[k] = n;
-    }
-    const values = Object.values(subscores);
-    if (values.length === 0) throw new Error(`Cannot grade Harbor task: ${json} has no rewards`);
-    // "reward" is the score when given; else the mean of the keys.
-    const score = subscores.reward ?? values.reduce((a, b) => a + b, 0) / values.length;
-    return { score, subscores };
-  }
-  const txt = `${LOGS}/reward.txt`;
-  if (reachableSync(txt)) {
-    const text = (await Deno.readTextFile(txt)).trim();
-    if (text === "") throw new Error(`Cannot grade Harbor task: ${txt} is empty`);
-    const score = Number(text);
-    if (!Number.isFinite(score)) {
-      throw new Error(`Cannot grade Harbor task: ${txt} is not a number: "${text.slice(0, 80)}"`);
-    }
-    return { score, subscores: {} };
-  }
-  throw new Error(
-    `Cannot grade Harbor task: no reward written: tests/test.sh wrote neither ${LOGS}/reward.json nor ${LOGS}/reward.txt`,
-  );
-}
-
 env.template(
   { id: "harbor", description: `Harbor task ${task.name}` },
   async function* () {
@@ -252,6 +235,9 @@ env.template(
       await Deno.chmod(dir, 0o777);
     }
     await awaitHealthy(resolved.image);
+    const verifierUser = resolved.verifier;
+    const layout = verifierLayout(verifierUser);
+    const baseline = new TamperBaseline(layout, task.workdir);
     yield { prompt: task.instruction, bindings: { shell: { cwd: task.workdir } } };
     if (!reachableSync("/tests/test.sh")) {
       throw new Error("Cannot grade Harbor task: /tests/test.sh was not copied in");
@@ -274,16 +260,37 @@ env.template(
         } (the agent or a process it left wrote there; the image's own /tests, if it has one, counts too)`,
       );
     }
-    const verifierUser = resolved.verifier;
+    // What the agent planted for the verifier to run: it does not run.
+    const planted = baseline.compare();
+    if (planted.length > 0) {
+      yield { score: 0, info: { tampered: planted } };
+      return;
+    }
     const target: ExecTarget = { exec: (argv, options = {}) => runAs(verifierUser, argv, options) };
     const timeoutSec = task.verifierTimeoutSec;
-    const ran = await bashGrader(
-      target,
-      ["bash", "-c", `exec bash /tests/test.sh > ${LOGS}/test-stdout.txt 2>&1 < /dev/null`],
-      { name: "verifier", cwd: task.workdir, timeout: timeoutSec * 1000, env: task.verifierEnv },
-    );
+    const shell = baseline.shell;
+    const watch = new VerificationWatch(layout.watched());
+    let ran;
+    try {
+      ran = await bashGrader(
+        target,
+        [
+          shell,
+          "-c",
+          `exec ${shellQuote(shell)} /tests/test.sh > ${LOGS}/test-stdout.txt 2>&1 < /dev/null`,
+        ],
+        { name: "verifier", cwd: task.workdir, timeout: timeoutSec * 1000, env: task.verifierEnv },
+      );
+    } finally {
+      planted.push(...await watch.stop(baseline));
+    }
     const output = await Deno.readTextFile(`${LOGS}/test-stdout.txt`).catch(() => "");
     const verifier = { ...ran.info, stdout: tail(output) };
+    // Planted while it ran (and maybe removed again): its reward does not stand.
+    if (planted.length > 0) {
+      yield { score: 0, info: { tampered: planted, verifier } };
+      return;
+    }
     if (ran.info?.timed_out) {
       throw new Error(
         `Cannot grade Harbor task: verifier timed out after ${timeoutSec} s ([verifier] timeout_sec); last output: ${

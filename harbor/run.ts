@@ -11,6 +11,7 @@
  */
 
 import type { Agent } from "../eval/agent.ts";
+import type { RolloutObserver } from "../eval/rollout.ts";
 import { functionAgent } from "../eval/agent.ts";
 import { Taskset } from "../eval/taskset.ts";
 import type { RunRecord } from "../eval/results.ts";
@@ -50,7 +51,10 @@ export interface HarborResult {
   reward: number | null;
   /** The subscores of the first graded rollout (the keys of `reward.json`). */
   subscores: Record<string, number>;
-  /** Why it failed (`build failed: ...`, `verifier timed out...`, `no reward written...`), or null. */
+  /**
+   * Why it failed (`build failed: ...`, `verifier timed out...`, `no reward written...`), or
+   * why a graded rollout did not complete (the agent's time-out, tampering), or null.
+   */
   error: string | null;
   /** Whether its image was built in this run (false: found by content hash). */
   built: boolean;
@@ -133,17 +137,13 @@ export function oracleAgent(task: HarborTask): Agent {
   });
 }
 
-/** The agent, then `tests/` copied in (whatever the agent did), as Harbor's verifier does. */
-function withTests(task: HarborTask, agent: Agent): Agent {
-  return {
-    async run(run, context) {
-      try {
-        await agent.run(run, context);
-      } finally {
-        await copyIn(run.client.url, task.testsDir, "/tests");
-      }
-    },
-  };
+/**
+ * Copies `tests/` in once the agent is done, however it ended (finished,
+ * failed, or out of `[agent] timeout_sec`, which Harbor grades too), before
+ * the verifier runs.
+ */
+function testsCopier(task: HarborTask): RolloutObserver {
+  return { after: (run, signal) => copyIn(run.client.url, task.testsDir, "/tests", signal) };
 }
 
 function errorOf(record: RunRecord): string | null {
@@ -203,8 +203,9 @@ async function runOne(
     id: "harbor",
     args: {},
     slug: task.name,
-  }]).run(withTests(task, inner), {
+  }]).run(inner, {
     runtime: taskRuntime(task, image.image, image.user, options.socket),
+    observers: [testsCopier(task)],
     group: options.group ?? 1,
     agentTimeout: agentMs,
     // Placing, copying in and the verifier fit in the rest.
@@ -259,7 +260,9 @@ function harborResult(name: string, job: Job, built: boolean): HarborResult {
   const graded = runs.filter((r) => r.reward !== null);
   const live = job.liveRuns.find((r) => r?.grade !== null && r?.grade !== undefined);
   const subscores = (live?.grade as { subscores?: Record<string, number> } | null)?.subscores ?? {};
-  const failed = runs.find((r) => r.reward === null);
+  // Ungraded, else graded but not completed (tampered, the agent's time-out).
+  const failed = runs.find((r) => r.reward === null) ??
+    runs.find((r) => r.status !== "completed");
   return {
     task: name,
     reward: graded.length === 0 ? null : graded.reduce((a, r) => a + r.reward!, 0) / graded.length,
