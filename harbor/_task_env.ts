@@ -124,6 +124,8 @@ const workspace = addWorkspace(
     ...(isolation === "none" || agentUser.uid !== 0
       ? { uid: agentUser.uid, gid: agentUser.gid }
       : {}),
+    // As `docker exec`: root keeps the container's capabilities (Docker's default set).
+    ...(isolation === "none" ? { capabilities: "inherit" as const } : {}),
     trackFiles: false,
     env: task.env,
   },
@@ -146,9 +148,10 @@ function verifierLayout(user: ImageUser): VerifierLayout {
 }
 
 /**
- * Runs `argv` as `user` (setpriv, capabilities dropped), in a session of its
- * own that a time-out kills whole, with the image's variables: Harbor's
- * `docker exec -u USER`. Output is not kept (the verifier writes a file).
+ * Runs `argv` as `user` (setpriv), in a session of its own that a time-out
+ * kills whole, with the image's variables: Harbor's `docker exec -u USER`,
+ * root keeping the container's capabilities (Docker's default set), another
+ * user none. Output is not kept (the verifier writes a file).
  */
 async function runAs(
   user: ImageUser,
@@ -163,7 +166,7 @@ async function runAs(
         ? []
         : [`--reuid=${user.uid}`, `--regid=${user.gid}`, "--clear-groups"]),
       "--inh-caps=-all",
-      "--bounding-set=-all",
+      ...(user.uid === 0 ? [] : ["--bounding-set=-all"]),
       "--no-new-privs",
       "--",
       ...argv,

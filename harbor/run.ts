@@ -204,7 +204,7 @@ async function runOne(
     args: {},
     slug: task.name,
   }]).run(inner, {
-    runtime: taskRuntime(task, image.image, image.user, options.socket),
+    runtime: taskRuntime(task, image.image, options.socket),
     observers: [testsCopier(task)],
     group: options.group ?? 1,
     agentTimeout: agentMs,
@@ -215,29 +215,37 @@ async function runOne(
   return harborResult(task.name, job, image.built);
 }
 
+/** Docker's default capabilities (moby's `oci/caps/defaults.go`): what `docker exec` gives root. */
+const DOCKER_DEFAULT_CAPS: readonly string[] = [
+  "CHOWN",
+  "DAC_OVERRIDE",
+  "FOWNER",
+  "FSETID",
+  "KILL",
+  "SETGID",
+  "SETUID",
+  "SETPCAP",
+  "NET_BIND_SERVICE",
+  "NET_RAW",
+  "SYS_CHROOT",
+  "MKNOD",
+  "AUDIT_WRITE",
+  "SETFCAP",
+];
+
 /** The runtime of a task's container, with Harbor's semantics. */
-function taskRuntime(
-  task: HarborTask,
-  image: string,
-  imageUser: string,
-  socket: string | undefined,
-): HarborRuntime {
+function taskRuntime(task: HarborTask, image: string, socket: string | undefined): HarborRuntime {
   const env = task.config.environment;
-  // Another user than root anywhere (the image's USER, [agent] user,
-  // [verifier] user): the server needs to switch to it (setpriv), give the
-  // workdir to the agent's (chown), and drop the rest from what it runs.
-  const switches = [imageUser, task.config.agentUser ?? "", task.config.verifierUser ?? ""]
-    .some((u) => u !== "" && !/^(root|0)(:(root|0))?$/.test(u));
   return new HarborRuntime(
     new ContainerRuntime(image, {
       socket,
       cpus: env.cpus,
       memory: env.memoryMb * 1024 * 1024,
       // Harbor's semantics: the agent and the verifier are the container's
-      // root (still without capabilities, under the runtime's seccomp list
-      // and no-new-privileges), the image writable, the network as the task says.
+      // root with Docker's default capabilities (under the runtime's seccomp
+      // list and no-new-privileges), the image writable, the network as the task says.
       user: "0:0",
-      capabilities: switches ? ["CHOWN", "SETUID", "SETGID", "SETPCAP"] : [],
+      capabilities: DOCKER_DEFAULT_CAPS,
       readOnly: false,
       network: env.allowInternet,
       labels: { "dev.hud.harbor.task": task.name },

@@ -5,7 +5,9 @@
 // a conftest.py and pytest.ini at /) is graded 0 as `tampered`, naming the
 // file, where an honest agent scores 1 and an idle one 0; an agent that
 // runs out of `[agent] timeout_sec` is still graded on what it left, as
-// Harbor grades it; and the task's facts (the verifier's variables) are not
+// Harbor grades it; root holds Docker's default capabilities, as under
+// `docker exec` (a root verifier reads and chowns a non-root agent's 0600
+// file); and the task's facts (the verifier's variables) are not
 // in the agent's view. Their Dockerfiles start FROM the Terminal-Bench-style
 // base (tests/harbor/_tbstyle_base.ts); this file removes the images it
 // built, and the base when it built it. Needs an engine socket; skipped
@@ -64,6 +66,24 @@ async function writeTasks(root: string): Promise<void> {
   await writeTask(root, "answer", {
     ...common,
     "task.toml": `[verifier]\ntimeout_sec = 60\nenv = { JUDGE_KEY = "${KEY}" }\n`,
+  });
+  // A root verifier takes a non-root agent's 0600 file (DAC_OVERRIDE) and chowns it (CHOWN).
+  await writeTask(root, "caps", {
+    "environment/Dockerfile": `FROM ${TBSTYLE_BASE}\nWORKDIR /app\n` +
+      "RUN echo 'tester:x:1234:1234::/app:/bin/bash' >> /etc/passwd && " +
+      "echo 'tester:x:1234:' >> /etc/group\n",
+    "instruction.md": "Write 42 to /app/answer.txt, readable by you alone.\n",
+    "task.toml": '[agent]\nuser = "tester"\n',
+    "tests/test.sh": [
+      "#!/bin/bash",
+      "ok=1",
+      '[ "$(stat -c %u:%a /app/answer.txt)" = 1234:600 ] || ok=0',
+      "cp /app/answer.txt /tmp/copy || ok=0",
+      "chown root:root /app/answer.txt || ok=0",
+      '[ "$(cat /tmp/copy)" = 42 ] || ok=0',
+      "echo $ok > /logs/verifier/reward.txt",
+      "",
+    ].join("\n"),
   });
   await writeTask(root, "slow", {
     ...common,
@@ -168,6 +188,25 @@ test({
     assert.equal(conftest.reward, 0);
     assert.match(conftest.error ?? "", /planted \/conftest\.py: pytest reads it/);
     assert.match(conftest.error ?? "", /planted \/pytest\.ini: pytest reads it/);
+  }),
+});
+
+test({
+  name:
+    "runHarborTasks() gives root Docker's default capabilities, as docker exec does: a root verifier reads and chowns the agent's 0600 file",
+  ignore,
+  fn: withDeadline(59_000, async () => {
+    const all = await tasks();
+    const caps = await one(all.get("caps")!, runs("umask 077 && echo 42 > /app/answer.txt"));
+    assert.deepEqual([caps.reward, caps.error], [1, null]);
+    // A root agent's commands hold Docker's default set (0xa80425fb), as under docker exec.
+    let status = "";
+    const root = functionAgent(async (_prompt, run, { signal }) => {
+      await using shell = await run.client.open("shell", { signal });
+      status = (await shell.exec("grep CapEff /proc/self/status", { signal })).stdoutText;
+    });
+    await one(all.get("answer")!, root);
+    assert.match(status, /^CapEff:\s+00000000a80425fb$/m);
   }),
 });
 
