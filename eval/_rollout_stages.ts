@@ -9,7 +9,7 @@
 
 import type { ConnectOptions, HudClient } from "../client.ts";
 import type { TaskRow } from "../env.ts";
-import type { Placement, RuntimeProvider } from "../runtime/placement.ts";
+import type { Placement, RolloutPhase, RuntimeProvider } from "../runtime/placement.ts";
 import { abortable, Deadline } from "../_internal/async.ts";
 import { errorMessage } from "../_internal/util.ts";
 import { type Agent, type AgentContext, NotGradedError } from "./agent.ts";
@@ -99,7 +99,7 @@ function ok<T>(value: T): StageOutcome<T> {
 }
 
 /** A failure in `phase`, classed by {@linkcode classifyError}: the one place failures get a class. */
-export function stageFailure(phase: Phase, error: unknown): StageFailure {
+function stageFailure(phase: Phase, error: unknown): StageFailure {
   return { phase, errorClass: classifyError(phase, error), error };
 }
 
@@ -157,6 +157,31 @@ export function connectTo(
 export function start(scope: StageScope, run: Run): Promise<StageOutcome> {
   const { signal } = scope;
   return attempt(signal, "start", () => abortable(beginRun(run, signal), signal));
+}
+
+/**
+ * Stage `phase`: the placement's network as `phase` allows, where it
+ * changes by phase ({@linkcode Placement.enterPhase}). A switch that fails
+ * is the infrastructure's (phase `provisioning`): the rollout ends
+ * ungraded, neither the agent nor the verifier runs on the wrong network.
+ */
+export function enterPhase(
+  scope: StageScope,
+  placement: Placement,
+  phase: RolloutPhase,
+): Promise<StageOutcome> {
+  const { signal } = scope;
+  const enter = placement.enterPhase;
+  if (enter === undefined) return Promise.resolve(ok(undefined));
+  return attempt(signal, "provisioning", async () => {
+    try {
+      await enter.call(placement, phase, { signal });
+    } catch (err) {
+      throw new Error(`the environment's network for the ${phase} phase: ${errorMessage(err)}`, {
+        cause: err,
+      });
+    }
+  });
 }
 
 /**
@@ -293,8 +318,12 @@ async function runStages(scope: StageScope, held: Held): Promise<RolloutEnding> 
   const started = await start(scope, run);
   if (started.kind !== "ok") return started;
   held.started = true;
+  const agentNetwork = await enterPhase(scope, placed.value, "agent");
+  if (agentNetwork.kind !== "ok") return agentNetwork;
   const acted = await act(scope, run);
   if (acted.kind !== "ok") return acted;
+  const verifierNetwork = await enterPhase(scope, placed.value, "verifier");
+  if (verifierNetwork.kind !== "ok") return verifierNetwork;
   return await grade(scope, run);
 }
 

@@ -243,11 +243,17 @@ function taskRuntime(task: HarborTask, image: string, socket: string | undefined
       memory: env.memoryMb * 1024 * 1024,
       // Harbor's semantics: the agent and the verifier are the container's
       // root with Docker's default capabilities (under the runtime's seccomp
-      // list and no-new-privileges), the image writable, the network as the task says.
+      // list and no-new-privileges), the image writable, the network of each
+      // phase as the task says ("no-network": loopback alone; an
+      // "allowlist" task is skipped by the loader).
       user: "0:0",
       capabilities: DOCKER_DEFAULT_CAPS,
       readOnly: false,
-      network: env.allowInternet,
+      network: {
+        setup: task.config.network.environment.mode === "public",
+        agent: task.config.network.agent.mode === "public",
+        verifier: task.config.network.verifier.mode === "public",
+      },
       labels: { "dev.hud.harbor.task": task.name },
     }),
     socket,
