@@ -29,7 +29,7 @@ import { bashGrader, type ExecTarget } from "../graders/bash.ts";
 import type { WorkspaceExecOptions, WorkspaceExecResult } from "../workspace/workspace.ts";
 import { type HarborTaskFile, TASK_FILE } from "./_task_env_file.ts";
 import { treeDiff, treeFiles } from "./_tree.ts";
-import { readReward, VERIFIER_LOGS as LOGS } from "./_reward.ts";
+import { readReward, type Reward, VERIFIER_LOGS as LOGS } from "./_reward.ts";
 import { TamperBaseline, VerificationWatch, VerifierLayout } from "./_tamper.ts";
 import { reachableSync } from "../_internal/fs.ts";
 import { errorMessage } from "../_internal/util.ts";
@@ -228,6 +228,93 @@ function tail(s: string): string {
   return s.length <= OUTPUT_KEPT ? s : s.slice(s.length - OUTPUT_KEPT);
 }
 
+/** Checks that tests/ was copied in, and empties /logs/verifier for the verifier. */
+async function prepareVerification(): Promise<void> {
+  if (!reachableSync("/tests/test.sh")) {
+    throw new Error("Cannot grade Harbor task: /tests/test.sh was not copied in");
+  }
+  await Deno.remove(LOGS, { recursive: true }).catch(() => {});
+  await Deno.mkdir(LOGS, { recursive: true });
+  await Deno.chmod(LOGS, 0o777);
+}
+
+/**
+ * Checks that /tests is the tree the runner copied in: the agent's leftover
+ * processes ran while it was copied, and the agent could make /tests before
+ * (a conftest.py added, a test.sh changed, a symlink planted each stop it).
+ */
+async function checkTests(): Promise<void> {
+  const changed = treeDiff(task.tests, await treeFiles("/tests", true).catch(() => ({})));
+  if (changed.length === 0) return;
+  throw new Error(
+    `Cannot grade Harbor task: /tests is not the task's tests/ as copied in: ${
+      changed.slice(0, 3).join(", ")
+    }${
+      changed.length > 3 ? ` and ${changed.length - 3} more` : ""
+    } (the agent or a process it left wrote there; the image's own /tests, if it has one, counts too)`,
+  );
+}
+
+/** What one run of the verifier gave: how it ended, its output, what was planted while it ran. */
+interface Verified {
+  info: Record<string, unknown>;
+  output: string;
+  planted: string[];
+}
+
+/** Runs `tests/test.sh` as `user` with the baseline's shell, watching what the rules watch. */
+async function runVerifier(
+  user: ImageUser,
+  layout: VerifierLayout,
+  baseline: TamperBaseline,
+): Promise<Verified> {
+  const target: ExecTarget = { exec: (argv, options = {}) => runAs(user, argv, options) };
+  const shell = baseline.shell;
+  const watch = new VerificationWatch(layout.watched());
+  const planted: string[] = [];
+  let ran;
+  try {
+    ran = await bashGrader(
+      target,
+      [
+        shell,
+        "-c",
+        `exec ${shellQuote(shell)} /tests/test.sh > ${LOGS}/test-stdout.txt 2>&1 < /dev/null`,
+      ],
+      {
+        name: "verifier",
+        cwd: task.workdir,
+        timeout: task.verifierTimeoutSec * 1000,
+        env: task.verifierEnv,
+      },
+    );
+  } finally {
+    planted.push(...await watch.stop(baseline));
+  }
+  const output = await Deno.readTextFile(`${LOGS}/test-stdout.txt`).catch(() => "");
+  return { info: ran.info ?? {}, output, planted };
+}
+
+/** The reward test.sh wrote, or why there is none. */
+async function rewardOf(verified: Verified): Promise<Reward> {
+  const { info, output } = verified;
+  if (info.timed_out) {
+    throw new Error(
+      `Cannot grade Harbor task: verifier timed out after ${task.verifierTimeoutSec} s ([verifier] timeout_sec); last output: ${
+        tail(output).trim().split("\n").slice(-3).join(" | ")
+      }`,
+    );
+  }
+  try {
+    return await readReward();
+  } catch (err) {
+    // What kept test.sh from running (setpriv refused the user, say).
+    const said = String(info.stderr ?? "").trim().split("\n").slice(-2).join(" | ");
+    if (said === "") throw err;
+    throw new Error(`${errorMessage(err)}; starting it said: ${said}`, { cause: err });
+  }
+}
+
 env.template(
   { id: "harbor", description: `Harbor task ${task.name}` },
   async function* () {
@@ -238,78 +325,27 @@ env.template(
       await Deno.chmod(dir, 0o777);
     }
     await awaitHealthy(resolved.image);
-    const verifierUser = resolved.verifier;
-    const layout = verifierLayout(verifierUser);
+    const layout = verifierLayout(resolved.verifier);
     const baseline = new TamperBaseline(layout, task.workdir);
     yield { prompt: task.instruction, bindings: { shell: { cwd: task.workdir } } };
-    if (!reachableSync("/tests/test.sh")) {
-      throw new Error("Cannot grade Harbor task: /tests/test.sh was not copied in");
-    }
-    await Deno.remove(LOGS, { recursive: true }).catch(() => {});
-    await Deno.mkdir(LOGS, { recursive: true });
-    await Deno.chmod(LOGS, 0o777);
+    await prepareVerification();
     // The agent's leftover processes stay stopped while the verifier runs.
     await using _phase = await workspace.grading();
-    // They ran while tests/ was copied in, and the agent could make /tests before: the
-    // verifier runs only the tree the runner copied (a conftest.py added, a test.sh changed,
-    // a symlink planted each stop it).
-    const changed = treeDiff(task.tests, await treeFiles("/tests", true).catch(() => ({})));
-    if (changed.length > 0) {
-      throw new Error(
-        `Cannot grade Harbor task: /tests is not the task's tests/ as copied in: ${
-          changed.slice(0, 3).join(", ")
-        }${
-          changed.length > 3 ? ` and ${changed.length - 3} more` : ""
-        } (the agent or a process it left wrote there; the image's own /tests, if it has one, counts too)`,
-      );
-    }
+    await checkTests();
     // What the agent planted for the verifier to run: it does not run.
     const planted = baseline.compare();
     if (planted.length > 0) {
       yield { score: 0, info: { tampered: planted } };
       return;
     }
-    const target: ExecTarget = { exec: (argv, options = {}) => runAs(verifierUser, argv, options) };
-    const timeoutSec = task.verifierTimeoutSec;
-    const shell = baseline.shell;
-    const watch = new VerificationWatch(layout.watched());
-    let ran;
-    try {
-      ran = await bashGrader(
-        target,
-        [
-          shell,
-          "-c",
-          `exec ${shellQuote(shell)} /tests/test.sh > ${LOGS}/test-stdout.txt 2>&1 < /dev/null`,
-        ],
-        { name: "verifier", cwd: task.workdir, timeout: timeoutSec * 1000, env: task.verifierEnv },
-      );
-    } finally {
-      planted.push(...await watch.stop(baseline));
-    }
-    const output = await Deno.readTextFile(`${LOGS}/test-stdout.txt`).catch(() => "");
-    const verifier = { ...ran.info, stdout: tail(output) };
+    const verified = await runVerifier(resolved.verifier, layout, baseline);
+    const verifier = { ...verified.info, stdout: tail(verified.output) };
     // Planted while it ran (and maybe removed again): its reward does not stand.
-    if (planted.length > 0) {
-      yield { score: 0, info: { tampered: planted, verifier } };
+    if (verified.planted.length > 0) {
+      yield { score: 0, info: { tampered: verified.planted, verifier } };
       return;
     }
-    if (ran.info?.timed_out) {
-      throw new Error(
-        `Cannot grade Harbor task: verifier timed out after ${timeoutSec} s ([verifier] timeout_sec); last output: ${
-          tail(output).trim().split("\n").slice(-3).join(" | ")
-        }`,
-      );
-    }
-    let reward;
-    try {
-      reward = await readReward();
-    } catch (err) {
-      // What kept test.sh from running (setpriv refused the user, say).
-      const said = String(ran.info?.stderr ?? "").trim().split("\n").slice(-2).join(" | ");
-      if (said === "") throw err;
-      throw new Error(`${errorMessage(err)}; starting it said: ${said}`, { cause: err });
-    }
+    const reward = await rewardOf(verified);
     yield { score: reward.score, subscores: reward.subscores, info: { verifier } };
   },
 );

@@ -190,18 +190,7 @@ async function readTask(path: string): Promise<HarborTask> {
     throw new Skip("no_tests", `${path}/tests/test.sh is missing`);
   }
   for (const tree of ["tests", "solution", "environment"]) await checkTree(`${path}/${tree}`, path);
-  if (config.environment.gpus > 0) {
-    throw new Skip(
-      "gpu",
-      `${file}: needs ${config.environment.gpus} GPU(s) ([environment] gpus); this runner gives containers no GPUs, as Harbor's Docker environment gives none`,
-    );
-  }
-  if (config.verifierMode === "separate") {
-    throw new Skip(
-      "separate_verifier",
-      `${file}: [verifier] environment_mode "separate" (a verifier container of its own) is not supported yet; run the task with the verifier in the agent's container ("shared")`,
-    );
-  }
+  refuseUnplaceable(file, config);
   const hasDockerfile = await isFile(`${path}/environment/Dockerfile`, path);
   for (const compose of ["docker-compose.yaml", "docker-compose.yml"]) {
     if (await isFile(`${path}/environment/${compose}`, path)) {
@@ -227,6 +216,22 @@ async function readTask(path: string): Promise<HarborTask> {
     testsDir: `${path}/tests`,
     solutionDir: await isFile(`${path}/solution/solve.sh`, path) ? `${path}/solution` : null,
   };
+}
+
+/** Skips a task that needs GPUs, or a verifier container of its own. */
+function refuseUnplaceable(file: string, config: HarborTaskConfig): void {
+  if (config.environment.gpus > 0) {
+    throw new Skip(
+      "gpu",
+      `${file}: needs ${config.environment.gpus} GPU(s) ([environment] gpus); this runner gives containers no GPUs, as Harbor's Docker environment gives none`,
+    );
+  }
+  if (config.verifierMode === "separate") {
+    throw new Skip(
+      "separate_verifier",
+      `${file}: [verifier] environment_mode "separate" (a verifier container of its own) is not supported yet; run the task with the verifier in the agent's container ("shared")`,
+    );
+  }
 }
 
 /** Skips a task with an `allowlist` phase: run `public`, it would silently lose its isolation. */
