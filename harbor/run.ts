@@ -52,6 +52,12 @@ export interface HarborResult {
   /** The subscores of the first graded rollout (the keys of `reward.json`). */
   subscores: Record<string, number>;
   /**
+   * How the first graded rollout's verifier ended: `tests/test.sh`'s exit
+   * code (null when a signal ended it) and the tail of its output (why a 0
+   * is a 0), or null when none ran.
+   */
+  verifier: { code: number | null; output: string } | null;
+  /**
    * Why it failed (`build failed: ...`, `verifier timed out...`, `no reward written...`), or
    * why a graded rollout did not complete (the agent's time-out, tampering), or null.
    */
@@ -182,7 +188,7 @@ async function runOne(
   agent: Agent | "oracle",
   options: RunHarborOptions,
 ): Promise<HarborResult> {
-  const empty = { task: task.name, reward: null, subscores: {}, runs: [] };
+  const empty = { task: task.name, reward: null, subscores: {}, verifier: null, runs: [] };
   let image;
   try {
     image = await buildHarborImage(task, { socket: options.socket, signal: options.signal });
@@ -268,12 +274,16 @@ function healthcheckBound(hc: HarborHealthcheckConfig | null): number {
     hc.retries * hc.intervalSec) * 1000;
 }
 
+/** How much of the verifier's output a result keeps: its last lines, for why a 0 is a 0. */
+const VERIFIER_OUTPUT_SHOWN = 2000;
+
 /** A task's result from its job: the mean reward of the graded runs, the first failure. */
 function harborResult(name: string, job: Job, built: boolean): HarborResult {
   const runs = [...job.runs];
   const graded = runs.filter((r) => r.reward !== null);
   const live = job.liveRuns.find((r) => r?.grade !== null && r?.grade !== undefined);
   const subscores = (live?.grade as { subscores?: Record<string, number> } | null)?.subscores ?? {};
+  const ran = (live?.grade?.info as { verifier?: Record<string, unknown> } | undefined)?.verifier;
   // Ungraded, else graded but not completed (tampered, the agent's time-out).
   const failed = runs.find((r) => r.reward === null) ??
     runs.find((r) => r.status !== "completed");
@@ -281,6 +291,10 @@ function harborResult(name: string, job: Job, built: boolean): HarborResult {
     task: name,
     reward: graded.length === 0 ? null : graded.reduce((a, r) => a + r.reward!, 0) / graded.length,
     subscores,
+    verifier: ran === undefined ? null : {
+      code: typeof ran.exit_code === "number" ? ran.exit_code : null,
+      output: String(ran.stdout ?? "").slice(-VERIFIER_OUTPUT_SHOWN),
+    },
     error: failed ? errorOf(failed) : null,
     built,
     runs,

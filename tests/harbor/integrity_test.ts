@@ -147,6 +147,10 @@ test({
     assert.deepEqual([honest.reward, honest.error], [1, null]);
     const idle = await one(task, functionAgent(() => {}));
     assert.deepEqual([idle.reward, idle.error], [0, null]);
+    // Why a 0 is a 0: test.sh's exit code and the tail of its output, in the result.
+    assert.equal(idle.verifier?.code, 0);
+    assert.match(idle.verifier?.output ?? "", /FAILED .*test_answer/);
+    assert.match(honest.verifier?.output ?? "", /2 passed/);
     assert.deepEqual(await containersLeft(), [], "containers left behind");
   }),
 });
