@@ -30,6 +30,7 @@ const HARBOR_OPTIONS = new Set([
   "json",
   "filter",
   "limit",
+  "max-concurrent",
   ...Object.keys(MODEL_FLAGS),
 ]);
 
@@ -126,6 +127,11 @@ export async function runHarborEval(path: string, values: Values, io: Io): Promi
   try {
     results = await runHarborTasks(tasks, agent, {
       group,
+      maxConcurrent: positiveIntOption(
+        "--max-concurrent",
+        stringOption(values, "max-concurrent"),
+        1,
+      ),
       signal: io.signal,
       onResult: (r) => {
         if (!values.json) io.err(`${line(r)}\n`);

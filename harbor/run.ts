@@ -37,6 +37,11 @@ export interface RunHarborOptions {
    * @default 1
    */
   group?: number;
+  /**
+   * Tasks run at once (each builds its image, then runs its group).
+   * @default 1
+   */
+  maxConcurrent?: number;
   /** Cancels the run. */
   signal?: AbortSignal;
   /** Called after each task, with its result. */
@@ -165,7 +170,8 @@ function errorOf(record: RunRecord): string | null {
  *
  * @param tasks tasks from `loadHarborTasks`
  * @param agent an agent, or `"oracle"` for each task's own solution
- * @param options engine socket, group size, abort signal, progress callback
+ * @param options engine socket, group size, tasks at once, abort signal, progress callback
+ * @throws {RangeError} when `maxConcurrent` is not an integer >= 1
  * @returns one result per task, in order
  */
 export async function runHarborTasks(
@@ -173,13 +179,28 @@ export async function runHarborTasks(
   agent: Agent | "oracle",
   options: RunHarborOptions = {},
 ): Promise<HarborResult[]> {
-  const results: HarborResult[] = [];
-  for (const task of tasks) {
-    options.signal?.throwIfAborted();
-    const result = await runOne(task, agent, options);
-    options.onResult?.(result);
-    results.push(result);
+  const limit = options.maxConcurrent ?? 1;
+  if (!(Number.isSafeInteger(limit) && limit >= 1)) {
+    throw new RangeError(
+      `Cannot run Harbor tasks: maxConcurrent must be an integer >= 1, got ${limit}`,
+    );
   }
+  const results: HarborResult[] = new Array(tasks.length);
+  let next = 0;
+  // Each worker takes the next task until none is left; results stay in the tasks' order.
+  const worker = async () => {
+    while (next < tasks.length) {
+      const i = next++;
+      options.signal?.throwIfAborted();
+      results[i] = await runOne(tasks[i], agent, options);
+      options.onResult?.(results[i]);
+    }
+  };
+  const settled = await Promise.allSettled(
+    Array.from({ length: Math.min(limit, tasks.length) }, worker),
+  );
+  const failed = settled.find((s) => s.status === "rejected");
+  if (failed !== undefined) throw failed.reason;
   return results;
 }
 

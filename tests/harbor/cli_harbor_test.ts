@@ -50,6 +50,16 @@ test("hud eval harbor:PATH refuses options that do not apply, and a missing agen
     const zero = await hud(["eval", `harbor:${root}`, "--agent", "oracle", "--limit", "0"]);
     assert.equal(zero.code, 2);
     assert.match(zero.stderr, /--limit must be a positive integer, got "0"/);
+    const many = await hud([
+      "eval",
+      `harbor:${root}`,
+      "--agent",
+      "oracle",
+      "--max-concurrent",
+      "x",
+    ]);
+    assert.equal(many.code, 2);
+    assert.match(many.stderr, /--max-concurrent must be a positive integer, got "x"/);
     const none = await hud(["eval", `harbor:${root}`]);
     assert.equal(none.code, 2);
     assert.match(none.stderr, /missing --agent \(a command, or "oracle"\) or --model/);

@@ -257,6 +257,46 @@ test({
   }),
 });
 
+test({
+  name: "runHarborTasks() with maxConcurrent 2 runs two tasks at once, in order in its results",
+  ignore,
+  fn: withDeadline(59_000, async () => {
+    const all = await tasks();
+    // Each agent waits for the other to have started: one at a time, the first gives up.
+    let arrived = 0;
+    let both: () => void = () => {};
+    const met = new Promise<void>((resolve) => both = resolve);
+    const meet = functionAgent(async (_prompt, run, { signal }) => {
+      if (++arrived === 2) both();
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      try {
+        await Promise.race([
+          met,
+          new Promise((_, reject) =>
+            timer = setTimeout(() => reject(new Error("the other task never started")), 20_000)
+          ),
+        ]);
+      } finally {
+        clearTimeout(timer);
+      }
+      await using shell = await run.client.open("shell", { signal });
+      await shell.exec("umask 077 && echo 42 > /app/answer.txt", { signal });
+    });
+    const results = await runHarborTasks([all.get("answer")!, all.get("caps")!], meet, {
+      maxConcurrent: 2,
+      signal: testSignal(),
+    });
+    assert.deepEqual(results.map((r) => [r.task, r.reward, r.error]), [
+      ["answer", 1, null],
+      ["caps", 1, null],
+    ]);
+    await assert.rejects(
+      runHarborTasks([], meet, { maxConcurrent: 0 }),
+      /maxConcurrent must be an integer >= 1, got 0/,
+    );
+  }),
+});
+
 test({ name: "integrity_test removes the images it built", ignore }, async () => {
   using engine = await EngineClient.open();
   for (const image of [...images, ...(builtBase ? [TBSTYLE_BASE] : [])]) {
