@@ -23,7 +23,7 @@
 
 import { markServing } from "./_internal/serving.ts";
 import type { Environment } from "./env.ts";
-import { MAX_JSON_DEPTH } from "./_internal/framing.ts";
+import { MAX_JSON_DEPTH, PRE_AUTH_MAX_JSON_DEPTH } from "./_internal/framing.ts";
 import { openFileLimit } from "./_internal/io.ts";
 import {
   type ControlAddress,
@@ -121,8 +121,10 @@ export interface BindOptions {
   maxBufferedBytes?: number;
   /**
    * Deepest nesting of arrays and objects in a frame, checked on the raw
-   * bytes before parsing; a deeper frame gets `-32600`.
-   * @default 64
+   * bytes before parsing; a deeper frame gets `-32600`. With a token
+   * required, a connection's first frame may nest at most 64 levels (or
+   * this, if lower).
+   * @default 1000, what HUD's server reads, well within the stack
    */
   maxJsonDepth?: number;
   /**
@@ -294,6 +296,7 @@ function serverConfig(
       Math.max(1, Math.min(DEFAULT_MAX_PENDING_CONNECTIONS, Math.floor(maxConnections / 4))),
     maxBufferedBytes: options.maxBufferedBytes ?? 4 * maxFrameBytes,
     maxJsonDepth: options.maxJsonDepth ?? MAX_JSON_DEPTH,
+    preAuthMaxJsonDepth: PRE_AUTH_MAX_JSON_DEPTH,
     firstFrameTimeout: options.firstFrameTimeout ?? DEFAULT_FIRST_FRAME_TIMEOUT_MS,
     maxParked: options.maxParked ?? DEFAULT_MAX_PARKED,
     signal: options.signal,

@@ -70,10 +70,28 @@ function showMethod(method: unknown): string {
   return typeof method === "object" && method !== null ? JSON.stringify(method) : String(method);
 }
 
+/**
+ * A method: `params` as the request has them (absent is `undefined`); a
+ * method that reads them takes them through {@linkcode readParams}.
+ */
 type Method = (
   c: Context,
-  params: Record<string, unknown>,
+  params: unknown,
 ) => Record<string, unknown> | Promise<Record<string, unknown>>;
+
+/**
+ * `params` as an object: what Python reads as false is `{}`, as on HUD's
+ * server; another non-object is `-32602` (HUD's server fails on it when it
+ * reads a member, with `-32000` and Python's `AttributeError`).
+ * @throws {HudProtocolError} `-32602 params must be an object`
+ */
+function readParams(params: unknown): Record<string, unknown> {
+  const value = pyFalsy(params) ? {} : params;
+  if (!isRecord(value)) {
+    throw new HudProtocolError(ErrorCode.INVALID_PARAMS, "params must be an object");
+  }
+  return value;
+}
 
 function manifest(c: Context): Record<string, unknown> {
   return {
@@ -94,10 +112,14 @@ async function cancelHeld(c: Context): Promise<void> {
   await c.sessions.take(c.session)?.cancel();
 }
 
-/** The method table of a control session (PROTOCOL.md, "Control-session methods"). */
+/**
+ * The method table of a control session (PROTOCOL.md, "Control-session
+ * methods"). `tasks.list`, `tasks.cancel` and `bye` never read their params,
+ * as on HUD's server, so no params can make them fail.
+ */
 const METHODS: ReadonlyMap<string, Method> = new Map<string, Method>([
-  ["hello", (c, params) => {
-    const wanted = params.session_id;
+  ["hello", (c, raw) => {
+    const wanted = readParams(raw).session_id;
     if (wanted === undefined || wanted === null || wanted === c.session.id) return manifest(c);
     if (typeof wanted !== "string") {
       throw new HudProtocolError(ErrorCode.INVALID_PARAMS, "session_id must be a string");
@@ -106,7 +128,8 @@ const METHODS: ReadonlyMap<string, Method> = new Map<string, Method>([
     return manifest(c);
   }],
   ["tasks.list", (c) => ({ tasks: c.env.listTasks() })],
-  ["tasks.start", async (c, params) => {
+  ["tasks.start", async (c, raw) => {
+    const params = readParams(raw);
     const id = params.id;
     if (typeof id !== "string") {
       throw new HudProtocolError(ErrorCode.INVALID_PARAMS, "id must be a string");
@@ -126,10 +149,19 @@ const METHODS: ReadonlyMap<string, Method> = new Map<string, Method>([
     await c.sessions.hold(c.session, task);
     return task.prompt;
   }],
-  ["tasks.grade", async (c, params) => {
+  ["tasks.grade", async (c, raw) => {
     // No task of its own: the lone parked one (HUD's "start here, grade
     // from another process" flow), with or without authentication.
     const task = c.sessions.take(c.session) ?? c.sessions.adopt();
+    let params: Record<string, unknown>;
+    try {
+      params = readParams(raw);
+    } catch (err) {
+      // A grade consumes the task whatever the outcome, as on HUD's server
+      // (which reads the answer inside the grade that cancels the task).
+      await task.cancel();
+      throw err;
+    }
     return await task.grade(params.answer);
   }],
   ["tasks.cancel", async (c) => {
@@ -221,7 +253,6 @@ export class ControlChannel {
     request: Record<string, unknown>,
   ): Record<string, unknown> | Promise<Record<string, unknown>> {
     const method = request.method ?? "";
-    const params = pyFalsy(request.params) ? {} : request.params;
     const run = typeof method === "string" ? METHODS.get(method) : undefined;
     if (run === undefined) {
       throw new HudProtocolError(
@@ -229,9 +260,6 @@ export class ControlChannel {
         `method not found: ${showMethod(method)}`,
       );
     }
-    if (!isRecord(params)) {
-      throw new HudProtocolError(ErrorCode.INVALID_PARAMS, "params must be an object");
-    }
-    return run(this.#c, params);
+    return run(this.#c, request.params);
   }
 }
