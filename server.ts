@@ -23,6 +23,7 @@
 
 import { markServing } from "./_internal/serving.ts";
 import type { Environment } from "./env.ts";
+import type { TaskError } from "./errors.ts";
 import { MAX_JSON_DEPTH, PRE_AUTH_MAX_JSON_DEPTH } from "./_internal/framing.ts";
 import { openFileLimit } from "./_internal/io.ts";
 import {
@@ -150,6 +151,13 @@ export interface BindOptions {
   onListen?: (addr: Deno.NetAddr) => void;
   /** Called with unexpected errors (never for a peer going away). */
   onError?: (error: unknown) => void;
+  /**
+   * Called with each error of task code (a template's setup or grading
+   * that threw), after the client got its error reply; `hud serve` logs
+   * them with the file and line of the environment's code.
+   * @default none
+   */
+  onTaskError?: (error: TaskError) => void;
   /**
    * Largest accepted frame in bytes; a longer line gets `-32600` and the
    * connection is closed.
@@ -302,6 +310,7 @@ function serverConfig(
     signal: options.signal,
     onListen: options.onListen,
     onError: options.onError ?? (() => {}),
+    onTaskError: options.onTaskError,
     warning: token === null && !isLoopback(bound.hostname)
       ? (addr) =>
         `Serving without authentication on ${addr.hostname}:${addr.port}: anyone who can reach this port can use the environment (its shells and files) as this server's user`

@@ -238,5 +238,6 @@ export function replyResult(reply: unknown, id: number, method: string): Record<
 
 function errorReply(error: Record<string, unknown>, prefix: string): HudProtocolError {
   const code = typeof error.code === "number" && Number.isInteger(error.code) ? error.code : -32000;
-  return new HudProtocolError(code, prefix + String(error.message ?? "unknown error"));
+  const message = prefix + String(error.message ?? "unknown error");
+  return new HudProtocolError(code, message, error.data === undefined ? {} : { data: error.data });
 }

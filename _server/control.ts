@@ -6,7 +6,7 @@
 // options into a {@linkcode ServerConfig} and hands back this handle.
 
 import type { Environment } from "../env.ts";
-import { ErrorCode } from "../errors.ts";
+import { ErrorCode, type TaskError } from "../errors.ts";
 import {
   ByteBudget,
   encodeFrame,
@@ -43,6 +43,7 @@ export interface ServerConfig {
   signal: AbortSignal | undefined;
   onListen: ((addr: Deno.NetAddr) => void) | undefined;
   onError: (error: unknown) => void;
+  onTaskError: ((error: TaskError) => void) | undefined;
   /** A warning to report once the address is known, or `null`. */
   warning: ((addr: Deno.NetAddr) => string) | null;
 }
@@ -189,6 +190,7 @@ export class ControlServer {
       parkedTtl: config.parkedTtl,
       maxParked: config.maxParked,
       onError: this.#onError,
+      onTaskError: config.onTaskError,
       // Raw bindings of in-process capabilities are dialable without auth.
       urlOf: attached === null
         ? undefined

@@ -275,9 +275,16 @@ export function processIo(options: StreamOptions = {}): Io {
   };
 }
 
-/** Reports a failed command on one line; the exit code for it. */
+/**
+ * Reports a failed command on one line; an environment's task code that
+ * threw (an error reply whose data says where) with its file and line.
+ * The exit code for it.
+ */
 export function failed(io: Io, err: unknown): number {
-  io.err(`error: ${errorMessage(err).replace(ANSI, "").split("\n")[0]}\n`);
+  const first = errorMessage(err).replace(ANSI, "").split("\n")[0];
+  const data = (err as { data?: { at?: unknown } } | null)?.data;
+  const at = typeof data?.at === "string" && !first.includes(data.at) ? ` (at ${data.at})` : "";
+  io.err(`error: ${first}${at}\n`);
   return EXIT_FAILURE;
 }
 

@@ -7,6 +7,11 @@
  * that a trainer can compute group-relative advantages and skip a group
  * that is not whole.
  *
+ * A rollout that was not graded (it errored: see `FAILURE_CLASSES`) is
+ * never a reward of 0: its row has `reward: null`, its `error_class`, and
+ * `masked: true`, with every loss mask 0, so that a trainer that sums its
+ * loss over the mask learns nothing from it.
+ *
  * A sequence starts with a turn's prompt ids and goes on with its
  * completion; each next turn whose prompt extends the sequence appends
  * the new part of its prompt (tool results, the chat template's glue:
@@ -45,7 +50,7 @@ import type { TaskRow } from "../env.ts";
 import { isRecord } from "../_internal/util.ts";
 import type { RunRecord } from "./results.ts";
 import { traceTokens } from "./tokens.ts";
-import { rolloutFinished } from "./failure.ts";
+import { isGraded, recordClass, rolloutFinished } from "./failure.ts";
 
 /** One model call of a {@linkcode TrainingRow}. */
 export interface TrainingTurn {
@@ -85,8 +90,15 @@ export interface TrainingRow {
   attempt: number;
   /** `completed`, `error` or `cancelled`. */
   status: string;
-  /** The reward, or `null` when the rollout could not be graded. */
+  /** The reward, or `null` when the rollout was not graded (it errored). */
   reward: number | null;
+  /** Why it failed (one of `FAILURE_CLASSES`), or `null` when it did not. */
+  error_class: string | null;
+  /**
+   * Whether the row is out of the loss: the rollout was not graded, and
+   * every loss mask of its sequences is 0.
+   */
+  masked: boolean;
   /** The rewards of the group's rollouts by repeat, `null` for one not graded. */
   group_rewards: (number | null)[];
   /**
@@ -162,6 +174,53 @@ function messagesOf(steps: Record<string, unknown>[]): Record<string, unknown>[]
   return out;
 }
 
+/** Each model step's turn: its tokens, as the trace kept them, and why the model stopped. */
+function turnsOf(steps: Record<string, unknown>[]): TrainingTurn[] {
+  const tokens = traceTokens(steps);
+  return steps.filter((s) => s.type === "model").map((s, i) => {
+    const info = isRecord(s.info) ? s.info : {};
+    return {
+      prompt_token_ids: tokens[i]?.promptIds ?? null,
+      completion_token_ids: tokens[i]?.completionIds ?? null,
+      logprobs: tokens[i]?.logprobs ?? null,
+      finish_reason: typeof info.finish_reason === "string" ? info.finish_reason : null,
+    };
+  });
+}
+
+/** The row of `r`, one of `siblings` (its group, by repeat), `complete` when the group is whole. */
+function trainingRow(r: RunRecord, siblings: readonly RunRecord[], complete: boolean): TrainingRow {
+  const trace: Record<string, unknown> = isRecord(r.trace) ? r.trace : {};
+  const steps = (Array.isArray(trace.steps) ? trace.steps as unknown[] : []).filter(isRecord);
+  const turns = turnsOf(steps);
+  const model = steps.filter((s) => s.type === "model")
+    .map((s) => isRecord(s.info) ? s.info.model : undefined)
+    .find((m) => typeof m === "string") as string | undefined;
+  const graded = isGraded(r);
+  const sequences = sequencesOf(turns);
+  // An errored rollout teaches nothing: out of the loss, never a reward of 0.
+  if (!graded) { for (const seq of sequences) seq.loss_mask.fill(0); }
+  return {
+    job_id: r.job_id,
+    group_id: r.group_id,
+    task: r.task,
+    repeat: r.repeat,
+    attempt: r.attempt ?? 1,
+    status: r.status,
+    reward: graded ? r.reward : null,
+    error_class: recordClass(r),
+    masked: !graded,
+    group_rewards: siblings.map((x) => isGraded(x) ? x.reward : null),
+    group_complete: complete,
+    model: model ?? null,
+    messages: messagesOf(steps),
+    turns,
+    sequences,
+    tokens_complete: turns.length > 0 &&
+      turns.every((t) => t.prompt_token_ids !== null && t.completion_token_ids !== null),
+  };
+}
+
 /**
  * One row per record (the latest attempt of each task and repeat, as a
  * {@linkcode Job} holds them); see the module doc.
@@ -181,38 +240,7 @@ export function trainingRows(
     const siblings = [...groups.get(r.group_id)!].sort((a, b) => a.repeat - b.repeat);
     const complete = siblings.every(rolloutFinished);
     if (options.completeGroupsOnly && !complete) continue;
-    const trace: Record<string, unknown> = isRecord(r.trace) ? r.trace : {};
-    const steps = (Array.isArray(trace.steps) ? trace.steps as unknown[] : []).filter(isRecord);
-    const models = steps.filter((s) => s.type === "model");
-    const tokens = traceTokens(steps);
-    const turns: TrainingTurn[] = models.map((s, i) => {
-      const info = isRecord(s.info) ? s.info : {};
-      return {
-        prompt_token_ids: tokens[i]?.promptIds ?? null,
-        completion_token_ids: tokens[i]?.completionIds ?? null,
-        logprobs: tokens[i]?.logprobs ?? null,
-        finish_reason: typeof info.finish_reason === "string" ? info.finish_reason : null,
-      };
-    });
-    const model = models.map((s) => isRecord(s.info) ? s.info.model : undefined)
-      .find((m) => typeof m === "string") as string | undefined;
-    rows.push({
-      job_id: r.job_id,
-      group_id: r.group_id,
-      task: r.task,
-      repeat: r.repeat,
-      attempt: r.attempt ?? 1,
-      status: r.status,
-      reward: r.reward,
-      group_rewards: siblings.map((x) => x.reward),
-      group_complete: complete,
-      model: model ?? null,
-      messages: messagesOf(steps),
-      turns,
-      sequences: sequencesOf(turns),
-      tokens_complete: turns.length > 0 &&
-        turns.every((t) => t.prompt_token_ids !== null && t.completion_token_ids !== null),
-    });
+    rows.push(trainingRow(r, siblings, complete));
   }
   return rows;
 }

@@ -831,6 +831,26 @@ test("bind() closes a connection that sends no first frame in time", async () =>
   assert.ok((await ok.call("tasks.list")).result);
 });
 
+test("bind(): a client late with its first frame only because this process was busy is not turned away", async () => {
+  // Issue 36: 1,000 sandboxed rollouts in one process; the server turned
+  // clients away ("no request within 10000 ms") whose hello was late only
+  // because the busy process sent it late. Here the process is held for
+  // 700 ms between connecting and the hello, past a 200 ms deadline.
+  await using server = bind(demoEnv(), { firstFrameTimeout: 200 });
+  await using peer = await RawPeer.open(server.addr.port);
+  // Let the server accept it (its deadline starts), then hold the loop.
+  await new Promise((r) => setTimeout(r, 20));
+  const until = performance.now() + 700;
+  while (performance.now() < until) { /* busy with the other rollouts */ }
+  await peer.send({ jsonrpc: "2.0", id: 1, method: "hello", params: { token: server.token } });
+  const reply = await within(peer.recv(), 10_000, "the hello reply");
+  assert.ok(isRecord(reply?.result), `turned away: ${JSON.stringify(reply)}`);
+  // A peer that stays silent while the process runs on time is still closed.
+  await using silent = await RawPeer.open(server.addr.port);
+  const error = await within(silent.recv(), 10_000, "the silent connection's deadline error");
+  assert.match(errorOf(error).message, /no request within 200 ms/);
+});
+
 test("bind() sweeps first-frame deadlines as connections come, sparing those that spoke", async () => {
   // One timer sweeps every deadline: it must re-arm for connections that
   // come after a sweep, and never touch one that has spoken.

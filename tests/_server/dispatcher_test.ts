@@ -321,15 +321,17 @@ test("ControlChannel maps errors to codes in one place", async (t) => {
   });
   await using d = dispatcherFor(env);
   const ch = d.open();
-  await t.step("task code that throws is -32000 with its message", async () => {
-    assert.deepEqual(errorOf(await call(ch, "tasks.start", { id: "boom" })), {
-      code: -32000,
-      message: "kaboom",
-    });
-    assert.deepEqual(errorOf(await call(ch, "tasks.start", { id: "wire" })), {
-      code: -32000,
-      message: "unknown task: inner",
-    });
+  await t.step("task code that throws is -32000 with its message, and where it threw", async () => {
+    const boom = errorOf(await call(ch, "tasks.start", { id: "boom" }));
+    const { data, ...wire } = boom as { data?: { at?: string; stack?: string } };
+    assert.deepEqual(wire, { code: -32000, message: "kaboom" });
+    // The environment's own frame (this file), never the SDK's.
+    assert.match(data?.at ?? "", /tests\/_server\/dispatcher_test\.ts:\d+:\d+$/);
+    assert.match(data?.stack ?? "", /^Error: kaboom\n {4}at .*dispatcher_test\.ts:\d+:\d+/);
+    assert.doesNotMatch(data?.stack ?? "", /\/(env|task|_server\/dispatcher)\.ts:/);
+    const wired = errorOf(await call(ch, "tasks.start", { id: "wire" }));
+    assert.equal(wired.code, -32000);
+    assert.equal(wired.message, "unknown task: inner");
   });
   await t.step("a broken grading contract is -32000", async () => {
     await call(ch, "tasks.start", { id: "nograde" });

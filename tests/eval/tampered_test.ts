@@ -6,7 +6,7 @@
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { Environment, functionAgent, LocalRuntime, Taskset } from "../../mod.ts";
-import { rolloutFinished } from "../../eval/failure.ts";
+import { isGraded, rolloutFinished } from "../../eval/failure.ts";
 
 function makeEnv(): Environment {
   const env = new Environment("tamper-test");
@@ -42,8 +42,9 @@ test("Taskset.run() classes a grade with info.tampered as tampered, its score th
   };
   assert.equal(trace.stop_reason, "tampered");
   assert.match(trace.errors[0].message, /tampering with its grading: planted \/app\/pytest\.py/);
-  // Graded, so finished: a group with it is whole.
-  assert.equal(rolloutFinished(record), true);
+  // Its reward (0) is not trusted (eval/failure.ts: tampered is not graded): not in the means.
+  assert.equal(isGraded(record), false);
+  assert.equal(rolloutFinished(record), false);
   // An agent out of time that answers "forge": the timeout is recorded, tampered names it.
   const late = await new Taskset(rows).run(
     functionAgent(async (_p, run, { signal }) => {
@@ -53,7 +54,7 @@ test("Taskset.run() classes a grade with info.tampered as tampered, its score th
     { runtime: new LocalRuntime(env), agentTimeout: 50 },
   );
   const lateTrace = late.runs[0].trace as { errors: { class: string }[] };
-  assert.deepEqual(lateTrace.errors.map((e) => e.class), ["timeout", "tampered"]);
+  assert.deepEqual(lateTrace.errors.map((e) => e.class), ["agent_timeout", "tampered"]);
   assert.equal(late.runs[0].error_class, "tampered");
   assert.equal(late.runs[0].reward, 0);
 });

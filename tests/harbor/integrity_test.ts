@@ -229,7 +229,7 @@ test({
     const timedOut = await one(task, slow);
     assert.equal(timedOut.reward, 1, timedOut.error ?? "");
     assert.match(timedOut.error ?? "", /agent/i);
-    assert.equal(timedOut.runs[0].error_class, "timeout");
+    assert.equal(timedOut.runs[0].error_class, "agent_timeout");
   }),
 });
 
