@@ -12,6 +12,7 @@
 
 import type { Agent } from "../eval/agent.ts";
 import type { RolloutObserver } from "../eval/rollout.ts";
+import { isGraded } from "../eval/failure.ts";
 import { functionAgent } from "../eval/agent.ts";
 import { Taskset } from "../eval/taskset.ts";
 import type { RunRecord } from "../eval/results.ts";
@@ -301,12 +302,13 @@ const VERIFIER_OUTPUT_SHOWN = 2000;
 /** A task's result from its job: the mean reward of the graded runs, the first failure. */
 function harborResult(name: string, job: Job, built: boolean): HarborResult {
   const runs = [...job.runs];
-  const graded = runs.filter((r) => r.reward !== null);
+  // Graded as eval/failure.ts counts it: a tampered rollout's 0 is not a reward.
+  const graded = runs.filter(isGraded);
   const live = job.liveRuns.find((r) => r?.grade !== null && r?.grade !== undefined);
   const subscores = (live?.grade as { subscores?: Record<string, number> } | null)?.subscores ?? {};
   const ran = (live?.grade?.info as { verifier?: Record<string, unknown> } | undefined)?.verifier;
   // Ungraded, else graded but not completed (tampered, the agent's time-out).
-  const failed = runs.find((r) => r.reward === null) ??
+  const failed = runs.find((r) => !isGraded(r)) ??
     runs.find((r) => r.status !== "completed");
   return {
     task: name,
