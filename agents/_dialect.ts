@@ -19,6 +19,7 @@
 //   `return_token_ids` (with `prompt_token_ids` on the first chunk's choice).
 
 import type { TurnTokens } from "../eval/tokens.ts";
+import type { TokenUsage } from "./model.ts";
 import { isRecord } from "../_internal/util.ts";
 import { readCapped } from "../_internal/body.ts";
 
@@ -61,6 +62,37 @@ export function streamsTokens(
   if (server === "sglang") return false;
   if (server === "llama-server") return !(Array.isArray(body.tools) && body.tools.length > 0);
   return true;
+}
+
+/** An OpenAI-compatible reply's `usage`, or `null` when it has none. */
+export function openAiUsage(value: unknown): TokenUsage | null {
+  if (!isRecord(value)) return null;
+  const usage: TokenUsage = {
+    inputTokens: Number(value.prompt_tokens ?? 0),
+    outputTokens: Number(value.completion_tokens ?? 0),
+  };
+  const details = isRecord(value.prompt_tokens_details) ? value.prompt_tokens_details : {};
+  const cached = Number(details.cached_tokens ?? 0);
+  if (cached > 0) usage.cachedTokens = cached;
+  if (typeof value.cost === "number" && Number.isFinite(value.cost)) usage.costUsd = value.cost;
+  return usage;
+}
+
+/**
+ * An Anthropic reply's `usage`, or `null` when it has none. Anthropic counts
+ * cache reads and writes apart from `input_tokens`; the prompt's size is
+ * their sum (as ATIF's `prompt_tokens` counts it).
+ */
+export function anthropicUsage(value: unknown): TokenUsage | null {
+  if (!isRecord(value)) return null;
+  const cached = Number(value.cache_read_input_tokens ?? 0);
+  const usage: TokenUsage = {
+    inputTokens: Number(value.input_tokens ?? 0) + cached +
+      Number(value.cache_creation_input_tokens ?? 0),
+    outputTokens: Number(value.output_tokens ?? 0),
+  };
+  if (cached > 0) usage.cachedTokens = cached;
+  return usage;
 }
 
 /** Whether `value` is a non-empty array of integers (token ids). */

@@ -21,7 +21,7 @@ import {
   type TokenUsage,
   type ToolCall,
 } from "./model.ts";
-import { llamaPromptIds, TokenReader } from "./_dialect.ts";
+import { llamaPromptIds, openAiUsage, TokenReader } from "./_dialect.ts";
 import { sseData } from "../_internal/sse.ts";
 import { isRecord } from "../_internal/util.ts";
 
@@ -95,19 +95,6 @@ function wireMessage(m: ChatMessage): Record<string, unknown> {
     default:
       return { role: m.role, content: m.content };
   }
-}
-
-function usageOf(value: unknown): TokenUsage | null {
-  if (!isRecord(value)) return null;
-  const usage: TokenUsage = {
-    inputTokens: Number(value.prompt_tokens ?? 0),
-    outputTokens: Number(value.completion_tokens ?? 0),
-  };
-  const details = isRecord(value.prompt_tokens_details) ? value.prompt_tokens_details : {};
-  const cached = Number(details.cached_tokens ?? 0);
-  if (cached > 0) usage.cachedTokens = cached;
-  if (typeof value.cost === "number" && Number.isFinite(value.cost)) usage.costUsd = value.cost;
-  return usage;
 }
 
 const NO_STREAM_LOGPROBS = /logprobs.*(not supported|unsupported).*stream|stream.*logprobs/i;
@@ -297,7 +284,7 @@ function readCompletion(body: unknown): ModelReply {
     content: typeof m.content === "string" ? m.content : "",
     toolCalls,
     finishReason: String(choice.finish_reason ?? "stop"),
-    usage: usageOf((body as Record<string, unknown>).usage),
+    usage: openAiUsage((body as Record<string, unknown>).usage),
   };
   if (typeof m.refusal === "string" && m.refusal !== "") reply.refusal = m.refusal;
   const tokens = new TokenReader();
@@ -333,7 +320,7 @@ async function readStream(body: ReadableStream<Uint8Array>): Promise<ModelReply>
       if (isRecord(chunk.error)) {
         throw new ModelStreamError(`Chat completion failed mid-stream: ${chunk.error.message}`);
       }
-      if (chunk.usage) usage = usageOf(chunk.usage);
+      if (chunk.usage) usage = openAiUsage(chunk.usage);
       const choice = Array.isArray(chunk.choices) ? chunk.choices[0] : undefined;
       if (!isRecord(choice)) {
         tokens.read(chunk, {});
