@@ -39,6 +39,7 @@
  * @module
  */
 
+import type { ModelRoute, ModelRouter } from "../agents/command.ts";
 import type { ModelCallUsage } from "../eval/agent.ts";
 import type { AdaptiveConcurrency } from "../eval/concurrency.ts";
 import type { Trace } from "../eval/trace.ts";
@@ -87,7 +88,7 @@ function hex(bytes: number): string {
  * an agent at it, and the record of its calls. Closing it refuses its
  * credential from then on and cuts off its calls in flight.
  */
-export class ProxyRoute implements AsyncDisposable {
+export class ProxyRoute implements AsyncDisposable, ModelRoute {
   readonly #id: string;
   readonly #secret: Uint8Array;
   readonly #key: string;
@@ -210,7 +211,7 @@ export class ProxyRoute implements AsyncDisposable {
 }
 
 /** A running proxy (see the module docs); made by {@linkcode serveModelProxy}. */
-export class ModelProxy implements AsyncDisposable {
+export class ModelProxy implements AsyncDisposable, ModelRouter {
   readonly #config: ProxyConfig;
   readonly #server: Deno.HttpServer<Deno.NetAddr>;
   readonly #routes = new Map<string, ProxyRoute>();

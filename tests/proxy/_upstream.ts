@@ -174,8 +174,33 @@ export function toyServer(replies: Record<string, unknown>[]): {
       const prompt = toyPrompt(r.body.messages as unknown[]);
       const ids = [...toyBody(reply), END];
       const finish = reply.tool_calls ? "tool_calls" : "stop";
-      const json = vllmChat(prompt, ids, reply, finish);
-      return Response.json(json);
+      if (r.body.stream !== true) return Response.json(vllmChat(prompt, ids, reply, finish));
+      const head = { id: "chatcmpl-toy", object: "chat.completion.chunk", model: "policy" };
+      const calls = Array.isArray(reply.tool_calls)
+        ? reply.tool_calls.map((c, index) => ({ index, ...c }))
+        : undefined;
+      return sse([
+        {
+          ...head,
+          prompt_token_ids: prompt,
+          choices: [{ index: 0, delta: { role: "assistant" } }],
+        },
+        {
+          ...head,
+          choices: [{
+            index: 0,
+            delta: { content: reply.content ?? "", ...(calls ? { tool_calls: calls } : {}) },
+            token_ids: ids,
+            finish_reason: finish,
+          }],
+        },
+        {
+          ...head,
+          choices: [],
+          usage: { prompt_tokens: prompt.length, completion_tokens: ids.length },
+        },
+        "[DONE]",
+      ]);
     },
   };
 }
