@@ -95,6 +95,14 @@ export interface TasksetRunOptions extends Omit<RolloutOptions, "signal" | "cont
   maxConcurrent?: number;
   /** Called when a rollout starts or finishes. */
   onProgress?: (progress: JobProgress) => void;
+  /**
+   * Called with a group's records (by repeat) once every repeat of it has
+   * its final record, retries done: a trainer consumes groups as they
+   * finish (`trainingRows(records)` makes their rows). Only groups that
+   * ran in this call are reported. The job waits for it; when it throws,
+   * the job stops and `run()` rejects with its error.
+   */
+  onGroup?: (records: RunRecord[]) => void | Promise<void>;
   /** Stops starting rollouts and cancels the running ones. */
   signal?: AbortSignal;
   /**
@@ -476,6 +484,22 @@ export class Taskset {
       (retry.on as readonly string[]).includes(record.error_class);
 
     const pending = slots.map((_, i) => i).filter((i) => records[i] === null);
+    // A group is reported once each of its slots holds its final record.
+    const groupSlots = new Map<string, number[]>();
+    slots.forEach((s, i) => groupSlots.set(s.groupId, [...(groupSlots.get(s.groupId) ?? []), i]));
+    const settled = new Set(slots.map((_, i) => i).filter((i) => records[i] !== null));
+    let groupError: { error: unknown } | null = null;
+    const finishSlot = async (i: number) => {
+      settled.add(i);
+      const members = groupSlots.get(slots[i].groupId)!;
+      if (!options.onGroup || !members.every((m) => settled.has(m))) return;
+      try {
+        await options.onGroup(members.map((m) => records[m]!));
+      } catch (error) {
+        groupError ??= { error };
+        halt.abort(error);
+      }
+    };
     let next = 0;
     // This run's failed attempts that a retry replaced: history, not counted.
     const retriedHere: RunRecord[] = [];
@@ -512,6 +536,7 @@ export class Taskset {
           report(record);
           continue;
         }
+        await finishSlot(i);
         progress.done++;
         finishedHere++;
         if (record.reward === null) {
@@ -529,6 +554,7 @@ export class Taskset {
     } finally {
       await out?.close();
     }
+    if (groupError !== null) throw (groupError as { error: unknown }).error;
     // Slots never started (an abort, a limit) are recorded as cancelled.
     const final = records.map((r, i): RunRecord =>
       r ?? {
