@@ -9,6 +9,13 @@ import { LocalRuntime } from "../runtime/local.ts";
 import type { RuntimeProvider } from "../runtime/placement.ts";
 import { CommandAgent, parseEnvFile } from "../agents/command.ts";
 import { MODEL_FLAGS, MODEL_FLAGS_HELP, modelAgentFromFlags } from "../agents/_cli.ts";
+import {
+  checkTrainingFlags,
+  groupWriter,
+  startProxy,
+  TRAINING_FLAGS,
+  TRAINING_FLAGS_HELP,
+} from "./_eval_training.ts";
 import { formatJobTable, formatProgress, formatReward } from "../eval/report.ts";
 import { firstError, type Job, type JobProgress } from "../eval/job.ts";
 import { prepareResults } from "../eval/results.ts";
@@ -137,6 +144,7 @@ export const USAGE: string =
             [--pass-env NAME]... [--env-file PATH] [--max-output BYTES]
             [--out results.jsonl [--resume | --force]] [--json]
             [--runtime WHERE [--container-network] [--container-env NAME=VALUE]...]
+            [--model-proxy URL [--model-server KIND]] [--training-out FILE]
 
 FILE may be harbor:PATH, a Harbor task directory or a dataset of them: each
 task runs in a container of its own Dockerfile's image (built once, cached
@@ -233,7 +241,7 @@ Options:
                         environment in each container, such as
                         ROBOLAB_ISOLATION=none where the engine lets no
                         sandbox be made there (repeatable)
-${MODEL_FLAGS_HELP}  -h, --help            show this help
+${MODEL_FLAGS_HELP}${TRAINING_FLAGS_HELP}  -h, --help            show this help
 `;
 
 /** Runs `hud eval` with `args` (after the command name); returns the exit code. */
@@ -262,6 +270,7 @@ export async function run(args: string[], io: Io): Promise<number> {
       force: { type: "boolean" },
       json: { type: "boolean" },
       ...MODEL_FLAGS,
+      ...TRAINING_FLAGS,
       runtime: { type: "string" },
       "container-network": { type: "boolean" },
       "container-env": { type: "string", multiple: true },
@@ -303,6 +312,7 @@ export async function run(args: string[], io: Io): Promise<number> {
   if (!model && (command === undefined || command.trim() === "")) {
     throw new UsageError(`missing --agent or --model (see "${PROGRAM} eval --help")`);
   }
+  checkTrainingFlags(values, !model, (m) => new UsageError(m));
   const group = positiveInt("--group", stringOption(values, "group"), 1);
   const filters = (values.filter ?? []) as unknown as string[];
   const limitText = stringOption(values, "limit");
@@ -317,9 +327,9 @@ export async function run(args: string[], io: Io): Promise<number> {
     ? undefined
     : positiveInt("--token-limit", tokenLimitText, 1);
   const costLimit = positiveNumber("--cost-limit", stringOption(values, "cost-limit"));
-  if ((tokenLimit !== undefined || costLimit !== undefined) && !model) {
+  if ((tokenLimit !== undefined || costLimit !== undefined) && !model && !values["model-proxy"]) {
     throw new UsageError(
-      "--token-limit and --cost-limit count a model's calls: use them with --model",
+      "--token-limit and --cost-limit count a model's calls: use them with --model or --model-proxy",
     );
   }
   const maxConcurrent = positiveInt(
@@ -431,10 +441,13 @@ export async function run(args: string[], io: Io): Promise<number> {
       cause: err,
     });
   }
+  const proxy = await startProxy(values);
+  const groups = await groupWriter(values, io);
   const commandAgent = model ? null : new CommandAgent(command!, {
     passEnv,
     envFile,
     maxOutputBytes: maxOutput,
+    modelProxy: proxy ?? undefined,
   });
   const agent = model?.agent ?? commandAgent!;
   io.onHurry = () => commandAgent?.kill();
@@ -474,18 +487,24 @@ export async function run(args: string[], io: Io): Promise<number> {
       costLimit,
       signal: io.signal,
       onProgress: show,
+      onGroup: groups?.write,
     });
   } finally {
     // Nothing of the run may outlive it: agents' process groups, key and
     // prompt files, the environment (its shutdown hooks remove its keys).
     await commandAgent?.whenIdle();
+    await proxy?.shutdown();
+    groups?.close();
     await Promise.resolve(held[Symbol.asyncDispose]()).catch(() => {});
     await pool?.close().catch((err) => io.err(`warning: ${errorMessage(err)}\n`));
     await env.stop().catch((err) => io.err(`warning: ${errorMessage(err)}\n`));
     if (live) io.err("\n");
   }
   if (io.signal?.aborted) return interrupted(io, done, total);
-  io.out(values.json ? JSON.stringify(job.summary()) + "\n" : formatJobTable(job));
+  // With the rows on standard output, the table goes to standard error.
+  const closing = values.json ? JSON.stringify(job.summary()) + "\n" : formatJobTable(job);
+  if (values["training-out"] === "-") io.err(closing);
+  else io.out(closing);
   const stop = job.stopped;
   if (stop !== null) {
     const notRun = job.runs.filter((r) => r.status === "cancelled").length;

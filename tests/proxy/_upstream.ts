@@ -6,7 +6,7 @@
 // test can say which prompt extends which.
 
 import { isRecord } from "../../_internal/util.ts";
-import type { Received } from "../agents/_scripted.ts";
+import { type Received, type ScriptedServer, scriptedServer } from "../agents/_scripted.ts";
 
 /** An SSE body of these events (objects as JSON), each with an `event:` line when a name is given. */
 export function sse(events: (unknown | [string, unknown])[]): Response {
@@ -203,4 +203,44 @@ export function toyServer(replies: Record<string, unknown>[]): {
       ]);
     },
   };
+}
+
+/** Two tool calls, then the answer: what the toy model says to every rollout. */
+export const REPLIES: Record<string, unknown>[] = [
+  {
+    content: "",
+    tool_calls: [{
+      id: "call_1",
+      type: "function",
+      function: { name: "bash", arguments: '{"command":"ls"}' },
+    }],
+  },
+  {
+    content: "",
+    tool_calls: [{
+      id: "call_2",
+      type: "function",
+      function: { name: "bash", arguments: '{"command":"pwd"}' },
+    }],
+  },
+  { content: "done" },
+];
+
+/**
+ * The toy server as toylab_env.ts's tasks meet it: each rollout's calls are
+ * answered by their turn (a re-rendered history counts as turn 3).
+ */
+export function toyLabServer(rollouts: number): ScriptedServer {
+  const { handler } = toyServer(REPLIES);
+  // Each rollout's calls come in order; the server answers by the call's turn.
+  return scriptedServer(
+    Array(rollouts * 3).fill((r: Parameters<typeof handler>[0]) => {
+      const turn = (r.body.messages as { role: string }[]).filter((m) => m.role === "assistant")
+        .length;
+      const rerendered = String((r.body.messages as { content: string }[])[1]?.content).includes(
+        "What you ran so far",
+      );
+      return handler(r, rerendered ? 2 : turn);
+    }),
+  );
 }

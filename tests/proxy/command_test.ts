@@ -5,12 +5,13 @@
 
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";
-import { Environment, LocalRuntime, Taskset } from "../../mod.ts";
+import { LocalRuntime, Taskset } from "../../mod.ts";
 import { CommandAgent, type ModelRouter } from "../../agents/mod.ts";
 import { trainingRows } from "../../eval/mod.ts";
 import { serveModelProxy } from "../../proxy/mod.ts";
 import { scriptedServer } from "../agents/_scripted.ts";
-import { END, toyPrompt, toyServer } from "./_upstream.ts";
+import { END, toyLabServer, toyPrompt } from "./_upstream.ts";
+import { env as toylab, PROMPT, tasks } from "../fixtures/proxy/toylab_env.ts";
 
 // The interpreter itself, not pyenv's launcher (see python_interop_test.ts).
 const python = await new Deno.Command("python3", {
@@ -23,66 +24,21 @@ if (!python) console.log("command_test (proxy): skipped: no python3");
 
 const FIXTURES = new URL("../fixtures/proxy/", import.meta.url).pathname;
 const SYSTEM = "You are an agent in a shell. Use the bash tool, then answer.";
-const PROMPT = "List the files, then say done.";
 const KEY = "sk-real-upstream-key-kept-by-the-proxy";
 
 function harness(script: string, ...flags: string[]): string[] {
   return [python, "-I", "-S", `${FIXTURES}${script}`, ...flags];
 }
 
-function lab(): Environment {
-  const env = new Environment("toylab");
-  env.template({ id: "list" }, async function* () {
-    const answer = yield PROMPT;
-    yield String(answer).trim() === "done" ? 1 : 0;
-  });
-  return env;
-}
-
-const TASK = { env: "toylab", id: "list", args: {}, slug: "list" };
-
-/** Two tool calls, then the answer: what the toy model says to every rollout. */
-const REPLIES = [
-  {
-    content: "",
-    tool_calls: [{
-      id: "call_1",
-      type: "function",
-      function: { name: "bash", arguments: '{"command":"ls"}' },
-    }],
-  },
-  {
-    content: "",
-    tool_calls: [{
-      id: "call_2",
-      type: "function",
-      function: { name: "bash", arguments: '{"command":"pwd"}' },
-    }],
-  },
-  { content: "done" },
-];
-
-function toy(rollouts: number) {
-  const { handler } = toyServer(REPLIES);
-  // Each rollout's calls come in order; the server answers by the call's turn.
-  return scriptedServer(
-    Array(rollouts * 3).fill((r: Parameters<typeof handler>[0]) => {
-      const turn = (r.body.messages as { role: string }[]).filter((m) => m.role === "assistant")
-        .length;
-      const rerendered = String((r.body.messages as { content: string }[])[1]?.content).includes(
-        "What you ran so far",
-      );
-      return handler(r, rerendered ? 2 : turn);
-    }),
-  );
-}
+const lab = () => toylab;
+const TASK = tasks[0];
 
 test({
   name:
     "CommandAgent through the proxy: a harness that keeps its history is one sample per rollout, one that re-renders it at turn 3 is two, split at turn 2 with the reason",
   ignore: !python,
   async fn(t) {
-    await using server = toy(8);
+    await using server = toyLabServer(8);
     await using proxy = serveModelProxy({ upstream: server.baseUrl, server: "vllm", apiKey: KEY });
     const router: ModelRouter = proxy;
     const runtime = new LocalRuntime(lab());
@@ -142,7 +98,7 @@ test({
     "CommandAgent through the proxy: the server's key is in neither the agent's environment nor the results file",
   ignore: !python,
   async fn() {
-    await using server = toy(1);
+    await using server = toyLabServer(1);
     await using proxy = serveModelProxy({ upstream: server.baseUrl, server: "vllm", apiKey: KEY });
     const dir = await Deno.makeTempDir();
     const saved = Deno.env.get("OPENAI_API_KEY");
@@ -223,7 +179,7 @@ test({
       for (const r of server.received) assert.equal(r.headers.get("x-api-key"), KEY);
     });
     await t.step("vLLM, through Chat Completions: one sample of the server's tokens", async () => {
-      await using server = toy(2);
+      await using server = toyLabServer(2);
       await using proxy = serveModelProxy({ upstream: server.baseUrl, server: "vllm" });
       const agent = new CommandAgent(harness("anthropic_agent.py"), { modelProxy: proxy });
       const job = await new Taskset([TASK]).run(agent, { runtime });
