@@ -37,14 +37,15 @@ import {
 import {
   errorResponse,
   eventStream,
+  parseEvent,
   type ProxyApi,
   ProxyError,
   scrub,
   SSE_HEADERS,
   sseEvent,
   type UpstreamEvent,
-  upstreamEvents,
 } from "./_wire.ts";
+import { sseData } from "../_internal/sse.ts";
 
 /** One call in flight: what its flow needs. */
 export interface Call {
@@ -257,7 +258,7 @@ function relay(
   how: Relay,
 ): Response {
   const body = cappedBody(response.body!, call.config.maxResponseBytes, "the model's stream");
-  const events = upstreamEvents(body);
+  const events = sseData(body);
   let settle!: () => void;
   call.track(new Promise<void>((resolve) => settle = resolve));
   let over = false;
@@ -289,7 +290,7 @@ function relay(
             await events.return(undefined);
             return;
           }
-          const bytes = how.pass(next.value);
+          const bytes = how.pass(parseEvent(next.value));
           if (bytes !== null) return controller.enqueue(bytes);
         }
       } catch (err) {
@@ -330,7 +331,8 @@ export async function openAiCall(
         if (event.json === null) return sseEvent(event.data, event.event || undefined);
         reader.feed(event.json);
         const shown = forAgent(event.json, wants, true);
-        return shown === null ? null : sseEvent(shown, event.event || undefined);
+        if (shown === null) return null;
+        return sseEvent(shown === event.json ? event.data : shown, event.event || undefined);
       },
       finished: () => reader.finished,
       async end() {

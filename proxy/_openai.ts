@@ -130,8 +130,16 @@ export function forAgent(
   asked: AgentAsked,
   chunk: boolean,
 ): Record<string, unknown> | null {
+  const choices = Array.isArray(json.choices) ? json.choices : [];
+  const strips = (c: unknown) =>
+    isRecord(c) &&
+    ((!asked.logprobs && c.logprobs !== undefined) ||
+      (!asked.tokenIds && ID_FIELDS.some((f) => c[f] !== undefined)));
+  if (
+    !(chunk && !asked.usage && json.usage !== undefined) &&
+    !(!asked.tokenIds && json.prompt_token_ids !== undefined) && !choices.some(strips)
+  ) return json; // nothing to take out: the caller may pass the bytes on as they came
   const out = { ...json };
-  const choices = Array.isArray(out.choices) ? out.choices : [];
   if (chunk && !asked.usage && out.usage !== undefined) {
     if (choices.length === 0) return null;
     delete out.usage;

@@ -2,7 +2,6 @@
 // bodies in each API's shape, server-sent events, and the one function that
 // keeps the upstream key out of whatever it passes on.
 
-import { sseData } from "../_internal/sse.ts";
 import { isRecord } from "../_internal/util.ts";
 
 /** The API a call speaks towards the agent. */
@@ -70,22 +69,18 @@ export interface UpstreamEvent {
   json: Record<string, unknown> | null;
 }
 
-/** The events of `body`, each parsed once. */
-export async function* upstreamEvents(
-  body: ReadableStream<Uint8Array>,
-): AsyncGenerator<UpstreamEvent> {
-  for await (const { event, data } of sseData(body)) {
-    let json: Record<string, unknown> | null = null;
-    if (data.trim() !== "[DONE]") {
-      try {
-        const parsed = JSON.parse(data);
-        if (isRecord(parsed)) json = parsed;
-      } catch {
-        // Not JSON: passed on as it came, read as nothing.
-      }
+/** An event of the upstream's stream, its data parsed once. */
+export function parseEvent({ event, data }: { event: string; data: string }): UpstreamEvent {
+  let json: Record<string, unknown> | null = null;
+  if (data !== "[DONE]" && data.trim() !== "[DONE]") {
+    try {
+      const parsed = JSON.parse(data);
+      if (isRecord(parsed)) json = parsed;
+    } catch {
+      // Not JSON: passed on as it came, read as nothing.
     }
-    yield { event, data, json };
   }
+  return { event, data, json };
 }
 
 /**
