@@ -5,8 +5,17 @@ import { MODEL_SERVERS, type ModelServer } from "../agents/_dialect.ts";
 import { MAX_RESPONSE_BYTES } from "../agents/model.ts";
 import type { PricingTable } from "../eval/usage.ts";
 
-/** The servers a proxy forwards to: an OpenAI-compatible one, or Anthropic's Messages API. */
-export type ProxyServer = ModelServer | "anthropic";
+/**
+ * The servers a proxy forwards to: an OpenAI-compatible one (those whose
+ * token fields are known, or `openai` for any other), or Anthropic's
+ * Messages API.
+ */
+export type ProxyServer = "llama-server" | "vllm" | "sglang" | "openai" | "anthropic";
+
+// Spelled out above for the docs; the same servers as the dialects know.
+const _SAME: Exclude<ProxyServer, "anthropic"> extends ModelServer
+  ? ModelServer extends Exclude<ProxyServer, "anthropic"> ? true : never
+  : never = true;
 
 /** The servers, for checking a name. */
 export const PROXY_SERVERS: readonly ProxyServer[] = [...MODEL_SERVERS, "anthropic"];

@@ -13,11 +13,6 @@
  * @module
  */
 
-export {
-  ModelProxy,
-  ProxyRoute,
-  type ProxyRouteContext,
-  type ProxyRun,
-  serveModelProxy,
-} from "./proxy.ts";
+export { ModelProxy, serveModelProxy } from "./proxy.ts";
+export type { ProxyRoute, ProxyRouteContext, ProxyRun } from "./_route.ts";
 export { type ModelProxyOptions, PROXY_SERVERS, type ProxyServer } from "./_config.ts";

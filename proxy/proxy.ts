@@ -39,31 +39,13 @@
  * @module
  */
 
-import type { ModelRoute, ModelRouter } from "../agents/command.ts";
-import type { ModelCallUsage } from "../eval/agent.ts";
-import type { AdaptiveConcurrency } from "../eval/concurrency.ts";
-import type { Trace } from "../eval/trace.ts";
-import { timingSafeEqual } from "../_internal/auth.ts";
+import type { ModelRouter } from "../agents/command.ts";
 import { BodyTooLargeError, readCapped } from "../_internal/body.ts";
 import { isRecord } from "../_internal/util.ts";
 import { type ModelProxyOptions, type ProxyConfig, proxyConfig } from "./_config.ts";
-import { Recorder } from "./_recorder.ts";
-import { type Call, guarded, messagesCall, openAiCall } from "./_calls.ts";
+import { guarded, messagesCall, openAiCall } from "./_calls.ts";
+import { type ProxyRoute, type ProxyRouteContext, type ProxyRun, Route } from "./_route.ts";
 import { errorResponse, type ProxyApi } from "./_wire.ts";
-
-/** What a route gets of the rollout it records: the trace it writes into. */
-export interface ProxyRun {
-  /** The rollout's trace. */
-  readonly trace: Trace;
-}
-
-/** What a route gets of the job it runs in (an `AgentContext` is one). */
-export interface ProxyRouteContext {
-  /** Hears of each call's tokens and cost, so that the job's limits count them. */
-  onUsage?: (usage: ModelCallUsage) => void;
-  /** The job's limit on model calls in flight: each call holds a permit of it. */
-  concurrency?: AdaptiveConcurrency;
-}
 
 const ENDPOINTS: Record<string, ProxyApi | "models"> = {
   "/v1/chat/completions": "openai.chat",
@@ -76,145 +58,11 @@ const ENDPOINTS: Record<string, ProxyApi | "models"> = {
 const PATH = /^(?:\/r\/([A-Za-z0-9_]+))?(\/v1\/(?:chat\/completions|completions|messages|models))$/;
 const CREDENTIAL = /^hudr_([0-9a-f]{16})_([0-9a-f]{64})$/;
 
-function hex(bytes: number): string {
-  return Array.from(
-    crypto.getRandomValues(new Uint8Array(bytes)),
-    (b) => b.toString(16).padStart(2, "0"),
-  ).join("");
-}
-
-/**
- * One rollout's way to the model: its credential, the variables that point
- * an agent at it, and the record of its calls. Closing it refuses its
- * credential from then on and cuts off its calls in flight.
- */
-export class ProxyRoute implements AsyncDisposable, ModelRoute {
-  readonly #id: string;
-  readonly #secret: Uint8Array;
-  readonly #key: string;
-  readonly #env: Readonly<Record<string, string>>;
-  readonly #recorder: Recorder;
-  readonly #context: ProxyRouteContext;
-  readonly #upstreamKey: string | null;
-  readonly #closing = new AbortController();
-  readonly #inFlight = new Set<Promise<unknown>>();
-  readonly #onClose: (route: ProxyRoute) => void;
-
-  /** Made by {@linkcode ModelProxy.open}. */
-  constructor(
-    origin: string,
-    run: ProxyRun,
-    context: ProxyRouteContext,
-    config: ProxyConfig,
-    onClose: (route: ProxyRoute) => void,
-  ) {
-    this.#id = hex(8);
-    const secret = hex(32);
-    this.#secret = new TextEncoder().encode(secret);
-    this.#key = `hudr_${this.#id}_${secret}`;
-    this.#context = context;
-    this.#upstreamKey = config.apiKey;
-    this.#onClose = onClose;
-    this.#recorder = new Recorder(run.trace, context.onUsage, config.pricing);
-    const base = `${origin}/r/${this.#key}`;
-    this.#env = Object.freeze({
-      OPENAI_BASE_URL: `${base}/v1`,
-      OPENAI_API_KEY: this.#key,
-      ANTHROPIC_BASE_URL: base,
-      ANTHROPIC_API_KEY: this.#key,
-    });
-  }
-
-  /** The route's id (the credential's public part). */
-  get id(): string {
-    return this.#id;
-  }
-
-  /** The credential: the key an agent sends (it is in the base urls too). */
-  get key(): string {
-    return this.#key;
-  }
-
-  /**
-   * `OPENAI_BASE_URL` (up to `/v1`), `OPENAI_API_KEY`, `ANTHROPIC_BASE_URL`
-   * and `ANTHROPIC_API_KEY`, pointing at this route.
-   */
-  get env(): Readonly<Record<string, string>> {
-    return this.#env;
-  }
-
-  /** Calls recorded so far (failed ones too). */
-  get calls(): number {
-    return this.#recorder.calls;
-  }
-
-  /** Whether the route was closed. */
-  get closed(): boolean {
-    return this.#closing.signal.aborted;
-  }
-
-  /**
-   * An agent's environment: `base` without any variable that holds the
-   * model server's key, with {@linkcode ProxyRoute.env} set over it.
-   */
-  environment(base: Readonly<Record<string, string>>): Record<string, string> {
-    const key = this.#upstreamKey;
-    const out: Record<string, string> = {};
-    for (const [name, value] of Object.entries(base)) {
-      if (key === null || key === "" || !value.includes(key)) out[name] = value;
-    }
-    return { ...out, ...this.#env };
-  }
-
-  /** Whether `secret` is this route's secret (compared in constant time). */
-  verify(secret: string): boolean {
-    return !this.closed && timingSafeEqual(new TextEncoder().encode(secret), this.#secret);
-  }
-
-  /** A call under this route, starting now. */
-  call(config: ProxyConfig, request: Request): Call {
-    // Not request.signal: Deno aborts it once a reply is delivered, which
-    // would cut off a stream being relayed. An agent that goes away
-    // mid-stream cancels the stream; one that waits for a whole reply is
-    // let be until the call ends, its time is up or the rollout ends.
-    const signal = AbortSignal.any([this.#closing.signal, AbortSignal.timeout(config.callTimeout)]);
-    return {
-      config,
-      recorder: this.#recorder,
-      signal,
-      concurrency: this.#context.concurrency,
-      started: performance.now(),
-      headers: request.headers,
-      track: (done) => {
-        this.#inFlight.add(done);
-        done.finally(() => this.#inFlight.delete(done));
-      },
-    };
-  }
-
-  /**
-   * Refuses the credential from now on, cuts off the calls in flight, and
-   * waits until they are recorded. Idempotent.
-   */
-  async close(): Promise<void> {
-    if (!this.closed) {
-      this.#closing.abort(new DOMException("the rollout ended", "AbortError"));
-      this.#onClose(this);
-    }
-    while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
-  }
-
-  /** Closes the route. */
-  [Symbol.asyncDispose](): Promise<void> {
-    return this.close();
-  }
-}
-
 /** A running proxy (see the module docs); made by {@linkcode serveModelProxy}. */
 export class ModelProxy implements AsyncDisposable, ModelRouter {
   readonly #config: ProxyConfig;
   readonly #server: Deno.HttpServer<Deno.NetAddr>;
-  readonly #routes = new Map<string, ProxyRoute>();
+  readonly #routes = new Map<string, Route>();
   readonly #origin: string;
 
   /** Starts listening; use {@linkcode serveModelProxy}. */
@@ -259,7 +107,7 @@ export class ModelProxy implements AsyncDisposable, ModelRouter {
    * rollout's agent is done.
    */
   open(run: ProxyRun, context: ProxyRouteContext = {}): ProxyRoute {
-    const route = new ProxyRoute(
+    const route = new Route(
       this.#origin,
       run,
       context,
@@ -282,7 +130,7 @@ export class ModelProxy implements AsyncDisposable, ModelRouter {
   }
 
   /** The route a credential names, or `null`. */
-  #route(credential: string | null | undefined): ProxyRoute | null {
+  #route(credential: string | null | undefined): Route | null {
     const m = credential ? CREDENTIAL.exec(credential) : null;
     const route = m ? this.#routes.get(m[1]) : undefined;
     return route !== undefined && route.verify(m![2]) ? route : null;
@@ -292,7 +140,7 @@ export class ModelProxy implements AsyncDisposable, ModelRouter {
    * The route of a request: its url's credential (any key it also sends
    * that is a credential must name the same route), else its key's.
    */
-  #authorize(request: Request, inPath: string | undefined): ProxyRoute | null {
+  #authorize(request: Request, inPath: string | undefined): Route | null {
     const auth = request.headers.get("authorization");
     const bearer = auth?.match(/^Bearer\s+(\S+)$/i)?.[1];
     const keys = [bearer, request.headers.get("x-api-key")].filter((k): k is string => !!k);
