@@ -5,6 +5,7 @@
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { serveModelProxy } from "../../proxy/mod.ts";
+import { Environment, functionAgent, integer, LocalRuntime, Taskset } from "../../mod.ts";
 import { type ModelCallUsage, Trace, traceTokens, traceUsage } from "../../eval/mod.ts";
 import { type Received, scriptedServer } from "../agents/_scripted.ts";
 import { readSse, sglangChat, sse, vllmChat, vllmChatChunks } from "./_upstream.ts";
@@ -530,4 +531,46 @@ test("ModelProxy: a Messages call to vLLM is made as Chat Completions, for its t
     completionIds: [50, 51, 52],
     logprobs: [-0.25, -0.5, -0.75],
   });
+});
+
+test("ModelProxy prices each call, and a job's usage and token limit count a route's calls as a model agent's", async () => {
+  await using server = scriptedServer(
+    Array(4).fill(() => Response.json(vllmChat([1, 2, 3], [7, 8], { content: "ok" }))),
+  );
+  await using proxy = serveModelProxy({
+    upstream: server.baseUrl,
+    server: "vllm",
+    pricing: { policy: { input: 1, output: 2 } },
+  });
+  const env = new Environment("priced");
+  const t = env.template({ id: "t", args: { n: integer() } }, async function* () {
+    yield "go";
+    yield 1;
+  });
+  // Any agent can take a route: here a function that calls the model twice.
+  const agent = functionAgent(async (_prompt, run, context) => {
+    await using route = proxy.open(run, context);
+    for (let i = 0; i < 2; i++) {
+      const res = await post(`${route.env.OPENAI_BASE_URL}/chat/completions`, CHAT, {
+        authorization: `Bearer ${route.key}`,
+      });
+      await res.body?.cancel();
+    }
+    return "done";
+  });
+  const job = await new Taskset([t({ n: 1 }), t({ n: 2 }), t({ n: 3 })]).run(agent, {
+    runtime: new LocalRuntime(env),
+    maxConcurrent: 1,
+    tokenLimit: 12,
+  });
+  // Each rollout spends 2 x (3 + 2) = 10 tokens: the second one crosses 12, the third never starts.
+  assert.equal(job.stopped?.reason, "token_limit");
+  assert.deepEqual(job.runs.map((r) => r.status), ["completed", "completed", "cancelled"]);
+  const steps = job.runs[0].trace.steps.filter((s) => s.type === "model");
+  assert.equal(steps.length, 2);
+  assert.equal(steps[0].info?.cost_usd, (3 * 1 + 2 * 2) / 1e6);
+  assert.equal(job.usage.inputTokens, 12);
+  assert.equal(job.usage.outputTokens, 8);
+  assert.equal(job.usage.modelCalls, 4);
+  assert.ok(Math.abs(job.usage.costUsd - 4 * 7 / 1e6) < 1e-12);
 });
