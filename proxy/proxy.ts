@@ -41,6 +41,7 @@
 
 import type { ModelRouter } from "../agents/command.ts";
 import { BodyTooLargeError, readCapped } from "../_internal/body.ts";
+import { formatHostPort } from "../_internal/net.ts";
 import { isRecord } from "../_internal/util.ts";
 import { type ModelProxyOptions, type ProxyConfig, proxyConfig } from "./_config.ts";
 import { guarded, messagesCall, openAiCall } from "./_calls.ts";
@@ -79,7 +80,7 @@ export class ModelProxy implements AsyncDisposable, ModelRouter {
       },
     }, (request) => this.#handle(request));
     const { hostname, port } = this.#server.addr;
-    this.#origin = `http://${hostname.includes(":") ? `[${hostname}]` : hostname}:${port}`;
+    this.#origin = `http://${formatHostPort(hostname, port)}`;
   }
 
   /** Where it listens. */
