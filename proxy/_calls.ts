@@ -45,7 +45,8 @@ import {
   sseEvent,
   type UpstreamEvent,
 } from "./_wire.ts";
-import { sseData } from "../_internal/sse.ts";
+import { SseParser } from "../_internal/sse.ts";
+import { concat } from "../_internal/io.ts";
 
 /** One call in flight: what its flow needs. */
 export interface Call {
@@ -246,9 +247,10 @@ interface Relay {
 }
 
 /**
- * The agent's stream of a streamed reply: each event read and passed on as
- * it comes; at the end the call is recorded, or, when the stream broke, was
- * cut short or the agent went away, recorded as failed.
+ * The agent's stream of a streamed reply: the events of each read of the
+ * server's stream are read and passed on together (one write, however many
+ * events a read holds); at the end the call is recorded, or, when the
+ * stream broke, was cut short or the agent went away, recorded as failed.
  */
 function relay(
   call: Call,
@@ -257,16 +259,22 @@ function relay(
   release: (ok: boolean) => void,
   how: Relay,
 ): Response {
-  const body = cappedBody(response.body!, call.config.maxResponseBytes, "the model's stream");
-  const events = sseData(body);
+  const reader = cappedBody(response.body!, call.config.maxResponseBytes, "the model's stream")
+    .getReader();
+  const decoder = new TextDecoder();
+  const parser = new SseParser();
   let settle!: () => void;
   call.track(new Promise<void>((resolve) => settle = resolve));
   let over = false;
-  const fail = (message: string) => {
+  const finish = async (ok: boolean, message = "") => {
     if (over) return;
     over = true;
-    release(false);
-    call.recorder.fail({ api, status: null, message, latencyMs: performance.now() - call.started });
+    if (ok) await how.end();
+    else {
+      const latencyMs = performance.now() - call.started;
+      call.recorder.fail({ api, status: null, message, latencyMs });
+    }
+    release(ok);
     settle();
   };
   const stream = new ReadableStream<Uint8Array>({
@@ -275,32 +283,40 @@ function relay(
     async pull(controller) {
       try {
         for (;;) {
-          const next = await events.next();
-          if (next.done || next.value.data.trim() === "[DONE]") {
-            if (!how.finished() && next.done) {
-              fail("Model proxy: the model's stream ended early");
-            } else if (!over) {
-              await how.end();
-              over = true;
-              release(true);
-              settle();
+          const { value, done } = await reader.read();
+          const events = done
+            ? [...parser.push(decoder.decode()), ...parser.end()]
+            : parser.push(decoder.decode(value, { stream: true }));
+          const out: Uint8Array[] = [];
+          let sawDone = false;
+          for (const event of events) {
+            if (event.data.trim() === "[DONE]") {
+              sawDone = true;
+              break;
             }
-            if (!next.done) controller.enqueue(sseEvent("[DONE]"));
+            const bytes = how.pass(parseEvent(event));
+            if (bytes !== null) out.push(bytes);
+          }
+          if (sawDone || done) {
+            if (!sawDone && !how.finished()) {
+              await finish(false, "Model proxy: the model's stream ended early");
+            } else await finish(true);
+            if (sawDone) out.push(sseEvent("[DONE]"));
+            if (out.length > 0) controller.enqueue(concat(out));
             controller.close();
-            await events.return(undefined);
+            await reader.cancel().catch(() => {});
             return;
           }
-          const bytes = how.pass(parseEvent(next.value));
-          if (bytes !== null) return controller.enqueue(bytes);
+          if (out.length > 0) return controller.enqueue(concat(out));
         }
       } catch (err) {
-        fail(`Model proxy: the model's stream broke: ${errorMessage(err)}`);
+        await finish(false, `Model proxy: the model's stream broke: ${errorMessage(err)}`);
         controller.error(err);
       }
     },
     async cancel() {
-      fail("Model proxy: the agent closed the stream before its end");
-      await events.return(undefined).catch(() => {});
+      await finish(false, "Model proxy: the agent closed the stream before its end");
+      await reader.cancel().catch(() => {});
     },
   });
   return new Response(stream, { headers: SSE_HEADERS });
