@@ -89,6 +89,7 @@ export {
   trainingRows,
   type TrainingRowsOptions,
   type TrainingSequence,
+  type TrainingSplit,
   type TrainingTurn,
 } from "./training.ts";
 export { formatCount, formatDuration, formatJobTable, formatProgress } from "./report.ts";

@@ -33,7 +33,7 @@ import {
   type RolloutOptions,
 } from "./rollout.ts";
 import type { Job, JobProgress } from "./job.ts";
-import { openResults } from "./results.ts";
+import { openResults, type RunRecord } from "./results.ts";
 import { AdaptiveConcurrency } from "./concurrency.ts";
 import { RETRYABLE_ERROR_CLASSES, type RolloutErrorClass } from "./failure.ts";
 import {
@@ -45,7 +45,7 @@ import {
 } from "./_options.ts";
 import { expandSlots, JobLedger, resumeFrom } from "./_ledger.ts";
 import { Budget } from "./_budget.ts";
-import { Progress } from "./_progress.ts";
+import { GroupReporter, Progress } from "./_progress.ts";
 import { type RetryConfig, RetryPolicy, SlotRunner } from "./_attempts.ts";
 
 /** A row as given, or with its slug computed as the Python SDK does when it has none. */
@@ -107,6 +107,14 @@ export interface TasksetRunOptions extends Omit<RolloutOptions, "signal" | "cont
   maxConcurrent?: number;
   /** Called when a rollout starts or finishes. */
   onProgress?: (progress: JobProgress) => void;
+  /**
+   * Called with a group's records (by repeat) once every repeat of it has
+   * its final record, retries done: a trainer consumes groups as they
+   * finish (`trainingRows(records)` makes their rows). Only groups that
+   * ran in this call are reported, one at a time. The job waits for it;
+   * when it throws, the job stops and `run()` rejects with its error.
+   */
+  onGroup?: (records: RunRecord[]) => void | Promise<void>;
   /** Stops starting rollouts and cancels the running ones. */
   signal?: AbortSignal;
   /**
@@ -344,6 +352,7 @@ export class Taskset {
    * A token or cost limit stops the job cleanly: {@linkcode Job.stopped}
    * says why, and `resume` continues it.
    *
+   * @throws what `onGroup` threw, once the job has stopped
    * @throws {TypeError} up front, when no runtime is given and a row was not
    *   made from a live environment, or `resume` or `force` is set without `out` (or both are)
    * @throws {RangeError} up front, for a bad group, concurrency, retries, limits or timeouts
@@ -362,7 +371,9 @@ export class Taskset {
       expandSlots(this.#rows, runtimes, config.group, jobId),
       resumed,
     );
-    const budget = new Budget(config, resumed.spent, options.signal);
+    const groups = new GroupReporter(options.onGroup);
+    const stop = options.signal ? AbortSignal.any([options.signal, groups.signal]) : groups.signal;
+    const budget = new Budget(config, resumed.spent, stop);
     const progress = new Progress(
       config.group * this.#rows.length,
       ledger.kept,
@@ -378,22 +389,17 @@ export class Taskset {
       budget,
       ledger,
       progress,
+      groups,
       retry: new RetryPolicy(config.retry),
       out,
       signal: options.signal,
     });
-    const pending = ledger.pending();
-    let next = 0;
-    const worker = async () => {
-      while (next < pending.length && budget.open) await runner.run(pending[next++]);
-    };
     try {
-      await Promise.all(
-        Array.from({ length: Math.min(config.maxConcurrent, pending.length) }, worker),
-      );
+      await runner.runAll(ledger.pending(), config.maxConcurrent);
     } finally {
       await out?.close();
     }
+    groups.throwIfFailed();
     progress.report();
     return ledger.toJob({ stopped: budget.stopped, usage: budget.spent });
   }

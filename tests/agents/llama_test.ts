@@ -158,11 +158,13 @@ test({
       for (const s of row.sequences) {
         assert.equal(s.loss_mask.length, s.tokens.length);
         assert.equal(s.logprobs!.length, s.tokens.length);
-        // The mask is 1 exactly on the sampled tokens, in order.
-        const masked = s.tokens.filter((_, i) => s.loss_mask[i] === 1);
-        assert.deepEqual(masked, s.turns.flatMap((i) => row.turns[i].completion_token_ids!));
+        // The mask is 1 exactly on the sampled tokens, in order (0 everywhere
+        // in a row that is masked: its rollout did not finish).
+        const inLoss = s.tokens.filter((_, i) => s.loss_mask[i] === 1);
+        const sampled = s.turns.flatMap((i) => row.turns[i].completion_token_ids!);
+        assert.deepEqual(inLoss, row.masked ? [] : sampled);
         const lps = s.logprobs!.filter((_, i) => s.loss_mask[i] === 1);
-        assert.deepEqual(lps, s.turns.flatMap((i) => row.turns[i].logprobs!));
+        assert.deepEqual(lps, row.masked ? [] : s.turns.flatMap((i) => row.turns[i].logprobs!));
         // A sequence starts with its first turn's whole prompt.
         const first = row.turns[s.turns[0]].prompt_token_ids!;
         assert.deepEqual(s.tokens.slice(0, first.length), first);
