@@ -19,7 +19,7 @@
 //   `return_token_ids` (with `prompt_token_ids` on the first chunk's choice).
 
 import type { TurnTokens } from "../eval/tokens.ts";
-import type { TokenUsage } from "./model.ts";
+import type { TokenUsage, ToolCall } from "./model.ts";
 import { isRecord } from "../_internal/util.ts";
 import { readCapped } from "../_internal/body.ts";
 
@@ -167,6 +167,102 @@ export class TokenReader {
     }
     if (completionIds === null && logprobs === null && this.#promptIds === null) return undefined;
     return { promptIds: this.#promptIds, completionIds, logprobs };
+  }
+}
+
+/**
+ * The chunks of a streamed Chat Completions or Completions reply, put
+ * together: the text (a chat delta's `content`, or a completion's `text`),
+ * reasoning, refusal, tool calls (whose names and arguments come in pieces,
+ * by index), finish reason, usage, model, and token ids. OpenAiBackend and
+ * the recording proxy both assemble their streams with it.
+ */
+export class StreamAssembler {
+  readonly #api: OpenAiApi;
+  readonly #tokens = new TokenReader();
+  readonly #calls = new Map<number, ToolCall>();
+  #text = "";
+  #reasoning = "";
+  #refusal = "";
+  #finishReason: string | null = null;
+  #usage: TokenUsage | null = null;
+  #model: string | null = null;
+
+  /** An assembler of `api`'s chunks. */
+  constructor(api: OpenAiApi) {
+    this.#api = api;
+  }
+
+  /** The text so far. */
+  get text(): string {
+    return this.#text;
+  }
+  /** A chat delta's `reasoning_content` so far. */
+  get reasoning(): string {
+    return this.#reasoning;
+  }
+  /** A chat delta's `refusal` so far. */
+  get refusal(): string {
+    return this.#refusal;
+  }
+  /** Why the model stopped; `null` until a chunk says (a stream without one was cut short). */
+  get finishReason(): string | null {
+    return this.#finishReason;
+  }
+  /** The usage chunk's counts, once it came. */
+  get usage(): TokenUsage | null {
+    return this.#usage;
+  }
+  /** The model, as the first chunk that names one does. */
+  get model(): string | null {
+    return this.#model;
+  }
+
+  /** Adds one chunk. */
+  add(chunk: Record<string, unknown>): void {
+    if (typeof chunk.model === "string") this.#model ??= chunk.model;
+    if (isRecord(chunk.usage)) this.#usage = openAiUsage(chunk.usage);
+    const choice = Array.isArray(chunk.choices) && isRecord(chunk.choices[0])
+      ? chunk.choices[0]
+      : null;
+    this.#tokens.read(chunk, choice ?? {});
+    if (choice === null) return;
+    if (typeof choice.finish_reason === "string") this.#finishReason = choice.finish_reason;
+    if (this.#api === "completions") {
+      if (typeof choice.text === "string") this.#text += choice.text;
+      return;
+    }
+    const delta = isRecord(choice.delta) ? choice.delta : {};
+    if (typeof delta.content === "string") this.#text += delta.content;
+    if (typeof delta.reasoning_content === "string") this.#reasoning += delta.reasoning_content;
+    if (typeof delta.refusal === "string") this.#refusal += delta.refusal;
+    for (const d of Array.isArray(delta.tool_calls) ? delta.tool_calls : []) {
+      if (isRecord(d)) this.#addToolCall(d);
+    }
+  }
+
+  /** Adds a piece of a tool call to the call at its index. */
+  #addToolCall(d: Record<string, unknown>): void {
+    const index = typeof d.index === "number" ? d.index : this.#calls.size;
+    const call = this.#calls.get(index) ?? { id: "", name: "", arguments: "" };
+    this.#calls.set(index, call);
+    if (typeof d.id === "string" && d.id !== "") call.id = d.id;
+    const fn = isRecord(d.function) ? d.function : {};
+    if (typeof fn.name === "string") call.name += fn.name;
+    if (typeof fn.arguments === "string") call.arguments += fn.arguments;
+  }
+
+  /** The tool calls, in index order; one the stream gave no id is `call_<index>`. */
+  toolCalls(): ToolCall[] {
+    return [...this.#calls.entries()].sort((a, b) => a[0] - b[0]).map(([i, c]) => ({
+      ...c,
+      id: c.id || `call_${i}`,
+    }));
+  }
+
+  /** The token ids and log-probabilities the chunks carried, or `undefined`. */
+  tokens(): TurnTokens | undefined {
+    return this.#tokens.result();
   }
 }
 

@@ -18,10 +18,9 @@ import {
   type ModelRequest,
   ModelStreamError,
   replyJson,
-  type TokenUsage,
   type ToolCall,
 } from "./model.ts";
-import { llamaPromptIds, openAiUsage, TokenReader } from "./_dialect.ts";
+import { llamaPromptIds, openAiUsage, StreamAssembler, TokenReader } from "./_dialect.ts";
 import { sseData } from "../_internal/sse.ts";
 import { isRecord } from "../_internal/util.ts";
 
@@ -309,16 +308,13 @@ async function readStream(body: ReadableStream<Uint8Array>): Promise<ModelReply>
   return reply.reply();
 }
 
-/** A streamed completion, put together chunk by chunk. */
+/**
+ * A streamed completion: its events' chunks assembled (as the dialect
+ * does), `[DONE]` and error events heeded.
+ */
 class StreamedReply {
-  #content = "";
-  #refusal = "";
-  #finishReason: string | null = null;
-  #usage: TokenUsage | null = null;
+  readonly #chunks = new StreamAssembler("chat");
   #done = false;
-  /** Tool calls by their index: a call's name and arguments come in pieces. */
-  readonly #calls = new Map<number, ToolCall>();
-  readonly #tokens = new TokenReader();
 
   /**
    * Takes one event's data.
@@ -338,42 +334,12 @@ class StreamedReply {
         cause: err,
       });
     }
-    if (isRecord(chunk)) this.#add(chunk);
-    return true;
-  }
-
-  #add(chunk: Record<string, unknown>): void {
+    if (!isRecord(chunk)) return true;
     if (isRecord(chunk.error)) {
       throw new ModelStreamError(`Chat completion failed mid-stream: ${chunk.error.message}`);
     }
-    if (chunk.usage) this.#usage = openAiUsage(chunk.usage);
-    const choice = Array.isArray(chunk.choices) ? chunk.choices[0] : undefined;
-    if (!isRecord(choice)) {
-      this.#tokens.read(chunk, {});
-      return;
-    }
-    this.#tokens.read(chunk, choice);
-    const delta = isRecord(choice.delta) ? choice.delta : {};
-    if (typeof delta.content === "string") this.#content += delta.content;
-    if (typeof delta.refusal === "string") this.#refusal += delta.refusal;
-    for (const d of Array.isArray(delta.tool_calls) ? delta.tool_calls : []) {
-      if (isRecord(d)) this.#addToolCall(d);
-    }
-    if (typeof choice.finish_reason === "string") this.#finishReason = choice.finish_reason;
-  }
-
-  /** Adds a piece of a tool call to the call at its index. */
-  #addToolCall(d: Record<string, unknown>): void {
-    const index = typeof d.index === "number" ? d.index : this.#calls.size;
-    let call = this.#calls.get(index);
-    if (!call) {
-      call = { id: "", name: "", arguments: "" };
-      this.#calls.set(index, call);
-    }
-    if (typeof d.id === "string" && d.id !== "") call.id = d.id;
-    const fn = isRecord(d.function) ? d.function : {};
-    if (typeof fn.name === "string") call.name += fn.name;
-    if (typeof fn.arguments === "string") call.arguments += fn.arguments;
+    this.#chunks.add(chunk);
+    return true;
   }
 
   /**
@@ -381,25 +347,22 @@ class StreamedReply {
    * @throws {ModelStreamError} for a stream cut short
    */
   reply(): ModelReply {
+    const chunks = this.#chunks;
     // A stream that ends without `[DONE]` or a finish reason was cut short:
     // what it carried (a half-written tool call) must not be acted on.
-    if (!this.#done && this.#finishReason === null) {
+    if (!this.#done && chunks.finishReason === null) {
       throw new ModelStreamError(
         "Chat completion stream ended early: no finish_reason nor [DONE]",
       );
     }
-    const toolCalls = [...this.#calls.entries()].sort((a, b) => a[0] - b[0]).map(([i, c]) => ({
-      ...c,
-      id: c.id || `call_${i}`,
-    }));
     const reply: ModelReply = {
-      content: this.#content,
-      toolCalls,
-      finishReason: this.#finishReason ?? "stop",
-      usage: this.#usage,
+      content: chunks.text,
+      toolCalls: chunks.toolCalls(),
+      finishReason: chunks.finishReason ?? "stop",
+      usage: chunks.usage,
     };
-    if (this.#refusal !== "") reply.refusal = this.#refusal;
-    const read = this.#tokens.result();
+    if (chunks.refusal !== "") reply.refusal = chunks.refusal;
+    const read = chunks.tokens();
     if (read) reply.tokens = read;
     return reply;
   }

@@ -8,6 +8,7 @@ import {
   llamaPromptIds,
   type ModelServer,
   type OpenAiApi,
+  StreamAssembler,
   streamsTokens,
 } from "../agents/_dialect.ts";
 import { parseRetryAfter, type TokenUsage } from "../agents/model.ts";
@@ -19,9 +20,9 @@ import type { ProxyConfig } from "./_config.ts";
 import { type Recorder, requestParams } from "./_recorder.ts";
 import {
   agentAsked,
+  assembledReply,
   checkOpenAiRequest,
   forAgent,
-  OpenAiStreamReader,
   readOpenAiReply,
   replyAsStream,
   upstreamOpenAiBody,
@@ -341,18 +342,18 @@ export async function openAiCall(
   const { response, release } = await send(call, path, up);
   const a = asked(name, body, streamUp);
   if (streamUp && isEventStream(response)) {
-    const reader = new OpenAiStreamReader(api);
+    const chunks = new StreamAssembler(api);
     return relay(call, name, response, release, {
       pass(event) {
         if (event.json === null) return sseEvent(event.data, event.event || undefined);
-        reader.feed(event.json);
+        chunks.add(event.json);
         const shown = forAgent(event.json, wants, true);
         if (shown === null) return null;
         return sseEvent(shown === event.json ? event.data : shown, event.event || undefined);
       },
-      finished: () => reader.finished,
+      finished: () => chunks.finishReason !== null,
       async end() {
-        const said = reader.result();
+        const said = assembledReply(api, chunks);
         await withPromptIds(call, api, said, up);
         record(call, a, said);
       },

@@ -9,6 +9,7 @@ import {
   type ModelServer,
   type OpenAiApi,
   openAiUsage,
+  type StreamAssembler,
   tokenFields,
   TokenReader,
 } from "../agents/_dialect.ts";
@@ -197,87 +198,30 @@ export function readOpenAiReply(api: OpenAiApi, json: Record<string, unknown>): 
   };
 }
 
-interface CallBuild {
-  id: string;
-  name: string;
-  arguments: string;
-}
-
-/** A stream's chunks, assembled into what {@linkcode readOpenAiReply} reads of a whole reply. */
-export class OpenAiStreamReader {
-  readonly #api: OpenAiApi;
-  readonly #tokens = new TokenReader();
-  #text = "";
-  #reasoning = "";
-  #refusal = "";
-  readonly #calls = new Map<number, CallBuild>();
-  #finish: string | null = null;
-  #usage: TokenUsage | null = null;
-  #model: string | null = null;
-
-  /** A reader of `api`'s chunks. */
-  constructor(api: OpenAiApi) {
-    this.#api = api;
-  }
-
-  /** Whether a finish reason came (a stream that ends without one was cut short). */
-  get finished(): boolean {
-    return this.#finish !== null;
-  }
-
-  /** Reads one chunk. */
-  feed(chunk: Record<string, unknown>): void {
-    if (typeof chunk.model === "string") this.#model ??= chunk.model;
-    if (isRecord(chunk.usage)) this.#usage = openAiUsage(chunk.usage);
-    const choice = firstChoice(chunk);
-    this.#tokens.read(chunk, choice ?? {});
-    if (choice === null) return;
-    if (typeof choice.finish_reason === "string") this.#finish = choice.finish_reason;
-    if (this.#api === "completions") {
-      if (typeof choice.text === "string") this.#text += choice.text;
-      return;
+/** What the chunks `assembled` said, as {@linkcode readOpenAiReply} reads a whole reply. */
+export function assembledReply(api: OpenAiApi, assembled: StreamAssembler): OpenAiReply {
+  let reply: Record<string, unknown>;
+  if (api === "chat") {
+    const text = assembled.text;
+    reply = { role: "assistant", content: text === "" ? null : text };
+    if (assembled.reasoning !== "") reply.reasoning_content = assembled.reasoning;
+    if (assembled.refusal !== "") reply.refusal = assembled.refusal;
+    const calls = assembled.toolCalls();
+    if (calls.length > 0) {
+      reply.tool_calls = calls.map((c) => ({
+        id: c.id,
+        type: "function",
+        function: { name: c.name, arguments: c.arguments },
+      }));
     }
-    const delta = isRecord(choice.delta) ? choice.delta : {};
-    if (typeof delta.content === "string") this.#text += delta.content;
-    if (typeof delta.reasoning_content === "string") this.#reasoning += delta.reasoning_content;
-    if (typeof delta.refusal === "string") this.#refusal += delta.refusal;
-    for (const d of Array.isArray(delta.tool_calls) ? delta.tool_calls : []) {
-      if (!isRecord(d)) continue;
-      const index = typeof d.index === "number" ? d.index : this.#calls.size;
-      const call = this.#calls.get(index) ?? { id: "", name: "", arguments: "" };
-      this.#calls.set(index, call);
-      if (typeof d.id === "string" && d.id !== "") call.id = d.id;
-      const fn = isRecord(d.function) ? d.function : {};
-      if (typeof fn.name === "string") call.name += fn.name;
-      if (typeof fn.arguments === "string") call.arguments += fn.arguments;
-    }
-  }
-
-  /** What the chunks said. */
-  result(): OpenAiReply {
-    let reply: Record<string, unknown>;
-    if (this.#api === "chat") {
-      reply = { role: "assistant", content: this.#text === "" ? null : this.#text };
-      if (this.#reasoning !== "") reply.reasoning_content = this.#reasoning;
-      if (this.#refusal !== "") reply.refusal = this.#refusal;
-      if (this.#calls.size > 0) {
-        reply.tool_calls = [...this.#calls.entries()].sort((a, b) => a[0] - b[0]).map((
-          [i, c],
-        ) => ({
-          id: c.id || `call_${i}`,
-          type: "function",
-          function: { name: c.name, arguments: c.arguments },
-        }));
-      }
-    } else reply = { text: this.#text };
-    return {
-      reply,
-      finishReason: this.#finish,
-      usage: this.#usage,
-      model: this.#model,
-      tokens: this.#tokens.result(),
-    };
-  }
+  } else reply = { text: assembled.text };
+  return {
+    reply,
+    finishReason: assembled.finishReason,
+    usage: assembled.usage,
+    model: assembled.model,
+    tokens: assembled.tokens(),
+  };
 }
 
 /**
