@@ -46,63 +46,29 @@
  * @module
  */
 
+export { Capability, type CapabilityManifest } from "./capability.ts";
 export {
-  Capability,
-  type CapabilityInit,
-  type CapabilityManifest,
-  type CdpCapabilityOptions,
-  type FiletrackingCapabilityOptions,
-  type McpCapabilityOptions,
-  type OpenpiCapabilityOptions,
-  type RfbCapabilityOptions,
-  type SshCapabilityOptions,
-} from "./capability.ts";
-export {
-  ActiveTask,
-  type CapabilityHandler,
   Environment,
   environmentOf,
   type EnvironmentOptions,
-  type GradeFrame,
-  type Hook,
-  type PromptFrame,
-  type TaskEntry,
   type TaskRow,
-  type TaskRowOptions,
   taskSlug,
   type Template,
-  type TemplateArgs,
-  type TemplateBody,
-  type TemplateGenerator,
   type TemplateSpec,
-  type TypedAnswer,
 } from "./env.ts";
 export {
   any,
-  type AnySchema,
-  type ArgsShape,
   array,
   boolean,
-  type DefaultedSchema,
   enumOf,
   type Infer,
   type InferArgs,
-  type InputArgs,
   integer,
-  type JsonSchema,
-  type LaxArgs,
-  type Literal,
   literal,
   number,
   object,
-  type OmittableKeys,
   optional,
-  type OptionalKeys,
-  type ParseResult,
-  type RequiredKeys,
   type Schema,
-  type SchemaIssue,
-  type SchemaOptions,
   string,
   withDefault,
 } from "./schema.ts";
@@ -115,28 +81,14 @@ export {
   ProtocolViolationError,
   TaskError,
 } from "./errors.ts";
-export { bind, type BindOptions, type HudServer, serve, type ServeOptions } from "./server.ts";
-export {
-  type CallOptions,
-  connect,
-  type ConnectOptions,
-  type ConnectTarget,
-  HudClient,
-  type Manifest,
-} from "./client.ts";
+export { bind, type HudServer, serve, type ServeOptions } from "./server.ts";
+export { connect, type ConnectOptions, HudClient, type Manifest } from "./client.ts";
 export { LocalRuntime, type LocalRuntimeOptions } from "./runtime/local.ts";
-export type { Placement, PlaceOptions, RuntimeProvider } from "./runtime/placement.ts";
-export {
-  type Phase,
-  Trace,
-  type TraceError,
-  type TraceJson,
-  type TraceStatus,
-  type TraceStep,
-} from "./eval/trace.ts";
-export { type Grade, Run, type RunStartOptions } from "./eval/run.ts";
+export type { Placement, RuntimeProvider } from "./runtime/placement.ts";
+export { Trace } from "./eval/trace.ts";
+export { type Grade, Run } from "./eval/run.ts";
 export { type Agent, type AgentContext, functionAgent } from "./eval/agent.ts";
-export { rollout, type RolloutObserver, type RolloutOptions } from "./eval/rollout.ts";
+export { rollout, type RolloutOptions } from "./eval/rollout.ts";
 export { type RowSelector, Taskset, type TasksetRunOptions } from "./eval/taskset.ts";
 export { Job, type JobProgress, type JobSummary, type TaskResult } from "./eval/job.ts";
 export type { RunRecord } from "./eval/results.ts";
@@ -145,6 +97,5 @@ export {
   type Workspace,
   type WorkspaceExecOptions,
   type WorkspaceExecResult,
-  type WorkspaceIsolation,
   type WorkspaceOptions,
 } from "./workspace/mod.ts";

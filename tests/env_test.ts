@@ -15,10 +15,9 @@ import {
   string,
   TaskError,
   taskSlug,
-  type TemplateGenerator,
-  type TypedAnswer,
   withDefault,
 } from "../mod.ts";
+import type { TemplateGenerator, TypedAnswer } from "../env.ts";
 
 test("taskSlug() matches the HUD SDK's examples", () => {
   assert.equal(taskSlug("t", { a: 1, b: 2 }), "t-1744f53e");

@@ -12,7 +12,8 @@ import {
   type SubScore,
   subscore,
 } from "../../graders/mod.ts";
-import { bind, connect, Environment, type GradeFrame } from "../../mod.ts";
+import { bind, connect, Environment } from "../../mod.ts";
+import type { GradeFrame } from "../../env.ts";
 import { gradeFromFrame } from "../../eval/mod.ts";
 
 test("combine() normalises positive weights and keeps negative ones as penalties", async () => {
