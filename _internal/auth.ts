@@ -12,9 +12,9 @@ import { formatHostPort } from "./net.ts";
 /** Bytes of a generated token: 256 bits. */
 const TOKEN_BYTES = 32;
 /** Shortest token accepted from a caller: 128 bits written as hex. */
-export const MIN_TOKEN_LENGTH = 32;
+const MIN_TOKEN_LENGTH = 32;
 /** Longest token accepted. */
-export const MAX_TOKEN_LENGTH = 1024;
+const MAX_TOKEN_LENGTH = 1024;
 
 /** A fresh 256-bit secret, as 64 lowercase hex characters. */
 export function generateToken(): string {

@@ -24,7 +24,7 @@ export type LineResult =
   | { kind: "oversized"; size: number; overBudget?: true; head: Uint8Array };
 
 /** How many first bytes of an oversized line {@linkcode LineReader} keeps. */
-export const OVERSIZED_HEAD = 1024;
+const OVERSIZED_HEAD = 1024;
 
 /**
  * Bytes of line buffers shared by many readers (a server's connections), so
@@ -339,14 +339,6 @@ function scanFrame(bytes: Uint8Array, max: number): number {
     }
   }
   return flags;
-}
-
-/**
- * Whether the JSON text in `bytes` nests arrays and objects deeper than
- * `max`, judged on the raw bytes (brackets inside strings do not count).
- */
-export function nestsDeeperThan(bytes: Uint8Array, max: number): boolean {
-  return (scanFrame(bytes, max) & TOO_DEEP) !== 0;
 }
 
 const INTEGER_SOURCE = /^-?\d+$/;

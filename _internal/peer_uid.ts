@@ -4,7 +4,7 @@
 // local address) names the user. Elsewhere it cannot be told.
 
 /** Whether {@linkcode loopbackPeerUid} can tell the user on this platform. */
-export const PEER_UID_SUPPORTED: boolean = Deno.build.os === "linux";
+const PEER_UID_SUPPORTED: boolean = Deno.build.os === "linux";
 
 const TABLES = ["/proc/net/tcp", "/proc/net/tcp6"];
 /** Sockets in TIME_WAIT are listed with uid 0, whoever owned them. */
@@ -34,7 +34,7 @@ export function ownUid(): number | null {
  * cannot be read, or the peer's socket is gone).
  * @throws {Deno.errors.PermissionDenied} without read access to /proc/net
  */
-export async function loopbackPeerUid(conn: Deno.Conn): Promise<number | null> {
+async function loopbackPeerUid(conn: Deno.Conn): Promise<number | null> {
   if (!PEER_UID_SUPPORTED) return null;
   const local = conn.localAddr as Deno.NetAddr;
   const remote = conn.remoteAddr as Deno.NetAddr;

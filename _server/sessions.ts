@@ -25,7 +25,7 @@ export interface SessionRegistryOptions {
 }
 
 /** `sess-` and 128 random bits as 32 hex characters. */
-export function newSessionId(): string {
+function newSessionId(): string {
   const bytes = crypto.getRandomValues(new Uint8Array(16));
   return "sess-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }

@@ -14,7 +14,7 @@ import type { CdpClient } from "./client.ts";
 import { type BrowserVersion, CdpRelay, MAX_MESSAGE } from "./_relay.ts";
 
 /** Default flags for a quiet, offline, headless Chromium driven over the pipe. */
-export const DEFAULT_CHROMIUM_ARGS: readonly string[] = [
+const DEFAULT_CHROMIUM_ARGS: readonly string[] = [
   "--headless",
   "--disable-gpu",
   "--disable-quic",

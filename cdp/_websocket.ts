@@ -230,7 +230,7 @@ function utf8(bytes: Uint8Array): string {
 }
 
 /** Server side of one WebSocket: text messages in and out, pings answered. */
-export class WebSocketConnection {
+class WebSocketConnection {
   readonly #conn: Duplex;
   readonly #source: ByteSource;
   readonly #options: WebSocketOptions;

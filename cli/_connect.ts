@@ -13,7 +13,7 @@ export const DEFAULT_URL = "tcp://127.0.0.1:8765";
 const CONNECT_TIMEOUT_S = 10;
 
 /** Checks a --url value (tcp://host:port, with an optional token). */
-export function checkUrl(url: string): string {
+function checkUrl(url: string): string {
   if (!/^(tcp:\/\/)?([^@/?#\s]*@)?(\[[^\]]+\]|[^:/?#\s@]+):\d+\/?$/.test(url.trim())) {
     throw new UsageError(`--url must be tcp://host:port, got "${redactUrl(url)}"`);
   }

@@ -27,7 +27,7 @@ export function hostLabel(): string {
 }
 
 /** The labels of the runtime's Secret and pods: the caller's, and those `hud gc` reads. */
-export function podLabels(config: KubernetesConfig, runtime: string): Record<string, string> {
+function podLabels(config: KubernetesConfig, runtime: string): Record<string, string> {
   return {
     ...config.labels,
     [OWNER_LABEL]: String(Deno.pid),
@@ -37,7 +37,7 @@ export function podLabels(config: KubernetesConfig, runtime: string): Record<str
 }
 
 /** An owner reference: deleting the owner deletes what it owns. */
-export function ownerReference(o: KubernetesOwner): Record<string, unknown> {
+function ownerReference(o: KubernetesOwner): Record<string, unknown> {
   return {
     apiVersion: o.apiVersion ?? "v1",
     kind: o.kind ?? "Pod",

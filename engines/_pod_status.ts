@@ -65,7 +65,7 @@ export interface PodState {
  * kubelet a few seconds to see (CreateContainerConfigError: "failed to sync
  * secret cache"), and the kubelet tries again by itself.
  */
-export const FATAL_WAITING: ReadonlyMap<string, number> = new Map([
+const FATAL_WAITING: ReadonlyMap<string, number> = new Map([
   ["ErrImagePull", 0],
   ["ImagePullBackOff", 0],
   ["InvalidImageName", 0],
@@ -80,7 +80,7 @@ export const FATAL_WAITING: ReadonlyMap<string, number> = new Map([
  * A pod that was just created is missing from listings this long (a
  * listing made before the creation returned) before it counts as deleted.
  */
-export const LISTING_GRACE_MS = 5_000;
+const LISTING_GRACE_MS = 5_000;
 
 /** The record of a pod the API just created. */
 export function newPodState(created: PodObject, now: number): PodState {

@@ -99,7 +99,7 @@ function ok<T>(value: T): StageOutcome<T> {
 }
 
 /** A failure in `phase`, classed by {@linkcode classifyError}: the one place failures get a class. */
-export function stageFailure(phase: Phase, error: unknown): StageFailure {
+function stageFailure(phase: Phase, error: unknown): StageFailure {
   return { phase, errorClass: classifyError(phase, error), error };
 }
 

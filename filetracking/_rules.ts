@@ -143,9 +143,9 @@ export interface IgnoreRule {
 }
 
 /** Patterns longer than this are dropped: no real `.gitignore` line is. */
-export const MAX_PATTERN_LENGTH = 1024;
+const MAX_PATTERN_LENGTH = 1024;
 /** Paths longer than this never match a rule (the scan reports such paths). */
-export const MAX_SUBJECT_LENGTH = 4096;
+const MAX_SUBJECT_LENGTH = 4096;
 
 /** Compiles the lines of a `.gitignore` found in directory `base`. */
 export function parseGitignore(text: string, base: string): IgnoreRule[] {

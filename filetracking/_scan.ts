@@ -66,7 +66,7 @@ const READERS = 64;
 const SYNC_READ_MAX = 256 * 1024;
 const BINARY_PROBE = 8_000;
 /** Issues kept per scan: a tree of a million broken entries reports the first ones. */
-export const MAX_ISSUES = 100;
+const MAX_ISSUES = 100;
 /** Deeper paths are reported, not walked: past this, system calls fail with ENAMETOOLONG. */
 const MAX_PATH_LENGTH = 3_500;
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });

@@ -10,7 +10,7 @@
 import { CHACHA_POLY_WASM_BASE64 } from "./_wasm/chacha_poly.ts";
 
 /** Length in bytes of the Poly1305 tag appended to each packet. */
-export const OPENSSH_CHACHA_TAG_LENGTH = 16;
+const OPENSSH_CHACHA_TAG_LENGTH = 16;
 
 /**
  * Largest packet sealed or opened, counting its 4-byte length (not the tag): OpenSSH's

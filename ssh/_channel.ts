@@ -7,9 +7,9 @@ import { MSG, type SshTransport } from "./_transport.ts";
 import { SshReader, SshWriter } from "./_wire.ts";
 
 /** What we let a peer send before it must wait for a window adjust. */
-export const LOCAL_WINDOW = 2 * 1024 * 1024;
+const LOCAL_WINDOW = 2 * 1024 * 1024;
 /** Largest data packet we accept. */
-export const LOCAL_MAX_PACKET = 32768;
+const LOCAL_MAX_PACKET = 32768;
 /** Largest data packet we send, whatever the peer allows. */
 const SEND_MAX_PACKET = 32768;
 const MAX_CHANNELS = 256;

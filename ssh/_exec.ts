@@ -128,7 +128,7 @@ interface StatusSeen {
  * names signals without "SIG" (`KILL`), except local ones, which hold an
  * "@"; the status names them as Deno does.
  */
-export function statusFrom(type: string, r: SshReader, into: StatusSeen): boolean {
+function statusFrom(type: string, r: SshReader, into: StatusSeen): boolean {
   if (type === "exit-status") {
     into.status = { code: r.uint32(), signal: null };
   } else if (type === "exit-signal") {
@@ -341,7 +341,7 @@ class ExecResult implements SshExecResult {
 }
 
 /** A ReadableStream fed by channel data; window returned as chunks are read. */
-export class StreamSink {
+class StreamSink {
   #queue: Uint8Array[] = [];
   #ended = false;
   #waiter: (() => void) | null = null;

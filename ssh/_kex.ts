@@ -74,7 +74,7 @@ export async function sha256(data: Uint8Array): Promise<Uint8Array> {
   return new Uint8Array(await crypto.subtle.digest("SHA-256", bs(data)));
 }
 
-export function choose(what: string, client: readonly string[], server: readonly string[]): string {
+function choose(what: string, client: readonly string[], server: readonly string[]): string {
   for (const a of client) if (server.includes(a)) return a;
   throw kexError(
     `no common ${what} algorithm (client offers "${client.join(",")}", server offers "${

@@ -42,7 +42,7 @@ export interface ParsedPrivateKey {
 }
 
 /** The wire blob of an Ed25519 public key. */
-export function ed25519Blob(key: Uint8Array): Uint8Array {
+function ed25519Blob(key: Uint8Array): Uint8Array {
   return new SshWriter(51).string(ED25519).string(key).bytes().slice();
 }
 

@@ -21,7 +21,7 @@ import type { SftpPaths } from "./_sftp_paths.ts";
 import { exists } from "../_internal/fs.ts";
 
 /** Open handles a session may hold. */
-export const MAX_HANDLES = 256;
+const MAX_HANDLES = 256;
 /** Directory entries per READDIR reply. */
 const DIR_BATCH = 100;
 /** Mode bits a client may set: no setuid or setgid. */

@@ -47,7 +47,7 @@ export const FX = {
   OP_UNSUPPORTED: 8,
 } as const;
 
-export const ATTR = { SIZE: 1, UIDGID: 2, PERMISSIONS: 4, ACMODTIME: 8, EXTENDED: 0x80000000 };
+const ATTR = { SIZE: 1, UIDGID: 2, PERMISSIONS: 4, ACMODTIME: 8, EXTENDED: 0x80000000 };
 export const OPEN_FLAGS = { READ: 1, WRITE: 2, APPEND: 4, CREAT: 8, TRUNC: 0x10, EXCL: 0x20 };
 
 /** Largest SFTP packet accepted or sent (OpenSSH's SFTP_MAX_MSG_LENGTH). */

@@ -48,7 +48,7 @@ export const ROW_FIELDS: readonly string[] = [
  * A row as an array (a third smaller on the wire than an object);
  * subscores as values in the order of `names`.
  */
-export function packRow(row: Row, names: readonly string[]): unknown[] {
+function packRow(row: Row, names: readonly string[]): unknown[] {
   const sub = row.subscores === null
     ? null
     : names.map((n) => Object.hasOwn(row.subscores!, n) ? row.subscores![n] : null);

@@ -118,12 +118,12 @@ p.history { background: var(--soft); padding: .35rem .75rem; border-radius: 6px;
 `;
 
 /** `&`, `<`, `>`, `"` and `'` as entities: for text and attribute values. */
-export function escapeHtml(text: string): string {
+function escapeHtml(text: string): string {
   return text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 }
 
 /** JSON that is safe inside a `<script>` block: no `<` at all. */
-export function scriptJson(value: unknown): string {
+function scriptJson(value: unknown): string {
   return JSON.stringify(value).replace(/</g, "\\u003c").replace(/\u2028/g, "\\u2028")
     .replace(/\u2029/g, "\\u2029");
 }

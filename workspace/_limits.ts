@@ -294,7 +294,7 @@ function tryV1(
  * @returns the cgroup (null when neither limit could be set) and one line
  * per limit that could not be, saying why
  */
-export function createCgroup(
+function createCgroup(
   name: string,
   memory: number | null,
   processes: number | null,

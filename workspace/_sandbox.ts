@@ -401,7 +401,7 @@ shift; exec "$@"
  * @param config what the sandbox lets through
  * @returns the command line to execute
  */
-export function sandboxArgv(
+function sandboxArgv(
   argv: readonly string[],
   cwd: string,
   config: SandboxConfig,
@@ -482,7 +482,7 @@ export function spawnInSandbox(
  * Runs `true` under `config` to see whether the mechanism works here.
  * @returns null when it works, else what went wrong (one line)
  */
-export async function probeSandbox(config: SandboxConfig, cwd: string): Promise<string | null> {
+async function probeSandbox(config: SandboxConfig, cwd: string): Promise<string | null> {
   try {
     const child = spawnInSandbox(["true"], { cwd, env: { PATH: DEFAULT_PATH }, sandbox: config });
     await child.stdin.close().catch(() => {});
