@@ -14,7 +14,7 @@ import {
 import { parseRetryAfter, type TokenUsage } from "../agents/model.ts";
 import type { AdaptiveConcurrency } from "../eval/concurrency.ts";
 import type { TurnTokens } from "../eval/tokens.ts";
-import { BodyTooLargeError, cappedBody, headText, readCapped } from "../_internal/body.ts";
+import { BodyTooLargeError, headText, readCapped } from "../_internal/body.ts";
 import { errorMessage, isRecord } from "../_internal/util.ts";
 import type { ProxyConfig } from "./_config.ts";
 import { type Recorder, requestParams } from "./_recorder.ts";
@@ -38,16 +38,13 @@ import {
 import {
   errorResponse,
   eventStream,
-  parseEvent,
   type ProxyApi,
   ProxyError,
   scrub,
   SSE_HEADERS,
   sseEvent,
-  type UpstreamEvent,
 } from "./_wire.ts";
-import { SseParser } from "../_internal/sse.ts";
-import { concat } from "../_internal/io.ts";
+import { relay } from "./_relay.ts";
 
 /** One call in flight: what its flow needs. */
 export interface Call {
@@ -235,92 +232,6 @@ async function withPromptIds(
     completionIds: said.tokens?.completionIds ?? null,
     logprobs: said.tokens?.logprobs ?? null,
   };
-}
-
-/** How a relayed stream's events are read and passed on. */
-interface Relay {
-  /** The bytes the agent gets for `event`, or `null` for none. */
-  pass(event: UpstreamEvent): Uint8Array | null;
-  /** Whether the stream said it was complete. */
-  finished(): boolean;
-  /** Records the call once the stream is complete. */
-  end(): Promise<void>;
-}
-
-/**
- * The agent's stream of a streamed reply: the events of each read of the
- * server's stream are read and passed on together (one write, however many
- * events a read holds); at the end the call is recorded, or, when the
- * stream broke, was cut short or the agent went away, recorded as failed.
- */
-function relay(
-  call: Call,
-  api: ProxyApi,
-  response: Response,
-  release: (ok: boolean) => void,
-  how: Relay,
-): Response {
-  const reader = cappedBody(response.body!, call.config.maxResponseBytes, "the model's stream")
-    .getReader();
-  const decoder = new TextDecoder();
-  const parser = new SseParser();
-  let settle!: () => void;
-  call.track(new Promise<void>((resolve) => settle = resolve));
-  let over = false;
-  const finish = async (ok: boolean, message = "") => {
-    if (over) return;
-    over = true;
-    if (ok) await how.end();
-    else {
-      const latencyMs = performance.now() - call.started;
-      call.recorder.fail({ api, status: null, message, latencyMs });
-    }
-    release(ok);
-    settle();
-  };
-  const stream = new ReadableStream<Uint8Array>({
-    // Reads until it has something to pass on: a pull that enqueues
-    // nothing is not called again.
-    async pull(controller) {
-      try {
-        for (;;) {
-          const { value, done } = await reader.read();
-          const events = done
-            ? [...parser.push(decoder.decode()), ...parser.end()]
-            : parser.push(decoder.decode(value, { stream: true }));
-          const out: Uint8Array[] = [];
-          let sawDone = false;
-          for (const event of events) {
-            if (event.data.trim() === "[DONE]") {
-              sawDone = true;
-              break;
-            }
-            const bytes = how.pass(parseEvent(event));
-            if (bytes !== null) out.push(bytes);
-          }
-          if (sawDone || done) {
-            if (!sawDone && !how.finished()) {
-              await finish(false, "Model proxy: the model's stream ended early");
-            } else await finish(true);
-            if (sawDone) out.push(sseEvent("[DONE]"));
-            if (out.length > 0) controller.enqueue(concat(out));
-            controller.close();
-            await reader.cancel().catch(() => {});
-            return;
-          }
-          if (out.length > 0) return controller.enqueue(concat(out));
-        }
-      } catch (err) {
-        await finish(false, `Model proxy: the model's stream broke: ${errorMessage(err)}`);
-        controller.error(err);
-      }
-    },
-    async cancel() {
-      await finish(false, "Model proxy: the agent closed the stream before its end");
-      await reader.cancel().catch(() => {});
-    },
-  });
-  return new Response(stream, { headers: SSE_HEADERS });
 }
 
 /** A Chat Completions or Completions call. */

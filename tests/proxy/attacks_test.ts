@@ -6,9 +6,9 @@
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { serveModelProxy } from "../../proxy/mod.ts";
-import { Trace } from "../../eval/mod.ts";
+import { AdaptiveConcurrency, Trace } from "../../eval/mod.ts";
 import { completion, failure, scriptedServer } from "../agents/_scripted.ts";
-import { vllmChat, vllmChatChunks } from "./_upstream.ts";
+import { sse, vllmChat, vllmChatChunks } from "./_upstream.ts";
 
 const KEY = "sk-upstream-real-key-0123456789";
 const CHAT = { model: "m", messages: [{ role: "user", content: "hi" }] };
@@ -324,4 +324,58 @@ test("ModelProxy: a rollout that ends mid-stream cuts the call off, records it a
   const again = await post(`${route.env.OPENAI_BASE_URL}/chat/completions`, CHAT);
   assert.equal(again.status, 401);
   await again.body?.cancel();
+});
+
+test("ModelProxy: a rollout that ends while a finished stream is read for the record records the call as failed, gives back its permit and closes", async () => {
+  // llama-server's stream is complete, and the proxy is asking /apply-template
+  // for the prompt's ids when the rollout ends: that read is cut off.
+  let release!: () => void;
+  const held = new Promise<void>((ok) => release = ok);
+  const chunk = (delta: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({
+    choices: [{ index: 0, delta, finish_reason: null, ...extra }],
+  });
+  await using server = scriptedServer([
+    () =>
+      sse([
+        chunk({ role: "assistant", content: "y" }, {
+          logprobs: { content: [{ id: 7, token: "y", logprob: -0.5, top_logprobs: [] }] },
+        }),
+        chunk({}, { finish_reason: "stop" }),
+        { choices: [], usage: { prompt_tokens: 3, completion_tokens: 1 } },
+        "[DONE]",
+      ]),
+    async () => {
+      await held;
+      return Response.json({ prompt: "<user>hi<assistant>" });
+    },
+  ]);
+  await using proxy = serveModelProxy({ upstream: server.baseUrl, server: "llama-server" });
+  const trace = new Trace();
+  const concurrency = new AdaptiveConcurrency({ max: 2 });
+  const route = proxy.open({ trace }, { concurrency });
+  try {
+    const res = await post(`${route.env.OPENAI_BASE_URL}/chat/completions`, {
+      ...CHAT,
+      stream: true,
+    }, { authorization: `Bearer ${route.key}` });
+    const read = res.text();
+    read.catch(() => {}); // awaited below
+    for (let i = 0; i < 200 && server.received.length < 2; i++) {
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    assert.equal(server.received[1]?.path, "/apply-template");
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const closed = await Promise.race([
+      route.close().then(() => true),
+      new Promise<boolean>((r) => timer = setTimeout(() => r(false), 10_000)),
+    ]);
+    clearTimeout(timer);
+    assert.ok(closed, "route.close() waits for the call's record, which never came");
+    await assert.rejects(read);
+    assert.deepEqual(trace.steps.map((s) => s.type), ["model_error"]);
+    assert.match(String(trace.steps[0].content), /rollout ended/);
+    assert.equal(concurrency.inFlight, 0, "the call's permit is given back");
+  } finally {
+    release();
+  }
 });
