@@ -8,6 +8,7 @@
 
 import { probeReady } from "../runtime/_probe.ts";
 import {
+  type Placement,
   placementOf,
   type PlacementWithUrl,
   type PlaceOptions,
@@ -25,6 +26,14 @@ import { Deadline, delay } from "../_internal/async.ts";
 import { EngineClient, EngineError, removeContainer } from "./_engine.ts";
 import { Relay } from "./_relay.ts";
 import { seccompProfile } from "./_seccomp.ts";
+import {
+  changesByPhase,
+  type ContainerNetworkPhases,
+  needsNetwork,
+  type NetworkPlan,
+  networkSwitch,
+  resolveNetwork,
+} from "./_container_network.ts";
 import {
   CONTROL_DIR_LABEL,
   CONTROL_LABEL,
@@ -76,9 +85,15 @@ export interface ContainerRuntimeOptions {
    * default bridge, for environments that download or call out. The
    * control channel does not depend on it: the runtime reaches the
    * environment through a unix socket in a directory it bind-mounts.
+   *
+   * By phase, `{ setup, agent?, verifier? }`: the container is made with
+   * `setup`'s, and the rollout switches it (the engine connects or
+   * disconnects it, from outside) before the agent's turn and before
+   * grading; a phase left out has `setup`'s. A switch that fails ends the
+   * rollout ungraded.
    * @default false
    */
-  network?: boolean;
+  network?: boolean | ContainerNetworkPhases;
   /**
    * The user the container's processes run as (`uid:gid` or a name the
    * image knows). Not root: the workspace sandbox inside is made with user
@@ -145,7 +160,7 @@ interface ContainerConfig {
   cpus: number | undefined;
   memory: number | undefined;
   pids: number;
-  network: boolean;
+  network: NetworkPlan;
   user: string;
   capabilities: readonly string[];
   readOnly: boolean;
@@ -185,7 +200,7 @@ function resolveContainerOptions(image: string, options: ContainerRuntimeOptions
     cpus: options.cpus,
     memory: options.memory,
     pids: options.pids ?? DEFAULT_PIDS,
-    network: options.network ?? false,
+    network: resolveNetwork(options.network),
     user: options.user ?? DEFAULT_USER,
     capabilities: [...(options.capabilities ?? [])],
     readOnly: options.readOnly ?? true,
@@ -231,7 +246,7 @@ function containerSpec(config: ContainerConfig, setting: ContainerSetting): unkn
 
 function hostConfig(config: ContainerConfig, setting: ContainerSetting): unknown {
   return {
-    NetworkMode: config.network ? "bridge" : "none",
+    NetworkMode: needsNetwork(config.network) ? "bridge" : "none",
     Binds: [`${setting.dir}/control:${CONTROL_DIR}`],
     CapDrop: ["ALL"],
     ...(config.capabilities.length > 0 ? { CapAdd: [...config.capabilities] } : {}),
@@ -366,6 +381,10 @@ export class ContainerRuntime implements RuntimeProvider {
       ) as { Id: string };
       held.id = created.Id;
       signal?.throwIfAborted();
+      const network = changesByPhase(this.#config.network)
+        ? await networkSwitch(held.engine, held.id, this.#config.network, signal)
+        : undefined;
+      await network?.("setup", { signal });
       const socket = `${setting.dir}/control/control.sock`;
       const relay = held.relay = new Relay(
         { transport: "tcp", hostname: "127.0.0.1", port: 0 },
@@ -376,7 +395,7 @@ export class ContainerRuntime implements RuntimeProvider {
       const port = (relay.addr as Deno.NetAddr).port;
       const address = controlAddress("127.0.0.1", port, setting.token);
       await this.#waitReady(held.engine, held.id, address, socket, signal);
-      return this.#placement(held, address, port);
+      return this.#placement(held, address, port, network);
     } catch (err) {
       if (held.id !== null) await removeContainer(held.engine, held.id, 0).catch(() => {});
       await undo(held);
@@ -408,7 +427,12 @@ export class ContainerRuntime implements RuntimeProvider {
   }
 
   /** The placement of a ready container; its release removes it, once. */
-  #placement(held: Held, address: ControlAddress, port: number): PlacementWithUrl {
+  #placement(
+    held: Held,
+    address: ControlAddress,
+    port: number,
+    enterPhase: Placement["enterPhase"],
+  ): PlacementWithUrl {
     const containerId = held.id!;
     let released: Promise<void> | null = null;
     const release = (): Promise<void> => {
@@ -427,7 +451,8 @@ export class ContainerRuntime implements RuntimeProvider {
       return released;
     };
     this.#held.add(release);
-    return placementOf(address, { containerId, image: this.#config.image, port }, release);
+    const params = { containerId, image: this.#config.image, port };
+    return placementOf(address, params, release, enterPhase);
   }
 
   /** Refuses an image whose server cannot be reached through the socket. */

@@ -9,7 +9,7 @@
 
 import type { ConnectOptions, HudClient } from "../client.ts";
 import type { TaskRow } from "../env.ts";
-import type { Placement, RuntimeProvider } from "../runtime/placement.ts";
+import type { Placement, RolloutPhase, RuntimeProvider } from "../runtime/placement.ts";
 import { abortable, Deadline } from "../_internal/async.ts";
 import { errorMessage } from "../_internal/util.ts";
 import { type Agent, type AgentContext, NotGradedError } from "./agent.ts";
@@ -160,6 +160,31 @@ export function start(scope: StageScope, run: Run): Promise<StageOutcome> {
 }
 
 /**
+ * Stage `phase`: the placement's network as `phase` allows, where it
+ * changes by phase ({@linkcode Placement.enterPhase}). A switch that fails
+ * is the infrastructure's (phase `provisioning`): the rollout ends
+ * ungraded, neither the agent nor the verifier runs on the wrong network.
+ */
+export function enterPhase(
+  scope: StageScope,
+  placement: Placement,
+  phase: RolloutPhase,
+): Promise<StageOutcome> {
+  const { signal } = scope;
+  const enter = placement.enterPhase;
+  if (enter === undefined) return Promise.resolve(ok(undefined));
+  return attempt(signal, "provisioning", async () => {
+    try {
+      await enter.call(placement, phase, { signal });
+    } catch (err) {
+      throw new Error(`the environment's network for the ${phase} phase: ${errorMessage(err)}`, {
+        cause: err,
+      });
+    }
+  });
+}
+
+/**
  * Stage `act`: the observers' `before`, the agent (inside file tracking
  * when the environment has it), the observers' `after`. An agent that
  * fails or runs out of time is recorded and still graded; one that throws
@@ -293,8 +318,12 @@ async function runStages(scope: StageScope, held: Held): Promise<RolloutEnding> 
   const started = await start(scope, run);
   if (started.kind !== "ok") return started;
   held.started = true;
+  const agentNetwork = await enterPhase(scope, placed.value, "agent");
+  if (agentNetwork.kind !== "ok") return agentNetwork;
   const acted = await act(scope, run);
   if (acted.kind !== "ok") return acted;
+  const verifierNetwork = await enterPhase(scope, placed.value, "verifier");
+  if (verifierNetwork.kind !== "ok") return verifierNetwork;
   return await grade(scope, run);
 }
 

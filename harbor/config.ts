@@ -11,6 +11,9 @@
 
 import { parseToml, type TomlTable, type TomlValue } from "./toml.ts";
 import { TomlDateTime } from "./toml_datetime.ts";
+import { harborNetwork, type HarborNetworkPhases } from "./_network.ts";
+
+export type { HarborNetworkMode, HarborNetworkPhases, HarborNetworkPolicy } from "./_network.ts";
 
 /** `[environment.healthcheck]`: a command awaited before the agent starts (Docker's HEALTHCHECK semantics). */
 export interface HarborHealthcheckConfig {
@@ -40,7 +43,7 @@ export interface HarborEnvironmentConfig {
   memoryMb: number;
   /** Disk the container may fill, in MB (not enforced on every engine). */
   storageMb: number;
-  /** Whether the container has a network. */
+  /** `allow_internet`: whether the container has a network (see {@linkcode HarborTaskConfig.network} for what each phase has). */
   allowInternet: boolean;
   /** The agent's and the verifier's working directory; null for the image's `WORKDIR`. */
   workdir: string | null;
@@ -70,6 +73,12 @@ export interface HarborTaskConfig {
   verifierUser: string | null;
   /** `[environment]`. */
   environment: HarborEnvironmentConfig;
+  /**
+   * The network of each phase (`network_mode`, `allowed_hosts` of
+   * `[environment]`, `[agent]` and `[verifier]`; `allow_internet`), as
+   * Harbor resolves it.
+   */
+  network: HarborNetworkPhases;
 }
 
 function table(value: TomlValue | undefined, file: string, key: string): TomlTable {
@@ -195,12 +204,7 @@ export function parseHarborConfig(text: string, file: string): HarborTaskConfig 
   const environment = table(doc.environment, file, "environment");
   const metadata = table(doc.metadata, file, "metadata");
   const solution = table(doc.solution, file, "solution");
-  const allow = environment.allow_internet;
-  if (allow !== undefined && typeof allow !== "boolean") {
-    throw new TypeError(
-      `Cannot load Harbor task: ${file}: "environment.allow_internet" must be a boolean`,
-    );
-  }
+  const network = harborNetwork(environment, agent, verifier, file);
   const version = doc.version;
   if (version !== undefined && typeof version !== "string") {
     throw new TypeError(`Cannot load Harbor task: ${file}: "version" must be a string`);
@@ -220,10 +224,11 @@ export function parseHarborConfig(text: string, file: string): HarborTaskConfig 
       cpus: positive(environment, file, "environment.cpus", 1),
       memoryMb: positive(environment, file, "environment.memory_mb", 2048),
       storageMb: positive(environment, file, "environment.storage_mb", 10240),
-      allowInternet: allow ?? true,
+      allowInternet: environment.allow_internet !== false,
       workdir: optionalString(environment, file, "environment.workdir"),
       env: envTable(environment, file, "environment"),
       healthcheck: healthcheck(environment, file),
     },
+    network,
   };
 }

@@ -20,7 +20,9 @@ export type HarborSkipCode =
   /** Neither `environment/Dockerfile` nor `[environment] docker_image`. */
   | "no_environment"
   /** `environment/docker-compose.yaml`: several services, which this runner does not place. */
-  | "compose";
+  | "compose"
+  /** `network_mode = "allowlist"` in a phase: this runner cannot hold the agent to a list of hosts yet. */
+  | "network_allowlist";
 
 /** A Harbor task, read. */
 export interface HarborTask {
@@ -108,6 +110,7 @@ async function readTask(path: string): Promise<HarborTask> {
       );
     }
   }
+  refuseAllowlist(path, config);
   if (!hasDockerfile && config.environment.dockerImage === null) {
     throw new Skip(
       "no_environment",
@@ -123,6 +126,19 @@ async function readTask(path: string): Promise<HarborTask> {
     testsDir: `${path}/tests`,
     solutionDir: await isFile(`${path}/solution/solve.sh`) ? `${path}/solution` : null,
   };
+}
+
+/** Skips a task with an `allowlist` phase: run `public`, it would silently lose its isolation. */
+function refuseAllowlist(path: string, config: HarborTaskConfig): void {
+  const phases = (["environment", "agent", "verifier"] as const)
+    .filter((phase) => config.network[phase].mode === "allowlist");
+  if (phases.length === 0) return;
+  throw new Skip(
+    "network_allowlist",
+    `${path}/task.toml: network_mode "allowlist" (${
+      phases.join(", ")
+    }) is not enforced by this runner; it runs "public" and "no-network" phases only`,
+  );
 }
 
 /**

@@ -25,6 +25,9 @@ export { TomlDateTime, type TomlDateTimeKind } from "./toml_datetime.ts";
 export {
   type HarborEnvironmentConfig,
   type HarborHealthcheckConfig,
+  type HarborNetworkMode,
+  type HarborNetworkPhases,
+  type HarborNetworkPolicy,
   type HarborTaskConfig,
   parseHarborConfig,
 } from "./config.ts";

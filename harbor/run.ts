@@ -234,11 +234,17 @@ function taskRuntime(
       memory: env.memoryMb * 1024 * 1024,
       // Harbor's semantics: the agent and the verifier are the container's
       // root (still without capabilities, under the runtime's seccomp list
-      // and no-new-privileges), the image writable, the network as the task says.
+      // and no-new-privileges), the image writable, the network of each
+      // phase as the task says ("no-network": loopback alone; an
+      // "allowlist" task is skipped by the loader).
       user: "0:0",
       capabilities: switches ? ["CHOWN", "SETUID", "SETGID", "SETPCAP"] : [],
       readOnly: false,
-      network: env.allowInternet,
+      network: {
+        setup: task.config.network.environment.mode === "public",
+        agent: task.config.network.agent.mode === "public",
+        verifier: task.config.network.verifier.mode === "public",
+      },
       labels: { "dev.hud.harbor.task": task.name },
     }),
     socket,

@@ -21,6 +21,7 @@ export type {
   Placement,
   PlacementWithUrl,
   PlaceOptions,
+  RolloutPhase,
   RuntimeProvider,
 } from "./placement.ts";
 export { Shared, type SharedOptions } from "./shared.ts";

@@ -14,6 +14,14 @@ import { type ControlAddress, formatControlUrl } from "../_internal/auth.ts";
 export type { ControlAddress };
 
 /**
+ * A part of a rollout, for what the environment's network may reach:
+ * `setup` (placing it and starting the task), `agent` (the agent's turn),
+ * `verifier` (grading). A runtime whose network differs by phase switches
+ * it as the rollout passes from one to the next.
+ */
+export type RolloutPhase = "setup" | "agent" | "verifier";
+
+/**
  * A placed environment: where to connect, until disposed.
  *
  * The address is a record, not a url: the token travels from the runtime to
@@ -26,6 +34,15 @@ export interface Placement extends AsyncDisposable {
   readonly address: ControlAddress;
   /** Data about the placement (container id, pid...). */
   readonly params: Readonly<Record<string, unknown>>;
+  /**
+   * Gives the environment the network `phase` allows, before that phase
+   * starts: a rollout calls it with `agent` after the task started, and
+   * with `verifier` before grading. Absent where the network does not
+   * change by phase. It throws when it cannot switch; the rollout then ends
+   * ungraded (class `provisioning`), never scored on a network the phase
+   * should not have had.
+   */
+  enterPhase?(phase: RolloutPhase, options?: PlaceOptions): Promise<void>;
 }
 
 /**
@@ -51,8 +68,14 @@ export function placementOf(
   address: ControlAddress,
   params: Readonly<Record<string, unknown>>,
   release: () => Promise<void>,
+  enterPhase?: Placement["enterPhase"],
 ): PlacementWithUrl {
-  const placement = { address, params, [Symbol.asyncDispose]: release };
+  const placement = {
+    address,
+    params,
+    [Symbol.asyncDispose]: release,
+    ...(enterPhase ? { enterPhase } : {}),
+  };
   Object.defineProperty(placement, "url", { get: () => formatControlUrl(address) });
   return placement as typeof placement & { readonly url: string };
 }

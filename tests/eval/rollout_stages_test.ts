@@ -388,3 +388,72 @@ test("scoped(): the file tracker's results cut to the task's part of the workspa
     },
   });
 });
+
+/** A placement whose network changes by phase; `fail` names a phase whose switch throws. */
+function phasedPlacement(log: Log, fail?: string): Placement {
+  return {
+    ...fakePlacement(log),
+    enterPhase(phase) {
+      log.push(`network ${phase}`);
+      return phase === fail
+        ? Promise.reject(new Error("engine refused to disconnect"))
+        : Promise.resolve();
+    },
+  };
+}
+
+test("stage phase: the network switches to the agent's after the start and to the verifier's before grading", async () => {
+  const log: Log = [];
+  const agent = functionAgent(() => {
+    log.push("agent");
+    return "5";
+  });
+  const run = await runRollout(
+    ROW,
+    agent,
+    config(log, {
+      runtime: fakeRuntime(log, () => Promise.resolve(phasedPlacement(log))),
+    }),
+  );
+  assert.equal(run.reward, 1);
+  assert.deepEqual(log, [
+    "place",
+    "dial",
+    "start add",
+    "network agent",
+    "agent",
+    "network verifier",
+    'grade "5"',
+    "close",
+    "release",
+  ]);
+});
+
+test("stage phase: a switch that fails ends the rollout ungraded, never a zero, the task cancelled", async () => {
+  for (const phase of ["agent", "verifier"]) {
+    const log: Log = [];
+    const agent = functionAgent(() => {
+      log.push("agent");
+      return "5";
+    });
+    const run = await runRollout(
+      ROW,
+      agent,
+      config(log, {
+        runtime: fakeRuntime(log, () => Promise.resolve(phasedPlacement(log, phase))),
+      }),
+    );
+    assert.equal(run.reward, null, phase);
+    assert.equal(run.trace.status, "error");
+    assert.equal(run.trace.stopReason, "provisioning_error");
+    assert.equal(run.trace.errors[0].class, "provisioning");
+    assert.ok(!log.some((l) => l.startsWith("grade")), `${phase}: ${log}`);
+    assert.equal(log.includes("agent"), phase === "verifier", phase);
+    assert.ok(log.includes("cancel"), phase);
+    const error = run.trace.steps.find((s) => s.type === "error");
+    assert.match(
+      JSON.stringify(error?.content),
+      new RegExp(`network for the ${phase} phase: engine refused to disconnect`),
+    );
+  }
+});

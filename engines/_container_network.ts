@@ -1,0 +1,107 @@
+/**
+ * A container's network by rollout phase: which phases are on the
+ * engine's network and which have nothing but loopback, and the switch
+ * between them through the engine's API (`/networks/{name}/connect` and
+ * `/disconnect`), made from outside the container: nothing in it can undo
+ * a disconnect (it has no capability to make interfaces, and none to reach
+ * the engine).
+ *
+ * @module
+ */
+
+import type { PlaceOptions, RolloutPhase } from "../runtime/placement.ts";
+import type { EngineClient } from "./_engine.ts";
+
+/**
+ * A container's network in each phase of a rollout: `true` puts it on the
+ * engine's default network, `false` leaves it only its loopback. A phase
+ * left out has `setup`'s (the network the container is created with), as
+ * Harbor's phases fall back to its environment's.
+ */
+export interface ContainerNetworkPhases {
+  /** Placing the container and starting the task. */
+  setup: boolean;
+  /** The agent's turn. @default setup's */
+  agent?: boolean;
+  /** Grading. @default setup's */
+  verifier?: boolean;
+}
+
+/** The network of each phase, resolved. */
+export type NetworkPlan = Readonly<Record<RolloutPhase, boolean>>;
+
+/** `option` (the runtime's `network`) as a plan for each phase, checked. */
+export function resolveNetwork(option: boolean | ContainerNetworkPhases | undefined): NetworkPlan {
+  if (option === undefined || typeof option === "boolean") {
+    const on = option ?? false;
+    return { setup: on, agent: on, verifier: on };
+  }
+  if (typeof option !== "object" || option === null || typeof option.setup !== "boolean") {
+    throw new TypeError(
+      "Cannot create ContainerRuntime: network must be a boolean or { setup, agent?, verifier? } of booleans",
+    );
+  }
+  for (const phase of ["agent", "verifier"] as const) {
+    const value = option[phase];
+    if (value !== undefined && typeof value !== "boolean") {
+      throw new TypeError(
+        `Cannot create ContainerRuntime: network.${phase} must be a boolean, got ${typeof value}`,
+      );
+    }
+  }
+  return {
+    setup: option.setup,
+    agent: option.agent ?? option.setup,
+    verifier: option.verifier ?? option.setup,
+  };
+}
+
+/** Whether any phase of `plan` has a network (the container is created on one). */
+export function needsNetwork(plan: NetworkPlan): boolean {
+  return plan.setup || plan.agent || plan.verifier;
+}
+
+/** Whether the network changes between phases (the placement then switches it). */
+export function changesByPhase(plan: NetworkPlan): boolean {
+  return plan.setup !== plan.agent || plan.agent !== plan.verifier;
+}
+
+/**
+ * The switch for container `id`, created on a network: finds the network's
+ * name (Docker's `bridge`, Podman's `podman`), and returns `enterPhase`,
+ * which connects or disconnects it as `plan` says (nothing when the phase
+ * has the network the container has). Call `enterPhase("setup")` before
+ * the container starts.
+ */
+export async function networkSwitch(
+  engine: EngineClient,
+  id: string,
+  plan: NetworkPlan,
+  signal?: AbortSignal,
+): Promise<(phase: RolloutPhase, options?: PlaceOptions) => Promise<void>> {
+  const info = await engine.call("GET", `/containers/${id}/json`, undefined, signal) as {
+    NetworkSettings?: { Networks?: Record<string, unknown> | null };
+  };
+  const name = Object.keys(info.NetworkSettings?.Networks ?? {})[0];
+  if (name === undefined) {
+    throw new Error(`container ${id.slice(0, 12)} was created on no network to switch`);
+  }
+  let connected = true;
+  let switching: Promise<void> = Promise.resolve();
+  const enter = async (phase: RolloutPhase, options?: PlaceOptions) => {
+    const want = plan[phase];
+    if (want === connected) return;
+    const verb = want ? "connect" : "disconnect";
+    const body = want ? { Container: id } : { Container: id, Force: true };
+    await engine.call(
+      "POST",
+      `/networks/${encodeURIComponent(name)}/${verb}`,
+      body,
+      options?.signal,
+    );
+    connected = want;
+  };
+  // One switch at a time: a second call waits for the first.
+  return (phase, options) =>
+    switching = switching.catch(() => {}).then(() => enter(phase, options));
+}
