@@ -8,12 +8,19 @@ import { concat } from "../_internal/io.ts";
 import { type SseEvent, SseParser } from "../_internal/sse.ts";
 import { errorMessage } from "../_internal/util.ts";
 import type { Recorder } from "./_recorder.ts";
-import { parseEvent, type ProxyApi, SSE_HEADERS, sseEvent, type UpstreamEvent } from "./_wire.ts";
+import {
+  parseEvent,
+  type ProxyApi,
+  scrub,
+  SSE_HEADERS,
+  sseEvent,
+  type UpstreamEvent,
+} from "./_wire.ts";
 
 /** What a relay needs of its call (a `Call` of `_calls.ts` is one). */
 export interface RelayedCall {
-  /** The most bytes of the server's stream. */
-  readonly config: { readonly maxResponseBytes: number };
+  /** The most bytes of the server's stream, and the key that must not be recorded. */
+  readonly config: { readonly maxResponseBytes: number; readonly apiKey: string | null };
   /** The rollout's recorder. */
   readonly recorder: Recorder;
   /** `performance.now()` when the request came. */
@@ -152,9 +159,8 @@ class RelayedStream {
       else this.#fail(message);
     } catch (err) {
       ok = false;
-      this.#fail(
-        `Model proxy: the stream ended, but reading it for the record failed: ${errorMessage(err)}`,
-      );
+      const why = scrub(errorMessage(err), this.#call.config.apiKey);
+      this.#fail(`Model proxy: the stream ended, but reading it for the record failed: ${why}`);
       throw err;
     } finally {
       this.#release(ok);
