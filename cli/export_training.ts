@@ -18,7 +18,8 @@ log-probabilities (kept by "eval --model ... --tokens", or recorded by
 (a new sequence, with its "split" reason, where a prompt does not extend
 the tokens before it), the reward, and the group's rewards
 ("group_complete" is false when a sibling could not finish; a rollout that
-did not finish is "masked": reward null, loss masks 0).
+did not finish is "masked": reward null, there and in the group's
+rewards, loss masks 0).
 
 Options:
   --out OUT           write the rows to OUT (created 0600: rows hold what

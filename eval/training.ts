@@ -131,7 +131,7 @@ export interface TrainingRow {
    * reward is `null` and its loss masks all 0, whatever it was graded.
    */
   masked: boolean;
-  /** The rewards of the group's rollouts by repeat, `null` for one not graded. */
+  /** The rewards of the group's rollouts by repeat (their rows' `reward`: `null` for one not graded or `masked`). */
   group_rewards: (number | null)[];
   /**
    * Whether every rollout of the group finished: graded, and not failed
@@ -289,7 +289,7 @@ export function trainingRows(
       status: r.status,
       reward: masked ? null : r.reward,
       masked,
-      group_rewards: siblings.map((x) => x.reward),
+      group_rewards: siblings.map((x) => rolloutFinished(x) ? x.reward : null),
       group_complete: complete,
       model: model ?? null,
       messages: messagesOf(steps),

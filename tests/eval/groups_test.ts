@@ -110,7 +110,11 @@ test("Taskset.run() onGroup: a group with a rollout that did not finish is repor
   const [row] = trainingRows(down[0]);
   assert.equal(row.masked, true);
   assert.equal(row.reward, null);
-  assert.deepEqual(row.group_rewards, [0]);
+  assert.deepEqual(
+    row.group_rewards,
+    [null],
+    "the masked rollout's 0 is not among its group's rewards",
+  );
   assert.equal(row.group_complete, false);
 });
 

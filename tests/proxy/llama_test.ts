@@ -7,6 +7,7 @@
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { LLAMA_BUILD_HINT, missingLlama, startLlamaServer } from "../agents/_llama.ts";
+import { rolloutFinished } from "../../eval/mod.ts";
 
 const REQUIRED = Deno.env.get("HUD_REQUIRE_LLAMA") === "1";
 const missing = missingLlama();
@@ -155,7 +156,11 @@ for (
           assert.deepEqual(row.sequences.flatMap((s) => s.turns), row.turns.map((_, k) => k));
           const siblings = records.filter((r) => r.group_id === row.group_id)
             .sort((a, b) => Number(a.repeat) - Number(b.repeat));
-          assert.deepEqual(row.group_rewards, siblings.map((r) => r.reward));
+          // The siblings' rewards, null for one that did not finish (masked).
+          const rewards = siblings.map((r) =>
+            rolloutFinished(r as { reward: number | null; error_class?: string }) ? r.reward : null
+          );
+          assert.deepEqual(row.group_rewards, rewards);
         }
         assert.ok(turns >= 4, `only ${turns} model calls`);
       } finally {
