@@ -245,6 +245,26 @@ function messagesOf(steps: Record<string, unknown>[]): Record<string, unknown>[]
   return lastReply === null ? proxied : [...proxied, lastReply];
 }
 
+/** The turns of a trace's model steps, and the model the first of them names. */
+function turnsOf(
+  steps: Record<string, unknown>[],
+): { turns: TrainingTurn[]; model: string | undefined } {
+  const models = steps.filter((s) => s.type === "model");
+  const tokens = traceTokens(steps);
+  const turns: TrainingTurn[] = models.map((s, i) => {
+    const info = isRecord(s.info) ? s.info : {};
+    return {
+      prompt_token_ids: tokens[i]?.promptIds ?? null,
+      completion_token_ids: tokens[i]?.completionIds ?? null,
+      logprobs: tokens[i]?.logprobs ?? null,
+      finish_reason: typeof info.finish_reason === "string" ? info.finish_reason : null,
+    };
+  });
+  const model = models.map((s) => isRecord(s.info) ? s.info.model : undefined)
+    .find((m) => typeof m === "string") as string | undefined;
+  return { turns, model };
+}
+
 /**
  * One row per record (the latest attempt of each task and repeat, as a
  * {@linkcode Job} holds them); see the module doc.
@@ -266,19 +286,7 @@ export function trainingRows(
     if (options.completeGroupsOnly && !complete) continue;
     const trace: Record<string, unknown> = isRecord(r.trace) ? r.trace : {};
     const steps = (Array.isArray(trace.steps) ? trace.steps as unknown[] : []).filter(isRecord);
-    const models = steps.filter((s) => s.type === "model");
-    const tokens = traceTokens(steps);
-    const turns: TrainingTurn[] = models.map((s, i) => {
-      const info = isRecord(s.info) ? s.info : {};
-      return {
-        prompt_token_ids: tokens[i]?.promptIds ?? null,
-        completion_token_ids: tokens[i]?.completionIds ?? null,
-        logprobs: tokens[i]?.logprobs ?? null,
-        finish_reason: typeof info.finish_reason === "string" ? info.finish_reason : null,
-      };
-    });
-    const model = models.map((s) => isRecord(s.info) ? s.info.model : undefined)
-      .find((m) => typeof m === "string") as string | undefined;
+    const { turns, model } = turnsOf(steps);
     const masked = !rolloutFinished(r);
     rows.push({
       job_id: r.job_id,
