@@ -81,6 +81,10 @@ export class TcpForwarder {
     let remote: Deno.TcpConn | null = null;
     try {
       remote = await Deno.connect({ hostname: this.#control.hostname, port: this.#control.port });
+      // Small packets both ways (an SSH handshake): Nagle's algorithm would
+      // hold each behind the peer's delayed ACK, 40 ms a time.
+      remote.setNoDelay(true);
+      (local as Deno.TcpConn).setNoDelay(true);
       this.#conns.add(remote);
       if (this.#closed) return;
       await writeAll(remote, encodeFrame(this.#openRequest()));

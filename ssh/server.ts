@@ -370,6 +370,7 @@ class Server implements SshServer {
       return Promise.resolve();
     }
     if (head === undefined || head.length === 0) return this.#serve(conn, true);
+    if ("setNoDelay" in conn) (conn as Deno.TcpConn).setNoDelay(true);
     const from = prefixed(conn, head);
     // The transport reads, writes and closes; nothing else of a Conn.
     const joined = {

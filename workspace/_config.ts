@@ -6,6 +6,12 @@
 import { checkIsolation } from "./_sandbox.ts";
 import { checkLimits, type WorkspaceLimits } from "./_limits.ts";
 import type { WorkspaceIsolation, WorkspaceOptions } from "./_types.ts";
+import {
+  checkSnapshot,
+  type SnapshotPolicy,
+  snapshotPolicy,
+  type WorkspaceSnapshot,
+} from "./_snapshot.ts";
 
 /** The uids workspaces take one each of, by default (no system or package uses them). */
 const UID_RANGE: readonly [number, number] = [59000, 59999];
@@ -34,6 +40,10 @@ export interface WorkspaceConfig {
   readonly port: number;
   readonly writeKeyFile: boolean;
   readonly trackFiles: boolean;
+  /** Bounds of its snapshots, or null when it takes none. */
+  readonly snapshots: SnapshotPolicy | null;
+  /** A fork's snapshot, or null. */
+  readonly from: WorkspaceSnapshot | null;
   readonly onError: (error: unknown) => void;
 }
 
@@ -63,8 +73,8 @@ function checkUidRange(range: readonly [number, number] | undefined): void {
 
 /**
  * Checks `options` and applies the defaults.
- * @throws {TypeError} when `root` is not a non-empty string, or a mount is not absolute
- * @throws {RangeError} when `isolation`, `uid`, `gid`, `uidRange` or a limit is out of range
+ * @throws {TypeError} when `root` is not a non-empty string, a mount is not absolute, or `from` is not a snapshot
+ * @throws {RangeError} when `isolation`, `uid`, `gid`, `uidRange`, a limit or a snapshot bound is out of range
  */
 export function workspaceConfig(root: string, options: WorkspaceOptions): WorkspaceConfig {
   if (typeof root !== "string" || root === "") {
@@ -82,6 +92,8 @@ export function workspaceConfig(root: string, options: WorkspaceOptions): Worksp
       throw new TypeError(`Cannot add workspace: mounts must be absolute paths, got "${p}"`);
     }
   }
+  const from = options.from === undefined ? null : checkSnapshot("add workspace", options.from);
+  const snapshots = snapshotPolicy("add workspace", options.snapshots ?? from !== null);
   return {
     name: options.name ?? "shell",
     root: absolute(root),
@@ -98,6 +110,8 @@ export function workspaceConfig(root: string, options: WorkspaceOptions): Worksp
     port: options.port ?? 0,
     writeKeyFile: options.writeKeyFile ?? true,
     trackFiles: options.trackFiles ?? true,
+    snapshots,
+    from,
     onError: options.onError ?? (() => {}),
   };
 }

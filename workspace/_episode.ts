@@ -12,7 +12,7 @@ import { generateSshKeyPair } from "../ssh/keys.ts";
 import { type SshServer, type SshSpawner, startSshServer } from "../ssh/server.ts";
 import { startFileTracker } from "../filetracking/tracker.ts";
 import type { FileTracker } from "../filetracking/tracker.ts";
-import { chooseSandbox, type SandboxConfig, type SandboxMount } from "./_sandbox.ts";
+import { chooseSandbox, DEFAULT_PATH, type SandboxConfig, type SandboxMount } from "./_sandbox.ts";
 import {
   leaseUid,
   resolveLimits,
@@ -22,6 +22,10 @@ import {
 } from "./_limits.ts";
 import { SandboxedSftp, SFTP_MARKER } from "./_sftp.ts";
 import type { WorkspaceConfig } from "./_config.ts";
+import type { SnapshotRoot } from "./_snapshot.ts";
+import type { SpareSandbox } from "./_waiting.ts";
+import type { PreparedGrading } from "./_grade.ts";
+import type { Owner } from "./_layers.ts";
 
 /** Unauthenticated SSH connections: random early drop from 32, all from 128. */
 const WORKSPACE_STARTUPS = { start: 32, rate: 30, full: 128 };
@@ -48,6 +52,12 @@ export interface Episode {
   sftp: SandboxedSftp | null;
   /** The sandbox's /etc/passwd and /etc/group, naming the agent's uid. */
   etc: string | null;
+  /** The root, when it takes snapshots or is a fork. */
+  root: SnapshotRoot | null;
+  /** A sandbox started ahead for the agent's next command. */
+  spare: SpareSandbox | null;
+  /** The next grading command's directory and sandbox, made ahead. */
+  grading: Promise<PreparedGrading | null> | null;
 }
 
 /** A new episode, with its HOME made and nothing else yet. */
@@ -65,6 +75,9 @@ export async function newEpisode(): Promise<Episode> {
     keyDir: null,
     sftp: null,
     etc: null,
+    root: null,
+    spare: null,
+    grading: null,
   };
 }
 
@@ -73,17 +86,25 @@ export async function newEpisode(): Promise<Episode> {
  * uid, limits, the root and HOME handed over, /etc naming the uid, the SFTP
  * server staged, the mechanism chosen, the commands' variables.
  * @param report one line for each protection that could not be had here
+ * @param held the uid an earlier episode leased, taken again when it is free
+ * @param diskOwner who the root's files belong to on disk when an earlier
+ *   episode of an overlay root has shown them: they stay as they are (their
+ *   inodes may be a snapshot's too, and chown(2) would change its owners and
+ *   clear its setuid bits); the overlay shows them as the agent's
  */
 export async function prepareSandbox(
   config: WorkspaceConfig,
   ep: Episode,
   report: (message: string) => void,
+  held: number | null = null,
+  diskOwner: Owner | null = null,
 ): Promise<void> {
-  ep.user = await agentUser(config, ep);
+  ep.user = await agentUser(config, ep, held);
   const nproc = applyLimits(config, ep, report);
   const mounts: SandboxMount[] = config.mounts.map((p) => ({ src: p, dest: p }));
   if (ep.user !== null) {
-    await chownTree([config.root, ep.home], ep.user.uid, ep.user.gid);
+    const paths = diskOwner === null ? [config.root, ep.home] : [ep.home];
+    await chownTree(paths, ep.user.uid, ep.user.gid);
     mounts.push(...await nameUser(config.user, ep.user, ep));
   }
   ep.sftp = await SandboxedSftp.stage(report);
@@ -121,13 +142,14 @@ export async function prepareSandbox(
 async function agentUser(
   config: WorkspaceConfig,
   ep: Episode,
+  held: number | null,
 ): Promise<{ uid: number; gid: number } | null> {
   if (Deno.uid() !== 0) return null;
   let uid = config.uid;
   let gid = config.gid;
   if (uid === undefined) {
     const [first, last] = config.uidRange;
-    ep.lease = await leaseUid(first, last);
+    ep.lease = await leaseUid(first, last, held);
     uid = ep.lease.uid;
     gid ??= uid;
   }
@@ -148,10 +170,33 @@ function applyLimits(
   return limits.nproc;
 }
 
-/** Gives `paths` (recursively, links not followed) to `uid`:`gid`. */
+/**
+ * Gives `paths` (recursively, links not followed) to `uid`:`gid`, but for
+ * files of several hard links: one may be a file outside the root (which
+ * would become the agent's), or a snapshot's.
+ */
 async function chownTree(paths: string[], uid: number, gid: number): Promise<void> {
-  const out = await new Deno.Command("chown", {
-    args: ["-R", "-P", "-h", `${uid}:${gid}`, "--", ...paths],
+  const out = await new Deno.Command("find", {
+    args: [
+      "-P",
+      ...paths,
+      "(",
+      "-type",
+      "d",
+      "-o",
+      "-links",
+      "1",
+      ")",
+      "-exec",
+      "chown",
+      "-h",
+      `${uid}:${gid}`,
+      "--",
+      "{}",
+      "+",
+    ],
+    clearEnv: true,
+    env: { PATH: DEFAULT_PATH },
     stdout: "null",
     stderr: "piped",
   }).output();

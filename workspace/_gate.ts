@@ -68,6 +68,11 @@ export class AgentGate {
     await Promise.all(agent.map(([, exited]) => exited));
   }
 
+  /** Kills every process of the agent and waits for them to exit; the gate stays as it is. */
+  async kill(): Promise<void> {
+    await this.#killAgent();
+  }
+
   /**
    * Kills every process of the agent, and `others` (grading commands),
    * waits for the agent's to exit, and opens the gate: nothing waits on a

@@ -7,6 +7,7 @@ import { readEnv, refuseRenamed } from "../_internal/util.ts";
 import { concat } from "../_internal/io.ts";
 import { DEFAULT_PATH, isUnder, type SandboxConfig, spawnInSandbox } from "./_sandbox.ts";
 import { killTrees } from "./_processes.ts";
+import { WaitingSandbox } from "./_waiting.ts";
 import { absolute } from "./_config.ts";
 import { WORKSPACE_RUN_DIR } from "./_sftp.ts";
 import type { WorkspaceExecOptions, WorkspaceExecResult } from "./_types.ts";
@@ -130,18 +131,45 @@ async function gradingDir(
     await Deno.mkdir(`${dir}/home`, { mode: 0o700 });
     await Deno.mkdir(`${dir}/files`, { mode: 0o755 });
     await Deno.chmod(`${dir}/files`, 0o755);
-    for (const [path, content] of files) {
-      const full = `${dir}/files/${path}`;
-      await Deno.mkdir(full.slice(0, full.lastIndexOf("/")), { recursive: true, mode: 0o755 });
-      if (typeof content === "string") await Deno.writeTextFile(full, content, { mode: 0o755 });
-      else await Deno.writeFile(full, content, { mode: 0o755 });
-    }
+    await writeFiles(dir, files);
     if (user !== null) await Deno.chown(`${dir}/home`, user.uid, user.gid);
     return dir;
   } catch (err) {
     await Deno.remove(dir, { recursive: true }).catch(() => {});
     throw err;
   }
+}
+
+/** Writes a grading command's hidden files into its directory's `files/`. */
+async function writeFiles(dir: string, files: GradeCommand["files"]): Promise<void> {
+  for (const [path, content] of files) {
+    const full = `${dir}/files/${path}`;
+    await Deno.mkdir(full.slice(0, full.lastIndexOf("/")), { recursive: true, mode: 0o755 });
+    if (typeof content === "string") await Deno.writeTextFile(full, content, { mode: 0o755 });
+    else await Deno.writeFile(full, content, { mode: 0o755 });
+  }
+}
+
+/**
+ * A grading command's directory and sandbox, made ahead: the command then
+ * only writes its files into the directory (the sandbox shows it as it is)
+ * and sends its words.
+ */
+export interface PreparedGrading {
+  readonly dir: string;
+  readonly waiting: WaitingSandbox | null;
+}
+
+/** Makes the directory and the waiting sandbox of the next grading command. */
+export async function prepareGrading(agent: GradeSandbox, root: string): Promise<PreparedGrading> {
+  const dir = await gradingDir([], agent.user);
+  return { dir, waiting: WaitingSandbox.start(graderSandbox(agent.sandbox, root, dir), root) };
+}
+
+/** Discards a prepared grading that no command took. */
+export async function discardGrading(prepared: PreparedGrading): Promise<void> {
+  await prepared.waiting?.discard();
+  await Deno.remove(prepared.dir, { recursive: true }).catch(() => {});
 }
 
 /**
@@ -170,24 +198,40 @@ export async function runGradeCommand(
   root: string,
   command: GradeCommand,
   running: Set<number>,
+  prepared: PreparedGrading | null = null,
 ): Promise<WorkspaceExecResult> {
   const started = performance.now();
-  const dir = await gradingDir(command.files, agent.user);
+  let dir: string;
+  if (prepared === null) dir = await gradingDir(command.files, agent.user);
+  else {
+    dir = prepared.dir;
+    await writeFiles(dir, command.files).catch(async (err) => {
+      await discardGrading(prepared);
+      throw err;
+    });
+  }
   try {
     const sandboxed = agent.sandbox.isolation !== "none";
-    const child = spawnInSandbox(command.argv, {
-      cwd: command.cwd,
-      env: {
-        PATH: readEnv("PATH") ?? DEFAULT_PATH,
-        LANG: readEnv("LANG") ?? "C.UTF-8",
-        ...agent.commandEnv,
-        HOME: `${dir}/home`,
-        HUD_GRADER_FILES: sandboxed ? GRADER_FILES : `${dir}/files`,
-        ...command.env,
-      },
-      sandbox: graderSandbox(agent.sandbox, root, dir),
-    });
-    running.add(child.pid);
+    const env = {
+      PATH: readEnv("PATH") ?? DEFAULT_PATH,
+      LANG: readEnv("LANG") ?? "C.UTF-8",
+      ...agent.commandEnv,
+      HOME: `${dir}/home`,
+      HUD_GRADER_FILES: sandboxed ? GRADER_FILES : `${dir}/files`,
+      ...command.env,
+    };
+    const child = await startGrader(
+      prepared?.waiting ?? null,
+      running,
+      command,
+      env,
+      () =>
+        spawnInSandbox(command.argv, {
+          cwd: command.cwd,
+          env,
+          sandbox: graderSandbox(agent.sandbox, root, dir),
+        }),
+    );
     try {
       return await capture(child, command, started);
     } finally {
@@ -196,6 +240,33 @@ export async function runGradeCommand(
   } finally {
     await Deno.remove(dir, { recursive: true }).catch(() => {});
   }
+}
+
+/**
+ * Starts a grading command in `waiting` when it is ready, else with
+ * `spawn`; its pid in `running` from before its words go (the workspace's
+ * stop kills those).
+ */
+async function startGrader(
+  waiting: WaitingSandbox | null,
+  running: Set<number>,
+  command: GradeCommand,
+  env: Record<string, string>,
+  spawn: () => Deno.ChildProcess,
+): Promise<Deno.ChildProcess> {
+  if (waiting?.ready) {
+    running.add(waiting.child.pid);
+    try {
+      return await waiting.run(command.argv, command.cwd, env);
+    } catch {
+      // It exited meanwhile (or a word holds a NUL byte, which spawn refuses too).
+      running.delete(waiting.child.pid);
+    }
+  }
+  await waiting?.discard();
+  const child = spawn();
+  running.add(child.pid);
+  return child;
 }
 
 /**

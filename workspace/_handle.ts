@@ -19,7 +19,22 @@ import {
   releaseEpisode,
 } from "./_episode.ts";
 import { AgentGate } from "./_gate.ts";
-import { checkArgv, gradeCommand, runGradeCommand } from "./_grade.ts";
+import {
+  checkArgv,
+  discardGrading,
+  gradeCommand,
+  prepareGrading,
+  runGradeCommand,
+} from "./_grade.ts";
+import { SpareSandbox, type WaitingSandbox } from "./_waiting.ts";
+import {
+  checkSnapshot,
+  noteRootOwner,
+  openSnapshotRoot,
+  sharedRootOwner,
+  snapshotMethod,
+  type WorkspaceSnapshot,
+} from "./_snapshot.ts";
 import type {
   Workspace,
   WorkspaceExecOptions,
@@ -38,6 +53,12 @@ export class WorkspaceHandle implements Workspace {
   readonly #agent = new AgentGate();
   /** Grading commands running. */
   readonly #graders = new Set<number>();
+  /** The uid the last episode leased, taken again when free. */
+  #heldUid: number | null = null;
+  /** The snapshots this workspace took that are not removed. */
+  readonly #snapshots = new Set<WorkspaceSnapshot>();
+  /** Snapshots, restores and stops, one at a time. */
+  #rootOps: Promise<unknown> = Promise.resolve();
 
   constructor(env: Environment, config: WorkspaceConfig) {
     this.#env = env;
@@ -83,9 +104,10 @@ export class WorkspaceHandle implements Workspace {
     }
     const ep = await newEpisode();
     try {
-      await prepareSandbox(this.#config, ep, (message) => this.#report(message));
+      await this.#prepare(ep);
       // Complete enough for commands: the SSH server may get a login at once.
       this.#episode = ep;
+      this.#prestart(ep);
       ep.sftp?.warm(ep.sandbox.isolation);
       await publishShell(this.#env, this.#config, ep, (argv, o) => this.#spawnAgent(argv, o));
       if (this.#config.trackFiles) await publishTracker(this.#env, this.#config, ep);
@@ -96,12 +118,60 @@ export class WorkspaceHandle implements Workspace {
     }
   }
 
+  /** The sandbox and, with snapshots, the root mounted for them. */
+  async #prepare(ep: Episode): Promise<void> {
+    const { snapshots, from, root } = this.#config;
+    const report = (message: string) => this.#report(message);
+    if (snapshots === null && from === null) {
+      await prepareSandbox(this.#config, ep, report, this.#heldUid);
+      this.#heldUid = ep.lease?.uid ?? null;
+      return;
+    }
+    const chosen = await snapshotMethod();
+    const method = snapshots?.method === "copy" ? "copy" : chosen.method;
+    if (snapshots?.method !== "copy" && chosen.why !== null) {
+      report(`snapshots copy the whole root here: ${chosen.why}`);
+    }
+    // An overlay root's files may be a snapshot's too once an episode has
+    // shown them: they keep their owner, which the overlay maps.
+    const overlaid = method === "overlay" && from === null;
+    const shared = overlaid ? await sharedRootOwner(root) : null;
+    await prepareSandbox(this.#config, ep, report, this.#heldUid, shared);
+    this.#heldUid = ep.lease?.uid ?? null;
+    const owner = ep.user ?? (Deno.uid() === 0 ? { uid: 0, gid: 0 } : null);
+    // Noted before the overlay hides the root's own inode.
+    if (overlaid && shared === null && owner !== null) await noteRootOwner(root, owner);
+    ep.root = await openSnapshotRoot(root, {
+      owner,
+      diskOwner: shared ?? owner,
+      from,
+      method,
+    });
+  }
+
   /** Ends the episode: capabilities, servers, every process it started, its files. */
   async stop(): Promise<void> {
     const ep = this.#episode;
     this.#episode = null;
     if (ep === null) return;
+    await this.#rootOps.catch(() => {});
     await this.#teardown(ep);
+  }
+
+  /** Starts the sandboxes of the agent's next command and the next grading command, ahead. */
+  #prestart(ep: Episode): void {
+    ep.spare = new SpareSandbox(ep.sandbox, this.#config.root);
+    ep.spare.fill();
+    ep.grading = prepareGrading(ep, this.#config.root).catch(() => null);
+  }
+
+  /** Discards what was started ahead (its views of the root may be stale). */
+  async #discardPrestarted(ep: Episode): Promise<void> {
+    const [spare, grading] = [ep.spare, ep.grading];
+    ep.spare = ep.grading = null;
+    await spare?.close();
+    const prepared = await grading;
+    if (prepared) await discardGrading(prepared);
   }
 
   async #teardown(ep: Episode): Promise<void> {
@@ -113,9 +183,14 @@ export class WorkspaceHandle implements Workspace {
       }
       if (ep.server !== null) await ep.server.shutdown();
     } finally {
+      await this.#discardPrestarted(ep);
       // Whatever the sessions left: spawn() children, graders, stragglers.
       await this.#agent.killAll(this.#graders);
-      await releaseEpisode(ep);
+      try {
+        await ep.root?.close();
+      } finally {
+        await releaseEpisode(ep);
+      }
     }
   }
 
@@ -134,12 +209,36 @@ export class WorkspaceHandle implements Workspace {
     const real = argv.length === 1 && argv[0] === SFTP_MARKER && sftp !== null
       ? sftp.argv(ep.sandbox.isolation)
       : argv;
+    const waiting = extra.length === 0 ? ep.spare?.take() : null;
+    if (waiting) return this.#runWaiting(ep, waiting, real, o);
     const sandbox = extra.length === 0 ? ep.sandbox : {
       ...ep.sandbox,
       mounts: [...(ep.sandbox.mounts ?? []), ...extra.map((p) => ({ src: p, dest: p }))],
     };
     const child = spawnInSandbox(real, { ...o, sandbox });
     this.#agent.track(child);
+    return child;
+  }
+
+  /** Runs an agent's command in the sandbox started ahead; the next is started when it ends. */
+  async #runWaiting(
+    ep: Episode,
+    waiting: WaitingSandbox,
+    argv: readonly string[],
+    o: SshSpawnOptions,
+  ): Promise<Deno.ChildProcess> {
+    // Counted before its words go: a grading phase that begins meanwhile stops it.
+    this.#agent.track(waiting.child);
+    let child: Deno.ChildProcess;
+    try {
+      child = await waiting.run(argv, o.cwd, o.env);
+    } catch {
+      // It exited meanwhile (or a word holds a NUL byte, which this refuses too).
+      await waiting.discard();
+      child = spawnInSandbox(argv, { ...o, sandbox: ep.sandbox });
+      this.#agent.track(child);
+    }
+    child.status.then(() => ep.spare?.fill(), () => {});
     return child;
   }
 
@@ -215,6 +314,78 @@ export class WorkspaceHandle implements Workspace {
     const command = gradeCommand(name, root, argv, options);
     const ep = this.#episode;
     if (ep === null) throw new Error(`Cannot run in workspace "${name}": it is not started`);
-    return await runGradeCommand(ep, root, command, this.#graders);
+    // Taken at once: a command that runs meanwhile makes its own.
+    const pending = ep.grading;
+    ep.grading = null;
+    const prepared = await pending;
+    return await runGradeCommand(ep, root, command, this.#graders, prepared ?? null);
+  }
+
+  /** Runs `op` on the started episode's root, after the root operations before it. */
+  #onRoot<T>(verb: string, op: (ep: Episode) => Promise<T>): Promise<T> {
+    const name = this.#config.name;
+    if (this.#config.snapshots === null) {
+      return Promise.reject(
+        new Error(
+          `Cannot ${verb} workspace "${name}": it was added without snapshots (set snapshots: true in addWorkspace's options)`,
+        ),
+      );
+    }
+    const run = this.#rootOps.catch(() => {}).then(() => {
+      const ep = this.#episode;
+      if (ep?.root == null) {
+        throw new Error(`Cannot ${verb} workspace "${name}": it is not started`);
+      }
+      return op(ep);
+    });
+    this.#rootOps = run;
+    return run;
+  }
+
+  snapshot(): Promise<WorkspaceSnapshot> {
+    return this.#onRoot("snapshot", async (ep) => {
+      const { name, snapshots: policy } = this.#config;
+      if (this.#snapshots.size >= policy!.maxCount) {
+        throw new Error(
+          `Cannot snapshot workspace "${name}": ${
+            policy!.maxCount
+          } snapshots of it exist (snapshots.maxCount); remove some first`,
+        );
+      }
+      let used = 0;
+      for (const s of this.#snapshots) used += s.bytes;
+      await this.#agent.hold();
+      try {
+        const snapshot = await ep.root!.snapshot({
+          workspace: name,
+          policy: policy!,
+          used,
+          onRemove: (s) => this.#snapshots.delete(s),
+        });
+        this.#snapshots.add(snapshot);
+        return snapshot;
+      } finally {
+        this.#agent.release();
+      }
+    });
+  }
+
+  restore(snapshot: WorkspaceSnapshot): Promise<void> {
+    try {
+      checkSnapshot(`restore workspace "${this.#config.name}"`, snapshot);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.#onRoot("restore", async (ep) => {
+      await this.#agent.hold();
+      try {
+        await this.#agent.kill();
+        await this.#discardPrestarted(ep);
+        await ep.root!.restore(snapshot);
+      } finally {
+        if (this.#episode === ep) this.#prestart(ep);
+        this.#agent.release();
+      }
+    });
   }
 }

@@ -397,9 +397,14 @@ function leaseDir(): string {
  * root-only directory, holding the owner's pid and start time, so a lease of
  * a process that died is taken over; a lock on the directory serialises
  * processes choosing at once.
+ * @param prefer a uid to take first when it is free (a workspace's earlier one)
  * @throws {Error} when every uid of the range is taken
  */
-export async function leaseUid(first: number, last: number): Promise<UidLease> {
+export async function leaseUid(
+  first: number,
+  last: number,
+  prefer: number | null = null,
+): Promise<UidLease> {
   const dir = leaseDir();
   try {
     await Deno.mkdir(dir, { mode: 0o700 });
@@ -415,7 +420,8 @@ export async function leaseUid(first: number, last: number): Promise<UidLease> {
   try {
     await lock.lock(true);
     const taken = new Set([...liveUids(), ...passwdUids()]);
-    for (let uid = first; uid <= last; uid++) {
+    const preferred = prefer !== null && prefer >= first && prefer <= last ? [prefer] : [];
+    for (const uid of [...preferred, ...range(first, last)]) {
       if (taken.has(uid)) continue;
       const file = `${dir}/${uid}`;
       const held = await Deno.readTextFile(file).catch(() => null);
@@ -438,6 +444,10 @@ export async function leaseUid(first: number, last: number): Promise<UidLease> {
   throw new Error(
     `Cannot lease a uid: all of ${first}-${last} are in use; widen uidRange or stop other workspaces`,
   );
+}
+
+function* range(first: number, last: number): Generator<number> {
+  for (let uid = first; uid <= last; uid++) yield uid;
 }
 
 /**

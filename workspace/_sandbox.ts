@@ -217,20 +217,43 @@ function limitArgv(config: SandboxConfig): string[] {
 // the sandbox, where everything but the writable directories is mounted
 // read-only (so no link can lead chown anywhere else), hand root's entries
 // there to the agent.
-const HANDOVER = `owner=$1; shift; n=0
-for d in "$@"; do [ "$d" = -- ] && break; n=$((n + 1)); done
-chown -R -P -h --from=0 "$owner" -- "\${@:1:$n}" 2>/dev/null || :
-shift $((n + 1)); exec "$@"
+// Files of several hard links are left alone: one may be a file outside
+// the root (a link made before the sandbox, which refuses to make one).
+export const HAND_OVER_FILES =
+  `find -P "\${dirs[@]}" -user 0 \\( -type d -o -links 1 \\) -exec chown -h "$owner" -- {} + 2>/dev/null || :`;
+const HANDOVER = `owner=$1; shift; dirs=()
+while [ "$1" != -- ]; do dirs+=("$1"); shift; done; shift
+${HAND_OVER_FILES}
+exec "$@"
 `;
+
+/**
+ * What a command's last stage inside the sandbox needs: the uid:gid that
+ * root's files in the writable directories are handed to (empty when none
+ * are), and the limits and the drop that come before the command.
+ */
+export interface EnterStage {
+  owner: string;
+  writable: readonly string[];
+  prefix: string[];
+}
+
+/** The hand-over, limits and drop of `config` (`userNs`: we are root of a user namespace). */
+export function enterStage(config: SandboxConfig, userNs = false): EnterStage {
+  const drop = dropArgv(config.user, userNs);
+  const prefix = [...limitArgv(config), ...drop];
+  const handOver = config.user !== null && drop.length > 0 && config.isolation !== "none";
+  return {
+    owner: handOver ? `${config.user!.uid}:${config.user!.gid}` : "",
+    writable: config.writable,
+    prefix,
+  };
+}
 
 /** What runs inside the sandbox before `argv`: hand-over, limits, then the drop. */
 function enterArgv(config: SandboxConfig, userNs = false): string[] {
-  const drop = dropArgv(config.user, userNs);
-  const limit = limitArgv(config);
-  if (config.user === null || drop.length === 0 || config.isolation === "none") {
-    return [...limit, ...drop];
-  }
-  const { uid, gid } = config.user;
+  const { owner, writable, prefix } = enterStage(config, userNs);
+  if (owner === "") return prefix;
   return [
     "bash",
     "--noprofile",
@@ -238,15 +261,14 @@ function enterArgv(config: SandboxConfig, userNs = false): string[] {
     "-c",
     HANDOVER,
     "hud-handover",
-    `${uid}:${gid}`,
-    ...config.writable,
+    owner,
+    ...writable,
     "--",
-    ...limit,
-    ...drop,
+    ...prefix,
   ];
 }
 
-function bwrapArgv(argv: readonly string[], cwd: string, config: SandboxConfig): string[] {
+function bwrapArgv(inner: readonly string[], cwd: string, config: SandboxConfig): string[] {
   const args = [
     "bwrap",
     "--die-with-parent",
@@ -279,7 +301,7 @@ function bwrapArgv(argv: readonly string[], cwd: string, config: SandboxConfig):
   // without a terminal, and staying in one process group lets the server
   // signal the command itself, not only bwrap. Root keeps its capabilities
   // in bwrap until setpriv drops them with the uid.
-  args.push("--chdir", cwd, "--", ...enterArgv(config), ...argv);
+  args.push("--chdir", cwd, "--", ...inner);
   return args;
 }
 
@@ -339,7 +361,7 @@ exec chroot "$r" "$BASH" --noprofile --norc -c 'cd -- "$1" || exit 126; shift; e
 // (bwrap does this itself).
 const LOOPBACK_UP = "ip link set lo up 2>/dev/null || :\n";
 
-function unshareArgv(argv: readonly string[], cwd: string, config: SandboxConfig): string[] {
+function unshareArgv(inner: readonly string[], cwd: string, config: SandboxConfig): string[] {
   const root = Deno.uid() === 0;
   const ops: string[] = [];
   for (const o of mountPlan(config)) {
@@ -383,8 +405,7 @@ function unshareArgv(argv: readonly string[], cwd: string, config: SandboxConfig
     cwd,
     ...ops,
     "--",
-    ...enterArgv(config, !root),
-    ...argv,
+    ...inner,
   ];
 }
 
@@ -406,16 +427,29 @@ function sandboxArgv(
   cwd: string,
   config: SandboxConfig,
 ): string[] {
+  return sandboxArgvWith((userNs) => [...enterArgv(config, userNs), ...argv], cwd, config);
+}
+
+/**
+ * The full command line that runs `stage(userNs)` in `cwd` under `config`:
+ * what runs inside the sandbox (as root there, or root of a user namespace
+ * when `userNs`), the hand-over, limits and drop included.
+ */
+export function sandboxArgvWith(
+  stage: (userNs: boolean) => string[],
+  cwd: string,
+  config: SandboxConfig,
+): string[] {
   let inner: string[];
   switch (config.isolation) {
     case "bwrap":
-      inner = bwrapArgv(argv, cwd, config);
+      inner = bwrapArgv(stage(false), cwd, config);
       break;
     case "unshare":
-      inner = unshareArgv(argv, cwd, config);
+      inner = unshareArgv(stage(Deno.uid() !== 0), cwd, config);
       break;
     case "none":
-      inner = [...enterArgv(config), ...argv];
+      inner = stage(false);
       break;
   }
   const cgroups = config.cgroups ?? [];

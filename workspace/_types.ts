@@ -6,6 +6,7 @@
 
 import type { ExitStatus } from "../_internal/exit.ts";
 import type { WorkspaceLimits, WorkspaceLimitsInForce } from "./_limits.ts";
+import type { WorkspaceSnapshot, WorkspaceSnapshotOptions } from "./_snapshot.ts";
 
 /**
  * How commands are isolated: bubblewrap, util-linux `unshare`, nothing, or
@@ -108,6 +109,24 @@ export interface WorkspaceOptions {
    * @default true
    */
   trackFiles?: boolean;
+  /**
+   * Lets the workspace take snapshots of its files
+   * ({@linkcode Workspace.snapshot}) and restore them, bounded by
+   * `maxCount` and `maxBytes`. As root, where overlayfs works, the root is
+   * an overlay mount while the workspace runs, and a snapshot copies only
+   * what changed; elsewhere (or with `method: "copy"`) a snapshot copies
+   * the whole root (`onError` says why, at start).
+   * @default false (true when `from` is given)
+   */
+  snapshots?: boolean | WorkspaceSnapshotOptions;
+  /**
+   * A fork: the workspace's files start as this snapshot's (of this or any
+   * workspace of this process), sharing what neither changes. The root must
+   * be an empty directory; it shows the snapshot's files while the
+   * workspace runs and is left empty at stop (snapshot it to keep them).
+   * @default none
+   */
+  from?: WorkspaceSnapshot;
   /**
    * Called with unexpected server errors, and with one line for each
    * protection that could not be had here (no sandbox, a limit not
@@ -249,4 +268,23 @@ export interface Workspace {
    * @throws {Error} when the workspace is not started
    */
   spawn(argv: readonly string[], options?: WorkspaceSpawnOptions): Promise<Deno.ChildProcess>;
+  /**
+   * Takes a snapshot of the workspace's files: contents, modes, owners,
+   * links and empty directories, not processes. The agent's processes are
+   * stopped while it is taken (as for grading) and run on after. Sockets and
+   * device nodes are left out (`skipped` names them).
+   * @returns the snapshot, to restore or fork from; remove it when done
+   * @throws {Error} when the workspace is not started, was added without
+   *   `snapshots`, or the snapshot would pass `maxCount` or `maxBytes`
+   */
+  snapshot(): Promise<WorkspaceSnapshot>;
+  /**
+   * Makes the workspace's files the snapshot's (of this or another
+   * workspace of this process). The agent's processes are killed (their
+   * state is not in the snapshot); its SSH sessions stay and run new
+   * commands on the restored files.
+   * @throws {Error} when the workspace is not started, was added without
+   *   `snapshots`, or the snapshot was removed
+   */
+  restore(snapshot: WorkspaceSnapshot): Promise<void>;
 }

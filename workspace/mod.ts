@@ -20,6 +20,8 @@ export {
   type WorkspaceLimits,
   type WorkspaceLimitsInForce,
   type WorkspaceOptions,
+  type WorkspaceSnapshot,
+  type WorkspaceSnapshotOptions,
   type WorkspaceSpawnOptions,
 } from "./workspace.ts";
 export { addBrowser, type BrowserOptions } from "./browser.ts";

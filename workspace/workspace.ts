@@ -29,6 +29,7 @@ export type {
   WorkspaceSpawnOptions,
 } from "./_types.ts";
 export type { WorkspaceLimits, WorkspaceLimitsInForce } from "./_limits.ts";
+export type { WorkspaceSnapshot, WorkspaceSnapshotOptions } from "./_snapshot.ts";
 
 /**
  * Adds an SSH workspace rooted at `root` to `env`: an initialize hook that

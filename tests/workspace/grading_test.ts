@@ -279,3 +279,19 @@ test("Workspace.spawn() starts a long-lived process on the agent's side: sandbox
     await Deno.remove(extra, { recursive: true });
   }
 });
+
+test("Workspace.grading(): commands at once each get their own hidden files and HOME", async () => {
+  await withWorkspace(async (ws) => {
+    await using phase = await ws.grading();
+    // The first takes the grading sandbox made ahead; the other must not share it.
+    const check = (mark: string) =>
+      phase.exec([
+        "bash",
+        "-c",
+        'ls "$HUD_GRADER_FILES"; ls -A "$HOME"; echo x > "$HOME/$MARK"; sleep 0.3; ls -A "$HOME"',
+      ], { files: { [`${mark}.txt`]: mark }, env: { MARK: mark }, timeout: 20_000 });
+    const [a, b] = await Promise.all([check("a"), check("b")]);
+    assert.equal(a.stdout, "a.txt\na\n", a.stderr);
+    assert.equal(b.stdout, "b.txt\nb\n", b.stderr);
+  });
+});

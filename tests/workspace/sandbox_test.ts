@@ -238,6 +238,36 @@ test("addWorkspace() uid: 0 keeps root, without capabilities", {
   });
 });
 
+test("addWorkspace() gives the agent no file outside the root through a hard link", {
+  ignore: !IS_ROOT || !installed("/usr/bin/bwrap"),
+}, async () => {
+  // A root-owned file outside, hard-linked into the root before the
+  // workspace starts (the sandbox refuses to make such a link): neither the
+  // start nor a command's hand-over of root's files may give it away.
+  const outside = await Deno.makeTempDir({ prefix: "ws-outside-" });
+  await Deno.writeTextFile(`${outside}/config`, "root's\n", { mode: 0o644 });
+  try {
+    await withWorkspace({}, async (shell, root, _env, workspace) => {
+      await Deno.link(`${outside}/config`, `${root}/config`);
+      await Deno.writeTextFile(`${root}/added`, "added\n");
+      const out = await sh(shell, "stat -c '%n %u' added config; echo x >> config || echo refused");
+      assert.equal(out, `added ${workspace.uid}\nconfig 0\nrefused\n`);
+    });
+    const restarted = new Environment("sandbox-test");
+    const root = await Deno.makeTempDir({ prefix: "ws-sandbox-" });
+    await Deno.link(`${outside}/config`, `${root}/config`);
+    addWorkspace(restarted, root, { trackFiles: false });
+    await restarted.start();
+    await restarted.stop();
+    await Deno.remove(root, { recursive: true });
+    const info = await Deno.stat(`${outside}/config`);
+    assert.deepEqual([info.uid, info.gid], [0, 0]);
+    assert.equal(await Deno.readTextFile(`${outside}/config`), "root's\n");
+  } finally {
+    await Deno.remove(outside, { recursive: true });
+  }
+});
+
 test("addWorkspace() refuses to start when no sandbox works", async () => {
   // An empty PATH hides bwrap and unshare from the probe.
   const saved = Deno.env.get("PATH");

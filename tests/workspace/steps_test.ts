@@ -28,8 +28,15 @@ test("workspaceConfig() applies every default once, with the root made absolute"
     port: 0,
     writeKeyFile: true,
     trackFiles: true,
+    snapshots: null,
+    from: null,
   });
   assert.equal(typeof onError, "function");
+  assert.deepEqual(workspaceConfig("/r", { snapshots: true }).snapshots, {
+    method: "auto",
+    maxCount: 32,
+    maxBytes: 8 * 1024 ** 3,
+  });
   const given = workspaceConfig("/srv", { name: "sh", isolation: "none", uid: 0, port: 2222 });
   assert.deepEqual([given.name, given.root, given.isolation, given.uid, given.port], [
     "sh",
@@ -47,6 +54,14 @@ test("workspaceConfig() refuses what addWorkspace() refuses, naming it", () => {
     ["/r", { uid: -1 }, RangeError, /invalid uid "-1"/],
     ["/r", { gid: 1.5 }, RangeError, /invalid gid "1.5"/],
     ["/r", { uidRange: [10, 5] }, RangeError, /invalid uidRange "10,5"/],
+    ["/r", { snapshots: { maxCount: 0 } }, RangeError, /invalid snapshots.maxCount "0"/],
+    ["/r", { snapshots: { maxBytes: 1.5 } }, RangeError, /invalid snapshots.maxBytes "1.5"/],
+    [
+      "/r",
+      { snapshots: { method: "reflink" as "copy" } },
+      RangeError,
+      /unknown snapshots.method "reflink"/,
+    ],
     ["/r", { limits: { memory: 0 } }, RangeError, /invalid limits\.memory "0"/],
     ["/r", { mounts: ["opt"] }, TypeError, /mounts must be absolute paths, got "opt"/],
   ];
