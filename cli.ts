@@ -17,18 +17,16 @@
  */
 
 import meta from "./deno.json" with { type: "json" };
-import { errorMessage } from "./_internal/util.ts";
 import {
-  ANSI,
   type Command,
-  EXIT_FAILURE,
-  EXIT_INTERRUPTED,
   EXIT_OK,
   EXIT_USAGE,
+  failed,
   type Io,
+  processIo,
   PROGRAM,
+  runModule,
   STOP_SIGNALS,
-  UsageError,
 } from "./cli/_common.ts";
 
 /** Where {@linkcode main} reads and writes; the process's standard streams by default. */
@@ -151,23 +149,6 @@ was not graded), 2 for bad usage, 130 when interrupted.
 `;
 }
 
-/** Writes all of `text`; after a broken pipe, later writes are dropped. */
-function streamWriter(w: { writeSync(p: Uint8Array): number }): (text: string) => void {
-  let broken = false;
-  return (text) => {
-    if (broken) return;
-    const data = new TextEncoder().encode(text);
-    let off = 0;
-    try {
-      while (off < data.length) off += w.writeSync(data.subarray(off));
-    } catch {
-      // A closed pipe (`| head`) must not kill the run halfway: whatever
-      // it started still has to be stopped and cleaned up.
-      broken = true;
-    }
-  };
-}
-
 /**
  * Runs the command line with `args` (without the program name) and returns
  * the exit code: 0 on success, 1 when the command fails, 2 for bad usage,
@@ -210,22 +191,6 @@ export async function main(args: string[], options: MainOptions = {}): Promise<n
   return await runCommand(name, rest, io);
 }
 
-/** The Io of {@linkcode main}: `options`' streams, else the process's. */
-function processIo(options: MainOptions): Io {
-  const live = options.stderr === undefined && Deno.stderr.isTerminal() &&
-    !Deno.env.get("NO_COLOR");
-  const rawErr = options.stderr ?? streamWriter(Deno.stderr);
-  return {
-    out: options.stdout ?? streamWriter(Deno.stdout),
-    // Colour codes only on a live terminal (progress redraws); never in
-    // messages that go to a pipe or a file.
-    err: live ? rawErr : (t) => rawErr(t.replace(ANSI, "")),
-    stdin: () => options.stdin ?? Deno.stdin.readable,
-    signal: options.signal,
-    live,
-  };
-}
-
 /** `--help`, or `help TOPIC`: the program's usage, or a command's. */
 async function help(topic: string | undefined, io: Io): Promise<number> {
   if (topic !== undefined && !Object.hasOwn(COMMANDS, topic)) {
@@ -252,28 +217,16 @@ async function runCommand(name: string, args: string[], io: Io): Promise<number>
   // serve handles its signals itself: they end a normal run.
   using trap = name === "serve" ? null : trapSignals(io);
   if (trap) io.signal = trap.signal;
-  try {
-    const command = await COMMANDS[name].load();
-    return await command.run(args, io);
-  } catch (err) {
-    if (err instanceof UsageError) {
-      io.err(`error: ${err.message}\n`);
-      return EXIT_USAGE;
-    }
-    if (trap?.interrupted()) {
-      io.err("interrupted\n");
-      return EXIT_INTERRUPTED;
-    }
-    return failed(io, err);
-  }
-}
-
-/** Reports a failed command on one line. */
-function failed(io: Io, err: unknown): number {
-  io.err(`error: ${errorMessage(err).replace(ANSI, "").split("\n")[0]}\n`);
-  return EXIT_FAILURE;
+  return await runModule(COMMANDS[name].load, args, io, () => trap?.interrupted() ?? false);
 }
 
 if (import.meta.main) {
+  // A server gives itself its V8 flags (young generation) before it loads
+  // anything more, re-executing into the serve command alone: see
+  // _server/v8_flags.ts.
+  if (Deno.args[0] === "serve") {
+    const { execWithServerV8Flags } = await import("./_server/v8_flags.ts");
+    execWithServerV8Flags(new URL("./cli/_serve_main.ts", import.meta.url));
+  }
   Deno.exit(await main(Deno.args));
 }

@@ -607,8 +607,8 @@ export class HudClient implements AsyncDisposable {
    * payload, whose `answer` the task receives. A boolean score (which HUD's
    * server sends for `{"score": True}`, a bool being an int in Python) is
    * read as 1 or 0.
-   * @throws {ProtocolViolationError} when the grade's score is not a number
-   *   or a boolean
+   * @throws {ProtocolViolationError} when the grade's score is not a finite
+   *   number or a boolean
    */
   async grade(payload: Record<string, unknown> = {}, options?: CallOptions): Promise<GradeFrame> {
     if (!isRecord(payload)) throw new TypeError("Cannot grade: payload must be an object");
@@ -620,6 +620,10 @@ export class HudClient implements AsyncDisposable {
       throw this.#violation(
         `Invalid grade: score must be a number, got ${JSON.stringify(result.score)}`,
       );
+    }
+    // HUD's server writes a NaN score as Python's token, which is read.
+    if (!Number.isFinite(result.score)) {
+      throw this.#violation(`Invalid grade: score must be a finite number, got ${result.score}`);
     }
     return result as GradeFrame;
   }

@@ -39,16 +39,23 @@ export const ErrorCode = {
 export class HudProtocolError extends Error {
   /** The JSON-RPC error code. */
   readonly code: number;
+  /**
+   * The error's `data` member, when the peer sent one: for task code that
+   * threw, where in the environment's code (`at`, `stack`) and the failure
+   * class it named (`class`).
+   */
+  readonly data: unknown;
 
   /**
    * Creates an error with a JSON-RPC code.
    * @param code the JSON-RPC error code
    * @param message what went wrong
    */
-  constructor(code: number, message: string, options?: ErrorOptions) {
+  constructor(code: number, message: string, options?: ErrorOptions & { data?: unknown }) {
     super(message, options);
     this.name = "HudProtocolError";
     this.code = code;
+    this.data = options?.data;
   }
 }
 

@@ -7,6 +7,7 @@
 
 import { Environment } from "./env.ts";
 import { errorMessage } from "./_internal/util.ts";
+import { loadLocation } from "./_internal/stack.ts";
 
 /** Options for {@linkcode loadEnvironment}. */
 export interface LoadEnvironmentOptions {
@@ -150,9 +151,13 @@ async function importModule(url: URL, shown: string): Promise<Record<string, unk
     // analyze this import, which is expected (and cannot be silenced).
     return await import(url.href);
   } catch (err) {
-    // The hint goes on the first line, which is what the command line prints.
+    // The hint and the place go on the first line, which is what the
+    // command line prints: the file and line of a syntax error, or of code
+    // that threw as the module ran, in the module or a file it imports.
     const [first, ...rest] = errorMessage(err).split("\n");
-    const message = [first + importHint(first), ...rest].join("\n");
+    const at = loadLocation(err);
+    const where = at === null || first.includes(at) ? "" : ` (at ${at})`;
+    const message = [first + where + importHint(first), ...rest].join("\n");
     throw new Error(`Cannot load environment from "${shown}": ${message}`, { cause: err });
   }
 }

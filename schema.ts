@@ -182,10 +182,10 @@ function ok<T>(value: T): ParseResult<T> {
   return { ok: true, value };
 }
 
-function refuse<T>(expected: string, got: unknown): ParseResult<T> {
+function refuse<T>(expected: string, got: unknown, hint = ""): ParseResult<T> {
   return {
     ok: false,
-    issues: [{ path: "", message: `must be ${expected}, got ${showValue(got)}` }],
+    issues: [{ path: "", message: `must be ${expected}, got ${showValue(got)}${hint}` }],
   };
 }
 
@@ -259,6 +259,12 @@ const NUMBER_TEXT = /^\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*$/;
 const SAFE_RANGE = `an integer from ${-Number.MAX_SAFE_INTEGER} to ${Number.MAX_SAFE_INTEGER}`;
 
 /**
+ * After a refused integer that a JavaScript number would round: the way to
+ * pass it (PROTOCOL.md, "Argument checking").
+ */
+const ROUNDED = " (a JavaScript number would round it; an any() argument takes it exactly)";
+
+/**
  * An integer, exactly: within ±(2^53−1), the integers a JavaScript number
  * holds without rounding. Also taken: a string of decimal digits with an
  * optional sign and surrounding blanks (`"3"`, `" -12 "`), and a `bigint`
@@ -276,15 +282,15 @@ export function integer(options?: SchemaOptions): Schema<number, false> {
     parse: (v) => {
       if (typeof v === "number" && Number.isInteger(v)) {
         // Shown as the double's exact value, which tells of the rounding.
-        return Number.isSafeInteger(v) ? ok(v) : refuse(SAFE_RANGE, BigInt(v));
+        return Number.isSafeInteger(v) ? ok(v) : refuse(SAFE_RANGE, BigInt(v), ROUNDED);
       }
       if (typeof v === "bigint") {
         const n = Number(v);
-        return Number.isSafeInteger(n) ? ok(n) : refuse(SAFE_RANGE, v);
+        return Number.isSafeInteger(n) ? ok(n) : refuse(SAFE_RANGE, v, ROUNDED);
       }
       if (typeof v === "string" && INTEGER_TEXT.test(v)) {
         const n = Number(v);
-        return Number.isSafeInteger(n) ? ok(n) : refuse(SAFE_RANGE, v);
+        return Number.isSafeInteger(n) ? ok(n) : refuse(SAFE_RANGE, v, ROUNDED);
       }
       return refuse(expected, v);
     },
@@ -306,7 +312,11 @@ export function number(options?: SchemaOptions): Schema<number, false> {
     json: () => ({ ...docs(options), type: "number" }),
     parse: (v) => {
       if (typeof v === "number" && Number.isFinite(v)) return ok(v);
-      if (typeof v === "bigint" && BigInt(Number(v)) === v) return ok(Number(v));
+      if (typeof v === "bigint") {
+        // Beyond the doubles, Number() is Infinity, which BigInt() refuses.
+        const n = Number(v);
+        return Number.isFinite(n) && BigInt(n) === v ? ok(n) : refuse(expected, v, ROUNDED);
+      }
       if (typeof v === "string" && NUMBER_TEXT.test(v)) {
         const n = Number(v);
         if (Number.isFinite(n)) return ok(n);

@@ -23,7 +23,8 @@
 
 import { markServing } from "./_internal/serving.ts";
 import type { Environment } from "./env.ts";
-import { MAX_JSON_DEPTH } from "./_internal/framing.ts";
+import type { TaskError } from "./errors.ts";
+import { MAX_JSON_DEPTH, PRE_AUTH_MAX_JSON_DEPTH } from "./_internal/framing.ts";
 import { openFileLimit } from "./_internal/io.ts";
 import {
   type ControlAddress,
@@ -121,8 +122,10 @@ export interface BindOptions {
   maxBufferedBytes?: number;
   /**
    * Deepest nesting of arrays and objects in a frame, checked on the raw
-   * bytes before parsing; a deeper frame gets `-32600`.
-   * @default 64
+   * bytes before parsing; a deeper frame gets `-32600`. With a token
+   * required, a connection's first frame may nest at most 64 levels (or
+   * this, if lower).
+   * @default 1000, what HUD's server reads, well within the stack
    */
   maxJsonDepth?: number;
   /**
@@ -148,6 +151,13 @@ export interface BindOptions {
   onListen?: (addr: Deno.NetAddr) => void;
   /** Called with unexpected errors (never for a peer going away). */
   onError?: (error: unknown) => void;
+  /**
+   * Called with each error of task code (a template's setup or grading
+   * that threw), after the client got its error reply; `hud serve` logs
+   * them with the file and line of the environment's code.
+   * @default none
+   */
+  onTaskError?: (error: TaskError) => void;
   /**
    * Largest accepted frame in bytes; a longer line gets `-32600` and the
    * connection is closed.
@@ -294,11 +304,13 @@ function serverConfig(
       Math.max(1, Math.min(DEFAULT_MAX_PENDING_CONNECTIONS, Math.floor(maxConnections / 4))),
     maxBufferedBytes: options.maxBufferedBytes ?? 4 * maxFrameBytes,
     maxJsonDepth: options.maxJsonDepth ?? MAX_JSON_DEPTH,
+    preAuthMaxJsonDepth: PRE_AUTH_MAX_JSON_DEPTH,
     firstFrameTimeout: options.firstFrameTimeout ?? DEFAULT_FIRST_FRAME_TIMEOUT_MS,
     maxParked: options.maxParked ?? DEFAULT_MAX_PARKED,
     signal: options.signal,
     onListen: options.onListen,
     onError: options.onError ?? (() => {}),
+    onTaskError: options.onTaskError,
     warning: token === null && !isLoopback(bound.hostname)
       ? (addr) =>
         `Serving without authentication on ${addr.hostname}:${addr.port}: anyone who can reach this port can use the environment (its shells and files) as this server's user`

@@ -78,7 +78,9 @@ export class ActiveTask {
   }
 
   /**
-   * Sends the answer in and returns the normalised evaluation.
+   * Sends the answer in and returns the normalised evaluation. An absent
+   * answer (`undefined`) is sent in as `null`, as HUD's server does
+   * (`payload.get("answer")`): JSON has no `undefined`.
    * @throws {Error} when already graded or cancelled
    * @throws {TaskError} when the task throws, ends without a second
    *   `yield`, or yields something that is not a grade (a non-finite score
@@ -92,7 +94,7 @@ export class ActiveTask {
     this.#done = true;
     let step: IteratorResult<unknown, unknown>;
     try {
-      step = await this.#gen.next(this.#answerFor(answer));
+      step = await this.#gen.next(this.#answerFor(answer === undefined ? null : answer));
     } catch (err) {
       throw new TaskError(id, errorMessage(err), { cause: err });
     } finally {
@@ -130,7 +132,7 @@ export class ActiveTask {
   #answerFor(answer: unknown): unknown {
     const returns = this.#template.returns;
     if (returns === undefined) return answer;
-    const raw = typeof answer === "string" ? answer : stringifyJson(answer ?? null);
+    const raw = typeof answer === "string" ? answer : stringifyJson(answer);
     let content: unknown = answer;
     if (!returns.accepts(answer)) {
       const coerced = returns.coerce(answer);

@@ -263,34 +263,99 @@ const encoder = new TextEncoder();
 // lib does not declare it yet.
 const rawJSON = (JSON as unknown as { rawJSON(text: string): unknown }).rawJSON;
 
-/** Writes a `bigint` as its digits (a JSON number), for values parsed exactly. */
-function bigintReplacer(_key: string, value: unknown): unknown {
-  return typeof value === "bigint" ? rawJSON(value.toString()) : value;
+// Python's json module writes NaN, Infinity and -Infinity (HUD's client and
+// server do, by default); JSON has no such tokens. They are read, and
+// written, through sentinel strings that a peer cannot guess.
+const SENTINEL = `\u0000hud-${crypto.randomUUID()}:`;
+const NON_FINITE_TOKENS = ["NaN", "Infinity", "-Infinity"] as const;
+/** Each token as its sentinel string comes out of `JSON.stringify`. */
+const QUOTED_SENTINELS = NON_FINITE_TOKENS.map((t) => [JSON.stringify(SENTINEL + t), t] as const);
+
+/** How {@linkcode stringifyJson} and {@linkcode encodeFrame} write numbers. */
+export interface WriteOptions {
+  /**
+   * NaN, Infinity and -Infinity are written as Python's json module writes
+   * them (`NaN`, `Infinity`, `-Infinity`, which strict JSON lacks) rather
+   * than as `null`.
+   * @default false
+   */
+  nonFinite?: boolean;
+}
+
+/**
+ * The replacer for what a plain stringify cannot write: a `bigint` as its
+ * digits, and (with `nonFinite`) a non-finite number as a sentinel string,
+ * to be replaced by its token. `found` tells whether any was.
+ */
+function pythonNumbers(nonFinite: boolean) {
+  const state = {
+    found: false,
+    replacer(_key: string, value: unknown): unknown {
+      if (typeof value === "bigint") return rawJSON(value.toString());
+      if (nonFinite && typeof value === "number" && !Number.isFinite(value)) {
+        state.found = true;
+        return SENTINEL + String(value);
+      }
+      return value;
+    },
+  };
+  return state;
+}
+
+/** `value` written through {@linkcode pythonNumbers}. */
+function stringifyReplaced(value: unknown, nonFinite: boolean): string {
+  const numbers = pythonNumbers(nonFinite);
+  let text = JSON.stringify(value, numbers.replacer);
+  if (!numbers.found) return text;
+  for (const [quoted, token] of QUOTED_SENTINELS) text = text.replaceAll(quoted, token);
+  return text;
 }
 
 /**
  * `JSON.stringify` that also writes a `bigint` (an integer
- * {@linkcode parseLine} kept exact) as a JSON number. The common case costs
- * nothing extra: the replacer runs only after a plain stringify met a bigint.
+ * {@linkcode parseLine} kept exact) as a JSON number, and with `nonFinite`
+ * a non-finite number as Python's token. The common case costs nothing
+ * extra: the replacer runs only after a plain stringify met a bigint, or
+ * (with `nonFinite`) wrote a `null`, which is what it makes of NaN.
  */
-export function stringifyJson(value: unknown): string {
+export function stringifyJson(value: unknown, options?: WriteOptions): string {
+  const nonFinite = options?.nonFinite === true;
+  let text: string;
   try {
-    return JSON.stringify(value);
+    text = JSON.stringify(value);
   } catch (err) {
     if (!(err instanceof TypeError) || !/BigInt/i.test(err.message)) throw err;
-    return JSON.stringify(value, bigintReplacer);
+    return stringifyReplaced(value, nonFinite);
   }
+  // JSON.stringify gives undefined for undefined or a function: left as is.
+  if (nonFinite && text !== undefined && text.includes("null")) {
+    return stringifyReplaced(value, true);
+  }
+  return text;
 }
 
 /** Compact JSON plus `\n`, as bytes: one write per frame. */
-export function encodeFrame(value: unknown): Uint8Array {
-  return encoder.encode(stringifyJson(value) + "\n");
+export function encodeFrame(value: unknown, options?: WriteOptions): Uint8Array {
+  return encoder.encode(stringifyJson(value, options) + "\n");
 }
 
 const decoder = new TextDecoder("utf-8", { fatal: true });
 
-/** Default deepest nesting of arrays and objects a frame may have. */
-export const MAX_JSON_DEPTH = 64;
+/**
+ * Default deepest nesting of arrays and objects a frame may have, once a
+ * connection has authenticated: what HUD's server reads (Python's parser
+ * stops at about 990 levels), with a margin below the depth where the
+ * recursive paths here exhaust the stack (about 2,700 for a reply written
+ * with a replacer, 3,400 for a frame parsed with a reviver; bench/json_depth.ts).
+ */
+export const MAX_JSON_DEPTH = 1000;
+
+/**
+ * Deepest nesting of a connection's first frame when the server requires a
+ * token: a `hello` or `tunnel.open` nests two levels, and a stranger's frame
+ * should cost little to refuse.
+ */
+export const PRE_AUTH_MAX_JSON_DEPTH = 64;
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
@@ -350,10 +415,6 @@ function exactIntegers(_key: string, value: unknown, context?: { source?: string
   return source !== undefined && INTEGER_SOURCE.test(source) ? BigInt(source) : value;
 }
 
-// Python's json module writes NaN, Infinity and -Infinity (HUD's client
-// does, by default); JSON has no such tokens. They are read through
-// sentinel strings that a peer cannot guess.
-const SENTINEL = `\u0000hud-${crypto.randomUUID()}:`;
 const NON_FINITE = /NaN|Infinity/;
 
 /**
@@ -375,7 +436,7 @@ function quoteNonFinite(text: string): string | null {
       inString = true;
       continue;
     }
-    for (const token of ["NaN", "Infinity", "-Infinity"]) {
+    for (const token of NON_FINITE_TOKENS) {
       if (text.startsWith(token, i)) {
         out += text.slice(from, i) + JSON.stringify(SENTINEL + token);
         i += token.length - 1;

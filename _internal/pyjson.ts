@@ -48,6 +48,8 @@ export function pyJson(value: unknown): string {
   if (value === null || value === undefined) return "null";
   if (typeof value === "boolean") return value ? "true" : "false";
   if (typeof value === "number") return pyNumber(value);
+  // An integer kept exact (beyond ±(2^53−1)): a Python int, digit for digit.
+  if (typeof value === "bigint") return value.toString();
   if (typeof value === "string") return pyString(value);
   if (Array.isArray(value)) return "[" + value.map(pyJson).join(", ") + "]";
   if (typeof value === "object") {

@@ -111,11 +111,13 @@ async function helloOnce(
     // Deno.connect's own signal: an abandoned connect ends (raced, it went on, and left its
     // connection open when it got one).
     const conn = await Deno.connect({ hostname: addr.hostname, port: addr.port, signal });
-    // Integers are exact on the control channel both ways (PROTOCOL.md).
+    // Numbers on the control channel are Python's both ways: integers
+    // exact, NaN and the infinities as its tokens (PROTOCOL.md).
     caller = new JsonRpcCaller(conn, {
       maxFrameBytes: options.maxFrameBytes,
       peer: options.url,
       exactIntegers: true,
+      nonFinite: true,
     });
     const result = await caller.call("hello", params, { signal });
     return { caller, conn, result };

@@ -32,6 +32,13 @@ export interface JsonRpcCallerOptions {
    * @default false
    */
   exactIntegers?: boolean;
+  /**
+   * Read and write NaN, Infinity and -Infinity as Python's json module does
+   * (the bare tokens `NaN`, `Infinity`, `-Infinity`), as HUD's peers do,
+   * instead of failing on them in a reply and writing `null` in a request.
+   * @default false
+   */
+  nonFinite?: boolean;
 }
 
 /** Options for one {@linkcode JsonRpcCaller.call}. */
@@ -61,7 +68,8 @@ export class JsonRpcCaller {
   readonly #reader: LineReader;
   readonly #peer: string;
   readonly #maxDepth: number;
-  readonly #parse: { exactIntegers: boolean };
+  readonly #parse: { exactIntegers: boolean; nonFinite: boolean };
+  readonly #write: { nonFinite: boolean };
   #nextId: number;
   #queue: Promise<unknown> = Promise.resolve();
   #failure: Error | null = null;
@@ -72,7 +80,9 @@ export class JsonRpcCaller {
     this.#reader = new LineReader(conn, options.maxFrameBytes);
     this.#peer = options.peer ?? "the peer";
     this.#maxDepth = options.maxDepth ?? Infinity;
-    this.#parse = { exactIntegers: options.exactIntegers ?? false };
+    const nonFinite = options.nonFinite ?? false;
+    this.#parse = { exactIntegers: options.exactIntegers ?? false, nonFinite };
+    this.#write = { nonFinite };
     this.#nextId = options.firstId ?? 1;
   }
 
@@ -167,7 +177,7 @@ export class JsonRpcCaller {
     method: string,
     params: Record<string, unknown>,
   ): Promise<Record<string, unknown>> {
-    await writeAll(this.#conn, encodeFrame({ jsonrpc: "2.0", id, method, params }));
+    await writeAll(this.#conn, encodeFrame({ jsonrpc: "2.0", id, method, params }, this.#write));
     let frame;
     try {
       frame = await this.#reader.read();
@@ -228,5 +238,6 @@ export function replyResult(reply: unknown, id: number, method: string): Record<
 
 function errorReply(error: Record<string, unknown>, prefix: string): HudProtocolError {
   const code = typeof error.code === "number" && Number.isInteger(error.code) ? error.code : -32000;
-  return new HudProtocolError(code, prefix + String(error.message ?? "unknown error"));
+  const message = prefix + String(error.message ?? "unknown error");
+  return new HudProtocolError(code, message, error.data === undefined ? {} : { data: error.data });
 }

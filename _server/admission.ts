@@ -4,6 +4,7 @@
 import { ErrorCode } from "../errors.ts";
 import { SERVE_TOKEN_VAR, TokenVerifier } from "../_internal/auth.ts";
 import { isRecord } from "../_internal/util.ts";
+import { LOOP_LAG, type LoopLag } from "../_internal/loop_lag.ts";
 import { errorReply, type Reply } from "./dispatcher.ts";
 
 /** What an authenticating server tells a connection it turns away. */
@@ -47,20 +48,33 @@ export class Gate {
 
 /**
  * First-frame deadlines of many connections under one timer: every
- * connection gets the same time, so insertion order is deadline order and
- * one sweep answers the expired ones, rather than one timer and one race per
- * connection.
+ * connection gets the same time, so insertion order is (nearly) deadline
+ * order and one sweep answers the expired ones, rather than one timer and
+ * one race per connection.
+ *
+ * A deadline measures the peer's silence, not this process's queue: the
+ * time the event loop ran late meanwhile (see {@linkcode LoopLag}) does not
+ * count, so that a server busy with a thousand rollouts of its own process
+ * does not turn away clients whose first frame is waiting unread in its
+ * socket buffers.
  */
 export class FirstFrameDeadlines<K> {
   readonly #ms: number;
   readonly #onExpire: (key: K) => void;
-  readonly #deadlines = new Map<K, number>();
+  readonly #lag: LoopLag;
+  /** Each connection's start: when (ms, performance.now()) and the loop's lateness then. */
+  readonly #deadlines = new Map<K, { at: number; late: number }>();
   #timer: ReturnType<typeof setTimeout> | undefined;
+  #watching: Disposable | null = null;
 
-  /** `onExpire` runs for each connection whose `ms` passed before its first frame. */
-  constructor(ms: number, onExpire: (key: K) => void) {
+  /**
+   * `onExpire` runs for each connection whose `ms` passed before its first
+   * frame, not counting the time `lag` says the loop was late.
+   */
+  constructor(ms: number, onExpire: (key: K) => void, lag: LoopLag = LOOP_LAG) {
     this.#ms = ms;
     this.#onExpire = onExpire;
+    this.#lag = lag;
   }
 
   /** The time a connection has, in ms. */
@@ -75,7 +89,8 @@ export class FirstFrameDeadlines<K> {
 
   /** Starts the deadline of a new connection. */
   start(key: K): void {
-    this.#deadlines.set(key, Date.now() + this.#ms);
+    this.#watching ??= this.#lag.watch();
+    this.#deadlines.set(key, { at: performance.now(), late: this.#lag.late });
     if (this.#timer === undefined) this.#arm(this.#ms);
   }
 
@@ -85,31 +100,39 @@ export class FirstFrameDeadlines<K> {
    */
   arrived(key: K): boolean {
     if (!this.#deadlines.delete(key)) return false;
-    if (this.#deadlines.size === 0) {
-      clearTimeout(this.#timer);
-      this.#timer = undefined;
-    }
+    if (this.#deadlines.size === 0) this.#idle();
     return true;
   }
 
   /**
    * Ends the deadline of the connection that has waited longest, if it has
-   * waited at least `minWait` ms, and returns it.
+   * waited at least `minWait` ms (its peer's silence), and returns it.
    */
   takeOldest(minWait = 0): K | undefined {
     const first = this.#deadlines.entries().next();
     if (first.done) return undefined;
-    const [oldest, deadline] = first.value;
-    if (Date.now() - (deadline - this.#ms) < minWait) return undefined;
+    const [oldest, start] = first.value;
+    if (this.#waited(start) < minWait) return undefined;
     this.arrived(oldest);
     return oldest;
   }
 
   /** Forgets every deadline and stops the timer. */
   clear(): void {
+    this.#deadlines.clear();
+    this.#idle();
+  }
+
+  /** How long a connection started at `start` has waited, less the loop's lateness since. */
+  #waited(start: { at: number; late: number }): number {
+    return performance.now() - start.at - (this.#lag.late - start.late);
+  }
+
+  #idle(): void {
     clearTimeout(this.#timer);
     this.#timer = undefined;
-    this.#deadlines.clear();
+    this.#watching?.[Symbol.dispose]();
+    this.#watching = null;
   }
 
   #arm(ms: number): void {
@@ -118,14 +141,15 @@ export class FirstFrameDeadlines<K> {
 
   #sweep(): void {
     this.#timer = undefined;
-    const now = Date.now();
-    for (const [key, deadline] of this.#deadlines) {
-      if (deadline > now) {
-        this.#arm(deadline - now);
+    for (const [key, start] of this.#deadlines) {
+      const left = this.#ms - this.#waited(start);
+      if (left > 0) {
+        this.#arm(left);
         return;
       }
       this.#deadlines.delete(key);
       this.#onExpire(key);
     }
+    this.#idle();
   }
 }

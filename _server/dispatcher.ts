@@ -5,14 +5,47 @@
 
 import type { Capability } from "../capability.ts";
 import type { Environment } from "../env.ts";
-import { ErrorCode, HudProtocolError } from "../errors.ts";
+import { ErrorCode, HudProtocolError, TaskError } from "../errors.ts";
 import { errorMessage, isRecord } from "../_internal/util.ts";
+import { codeStack } from "../_internal/stack.ts";
+import { redactSecrets } from "../_internal/redact.ts";
 import { type Session, SessionRegistry, type SessionRegistryOptions } from "./sessions.ts";
 
 /** The `error` member of an error reply. */
 export interface WireError {
   code: number;
   message: string;
+  /** For task code that threw: where (see {@linkcode taskErrorData}). */
+  data?: TaskErrorData;
+}
+
+/**
+ * What an error reply says of task code that threw, beside its message (a
+ * member JSON-RPC allows, which HUD's Python client ignores): the first
+ * frame in the environment's own code, its stack of such frames (secrets
+ * redacted), and the failure class the code named, if it named one.
+ */
+export interface TaskErrorData {
+  /** `/path/env.ts:12:7`. */
+  at?: string;
+  /** The error's first line and the environment's frames. */
+  stack?: string;
+  /** A failure class the thrown error carried (`errorClass`), such as `verifier_timeout`. */
+  class?: string;
+}
+
+/** What a reply carries of `err`, task code that threw; `undefined` when it knows nothing. */
+export function taskErrorData(err: TaskError): TaskErrorData | undefined {
+  const cause = err.cause;
+  const data: TaskErrorData = {};
+  const where = codeStack(cause);
+  if (where !== null) {
+    data.at = where.at;
+    data.stack = where.stack;
+  }
+  const named = (cause as { errorClass?: unknown } | null)?.errorClass;
+  if (typeof named === "string" && /^[a-z_]{1,40}$/.test(named)) data.class = named;
+  return Object.keys(data).length === 0 ? undefined : data;
 }
 
 /** A reply frame, ready to encode. */
@@ -29,17 +62,29 @@ export function errorReply(id: unknown, code: number, message: string): Reply {
  * The one place where a thrown error becomes a wire error. The server's own
  * refusals are {@linkcode HudProtocolError}s and keep their code; anything
  * else (refused arguments, task code that threw, a broken grading contract:
- * the environment's plain and named errors) is `-32000` with its message.
+ * the environment's plain and named errors) is `-32000` with its message;
+ * task code's message with secrets redacted, and where it threw as `data`.
  */
 export function toWireError(err: unknown): WireError {
   if (err instanceof HudProtocolError) return { code: err.code, message: err.message };
-  return { code: ErrorCode.SERVER_ERROR, message: errorMessage(err) };
+  if (!(err instanceof TaskError)) {
+    return { code: ErrorCode.SERVER_ERROR, message: errorMessage(err) };
+  }
+  // Task code's message may quote what it read (a config, a key): redacted, as its stack is.
+  const data = taskErrorData(err);
+  return {
+    code: ErrorCode.SERVER_ERROR,
+    message: redactSecrets(err.message),
+    ...(data ? { data } : {}),
+  };
 }
 
 /** Options of a {@linkcode ControlDispatcher}. */
 export interface ControlDispatcherOptions extends SessionRegistryOptions {
   /** The url a capability is published under in the manifest. @default its own url */
   urlOf?: (capability: Capability) => string;
+  /** Called with each error of task code (a template that threw), after its reply is made. */
+  onTaskError?: (error: TaskError) => void;
 }
 
 /** What a method sees: the environment, the registry, its channel's session. */
@@ -47,6 +92,7 @@ interface Context {
   readonly env: Environment;
   readonly sessions: SessionRegistry;
   readonly urlOf: ((capability: Capability) => string) | undefined;
+  readonly onTaskError: ((error: TaskError) => void) | undefined;
   session: Session;
   ended: boolean;
 }
@@ -70,10 +116,28 @@ function showMethod(method: unknown): string {
   return typeof method === "object" && method !== null ? JSON.stringify(method) : String(method);
 }
 
+/**
+ * A method: `params` as the request has them (absent is `undefined`); a
+ * method that reads them takes them through {@linkcode readParams}.
+ */
 type Method = (
   c: Context,
-  params: Record<string, unknown>,
+  params: unknown,
 ) => Record<string, unknown> | Promise<Record<string, unknown>>;
+
+/**
+ * `params` as an object: what Python reads as false is `{}`, as on HUD's
+ * server; another non-object is `-32602` (HUD's server fails on it when it
+ * reads a member, with `-32000` and Python's `AttributeError`).
+ * @throws {HudProtocolError} `-32602 params must be an object`
+ */
+function readParams(params: unknown): Record<string, unknown> {
+  const value = pyFalsy(params) ? {} : params;
+  if (!isRecord(value)) {
+    throw new HudProtocolError(ErrorCode.INVALID_PARAMS, "params must be an object");
+  }
+  return value;
+}
 
 function manifest(c: Context): Record<string, unknown> {
   return {
@@ -94,10 +158,14 @@ async function cancelHeld(c: Context): Promise<void> {
   await c.sessions.take(c.session)?.cancel();
 }
 
-/** The method table of a control session (PROTOCOL.md, "Control-session methods"). */
+/**
+ * The method table of a control session (PROTOCOL.md, "Control-session
+ * methods"). `tasks.list`, `tasks.cancel` and `bye` never read their params,
+ * as on HUD's server, so no params can make them fail.
+ */
 const METHODS: ReadonlyMap<string, Method> = new Map<string, Method>([
-  ["hello", (c, params) => {
-    const wanted = params.session_id;
+  ["hello", (c, raw) => {
+    const wanted = readParams(raw).session_id;
     if (wanted === undefined || wanted === null || wanted === c.session.id) return manifest(c);
     if (typeof wanted !== "string") {
       throw new HudProtocolError(ErrorCode.INVALID_PARAMS, "session_id must be a string");
@@ -106,7 +174,8 @@ const METHODS: ReadonlyMap<string, Method> = new Map<string, Method>([
     return manifest(c);
   }],
   ["tasks.list", (c) => ({ tasks: c.env.listTasks() })],
-  ["tasks.start", async (c, params) => {
+  ["tasks.start", async (c, raw) => {
+    const params = readParams(raw);
     const id = params.id;
     if (typeof id !== "string") {
       throw new HudProtocolError(ErrorCode.INVALID_PARAMS, "id must be a string");
@@ -126,10 +195,19 @@ const METHODS: ReadonlyMap<string, Method> = new Map<string, Method>([
     await c.sessions.hold(c.session, task);
     return task.prompt;
   }],
-  ["tasks.grade", async (c, params) => {
+  ["tasks.grade", async (c, raw) => {
     // No task of its own: the lone parked one (HUD's "start here, grade
     // from another process" flow), with or without authentication.
     const task = c.sessions.take(c.session) ?? c.sessions.adopt();
+    let params: Record<string, unknown>;
+    try {
+      params = readParams(raw);
+    } catch (err) {
+      // A grade consumes the task whatever the outcome, as on HUD's server
+      // (which reads the answer inside the grade that cancels the task).
+      await task.cancel();
+      throw err;
+    }
     return await task.grade(params.answer);
   }],
   ["tasks.cancel", async (c) => {
@@ -151,11 +229,13 @@ export class ControlDispatcher {
   readonly #env: Environment;
   readonly #sessions: SessionRegistry;
   readonly #urlOf: ((capability: Capability) => string) | undefined;
+  readonly #onTaskError: ((error: TaskError) => void) | undefined;
 
   constructor(env: Environment, options: ControlDispatcherOptions) {
     this.#env = env;
     this.#sessions = new SessionRegistry(options);
     this.#urlOf = options.urlOf;
+    this.#onTaskError = options.onTaskError;
   }
 
   /** The session registry (counts, shutdown). */
@@ -169,6 +249,7 @@ export class ControlDispatcher {
       env: this.#env,
       sessions: this.#sessions,
       urlOf: this.#urlOf,
+      onTaskError: this.#onTaskError,
       session: this.#sessions.open(),
       ended: false,
     });
@@ -208,8 +289,17 @@ export class ControlChannel {
       reply = { jsonrpc: "2.0", id, result: await this.#run(request) };
     } catch (err) {
       reply = { jsonrpc: "2.0", id, error: toWireError(err) };
+      if (err instanceof TaskError) this.#reportTaskError(err);
     }
     return id === null ? null : reply;
+  }
+
+  #reportTaskError(err: TaskError): void {
+    try {
+      this.#c.onTaskError?.(err);
+    } catch {
+      // A reporter that throws must not take the reply with it.
+    }
   }
 
   /** The connection is gone: park the session's task, or forget the session. */
@@ -221,7 +311,6 @@ export class ControlChannel {
     request: Record<string, unknown>,
   ): Record<string, unknown> | Promise<Record<string, unknown>> {
     const method = request.method ?? "";
-    const params = pyFalsy(request.params) ? {} : request.params;
     const run = typeof method === "string" ? METHODS.get(method) : undefined;
     if (run === undefined) {
       throw new HudProtocolError(
@@ -229,9 +318,6 @@ export class ControlChannel {
         `method not found: ${showMethod(method)}`,
       );
     }
-    if (!isRecord(params)) {
-      throw new HudProtocolError(ErrorCode.INVALID_PARAMS, "params must be an object");
-    }
-    return run(this.#c, params);
+    return run(this.#c, request.params);
   }
 }

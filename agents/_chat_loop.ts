@@ -15,10 +15,12 @@ import {
   type ChatMessage,
   isRetryable,
   type ModelBackend,
+  modelCause,
   ModelHttpError,
   type ModelReply,
   type ModelRequest,
   ModelUnavailableError,
+  publicUrl,
   type RetryOptions,
   type SamplingOptions,
   type TokenUsage,
@@ -211,12 +213,18 @@ export class ChatLoop {
       using deadline = new Deadline(this.#config.callTimeout, this.#context.signal, "model call");
       try {
         reply = await withRetries(
-          () => this.#attempt(tally, deadline.signal),
+          (_, signal) => this.#attempt(tally, signal),
           deadline.signal,
           this.#retryOptions(tally.retries),
         );
       } catch (err) {
-        throw unavailable(err, deadline.signal, tally.attempts);
+        throw modelFailure(err, {
+          url: this.#backend.url,
+          attempts: tally.attempts,
+          elapsed: performance.now() - started,
+          callTimeout: this.#config.callTimeout,
+          agentStopped: this.#context.signal.aborted,
+        });
       }
     }
     return { reply, ...tally, latency: performance.now() - started };
@@ -384,19 +392,48 @@ function modelStepInfo(
   return info;
 }
 
+/** How a model call that failed went, for its error. */
+interface CallFailure {
+  /** The endpoint, when the backend says. */
+  readonly url: string | undefined;
+  /** Tries made. */
+  readonly attempts: number;
+  /** Milliseconds since the first try. */
+  readonly elapsed: number;
+  readonly callTimeout: number;
+  /** Whether the agent itself was stopped (its deadline, the rollout's). */
+  readonly agentStopped: boolean;
+}
+
 /**
- * What a call that failed past its retries throws: a server still
- * unreachable is unavailable (a rollout that fails so is an infrastructure
- * failure, not the agent's); anything else is thrown as it is.
+ * What a call that failed past its retries throws. A server that did not
+ * answer (refused, reset, 408, 429, 5xx, no reply within `callTimeout`) is
+ * a {@linkcode ModelUnavailableError} naming the endpoint (without
+ * credentials), the tries, the time and the last cause: a rollout that
+ * fails so is the infrastructure's failure, not the agent's. The agent
+ * stopped from outside, a context overflow, and the errors that will
+ * repeat (`model_error`: a bad status, an unreadable reply) are thrown as
+ * they are; each names the endpoint itself.
  */
-function unavailable(err: unknown, signal: AbortSignal, attempts: number): unknown {
-  if (signal.aborted || !isRetryable(err) || err instanceof ModelHttpError) return err;
-  return new ModelUnavailableError(
-    `ChatAgent stopped: the model server is unavailable after ${attempts} attempts: ${
-      errorMessage(err)
-    }`,
-    { cause: err },
-  );
+function modelFailure(err: unknown, how: CallFailure): unknown {
+  if (how.agentStopped) return err;
+  const where = how.url === undefined ? "the model server" : `model server ${publicUrl(how.url)}`;
+  const after = `after ${how.attempts} attempt${how.attempts === 1 ? "" : "s"} in ${
+    (how.elapsed / 1000).toFixed(1)
+  } s`;
+  if (
+    err instanceof DOMException && err.name === "TimeoutError" &&
+    err.message.startsWith("model call timed out")
+  ) {
+    return new ModelUnavailableError(
+      `${where} did not answer within ${how.callTimeout} ms (callTimeout), ${after}`,
+      { cause: err },
+    );
+  }
+  if (!isRetryable(err)) return err;
+  return new ModelUnavailableError(`${where} unavailable ${after}: ${modelCause(err)}`, {
+    cause: err,
+  });
 }
 
 /** Runs one tool call; a bad call or a failing tool is an error result for the model. */

@@ -11,8 +11,8 @@ import {
   maxResponseBytes,
   type ModelBackend,
   type ModelReply,
+  ModelReplyError,
   type ModelRequest,
-  ModelStreamError,
   replyJson,
   type ToolCall,
 } from "./model.ts";
@@ -34,7 +34,7 @@ export interface AnthropicBackendOptions {
    */
   apiKey?: string;
   /**
-   * Past this many bytes a reply is cut off with a {@linkcode ModelStreamError}.
+   * Past this many bytes a reply is cut off with a `ModelStreamError`.
    * @default 64 MiB
    */
   maxResponseBytes?: number;
@@ -182,10 +182,15 @@ export class AnthropicBackend implements ModelBackend {
     };
   }
 
+  /** The endpoint's url. */
+  get url(): string {
+    return this.#url;
+  }
+
   /**
    * Sends one Messages request.
    * @throws {ModelHttpError} for an HTTP error status
-   * @throws {ModelStreamError} for a reply that cannot be read
+   * @throws {ModelReplyError} for a reply that cannot be read
    */
   async complete(request: ModelRequest, signal: AbortSignal): Promise<ModelReply> {
     const response = await fetch(this.#url, {
@@ -197,7 +202,7 @@ export class AnthropicBackend implements ModelBackend {
     if (!response.ok) throw await httpError(response, "Messages request");
     const body = await replyJson(response, this.#maxResponse, "messages reply");
     if (!isRecord(body) || !Array.isArray(body.content)) {
-      throw new ModelStreamError("Cannot read messages reply: it has no content");
+      throw new ModelReplyError("Cannot read messages reply: it has no content");
     }
     let content = "";
     const toolCalls: ToolCall[] = [];

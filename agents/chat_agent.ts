@@ -21,7 +21,13 @@ import type { Agent, AgentContext, AgentInfo } from "../eval/agent.ts";
 import type { Run } from "../eval/run.ts";
 import type { AdaptiveConcurrency } from "../eval/concurrency.ts";
 import type { PricingTable } from "../eval/usage.ts";
-import type { ModelBackend, RetryOptions, SamplingOptions, ToolChoice } from "./model.ts";
+import {
+  type ModelBackend,
+  publicUrl,
+  type RetryOptions,
+  type SamplingOptions,
+  type ToolChoice,
+} from "./model.ts";
 import { OpenAiBackend } from "./openai.ts";
 import { AnthropicBackend } from "./anthropic.ts";
 import type { AgentTool, ShellToolsOptions } from "./tools.ts";
@@ -131,20 +137,6 @@ const DEFAULT_SYSTEM =
   "When you are done, call submit with your answer.";
 
 const DEFAULT_OUTPUT_LIMIT = 16_000;
-
-/** `url` without user, password, query or fragment: safe to record. */
-function publicUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    u.username = "";
-    u.password = "";
-    u.search = "";
-    u.hash = "";
-    return u.href;
-  } catch {
-    return "";
-  }
-}
 
 /**
  * Checks `options` and resolves every default, once.
@@ -259,7 +251,7 @@ export class ChatAgent implements Agent {
     const o = this.#options;
     const s = o.sampling ?? {};
     const settings: Record<string, unknown> = { api: this.#backend.format };
-    const url = (this.#backend as { url?: unknown }).url;
+    const url = this.#backend.url;
     if (typeof url === "string") settings.url = publicUrl(url);
     settings.max_steps = this.#config.maxSteps;
     const optional: [string, unknown][] = [

@@ -31,7 +31,8 @@
  *   is the answer. Output over `maxOutputBytes` (16 MiB) stops the agent,
  *   and the run errors with `answer exceeds N bytes`, ungraded.
  * - keeps the last 64 KiB of its **stderr** for the trace.
- * - a **non-zero exit** (or death by a signal) is recorded as an agent
+ * - a **non-zero exit** (or death by a signal other than a SIGKILL from
+ *   outside, which is not the agent's doing: not graded) is recorded as an agent
  *   error; the stdout it wrote is still graded. A command that cannot
  *   start (not found, not executable: exit 126 or 127) is an error of its
  *   own, {@linkcode NotGradedError}: nothing is graded.
@@ -454,14 +455,36 @@ async function readEnvFile(file: string): Promise<Record<string, string>> {
 }
 
 /**
+ * The agent's process was killed from outside (SIGKILL that this agent did
+ * not send: the machine's memory limit, an operator): not the agent's
+ * doing, so the rollout is not graded (class `infrastructure_lost`, which a
+ * job retries).
+ */
+class AgentKilledError extends Error {
+  /** How a rollout that failed with it is classed. */
+  readonly errorClass: string = "infrastructure_lost";
+  constructor(message: string) {
+    super(message);
+    this.name = "AgentKilledError";
+  }
+}
+
+/**
  * Throws for a command that did not succeed: one that could not start (126,
- * 127) is not graded; any other failure is the agent's error.
+ * 127) is not graded, nor one killed from outside (SIGKILL it was not sent
+ * by this agent: its own stops come only with the rollout's abort, which
+ * ends the rollout first); any other failure is the agent's error.
  */
 function checkExit(record: CommandAgentRecord): void {
   const tail = record.stderr.trim().split("\n").slice(-3).join(" | ");
   const detail = tail ? `: ${tail}` : "";
   if (record.code === 126 || record.code === 127) {
     throw new NotGradedError(`Agent command could not start (exit code ${record.code})${detail}`);
+  }
+  if (record.signal === "SIGKILL") {
+    throw new AgentKilledError(
+      `Agent command was killed (SIGKILL) from outside, not by its deadline: the machine's memory limit or another process${detail}`,
+    );
   }
   if (!succeeded(record)) {
     const how = record.signal !== null ? `signal ${record.signal}` : `code ${record.code}`;

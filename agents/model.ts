@@ -8,7 +8,7 @@
 
 import type { JsonSchema } from "../schema.ts";
 import type { TurnTokens } from "../eval/tokens.ts";
-import { delay } from "../_internal/async.ts";
+import { Deadline, delay } from "../_internal/async.ts";
 import { BodyTooLargeError, cappedBody, headText, readCapped } from "../_internal/body.ts";
 
 /** A tool call the model asked for. */
@@ -115,23 +115,45 @@ export interface ModelBackend {
   /** The model's name. */
   readonly model: string;
   /**
+   * The endpoint's url, which a failed call names (without credentials or
+   * query, see {@linkcode publicUrl}).
+   * @default unknown: failures name no url
+   */
+  readonly url?: string;
+  /**
    * Sends one request.
    * @throws {ModelHttpError} for an HTTP error status
-   * @throws {ModelStreamError} for a reply cut short or unreadable
+   * @throws {ModelStreamError} for a reply cut short
+   * @throws {ModelReplyError} for a reply that is not what the API sends
    */
   complete(request: ModelRequest, signal: AbortSignal): Promise<ModelReply>;
+}
+
+/** `url` without user, password, query or fragment: safe to record and print. */
+export function publicUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    u.username = "";
+    u.password = "";
+    u.search = "";
+    u.hash = "";
+    return u.href;
+  } catch {
+    return "";
+  }
 }
 
 /** An HTTP error status from a model API. */
 export class ModelHttpError extends Error {
   /**
    * How a rollout that failed with it is classed: `context_overflow` for a
-   * prompt over the window, `model_unavailable` for 408, 429 and 5xx,
-   * `undefined` (the agent's own error) for other statuses.
+   * prompt over the window, `model_unavailable` for 408, 429 and 5xx (a
+   * server that may answer later), `model_error` for other statuses (a bad
+   * key, an unknown model, a request it refuses: it will say the same again).
    */
-  get errorClass(): string | undefined {
+  get errorClass(): string {
     if (this.contextOverflow) return "context_overflow";
-    return isRetryable(this) ? "model_unavailable" : undefined;
+    return isRetryable(this) ? "model_unavailable" : "model_error";
   }
 
   /** The HTTP status. */
@@ -155,7 +177,22 @@ export class ModelHttpError extends Error {
   }
 }
 
-/** A reply that was cut short or could not be read. */
+/**
+ * A reply that is not what the API sends (not JSON, no choices, no
+ * content): the server answered, so trying again would get the same. A
+ * rollout that fails with it is classed `model_error`.
+ */
+export class ModelReplyError extends Error {
+  /** How a rollout that failed with it is classed. */
+  readonly errorClass: string = "model_error";
+  /** Makes the error. */
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "ModelReplyError";
+  }
+}
+
+/** A reply that was cut short (a stream that broke or ended early, a body over its ceiling). */
 export class ModelStreamError extends Error {
   /** How a rollout that failed with it is classed. */
   readonly errorClass: string = "model_unavailable";
@@ -167,9 +204,10 @@ export class ModelStreamError extends Error {
 }
 
 /**
- * The model server could not be reached or kept failing after the call's
- * own retries (`cause` is the last error): a rollout that fails with it
- * is classed `model_unavailable`, which {@linkcode Taskset.run} retries.
+ * The model server could not be reached, did not answer in time, or kept
+ * failing after the call's own retries; the message names its url and the
+ * last cause (`cause` is the last error). A rollout that fails with it is
+ * classed `model_unavailable`, which {@linkcode Taskset.run} retries.
  */
 export class ModelUnavailableError extends Error {
   /** How a rollout that failed with it is classed. */
@@ -209,7 +247,8 @@ export function cappedReply(
 
 /**
  * A reply's JSON body, read with {@linkcode cappedReply}'s ceiling.
- * @throws {ModelStreamError} for a body over `limit` bytes, or not JSON
+ * @throws {ModelStreamError} for a body over `limit` bytes
+ * @throws {ModelReplyError} for a body that is not JSON
  */
 export async function replyJson(response: Response, limit: number, what: string): Promise<unknown> {
   let bytes: Uint8Array;
@@ -221,7 +260,7 @@ export async function replyJson(response: Response, limit: number, what: string)
   try {
     return JSON.parse(new TextDecoder().decode(bytes));
   } catch (err) {
-    throw new ModelStreamError(`Cannot read ${what}: the body is not JSON`, { cause: err });
+    throw new ModelReplyError(`Cannot read ${what}: the body is not JSON`, { cause: err });
   }
 }
 
@@ -242,7 +281,10 @@ export function maxResponseBytes(value: number | undefined, backend: string): nu
 const OVERFLOW =
   /context[_ ]length|context window|maximum context|too many tokens|prompt is too long|exceeds the context/i;
 
-/** Reads an HTTP error reply into a {@linkcode ModelHttpError}. */
+/**
+ * Reads an HTTP error reply into a {@linkcode ModelHttpError}, whose
+ * message names the endpoint (without credentials) and what it said.
+ */
 export async function httpError(response: Response, what: string): Promise<ModelHttpError> {
   // Only the head: an error body is a message, however much the server sends.
   const text = await headText(response.body, MAX_ERROR_BYTES);
@@ -258,8 +300,11 @@ export async function httpError(response: Response, what: string): Promise<Model
   } catch {
     // Not JSON: keep the text.
   }
+  const url = publicUrl(response.url);
   return new ModelHttpError(
-    `${what} failed: HTTP ${response.status}${message ? `: ${message}` : ""}`,
+    `${what}${url ? ` at ${url}` : ""} failed: HTTP ${response.status}${
+      message ? `: ${message}` : ""
+    }`,
     response.status,
     {
       retryAfter: parseRetryAfter(response.headers.get("retry-after")),
@@ -279,21 +324,55 @@ export function parseRetryAfter(value: string | null): number | null {
   return Number.isNaN(date) ? null : Math.max(0, (date - Date.now()) / 1000);
 }
 
-/** Whether an error is worth another try: 408, 429, 5xx, a broken connection or stream. */
+/**
+ * Whether an error is worth another try: 408, 429, 5xx, a refused or
+ * broken connection, a stream cut short, a try past its `attemptTimeout`.
+ */
 export function isRetryable(err: unknown): boolean {
   if (err instanceof ModelHttpError) {
     return err.status === 408 || err.status === 429 || err.status >= 500;
   }
   if (err instanceof ModelStreamError) return true;
+  if (err instanceof DOMException && err.name === "TimeoutError") return true;
   // fetch() rejects with a TypeError when the connection fails.
   return err instanceof TypeError || err instanceof Deno.errors.ConnectionRefused ||
     err instanceof Deno.errors.ConnectionReset;
+}
+
+/**
+ * What went wrong with a model call, in a few words: an HTTP status and
+ * the server's message, a connection error as the operating system said it
+ * (`Connection refused (os error 111)`, `connection closed before message
+ * completed`), a timeout, or the error's message.
+ */
+export function modelCause(err: unknown): string {
+  if (err instanceof ModelHttpError) return err.message.replace(/^.*? failed: /, "");
+  let deepest: unknown = err;
+  for (
+    let depth = 0;
+    deepest instanceof Error && deepest.cause !== undefined && depth < 8;
+    depth++
+  ) {
+    deepest = deepest.cause;
+  }
+  const text = deepest instanceof Error ? deepest.message : String(deepest);
+  // fetch's causes: "error sending request for url (URL): client error (Connect): tcp connect error: ..."
+  const client = /client error \([^)]*\): (.*)$/s.exec(text);
+  const cause = client ? client[1] : text;
+  // Never a url: it may carry credentials; the caller names the endpoint itself.
+  return cause.replace(/\b[a-z][a-z0-9+.-]*:\/\/\S+/gi, "<url>").split("\n")[0];
 }
 
 /** Options for {@linkcode withRetries}. */
 export interface RetryOptions {
   /** Tries after the first. @default 4 */
   maxRetries?: number;
+  /**
+   * The longest one try may take, in ms: a server that hangs is given up
+   * on and tried again (within the call's own timeout).
+   * @default no limit beyond the call's
+   */
+  attemptTimeout?: number;
   /** The first backoff, in ms; it doubles each try. @default 500 */
   baseDelay?: number;
   /** The longest wait, in ms, including `Retry-After`. @default 30_000 */
@@ -307,10 +386,11 @@ export interface RetryOptions {
 /**
  * Runs `fn` until it succeeds, retrying what {@linkcode isRetryable} allows
  * with exponential backoff (and `Retry-After` when the server sends one).
+ * Each try gets a signal that also aborts at `attemptTimeout`.
  * @throws the last error, or the abort reason
  */
 export async function withRetries<T>(
-  fn: (attempt: number) => Promise<T>,
+  fn: (attempt: number, signal: AbortSignal) => Promise<T>,
   signal: AbortSignal,
   options: RetryOptions = {},
 ): Promise<T> {
@@ -320,7 +400,8 @@ export async function withRetries<T>(
   for (let attempt = 0;; attempt++) {
     signal.throwIfAborted();
     try {
-      return await fn(attempt);
+      using tryDeadline = new Deadline(options.attemptTimeout, signal, "model call attempt");
+      return await fn(attempt, tryDeadline.signal);
     } catch (err) {
       if (signal.aborted) throw signal.reason;
       if (attempt >= maxRetries || !isRetryable(err)) throw err;

@@ -15,6 +15,7 @@ import {
   type ModelBackend,
   ModelHttpError,
   type ModelReply,
+  ModelReplyError,
   type ModelRequest,
   ModelStreamError,
   replyJson,
@@ -266,7 +267,7 @@ export class OpenAiBackend implements ModelBackend {
 function readCompletion(body: unknown): ModelReply {
   const choice = isRecord(body) && Array.isArray(body.choices) ? body.choices[0] : undefined;
   if (!isRecord(choice) || !isRecord(choice.message)) {
-    throw new ModelStreamError("Cannot read chat completion: it has no choices[0].message");
+    throw new ModelReplyError("Cannot read chat completion: it has no choices[0].message");
   }
   const m = choice.message;
   const toolCalls: ToolCall[] = [];

@@ -211,3 +211,35 @@ Deno.bench({
     encodeFrame(BIG_REPLY);
   },
 });
+
+// Issue 42: the server writes NaN and the infinities back as Python's
+// tokens. A reply is stringified plainly; only one whose text holds a
+// `null` (what JSON.stringify makes of NaN) is written again with the
+// replacer.
+const SERVER_WRITE = { nonFinite: true };
+const NULL_REPLY = { jsonrpc: "2.0", id: 12345, result: { score: 1, content: null } };
+const NAN_REPLY = { jsonrpc: "2.0", id: 12345, result: { score: 1, content: [NaN, -Infinity] } };
+
+Deno.bench({
+  name: "encode a reply as the server does (nonFinite), no null in it",
+  group: "encode",
+  fn() {
+    encodeFrame(REPLY, SERVER_WRITE);
+  },
+});
+
+Deno.bench({
+  name: "encode a reply as the server does (nonFinite), a null in it: the replacer",
+  group: "encode",
+  fn() {
+    encodeFrame(NULL_REPLY, SERVER_WRITE);
+  },
+});
+
+Deno.bench({
+  name: "encode a reply as the server does (nonFinite), NaN in it: the replacer, tokens",
+  group: "encode",
+  fn() {
+    encodeFrame(NAN_REPLY, SERVER_WRITE);
+  },
+});

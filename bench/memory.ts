@@ -5,7 +5,15 @@
 // after N connections are opened, the child runs two full GCs and reports
 // Deno.memoryUsage() and /proc/self/smaps_rollup (bench/_mem.ts).
 //
-//   deno run -A bench/memory.ts [--n=10000] [--only=serve,echo,...] [--idle=S]
+// The `cli` rows are the command line as a user types it, `deno run -A
+// cli.ts serve bench/_bench_env.ts`, with no extra flag (so no forced GC and
+// no breakdown): its resident set is read from /proc/<pid>/status once it
+// stops moving, beside the same command with the flag written out
+// (`cli-semi1`) and with V8's defaults kept by a bare `--v8-flags`
+// (`cli-defaults`, what the plain command gave before it applied the flag
+// itself).
+//
+//   deno run -A bench/memory.ts [--n=10000] [--only=cli,cli-semi1,serve,echo,...] [--idle=S]
 //
 // `--idle=S` waits S seconds with every connection held before measuring.
 //
@@ -21,13 +29,17 @@ const N = Number(Deno.args.find((a) => a.startsWith("--n="))?.slice(4) ?? 10_000
 const ONLY = Deno.args.find((a) => a.startsWith("--only="))?.slice(7).split(",");
 const IDLE_S = Number(Deno.args.find((a) => a.startsWith("--idle="))?.slice(7) ?? 0);
 const BENCH_DIR = new URL(".", import.meta.url).pathname;
+const CLI = new URL("../cli.ts", import.meta.url).pathname;
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 const TOKEN = generateToken();
 
 interface Kind {
   name: string;
-  script: string;
+  /** A script of bench/, run with --expose-gc and probed (forced GCs, the breakdown). */
+  script?: string;
+  /** Instead: `cli.ts serve bench/_bench_env.ts`, these flags of deno's before it, measured from outside. */
+  cli?: string[];
   args: string[];
   lines: Uint8Array[];
   /** V8 flags besides --expose-gc. */
@@ -35,7 +47,14 @@ interface Kind {
 }
 
 const line = (v: unknown) => encoder.encode(JSON.stringify(v) + "\n");
+const SESSION = [
+  line({ jsonrpc: "2.0", id: 0, method: "hello", params: { token: TOKEN } }),
+  line({ jsonrpc: "2.0", id: 1, method: "tasks.start", params: { id: "t" } }),
+];
 const KINDS: Kind[] = [
+  { name: "cli", cli: [], args: [], lines: SESSION },
+  { name: "cli-semi1", cli: ["--v8-flags=--max-semi-space-size=1"], args: [], lines: SESSION },
+  { name: "cli-defaults", cli: ["--v8-flags"], args: [], lines: SESSION },
   {
     name: "serve",
     script: "_serve_env.ts",
@@ -84,12 +103,35 @@ interface Mem {
   spaces: Record<string, { size: number; used: number }>;
 }
 
+/** The resident set of process `pid` once it stops moving (GC and allocator settle). */
+async function settledRss(pid: number): Promise<number> {
+  const rss = () =>
+    Number(/VmRSS:\s+(\d+) kB/.exec(Deno.readTextFileSync(`/proc/${pid}/status`))![1]) * 1024;
+  let last = rss();
+  for (let i = 0; i < 20; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    const now = rss();
+    if (Math.abs(now - last) < 256 * 1024) return now;
+    last = now;
+  }
+  return last;
+}
+
 class Child {
   readonly #process: Deno.ChildProcess;
   readonly #reader: ReadableStreamDefaultReader<Uint8Array>;
+  readonly #probed: boolean;
   #text = "";
 
   constructor(kind: Kind) {
+    this.#probed = kind.cli === undefined;
+    const command = kind.cli === undefined
+      ? [
+        `--v8-flags=--expose-gc${kind.v8 ? "," + kind.v8 : ""}`,
+        BENCH_DIR + kind.script,
+        ...kind.args,
+      ]
+      : [...kind.cli, CLI, "serve", BENCH_DIR + "_bench_env.ts", "--port", "0"];
     this.#process = new Deno.Command("bash", {
       args: [
         "-c",
@@ -97,9 +139,7 @@ class Child {
         Deno.execPath(),
         "run",
         "-A",
-        `--v8-flags=--expose-gc${kind.v8 ? "," + kind.v8 : ""}`,
-        BENCH_DIR + kind.script,
-        ...kind.args,
+        ...command,
       ],
       env: { HUD_SERVE_TOKEN: TOKEN, MEM_PROBE: "1" },
       stdout: "piped",
@@ -127,8 +167,10 @@ class Child {
     return Number((await this.#line(/PORT=(\d+)\n/))[1]);
   }
 
-  async memory(): Promise<Mem> {
+  /** The probe's report; from outside, the settled resident set only. */
+  async memory(): Promise<Mem | { rss: number }> {
     await new Promise((r) => setTimeout(r, 300));
+    if (!this.#probed) return { rss: await settledRss(this.#process.pid) };
     this.#process.kill("SIGUSR2");
     return JSON.parse((await this.#line(/MEM (.*)\n/))[1]);
   }
@@ -166,8 +208,27 @@ async function openConns(port: number, lines: Uint8Array[]): Promise<Deno.TcpCon
 }
 
 const perConn = (a: number, b: number) => Math.round(((b - a) / N / 1024) * 100) / 100;
+
+/** A probed server's growth, per connection, by where the bytes are. */
+function breakdown(server: string, before: Mem, after: Mem): Record<string, string | number> {
+  return {
+    server,
+    rss_kib: perConn(before.rss, after.rss),
+    heap_used_kib: perConn(before.heapUsed, after.heapUsed),
+    heap_total_kib: perConn(before.heapTotal, after.heapTotal),
+    old_used_kib: perConn(before.spaces.old_space.used, after.spaces.old_space.used),
+    old_size_kib: perConn(before.spaces.old_space.size, after.spaces.old_space.size),
+    new_size_kib: perConn(before.spaces.new_space.size, after.spaces.new_space.size),
+    external_kib: perConn(before.external, after.external),
+    other_kib: perConn(
+      before.rss - before.heapTotal - before.external,
+      after.rss - after.heapTotal - after.external,
+    ),
+  };
+}
 console.log(JSON.stringify({ n: N, date: new Date().toISOString(), loadavg: Deno.loadavg() }));
 const rows: string[][] = [];
+const cliRows: [string, string[], string | number][] = [];
 for (const kind of KINDS) {
   if (ONLY && !ONLY.includes(kind.name)) continue;
   const child = new Child(kind);
@@ -178,32 +239,13 @@ for (const kind of KINDS) {
     await new Promise((r) => setTimeout(r, IDLE_S * 1000));
     const after = await child.memory();
     for (const c of conns) c.close();
-    const row = {
-      server: kind.name,
-      rss_kib: perConn(before.rss, after.rss),
-      heap_used_kib: perConn(before.heapUsed, after.heapUsed),
-      heap_total_kib: perConn(before.heapTotal, after.heapTotal),
-      old_used_kib: perConn(before.spaces.old_space.used, after.spaces.old_space.used),
-      old_size_kib: perConn(before.spaces.old_space.size, after.spaces.old_space.size),
-      new_size_kib: perConn(before.spaces.new_space.size, after.spaces.new_space.size),
-      external_kib: perConn(before.external, after.external),
-      other_kib: perConn(
-        before.rss - before.heapTotal - before.external,
-        after.rss - after.heapTotal - after.external,
-      ),
-    };
-    console.log(JSON.stringify({
-      ...row,
-      new_space_mib: [
-        before.spaces.new_space.size / 2 ** 20,
-        after.spaces.new_space.size / 2 ** 20,
-      ],
-      old_space_used_mib: [
-        before.spaces.old_space.used / 2 ** 20,
-        after.spaces.old_space.used / 2 ** 20,
-      ],
-    }));
-    rows.push(Object.values(row).map(String));
+    const row = "spaces" in before && "spaces" in after
+      ? breakdown(kind.name, before, after)
+      : { server: kind.name, rss_kib: perConn(before.rss, after.rss) };
+    console.log(JSON.stringify({ ...row, rss_mib: [before.rss / 2 ** 20, after.rss / 2 ** 20] }));
+    if (kind.cli !== undefined) cliRows.push([kind.name, kind.cli, row.rss_kib]);
+    // Measured from outside: the resident set only.
+    rows.push(Array.from({ length: 9 }, (_, i) => String(Object.values(row)[i] ?? "–")));
   } finally {
     await child.stop();
   }
@@ -223,3 +265,10 @@ console.log("\nKiB per held connection, N = " + N);
 console.log("| " + head.join(" | ") + " |");
 console.log("|" + head.map(() => " --- ").join("|") + "|");
 for (const r of rows) console.log("| " + r.join(" | ") + " |");
+if (cliRows.length > 0) {
+  console.log(`\nKiB per held session, \`deno run -A [flags] cli.ts serve\`, N = ${N}`);
+  console.log("| flags | KiB per session |\n| --- | --- |");
+  for (const [, flags, kib] of cliRows) {
+    console.log(`| ${flags.length ? flags.join(" ") : "none"} | ${kib} |`);
+  }
+}

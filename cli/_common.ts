@@ -25,7 +25,7 @@ export const EXIT_INTERRUPTED = 130;
 
 /** Colour and cursor escapes (Deno's import errors carry them). */
 // deno-lint-ignore no-control-regex
-export const ANSI = /\x1b\[[0-9;?]*[A-Za-z]/g;
+const ANSI = /\x1b\[[0-9;?]*[A-Za-z]/g;
 
 /** Bad usage: reported on one line, exit code 2. */
 export class UsageError extends Error {
@@ -227,4 +227,90 @@ export function parsePort(text: string | undefined): number {
 export function unknownTemplate(verb: string, taskId: string, templates: TaskEntry[]): RangeError {
   const known = templates.map((t) => `"${t.id}"`).join(", ") || "none";
   return new RangeError(`Cannot ${verb}: unknown template "${taskId}" (available: ${known})`);
+}
+
+// How the command line's process talks to the world: its standard streams
+// as an Io, and a command's outcome as an exit code. For cli.ts and
+// cli/_serve_main.ts, the serve command alone, which `cli.ts serve`
+// re-executes itself into when it gives itself its V8 flags.
+
+/** Replacements for the process's standard streams (`MainOptions` of cli.ts). */
+export interface StreamOptions {
+  stdout?: (text: string) => void;
+  stderr?: (text: string) => void;
+  stdin?: ReadableStream<Uint8Array>;
+  signal?: AbortSignal;
+}
+
+/** Writes all of `text`; after a broken pipe, later writes are dropped. */
+function streamWriter(w: { writeSync(p: Uint8Array): number }): (text: string) => void {
+  let broken = false;
+  return (text) => {
+    if (broken) return;
+    const data = new TextEncoder().encode(text);
+    let off = 0;
+    try {
+      while (off < data.length) off += w.writeSync(data.subarray(off));
+    } catch {
+      // A closed pipe (`| head`) must not kill the run halfway: whatever
+      // it started still has to be stopped and cleaned up.
+      broken = true;
+    }
+  };
+}
+
+/** The process's standard streams, or the replacements given, as an {@linkcode Io}. */
+export function processIo(options: StreamOptions = {}): Io {
+  const live = options.stderr === undefined && Deno.stderr.isTerminal() &&
+    !Deno.env.get("NO_COLOR");
+  const rawErr = options.stderr ?? streamWriter(Deno.stderr);
+  return {
+    out: options.stdout ?? streamWriter(Deno.stdout),
+    // Colour codes only on a live terminal (progress redraws); never in
+    // messages that go to a pipe or a file.
+    err: live ? rawErr : (t) => rawErr(t.replace(ANSI, "")),
+    stdin: () => options.stdin ?? Deno.stdin.readable,
+    signal: options.signal,
+    live,
+  };
+}
+
+/**
+ * Reports a failed command on one line; an environment's task code that
+ * threw (an error reply whose data says where) with its file and line.
+ * The exit code for it.
+ */
+export function failed(io: Io, err: unknown): number {
+  const first = errorMessage(err).replace(ANSI, "").split("\n")[0];
+  const data = (err as { data?: { at?: unknown } } | null)?.data;
+  const at = typeof data?.at === "string" && !first.includes(data.at) ? ` (at ${data.at})` : "";
+  io.err(`error: ${first}${at}\n`);
+  return EXIT_FAILURE;
+}
+
+/**
+ * Loads and runs a command; its exit code, with what went wrong on one
+ * line: bad usage is 2, a failure after an interrupting signal
+ * (`interrupted`) 130, any other failure 1.
+ */
+export async function runModule(
+  load: () => Promise<Command>,
+  args: string[],
+  io: Io,
+  interrupted: () => boolean = () => false,
+): Promise<number> {
+  try {
+    const command = await load();
+    return await command.run(args, io);
+  } catch (err) {
+    if (err instanceof UsageError) {
+      io.err(`error: ${err.message}\n`);
+      return EXIT_USAGE;
+    }
+    if (interrupted()) {
+      io.err("interrupted\n");
+      return EXIT_INTERRUPTED;
+    }
+    return failed(io, err);
+  }
 }

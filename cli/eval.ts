@@ -47,7 +47,7 @@ export const USAGE: string =
             [--filter GLOB]... [--limit N] [--max-concurrent N] [--retries N]
             [--timeout S] [--agent-timeout S] [--token-limit N] [--cost-limit USD]
             [--pass-env NAME]... [--env-file PATH] [--max-output BYTES]
-            [--out results.jsonl [--resume | --force]] [--json]
+            [--out results.jsonl [--resume] [--force]] [--json]
             [--runtime WHERE [--container-network] [--container-env NAME=VALUE]...]
             [--model-proxy URL [--model-server KIND] [--proxy-model NAME]]
             [--training-out FILE]
@@ -124,8 +124,11 @@ Options:
                         rollout errors, ungraded (default: 16777216)
   --out FILE            append one JSON line per finished rollout
   --resume              with --out: keep what FILE holds, run the rest
+                        (refused when the agent, its model or settings
+                        differ from the job's: the message names them)
   --force               with --out: rename an existing FILE aside and
-                        start over
+                        start over; with --resume: resume with another
+                        agent anyway, mixing both into one job
   --json                print a JSON summary instead of the table
   --runtime WHERE       "local" (this process, the default),
                         "container:IMAGE" (a container per rollout, from an

@@ -13,6 +13,9 @@ import {
   takeTokenFromEnv,
 } from "../_internal/auth.ts";
 import { errorMessage } from "../_internal/util.ts";
+import { codeStack } from "../_internal/stack.ts";
+import { redactSecrets } from "../_internal/redact.ts";
+import type { TaskError } from "../errors.ts";
 import {
   type CommandSpec,
   DEFAULT_PORT,
@@ -170,6 +173,7 @@ export async function run(args: string[], io: Io): Promise<number> {
       handleSignals: false,
       announce: (line) => io.out(line + "\n"),
       onError: (err) => io.err(`warning: ${errorMessage(err)}\n`),
+      onTaskError: (err) => io.err(taskErrorLog(err)),
     }).catch((err) => {
       throw err instanceof Deno.errors.AddrInUse
         ? new Error(
@@ -184,6 +188,19 @@ export async function run(args: string[], io: Io): Promise<number> {
     await lifeline?.stop();
   }
   return EXIT_OK;
+}
+
+/**
+ * The serve log's lines for task code that threw: which task, the message,
+ * and the environment's own frames (file and line), secrets redacted.
+ */
+export function taskErrorLog(err: TaskError): string {
+  const where = codeStack(err.cause);
+  const head = `task error: "${err.taskId}": ${redactSecrets(err.message)}${
+    where === null ? "" : ` (at ${where.at})`
+  }\n`;
+  if (where === null) return head;
+  return head + where.stack.split("\n").map((l) => `  ${l.trim()}\n`).join("");
 }
 
 /** Says on standard error where the environment is served (never with the token). */

@@ -6,7 +6,7 @@
 import { delay } from "../_internal/async.ts";
 import type { Agent, AgentInfo } from "./agent.ts";
 import type { AdaptiveConcurrency } from "./concurrency.ts";
-import type { RolloutErrorClass } from "./failure.ts";
+import { recordClass, type RolloutErrorClass } from "./failure.ts";
 import type { ResultsFile, RunRecord } from "./results.ts";
 import { rollout, type RolloutOptions } from "./rollout.ts";
 import type { Run } from "./run.ts";
@@ -41,9 +41,8 @@ export class RetryPolicy {
 
   /** Whether `record` failed for a retried class (a cancelled rollout never is). */
   retryable(record: RunRecord): boolean {
-    const c = record.error_class;
-    return c !== undefined && c !== null && c !== "cancelled" &&
-      (this.#config.on as readonly string[]).includes(c);
+    const c = recordClass(record);
+    return c !== null && c !== "cancelled" && this.#config.on.includes(c);
   }
 
   /** The wait before retry `n`: doubling from the base delay up to the longest, times 0.5 to 1.5. */
@@ -79,16 +78,6 @@ export class SlotRunner {
 
   constructor(parts: SlotRunnerParts) {
     this.#parts = parts;
-  }
-
-  /** Runs `slots`, `width` at a time, in order, while the budget lets rollouts start. */
-  async runAll(slots: readonly Slot[], width: number): Promise<void> {
-    const { budget } = this.#parts;
-    let next = 0;
-    const worker = async () => {
-      while (next < slots.length && budget.open) await this.run(slots[next++]);
-    };
-    await Promise.all(Array.from({ length: Math.min(width, slots.length) }, worker));
   }
 
   /**

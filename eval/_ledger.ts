@@ -6,9 +6,10 @@
 
 import type { TaskRow } from "../env.ts";
 import type { RuntimeProvider } from "../runtime/placement.ts";
-import type { AgentInfo } from "./agent.ts";
+import { agentChanges, type AgentInfo, describeAgent } from "./agent.ts";
 import { createJob, type Job, type JobStop } from "./job.ts";
 import { recordKey, type RunRecord } from "./results.ts";
+import { rolloutFinished } from "./failure.ts";
 import type { Run } from "./run.ts";
 import { addUsage, emptyUsage, traceUsage, type Usage } from "./usage.ts";
 
@@ -53,10 +54,41 @@ export interface Resumed {
   readonly jobId: string | undefined;
   /** The latest attempt number of each slot key. */
   readonly tries: ReadonlyMap<string, number>;
-  /** The latest attempt of each slot key, when it was graded: those are not run again. */
+  /** The latest attempt of each slot key, when it finished (see `rolloutFinished`): those are not run again. */
   readonly kept: ReadonlyMap<string, RunRecord>;
   /** What every attempt in the file spent: it counts toward the job's limits. */
   readonly spent: Usage;
+}
+
+/**
+ * Refuses to resume a job whose kept rollouts (those of `slotKeys` that a
+ * resume does not run again) another agent ran (its model, command or
+ * settings: see {@linkcode agentChanges}), when this run would add
+ * rollouts of its own: the mean and pass@k of one job would mix both.
+ * Unless `force`; a file of only errored rollouts, or with nothing left to
+ * run, mixes nothing.
+ * @throws {Error} naming the file, each difference and the two ways on
+ */
+export function checkSameAgent(
+  path: string,
+  resumed: Resumed,
+  slotKeys: readonly string[],
+  now: AgentInfo | undefined,
+  force: boolean,
+): void {
+  if (force || slotKeys.every((k) => resumed.kept.has(k))) return;
+  for (const key of slotKeys) {
+    const ran = resumed.kept.get(key)?.agent;
+    if (!resumed.kept.has(key)) continue;
+    const changes = agentChanges(ran, now);
+    if (changes.length === 0) continue;
+    throw new Error(
+      `Cannot resume "${path}": its graded rollouts were run by ${
+        ran ? describeAgent(ran) : "an unnamed agent"
+      }, and this agent differs: ${changes.join("; ")}; resume with the same agent, ` +
+        `or pass --force (force: true) to mix both into one job`,
+    );
+  }
 }
 
 /** Reads a results file's `records` as a resumed job does: the latest attempt of each (slug, repeat) counts. */
@@ -69,7 +101,9 @@ export function resumeFrom(records: readonly RunRecord[]): Resumed {
     jobId ??= record.job_id;
     const key = recordKey(record.task.slug, record.repeat);
     tries.set(key, Math.max(tries.get(key) ?? 0, record.attempt ?? 1));
-    if (record.reward !== null) kept.set(key, record);
+    // Not graded, or graded but cut short by the infrastructure (an older
+    // file's zero of a model server that was down): run again.
+    if (rolloutFinished(record)) kept.set(key, record);
     else kept.delete(key);
     addUsage(spent, traceUsage(record.trace));
   }
@@ -105,6 +139,10 @@ export function runRecord(jobId: string, slot: Slot, attempted?: Attempted): Run
   }
   const { run, attempt, agent } = attempted;
   const status = run.trace.status as RunRecord["status"];
+  const errors = run.trace.errors;
+  // A rollout that was not graded is classed by the failure that ended it
+  // (the last); a graded one by its first (the agent's own, say).
+  const deciding = run.reward === null ? errors[errors.length - 1] : errors[0];
   return {
     job_id: jobId,
     group_id: groupId,
@@ -114,7 +152,7 @@ export function runRecord(jobId: string, slot: Slot, attempted?: Attempted): Run
     status,
     reward: run.reward,
     failed_phase: run.trace.failedPhase,
-    error_class: run.trace.errors[0]?.class ?? (status === "cancelled" ? "cancelled" : null),
+    error_class: deciding?.class ?? (status === "cancelled" ? "cancelled" : null),
     ...(run.grade?.subscores ? { subscores: run.grade.subscores } : {}),
     ...(agent ? { agent } : {}),
     trace: run.trace.toJSON(),

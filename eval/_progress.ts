@@ -7,6 +7,7 @@ import type { AdaptiveConcurrency } from "./concurrency.ts";
 import type { JobProgress } from "./job.ts";
 import type { RunRecord } from "./results.ts";
 import type { Budget } from "./_budget.ts";
+import { isGraded } from "./failure.ts";
 
 /** Keeps a job's {@linkcode JobProgress} and reports each change to a callback. */
 export class Progress {
@@ -68,10 +69,10 @@ export class Progress {
     if (!cutShort) {
       p.done++;
       this.#finishedHere++;
-      if (record.reward === null) {
+      if (!isGraded(record)) {
         p.failed++;
       } else {
-        this.#rewardSum += record.reward;
+        this.#rewardSum += record.reward!;
         this.#graded++;
         p.meanReward = this.#rewardSum / this.#graded;
       }

@@ -13,7 +13,7 @@ import type { Placement, RolloutPhase, RuntimeProvider } from "../runtime/placem
 import { abortable, Deadline } from "../_internal/async.ts";
 import { errorMessage } from "../_internal/util.ts";
 import { type Agent, type AgentContext, NotGradedError } from "./agent.ts";
-import { classifyError, type RolloutErrorClass } from "./failure.ts";
+import { classifyError, FAILURE_CLASSES, type RolloutErrorClass } from "./failure.ts";
 import { beginRun, createRun, type Grade, type Run } from "./run.ts";
 import { type Phase, Trace } from "./trace.ts";
 import { type FileTrackingConfig, fileTrackingWrapper } from "./_file_tracking.ts";
@@ -187,8 +187,11 @@ export function enterPhase(
 /**
  * Stage `act`: the observers' `before`, the agent (inside file tracking
  * when the environment has it), the observers' `after`. An agent that
- * fails or runs out of time is recorded and still graded; one that throws
- * {@linkcode NotGradedError} ends the rollout ungraded.
+ * fails for its own reasons (its error, its time limit, a context
+ * overflow) is recorded and still graded; one that throws
+ * {@linkcode NotGradedError}, or fails for a reason that is not the
+ * agent's (the model server, the environment gone), ends the rollout
+ * ungraded: grading it would make a zero out of the infrastructure.
  */
 export async function act(scope: StageScope, run: Run): Promise<StageOutcome> {
   const { config, trace, signal } = scope;
@@ -201,10 +204,12 @@ export async function act(scope: StageScope, run: Run): Promise<StageOutcome> {
     // Nothing to grade: the agent never ran, or its answer is unusable.
     if (err instanceof NotGradedError) return failed("agent", err);
     const timedOut = agentDeadline.signal.aborted;
-    recordFailure(
-      trace,
-      stageFailure("agent", timedOut ? timeoutError("agent", config.agentTimeout!) : err),
+    const failure = stageFailure(
+      "agent",
+      timedOut ? timeoutError("agent", config.agentTimeout!) : err,
     );
+    if (!FAILURE_CLASSES[failure.errorClass].graded) return { kind: "failed", failure };
+    recordFailure(trace, failure);
   }
   await notify(trace, config.observers, (o) => o.after?.(run, signal));
   return signal.aborted ? interrupted("agent") : ok(undefined);
@@ -256,7 +261,8 @@ export function recordFailure(trace: Trace, f: StageFailure): void {
  * reason. A failure ends it as an error (`provisioning_error`,
  * `start_error`, `agent_error`) and cancels a task that started; an
  * interruption cancels the task (bounded) and ends it as cancelled, with a
- * timeout failure when the deadline, not the caller, stopped it. A graded
+ * timeout failure when the deadline, not the caller, stopped it
+ * (`verifier_timeout` while grading, else `rollout_timeout`). A graded
  * run (or one whose grading failed) was recorded by {@linkcode Run.finish}.
  */
 export async function recordEnding(
@@ -272,7 +278,8 @@ export async function recordEnding(
   } else if (ending.kind === "interrupted") {
     const reason = config.signal?.aborted ? "cancelled" : "timeout";
     if (reason === "timeout") {
-      trace.fail(ending.phase, timeoutError("rollout", config.rolloutTimeout));
+      const late = ending.phase === "grading" ? "verifier_timeout" : "rollout_timeout";
+      trace.fail(ending.phase, timeoutError("rollout", config.rolloutTimeout), late);
     }
     trace.finish("cancelled", reason);
     if (held.run && !held.run.settled) await cancelWithin(held.run, CANCEL_BOUND);

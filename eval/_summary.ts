@@ -3,7 +3,7 @@
 // repeat), and the job's figures over those. Everything that shows a count
 // gets it from here, so no two of them can disagree.
 
-import { rolloutFinished } from "./failure.ts";
+import { FAILURE_CLASSES, isGraded, recordClass, type RolloutErrorClass } from "./failure.ts";
 import type { AgentInfo } from "./agent.ts";
 import { recordKey, type RunRecord } from "./results.ts";
 import { isRecord } from "../_internal/util.ts";
@@ -37,14 +37,25 @@ export interface RolloutDigest {
   repeat: number;
   /** The reward, or `null` when not graded. */
   reward: number | null;
+  /**
+   * Whether it counts as graded ({@linkcode isGraded}): a reward, and no
+   * failure that makes it untrusted (`tampered`).
+   */
+  graded: boolean;
   /** `completed`, `error` or `cancelled`. */
   status: string;
   /** The phase that failed, if any. */
   phase: string | null;
-  /** The first error, `phase: message` on one line, or `""`. */
+  /**
+   * The failure that decided it (for a rollout not graded, the one that
+   * ended it; else the first), `phase: message` on one line with where the
+   * code that threw is (`(at /path/env.ts:12:7)`), or `""`.
+   */
   error: string;
-  /** The first error's whole message, or `""`. */
+  /** That failure's whole message, or `""`. */
   errorMessage: string;
+  /** Where the code that threw is, when the trace says (`/path/env.ts:12:7`). */
+  at: string | null;
   /** Start, in ms since the epoch, when the trace has it. */
   started: number | null;
   /** End, in ms since the epoch, when the trace has it. */
@@ -67,8 +78,11 @@ export interface RolloutDigest {
   costUsd: number | null;
   /** What ran, when the record says. */
   agent: AgentInfo | null;
-  /** The class of the rollout's first failure (`error_class`), if the record says. */
-  errorClass: string | null;
+  /**
+   * The class of its failure (`error_class`, older names read as today's;
+   * for files older than the classes, what its phase says), or `null`.
+   */
+  errorClass: RolloutErrorClass | null;
   /** The environment's version, when the trace's setup step says. */
   envVersion: string | null;
 }
@@ -153,24 +167,34 @@ function stepFigures(steps: readonly unknown[]): StepFigures {
 }
 
 /**
- * The first failure, `phase: message` (its first line) and the whole
- * message; for a rollout not graded with none recorded, its status.
+ * The failure that decided a rollout (for one not graded, the last: the one
+ * that ended it; else the first), as `phase: message` (its first line, then
+ * where the code that threw is) and the whole message; for a rollout not
+ * graded with none recorded, its status.
  */
-function firstFailure(
+function decidingFailure(
   trace: Record<string, unknown>,
   reward: number | null,
   status: string,
-): { error: string; errorMessage: string } {
-  const errors: unknown[] = Array.isArray(trace.errors) ? trace.errors : [];
-  const first = errors.find(isRecord);
-  if (first) {
-    const message = String(first.message ?? "");
+): { error: string; errorMessage: string; at: string | null } {
+  const errors = (Array.isArray(trace.errors) ? trace.errors : []).filter(isRecord);
+  const deciding = reward === null ? errors[errors.length - 1] : errors[0];
+  if (deciding) {
+    const message = String(deciding.message ?? "");
+    const at = typeof deciding.at === "string" ? deciding.at : null;
     return {
-      error: `${String(first.phase ?? "?")}: ${message.split("\n")[0]}`,
+      error: `${String(deciding.phase ?? "?")}: ${message.split("\n")[0]}${
+        at === null ? "" : ` (at ${at})`
+      }`,
       errorMessage: message,
+      at,
     };
   }
-  return { error: reward === null && status !== "completed" ? status : "", errorMessage: "" };
+  return {
+    error: reward === null && status !== "completed" ? status : "",
+    errorMessage: "",
+    at: null,
+  };
 }
 
 /** The digest of one record (a results line). */
@@ -184,7 +208,9 @@ export function digestRecord(record: RunRecord): RolloutDigest {
   const figures = stepFigures(steps);
   const reward = finite(raw.reward);
   const status = typeof raw.status === "string" ? raw.status : "?";
-  const failure = firstFailure(trace, reward, status);
+  const failure = decidingFailure(trace, reward, status);
+  const phase = typeof raw.failed_phase === "string" ? raw.failed_phase : null;
+  const classed = { reward, error_class: raw.error_class as string, failed_phase: phase, status };
   return {
     job: String(raw.job_id ?? ""),
     slug: String(task.slug ?? "?"),
@@ -194,10 +220,12 @@ export function digestRecord(record: RunRecord): RolloutDigest {
     group: String(raw.group_id ?? ""),
     repeat: typeof raw.repeat === "number" ? raw.repeat : 0,
     reward,
+    graded: isGraded(classed),
     status,
-    phase: typeof raw.failed_phase === "string" ? raw.failed_phase : null,
+    phase,
     error: failure.error,
     errorMessage: failure.errorMessage,
+    at: failure.at,
     started,
     ended,
     duration: started !== null && ended !== null ? ended - started : null,
@@ -209,7 +237,7 @@ export function digestRecord(record: RunRecord): RolloutDigest {
     outputTokens: figures.outputTokens,
     costUsd: figures.costUsd,
     agent: agentOf(raw.agent),
-    errorClass: typeof raw.error_class === "string" ? raw.error_class : null,
+    errorClass: recordClass(classed),
     envVersion: figures.envVersion,
   };
 }
@@ -246,7 +274,9 @@ export interface TaskSummary {
   graded: number;
   /** Of those, not graded. */
   errored: number;
-  /** Rollouts with a reward of at least 1. */
+  /** The errored ones by failure class. */
+  errored_by_class: Record<string, number>;
+  /** Graded rollouts with a reward of at least 1. */
   passes: number;
   /** Mean reward over graded rollouts. */
   mean_reward: number | null;
@@ -262,9 +292,23 @@ export interface TaskSummary {
   first_error: string | null;
   /**
    * Whether every rollout of the task's groups finished: graded, and not
-   * failed for an infrastructure reason (see {@linkcode rolloutFinished}).
+   * failed for an infrastructure reason (see `rolloutFinished`).
    */
   group_complete: boolean;
+}
+
+/** The one reason every rollout of a job errored, when they all errored alike. */
+export interface CommonFailure {
+  /** Its class. */
+  class: RolloutErrorClass;
+  /** The message of the first of them, first line (with where the code that threw is). */
+  message: string;
+  /** How many rollouts (all of them). */
+  count: number;
+  /** What the class means. */
+  meaning: string;
+  /** The way out. */
+  action: string;
 }
 
 /** Why a job stopped before running everything: a budget was reached. */
@@ -283,10 +327,25 @@ export interface JobSummary {
   id: string;
   /** Rollouts counted: the latest attempt of each (task, repeat). */
   total: number;
-  /** Rollouts graded. */
+  /** Rollouts graded: the mean, its standard error and pass@k are over these alone. */
   graded: number;
-  /** Rollouts not graded. */
+  /** Rollouts not graded (a failure that is not the agent's work being judged). */
   errored: number;
+  /** The errored rollouts by failure class (see `FAILURE_CLASSES`). */
+  errored_by_class: Record<string, number>;
+  /**
+   * Rollouts whose record names a failure class, graded or not (an agent
+   * that timed out is still graded), by that class.
+   */
+  failures_by_class: Record<string, number>;
+  /** Each class's share of the counted rollouts: `failures_by_class` over `total`. */
+  class_rates: Record<string, number>;
+  /**
+   * When every counted rollout errored for the same reason (one class, one
+   * message but for its numbers): that reason once, with the way out;
+   * else `null`.
+   */
+  common_failure: CommonFailure | null;
   /** Earlier attempts that a later attempt of the same (task, repeat) replaced, not counted. */
   superseded: number;
   /** Errored rollouts by the phase that failed (`cancelled` for those cancelled before one failed). */
@@ -303,14 +362,24 @@ export interface JobSummary {
   /** Rollouts per task (the most any task has). */
   group_size: number;
   /**
-   * pass@k for k from 1 to the group size (a pass is a reward of 1; an
-   * errored rollout is a fail), `null` when a task has fewer than k rollouts.
+   * pass@k for k from 1 to the group size, over graded rollouts as the mean
+   * is (a pass is a reward of at least 1; errored rollouts are left out,
+   * not counted as fails), averaged over the tasks with at least k graded
+   * rollouts (`pass_at_tasks`); `null` when no task has k.
    */
   pass_at: Record<string, number | null>;
+  /** For each k of `pass_at`, how many tasks it averages over. */
+  pass_at_tasks: Record<string, number>;
   /** Mean of each subscore over the graded rollouts that have it. */
   subscores: Record<string, number>;
   /** What ran (the latest record that says). */
   agent: AgentInfo | null;
+  /**
+   * Every agent that ran the counted rollouts, in the order first met: one
+   * (or none), unless a resume was forced with another agent, whose
+   * rollouts the mean and pass@k then mix.
+   */
+  agents: AgentInfo[];
   /** The environment and its version (the latest record that says). */
   env: { name: string; version: string | null } | null;
   /** Prompt tokens over all counted rollouts, when any model call reported them. */
@@ -347,22 +416,33 @@ export function meanAndError(
 }
 
 /**
- * pass@k over tasks, each with `n` rollouts of which `c` passed: the
- * unbiased estimate 1 - C(n-c, k) / C(n, k), averaged; `null` when a task
- * has fewer than k rollouts.
+ * pass@k over tasks, each with `n` graded rollouts of which `c` passed:
+ * the unbiased estimate 1 - C(n-c, k) / C(n, k), averaged over the tasks
+ * with at least k graded rollouts (how many: `tasks`); `value` is `null`
+ * when none has k.
  */
-export function passAtK(tasks: readonly { n: number; c: number }[], k: number): number | null {
-  if (tasks.length === 0 || !(k >= 1)) return null;
+export function passAtKOver(
+  tasks: readonly { n: number; c: number }[],
+  k: number,
+): { value: number | null; tasks: number } {
+  if (!(k >= 1)) return { value: null, tasks: 0 };
   let sum = 0;
+  let counted = 0;
   for (const { n, c } of tasks) {
-    if (n < k) return null;
+    if (n < k) continue;
     // As a product, to stay finite for large n.
     let fail = 1;
     if (n - c < k) fail = 0;
     else for (let i = n - c + 1; i <= n; i++) fail *= 1 - k / i;
     sum += 1 - fail;
+    counted++;
   }
-  return sum / tasks.length;
+  return { value: counted === 0 ? null : sum / counted, tasks: counted };
+}
+
+/** {@linkcode passAtKOver}'s value alone. */
+export function passAtK(tasks: readonly { n: number; c: number }[], k: number): number | null {
+  return passAtKOver(tasks, k).value;
 }
 
 /** Sums and counts of subscores by name, in the order first met. */
@@ -426,9 +506,11 @@ export interface SummarizeOptions {
 /** One task's figures as the summary gathers them. */
 interface TaskAcc {
   first: RolloutDigest;
-  /** Rollouts, and of them passes: all pass@k needs. */
+  /** Graded rollouts, and of them passes: all pass@k needs. */
   n: number;
   c: number;
+  /** Rollouts, graded or not: the group size. */
+  runs: number;
   /** The rest only for the per-task lines. */
   rows: RolloutDigest[];
   superseded: number;
@@ -445,13 +527,19 @@ function taskAccumulators(
   for (const r of rows) {
     let t = tasks.get(r.slug);
     if (!t) {
-      tasks.set(r.slug, t = { first: r, n: 0, c: 0, rows: [], superseded: 0, subscores: null });
+      tasks.set(
+        r.slug,
+        t = { first: r, n: 0, c: 0, runs: 0, rows: [], superseded: 0, subscores: null },
+      );
     }
-    t.n++;
-    if (r.reward !== null && r.reward >= threshold) t.c++;
+    t.runs++;
+    if (r.graded) {
+      t.n++;
+      if (r.reward! >= threshold) t.c++;
+    }
     if (!lines) continue;
     t.rows.push(r);
-    if (r.reward !== null && r.subscores !== null) {
+    if (r.graded && r.subscores !== null) {
       addSubscores(t.subscores ??= subscoreSums(), r.subscores);
     }
   }
@@ -462,9 +550,13 @@ function taskAccumulators(
 interface JobTotals {
   rewards: number[];
   erroredByPhase: Record<string, number>;
+  erroredByClass: Record<string, number>;
+  classes: Record<string, number>;
   failuresByPhase: Record<string, number>;
   subscores: SubscoreSums;
   agent: AgentInfo | null;
+  /** Distinct agents by their JSON, in the order first met. */
+  agents: Map<string, AgentInfo>;
   envName: string | null;
   envVersion: string | null;
   inputTokens: number | null;
@@ -485,9 +577,12 @@ function jobTotals(rows: readonly RolloutDigest[]): JobTotals {
   const t: JobTotals = {
     rewards: [],
     erroredByPhase: {},
+    erroredByClass: {},
+    classes: {},
     failuresByPhase: {},
     subscores: subscoreSums(),
     agent: null,
+    agents: new Map(),
     envName: null,
     envVersion: null,
     inputTokens: null,
@@ -507,14 +602,20 @@ function jobTotals(rows: readonly RolloutDigest[]): JobTotals {
 
 function addToTotals(t: JobTotals, r: RolloutDigest): void {
   if (r.phase !== null) t.failuresByPhase[r.phase] = (t.failuresByPhase[r.phase] ?? 0) + 1;
-  if (r.reward !== null) {
-    t.rewards.push(r.reward);
+  if (r.errorClass !== null) bump(t.classes, r.errorClass);
+  if (r.graded) {
+    t.rewards.push(r.reward!);
     addSubscores(t.subscores, r.subscores);
   } else {
     const phase = r.phase ?? (r.status === "completed" ? "grading" : r.status);
-    t.erroredByPhase[phase] = (t.erroredByPhase[phase] ?? 0) + 1;
+    bump(t.erroredByPhase, phase);
+    bump(t.erroredByClass, r.errorClass ?? "unknown");
   }
-  if (r.agent) t.agent = r.agent;
+  if (r.agent) {
+    t.agent = r.agent;
+    const key = JSON.stringify(r.agent);
+    if (!t.agents.has(key)) t.agents.set(key, r.agent);
+  }
   if (r.env !== "") t.envName = r.env;
   if (r.envVersion !== null) t.envVersion = r.envVersion;
   t.inputTokens = add(t.inputTokens, r.inputTokens);
@@ -531,28 +632,73 @@ function addToTotals(t: JobTotals, r: RolloutDigest): void {
   }
 }
 
-/** The groups with a rollout that did not finish (see {@linkcode rolloutFinished}). */
+function bump(counts: Record<string, number>, key: string): void {
+  put(counts, key, (Object.hasOwn(counts, key) ? counts[key] : 0) + 1);
+}
+
+/** The groups with a rollout that did not finish (see `rolloutFinished`). */
 function incompleteGroups(rows: readonly RolloutDigest[]): Set<string> {
   return new Set(
-    rows.filter((r) => !rolloutFinished({ reward: r.reward, error_class: r.errorClass }))
-      .map((r) => r.group),
+    rows.filter((r) =>
+      !(r.graded && (r.errorClass === null || !FAILURE_CLASSES[r.errorClass].retried))
+    ).map((r) => r.group),
   );
 }
 
-/** pass@k for every k from 1 to the group size (at least pass@1). */
+/** pass@k for every k from 1 to the group size (at least pass@1), and the tasks each is over. */
 function passAtEvery(
   tasks: readonly { n: number; c: number }[],
   groupSize: number,
-): Record<string, number | null> {
+): { passAt: Record<string, number | null>; over: Record<string, number> } {
   const passAt: Record<string, number | null> = {};
-  for (let k = 1; k <= Math.max(1, groupSize); k++) passAt[String(k)] = passAtK(tasks, k);
-  return passAt;
+  const over: Record<string, number> = {};
+  for (let k = 1; k <= Math.max(1, groupSize); k++) {
+    const { value, tasks: n } = passAtKOver(tasks, k);
+    passAt[String(k)] = value;
+    over[String(k)] = n;
+  }
+  return { passAt, over };
+}
+
+/** A message with its numbers blanked: rollouts that failed alike differ in ids, ports, times. */
+function shapeOf(message: string): string {
+  return message.replace(/[0-9a-f]{8,}|\d+(\.\d+)?/gi, "#");
+}
+
+/**
+ * The one reason every rollout in `rows` errored, when there is one: the
+ * same class and the same message but for its numbers.
+ */
+function commonFailure(rows: readonly RolloutDigest[]): CommonFailure | null {
+  const first = rows[0];
+  if (first === undefined || first.graded || first.errorClass === null) return null;
+  const shape = shapeOf(first.error);
+  for (const r of rows) {
+    if (r.graded || r.errorClass !== first.errorClass || shapeOf(r.error) !== shape) return null;
+  }
+  const info = FAILURE_CLASSES[first.errorClass];
+  return {
+    class: first.errorClass,
+    message: first.error,
+    count: rows.length,
+    meaning: info.meaning,
+    action: info.action,
+  };
+}
+
+/** Each class's count over `total`. */
+function ratesOf(classes: Record<string, number>, total: number): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const k in classes) put(out, k, classes[k] / total);
+  return out;
 }
 
 /** A task's line of the summary; `incomplete` holds the groups that are not whole. */
 function taskSummary(t: TaskAcc, incomplete: ReadonlySet<string>): TaskSummary {
-  const graded = t.rows.filter((r) => r.reward !== null).map((r) => r.reward!);
+  const graded = t.rows.filter((r) => r.graded).map((r) => r.reward!);
   const stats = meanAndError(graded);
+  const byClass: Record<string, number> = {};
+  for (const r of t.rows) if (!r.graded) bump(byClass, r.errorClass ?? "unknown");
   return {
     slug: t.first.slug,
     id: t.first.id,
@@ -560,6 +706,7 @@ function taskSummary(t: TaskAcc, incomplete: ReadonlySet<string>): TaskSummary {
     runs: t.rows.length,
     graded: graded.length,
     errored: t.rows.length - graded.length,
+    errored_by_class: byClass,
     passes: t.c,
     mean_reward: stats.mean,
     stderr: stats.stderr,
@@ -592,22 +739,29 @@ export function summarizeDigests(
   const { mean, stderr } = meanAndError(totals.rewards);
   const incomplete = incompleteGroups(rows);
   const counts = [...tasks.values()];
-  const groupSize = counts.reduce((m, t) => Math.max(m, t.n), 0);
+  const groupSize = counts.reduce((m, t) => Math.max(m, t.runs), 0);
   const { first, last } = totals;
+  const pass = passAtEvery(counts, groupSize);
   return {
     id: options.id ?? rows[0]?.job ?? "",
     total: rows.length,
     graded: totals.rewards.length,
     errored: rows.length - totals.rewards.length,
+    errored_by_class: totals.erroredByClass,
+    failures_by_class: totals.classes,
+    class_rates: ratesOf(totals.classes, rows.length),
+    common_failure: commonFailure(rows),
     superseded: older.length,
     errored_by_phase: totals.erroredByPhase,
     failures_by_phase: totals.failuresByPhase,
     mean_reward: mean,
     stderr,
     group_size: groupSize,
-    pass_at: passAtEvery(counts, groupSize),
+    pass_at: pass.passAt,
+    pass_at_tasks: pass.over,
     subscores: meansOf(totals.subscores),
     agent: totals.agent,
+    agents: [...totals.agents.values()],
     env: totals.envName === null ? null : { name: totals.envName, version: totals.envVersion },
     input_tokens: totals.inputTokens,
     output_tokens: totals.outputTokens,

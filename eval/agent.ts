@@ -91,3 +91,43 @@ export class NotGradedError extends Error {
     this.name = "NotGradedError";
   }
 }
+
+function shown(value: unknown): string {
+  return value === undefined ? "none" : JSON.stringify(value);
+}
+
+/**
+ * What differs between two agents' {@linkcode AgentInfo}, one phrase per
+ * difference (`name "tiny" → "big"`, `settings.temperature 0 → 1`); `[]`
+ * when they are the same. A missing info is an agent that says nothing of
+ * itself (a function agent).
+ */
+export function agentChanges(
+  before: AgentInfo | undefined,
+  now: AgentInfo | undefined,
+): string[] {
+  if (before === undefined && now === undefined) return [];
+  if (before === undefined || now === undefined) {
+    return [
+      `agent ${before === undefined ? "unnamed" : describeAgent(before)} → ${
+        now === undefined ? "unnamed" : describeAgent(now)
+      }`,
+    ];
+  }
+  const out: string[] = [];
+  for (const key of ["kind", "name", "version"] as const) {
+    if (before[key] !== now[key]) out.push(`${key} ${shown(before[key])} → ${shown(now[key])}`);
+  }
+  const a = before.settings ?? {};
+  const b = now.settings ?? {};
+  for (const key of new Set([...Object.keys(a), ...Object.keys(b)])) {
+    const [x, y] = [shown(a[key]), shown(b[key])];
+    if (x !== y) out.push(`settings.${key} ${x} → ${y}`);
+  }
+  return out;
+}
+
+/** `model "tiny"`, `command ssh_agent.sh`. */
+export function describeAgent(info: AgentInfo): string {
+  return info.kind === "model" ? `model ${JSON.stringify(info.name)}` : `${info.kind} ${info.name}`;
+}

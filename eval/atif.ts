@@ -14,7 +14,8 @@
  *   exit code and stderr in the step's `extra`;
  * - file-tracking diffs are `system` steps whose observation holds one
  *   unified diff per file;
- * - the task, the reward, the subscores, the grade's info and the errors are
+ * - the task, the reward (whether it was graded, its failure class), the
+ *   subscores, the grade's info and the errors are
  *   the root's `extra.hud`; tokens and cost totals are `final_metrics`.
  *
  * @example
@@ -43,6 +44,7 @@
 
 import type { RunRecord } from "./results.ts";
 import { Job } from "./job.ts";
+import { isGraded, recordClass } from "./failure.ts";
 import { isRecord } from "../_internal/util.ts";
 import { traceTokens, type TurnTokens } from "./tokens.ts";
 
@@ -433,7 +435,7 @@ function atifAgent(agentInfo: Record<string, unknown> | null, options: AtifOptio
   });
 }
 
-/** The record's task, reward, grade and errors: the root's `extra.hud`. */
+/** The record's task, reward (whether graded, its failure class), grade and errors: the root's `extra.hud`. */
 function hudExtra(
   raw: Record<string, unknown>,
   trace: Record<string, unknown>,
@@ -442,6 +444,12 @@ function hudExtra(
 ): Record<string, unknown> {
   const evaluate = steps.filter((s) => s.type === "evaluate" && isRecord(s.content)).pop();
   const grade = isRecord(evaluate?.content) ? evaluate.content : null;
+  const classed = {
+    reward: typeof raw.reward === "number" ? raw.reward : null,
+    error_class: raw.error_class as string | null | undefined,
+    failed_phase: typeof raw.failed_phase === "string" ? raw.failed_phase : null,
+    status: String(raw.status),
+  };
   return defined({
     job_id: raw.job_id,
     group_id: raw.group_id,
@@ -449,6 +457,9 @@ function hudExtra(
     repeat: raw.repeat,
     status: raw.status,
     reward: raw.reward,
+    // Whether the reward counts (an errored rollout's never does), and why it failed.
+    graded: isGraded(classed),
+    error_class: recordClass(classed),
     subscores: raw.subscores ?? (grade && isRecord(grade.subscores) ? grade.subscores : undefined),
     grade_info: grade && isRecord(grade.info) ? grade.info : undefined,
     answer: trace.content,

@@ -19,10 +19,10 @@ import {
   summarizeDigests,
 } from "./_summary.ts";
 
-export type { JobStop, JobSummary, TaskSummary } from "./_summary.ts";
+export type { CommonFailure, JobStop, JobSummary, TaskSummary } from "./_summary.ts";
 import { addUsage, emptyUsage, traceUsage, type Usage } from "./usage.ts";
 import { type TrainingRow, trainingRows, type TrainingRowsOptions } from "./training.ts";
-import { rolloutFinished } from "./failure.ts";
+import { isGraded, rolloutFinished } from "./failure.ts";
 
 /** Progress of a running job, for {@linkcode TasksetRunOptions.onProgress}. */
 export interface JobProgress {
@@ -66,7 +66,7 @@ export interface TaskResult {
   task: TaskRow;
   /** Its rollouts' records, by repeat. */
   records: RunRecord[];
-  /** Mean reward over its graded rollouts, or `null` when none was graded. */
+  /** Mean reward over its graded rollouts ({@linkcode isGraded}), or `null` when none was. */
   meanReward: number | null;
   /** Standard error of that mean, or `null` below two graded rollouts. */
   stderr: number | null;
@@ -191,7 +191,10 @@ export class Job {
   get liveRuns(): readonly (Run | null)[] {
     return this.#runs;
   }
-  /** Mean reward over graded rollouts, or `null` when none was graded. */
+  /**
+   * Mean reward over graded rollouts ({@linkcode isGraded}: errored ones
+   * are left out, never counted as 0), or `null` when none was graded.
+   */
   get meanReward(): number | null {
     return meanAndError(rewardsOf(this.#records)).mean;
   }
@@ -209,15 +212,16 @@ export class Job {
   /**
    * pass@k: the chance that at least one of k rollouts of a task passes
    * (reward of at least `threshold`), estimated without bias from each
-   * task's n rollouts and averaged over tasks; an errored rollout counts as
-   * a fail. `null` when a task has fewer than k rollouts.
+   * task's n graded rollouts and averaged over the tasks with at least k
+   * graded, as the mean is over graded rollouts: an errored rollout is left
+   * out, not counted as a fail. `null` when no task has k graded rollouts.
    */
   passAtK(k: number, threshold = 1): number | null {
     return passAtK(
-      [...this.results.values()].map(({ records }) => ({
-        n: records.length,
-        c: records.filter((r) => r.reward !== null && r.reward >= threshold).length,
-      })),
+      [...this.results.values()].map(({ records }) => {
+        const graded = records.filter(isGraded);
+        return { n: graded.length, c: graded.filter((r) => r.reward! >= threshold).length };
+      }),
       k,
     );
   }
@@ -254,9 +258,9 @@ export class Job {
       superseded.map((i) => records[i]),
     );
   }
-  /** Rollouts that were not graded. */
+  /** Rollouts that were not graded (see {@linkcode isGraded}), whatever their class. */
   get errored(): readonly RunRecord[] {
-    return this.#records.filter((r) => r.reward === null);
+    return this.#records.filter((r) => !isGraded(r));
   }
   /** Results grouped by task slug, in task order. */
   get results(): Map<string, TaskResult> {
@@ -289,7 +293,7 @@ export class Job {
 }
 
 function rewardsOf(records: readonly RunRecord[]): number[] {
-  return records.filter((r) => r.reward !== null).map((r) => r.reward!);
+  return records.filter(isGraded).map((r) => r.reward!);
 }
 
 /** `phase: message` of the first failure among `records`, if any. */

@@ -39,6 +39,7 @@ export {
   type TasksetRunOptions,
 } from "./taskset.ts";
 export {
+  type CommonFailure,
   Job,
   type JobProgress,
   type JobStop,
@@ -48,7 +49,16 @@ export {
 } from "./job.ts";
 export { type RunRecord } from "./results.ts";
 export {
+  type ClassedRecord,
   classifyError,
+  FAILURE_CLASSES,
+  type FailureClassInfo,
+  type FailurePhase,
+  isFailureClass,
+  isGraded,
+  type LegacyErrorClass,
+  readErrorClass,
+  recordClass,
   RETRYABLE_ERROR_CLASSES,
   type RolloutErrorClass,
   rolloutFinished,
@@ -92,7 +102,14 @@ export {
   type TrainingSplit,
   type TrainingTurn,
 } from "./training.ts";
-export { formatCount, formatDuration, formatJobTable, formatProgress } from "./report.ts";
+export {
+  commonFailureText,
+  formatCount,
+  formatDuration,
+  formatJobTable,
+  formatProgress,
+  meanLine,
+} from "./report.ts";
 export {
   type AtifAgent,
   type AtifFinalMetrics,

@@ -28,6 +28,8 @@
  */
 
 import type { Job, JobProgress, JobSummary } from "./job.ts";
+import type { CommonFailure } from "./_summary.ts";
+import type { AgentInfo } from "./agent.ts";
 
 /** `12s`, `1m05s`, `2h03m`. */
 export function formatDuration(ms: number): string {
@@ -105,11 +107,14 @@ export function formatCount(n: number): string {
 /** What ran and what it used, on one line; `""` when nothing is known. */
 function agentLine(s: JobSummary): string {
   const parts: string[] = [];
-  if (s.agent) {
-    const what = s.agent.kind === "model"
-      ? `model "${s.agent.name}"${s.agent.settings?.api ? ` (${s.agent.settings.api})` : ""}`
-      : `${s.agent.kind} ${s.agent.name}`;
-    parts.push(`agent ${what}`);
+  const what = (a: AgentInfo) =>
+    a.kind === "model"
+      ? `model "${a.name}"${a.settings?.api ? ` (${a.settings.api})` : ""}`
+      : `${a.kind} ${a.name}`;
+  if (s.agents.length > 1) {
+    parts.push(`agents MIXED by a forced resume (${s.agents.map(what).join(", then ")})`);
+  } else if (s.agent) {
+    parts.push(`agent ${what(s.agent)}`);
   }
   if (s.env) parts.push(`env ${s.env.name}${s.env.version ? ` ${s.env.version}` : ""}`);
   if (s.model_calls > 0) parts.push(`${s.model_calls} model calls, ${s.tool_calls} tool calls`);
@@ -151,14 +156,11 @@ export function formatJobTable(job: Job): string {
     ]);
     if (t.first_error !== null) errors.push(`${t.slug}: ${t.first_error}`);
   }
-  let text = table(rows) +
-    `\nmean reward ${
-      meanText(s.mean_reward, s.stderr)
-    } over ${s.graded} graded runs, ${s.errored} errored (job ${s.id})\n`;
+  let text = table(rows) + `\n${meanLine(s)} (job ${s.id})\n`;
   const k = s.group_size;
   if (k > 1) {
     const at = (n: number) => s.pass_at[String(n)]?.toFixed(3) ?? "-";
-    text += `pass@1 ${at(1)}  pass@${k} ${at(k)}\n`;
+    text += `pass@1 ${at(1)}  pass@${k} ${at(k)}\n${passWords(s, k)}\n`;
   }
   if (s.superseded > 0) {
     text += `${s.superseded} earlier attempt${
@@ -179,6 +181,46 @@ export function formatJobTable(job: Job): string {
       incomplete.map((g) => g.slice(g.indexOf(":") + 1)).join(", ")
     }\n`;
   }
-  if (errors.length > 0) text += `\nfirst error of each failing task:\n${errors.join("\n")}\n`;
+  if (s.common_failure !== null) text += `\n${commonFailureText(s.common_failure)}`;
+  else if (errors.length > 0) text += `\nfirst error of each failing task:\n${errors.join("\n")}\n`;
   return text;
+}
+
+/** `a 2, b 1`: counts by name, largest first. */
+function countsText(counts: Record<string, number>): string {
+  return Object.entries(counts).sort((a, b) => b[1] - a[1]).map(([k, n]) => `${k} ${n}`)
+    .join(", ");
+}
+
+/**
+ * The summary's first line: the mean over graded rollouts, and beside it
+ * the errored ones by class, which it leaves out (`mean reward 0.500 ±
+ * 0.100 over 6 graded runs, 2 errored (model_unavailable 2), not in the
+ * mean`).
+ */
+export function meanLine(s: JobSummary): string {
+  let line = `mean reward ${
+    meanText(s.mean_reward, s.stderr)
+  } over ${s.graded} graded runs, ${s.errored} errored`;
+  if (s.errored > 0) line += ` (${countsText(s.errored_by_class)}), not in the mean`;
+  return line;
+}
+
+/** What pass@k is over, in words: the graded rollouts, and how many tasks have k of them. */
+function passWords(s: JobSummary, k: number): string {
+  const tasks = s.tasks.length;
+  const over = (n: number) => s.pass_at_tasks[String(n)] ?? 0;
+  const left = over(k) < tasks ? `; pass@${k} over the ${over(k)} of ${tasks} tasks with ${k}` : "";
+  return `(pass@k: over graded rollouts as the mean is, errored ones left out${left})`;
+}
+
+/**
+ * The one reason every rollout errored, said once with the way out
+ * (several lines, each ending in a newline).
+ */
+export function commonFailureText(f: CommonFailure): string {
+  const all = f.count === 1
+    ? "the rollout errored"
+    : `all ${f.count} rollouts errored the same way`;
+  return `${all}, ${f.class} (${f.meaning}):\n  ${f.message}\n  what to do: ${f.action}\n`;
 }

@@ -11,7 +11,7 @@ import { errorMessage, isRecord } from "../_internal/util.ts";
 import { openPrivate } from "../_internal/private_file.ts";
 import { stringifyJson } from "../_internal/framing.ts";
 import type { TraceJson, TraceStatus } from "./trace.ts";
-import type { RolloutErrorClass } from "./failure.ts";
+import type { LegacyErrorClass, RolloutErrorClass } from "./failure.ts";
 import type { AgentInfo } from "./agent.ts";
 
 /** One finished rollout, as streamed to the results file. */
@@ -31,10 +31,14 @@ export interface RunRecord {
   /** The phase that failed, if any. */
   failed_phase: string | null;
   /**
-   * The class of the first failure (see {@linkcode classifyError}), or
-   * `cancelled`; absent for a rollout that did not fail and in older files.
+   * The failure's class (one of `FAILURE_CLASSES`, see
+   * {@linkcode classifyError}): for a rollout not graded, of the failure
+   * that ended it; for a graded one, of its first failure (the agent's
+   * own); `null` for a rollout that did not fail, absent in older files.
+   * Files from before the classes were renamed hold older names, which
+   * `readErrorClass` reads as today's.
    */
-  error_class?: RolloutErrorClass | "cancelled" | null;
+  error_class?: RolloutErrorClass | LegacyErrorClass | null;
   /**
    * Which attempt at this (task, repeat) the record is, from 1: a retried
    * rollout has a record per attempt, and the latest counts. Absent in older files (1).
@@ -139,15 +143,24 @@ export interface ResultsFile {
 
 const encoder = new TextEncoder();
 
-/** Opens a results file for appending, one synced line per record, in order. */
+/**
+ * Opens a results file for appending, one synced line per record, in order.
+ * With `resume`, `check` sees the records it holds before anything is
+ * written; what it throws leaves the file as it was.
+ */
 export async function openResults(
   path: string,
-  options: { resume: boolean; force: boolean },
+  options: {
+    resume: boolean;
+    force: boolean;
+    check?: (records: readonly RunRecord[]) => void;
+  },
 ): Promise<ResultsFile> {
   await prepareResults(path, options);
   const { records, endsWithNewline } = options.resume
     ? await readResults(path)
     : { records: [], endsWithNewline: true };
+  options.check?.(records);
   const file = await openPrivate(path);
   let writes: Promise<void> = Promise.resolve();
   const write = (bytes: Uint8Array) => {

@@ -189,7 +189,7 @@ export class Run implements AsyncDisposable {
 
   /**
    * Grades the answer (once): sends `tasks.grade` and records an `evaluate`
-   * step.
+   * step. Stopped by `signal`, it records nothing and may be cancelled.
    * @throws {HudProtocolError} when grading fails; the trace records it too
    */
   async finish(options: RunStartOptions = {}): Promise<Grade> {
@@ -210,6 +210,12 @@ export class Run implements AsyncDisposable {
       this.#grade = gradeFromFrame(frame);
       this.#trace.record("evaluate", frame);
     } catch (err) {
+      if (options.signal?.aborted) {
+        // Stopped, not failed (a deadline, the job's abort): whoever
+        // stopped it says how the rollout ended, and cancels the task.
+        this.#settled = false;
+        throw err;
+      }
       this.#trace.fail("grading", err);
       this.#trace.finish("error", "grading_error");
       throw err;

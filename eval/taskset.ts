@@ -33,9 +33,9 @@ import {
   type RolloutOptions,
 } from "./rollout.ts";
 import type { Job, JobProgress } from "./job.ts";
-import { openResults, type RunRecord } from "./results.ts";
+import { openResults, recordKey, type ResultsFile, type RunRecord } from "./results.ts";
 import { AdaptiveConcurrency } from "./concurrency.ts";
-import { RETRYABLE_ERROR_CLASSES, type RolloutErrorClass } from "./failure.ts";
+import { readErrorClass, RETRYABLE_ERROR_CLASSES, type RolloutErrorClass } from "./failure.ts";
 import {
   checkNeeds,
   checkPositive,
@@ -43,10 +43,19 @@ import {
   type OptionSpelling,
   optionSpelling,
 } from "./_options.ts";
-import { expandSlots, JobLedger, resumeFrom } from "./_ledger.ts";
+import {
+  checkSameAgent,
+  expandSlots,
+  JobLedger,
+  type Resumed,
+  resumeFrom,
+  type Slot,
+} from "./_ledger.ts";
 import { Budget } from "./_budget.ts";
 import { GroupReporter, Progress } from "./_progress.ts";
 import { type RetryConfig, RetryPolicy, SlotRunner } from "./_attempts.ts";
+
+import { StartPacer } from "./_pacing.ts";
 
 /** A row as given, or with its slug computed as the Python SDK does when it has none. */
 function checkRow(row: unknown, where: string): TaskRow {
@@ -83,8 +92,9 @@ export interface RolloutRetryOptions {
   /** Tries after the first, per rollout. */
   attempts: number;
   /**
-   * The failure classes that are retried.
-   * @default {@linkcode RETRYABLE_ERROR_CLASSES}: provisioning, connection, model_unavailable
+   * The failure classes that are retried (older names, such as
+   * `connection`, are read as today's).
+   * @default {@linkcode RETRYABLE_ERROR_CLASSES}: provisioning, infrastructure_lost, model_unavailable
    */
   on?: readonly RolloutErrorClass[];
   /** The first wait, in ms; it doubles each try, with jitter (0.5 to 1.5 times). @default 1_000 */
@@ -127,13 +137,17 @@ export interface TasksetRunOptions extends Omit<RolloutOptions, "signal" | "cont
   /**
    * With `out`: keep every line already in the file, and run only the
    * rollouts whose latest attempt there (by task slug and repeat) was not
-   * graded; new attempts are appended.
+   * graded; new attempts are appended. Refused when the agent differs from
+   * the one that ran the file (its model, command or settings), unless
+   * `force`.
    * @default false
    */
   resume?: boolean;
   /**
    * With `out`: start over, renaming an existing non-empty file aside (to
-   * `<out>.<time>.bak`); nothing is deleted.
+   * `<out>.<time>.bak`); nothing is deleted. With `resume`: resume even
+   * with another agent than the file's, mixing both into one job (its
+   * summary lists every agent).
    * @default false
    */
   force?: boolean;
@@ -188,7 +202,7 @@ export interface TasksetRunConfig {
  * timeouts too) before anything runs. `s` names what it refuses: the
  * options by default, a command line's flags when it passes its own.
  * @throws {RangeError} for a bad group, concurrency, retries, limits or timeouts
- * @throws {TypeError} for `resume` or `force` without `out`, or both
+ * @throws {TypeError} for `resume` or `force` without `out`
  */
 export function tasksetRunConfig(
   options: TasksetRunOptions,
@@ -212,9 +226,6 @@ export function tasksetRunConfig(
   const force = options.force === true;
   checkNeeds(s, "resume", resume, "out", out !== undefined);
   checkNeeds(s, "force", force, "out", out !== undefined);
-  if (resume && force) {
-    throw new TypeError(`${s.prefix}give ${s.name("resume")} or ${s.name("force")}, not both`);
-  }
   checkTimeouts(s, options.rolloutTimeout ?? DEFAULT_ROLLOUT_TIMEOUT, options.agentTimeout);
   const { tokenLimit, costLimit } = options;
   return { group, maxConcurrent, retry, tokenLimit, costLimit, limitAction, out, resume, force };
@@ -232,10 +243,66 @@ function retryConfig(s: OptionSpelling, value: TasksetRunOptions["retries"]): Re
   }
   return {
     attempts: o.attempts,
-    on: o.on ?? RETRYABLE_ERROR_CLASSES,
+    on: retriedClasses(s, o.on),
     baseDelay: o.baseDelay ?? 1_000,
     maxDelay: o.maxDelay ?? 30_000,
   };
+}
+
+/**
+ * The classes `retries.on` names, under today's names.
+ * @throws {RangeError} for a name that is not a failure class
+ */
+function retriedClasses(
+  s: OptionSpelling,
+  on: readonly string[] | undefined,
+): readonly RolloutErrorClass[] {
+  if (on === undefined) return RETRYABLE_ERROR_CLASSES;
+  return on.map((name) => {
+    const c = readErrorClass(name);
+    if (c === null) {
+      throw new RangeError(
+        `${s.prefix}${
+          s.name("retries")
+        }.on names "${name}", which is not a failure class (see FAILURE_CLASSES)`,
+      );
+    }
+    return c;
+  });
+}
+
+/**
+ * Runs `pending` slots, up to `maxConcurrent` at once, while the budget is
+ * open: past the pacing floor, they start as fast as this process keeps up
+ * ({@linkcode StartPacer}). Slots left when the budget closes (a limit, the
+ * caller's abort) are not started.
+ */
+async function runPending(
+  pending: readonly Slot[],
+  runner: SlotRunner,
+  budget: Budget,
+  maxConcurrent: number,
+): Promise<void> {
+  const pacer = new StartPacer(Math.min(maxConcurrent, pending.length));
+  let next = 0;
+  const worker = async () => {
+    while (next < pending.length && budget.open) {
+      let admission: Disposable;
+      try {
+        admission = await pacer.admit(budget.signal);
+      } catch {
+        return; // Stopped while waiting.
+      }
+      using _ = admission;
+      if (!(next < pending.length && budget.open)) return;
+      await runner.run(pending[next++]);
+    }
+  };
+  try {
+    await Promise.all(Array.from({ length: Math.min(maxConcurrent, pending.length) }, worker));
+  } finally {
+    pacer.close();
+  }
 }
 
 /**
@@ -346,6 +413,30 @@ export class Taskset {
   }
 
   /**
+   * The results file of `config.out`, open for appending, and what it held:
+   * read, and a resume with another agent refused, before anything is
+   * written to it.
+   */
+  async #openResults(
+    config: TasksetRunConfig,
+    agent: Agent,
+  ): Promise<{ out: ResultsFile | null; resumed: Resumed }> {
+    let resumed = resumeFrom([]);
+    if (config.out === undefined) return { out: null, resumed };
+    const keys = this.#rows.flatMap((row) =>
+      Array.from({ length: config.group }, (_, repeat) => recordKey(row.slug, repeat))
+    );
+    const out = await openResults(config.out, {
+      ...config,
+      check: (records) => {
+        resumed = resumeFrom(records);
+        checkSameAgent(config.out!, resumed, keys, agent.info, config.force);
+      },
+    });
+    return { out, resumed };
+  }
+
+  /**
    * Runs every row `group` times with at most `maxConcurrent` rollouts at
    * once, and returns the job. Rollout failures are recorded, not thrown;
    * those of a retried class are tried again (every attempt recorded).
@@ -354,7 +445,8 @@ export class Taskset {
    *
    * @throws what `onGroup` threw, once the job has stopped
    * @throws {TypeError} up front, when no runtime is given and a row was not
-   *   made from a live environment, or `resume` or `force` is set without `out` (or both are)
+   *   made from a live environment, or `resume` or `force` is set without `out`
+   * @throws {Error} up front, when `resume` meets a file another agent ran, without `force`
    * @throws {RangeError} up front, for a bad group, concurrency, retries, limits or timeouts
    */
   async run(agent: Agent, options: TasksetRunOptions = {}): Promise<Job> {
@@ -363,8 +455,7 @@ export class Taskset {
     const concurrency = options.concurrency === false
       ? undefined
       : options.concurrency ?? new AdaptiveConcurrency({ max: config.maxConcurrent });
-    const out = config.out === undefined ? null : await openResults(config.out, config);
-    const resumed = resumeFrom(out?.records ?? []);
+    const { out, resumed } = await this.#openResults(config, agent);
     const jobId = options.jobId ?? resumed.jobId ?? crypto.randomUUID();
     const ledger = new JobLedger(
       jobId,
@@ -395,7 +486,7 @@ export class Taskset {
       signal: options.signal,
     });
     try {
-      await runner.runAll(ledger.pending(), config.maxConcurrent);
+      await runPending(ledger.pending(), runner, budget, config.maxConcurrent);
     } finally {
       await out?.close();
     }

@@ -7,6 +7,9 @@
 
 import { classifyError, type RolloutErrorClass } from "./failure.ts";
 import { redactDeep, redactSecrets } from "../_internal/redact.ts";
+import { codeStack } from "../_internal/stack.ts";
+import { HudProtocolError } from "../errors.ts";
+import { isRecord } from "../_internal/util.ts";
 
 /** The phase of a rollout in which something failed. */
 export type Phase = "provisioning" | "start" | "agent" | "grading";
@@ -36,6 +39,31 @@ export interface TraceError {
   name: string;
   /** Its class (see {@linkcode classifyError}), which decides whether a job retries the rollout. */
   class?: RolloutErrorClass;
+  /**
+   * Where the code that threw is, for an error of the environment's task
+   * code (the control server sends it) or of an agent's own code: its first
+   * frame outside the SDK, `/path/env.ts:12:7`.
+   */
+  at?: string;
+  /** That code's stack: the error's first line and its frames outside the SDK, redacted. */
+  stack?: string;
+}
+
+/**
+ * Where `err` was thrown: what the environment's server said of its task
+ * code (a {@linkcode HudProtocolError}'s `data`), else the error's own
+ * stack outside the SDK (an agent's code), else nothing.
+ */
+function whereThrown(err: Error): { at?: string; stack?: string } {
+  if (err instanceof HudProtocolError) {
+    const data = isRecord(err.data) ? err.data : {};
+    const out: { at?: string; stack?: string } = {};
+    if (typeof data.at === "string") out.at = redactSecrets(data.at);
+    if (typeof data.stack === "string") out.stack = redactSecrets(data.stack);
+    return out;
+  }
+  const own = codeStack(err);
+  return own === null ? {} : { at: own.at, stack: own.stack };
 }
 
 /** A trace as JSON (the results file's `trace`), with the HUD SDK's field names. */
@@ -134,8 +162,13 @@ export class Trace {
     const err = error instanceof Error ? error : new Error(String(error));
     const message = redactSecrets(err.message);
     const entry: TraceError = { phase, message, name: err.name, class: errorClass };
+    const where = whereThrown(err);
+    if (where.at !== undefined) entry.at = where.at;
+    if (where.stack !== undefined) entry.stack = where.stack;
     this.#errors.push(entry);
-    this.record("error", message, { phase, name: err.name, class: entry.class });
+    const info: Record<string, unknown> = { phase, name: err.name, class: entry.class };
+    if (entry.at !== undefined) info.at = entry.at;
+    this.record("error", message, info);
   }
 
   /** Sets the answer (redacted, as the steps are). */

@@ -7,6 +7,12 @@
  * that a trainer can compute group-relative advantages and skip a group
  * that is not whole.
  *
+ * A rollout that was not graded (it errored: see `FAILURE_CLASSES`) is
+ * never a reward of 0: its row has `reward: null`, its `error_class`, and
+ * `masked: true`, with every loss mask 0, so that a trainer that sums its
+ * loss over the mask learns nothing from it; in its siblings' rows its
+ * place in `group_rewards` is `null` too.
+ *
  * A sequence starts with a turn's prompt ids and goes on with its
  * completion; each next turn whose prompt extends the sequence appends
  * the new part of its prompt (tool results, the chat template's glue:
@@ -19,11 +25,6 @@
  * turn, the first differing position), so that every sequence is exactly
  * what the model saw and sampled and no trainer learns from tokens the
  * model never produced.
- *
- * A rollout that did not finish (not graded, or cut off by the
- * infrastructure) is `masked`: its reward is `null` and every loss mask
- * all 0, so that a trainer that reads neither field still learns nothing
- * from it (never a silent reward of 0).
  *
  * @example
  * ```ts
@@ -56,7 +57,7 @@ import type { TaskRow } from "../env.ts";
 import { isRecord } from "../_internal/util.ts";
 import type { RunRecord } from "./results.ts";
 import { traceTokens } from "./tokens.ts";
-import { rolloutFinished } from "./failure.ts";
+import { isGraded, recordClass, rolloutFinished } from "./failure.ts";
 
 /** One model call of a {@linkcode TrainingRow}. */
 export interface TrainingTurn {
@@ -124,14 +125,16 @@ export interface TrainingRow {
   attempt: number;
   /** `completed`, `error` or `cancelled`. */
   status: string;
-  /** The reward, or `null` when the rollout could not be graded or is `masked`. */
+  /** The reward, or `null` when the rollout was not graded (it errored). */
   reward: number | null;
+  /** Why it failed (one of `FAILURE_CLASSES`), or `null` when it did not. */
+  error_class: string | null;
   /**
-   * The rollout did not finish (see {@linkcode rolloutFinished}): its
-   * reward is `null` and its loss masks all 0, whatever it was graded.
+   * Whether the row is out of the loss: the rollout was not graded, and
+   * every loss mask of its sequences is 0.
    */
   masked: boolean;
-  /** The rewards of the group's rollouts by repeat (their rows' `reward`: `null` for one not graded or `masked`). */
+  /** The rewards of the group's rollouts by repeat, `null` for one not graded. */
   group_rewards: (number | null)[];
   /**
    * Whether every rollout of the group finished: graded, and not failed
@@ -181,7 +184,7 @@ const UNKNOWN: Omit<TrainingSplit, "turn"> = {
   got: null,
 };
 
-function sequencesOf(turns: TrainingTurn[], masked: boolean): TrainingSequence[] {
+function sequencesOf(turns: TrainingTurn[]): TrainingSequence[] {
   const out: TrainingSequence[] = [];
   let current: TrainingSequence | null = null;
   let gap = false; // a turn without ids since the current sequence's last
@@ -207,7 +210,7 @@ function sequencesOf(turns: TrainingTurn[], masked: boolean): TrainingSequence[]
     gap = false;
     const added = prompt.slice(seq.tokens.length);
     seq.tokens.push(...added, ...completion);
-    seq.loss_mask.push(...added.map(() => 0), ...completion.map(() => masked ? 0 : 1));
+    seq.loss_mask.push(...added.map(() => 0), ...completion.map(() => 1));
     if (seq.logprobs !== null && turn.logprobs !== null) {
       seq.logprobs.push(...added.map(() => 0), ...turn.logprobs);
     } else seq.logprobs = null;
@@ -245,13 +248,10 @@ function messagesOf(steps: Record<string, unknown>[]): Record<string, unknown>[]
   return lastReply === null ? proxied : [...proxied, lastReply];
 }
 
-/** The turns of a trace's model steps, and the model the first of them names. */
-function turnsOf(
-  steps: Record<string, unknown>[],
-): { turns: TrainingTurn[]; model: string | undefined } {
-  const models = steps.filter((s) => s.type === "model");
+/** Each model step's turn: its tokens, as the trace kept them, and why the model stopped. */
+function turnsOf(steps: Record<string, unknown>[]): TrainingTurn[] {
   const tokens = traceTokens(steps);
-  const turns: TrainingTurn[] = models.map((s, i) => {
+  return steps.filter((s) => s.type === "model").map((s, i) => {
     const info = isRecord(s.info) ? s.info : {};
     return {
       prompt_token_ids: tokens[i]?.promptIds ?? null,
@@ -260,9 +260,39 @@ function turnsOf(
       finish_reason: typeof info.finish_reason === "string" ? info.finish_reason : null,
     };
   });
-  const model = models.map((s) => isRecord(s.info) ? s.info.model : undefined)
+}
+
+/** The row of `r`, one of `siblings` (its group, by repeat), `complete` when the group is whole. */
+function trainingRow(r: RunRecord, siblings: readonly RunRecord[], complete: boolean): TrainingRow {
+  const trace: Record<string, unknown> = isRecord(r.trace) ? r.trace : {};
+  const steps = (Array.isArray(trace.steps) ? trace.steps as unknown[] : []).filter(isRecord);
+  const turns = turnsOf(steps);
+  const model = steps.filter((s) => s.type === "model")
+    .map((s) => isRecord(s.info) ? s.info.model : undefined)
     .find((m) => typeof m === "string") as string | undefined;
-  return { turns, model };
+  const graded = isGraded(r);
+  const sequences = sequencesOf(turns);
+  // An errored rollout teaches nothing: out of the loss, never a reward of 0.
+  if (!graded) { for (const seq of sequences) seq.loss_mask.fill(0); }
+  return {
+    job_id: r.job_id,
+    group_id: r.group_id,
+    task: r.task,
+    repeat: r.repeat,
+    attempt: r.attempt ?? 1,
+    status: r.status,
+    reward: graded ? r.reward : null,
+    error_class: recordClass(r),
+    masked: !graded,
+    group_rewards: siblings.map((x) => isGraded(x) ? x.reward : null),
+    group_complete: complete,
+    model: model ?? null,
+    messages: messagesOf(steps),
+    turns,
+    sequences,
+    tokens_complete: turns.length > 0 &&
+      turns.every((t) => t.prompt_token_ids !== null && t.completion_token_ids !== null),
+  };
 }
 
 /**
@@ -284,28 +314,7 @@ export function trainingRows(
     const siblings = [...groups.get(r.group_id)!].sort((a, b) => a.repeat - b.repeat);
     const complete = siblings.every(rolloutFinished);
     if (options.completeGroupsOnly && !complete) continue;
-    const trace: Record<string, unknown> = isRecord(r.trace) ? r.trace : {};
-    const steps = (Array.isArray(trace.steps) ? trace.steps as unknown[] : []).filter(isRecord);
-    const { turns, model } = turnsOf(steps);
-    const masked = !rolloutFinished(r);
-    rows.push({
-      job_id: r.job_id,
-      group_id: r.group_id,
-      task: r.task,
-      repeat: r.repeat,
-      attempt: r.attempt ?? 1,
-      status: r.status,
-      reward: masked ? null : r.reward,
-      masked,
-      group_rewards: siblings.map((x) => rolloutFinished(x) ? x.reward : null),
-      group_complete: complete,
-      model: model ?? null,
-      messages: messagesOf(steps),
-      turns,
-      sequences: sequencesOf(turns, masked),
-      tokens_complete: turns.length > 0 &&
-        turns.every((t) => t.prompt_token_ids !== null && t.completion_token_ids !== null),
-    });
+    rows.push(trainingRow(r, siblings, complete));
   }
   return rows;
 }

@@ -30,7 +30,7 @@ import {
   Taskset,
   type Workspace,
 } from "../mod.ts";
-import { formatProgress } from "../eval/mod.ts";
+import { commonFailureText, formatProgress } from "../eval/mod.ts";
 import { CommandAgent } from "../agents/mod.ts";
 
 interface Lab {
@@ -215,10 +215,15 @@ function pad(s: string, n: number): string {
   return s.length >= n ? s : s + " ".repeat(n - s.length);
 }
 
+/** Robolab's own switch for a machine where no sandbox can be made. */
+const NO_SANDBOX =
+  "Where no sandbox can be made (no bubblewrap, user namespaces not allowed, as in a container), ROBOLAB_ISOLATION=none runs the workspace's commands unconfined, as the server's user with every capability dropped (SECURITY.md says what the agent can then do)";
+
 /** Runs the taskset and prints progress and a per-task table; returns the job. */
 export async function main(args: string[] = Deno.args): Promise<number> {
   const usage =
-    "Usage: deno run -A examples/robolab.ts [--agent CMD] [--group N] [--max-concurrent N]";
+    "Usage: deno run -A examples/robolab.ts [--agent CMD] [--group N] [--max-concurrent N]\n" +
+    `\n${NO_SANDBOX}.`;
   let values;
   try {
     ({ values } = parseArgs({
@@ -289,6 +294,12 @@ export async function main(args: string[] = Deno.args): Promise<number> {
       job.runs.length - job.errored.length
     } graded runs, ${job.errored.length} errored`,
   );
+  // Every rollout failing alike (no sandbox here, say): the reason once, with the way out.
+  const common = job.summary().common_failure;
+  if (common !== null) console.log(`\n${commonFailureText(common).trimEnd()}`);
+  if (common?.class === "provisioning" && /no sandbox/.test(common.message)) {
+    console.log(`  robolab: ${NO_SANDBOX}`);
+  }
   return job.errored.length === 0 ? 0 : 1;
 }
 

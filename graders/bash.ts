@@ -64,9 +64,30 @@ function tail(s: string, max: number): string {
 }
 
 /**
+ * Why a finished command says nothing of the agent's work, or `null`: it
+ * could not be found (exit 127) or executed (126), or it was killed
+ * (SIGKILL, or 137 from a shell: the sandbox's memory or process limit, or
+ * a kill from outside) before its time was up.
+ */
+function cannotRun(result: WorkspaceExecResult): string | null {
+  const said = result.stderr.trim().split("\n").at(-1)?.slice(0, 300) ?? "";
+  const detail = said === "" ? "" : `: ${said}`;
+  if (result.code === 127) return `the command was not found (exit 127)${detail}`;
+  if (result.code === 126) return `the command could not be executed (exit 126)${detail}`;
+  if (!result.timedOut && (result.signal === "SIGKILL" || result.code === 137)) {
+    return `the command was killed (${
+      result.signal ?? "exit 137"
+    }) before its timeout: the sandbox's memory or process limit, or a kill from outside${detail}`;
+  }
+  return null;
+}
+
+/**
  * Runs `command` in the sandbox and scores 1 when it exits 0, else 0 (a
- * time-out or a signal too). A string runs with `bash -lc`, as the Python
- * SDK's `BashGrader` does; an array is the argv itself.
+ * time-out too). A string runs with `bash -lc`, as the Python SDK's
+ * `BashGrader` does; an array is the argv itself. A command that cannot
+ * run is no score at all but a grading error: not found (exit 127), not
+ * executable (126), or killed before its timeout (the sandbox's limits).
  *
  * `info` holds `command`, `exit_code`, `signal`, `timed_out`,
  * `duration_ms`, `stdout` and `stderr` (each the last `maxOutput`
@@ -77,7 +98,8 @@ function tail(s: string, max: number): string {
  * @throws {TypeError} for an empty command
  * @throws {RangeError} for a non-positive timeout or output bound
  * @throws {Error} `Cannot run bash grader "name": ...` when the command cannot
- *   be run at all (the workspace is gone...): not a score, a failure to grade
+ *   be run at all (the workspace is gone, exit 127 or 126, killed by the
+ *   sandbox's limits): not a score, a failure to grade
  * @throws the signal's reason when `signal` aborts
  *
  * @example
@@ -139,6 +161,8 @@ export async function bashGrader(
       cause: err,
     });
   }
+  const cannot = cannotRun(result);
+  if (cannot !== null) throw new Error(`Cannot run bash grader "${name}": ${cannot}`);
   const passed = result.code === 0 && !result.timedOut;
   return {
     name,

@@ -25,18 +25,11 @@ import {
   type PlaceOptions,
   type RuntimeProvider,
 } from "./placement.ts";
+import { SERVER_V8_FLAGS } from "../_server/v8_flags.ts";
 
-/**
- * The V8 flags that {@linkcode SubprocessRuntime} and the image of
- * `buildEnvironmentImage` start servers with: a young generation capped at
- * 1 MiB a semi-space. V8 otherwise grows it to 48 MiB while thousands of
- * sessions arrive and keeps it resident, 4.8 KiB a session at 10,000 held
- * sessions (11 KiB in all, against 7 KiB with the cap); the benchmarks
- * measured no cost to request throughput or SSH (BENCHMARKS.md, "Memory per
- * held session"). V8 sizes its heap at start-up, so the flag is for whoever
- * starts the process: `deno run -A --v8-flags=--max-semi-space-size=1 ...`.
- */
-export const SERVER_V8_FLAGS: readonly string[] = Object.freeze(["--max-semi-space-size=1"]);
+// The V8 flags servers start with; their one definition is beside the
+// command line's `serve`, which gives them to itself.
+export { SERVER_V8_FLAGS };
 
 /**
  * Checks a `v8Flags` option: an array of `--name[=value]` strings without
@@ -324,7 +317,9 @@ function resolveSubprocessOptions(
 function spawnServer(config: SubprocessConfig, token: string): ServerProcess {
   const args = [
     "run",
-    ...(config.v8Flags.length === 0 ? [] : [`--v8-flags=${config.v8Flags.join(",")}`]),
+    // A bare --v8-flags keeps V8's defaults: `serve` adds its own flags
+    // only when none were chosen (_server/v8_flags.ts).
+    config.v8Flags.length === 0 ? "--v8-flags" : `--v8-flags=${config.v8Flags.join(",")}`,
     ...config.denoArgs,
     new URL("../cli.ts", import.meta.url).href,
     "serve",

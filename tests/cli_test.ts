@@ -615,11 +615,15 @@ test("main() eval counts and explains every failure", async (t) => {
       const ran = await run(["eval", FAST, "--agent", "./agnet.sh", "--tasks", rows, "--out", out]);
       assert.equal(ran.code, 1, ran.stderr);
       assert.match(ran.stdout, /^echo-\S+ +\{"n":0\} +1 +0 +1 +- +agent$/m);
-      assert.match(ran.stdout, /over 0 graded runs, 2 errored/);
+      assert.match(ran.stdout, /over 0 graded runs, 2 errored \(agent_error 2\), not in the mean/);
+      // Both failed the same way: said once, with the way out (issue 44).
+      assert.match(ran.stdout, /^all 2 rollouts errored the same way, agent_error \(/m);
       assert.match(
         ran.stdout,
-        /^echo-\S+: agent: Agent command could not start \(exit code 127\): .*agnet\.sh/m,
+        /^ {2}agent: Agent command could not start \(exit code 127\): .*agnet\.sh/m,
       );
+      assert.match(ran.stdout, /^ {2}what to do: .*check --agent/m);
+      assert.doesNotMatch(ran.stdout, /first error of each failing task/);
       const row = JSON.parse((await Deno.readTextFile(out)).split("\n")[0]);
       assert.equal(row.reward, null);
       assert.equal(row.status, "error");

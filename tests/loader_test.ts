@@ -93,9 +93,43 @@ test("loadEnvironment() reports modules it cannot use", async (t) => {
   await t.step("a module that throws on import, with the cause kept", async () => {
     await assert.rejects(loadEnvironment(fixture("broken_env.ts")), (err: Error) => {
       assert.match(err.message, /Cannot load environment from .*: fixture refuses to load/);
+      // On the first line, which the command line prints: where it threw.
+      assert.match(err.message.split("\n")[0], /\(at \/.*\/fixtures\/broken_env\.ts:3:\d+\)$/);
       assert.equal((err.cause as Error).message, "fixture refuses to load");
       return true;
     });
+  });
+  await t.step("a syntax error names its line, in the module or a file it imports", async () => {
+    const dir = await Deno.makeTempDir({ prefix: "loader-syntax-" });
+    try {
+      await Deno.writeTextFile(`${dir}/bad.ts`, "export const a = 1;\nconst b = ;\n");
+      await Deno.writeTextFile(
+        `${dir}/imports_bad.ts`,
+        'import "./bad.ts";\nexport const x = 1;\n',
+      );
+      await Deno.writeTextFile(
+        `${dir}/throws.ts`,
+        "export const a = 1;\nconst o: { v?: string } = {};\no.v!.trim();\n",
+      );
+      await Deno.writeTextFile(`${dir}/imports_throws.ts`, 'import "./throws.ts";\n');
+      const cases: [string, RegExp][] = [
+        ["bad.ts", /: SyntaxError: Expression expected \(at \/.*\/bad\.ts:2:11\)$/],
+        ["imports_bad.ts", /: SyntaxError: Expression expected \(at \/.*\/bad\.ts:2:11\)$/],
+        [
+          "imports_throws.ts",
+          /: Cannot read properties of undefined .* \(at \/.*\/throws\.ts:3:\d+\)$/,
+        ],
+      ];
+      for (const [file, first] of cases) {
+        await assert.rejects(loadEnvironment(`${dir}/${file}`), (err: Error) => {
+          // Before: "SyntaxError: Expression expected", no line, no file.
+          assert.match(err.message.split("\n")[0], first, file);
+          return true;
+        });
+      }
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
   });
   await t.step("bad arguments", async () => {
     await assert.rejects(loadEnvironment(""), TypeError);

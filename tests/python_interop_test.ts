@@ -85,12 +85,23 @@ test({
       {
         await using client = await connect(url, options);
         assert.deepEqual(client.manifest.env, { name: "pyenv", version: "0.6.0" });
-        assert.deepEqual((await client.listTasks()).map((t) => t.id), ["add", "exact"]);
+        assert.deepEqual((await client.listTasks()).map((t) => t.id), ["add", "exact", "nan"]);
         // Integers beyond 2^53 both ways, digit for digit (issue 24, points 2 and 5).
         const big = 2n ** 60n + 1n;
         assert.deepEqual(await client.startTask("exact", { n: big }), {
           prompt: big,
           sent: "1152921504606846977",
+        });
+        // NaN and the infinities both ways, as json.dumps writes them (issue 42, point 1).
+        assert.deepEqual(await client.startTask("exact", { n: [NaN, -Infinity, Infinity] }), {
+          prompt: [NaN, -Infinity, Infinity],
+          sent: "[nan, -inf, inf]",
+        });
+        // A NaN score is read, and refused as a grade; the connection goes on.
+        await client.startTask("nan");
+        await assert.rejects(client.grade({ answer: 1 }), {
+          name: "ProtocolViolationError",
+          message: "Invalid grade: score must be a finite number, got NaN",
         });
         assert.deepEqual(await client.startTask("add", { a: 3 }), { prompt: "add:3:2" });
         assert.deepEqual(await client.grade({ answer: "5" }), { score: 1 }, "1.0 reads as 1");

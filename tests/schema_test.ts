@@ -45,8 +45,10 @@ test("integer().parse() takes integers and integer text only", () => {
   ]);
 });
 
-test("integer().parse() never takes a rounded integer (issue 24, point 2)", () => {
+test("integer().parse() never takes a rounded integer, and names any() (issue 24 point 2, issue 42 point 6)", () => {
   const range = "must be an integer from -9007199254740991 to 9007199254740991";
+  // The documented way to pass such an integer (PROTOCOL.md, "Argument checking").
+  const way = " (a JavaScript number would round it; an any() argument takes it exactly)";
   takes(integer(), [
     [9007199254740991, 9007199254740991],
     [-9007199254740991, -9007199254740991],
@@ -55,14 +57,20 @@ test("integer().parse() never takes a rounded integer (issue 24, point 2)", () =
   ]);
   refuses(integer(), [
     // 2^60 + 1 as JSON.parse reads it, already rounded to 2^60.
-    [2 ** 60, `${range}, got 1152921504606846976`],
-    [1152921504606846977n, `${range}, got 1152921504606846977`],
-    [-9007199254740993n, `${range}, got -9007199254740993`],
-    ["99999999999999999999", `${range}, got "99999999999999999999"`],
+    [2 ** 60, `${range}, got 1152921504606846976${way}`],
+    [1152921504606846977n, `${range}, got 1152921504606846977${way}`],
+    [-9007199254740993n, `${range}, got -9007199254740993${way}`],
+    ["99999999999999999999", `${range}, got "99999999999999999999"${way}`],
+    // Not a rounding: no hint.
+    [2.5, "must be an integer, got 2.5"],
   ]);
   assert.equal(integer().accepts(2 ** 60), false);
   takes(number(), [[12n, 12], [2n ** 60n, 2 ** 60]]);
-  refuses(number(), [[1152921504606846977n, "must be a number, got 1152921504606846977"]]);
+  refuses(number(), [
+    [1152921504606846977n, `must be a number, got 1152921504606846977${way}`],
+    // Beyond the doubles, a refusal too (it threw a RangeError from BigInt(Infinity)).
+    [10n ** 400n, `must be a number, got ${String(10n ** 400n).slice(0, 77)}...${way}`],
+  ]);
 });
 
 test("number().parse() takes finite numbers and decimal text", () => {

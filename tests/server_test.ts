@@ -137,6 +137,81 @@ test("bind() answers bad frames and goes on; an oversized one ends the connectio
   });
 });
 
+test("bind() writes NaN and the infinities back as HUD's server does (issue 42, point 1)", async (t) => {
+  await using server = bind(demoEnv());
+  await t.step("on the raw wire, as Python's json.dumps writes them", async () => {
+    await using peer = await RawPeer.login(server);
+    await peer.call("tasks.start", { id: "echo" });
+    await peer.send(
+      '{"jsonrpc":"2.0","id":2,"method":"tasks.grade","params":{"answer":[NaN,-Infinity,1e400]}}',
+    );
+    const r = await peer.reader.read();
+    assert.ok(r !== null && r.kind === "line");
+    assert.equal(
+      new TextDecoder().decode(r.line),
+      '{"jsonrpc":"2.0","id":2,"result":{"score":0.5,"content":[NaN,-Infinity,Infinity]}}',
+    );
+  });
+  await t.step("connect() writes them so and reads them back", async () => {
+    await using client = await connect(server.url, { signal: testSignal() });
+    await client.startTask("echo");
+    assert.deepEqual(await client.grade({ answer: [NaN, -Infinity, Infinity, null] }), {
+      score: 0.5,
+      content: [NaN, -Infinity, Infinity, null],
+    });
+  });
+});
+
+test("bind() nests 64 levels before the token, what HUD's server reads after it (issue 42, point 5)", async (t) => {
+  await using server = bind(demoEnv());
+  const nest = (n: number) => "[".repeat(n) + "]".repeat(n);
+  const hello = (depth: number) =>
+    `{"jsonrpc":"2.0","id":1,"method":"hello","params":{"token":"${server.token}","x":${
+      nest(depth - 2)
+    }}}\n`;
+  await t.step("a first frame deeper than 64 is refused, then closed", async () => {
+    const out = await exchange(server.addr.port, hello(65));
+    assert.deepEqual(JSON.parse(out), {
+      jsonrpc: "2.0",
+      id: 1,
+      error: {
+        code: -32600,
+        message: "frame nests arrays and objects deeper than the limit of 64",
+      },
+    });
+    await using peer = await RawPeer.open(server.addr.port);
+    await peer.conn.write(new TextEncoder().encode(hello(64)));
+    assert.ok(resultOf(await peer.recv()).session_id, "64 levels pass");
+  });
+  await t.step(
+    "after it, 1,000 levels are served; deeper is refused, the session goes on",
+    async () => {
+      await using peer = await RawPeer.login(server);
+      await peer.call("tasks.start", { id: "echo" });
+      // The frame nests 1,000 levels: itself, params, 998 in the answer.
+      await peer.send(
+        `{"jsonrpc":"2.0","id":5,"method":"tasks.grade","params":{"answer":${nest(998)}}}`,
+      );
+      const r = await peer.reader.read();
+      assert.ok(r !== null && r.kind === "line");
+      assert.equal(
+        new TextDecoder().decode(r.line),
+        `{"jsonrpc":"2.0","id":5,"result":{"score":0.5,"content":${nest(998)}}}`,
+      );
+      await peer.send(`{"jsonrpc":"2.0","id":6,"method":"tasks.list","params":{"x":${nest(999)}}}`);
+      assert.deepEqual(await peer.recv(), {
+        jsonrpc: "2.0",
+        id: 6,
+        error: {
+          code: -32600,
+          message: "frame nests arrays and objects deeper than the limit of 1000",
+        },
+      });
+      assert.ok(resultOf(await peer.call("tasks.list")).tasks);
+    },
+  );
+});
+
 test("bind() parks the task of a dropped connection; a new connection resumes it", async () => {
   const journal: Journal = { events: [] };
   await using server = bind(demoEnv(journal), { parkedTtl: 60_000 });
@@ -152,7 +227,7 @@ test("bind() parks the task of a dropped connection; a new connection resumes it
 });
 
 test({
-  name: "bind() with auth: false serves HUD's client at the edges of the wire (issue 24)",
+  name: "bind() with auth: false serves HUD's client at the edges of the wire (issues 24 and 42)",
   ignore: !python,
   async fn() {
     const echo = echoServer();
@@ -188,6 +263,8 @@ test({
       assert.equal(code, 0, new TextDecoder().decode(stderr));
       const steps = new TextDecoder().decode(stdout).trim().split("\n").map((l) => JSON.parse(l));
       const range = "must be an integer from -9007199254740991 to 9007199254740991";
+      const way = " (a JavaScript number would round it; an any() argument takes it exactly)";
+      const noTask = { code: -32600, message: "no task in progress" };
       assert.deepEqual(steps, [
         ["start unknown", { code: -32602, message: "unknown task: nope" }],
         ["grade after it", { code: -32600, message: "no task in progress" }],
@@ -195,16 +272,25 @@ test({
         ["big answer", true],
         ["big integer() argument", {
           code: -32000,
-          message: `Cannot start task "add": argument "a" ${range}, got 1152921504606846977`,
+          message: `Cannot start task "add": argument "a" ${range}, got 1152921504606846977${way}`,
         }],
         ["NaN argument", {
           code: -32000,
           message: 'Cannot start task "add": argument "a" must be an integer, got NaN',
         }],
-        ["deep params", {
+        ["deeper than the limit", [903, {
           code: -32600,
-          message: "frame nests arrays and objects deeper than the limit of 64",
-        }],
+          message: "frame nests arrays and objects deeper than the limit of 1000",
+        }]],
+        // Issue 42.
+        ["non-finite answer", "[nan, -inf, inf]"],
+        ["grade without an answer", { score: 1, content: null }],
+        ["deep answer", true],
+        ["deep params", true],
+        ["params [1]", [true, { cancelled: true }, noTask]],
+        ["params 7", [true, { cancelled: true }, noTask]],
+        ['params "x"', [true, { cancelled: true }, noTask]],
+        ["grade params [1]", [-32602, noTask]],
         ["id null is a notification", { cancelled: true }],
         ["method 7", { code: -32601, message: "method not found: 7" }],
         ["args []", { prompt: "no args" }],
@@ -213,6 +299,8 @@ test({
         ['args ""', { prompt: "no args" }],
         ["params []", true],
         ["adopted grade", { score: 1 }],
+        ["bye params 7", [{ goodbye: true }, true]],
+        ["after bye", noTask],
         ["tunnel without id", "raw"],
       ]);
     } finally {
@@ -743,6 +831,26 @@ test("bind() closes a connection that sends no first frame in time", async () =>
   assert.ok((await ok.call("tasks.list")).result);
 });
 
+test("bind(): a client late with its first frame only because this process was busy is not turned away", async () => {
+  // Issue 36: 1,000 sandboxed rollouts in one process; the server turned
+  // clients away ("no request within 10000 ms") whose hello was late only
+  // because the busy process sent it late. Here the process is held for
+  // 700 ms between connecting and the hello, past a 200 ms deadline.
+  await using server = bind(demoEnv(), { firstFrameTimeout: 200 });
+  await using peer = await RawPeer.open(server.addr.port);
+  // Let the server accept it (its deadline starts), then hold the loop.
+  await new Promise((r) => setTimeout(r, 20));
+  const until = performance.now() + 700;
+  while (performance.now() < until) { /* busy with the other rollouts */ }
+  await peer.send({ jsonrpc: "2.0", id: 1, method: "hello", params: { token: server.token } });
+  const reply = await within(peer.recv(), 10_000, "the hello reply");
+  assert.ok(isRecord(reply?.result), `turned away: ${JSON.stringify(reply)}`);
+  // A peer that stays silent while the process runs on time is still closed.
+  await using silent = await RawPeer.open(server.addr.port);
+  const error = await within(silent.recv(), 10_000, "the silent connection's deadline error");
+  assert.match(errorOf(error).message, /no request within 200 ms/);
+});
+
 test("bind() sweeps first-frame deadlines as connections come, sparing those that spoke", async () => {
   // One timer sweeps every deadline: it must re-arm for connections that
   // come after a sweep, and never touch one that has spoken.
@@ -817,7 +925,7 @@ test("bind() refuses a deeply nested frame before parsing it", async () => {
   const reply = await within(deep.recv(), 10_000, "the reply to a deep frame");
   assert.deepEqual(errorOf(reply), {
     code: -32600,
-    message: "frame nests arrays and objects deeper than the limit of 64",
+    message: "frame nests arrays and objects deeper than the limit of 1000",
   });
   assert.ok((await within(hello, 10_000, "another connection's reply")).result);
   // The session goes on; depth within the limit and brackets in strings are fine.

@@ -194,8 +194,9 @@ export const CLIENT_JS: string = String.raw`
     });
     if (opts.xLabel) svg.appendChild(s("text", { x: (PL + PW - PR) / 2, y: PH - 4, class: "label", "text-anchor": "middle", text: opts.xLabel }));
   }
+  function isGradedRow(r) { return r.graded === undefined ? r.reward !== null : r.graded; }
   function rewardPlot(rows) {
-    var graded = rows.filter(function (r) { return r.reward !== null; });
+    var graded = rows.filter(isGradedRow);
     var errored = rows.length - graded.length;
     var distinct = {};
     graded.forEach(function (r) { distinct[r.reward] = (distinct[r.reward] || 0) + 1; });
@@ -304,7 +305,13 @@ export const CLIENT_JS: string = String.raw`
     var k = head.group_size, passes = [];
     for (var j = 1; j <= k; j++) if (j === 1 || j === k) passes.push("pass@" + j + " " + sig(head.pass_at[String(j)]));
     function byPhase(o) { return Object.keys(o || {}).map(function (p) { return p + " " + o[p]; }).join(", "); }
-    var phases = byPhase(head.errored_by_phase), failed = byPhase(head.failures_by_phase);
+    var classes = byPhase(head.errored_by_class), failed = byPhase(head.failures_by_class);
+    // One denominator for the mean and pass@k, named: the graded rollouts.
+    var meanWords = " over " + plural(head.graded, "graded rollout") + (head.errored ? "; " + head.errored + " errored, not in the mean" : "");
+    var over = head.pass_at_tasks || {}, tasksN = file.tasks && file.tasks.tasks ? file.tasks.tasks.length : null;
+    var passWords = " over graded rollouts, as the mean" + (head.errored ? " (errored ones left out)" : "") +
+      (tasksN !== null && k > 1 && over[String(k)] !== undefined && over[String(k)] < tasksN ? "; pass@" + k + " over the " + over[String(k)] + " tasks with " + k : "");
+    var common = head.common_failure;
     var tokens = head.input_tokens === null && head.output_tokens === null ? null
       : count(head.input_tokens || 0) + " in, " + count(head.output_tokens || 0) + " out";
     var perRollout = head.total ? " (" + sig(head.model_calls / head.total) + " per rollout)" : "";
@@ -313,10 +320,11 @@ export const CLIENT_JS: string = String.raw`
       item("Agent", [h("strong", null, agentText(head.agent)), head.agent && head.agent.settings ? h("span", { class: "muted" }, " " + settingsText(head.agent.settings)) : ""], "s-agent"),
       item("Environment", head.env ? head.env.name + (head.env.version ? " " + head.env.version : "") : "\u2013", "s-env"),
       item("Rollouts", head.total + " (" + head.graded + " graded" + (head.superseded ? "; " + plural(head.superseded, "earlier attempt") + " replaced, not counted" : "") + ")", "s-total"),
-      item("Mean reward", fmtMean(head.mean_reward, head.stderr), "s-mean"),
-      item("pass@k", k > 0 ? passes.join(", ") : "\u2013", "s-pass"),
+      common ? item("Every rollout errored", [h("strong", null, common.class), " (" + common.meaning + "): " + common.message, h("br"), h("span", { class: "muted" }, "What to do: " + common.action)], "s-common") : null,
+      [h("dt", null, "Mean reward"), h("dd", null, h("span", { id: "s-mean" }, fmtMean(head.mean_reward, head.stderr)), h("span", { class: "muted", id: "s-mean-over" }, meanWords))],
+      [h("dt", null, "pass@k"), h("dd", null, h("span", { id: "s-pass" }, k > 0 ? passes.join(", ") : "\u2013"), k > 0 ? h("span", { class: "muted", id: "s-pass-over" }, passWords) : "")],
       subs.length ? item("Subscores", subs.map(function (n) { return n + " " + sig(head.subscores[n]); }).join(", "), "s-subscores") : null,
-      item("Errored", head.errored + (phases ? " (" + phases + ")" : "") + (failed && failed !== phases ? "; failures: " + failed : ""), "s-errored"),
+      item("Errored", head.errored + (classes ? " (" + classes + ")" : "") + (failed && failed !== classes ? "; failures: " + failed : ""), "s-errored"),
       head.model_calls ? item("Steps", plural(head.model_calls, "model call") + perRollout + ", " + plural(head.tool_calls, "tool call"), "s-steps") : item("Steps", plural(head.steps, "trace step"), "s-steps"),
       item("Tokens", tokens === null ? "not reported" : tokens, "s-tokens"),
       item("Cost", head.cost_usd === null ? "not reported" : "$" + sig(head.cost_usd), "s-cost"),
@@ -367,7 +375,7 @@ export const CLIENT_JS: string = String.raw`
         return r.sub ? file.subscores.map(function (n, j) { return r.sub[j] === null || r.sub[j] === undefined ? null : n + " " + sig(r.sub[j]); }).filter(Boolean).join(", ") : "";
       }, title: function (r) { return r.sub ? file.subscores.map(function (n, j) { return r.sub[j] === undefined ? null : n + ": " + r.sub[j]; }).filter(Boolean).join("\n") : ""; } });
     }
-    cols.push({ key: "status", label: "Status", w: 10, cls: "status", text: function (r) { return (r.old ? "replaced: " : "") + r.status + (r.phase ? " (" + r.phase + ")" : ""); } });
+    cols.push({ key: "status", label: "Status", w: 10, cls: "status", text: function (r) { return (r.old ? "replaced: " : "") + r.status + (r.class ? " (" + r.class + ")" : r.phase ? " (" + r.phase + ")" : ""); } });
     cols.push({ key: "duration", label: "Duration", w: 8, num: true, text: function (r) { return fmtMs(r.duration); } });
     if (anyCalls) cols.push({ key: "calls", label: "Steps", w: 6, num: true, title: function (r) { return r.calls + " model calls, " + r.tools + " tool calls"; }, text: function (r) { return String(r.calls); } });
     if (anyTokens) cols.push({ key: "tokens", label: "Tokens", w: 7, num: true, text: function (r) { return count(r.tokens); } });
@@ -426,7 +434,7 @@ export const CLIENT_JS: string = String.raw`
       var out = [h("tr", { class: "spacer", "aria-hidden": "true", style: "height:" + start * ROW_H + "px" })];
       for (var j = start; j < end; j++) {
         var r = view[j];
-        out.push(h("tr", { class: "row " + (r.old ? "old " : "") + (r.phase ? "failed" : r.reward === null ? "" : r.reward >= 1 ? "pass" : r.reward > 0 ? "partial" : "zero"), "aria-rowindex": j + 2, "data-i": r.i },
+        out.push(h("tr", { class: "row " + (r.old ? "old " : "") + (r.phase || !isGradedRow(r) ? "failed" : r.reward >= 1 ? "pass" : r.reward > 0 ? "partial" : "zero"), "aria-rowindex": j + 2, "data-i": r.i },
           cols.map(function (c) {
             return h("td", { class: (c.num ? "num " : "") + (c.cls || ""), title: c.title ? c.title(r) : null }, c.cell ? c.cell(r, f) : c.text(r));
           })));
@@ -440,7 +448,7 @@ export const CLIENT_JS: string = String.raw`
       view = file.rows.filter(function (r) {
         if (!r.old) counted++;
         if (r.old && !state.showOld) return false;
-        return !q || (r.task + " " + r.args + " " + r.status + " " + (r.phase || "") + " " + r.error + " " + (r.group || "")).toLowerCase().indexOf(q) >= 0;
+        return !q || (r.task + " " + r.args + " " + r.status + " " + (r.phase || "") + " " + (r.class || "") + " " + r.error + " " + (r.group || "")).toLowerCase().indexOf(q) >= 0;
       });
       view.sort(compare);
       document.getElementById("rollouts").setAttribute("aria-rowcount", String(view.length + 1));
@@ -790,7 +798,8 @@ export const CLIENT_JS: string = String.raw`
       var steps = trace.steps || [];
       var row = files[f].rows[i] || {};
       var errors = (trace.errors || []).map(function (e) {
-        return h("li", null, h("strong", null, e.phase + ": "), e.name + ": " + e.message);
+        return h("li", null, h("strong", null, e.phase + ": "), (e.class ? "[" + e.class + "] " : "") + e.name + ": " + e.message + (e.at ? " (at " + e.at + ")" : ""),
+          e.stack ? h("pre", { class: "args" }, e.stack) : "");
       });
       var agent = rec.agent;
       var tokens = row.tokens === null || row.tokens === undefined ? null : count(row.tokens);
@@ -803,7 +812,7 @@ export const CLIENT_JS: string = String.raw`
         history(f, i),
         h("dl", { class: "summary facts" },
           h("dt", null, "Reward"), h("dd", { id: "r-reward" }, sig(rec.reward)),
-          h("dt", null, "Status"), h("dd", { id: "r-status" }, rec.status + (rec.failed_phase ? " (" + rec.failed_phase + " failed)" : "") + (trace.stop_reason ? ", " + trace.stop_reason : "")),
+          h("dt", null, "Status"), h("dd", { id: "r-status" }, rec.status + (rec.failed_phase ? " (" + rec.failed_phase + " failed)" : "") + (trace.stop_reason ? ", " + trace.stop_reason : "") + (row.class ? "; " + row.class + (row.graded === false ? ", not graded: its reward is not counted" : "") : "")),
           h("dt", null, "Duration"), h("dd", null, fmtMs(row.duration)),
           h("dt", null, "Agent"), h("dd", { id: "r-agent" }, agentText(agent), agent && agent.settings ? h("span", { class: "muted" }, " " + settingsText(agent.settings)) : ""),
           row.calls ? [h("dt", null, "Steps"), h("dd", null, plural(row.calls, "model call") + ", " + plural(row.tools, "tool call") + (tokens ? ", " + tokens + " tokens" : ""))] : "",

@@ -42,6 +42,8 @@ export const ROW_FIELDS: readonly string[] = [
   "calls",
   "tools",
   "tokens",
+  "class",
+  "graded",
 ];
 
 /**
@@ -71,6 +73,8 @@ function packRow(row: Row, names: readonly string[]): unknown[] {
     row.modelCalls,
     row.toolCalls,
     tokens,
+    row.errorClass,
+    row.graded,
   ];
 }
 

@@ -14,6 +14,7 @@
 // Elsewhere (not root, no overlayfs, no --allow-ffi) snapshots copy the
 // whole root, and forks and restores copy it back.
 
+import { errorMessage } from "../_internal/util.ts";
 import { applyLayer, clearDir } from "./_apply.ts";
 import {
   copyTree,
@@ -128,7 +129,7 @@ export function snapshotMethod(): Promise<{ method: SnapshotMethod; why: string 
       unmount(`${dir}/m`);
       return { method: "overlay" as const, why: null };
     } catch (err) {
-      return { method: "copy" as const, why: (err as Error).message };
+      return { method: "copy" as const, why: errorMessage(err) };
     } finally {
       await Deno.remove(dir, { recursive: true }).catch(() => {});
       await store.release();

@@ -1,6 +1,12 @@
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";
-import { encodeFrame, LineReader, parseLine } from "../../_internal/framing.ts";
+import {
+  encodeFrame,
+  LineReader,
+  MAX_JSON_DEPTH,
+  parseLine,
+  stringifyJson,
+} from "../../_internal/framing.ts";
 
 /** A reader that hands out the given chunks one read at a time. */
 function chunked(chunks: Uint8Array[]): { read(p: Uint8Array): Promise<number | null> } {
@@ -75,6 +81,45 @@ test("encodeFrame() and parseLine() round-trip compact JSON", () => {
   });
   assert.throws(() => parseLine(new Uint8Array([0xff])), SyntaxError);
   assert.throws(() => parseLine(enc("{")), SyntaxError);
+});
+
+test("stringifyJson() writes non-finite numbers as Python's json does, when asked (issue 42, point 1)", () => {
+  const value = { a: [NaN, -Infinity, Infinity], n: null, s: "NaN", big: 2n ** 60n + 1n };
+  const python = '{"a":[NaN,-Infinity,Infinity],"n":null,"s":"NaN","big":1152921504606846977}';
+  assert.equal(stringifyJson(value, { nonFinite: true }), python);
+  assert.equal(dec(encodeFrame(value, { nonFinite: true })), python + "\n");
+  // Without the bigint, the same through the plain stringify's null.
+  assert.equal(
+    stringifyJson({ x: 1e400, y: [null, -1e400], z: "null" }, { nonFinite: true }),
+    '{"x":Infinity,"y":[null,-Infinity],"z":"null"}',
+  );
+  // A string can never come out as a token, whatever it holds.
+  assert.equal(stringifyJson(["\u0000NaN", "NaN"], { nonFinite: true }), '["\\u0000NaN","NaN"]');
+  // Strict JSON by default (result files, agents' environment).
+  assert.equal(
+    stringifyJson(value),
+    '{"a":[null,null,null],"n":null,"s":"NaN","big":1152921504606846977}',
+  );
+  // What is written is read back, as by a Python peer.
+  assert.deepEqual(parseLine(enc(python), 64, { nonFinite: true, exactIntegers: true }), {
+    ...value,
+  });
+});
+
+test("parseLine() reads nesting up to MAX_JSON_DEPTH, what HUD's server reads (issue 42, point 5)", () => {
+  assert.ok(MAX_JSON_DEPTH >= 990, "Python's json reads about 990 levels");
+  const deep = (n: number) => "[".repeat(n - 1) + "[NaN,1152921504606846977]" + "]".repeat(n - 1);
+  // The slow path (non-finite tokens and a long integer: a reviver) at the limit.
+  let value = parseLine(enc(deep(MAX_JSON_DEPTH)), undefined, {
+    nonFinite: true,
+    exactIntegers: true,
+  });
+  for (let i = 1; i < MAX_JSON_DEPTH; i++) value = (value as unknown[])[0];
+  assert.deepEqual(value, [NaN, 1152921504606846977n]);
+  assert.throws(
+    () => parseLine(enc(deep(MAX_JSON_DEPTH + 1))),
+    new RangeError(`frame nests arrays and objects deeper than the limit of ${MAX_JSON_DEPTH}`),
+  );
 });
 
 test("LineReader with a small initial buffer grows for a long line and shrinks back", async (t) => {

@@ -74,3 +74,46 @@ test("FirstFrameDeadlines expires only the connections that did not speak, in or
     deadlines.clear();
   }
 });
+
+/** Holds this thread for `ms`, as a process busy with a thousand rollouts holds its event loop. */
+function busy(ms: number): void {
+  const until = performance.now() + ms;
+  while (performance.now() < until) { /* our own queue, not the peer's silence */ }
+}
+
+test("FirstFrameDeadlines does not count the time this process's event loop ran late", async () => {
+  const expired: string[] = [];
+  const deadlines = new FirstFrameDeadlines<string>(200, (key) => expired.push(key));
+  try {
+    deadlines.start("busy");
+    // The loop is held past the deadline: the peer was not silent that long, we were.
+    busy(700);
+    await new Promise((r) => setTimeout(r, 20));
+    assert.deepEqual(expired, [], "expired for our own lag");
+    assert.equal(deadlines.arrived("busy"), true);
+    // A peer that is silent while the loop runs on time still expires.
+    deadlines.start("silent");
+    await waitFor(() => expired.length === 1);
+    assert.deepEqual(expired, ["silent"]);
+  } finally {
+    deadlines.clear();
+  }
+});
+
+test("LoopLag measures only while watched, and never holds the process open", async () => {
+  const { LoopLag } = await import("../../_internal/loop_lag.ts");
+  const lag = new LoopLag();
+  assert.equal(lag.watched, false);
+  const before = lag.late;
+  busy(200);
+  assert.equal(lag.late, before, "not watched: nothing measured");
+  {
+    using _ = lag.watch();
+    await new Promise((r) => setTimeout(r, 60));
+    const start = lag.late;
+    busy(300);
+    assert.ok(lag.late - start >= 200, `late by ${lag.late - start} ms, held 300`);
+    assert.ok(lag.lag >= 200);
+  }
+  assert.equal(lag.watched, false);
+});

@@ -190,12 +190,14 @@ test("ControlChannel answers every method of the protocol table", async (t) => {
     }
     await call(ch, "tasks.cancel");
   });
-  await t.step("other params that are not an object are -32602", async () => {
+  await t.step("other params that are not an object are -32602 where they are read", async () => {
     for (const params of [[1], 7, "x", true]) {
-      assert.deepEqual(errorOf(await call(ch, "tasks.start", params)), {
-        code: -32602,
-        message: "params must be an object",
-      });
+      for (const method of ["hello", "tasks.start"]) {
+        assert.deepEqual(errorOf(await call(ch, method, params)), {
+          code: -32602,
+          message: "params must be an object",
+        }, `${method} ${JSON.stringify(params)}`);
+      }
     }
     assert.deepEqual(errorOf(await call(ch, "tasks.start", { id: "echo", args: [1] })), {
       code: -32602,
@@ -245,6 +247,61 @@ test("ControlChannel answers every method of the protocol table", async (t) => {
   assert.ok(journal.events.includes("finally add 1"), "cancel ran the task's finally block");
 });
 
+test("ControlChannel reads params, and answers, where HUD's server does (issue 42, points 2 to 4)", async (t) => {
+  const journal: Journal = { events: [] };
+  await using d = dispatcherFor(demoEnv(journal));
+  const ch = d.open();
+  await t.step("tasks.list, tasks.cancel and bye never read their params", async () => {
+    for (const params of [[1], 7, "x", true]) {
+      const shown = JSON.stringify(params);
+      assert.ok(Array.isArray(resultOf(await call(ch, "tasks.list", params)).tasks), shown);
+      await call(ch, "tasks.start", { id: "add", args: { a: 20 } });
+      assert.deepEqual(resultOf(await call(ch, "tasks.cancel", params)), { cancelled: true });
+      assert.equal(journal.events.at(-1), "finally add 20", `tasks.cancel ${shown} cancelled`);
+      assert.equal(
+        errorOf(await call(ch, "tasks.grade", { answer: 22 })).message,
+        "no task in progress",
+      );
+    }
+    const other = d.open();
+    await call(other, "tasks.start", { id: "add", args: { a: 30 } });
+    assert.deepEqual(resultOf(await call(other, "bye", 7)), { goodbye: true });
+    assert.equal(other.ended, true, "the connection is to be closed");
+    assert.equal(journal.events.at(-1), "finally add 30", "bye 7 cancelled the task");
+    other.close();
+  });
+  await t.step("a grade whose params are not an object consumes the task", async () => {
+    await call(ch, "tasks.start", { id: "add", args: { a: 40 } });
+    assert.deepEqual(errorOf(await call(ch, "tasks.grade", [42])), {
+      code: -32602,
+      message: "params must be an object",
+    });
+    assert.equal(journal.events.at(-1), "finally add 40", "the task was cancelled");
+    assert.equal(
+      errorOf(await call(ch, "tasks.grade", { answer: 42 })).message,
+      "no task in progress",
+    );
+    // An adopted task too: the grade took it.
+    const starter = d.open();
+    await call(starter, "tasks.start", { id: "add", args: { a: 50 } });
+    starter.close();
+    assert.equal(errorOf(await call(ch, "tasks.grade", "x")).code, -32602);
+    assert.equal(d.sessions.parkedCount, 0);
+    assert.equal(journal.events.at(-1), "finally add 50");
+    // No task: the same answer as any grade without one.
+    assert.equal(errorOf(await call(ch, "tasks.grade", [1])).message, "no task in progress");
+  });
+  await t.step("a grade without an answer sends null in, and the reply keeps it", async () => {
+    for (const params of [undefined, {}, { answer: null }, []]) {
+      await call(ch, "tasks.start", { id: "echo" });
+      assert.deepEqual(
+        JSON.stringify(await call(ch, "tasks.grade", params)),
+        `{"jsonrpc":"2.0","id":${nextId},"result":{"score":0.5,"content":null}}`,
+      );
+    }
+  });
+});
+
 test("ControlChannel maps errors to codes in one place", async (t) => {
   const env = new Environment("errors");
   env.template({ id: "boom" }, async function* () {
@@ -264,15 +321,17 @@ test("ControlChannel maps errors to codes in one place", async (t) => {
   });
   await using d = dispatcherFor(env);
   const ch = d.open();
-  await t.step("task code that throws is -32000 with its message", async () => {
-    assert.deepEqual(errorOf(await call(ch, "tasks.start", { id: "boom" })), {
-      code: -32000,
-      message: "kaboom",
-    });
-    assert.deepEqual(errorOf(await call(ch, "tasks.start", { id: "wire" })), {
-      code: -32000,
-      message: "unknown task: inner",
-    });
+  await t.step("task code that throws is -32000 with its message, and where it threw", async () => {
+    const boom = errorOf(await call(ch, "tasks.start", { id: "boom" }));
+    const { data, ...wire } = boom as { data?: { at?: string; stack?: string } };
+    assert.deepEqual(wire, { code: -32000, message: "kaboom" });
+    // The environment's own frame (this file), never the SDK's.
+    assert.match(data?.at ?? "", /tests\/_server\/dispatcher_test\.ts:\d+:\d+$/);
+    assert.match(data?.stack ?? "", /^Error: kaboom\n {4}at .*dispatcher_test\.ts:\d+:\d+/);
+    assert.doesNotMatch(data?.stack ?? "", /\/(env|task|_server\/dispatcher)\.ts:/);
+    const wired = errorOf(await call(ch, "tasks.start", { id: "wire" }));
+    assert.equal(wired.code, -32000);
+    assert.equal(wired.message, "unknown task: inner");
   });
   await t.step("a broken grading contract is -32000", async () => {
     await call(ch, "tasks.start", { id: "nograde" });

@@ -141,17 +141,42 @@ test("CommandAgent: an exit is recorded as ExitStatus, a signal as code null wit
     assert.deepEqual({ ...command(run), stderr: "" }, { code: 3, signal: null, stderr: "" });
     assert.equal(run.trace.errors[0].message, "Agent command exited with code 3");
   });
-  await t.step("killed by SIGKILL: code null (not 137), the signal named", async () => {
-    const agent = new CommandAgent(["sh", "-c", "echo 1; kill -KILL $$"]);
-    const run = await rollout(row(1), agent, { runtime });
-    assert.equal(run.reward, 1);
-    assert.deepEqual({ ...command(run), stderr: "" }, {
-      code: null,
-      signal: "SIGKILL",
-      stderr: "",
-    });
-    assert.equal(run.trace.errors[0].message, "Agent command exited with signal SIGKILL");
-  });
+  await t.step(
+    "killed by SIGTERM: code null, the signal named, an agent error; graded",
+    async () => {
+      const agent = new CommandAgent(["sh", "-c", "echo 1; kill -TERM $$"]);
+      const run = await rollout(row(1), agent, { runtime });
+      assert.equal(run.reward, 1);
+      assert.deepEqual({ ...command(run), stderr: "" }, {
+        code: null,
+        signal: "SIGTERM",
+        stderr: "",
+      });
+      assert.equal(run.trace.errors[0].message, "Agent command exited with signal SIGTERM");
+      assert.equal(run.trace.errors[0].class, "agent_error");
+    },
+  );
+  await t.step(
+    "killed by SIGKILL: code null (not 137), the signal named; from outside, not graded",
+    async () => {
+      // A SIGKILL the agent was not sent by its deadline (the OOM killer, an
+      // operator, a preempted machine) is not the agent's doing: a 0 here
+      // would be the infrastructure's.
+      const agent = new CommandAgent(["sh", "-c", "echo 1; kill -KILL $$"]);
+      const run = await rollout(row(1), agent, { runtime });
+      assert.equal(run.reward, null);
+      assert.deepEqual({ ...command(run), stderr: "" }, {
+        code: null,
+        signal: "SIGKILL",
+        stderr: "",
+      });
+      assert.match(
+        run.trace.errors[0].message,
+        /^Agent command was killed \(SIGKILL\) from outside/,
+      );
+      assert.equal(run.trace.errors[0].class, "infrastructure_lost");
+    },
+  );
 });
 
 test("CommandAgent caps the answer: over it the agent stops and the run errors", async () => {

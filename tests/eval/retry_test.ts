@@ -94,8 +94,13 @@ test("Taskset.run() retries a provisioning failure; every attempt is in the file
 test("Taskset.run() never retries the agent's own failure, a timeout or a context overflow", async (t) => {
   const { add } = makeEnv();
   const cases: [string, () => Promise<unknown>, string, { agentTimeout?: number }][] = [
-    ["an agent that throws", () => Promise.reject(new Error("bad plan")), "agent", {}],
-    ["an agent past its deadline", () => new Promise(() => {}), "timeout", { agentTimeout: 50 }],
+    ["an agent that throws", () => Promise.reject(new Error("bad plan")), "agent_error", {}],
+    [
+      "an agent past its deadline",
+      () => new Promise(() => {}),
+      "agent_timeout",
+      { agentTimeout: 50 },
+    ],
     [
       "a context overflow",
       () =>
@@ -166,9 +171,16 @@ test("Taskset.run() retries a model server that stays unavailable after ChatAgen
   });
   const down = await new Taskset([add({ a: 1, b: 2 })]).run(gone);
   assert.equal(down.runs[0].error_class, "model_unavailable");
-  assert.match((down.runs[0].trace.errors ?? [])[0].message, /model server is unavailable/);
-  // Graded (the answer was empty), yet its reward says nothing about the agent: not whole.
-  assert.equal(down.runs[0].reward, 0);
+  // The message names the endpoint and why, never only "fetch failed".
+  assert.match(
+    (down.runs[0].trace.errors ?? [])[0].message,
+    new RegExp(
+      `^model server http://127\\.0\\.0\\.1:${port}/v1/chat/completions unavailable after 2 attempts in [\\d.]+ s: .*Connection refused`,
+    ),
+  );
+  // Not graded: a model server that is down is no zero of the agent's.
+  assert.equal(down.runs[0].reward, null);
+  assert.equal(down.errored.length, 1);
   assert.deepEqual(down.incompleteGroups, [down.runs[0].group_id]);
   assert.equal(down.summary().tasks[0].group_complete, false);
   assert.equal(down.exportTraining()[0].group_complete, false);

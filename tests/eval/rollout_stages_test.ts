@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import type { HudClient } from "../../client.ts";
 import type { GradeFrame, PromptFrame, TaskRow } from "../../env.ts";
 import { ConnectionClosedError } from "../../errors.ts";
+import { ModelHttpError, ModelUnavailableError } from "../../agents/model.ts";
 import type { Placement, RuntimeProvider } from "../../runtime/placement.ts";
 import { type Agent, functionAgent, NotGradedError } from "../../eval/agent.ts";
 import { createRun, Run } from "../../eval/run.ts";
@@ -202,7 +203,7 @@ test("stage start: the environment's refusal is a start failure; the task is not
   assert.equal(run.reward, null);
   assert.equal(run.trace.failedPhase, "start");
   assert.equal(run.trace.stopReason, "start_error");
-  assert.equal(run.trace.errors[0].class, "start");
+  assert.equal(run.trace.errors[0].class, "start_error");
   assert.equal(run.client, client, "the run keeps the client it started on");
   assert.deepEqual(log, ["place", "start add", "close", "release"]);
 });
@@ -217,7 +218,7 @@ test("stage agent: a failing agent is recorded before the observers' after, and 
       log,
       functionAgent((_p, run) => {
         run.answer = "5";
-        throw new ConnectionClosedError("the tool server went away");
+        throw new Error("the agent's plan fell apart");
       }),
     ),
     trace,
@@ -241,7 +242,7 @@ test("stage agent: a failing agent is recorded before the observers' after, and 
   assert.deepEqual(acted, { kind: "ok", value: undefined });
   assert.deepEqual(observed, ["before 0", "after 1"]);
   assert.equal(trace.errors[0].phase, "agent");
-  assert.equal(trace.errors[0].class, "connection", "the stage's class is the one recorded");
+  assert.equal(trace.errors[0].class, "agent_error", "the stage's class is the one recorded");
   assert.ok(
     trace.steps.some((st) => st.type === "observer_error" && st.content === "observer broke"),
   );
@@ -260,7 +261,7 @@ test("stage agent: NotGradedError ends the rollout ungraded and cancels the star
   assert.equal(run.trace.status, "error", "the cancel that follows does not restate it");
   assert.equal(run.trace.stopReason, "agent_error");
   assert.equal(run.trace.failedPhase, "agent");
-  assert.equal(run.trace.errors[0].class, "agent");
+  assert.equal(run.trace.errors[0].class, "agent_error");
   assert.deepEqual(log, ["place", "dial", "start add", "cancel", "close", "release"]);
   assert.ok(!log.some((l) => l.startsWith("grade")), "never graded");
 });
@@ -276,8 +277,45 @@ test("stage agent: an agent timeout grades what the agent had", async () => {
   const run = await runRollout(ROW, agent, config(log, { agentTimeout: 50 }));
   assert.equal(run.reward, 1);
   assert.equal(run.trace.errors[0].name, "TimeoutError");
-  assert.equal(run.trace.errors[0].class, "timeout");
+  assert.equal(run.trace.errors[0].class, "agent_timeout");
   assert.match(run.trace.errors[0].message, /agent timed out after 50 ms/);
+});
+
+test("stage agent: a failure that is not the agent's (the environment gone, the model down) ends the rollout ungraded", async (t) => {
+  const cases: [string, () => Error, string][] = [
+    [
+      "a lost connection",
+      () => new ConnectionClosedError("the tool server went away"),
+      "infrastructure_lost",
+    ],
+    [
+      "a model server down",
+      () => new ModelUnavailableError("model server down"),
+      "model_unavailable",
+    ],
+    [
+      "a model server that refuses the key",
+      () => new ModelHttpError("HTTP 401: bad key", 401),
+      "model_error",
+    ],
+  ];
+  for (const [name, error, errorClass] of cases) {
+    await t.step(name, async () => {
+      const log: Log = [];
+      const agent = functionAgent((_p, run) => {
+        run.answer = "5"; // a right answer, yet not graded: the failure was not the agent's
+        throw error();
+      });
+      const run = await runRollout(ROW, agent, config(log));
+      assert.equal(run.reward, null, "never a zero (or a one) the agent did not earn");
+      assert.equal(run.trace.status, "error");
+      assert.equal(run.trace.stopReason, "agent_error");
+      assert.equal(run.trace.errors.length, 1);
+      assert.equal(run.trace.errors[0].class, errorClass);
+      assert.ok(!log.some((l) => l.startsWith("grade")), "never graded");
+      assert.ok(log.includes("cancel"), "the started task is cancelled");
+    });
+  }
 });
 
 test("runRollout(): the caller's abort cancels the task and leaves a hanging teardown behind", async () => {
@@ -314,7 +352,11 @@ test("stage record: an interruption by the deadline is a timeout in the phase it
   assert.equal(s.trace.stopReason, "timeout");
   assert.equal(s.trace.failedPhase, "provisioning");
   assert.match(s.trace.errors[0].message, /rollout timed out after 300 ms/);
-  assert.equal(s.trace.errors[0].class, "timeout");
+  assert.equal(s.trace.errors[0].class, "rollout_timeout");
+  // While grading, the same deadline is the verifier's.
+  const late = scope(log, answer5, { rolloutTimeout: 300 });
+  await recordEnding(late, held, { kind: "interrupted", phase: "grading" });
+  assert.equal(late.trace.errors[0].class, "verifier_timeout");
 });
 
 test("stage record: a stage may set its failure's class; the trace records that one", () => {
@@ -322,7 +364,11 @@ test("stage record: a stage may set its failure's class; the trace records that 
   recordFailure(trace, { phase: "agent", errorClass: "model_unavailable", error: new Error("x") });
   assert.equal(trace.errors[0].class, "model_unavailable");
   const step = trace.steps.at(-1)!;
-  assert.deepEqual(step.info, { phase: "agent", name: "Error", class: "model_unavailable" });
+  const { at, ...info } = step.info!;
+  assert.deepEqual(info, { phase: "agent", name: "Error", class: "model_unavailable" });
+  // An error made outside the SDK (here, this file) says where.
+  assert.match(String(at), /tests\/eval\/rollout_stages_test\.ts:\d+:\d+$/);
+  assert.equal(trace.errors[0].at, at);
 });
 
 test("stage release: a failed teardown is a teardown_error step, after the close", async () => {
@@ -353,7 +399,7 @@ test("stage start and grade: a non-finite score is a grading failure, recorded o
   assert.deepEqual(graded, { kind: "ok", value: null });
   assert.equal(trace.stopReason, "grading_error");
   assert.equal(trace.errors.length, 1);
-  assert.equal(trace.errors[0].class, "grading");
+  assert.equal(trace.errors[0].class, "grading_error");
 });
 
 test("Run has no public constructor and no public _begin: runs come from Run.start() or the stages", () => {
@@ -386,6 +432,50 @@ test("scoped(): the file tracker's results cut to the task's part of the workspa
       files_captured: 0,
       files_skipped: 0,
     },
+  });
+});
+
+test("stage grade: a rollout stopped while grading is cancelled or a verifier timeout, never a grading error", async (t) => {
+  /** A client whose grading waits until its call's signal aborts, as a real one does. */
+  const hanging = (log: Log): HudClient => {
+    const client = fakeClient(log);
+    return Object.assign(Object.create(client), {
+      grade: (_payload: unknown, options: { signal?: AbortSignal } = {}) => {
+        log.push("grade");
+        return new Promise((_ok, fail) =>
+          options.signal?.addEventListener("abort", () => fail(options.signal!.reason))
+        );
+      },
+      cancel: client.cancel,
+      close: client.close,
+    }) as HudClient;
+  };
+  await t.step("the rollout's deadline: verifier_timeout", async () => {
+    const log: Log = [];
+    const run = await runRollout(
+      ROW,
+      answer5,
+      config(log, { rolloutTimeout: 300, dial: () => Promise.resolve(hanging(log)) }),
+    );
+    assert.equal(run.reward, null);
+    assert.deepEqual(run.trace.errors.map((e) => e.class), ["verifier_timeout"]);
+    assert.equal(run.trace.stopReason, "timeout");
+    assert.ok(log.includes("cancel"), "the task is cancelled");
+  });
+  await t.step("the job's abort: cancelled, no failure recorded", async () => {
+    const log: Log = [];
+    const stop = new AbortController();
+    const running = runRollout(
+      ROW,
+      answer5,
+      config(log, { signal: stop.signal, dial: () => Promise.resolve(hanging(log)) }),
+    );
+    while (!log.includes("grade")) await new Promise((r) => setTimeout(r, 5));
+    stop.abort();
+    const run = await running;
+    assert.deepEqual(run.trace.errors, [], "an interrupt is not a grading error");
+    assert.equal(run.trace.status, "cancelled");
+    assert.ok(log.includes("cancel"));
   });
 });
 

@@ -113,6 +113,38 @@ test("bashGrader() fails to grade, not scores 0, when the command cannot run at 
   });
 });
 
+test("bashGrader() fails to grade, not scores 0, when its command is not found, not executable or killed", () =>
+  withDir(async (dir) => {
+    await Deno.writeTextFile(`${dir}/plain.txt`, "not a program\n");
+    const cases: [string | string[], RegExp][] = [
+      // The issue's case: a test runner that is not installed (bash says 127).
+      [
+        "hud-no-such-runner -q",
+        /the command was not found \(exit 127\): .*hud-no-such-runner: command not found/,
+      ],
+      ["./plain.txt", /the command could not be executed \(exit 126\): .*Permission denied/],
+      // Killed before its timeout: what the sandbox's memory limit does.
+      ["kill -KILL $$", /the command was killed \((SIGKILL|exit 137)\) before its timeout/],
+      [
+        ["sh", "-c", "kill -KILL $$"],
+        /the command was killed \((SIGKILL|exit 137)\) before its timeout/,
+      ],
+    ];
+    for (const [command, message] of cases) {
+      await assert.rejects(
+        () => bashGrader(localExec(dir), command, { name: "tests", timeout: 20_000 }),
+        (err: Error) => {
+          assert.match(err.message, /^Cannot run bash grader "tests": /);
+          assert.match(err.message, message);
+          return true;
+        },
+        JSON.stringify(command),
+      );
+    }
+    // A check that fails on its own (exit 1) is still a score of 0.
+    assert.equal((await bashGrader(localExec(dir), "grep -q absent plain.txt")).value, 0);
+  }));
+
 test("bashGrader() stops with the signal's reason when aborted", () =>
   withDir(async (dir) => {
     const controller = new AbortController();

@@ -286,7 +286,7 @@ test("hud export-harbor refuses bad input with one line naming it and the way ou
     assert.equal(throws.code, 1);
     assert.match(
       throws.err,
-      /^error: Cannot load environment from ".*broken_env\.ts": .*fixture refuses to load\n$/,
+      /^error: Cannot load environment from ".*broken_env\.ts": .*fixture refuses to load \(at .*broken_env\.ts:3:\d+\)\n$/,
     );
     await Deno.writeTextFile(
       `${out}/rows.jsonl`,

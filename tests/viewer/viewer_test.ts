@@ -139,7 +139,8 @@ test("cli.ts view shows robolab results in Chromium", async (t) => {
       const shown = linesA.map((l) => JSON.parse(l).failed_phase);
       if (shown.includes("agent")) {
         assert.ok(errors.includes(GAVE_UP), `no "${GAVE_UP}" in ${JSON.stringify(errors)}`);
-        assert.ok(statuses.includes("error (agent)"));
+        // The status names the failure's class.
+        assert.ok(statuses.includes("error (agent_error)"), JSON.stringify(statuses));
       }
     });
 
@@ -156,7 +157,7 @@ test("cli.ts view shows robolab results in Chromium", async (t) => {
       assert.ok(errors.includes(GAVE_UP), `no "${GAVE_UP}" in ${JSON.stringify(errors)}`);
       assert.match(
         await page.evaluate<string>("document.getElementById('s-errored').textContent"),
-        /agent 1/,
+        /failures: agent_error 1/,
       );
       await shoot(page, `${dir}/table.png`);
     });
@@ -344,7 +345,8 @@ test("cli.ts report --html writes a page that works from disk", async () => {
     );
     assert.match(
       await page.evaluate<string>("document.getElementById('s-errored').textContent"),
-      /start 1/,
+      // A record older than the classes (no error_class) reads as today's class.
+      /^1 \(start_error 1\)$/,
     );
     assert.match(
       await page.evaluate<string>("document.getElementById('s-duration').textContent"),
@@ -488,5 +490,63 @@ test("startViewer() on 127.0.0.2 is loopback too: it refuses a foreign Host head
     assert.match(await ask(`127.0.0.2:${viewer.addr.port}`), /^HTTP\/1\.1 200/);
   } finally {
     await Deno.remove(file);
+  }
+});
+
+test("the viewer's headline: the mean and pass@k over the same graded rollouts, named in words", async () => {
+  // Issue 36: with 2 of 3 rollouts errored the page said "Mean reward 1"
+  // beside pass@1 0.333: two denominators, neither named.
+  const dir = await Deno.makeTempDir({ prefix: "viewer-headline-" });
+  let browser: Awaited<ReturnType<typeof launchChromium>> | null = null;
+  try {
+    const file = `${dir}/r.jsonl`;
+    const records = [0, 1, 2].map((i) => ({
+      job_id: "job",
+      group_id: "job:t",
+      task: { env: "e", id: "t", args: {}, slug: "t" },
+      repeat: i,
+      status: i === 0 ? "completed" : "error",
+      reward: i === 0 ? 1 : null,
+      failed_phase: i === 0 ? null : "agent",
+      error_class: i === 0 ? null : "model_unavailable",
+      trace: {
+        started_at: "2026-01-01T00:00:00.000Z",
+        ended_at: "2026-01-01T00:00:01.000Z",
+        errors: i === 0 ? [] : [{
+          phase: "agent",
+          message: "model server http://127.0.0.1:9/v1/chat/completions unavailable",
+          name: "ModelUnavailableError",
+          class: "model_unavailable",
+        }],
+        steps: [],
+      },
+    }));
+    await Deno.writeTextFile(file, records.map((r) => JSON.stringify(r)).join("\n") + "\n");
+    const out = `${dir}/report.html`;
+    assert.equal(
+      await main(["report", file, "--html", out], { stdout: () => {}, stderr: () => {} }),
+      0,
+    );
+    const signal = AbortSignal.timeout(45_000);
+    browser = await launchChromium({ signal });
+    await using cdp = browser.connect();
+    await using page = await cdp.newPage("about:blank", { signal });
+    await page.navigate(`file://${out}`, { signal });
+    await until(page, READY("job"), "the job page from disk");
+    const text = (id: string) =>
+      page.evaluate<string>(`document.getElementById('${id}').textContent`);
+    assert.equal(await text("s-mean"), "1");
+    assert.equal(await text("s-mean-over"), " over 1 graded rollout; 2 errored, not in the mean");
+    assert.equal(await text("s-pass"), "pass@1 1, pass@3 \u2013", "over the same graded rollout");
+    assert.match(
+      await text("s-pass-over"),
+      /^ over graded rollouts, as the mean \(errored ones left out\)/,
+    );
+    assert.match(await text("s-errored"), /^2 \(model_unavailable 2\)/);
+    // One graded: not every rollout errored alike, so no "every rollout errored" line.
+    assert.equal(await page.evaluate("document.getElementById('s-common')"), null);
+  } finally {
+    await browser?.close();
+    await Deno.remove(dir, { recursive: true });
   }
 });
