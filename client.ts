@@ -28,6 +28,7 @@ import { Capability } from "./capability.ts";
 import type { SshBindingOptions, SshClient } from "./ssh/client.ts";
 import type { CdpBindingOptions, CdpClient } from "./cdp/client.ts";
 import type { McpBindingOptions, McpClient } from "./mcp/client.ts";
+import type { RfbBindingOptions, RfbClient } from "./rfb/client.ts";
 import type { FileTrackerClient, FileTrackerClientOptions } from "./filetracking/tracker.ts";
 import type { GradeFrame, PromptFrame, TaskEntry } from "./env.ts";
 import { ConnectionClosedError, HudProtocolError, ProtocolViolationError } from "./errors.ts";
@@ -277,14 +278,15 @@ function checkedAddress(address: Record<string, unknown>): ControlAddress {
 }
 
 /** The client {@linkcode HudClient.open} returns for a binding's protocol family. */
-export type ProtocolClient = SshClient | CdpClient | McpClient | FileTrackerClient;
+export type ProtocolClient = SshClient | CdpClient | McpClient | FileTrackerClient | RfbClient;
 
 /** Options for {@linkcode HudClient.open}: those of the family's `fromBinding`. */
 export type OpenOptions =
   | SshBindingOptions
   | CdpBindingOptions
   | McpBindingOptions
-  | FileTrackerClientOptions;
+  | FileTrackerClientOptions
+  | RfbBindingOptions;
 
 type Opener = (capability: Capability, options: OpenOptions) => Promise<ProtocolClient>;
 
@@ -306,6 +308,10 @@ const OPENERS: Readonly<Record<string, Opener>> = {
   filetracking: async (capability, options) => {
     const { FileTrackerClient } = await import("./filetracking/tracker.ts");
     return await FileTrackerClient.fromBinding(capability, options as FileTrackerClientOptions);
+  },
+  rfb: async (capability, options) => {
+    const { RfbClient } = await import("./rfb/client.ts");
+    return await RfbClient.fromBinding(capability, options as RfbBindingOptions);
   },
 };
 
@@ -465,19 +471,22 @@ export class HudClient implements AsyncDisposable {
     ref: "filetracking" | `filetracking/${string}`,
     options?: FileTrackerClientOptions,
   ): Promise<FileTrackerClient>;
+  /** A connected VNC client for the `rfb/3.8` binding (a desktop). */
+  open(ref: "screen" | "rfb" | `rfb/${string}`, options?: RfbBindingOptions): Promise<RfbClient>;
   /**
    * The protocol client for a binding, reached through its local
    * forwarder, by the binding's protocol family: an `SshClient` for `ssh`
    * (connected on first use; it checks the host key against `host_pubkey`
    * and logs in with `client_key`), a connected `CdpClient` for `cdp`, an
    * initialized `McpClient` for `mcp` (with the binding's `auth_token`), a
-   * connected `FileTrackerClient` for `filetracking`. Each family's code is
+   * connected `FileTrackerClient` for `filetracking`, a connected
+   * `RfbClient` for `rfb` (with the binding's `password`). Each family's code is
    * loaded on the first `open` that needs it. The caller owns the client:
    * close it before this one.
    *
    * The ref is resolved as by {@linkcode HudClient.binding}. With a family
    * or protocol as the ref, or a factory's default name (`shell`,
-   * `browser`, `tools`, `filetracking`), the result has that family's type;
+   * `browser`, `tools`, `filetracking`, `screen`), the result has that family's type;
    * with another name it is a {@linkcode ProtocolClient} to narrow.
    * @param ref a name, protocol or family
    * @param options the family's `fromBinding` options (a signal, keys...)

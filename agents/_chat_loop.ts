@@ -5,6 +5,7 @@
 
 import type { AgentContext } from "../eval/agent.ts";
 import type { Run } from "../eval/run.ts";
+import type { Trace } from "../eval/trace.ts";
 import type { AdaptiveConcurrency } from "../eval/concurrency.ts";
 import { encodeTurnTokens, type TurnTokens } from "../eval/tokens.ts";
 import { callCost, type ModelPrice, priceOf, type PricingTable } from "../eval/usage.ts";
@@ -31,6 +32,7 @@ import {
 } from "./model.ts";
 import { type AgentTool, isArgs, resultText, type ToolContext } from "./tools.ts";
 import type { Toolbox, ToolboxConfig } from "./_toolbox.ts";
+import { ImageResult, type ToolImage } from "./computer.ts";
 
 /** The agent ran out of steps or tokens without an answer. */
 export class AgentLimitError extends Error {
@@ -348,20 +350,7 @@ export class ChatLoop {
     const results = [];
     for (const call of calls) results.push(await callTool(call, this.#toolbox.tools, context));
     for (const [i, call] of calls.entries()) {
-      const r = results[i];
-      this.#messages.push({
-        role: "tool",
-        toolCallId: call.id,
-        name: call.name,
-        content: r.text,
-        ...(r.isError ? { isError: true } : {}),
-      });
-      this.#run.trace.record("tool", {
-        id: call.id,
-        name: call.name,
-        arguments: call.arguments,
-        result: r.text,
-      }, { latency_ms: r.latency, is_error: r.isError });
+      await recordToolResult(this.#run.trace, this.#messages, call, results[i]);
     }
   }
 }
@@ -436,17 +425,55 @@ function modelFailure(err: unknown, how: CallFailure): unknown {
   });
 }
 
+/** What a tool call came to. */
+interface ToolOutcome {
+  text: string;
+  isError: boolean;
+  latency: number;
+  images: readonly ToolImage[];
+}
+
+/**
+ * Gives a tool's result to the model (its pictures base64) and to the trace
+ * (its pictures as files of the trace, referenced from the step).
+ */
+async function recordToolResult(
+  trace: Trace,
+  messages: ChatMessage[],
+  call: ToolCall,
+  r: ToolOutcome,
+): Promise<void> {
+  const images = r.images.map((i) => ({ mediaType: i.mediaType, data: i.data.toBase64() }));
+  messages.push({
+    role: "tool",
+    toolCallId: call.id,
+    name: call.name,
+    content: r.text,
+    ...(r.isError ? { isError: true } : {}),
+    ...(images.length > 0 ? { images } : {}),
+  });
+  const files = await Promise.all(r.images.map((i) => trace.attach(i.data, i.mediaType)));
+  trace.record("tool", {
+    id: call.id,
+    name: call.name,
+    arguments: call.arguments,
+    result: r.text,
+    ...(files.length > 0 ? { images: files } : {}),
+  }, { latency_ms: r.latency, is_error: r.isError });
+}
+
 /** Runs one tool call; a bad call or a failing tool is an error result for the model. */
 async function callTool(
   call: ToolCall,
   tools: ReadonlyMap<string, AgentTool>,
   context: ToolContext,
-): Promise<{ text: string; isError: boolean; latency: number }> {
+): Promise<ToolOutcome> {
   const started = performance.now();
-  const done = (text: string, isError: boolean) => ({
+  const done = (text: string, isError: boolean, images: readonly ToolImage[] = []) => ({
     text,
     isError,
     latency: Math.round((performance.now() - started) * 10) / 10,
+    images,
   });
   const tool = tools.get(call.name);
   if (!tool) {
@@ -470,7 +497,9 @@ async function callTool(
     return done(`Error: the arguments of "${call.name}" must be a JSON object`, true);
   }
   try {
-    return done(resultText(await tool.call(args, context)), false);
+    const value = await tool.call(args, context);
+    if (value instanceof ImageResult) return done(value.text, false, value.images);
+    return done(resultText(value), false);
   } catch (err) {
     if (context.signal.aborted) throw context.signal.reason;
     return done(`Error: ${errorMessage(err)}`, true);

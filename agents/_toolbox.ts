@@ -1,5 +1,6 @@
 // The tools one ChatAgent run offers its model: the author's own, those of
-// the run's capabilities (a shell's, each MCP server's), and `submit`, which
+// the run's capabilities (a shell's, each MCP server's, a desktop's computer
+// tool), and `submit`, which
 // ends the run with an answer. Private to the SDK: ChatAgent is the face.
 
 import type { Run } from "../eval/run.ts";
@@ -8,6 +9,7 @@ import { McpClient, type McpToolInfo, resultText as mcpText } from "../mcp/clien
 import { string as stringSchema } from "../schema.ts";
 import { isRecord } from "../_internal/util.ts";
 import type { ToolSpec } from "./model.ts";
+import { type ComputerToolOptions, openComputerTool } from "./computer.ts";
 import {
   type AgentTool,
   defineTool,
@@ -29,6 +31,8 @@ export interface ToolboxConfig {
   readonly outputLimit: number;
   /** Limits of the shell tools. */
   readonly shell: ShellToolsOptions | undefined;
+  /** The computer tool's screen size and settling. */
+  readonly computer: ComputerToolOptions | undefined;
 }
 
 /** Something the toolbox opened for the run, closed when the run ends. */
@@ -68,6 +72,7 @@ export class Toolbox {
       name: t.name,
       description: t.description,
       parameters: t.parameters,
+      ...(t.anthropic ? { anthropic: t.anthropic } : {}),
     }));
   }
 
@@ -94,6 +99,14 @@ export async function openToolbox(
   if (config.capabilityTools) {
     await addShellTools(tools, run, config, opened);
     await addMcpTools(tools, run, config.outputLimit, signal, opened);
+    if (!tools.has("computer")) {
+      // A desktop: the computer tool, its screenshots seen by the model.
+      const computer = await openComputerTool(run, config.computer, signal);
+      if (computer) {
+        opened.push(computer.vnc);
+        tools.set("computer", computer.tool);
+      }
+    }
   }
   return new Toolbox(tools);
 }

@@ -6,6 +6,7 @@
  */
 
 import {
+  type ChatImage,
   type ChatMessage,
   httpError,
   maxResponseBytes,
@@ -58,6 +59,18 @@ function envVar(name: string): string | undefined {
   }
 }
 
+/** A tool_result's content: its text, or its text and its pictures (image blocks). */
+function toolResultContent(text: string, images: readonly ChatImage[] | undefined): unknown {
+  if (!images?.length) return text;
+  return [
+    ...(text ? [{ type: "text", text }] : []),
+    ...images.map((i) => ({
+      type: "image",
+      source: { type: "base64", media_type: i.mediaType, data: i.data },
+    })),
+  ];
+}
+
 /** The Messages request body for `request`. */
 export function anthropicBody(
   model: string,
@@ -73,11 +86,13 @@ export function anthropicBody(
   };
   if (system.length > 0) body.system = system.join("\n\n");
   if (request.tools.length > 0) {
-    body.tools = request.tools.map((t) => ({
-      name: t.name,
-      description: t.description,
-      input_schema: t.parameters,
-    }));
+    body.tools = request.tools.map((t) =>
+      t.anthropic?.definition ?? {
+        name: t.name,
+        description: t.description,
+        input_schema: t.parameters,
+      }
+    );
     body.tool_choice = anthropicToolChoice(request);
   }
   if (s.temperature !== undefined) body.temperature = s.temperature;
@@ -107,7 +122,7 @@ function anthropicMessages(
       push("user", {
         type: "tool_result",
         tool_use_id: m.toolCallId,
-        content: m.content,
+        content: toolResultContent(m.content, m.images),
         ...(m.isError ? { is_error: true } : {}),
       });
     } else messages.push({ role: "assistant", content: assistantBlocks(m) });
@@ -142,6 +157,12 @@ function anthropicToolChoice(request: ModelRequest): Record<string, unknown> {
     : { type: choice === "required" ? "any" : choice };
   if (!parallel && choice !== "none") out.disable_parallel_tool_use = true;
   return out;
+}
+
+/** `headers`, with the betas that tools Anthropic defines itself (the computer tool) need. */
+function withBetas(headers: Record<string, string>, request: ModelRequest): Record<string, string> {
+  const betas = [...new Set(request.tools.flatMap((t) => t.anthropic?.beta ?? []))];
+  return betas.length > 0 ? { ...headers, "anthropic-beta": betas.join(",") } : headers;
 }
 
 /** The Anthropic Messages API as a {@linkcode ModelBackend}. */
@@ -195,7 +216,7 @@ export class AnthropicBackend implements ModelBackend {
   async complete(request: ModelRequest, signal: AbortSignal): Promise<ModelReply> {
     const response = await fetch(this.#url, {
       method: "POST",
-      headers: this.#headers,
+      headers: withBetas(this.#headers, request),
       body: JSON.stringify(anthropicBody(this.model, request, this.#defaultMaxTokens)),
       signal,
     });

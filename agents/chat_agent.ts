@@ -31,6 +31,7 @@ import {
 import { OpenAiBackend } from "./openai.ts";
 import { AnthropicBackend } from "./anthropic.ts";
 import type { AgentTool, ShellToolsOptions } from "./tools.ts";
+import type { ComputerToolOptions } from "./computer.ts";
 import { type Closable, openToolbox, SUBMIT } from "./_toolbox.ts";
 import { type ChatConfig, ChatLoop } from "./_chat_loop.ts";
 
@@ -72,6 +73,8 @@ export interface ChatAgentOptions {
   outputLimit?: number;
   /** Limits of the shell tools. */
   shell?: ShellToolsOptions;
+  /** The model's screen size and settling of the computer tool (an `rfb` binding's). */
+  computer?: ComputerToolOptions;
   /** Sampling options, passed through. */
   sampling?: SamplingOptions;
   /**
@@ -164,6 +167,7 @@ function chatConfig(options: ChatAgentOptions): ChatConfig {
     capabilityTools: options.capabilityTools !== false,
     outputLimit: options.outputLimit ?? DEFAULT_OUTPUT_LIMIT,
     shell: options.shell,
+    computer: options.computer,
     system: options.system ?? DEFAULT_SYSTEM,
     sampling: options.sampling,
     toolChoice: options.toolChoice,

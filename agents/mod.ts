@@ -3,7 +3,8 @@
  * OpenAI-compatible Chat Completions endpoint ({@linkcode OpenAiBackend}:
  * OpenAI, vLLM, SGLang, llama.cpp's `llama-server`, Ollama) or the
  * Anthropic Messages API ({@linkcode AnthropicBackend}), with tools from the
- * run's capabilities ({@linkcode shellTools}) and the author's own
+ * run's capabilities ({@linkcode shellTools}; {@linkcode computerTool} for a
+ * desktop) and the author's own
  * ({@linkcode defineTool}). Only `fetch`: no SDK. {@linkcode CommandAgent}
  * runs any program as the agent.
  *
@@ -17,6 +18,8 @@ export {
   trimToolResults,
 } from "./chat_agent.ts";
 export {
+  type AnthropicToolDefinition,
+  type ChatImage,
   type ChatMessage,
   isRetryable,
   type ModelBackend,
@@ -37,6 +40,15 @@ export {
   type ToolSpec,
   withRetries,
 } from "./model.ts";
+export {
+  COMPUTER_ACTIONS,
+  type ComputerAction,
+  computerTool,
+  type ComputerToolOptions,
+  ImageResult,
+  modelScreen,
+  type ToolImage,
+} from "./computer.ts";
 export {
   CommandAgent,
   type CommandAgentOptions,

@@ -21,12 +21,40 @@ export interface ToolCall {
   arguments: string;
 }
 
+/** An image in a message: a screenshot a tool returned. */
+export interface ChatImage {
+  /** Its media type, such as `image/png`. */
+  mediaType: string;
+  /** Its bytes, base64. */
+  data: string;
+}
+
 /** One message of a conversation, in a format-neutral shape. */
 export type ChatMessage =
   | { role: "system"; content: string }
   | { role: "user"; content: string }
   | { role: "assistant"; content: string; toolCalls?: ToolCall[] }
-  | { role: "tool"; toolCallId: string; name: string; content: string; isError?: boolean };
+  | {
+    role: "tool";
+    toolCallId: string;
+    name: string;
+    content: string;
+    isError?: boolean;
+    /** Pictures the tool returned (the computer tool's screenshots). */
+    images?: ChatImage[];
+  };
+
+/**
+ * A tool that Anthropic's API defines itself (such as `computer_20250124`):
+ * sent as `definition` instead of a JSON-Schema tool, with `beta` in the
+ * `anthropic-beta` header.
+ */
+export interface AnthropicToolDefinition {
+  /** The tool as the Messages API takes it (`type`, `name` and its own fields). */
+  definition: Record<string, unknown>;
+  /** The beta the tool needs, if any. */
+  beta?: string;
+}
 
 /** A tool as the model sees it. */
 export interface ToolSpec {
@@ -36,6 +64,8 @@ export interface ToolSpec {
   description: string;
   /** JSON Schema of its arguments object. */
   parameters: JsonSchema;
+  /** Its Anthropic-defined form, which the Anthropic format sends instead. */
+  anthropic?: AnthropicToolDefinition;
 }
 
 /** Sampling options, passed through to the API as given. */

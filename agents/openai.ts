@@ -91,10 +91,44 @@ function wireMessage(m: ChatMessage): Record<string, unknown> {
       return out;
     }
     case "tool":
-      return { role: "tool", tool_call_id: m.toolCallId, content: m.content };
+      return {
+        role: "tool",
+        tool_call_id: m.toolCallId,
+        content: m.content || (m.images?.length ? "(the screenshot follows)" : ""),
+      };
     default:
       return { role: m.role, content: m.content };
   }
+}
+
+/**
+ * The messages on the wire. Tool messages hold text only in Chat
+ * Completions, so the pictures of a turn's tool results (the computer
+ * tool's screenshots) follow them in one user message of image parts.
+ */
+function wireMessages(messages: readonly ChatMessage[]): Record<string, unknown>[] {
+  const out: Record<string, unknown>[] = [];
+  let pictures: Record<string, unknown>[] = [];
+  const flush = () => {
+    if (pictures.length === 0) return;
+    out.push({ role: "user", content: pictures });
+    pictures = [];
+  };
+  for (const m of messages) {
+    if (m.role !== "tool") flush();
+    out.push(wireMessage(m));
+    if (m.role === "tool" && m.images?.length) {
+      pictures.push({ type: "text", text: `The screen after tool call ${m.toolCallId}:` });
+      for (const i of m.images) {
+        pictures.push({
+          type: "image_url",
+          image_url: { url: `data:${i.mediaType};base64,${i.data}` },
+        });
+      }
+    }
+  }
+  flush();
+  return out;
 }
 
 const NO_STREAM_LOGPROBS = /logprobs.*(not supported|unsupported).*stream|stream.*logprobs/i;
@@ -112,7 +146,7 @@ export function openAiBody(
   const s = request.sampling ?? {};
   const body: Record<string, unknown> = {
     model,
-    messages: request.messages.map(wireMessage),
+    messages: wireMessages(request.messages),
   };
   if (request.tools.length > 0) {
     body.tools = request.tools.map((t) => ({

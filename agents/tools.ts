@@ -14,6 +14,7 @@ import {
   string as stringSchema,
 } from "../schema.ts";
 import type { Run } from "../eval/run.ts";
+import type { AnthropicToolDefinition } from "./model.ts";
 import { checkArgs } from "../mcp/server.ts";
 import type { SshClient } from "../ssh/client.ts";
 import { shellQuote } from "../_internal/shell.ts";
@@ -35,9 +36,12 @@ export interface AgentTool {
   readonly description: string;
   /** JSON Schema of its arguments object. */
   readonly parameters: JsonSchema;
+  /** Its Anthropic-defined form (the computer tool's), which the Anthropic format sends instead. */
+  readonly anthropic?: AnthropicToolDefinition;
   /**
-   * Runs the tool. A string is given to the model as is, anything else as
-   * JSON; a thrown error's message goes back as an error result.
+   * Runs the tool. A string is given to the model as is, an `ImageResult`
+   * as its text and pictures, anything else as JSON; a thrown error's
+   * message goes back as an error result.
    */
   call(args: Record<string, unknown>, context: ToolContext): Promise<unknown>;
 }

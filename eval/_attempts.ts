@@ -120,7 +120,7 @@ export class SlotRunner {
     });
     meter.settle(run.trace.toJSON());
     const record = runRecord(ledger.jobId, slot, { run, attempt, agent: agentInfo });
-    if (out) await out.append(record);
+    if (out) await out.append(record, run.trace.files);
     return { run, record };
   }
 }

@@ -13,6 +13,7 @@ export {
   type Phase,
   Trace,
   type TraceError,
+  type TraceFile,
   type TraceJson,
   type TraceStatus,
   type TraceStep,
@@ -47,7 +48,7 @@ export {
   type TaskResult,
   type TaskSummary,
 } from "./job.ts";
-export { type RunRecord } from "./results.ts";
+export { resultsFilesDir, type RunRecord } from "./results.ts";
 export {
   type ClassedRecord,
   classifyError,

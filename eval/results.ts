@@ -137,8 +137,34 @@ export async function prepareResults(
 /** A results file open for appending, with the records it already held. */
 export interface ResultsFile {
   records: RunRecord[];
-  append(record: RunRecord): Promise<void>;
+  /**
+   * Appends a record, after writing the files its trace references
+   * (screenshots) into {@linkcode resultsFilesDir}.
+   */
+  append(record: RunRecord, files?: ReadonlyMap<string, Uint8Array>): Promise<void>;
   close(): Promise<void>;
+}
+
+/**
+ * Where a results file keeps the files its traces reference (`TraceFile`):
+ * `<results>.files/`, beside it.
+ */
+export function resultsFilesDir(path: string): string {
+  return `${path}.files`;
+}
+
+/** Writes `files` into `dir` (0700), each 0600; one already there (same name, same bytes) stays. */
+async function writeFiles(dir: string, files: ReadonlyMap<string, Uint8Array>): Promise<void> {
+  if (files.size === 0) return;
+  await Deno.mkdir(dir, { recursive: true, mode: 0o700 });
+  for (const [name, bytes] of files) {
+    if (!/^[0-9a-f]{64}\.[a-z]+$/.test(name)) {
+      throw new RangeError(`Cannot write trace file: invalid name "${name}"`);
+    }
+    const path = `${dir}/${name}`;
+    if ((await Deno.stat(path).catch(() => null))?.size === bytes.length) continue;
+    await Deno.writeFile(path, bytes, { mode: 0o600 });
+  }
 }
 
 const encoder = new TextEncoder();
@@ -178,7 +204,11 @@ export async function openResults(
   return {
     records,
     // Integers the client read exactly (bigint) are written digit for digit.
-    append: (record) => write(encoder.encode(stringifyJson(record) + "\n")),
+    // The files first: a record never names a file that is not there.
+    append: async (record, files) => {
+      if (files !== undefined) await writeFiles(resultsFilesDir(path), files);
+      await write(encoder.encode(stringifyJson(record) + "\n"));
+    },
     async close() {
       if (closed) return;
       closed = true;

@@ -29,6 +29,26 @@ export interface TraceStep {
   info?: Record<string, unknown>;
 }
 
+/**
+ * A file of a trace (a screenshot), as a step references it: its bytes are
+ * kept apart from the JSON, and a results file writes them beside itself,
+ * in `<results file>.files/`, named by their SHA-256.
+ */
+export interface TraceFile {
+  /** The file's name in the results file's `.files/` directory: `<sha256>.<ext>`. */
+  file: string;
+  /** Its media type. */
+  media_type: string;
+  /** Its size in bytes. */
+  bytes: number;
+}
+
+const EXTENSIONS: Readonly<Record<string, string>> = {
+  "image/png": "png",
+  "image/jpeg": "jpg",
+  "image/webp": "webp",
+};
+
 /** A failure recorded in a trace. */
 export interface TraceError {
   /** The phase that failed. */
@@ -107,6 +127,7 @@ export class Trace {
   #stopReason: string | null = null;
   #content: unknown = undefined;
   #errors: TraceError[] = [];
+  readonly #files = new Map<string, Uint8Array>();
 
   /** Recorded steps, in order. */
   get steps(): readonly TraceStep[] {
@@ -139,6 +160,30 @@ export class Trace {
   /** When the run ended, ISO-8601 UTC. */
   get endedAt(): string | null {
     return this.#endedAt;
+  }
+
+  /** The bytes of the files steps reference ({@linkcode Trace.attach}), by name. */
+  get files(): ReadonlyMap<string, Uint8Array> {
+    return this.#files;
+  }
+
+  /**
+   * Keeps `bytes` as a file of the trace and returns the reference a step
+   * holds in their place (named by their SHA-256, so a picture seen twice
+   * is one file).
+   * @throws {RangeError} for a media type other than PNG, JPEG or WebP
+   */
+  async attach(bytes: Uint8Array, mediaType: string): Promise<TraceFile> {
+    const ext = Object.hasOwn(EXTENSIONS, mediaType) ? EXTENSIONS[mediaType] : undefined;
+    if (ext === undefined) {
+      throw new RangeError(`Cannot attach file: media type "${mediaType}" is not an image type`);
+    }
+    const digest = new Uint8Array(
+      await crypto.subtle.digest("SHA-256", bytes as Uint8Array<ArrayBuffer>),
+    );
+    const file = `${[...digest].map((b) => b.toString(16).padStart(2, "0")).join("")}.${ext}`;
+    this.#files.set(file, bytes);
+    return { file, media_type: mediaType, bytes: bytes.length };
   }
 
   /** Appends a step, stamped now, its content and info redacted. */

@@ -478,6 +478,7 @@ test("HudClient.open() returns the client for the binding's family, through the 
         clientKey: keys.privateKey,
       }),
       Capability.rfb({ url: `127.0.0.1:${echo.port}` }),
+      Capability.openpi({ url: `127.0.0.1:${echo.port}` }),
     ],
   });
   await using server = bind(env);
@@ -494,10 +495,16 @@ test("HudClient.open() returns the client for the binding's family, through the 
       assert.ok(shell instanceof SshClient);
       assert.equal(shell.connected, false, "it connects on first use");
     });
+    await t.step("rfb: an RfbClient, which finds no VNC server behind an echo", async () => {
+      await assert.rejects(client.open("screen", { connectTimeout: 300 }), {
+        name: "RfbError",
+        message: /no RFB handshake within 300 ms/,
+      });
+    });
     await t.step("a protocol without a client names binding() as the way out", async () => {
-      await assert.rejects(client.open("screen"), {
+      await assert.rejects(client.open("robot"), {
         name: "TypeError",
-        message: /"screen".*"rfb\/3\.8".*binding\("screen"\)/,
+        message: /"robot".*"openpi\/0".*binding\("robot"\)/,
       });
     });
     await t.step("an unknown ref is refused as by binding()", async () => {

@@ -551,6 +551,32 @@ export const CLIENT_JS: string = String.raw`
     return h("pre", { class: "args" }, JSON.stringify(args, null, 2));
   }
 
+  // Screenshots a tool returned (the computer tool's) are files beside the
+  // results file, served by the live viewer; the point the action went to
+  // is drawn on the picture (the picture is in the model's coordinates, as
+  // the action's are).
+  var shownFile = 0;
+  function shots(images, args) {
+    return h("div", { class: "shots" }, images.map(function (im) {
+      var name = isObj(im) && typeof im.file === "string" ? im.file : "";
+      if (!live || !/^[0-9a-f]{64}\.[a-z]+$/.test(name)) return h("p", { class: "muted small" }, "screenshot " + name + " (in the results file's .files directory)");
+      var img = h("img", { src: "files/" + name + "?file=" + shownFile + "&token=" + encodeURIComponent(boot.token || ""), alt: "the screen after the action" });
+      var fig = h("figure", { class: "shot" }, img);
+      img.addEventListener("load", function () { markAction(fig, img, args); });
+      return fig;
+    }));
+  }
+  function markAction(fig, img, args) {
+    if (!isObj(args) || !img.naturalWidth) return;
+    var points = [args.start_coordinate, args.coordinate].filter(function (p) { return Array.isArray(p) && p.length === 2; });
+    points.forEach(function (p, k) {
+      var dot = h("span", { class: "mark" + (k < points.length - 1 ? " from" : ""), title: String(args.action) + " at " + p[0] + ", " + p[1] });
+      dot.style.left = (100 * p[0] / img.naturalWidth) + "%";
+      dot.style.top = (100 * p[1] / img.naturalHeight) + "%";
+      fig.appendChild(dot);
+    });
+  }
+
   function toolCall(call, result) {
     var args = call.arguments, parsed = args;
     if (typeof args === "string") {
@@ -566,6 +592,8 @@ export const CLIENT_JS: string = String.raw`
       var meta = plural(lines(text), "line") + (typeof info.latency_ms === "number" ? " \u00b7 " + fmtMs(info.latency_ms) : "") + (failed ? " \u00b7 error" : "");
       res = h("details", { class: "result" + (failed ? " failed" : ""), open: lines(text) <= 12 && text.length < 2000 ? "" : null },
         h("summary", null, "Result ", h("span", { class: "muted" }, meta)), h("pre", { class: "text" }, text));
+      var images = result.content && result.content.images;
+      if (Array.isArray(images) && images.length) res = [res, shots(images, parsed)];
     }
     return h("div", { class: "call" }, h("div", { class: "call-head" }, h("span", { class: "tool-name" }, call.name || (call.function && call.function.name) || "tool"), " ", h("span", { class: "muted small" }, call.id || "")), body, res);
   }
@@ -794,6 +822,7 @@ export const CLIENT_JS: string = String.raw`
     main.replaceChildren(h("p", { class: "muted" }, "Loading rollout " + i + "\u2026"));
     getRecord(f, i).then(function (rec) {
       if (id !== renderId) return;
+      shownFile = f;
       var trace = rec.trace || {};
       var steps = trace.steps || [];
       var row = files[f].rows[i] || {};

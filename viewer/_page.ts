@@ -94,6 +94,10 @@ pre.code { background: #0d1117; color: #e6edf3; font-size: .9em; }
 pre.args { font-size: .85em; }
 div.call { margin: .35rem 0; border: 1px solid var(--line); border-radius: 6px; padding: .25rem .5rem; background: var(--bg); }
 .call-head { font-size: .85em; } .tool-name { font-family: ui-monospace, monospace; font-weight: 600; color: var(--tool); }
+figure.shot { position: relative; display: inline-block; margin: .35rem 0 0; max-width: 100%; }
+figure.shot img { display: block; max-width: 100%; border: 1px solid var(--line); }
+figure.shot .mark { position: absolute; width: 18px; height: 18px; margin: -12px 0 0 -12px; border: 3px solid #e4002b; border-radius: 50%; box-shadow: 0 0 0 2px #fff; pointer-events: none; }
+figure.shot .mark.from { border-style: dashed; }
 details.result { margin: .25rem 0 0; } details.result > summary { cursor: pointer; font-size: .85em; }
 details.result.failed > summary { color: var(--del-fg); }
 details.result pre { background: color-mix(in srgb, var(--line) 20%, transparent); padding: .35rem .5rem; font-family: ui-monospace, monospace; font-size: .85em; }
@@ -169,7 +173,9 @@ export async function renderPage(title: string, data: PageData): Promise<string>
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'sha256-${hash}'; style-src 'unsafe-inline'; connect-src ${connect}; img-src data:">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'sha256-${hash}'; style-src 'unsafe-inline'; connect-src ${connect}; img-src data:${
+    data.live ? " 'self'" : ""
+  }">
 <title>${escapeHtml(title)}</title>
 <style>${CSS}</style>
 </head>

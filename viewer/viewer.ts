@@ -10,6 +10,7 @@
 
 import { parseRecord, ResultsFile, ROW_FIELDS, Rows } from "./_data.ts";
 import { renderPage } from "./_page.ts";
+import { resultsFilesDir } from "../eval/results.ts";
 import { bearerToken, generateToken, tokenProblem, TokenVerifier } from "../_internal/auth.ts";
 import { formatHost, isLoopback } from "../_internal/net.ts";
 import { errorMessage } from "../_internal/util.ts";
@@ -178,8 +179,9 @@ function textResponse(body: string, status: number): Response {
  * Serves the viewer over results files on 127.0.0.1: the page at `/`, new
  * rows at `/api/rows?file=F&from=N` (with the summary's head), the job's
  * summary at `/api/summary?file=F` (what `Job.summary()` says of
- * the file, exact), one record at `/api/record?file=F&i=N`.
- * Files are read incrementally, so a job that is still writing one shows
+ * the file, exact), one record at `/api/record?file=F&i=N`, and the files
+ * its traces reference (screenshots) at `/files/<sha256>.png?file=F`, from
+ * `<results file>.files/`. Files are read incrementally, so a job that is still writing one shows
  * its rollouts as they finish. Every request must carry the viewer's token
  * (`?token=` as in {@linkcode ViewerServer.url}, or `Authorization: Bearer`;
  * the page sends it with each of its requests), so that other local users,
@@ -243,6 +245,7 @@ export async function startViewer(
 
 /** The viewer's requests: the checks every one passes, the page, and the API. */
 class ViewerSite {
+  readonly #paths: string[];
   readonly #files: ResultsFile[];
   readonly #names: string[];
   readonly #token: string;
@@ -253,6 +256,7 @@ class ViewerSite {
   readonly #loopback: boolean;
 
   constructor(paths: string[], token: string, options: ViewerOptions) {
+    this.#paths = paths;
     this.#files = paths.map((p) => new ResultsFile(p));
     this.#names = namesOf(paths);
     this.#token = token;
@@ -280,10 +284,13 @@ class ViewerSite {
     }
     if (request.method !== "GET") return textResponse("Method not allowed\n", 405);
     if (url.pathname === "/") return await this.#page();
-    const api = API.get(url.pathname);
-    if (api === undefined) return textResponse("Not found\n", 404);
     const f = Number(url.searchParams.get("file") ?? "0");
     const file = Number.isInteger(f) && f >= 0 && f < this.#files.length ? this.#files[f] : null;
+    if (url.pathname.startsWith("/files/") && file !== null) {
+      return await traceFileResponse(this.#paths[f], url) ?? textResponse("Not found\n", 404);
+    }
+    const api = API.get(url.pathname);
+    if (api === undefined) return textResponse("Not found\n", 404);
     if (file === null) return jsonResponse('{"error":"unknown file"}', 404);
     return await api(file, url);
   }
@@ -308,6 +315,27 @@ class ViewerSite {
       headers: { "content-type": "text/html; charset=utf-8", ...COMMON_HEADERS },
     });
   }
+}
+
+const IMAGE_TYPES: Readonly<Record<string, string>> = {
+  png: "image/png",
+  jpg: "image/jpeg",
+  webp: "image/webp",
+};
+
+/**
+ * A trace's file (a screenshot) for `/files/<sha256>.<ext>`, read from
+ * beside its results file; null for another path, 404 for a missing file.
+ */
+async function traceFileResponse(resultsPath: string, url: URL): Promise<Response | null> {
+  const named = /^\/files\/([0-9a-f]{64})\.(png|jpg|webp)$/.exec(url.pathname);
+  if (named === null) return null;
+  const path = `${resultsFilesDir(resultsPath)}/${named[1]}.${named[2]}`;
+  const bytes = await Deno.readFile(path).catch(() => null);
+  if (bytes === null) return textResponse("Not found\n", 404);
+  return new Response(bytes, {
+    headers: { "content-type": IMAGE_TYPES[named[2]], ...COMMON_HEADERS },
+  });
 }
 
 /** The API, by path: each answers for one results file. */

@@ -94,3 +94,8 @@ export function killTrees(roots: Iterable<number>): void {
   for (const pid of list) signal(-pid, "SIGKILL");
   for (const pid of all) signal(pid, "SIGKILL");
 }
+
+/** The live processes of the trees under `roots` (the roots included). */
+export function treePids(roots: Iterable<number>): number[] {
+  return Deno.build.os === "linux" ? trees(roots, processTable()) : [];
+}

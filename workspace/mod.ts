@@ -5,7 +5,8 @@
  * commands in the same sandbox. This is where the SSH server and the file
  * tracker meet an {@linkcode Environment}; the core knows neither. The
  * `browser` capability, {@linkcode addBrowser}, runs headless Chromium in a
- * workspace's sandbox, or in one of its own.
+ * workspace's sandbox, or in one of its own; the `screen` capability,
+ * {@linkcode addDesktop}, an X desktop served over VNC, the same way.
  *
  * @module
  */
@@ -26,3 +27,13 @@ export {
 } from "./workspace.ts";
 export { addBrowser, type BrowserOptions } from "./browser.ts";
 export type { ExitStatus } from "../_internal/exit.ts";
+export {
+  addDesktop,
+  type Desktop,
+  type DesktopExecOptions,
+  type DesktopExecResult,
+  type DesktopOptions,
+  type DesktopProgram,
+  type DesktopRunOptions,
+  type DesktopServer,
+} from "./desktop.ts";
