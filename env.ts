@@ -24,10 +24,12 @@ import {
   shapeToJsonSchema,
 } from "./schema.ts";
 import { errorMessage, isRecord } from "./_internal/util.ts";
+import { redactValues } from "./_internal/redact.ts";
 import { ActiveTask, type PromptFrame, type TemplateBody, type TemplateRecord } from "./task.ts";
 
 export { ActiveTask } from "./task.ts";
 export type { GradeFrame, PromptFrame, TemplateBody } from "./task.ts";
+export { markSecret } from "./_internal/redact.ts";
 
 /** A task row: which template of which environment, with which arguments. */
 export interface TaskRow {
@@ -575,7 +577,8 @@ export class Environment {
     try {
       first = await gen.next();
     } catch (err) {
-      throw new TaskError(id, errorMessage(err), { cause: err });
+      // The message goes to the client: without the secrets this process holds.
+      throw new TaskError(id, redactValues(errorMessage(err)), { cause: err });
     }
     if (first.done) {
       throw new TaskError(

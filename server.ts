@@ -108,9 +108,13 @@ export interface BindOptions {
    * Most connections that have not sent their first frame (with
    * authentication: that have not shown the token) held at once, within
    * `maxConnections`. When this pool is full, the oldest of them that has
-   * waited half the `firstFrameTimeout` is closed to make room; at the whole cap, the oldest of them: connections that have
-   * spoken are never refused because of them. Each also has
-   * `firstFrameTimeout`.
+   * waited half the `firstFrameTimeout` is closed to make room. At the whole
+   * cap, the oldest of them that has waited 1 s (the first-frame deadline
+   * under pressure) makes room for a newcomer, and while none has, new
+   * connections wait in the kernel's queue rather than being refused:
+   * connections that have spoken are never refused because of them. One
+   * turned away before authenticating (a wrong token, a bad first frame)
+   * gives its slot back at once. Each also has `firstFrameTimeout`.
    * @default 1024, and at most a quarter of maxConnections
    */
   maxPendingConnections?: number;

@@ -5,6 +5,7 @@
 import { TaskError } from "./errors.ts";
 import { type AnySchema, type ArgsShape, setOwn, showValue } from "./schema.ts";
 import { errorMessage, isRecord } from "./_internal/util.ts";
+import { redactValues, redactValuesDeep } from "./_internal/redact.ts";
 import { stringifyJson } from "./_internal/framing.ts";
 
 /** The prompt frame `tasks.start` returns: `prompt` plus any extra keys. */
@@ -82,6 +83,8 @@ export class ActiveTask {
    * answer (`undefined`) is sent in as `null`, as HUD's server does
    * (`payload.get("answer")`): JSON has no `undefined`.
    * @throws {Error} when already graded or cancelled
+   * The grade (and a failing task's message) loses every secret value this
+   * process holds (see `markSecret`): what it sends goes into results.
    * @throws {TaskError} when the task throws, ends without a second
    *   `yield`, or yields something that is not a grade (a non-finite score
    *   included)
@@ -96,7 +99,7 @@ export class ActiveTask {
     try {
       step = await this.#gen.next(this.#answerFor(answer === undefined ? null : answer));
     } catch (err) {
-      throw new TaskError(id, errorMessage(err), { cause: err });
+      throw new TaskError(id, redactValues(errorMessage(err)), { cause: err });
     } finally {
       await this.#close();
     }
@@ -111,7 +114,9 @@ export class ActiveTask {
           } instead of yielding it; use yield for the evaluation`,
       );
     }
-    return normaliseGrade(id, step.value);
+    // A grade goes to results: without the secrets this process holds (its
+    // token, its keys), whatever the template put in its info.
+    return redactValuesDeep(normaliseGrade(id, step.value)) as GradeFrame;
   }
 
   /** Closes the generator without grading. Idempotent; never throws for task code. */

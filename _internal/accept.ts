@@ -20,6 +20,13 @@ export interface AcceptLoopOptions {
    * pauses briefly after an `accept()` failure and goes on.
    */
   onError?: (error: unknown) => void;
+  /**
+   * Before each `accept()`: `null` to accept now, or a promise to wait for
+   * first (asked again once it settles). A connection not accepted waits in
+   * the kernel's queue and holds none of this process's descriptors, so an
+   * owner near its descriptor limit pauses here rather than accepting to close.
+   */
+  room?: () => Promise<void> | null;
 }
 
 /**
@@ -34,6 +41,7 @@ export async function acceptLoop<C extends Deno.Conn>(
 ): Promise<void> {
   const report = options.onError ?? (() => {});
   while (true) {
+    for (let wait = options.room?.(); wait; wait = options.room?.()) await wait;
     let conn: C;
     try {
       conn = await listener.accept();

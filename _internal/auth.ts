@@ -5,9 +5,13 @@
 // environment variables exist only where a person or another process gives
 // or takes the address (the CLI's --url, HUD_SERVE_TOKEN, the
 // `HUD_SERVE_PORT=` line `serve` prints), and this module is the one place
-// that parses and prints those forms and spells those names.
+// that parses and prints those forms and spells those names. Every token
+// made, read from the environment, checked or put in an address here is held
+// as a secret of this process (secret_values.ts), so that no results file
+// written here holds it, whatever surrounds it.
 
 import { formatHostPort } from "./net.ts";
+import { addSecretValue } from "./secret_values.ts";
 
 /** Bytes of a generated token: 256 bits. */
 const TOKEN_BYTES = 32;
@@ -19,7 +23,9 @@ const MAX_TOKEN_LENGTH = 1024;
 /** A fresh 256-bit secret, as 64 lowercase hex characters. */
 export function generateToken(): string {
   const bytes = crypto.getRandomValues(new Uint8Array(TOKEN_BYTES));
-  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  const token = Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  addSecretValue(token, "token");
+  return token;
 }
 
 /**
@@ -65,6 +71,7 @@ export class TokenVerifier {
   readonly #expected: Uint8Array;
 
   constructor(token: string) {
+    addSecretValue(token, "token");
     this.#expected = encoder.encode(token);
   }
 
@@ -121,6 +128,7 @@ const INSPECT = Symbol.for("Deno.customInspect");
  * address that gets logged does not leak it.
  */
 export function controlAddress(hostname: string, port: number, token?: string): ControlAddress {
+  if (token !== undefined) addSecretValue(token, "token");
   const address: ControlAddress = token === undefined
     ? { hostname, port }
     : { hostname, port, token };
@@ -207,7 +215,9 @@ export function shownControlUrl(address: ControlAddress): string {
 export function tokenFromEnv(): string | undefined {
   try {
     const value = Deno.env.get(SERVE_TOKEN_VAR);
-    return value === undefined || value === "" ? undefined : value;
+    if (value === undefined || value === "") return undefined;
+    addSecretValue(value, "token");
+    return value;
   } catch {
     // No --allow-env: as if unset.
     return undefined;

@@ -104,6 +104,12 @@ export class FirstFrameDeadlines<K> {
     return true;
   }
 
+  /** How long the connection that has waited longest has waited, in ms (`null`: none waits). */
+  oldestWait(): number | null {
+    const first = this.#deadlines.values().next();
+    return first.done ? null : this.#waited(first.value);
+  }
+
   /**
    * Ends the deadline of the connection that has waited longest, if it has
    * waited at least `minWait` ms (its peer's silence), and returns it.

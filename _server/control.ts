@@ -126,6 +126,26 @@ async function send(conn: Deno.Conn, reply: Reply): Promise<void> {
 const MAX_REFUSALS_READING = 32;
 /** How long a refused connection has to send its first frame. */
 const REFUSAL_READ_MS = 1000;
+/**
+ * Refusals over the cap in flight at once; beyond, the accept loop waits
+ * for one to end, so that refusing never takes the descriptors that the
+ * process keeps in reserve (at least 128, see `defaultMaxConnections`).
+ */
+const MAX_REFUSALS_HELD = 64;
+/**
+ * Connections turned away before authenticating (a wrong token, a bad
+ * first frame) whose refusal is drained so that they can read it; they hold
+ * no slot, and beyond this many they are closed right after the write.
+ */
+const MAX_DRAINING = 32;
+/**
+ * At the whole cap, how long a connection that has not spoken is kept
+ * before a newcomer takes its slot: the first-frame deadline under
+ * pressure. A client sends its first frame at once; a connection younger
+ * than this may be the token holder's, not yet read, so the accept loop
+ * waits instead (the newcomers wait in the kernel's queue).
+ */
+const PRESSURE_FIRST_FRAME_MS = 1000;
 
 /**
  * The server handle: the listener and accept loop, admission (connection
@@ -147,8 +167,12 @@ export class ControlServer {
   readonly #maxPending: number;
   /** How long a connection waits for its first frame before its pool may close it. */
   readonly #pendingGrace: number;
+  /** At the whole cap, how long a silent connection keeps its slot. */
+  readonly #pressureWait: number;
   /** Refused connections whose first frame is being read, for the id. */
   #refusalsReading = 0;
+  /** Wakes the accept loop when it waits for room (see `#room`). */
+  #wake: (() => void) | null = null;
   readonly #budget: ByteBudget;
   readonly #maxDepth: number;
   readonly #preAuthMaxDepth: number;
@@ -164,6 +188,8 @@ export class ControlServer {
   #drained: PromiseWithResolvers<void> | null = null;
   /** Handlers of refused connections (their one error line). */
   readonly #handlers = new Set<Promise<void>>();
+  /** Connections turned away before authenticating, draining; they hold no slot. */
+  readonly #turnedAway = new Set<Deno.Conn>();
   readonly #finished: PromiseWithResolvers<void> = Promise.withResolvers();
   readonly #signal: AbortSignal | undefined;
   readonly #onAbort = () => void this.shutdown();
@@ -207,6 +233,7 @@ export class ControlServer {
     // Half the first-frame time: long enough for a loaded server to read
     // the first frames of a burst of clients (each sends it at once).
     this.#pendingGrace = config.firstFrameTimeout / 2;
+    this.#pressureWait = Math.min(PRESSURE_FIRST_FRAME_MS, config.firstFrameTimeout);
     this.#deadlines = new FirstFrameDeadlines(
       config.firstFrameTimeout,
       (conn) => this.#expired(conn),
@@ -222,6 +249,7 @@ export class ControlServer {
     void acceptLoop(this.#listener, (conn) => this.#accepted(conn), {
       closing: () => this.#closing !== null,
       onError: (err) => this.#onError(err),
+      room: () => this.#room(),
     });
   }
 
@@ -266,7 +294,8 @@ export class ControlServer {
     closeQuietly(this.#listener);
     const attached = this.#attached?.close();
     this.#deadlines.clear();
-    for (const conn of this.#conns) closeQuietly(conn);
+    this.#wake?.();
+    for (const conn of [...this.#conns, ...this.#turnedAway]) closeQuietly(conn);
     // Closed, an idle connection's pending read ends at once; one in task
     // code ends when the task code returns.
     if (this.#serving > 0) this.#drained = Promise.withResolvers();
@@ -304,13 +333,64 @@ export class ControlServer {
     // waited a while go (a burst of clients connecting at once all count as
     // waiting for a moment); at the whole cap, the oldest goes.
     if (this.#deadlines.size >= this.#maxPending) this.#evictOldestPending(this.#pendingGrace);
-    if (this.#conns.size >= this.#maxConnections && !this.#evictOldestPending(0)) {
+    if (this.#conns.size >= this.#maxConnections && !this.#evictOldestPending(this.#pressureWait)) {
       this.#refuse(conn);
       return;
     }
     this.#full = false;
     this.#conns.add(conn);
     this.#serve(conn);
+  }
+
+  /**
+   * `null` when the accept loop may accept, else what it waits for first:
+   * a refusal to end when as many as it may hold are in flight, or, at the
+   * whole cap, the oldest silent connection to have waited its time under
+   * pressure (or any change: a connection speaking, closing). At the cap
+   * with no silent connection, the next one is accepted to be refused with
+   * a message. So the descriptors held stay within the cap, the refusals and
+   * the drains, below the process's limit.
+   */
+  #room(): Promise<void> | null {
+    if (this.#closing) return null;
+    let wait: number;
+    if (this.#handlers.size >= MAX_REFUSALS_HELD) {
+      wait = REFUSAL_READ_MS + 1000;
+    } else if (this.#conns.size >= this.#maxConnections) {
+      const waited = this.#deadlines.oldestWait();
+      if (waited === null || waited >= this.#pressureWait) return null;
+      wait = this.#pressureWait - waited;
+    } else {
+      return null;
+    }
+    const { promise, resolve } = Promise.withResolvers<void>();
+    const timer = setTimeout(resolve, wait);
+    this.#wake = resolve;
+    return promise.finally(() => {
+      clearTimeout(timer);
+      this.#wake = null;
+    });
+  }
+
+  /** Forgets `conn` (closed, or turned away): its slot is free. */
+  #release(conn: Deno.Conn): void {
+    this.#conns.delete(conn);
+    this.#turnedAway.delete(conn);
+    this.#wake?.();
+  }
+
+  /**
+   * Closes a connection after its refusal. One turned away before it
+   * authenticated gives its slot back at once, and is drained (so that it
+   * can read why) only while few others are.
+   */
+  async #closeRefused(c: Connection): Promise<void> {
+    if (!c.authenticated) {
+      this.#release(c.conn);
+      this.#turnedAway.add(c.conn);
+      if (this.#turnedAway.size > MAX_DRAINING) return closeQuietly(c.conn);
+    }
+    await drainAndClose(c.conn);
   }
 
   /**
@@ -360,6 +440,7 @@ export class ControlServer {
       clearTimeout(timer);
       closeQuietly(conn);
       this.#handlers.delete(done);
+      this.#wake?.();
     });
     this.#handlers.add(done);
   }
@@ -421,6 +502,7 @@ export class ControlServer {
       c.waiting = false;
       // Past its deadline, the sweeper has answered and closed it.
       if (!this.#deadlines.arrived(c.conn)) return this.#end(c, null);
+      this.#wake?.();
     }
     if (frame === null) return this.#end(c, null);
     this.#handleFrame(c, frame).then(
@@ -435,7 +517,7 @@ export class ControlServer {
     if (c.waiting) this.#deadlines.arrived(c.conn);
     c.reader.release();
     c.channel?.close();
-    this.#conns.delete(c.conn);
+    this.#release(c.conn);
     closeQuietly(c.conn);
     if (--this.#serving === 0) this.#drained?.resolve();
   }
@@ -458,14 +540,14 @@ export class ControlServer {
       await send(conn, parsed.error);
       // A bad frame before authentication ends the connection too.
       if (!parsed.fatal && c.authenticated) return true;
-      await drainAndClose(conn);
+      await this.#closeRefused(c);
       return false;
     }
     const request = parsed.request;
     const refusal = this.#gate.check(request, c.authenticated);
     if (refusal !== null) {
       await send(conn, refusal);
-      await drainAndClose(conn);
+      await this.#closeRefused(c);
       return false;
     }
     if (!c.authenticated) {
@@ -482,7 +564,7 @@ export class ControlServer {
           send: (reply) => send(conn, reply),
           track: (backend) => {
             this.#conns.add(backend);
-            return () => this.#conns.delete(backend);
+            return () => this.#release(backend);
           },
         },
       );

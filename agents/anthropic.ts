@@ -19,6 +19,7 @@ import {
 } from "./model.ts";
 import { isRecord } from "../_internal/util.ts";
 import { anthropicUsage } from "./_dialect.ts";
+import { addSecretValue } from "../_internal/secret_values.ts";
 
 /** Options for {@linkcode AnthropicBackend}. */
 export interface AnthropicBackendOptions {
@@ -196,6 +197,8 @@ export class AnthropicBackend implements ModelBackend {
     this.#maxResponse = maxResponseBytes(options.maxResponseBytes, "Anthropic");
     this.#defaultMaxTokens = options.defaultMaxTokens ?? 4096;
     const key = options.apiKey ?? envVar("ANTHROPIC_API_KEY");
+    // Results written in this process never hold it (_internal/secret_values.ts).
+    if (key) addSecretValue(key, "model API key");
     this.#headers = {
       "content-type": "application/json",
       "anthropic-version": options.version ?? "2023-06-01",

@@ -52,6 +52,7 @@ import { errorMessage } from "../_internal/util.ts";
 import { delay } from "../_internal/async.ts";
 import { concat } from "../_internal/io.ts";
 import { stringifyJson } from "../_internal/framing.ts";
+import { addSecretValue, isSecretEnvName } from "../_internal/secret_values.ts";
 
 /** Options for {@linkcode CommandAgent}. */
 export interface CommandAgentOptions {
@@ -324,6 +325,11 @@ export class CommandAgent implements Agent {
       const promptBytes = new TextEncoder().encode(prompt);
       Object.assign(env, await runEnvironment(run, prompt, promptBytes, privateFiles));
       Object.assign(env, this.#config.env);
+      // The secret-named values it is given (from envFile, env) never reach
+      // results written here; those of this process are held already.
+      for (const [name, value] of Object.entries(env)) {
+        if (isSecretEnvName(name)) addSecretValue(value, `value of ${name}`);
+      }
       route = await this.#config.modelProxy?.open(run, context) ?? null;
       const spawnEnv = route === null ? env : route.environment(env);
       const record = await this.#spawn(spawnEnv, promptBytes, run, context.signal);

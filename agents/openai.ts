@@ -24,6 +24,7 @@ import {
 import { llamaPromptIds, openAiUsage, StreamAssembler, TokenReader } from "./_dialect.ts";
 import { sseData } from "../_internal/sse.ts";
 import { isRecord } from "../_internal/util.ts";
+import { addSecretValue } from "../_internal/secret_values.ts";
 
 /** Options for {@linkcode OpenAiBackend}. */
 export interface OpenAiBackendOptions {
@@ -224,6 +225,8 @@ export class OpenAiBackend implements ModelBackend {
     this.#origin = new URL(url.pathname.replace(/\/v1\/chat\/completions$/, "/"), url).href
       .replace(/\/+$/, "");
     const key = options.apiKey ?? envVar("OPENAI_API_KEY");
+    // Results written in this process never hold it (_internal/secret_values.ts).
+    if (key) addSecretValue(key, "model API key");
     this.#headers = {
       "content-type": "application/json",
       ...(key ? { authorization: `Bearer ${key}` } : {}),

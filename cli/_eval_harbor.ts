@@ -14,14 +14,25 @@ import {
   EXIT_INTERRUPTED,
   EXIT_OK,
   type Io,
+  positiveIntOption,
   stringOption,
   UsageError,
   type Values,
 } from "./_common.ts";
 import { runOptions } from "./_eval_options.ts";
+import { selectRows } from "./_eval_rows.ts";
+import type { HarborTask } from "../harbor/loader.ts";
 
 /** The options of `hud eval` that mean something for harbor:PATH. */
-const HARBOR_OPTIONS = new Set(["agent", "group", "json", ...Object.keys(MODEL_FLAGS)]);
+const HARBOR_OPTIONS = new Set([
+  "agent",
+  "group",
+  "json",
+  "filter",
+  "limit",
+  "max-concurrent",
+  ...Object.keys(MODEL_FLAGS),
+]);
 
 function line(r: HarborResult): string {
   const what = r.error !== null
@@ -88,10 +99,26 @@ function printResults(
   );
 }
 
+/**
+ * The tasks `--filter` (globs over the task's name) and `--limit` (the
+ * first N of those) keep, as `hud eval FILE` selects rows.
+ * @throws {UsageError} when the filters match no task
+ */
+function selectTasks(tasks: HarborTask[], values: Values): HarborTask[] {
+  const rows = tasks.map((t) => ({ env: "harbor", id: t.name, args: {}, slug: t.name }));
+  const limit = positiveIntOption("--limit", stringOption(values, "limit"));
+  const kept = new Set(
+    selectRows(rows, (values.filter ?? []) as string[], limit).map((r) => r.slug),
+  );
+  return tasks.filter((t) => kept.has(t.name));
+}
+
 /** Runs `hud eval harbor:PATH` with the parsed `values`; returns the exit code. */
 export async function runHarborEval(path: string, values: Values, io: Io): Promise<number> {
   const { agent, commandAgent, oracle, label, group } = await harborFlags(path, values);
-  const { tasks, skipped } = await loadHarborTasks(path);
+  const loaded = await loadHarborTasks(path);
+  const { skipped } = loaded;
+  const tasks = selectTasks(loaded.tasks, values);
   io.onHurry = () => commandAgent?.kill();
   const cannot = skipped.length > 0 ? ` (${skipped.length} cannot be adapted)` : "";
   io.err(`eval: ${tasks.length} Harbor tasks from ${path}${cannot}, agent: ${label}\n`);
@@ -100,6 +127,11 @@ export async function runHarborEval(path: string, values: Values, io: Io): Promi
   try {
     results = await runHarborTasks(tasks, agent, {
       group,
+      maxConcurrent: positiveIntOption(
+        "--max-concurrent",
+        stringOption(values, "max-concurrent"),
+        1,
+      ),
       signal: io.signal,
       onResult: (r) => {
         if (!values.json) io.err(`${line(r)}\n`);

@@ -57,7 +57,8 @@ task runs in a container of its own Dockerfile's image (built once, cached
 by content), its instruction the prompt, its tests/test.sh the grader;
 --agent oracle runs each task's solution/solve.sh (a dataset validates when
 every task scores 1.0). With harbor:PATH only --agent, --model flags,
---group and --json apply.
+--group, --filter (over task names), --limit, --max-concurrent (tasks at
+once, default 1) and --json apply.
 
 Serves the environment module FILE in this process and runs the agent
 command CMD once per task and repeat, grading each answer. The tasks are

@@ -94,8 +94,9 @@ skips waiting for connections, but the shutdown hooks still run).
 
 Clients must present a token: the one in --token-file, else the one in
 ${SERVE_TOKEN_VAR}, else a fresh random one, printed as ${SERVE_TOKEN_VAR}=<token>
-on standard output before the port line (and nowhere else). Clients take it
-from ${SERVE_TOKEN_VAR} or the url (tcp://:TOKEN@host:port).
+on standard output before the port line (and nowhere else). The clients
+(tasks, start, grade) take it from ${SERVE_TOKEN_VAR} or --token-file PATH:
+a token on a command line can be read by every local user.
 
 Options:
   --env NAME            the environment to serve, by export or environment

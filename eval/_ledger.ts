@@ -142,7 +142,9 @@ export function runRecord(jobId: string, slot: Slot, attempted?: Attempted): Run
   const errors = run.trace.errors;
   // A rollout that was not graded is classed by the failure that ended it
   // (the last); a graded one by its first (the agent's own, say).
-  const deciding = run.reward === null ? errors[errors.length - 1] : errors[0];
+  // Tampering names the rollout whatever failed before it (an agent out of time, say).
+  const deciding = errors.find((e) => e.class === "tampered") ??
+    (run.reward === null ? errors[errors.length - 1] : errors[0]);
   return {
     job_id: jobId,
     group_id: groupId,

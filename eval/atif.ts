@@ -46,6 +46,7 @@ import type { RunRecord } from "./results.ts";
 import { Job } from "./job.ts";
 import { isGraded, recordClass } from "./failure.ts";
 import { isRecord } from "../_internal/util.ts";
+import { redactDeep } from "../_internal/redact.ts";
 import { traceTokens, type TurnTokens } from "./tokens.ts";
 
 /** The root of an ATIF trajectory. */
@@ -204,7 +205,8 @@ type Step = Omit<AtifStep, "step_id">;
 /**
  * One results-file record (a rollout) as an ATIF v1.4 trajectory. Fields
  * outside ATIF's schema go under `extra`; nothing of the record is lost
- * but the timing of steps that ATIF has no place for.
+ * but the timing of steps that ATIF has no place for, and its secrets
+ * (redacted as a results file is).
  */
 export function toAtif(record: RunRecord, options: AtifOptions = {}): AtifTrajectory {
   const raw = record as unknown as Record<string, unknown>;
@@ -216,7 +218,7 @@ export function toAtif(record: RunRecord, options: AtifOptions = {}): AtifTrajec
   const task = isRecord(raw.task) ? raw.task : {};
   const trajectory = new Trajectory(steps);
   for (const s of steps) trajectory.add(s);
-  return {
+  const atif: AtifTrajectory = {
     schema_version: "ATIF-v1.4",
     session_id: typeof setupInfo.session_id === "string"
       ? setupInfo.session_id
@@ -227,7 +229,13 @@ export function toAtif(record: RunRecord, options: AtifOptions = {}): AtifTrajec
     final_metrics: trajectory.finalMetrics(),
     extra: { hud: hudExtra(raw, trace, steps, setupInfo.env_version) },
   };
+  // Redacted as a results file is, whatever file it came from (one written
+  // before traces were, or secrets this process holds that the writer did not).
+  return redactDeep(atif, REDACT_DEPTH) as AtifTrajectory;
 }
+
+/** How deep a trajectory is redacted: a trace's own depth, and the levels above its content. */
+const REDACT_DEPTH = 80;
 
 /**
  * The steps of one trajectory, made from a trace's steps in order, and the

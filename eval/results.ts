@@ -9,7 +9,8 @@
 import type { TaskRow } from "../env.ts";
 import { errorMessage, isRecord } from "../_internal/util.ts";
 import { openPrivate } from "../_internal/private_file.ts";
-import { stringifyJson } from "../_internal/framing.ts";
+import { MAX_JSON_DEPTH, stringifyJson } from "../_internal/framing.ts";
+import { redactDeep } from "../_internal/redact.ts";
 import type { TraceJson, TraceStatus } from "./trace.ts";
 import type { LegacyErrorClass, RolloutErrorClass } from "./failure.ts";
 import type { AgentInfo } from "./agent.ts";
@@ -168,6 +169,8 @@ async function writeFiles(dir: string, files: ReadonlyMap<string, Uint8Array>): 
 }
 
 const encoder = new TextEncoder();
+/** How deep a record is redacted: what the wire carries, and the levels above a trace's steps. */
+const RECORD_DEPTH = MAX_JSON_DEPTH + 8;
 
 /**
  * Opens a results file for appending, one synced line per record, in order.
@@ -204,10 +207,12 @@ export async function openResults(
   return {
     records,
     // Integers the client read exactly (bigint) are written digit for digit.
-    // The files first: a record never names a file that is not there.
+    // The files first: a record never names a file that is not there. The
+    // whole record is redacted (task arguments, agent info), its trace again
+    // for values held since it was recorded.
     append: async (record, files) => {
       if (files !== undefined) await writeFiles(resultsFilesDir(path), files);
-      await write(encoder.encode(stringifyJson(record) + "\n"));
+      await write(encoder.encode(stringifyJson(redactDeep(record, RECORD_DEPTH)) + "\n"));
     },
     async close() {
       if (closed) return;

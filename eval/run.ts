@@ -47,6 +47,27 @@ export function gradeFromFrame(frame: GradeFrame): Grade {
   return grade;
 }
 
+/**
+ * What a grade's `info.tampered` says the environment found the agent doing
+ * to its grading (one line each), or null when it says nothing: an
+ * environment that catches reward tampering reports it there, with the
+ * score it gives (0), and the rollout is classed `tampered`.
+ */
+function tamperEvidence(info: Record<string, unknown>): string[] | null {
+  const said = info.tampered;
+  if (said === undefined || said === null || said === false) return null;
+  const lines = Array.isArray(said) ? said.map(String) : [String(said)];
+  return lines.length === 0 ? null : lines;
+}
+
+/** The failure a tampered grade records: what the environment found. */
+class TamperedError extends Error {
+  constructor(evidence: string[]) {
+    super(`The environment found the agent tampering with its grading: ${evidence.join("; ")}`);
+    this.name = "TamperedError";
+  }
+}
+
 /** Options for {@linkcode Run.start}. */
 export interface RunStartOptions {
   /** Aborts starting. */
@@ -220,7 +241,11 @@ export class Run implements AsyncDisposable {
       this.#trace.finish("error", "grading_error");
       throw err;
     }
-    if (this.#trace.errors.length > 0) this.#trace.finish("error", "agent_error");
+    const tampered = tamperEvidence(this.#grade.info);
+    if (tampered !== null) {
+      this.#trace.fail("grading", new TamperedError(tampered), "tampered");
+      this.#trace.finish("error", "tampered");
+    } else if (this.#trace.errors.length > 0) this.#trace.finish("error", "agent_error");
     else this.#trace.finish("completed", "graded");
     return this.#grade;
   }

@@ -55,9 +55,14 @@
 
 import type { TaskRow } from "../env.ts";
 import { isRecord } from "../_internal/util.ts";
+import { redactDeep } from "../_internal/redact.ts";
+import { MAX_JSON_DEPTH } from "../_internal/framing.ts";
 import type { RunRecord } from "./results.ts";
 import { traceTokens } from "./tokens.ts";
 import { isGraded, recordClass, rolloutFinished } from "./failure.ts";
+
+/** How deep a row is redacted: what the wire carries, and the levels above a message. */
+const ROW_DEPTH = MAX_JSON_DEPTH + 8;
 
 /** One model call of a {@linkcode TrainingRow}. */
 export interface TrainingTurn {
@@ -248,6 +253,12 @@ function messagesOf(steps: Record<string, unknown>[]): Record<string, unknown>[]
   return lastReply === null ? proxied : [...proxied, lastReply];
 }
 
+/** A row with its text redacted; its token ids and numbers are left alone (no text in them). */
+function redactRow(row: TrainingRow): TrainingRow {
+  const { turns, sequences, ...text } = row;
+  return { ...redactDeep(text, ROW_DEPTH) as typeof text, turns, sequences };
+}
+
 /** Each model step's turn: its tokens, as the trace kept them, and why the model stopped. */
 function turnsOf(steps: Record<string, unknown>[]): TrainingTurn[] {
   const tokens = traceTokens(steps);
@@ -314,7 +325,8 @@ export function trainingRows(
     const siblings = [...groups.get(r.group_id)!].sort((a, b) => a.repeat - b.repeat);
     const complete = siblings.every(rolloutFinished);
     if (options.completeGroupsOnly && !complete) continue;
-    rows.push(trainingRow(r, siblings, complete));
+    // Redacted as a results file is, whatever file the records came from.
+    rows.push(redactRow(trainingRow(r, siblings, complete)));
   }
   return rows;
 }

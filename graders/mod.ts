@@ -49,9 +49,8 @@ export {
   JudgeVerdictError,
   llmJudgeGrader,
   type LlmJudgeOptions,
-  parseVerdict,
-  type Verdict,
 } from "./judge.ts";
+export { parseVerdict, type ParseVerdictOptions, type Verdict } from "./_verdict.ts";
 export {
   contains,
   containsAll,

@@ -12,9 +12,11 @@
 // agent acts. It writes the session id beside the token and then the READY
 // file, which the task's healthcheck waits for. `grade` resumes that session,
 // grades with the agent's answer (the answer file, empty when there is none),
-// and writes the score to /logs/verifier/reward.txt and, when the grade has
-// subscores, reward.json (`reward` and the subscores), which Harbor's
-// verifier reads first.
+// and writes the score to /logs/verifier/reward.json (`reward` and the
+// subscores), which Harbor's verifier reads first, and reward.txt. Both are
+// removed first: what the agent left there (a planted reward.json that
+// Harbor would read before reward.txt) never stands as the reward, even when
+// grading fails.
 
 import { connect } from "../client.ts";
 import { readAnnouncement } from "../_internal/auth.ts";
@@ -111,7 +113,17 @@ async function start(): Promise<void> {
   // Closing without "bye" leaves the task parked for the grader.
 }
 
+/** Removes the reward files (and whatever the agent put in their place: a directory, a link). */
+async function removeRewards(): Promise<void> {
+  for (const name of ["reward.json", "reward.txt"]) {
+    await Deno.remove(`${VERIFIER_DIR}/${name}`, { recursive: true }).catch((err) => {
+      if (!(err instanceof Deno.errors.NotFound)) throw err;
+    });
+  }
+}
+
 async function grade(): Promise<void> {
+  await removeRewards();
   const task = await readTask();
   let control: Control;
   try {
@@ -147,12 +159,13 @@ async function grade(): Promise<void> {
     }
   }
   await Deno.mkdir(VERIFIER_DIR, { recursive: true });
-  if (Object.keys(subscores).length > 0) {
-    await Deno.writeTextFile(
-      `${VERIFIER_DIR}/reward.json`,
-      JSON.stringify({ ...subscores, reward: result.score }) + "\n",
-    );
-  }
+  // Removed again: a process the agent left running may have written one meanwhile.
+  await removeRewards();
+  await Deno.writeTextFile(
+    `${VERIFIER_DIR}/reward.json`,
+    JSON.stringify({ ...subscores, reward: result.score }) + "\n",
+    { createNew: true },
+  );
   await Deno.writeTextFile(`${VERIFIER_DIR}/reward.txt`, `${result.score}\n`);
   console.log(JSON.stringify(result));
 }

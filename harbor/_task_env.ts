@@ -14,6 +14,13 @@
 // child it leaves behind holding its output cannot keep the verifier from
 // ending), and reads /logs/verifier/reward.json before reward.txt, as
 // Harbor's verifier does.
+//
+// Integrity (SECURITY.md): the task's facts (the verifier's variables, the
+// tests' hashes) are read once and their file removed before any agent
+// connects; the verifier's shell is the `bash` found on its PATH at the
+// start, run by that path; and what the agent planted for the verifier to
+// run (harbor/_tamper.ts) ends the rollout `tampered`, graded 0, with the
+// files named, instead of running the verifier.
 
 import { Environment } from "../env.ts";
 import { addWorkspace } from "../workspace/workspace.ts";
@@ -22,16 +29,20 @@ import { bashGrader, type ExecTarget } from "../graders/bash.ts";
 import type { WorkspaceExecOptions, WorkspaceExecResult } from "../workspace/workspace.ts";
 import { type HarborTaskFile, TASK_FILE } from "./_task_env_file.ts";
 import { treeDiff, treeFiles } from "./_tree.ts";
+import { readReward, type Reward, VERIFIER_LOGS as LOGS } from "./_reward.ts";
+import { TamperBaseline, VerificationWatch, VerifierLayout } from "./_tamper.ts";
 import { reachableSync } from "../_internal/fs.ts";
 import { errorMessage } from "../_internal/util.ts";
+import { shellQuote } from "../_internal/shell.ts";
 
-const LOGS = "/logs/verifier";
 const OUTPUT_KEPT = 16_384;
 const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-const task = JSON.parse(
-  await Deno.readTextFile(Deno.env.get("HUD_HARBOR_TASK_FILE") ?? TASK_FILE),
-) as HarborTaskFile;
+const taskFile = Deno.env.get("HUD_HARBOR_TASK_FILE") ?? TASK_FILE;
+const task = JSON.parse(await Deno.readTextFile(taskFile)) as HarborTaskFile;
+// It holds the verifier's variables (a judge's key) and the tests' hashes: from
+// here on in this process only, before any agent connects.
+await Deno.remove(taskFile).catch(() => {});
 
 /** The task's environment. */
 export const env: Environment = new Environment(`harbor-${task.name}`, { version: "1.0.0" });
@@ -113,15 +124,34 @@ const workspace = addWorkspace(
     ...(isolation === "none" || agentUser.uid !== 0
       ? { uid: agentUser.uid, gid: agentUser.gid }
       : {}),
+    // As `docker exec`: root keeps the container's capabilities (Docker's default set).
+    ...(isolation === "none" ? { capabilities: "inherit" as const } : {}),
     trackFiles: false,
     env: task.env,
   },
 );
 
+/** The variables of a command run as `user`: the image's, the task's, then `extra`. */
+function commandEnv(user: ImageUser, extra: Record<string, string> = {}): Record<string, string> {
+  return { PATH: DEFAULT_PATH, HOME: user.home, ...task.env, ...extra };
+}
+
+/** Where the verifier finds what it runs, as its variables say. */
+function verifierLayout(user: ImageUser): VerifierLayout {
+  const env = commandEnv(user, task.verifierEnv);
+  return new VerifierLayout({
+    workdir: task.workdir,
+    path: env.PATH,
+    pythonPath: env.PYTHONPATH ?? "",
+    home: env.HOME,
+  });
+}
+
 /**
- * Runs `argv` as `user` (setpriv, capabilities dropped), in a session of its
- * own that a time-out kills whole, with the image's variables: Harbor's
- * `docker exec -u USER`. Output is not kept (the verifier writes a file).
+ * Runs `argv` as `user` (setpriv), in a session of its own that a time-out
+ * kills whole, with the image's variables: Harbor's `docker exec -u USER`,
+ * root keeping the container's capabilities (Docker's default set), another
+ * user none. Output is not kept (the verifier writes a file).
  */
 async function runAs(
   user: ImageUser,
@@ -136,14 +166,14 @@ async function runAs(
         ? []
         : [`--reuid=${user.uid}`, `--regid=${user.gid}`, "--clear-groups"]),
       "--inh-caps=-all",
-      "--bounding-set=-all",
+      ...(user.uid === 0 ? [] : ["--bounding-set=-all"]),
       "--no-new-privs",
       "--",
       ...argv,
     ],
     cwd: options.cwd ?? task.workdir,
     clearEnv: true,
-    env: { PATH: DEFAULT_PATH, HOME: user.home, ...task.env, ...options.env },
+    env: commandEnv(user, options.env),
     detached: true,
     stdin: "null",
     stdout: "null",
@@ -198,48 +228,91 @@ function tail(s: string): string {
   return s.length <= OUTPUT_KEPT ? s : s.slice(s.length - OUTPUT_KEPT);
 }
 
-/** Reads the reward Harbor's way: reward.json (name → number), else reward.txt (one number). */
-async function readReward(): Promise<{ score: number; subscores: Record<string, number> }> {
-  const json = `${LOGS}/reward.json`;
-  if (reachableSync(json)) {
-    const text = (await Deno.readTextFile(json)).trim();
-    if (text === "") throw new Error(`Cannot grade Harbor task: ${json} is empty`);
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(text);
-    } catch {
-      throw new Error(`Cannot grade Harbor task: ${json} is not JSON: ${text.slice(0, 80)}`);
-    }
-    if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
-      throw new Error(`Cannot grade Harbor task: ${json} must be an object of numbers`);
-    }
-    const subscores: Record<string, number> = {};
-    for (const [k, v] of Object.entries(parsed)) {
-      const n = typeof v === "boolean" ? Number(v) : v;
-      if (typeof n !== "number" || !Number.isFinite(n)) {
-        throw new Error(`Cannot grade Harbor task: ${json}: "${k}" is not a number`);
-      }
-      subscores[k] = n;
-    }
-    const values = Object.values(subscores);
-    if (values.length === 0) throw new Error(`Cannot grade Harbor task: ${json} has no rewards`);
-    // "reward" is the score when given; else the mean of the keys.
-    const score = subscores.reward ?? values.reduce((a, b) => a + b, 0) / values.length;
-    return { score, subscores };
+/** Checks that tests/ was copied in, and empties /logs/verifier for the verifier. */
+async function prepareVerification(): Promise<void> {
+  if (!reachableSync("/tests/test.sh")) {
+    throw new Error("Cannot grade Harbor task: /tests/test.sh was not copied in");
   }
-  const txt = `${LOGS}/reward.txt`;
-  if (reachableSync(txt)) {
-    const text = (await Deno.readTextFile(txt)).trim();
-    if (text === "") throw new Error(`Cannot grade Harbor task: ${txt} is empty`);
-    const score = Number(text);
-    if (!Number.isFinite(score)) {
-      throw new Error(`Cannot grade Harbor task: ${txt} is not a number: "${text.slice(0, 80)}"`);
-    }
-    return { score, subscores: {} };
-  }
+  await Deno.remove(LOGS, { recursive: true }).catch(() => {});
+  await Deno.mkdir(LOGS, { recursive: true });
+  await Deno.chmod(LOGS, 0o777);
+}
+
+/**
+ * Checks that /tests is the tree the runner copied in: the agent's leftover
+ * processes ran while it was copied, and the agent could make /tests before
+ * (a conftest.py added, a test.sh changed, a symlink planted each stop it).
+ */
+async function checkTests(): Promise<void> {
+  const changed = treeDiff(task.tests, await treeFiles("/tests", true).catch(() => ({})));
+  if (changed.length === 0) return;
   throw new Error(
-    `Cannot grade Harbor task: no reward written: tests/test.sh wrote neither ${LOGS}/reward.json nor ${LOGS}/reward.txt`,
+    `Cannot grade Harbor task: /tests is not the task's tests/ as copied in: ${
+      changed.slice(0, 3).join(", ")
+    }${
+      changed.length > 3 ? ` and ${changed.length - 3} more` : ""
+    } (the agent or a process it left wrote there; the image's own /tests, if it has one, counts too)`,
   );
+}
+
+/** What one run of the verifier gave: how it ended, its output, what was planted while it ran. */
+interface Verified {
+  info: Record<string, unknown>;
+  output: string;
+  planted: string[];
+}
+
+/** Runs `tests/test.sh` as `user` with the baseline's shell, watching what the rules watch. */
+async function runVerifier(
+  user: ImageUser,
+  layout: VerifierLayout,
+  baseline: TamperBaseline,
+): Promise<Verified> {
+  const target: ExecTarget = { exec: (argv, options = {}) => runAs(user, argv, options) };
+  const shell = baseline.shell;
+  const watch = new VerificationWatch(layout.watched());
+  const planted: string[] = [];
+  let ran;
+  try {
+    ran = await bashGrader(
+      target,
+      [
+        shell,
+        "-c",
+        `exec ${shellQuote(shell)} /tests/test.sh > ${LOGS}/test-stdout.txt 2>&1 < /dev/null`,
+      ],
+      {
+        name: "verifier",
+        cwd: task.workdir,
+        timeout: task.verifierTimeoutSec * 1000,
+        env: task.verifierEnv,
+      },
+    );
+  } finally {
+    planted.push(...await watch.stop(baseline));
+  }
+  const output = await Deno.readTextFile(`${LOGS}/test-stdout.txt`).catch(() => "");
+  return { info: ran.info ?? {}, output, planted };
+}
+
+/** The reward test.sh wrote, or why there is none. */
+async function rewardOf(verified: Verified): Promise<Reward> {
+  const { info, output } = verified;
+  if (info.timed_out) {
+    throw new Error(
+      `Cannot grade Harbor task: verifier timed out after ${task.verifierTimeoutSec} s ([verifier] timeout_sec); last output: ${
+        tail(output).trim().split("\n").slice(-3).join(" | ")
+      }`,
+    );
+  }
+  try {
+    return await readReward();
+  } catch (err) {
+    // What kept test.sh from running (setpriv refused the user, say).
+    const said = String(info.stderr ?? "").trim().split("\n").slice(-2).join(" | ");
+    if (said === "") throw err;
+    throw new Error(`${errorMessage(err)}; starting it said: ${said}`, { cause: err });
+  }
 }
 
 env.template(
@@ -252,54 +325,27 @@ env.template(
       await Deno.chmod(dir, 0o777);
     }
     await awaitHealthy(resolved.image);
+    const layout = verifierLayout(resolved.verifier);
+    const baseline = new TamperBaseline(layout, task.workdir);
     yield { prompt: task.instruction, bindings: { shell: { cwd: task.workdir } } };
-    if (!reachableSync("/tests/test.sh")) {
-      throw new Error("Cannot grade Harbor task: /tests/test.sh was not copied in");
-    }
-    await Deno.remove(LOGS, { recursive: true }).catch(() => {});
-    await Deno.mkdir(LOGS, { recursive: true });
-    await Deno.chmod(LOGS, 0o777);
+    await prepareVerification();
     // The agent's leftover processes stay stopped while the verifier runs.
     await using _phase = await workspace.grading();
-    // They ran while tests/ was copied in, and the agent could make /tests before: the
-    // verifier runs only the tree the runner copied (a conftest.py added, a test.sh changed,
-    // a symlink planted each stop it).
-    const changed = treeDiff(task.tests, await treeFiles("/tests", true).catch(() => ({})));
-    if (changed.length > 0) {
-      throw new Error(
-        `Cannot grade Harbor task: /tests is not the task's tests/ as copied in: ${
-          changed.slice(0, 3).join(", ")
-        }${
-          changed.length > 3 ? ` and ${changed.length - 3} more` : ""
-        } (the agent or a process it left wrote there; the image's own /tests, if it has one, counts too)`,
-      );
+    await checkTests();
+    // What the agent planted for the verifier to run: it does not run.
+    const planted = baseline.compare();
+    if (planted.length > 0) {
+      yield { score: 0, info: { tampered: planted } };
+      return;
     }
-    const verifierUser = resolved.verifier;
-    const target: ExecTarget = { exec: (argv, options = {}) => runAs(verifierUser, argv, options) };
-    const timeoutSec = task.verifierTimeoutSec;
-    const ran = await bashGrader(
-      target,
-      ["bash", "-c", `exec bash /tests/test.sh > ${LOGS}/test-stdout.txt 2>&1 < /dev/null`],
-      { name: "verifier", cwd: task.workdir, timeout: timeoutSec * 1000, env: task.verifierEnv },
-    );
-    const output = await Deno.readTextFile(`${LOGS}/test-stdout.txt`).catch(() => "");
-    const verifier = { ...ran.info, stdout: tail(output) };
-    if (ran.info?.timed_out) {
-      throw new Error(
-        `Cannot grade Harbor task: verifier timed out after ${timeoutSec} s ([verifier] timeout_sec); last output: ${
-          tail(output).trim().split("\n").slice(-3).join(" | ")
-        }`,
-      );
+    const verified = await runVerifier(resolved.verifier, layout, baseline);
+    const verifier = { ...verified.info, stdout: tail(verified.output) };
+    // Planted while it ran (and maybe removed again): its reward does not stand.
+    if (verified.planted.length > 0) {
+      yield { score: 0, info: { tampered: verified.planted, verifier } };
+      return;
     }
-    let reward;
-    try {
-      reward = await readReward();
-    } catch (err) {
-      // What kept test.sh from running (setpriv refused the user, say).
-      const said = String(ran.info?.stderr ?? "").trim().split("\n").slice(-2).join(" | ");
-      if (said === "") throw err;
-      throw new Error(`${errorMessage(err)}; starting it said: ${said}`, { cause: err });
-    }
+    const reward = await rewardOf(verified);
     yield { score: reward.score, subscores: reward.subscores, info: { verifier } };
   },
 );

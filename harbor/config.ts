@@ -51,6 +51,8 @@ export interface HarborEnvironmentConfig {
   env: Record<string, string>;
   /** `[environment.healthcheck]`, or null. */
   healthcheck: HarborHealthcheckConfig | null;
+  /** `gpus`: GPUs the task needs (default 0). */
+  gpus: number;
 }
 
 /** A Harbor `task.toml`, checked, with defaults filled in. */
@@ -73,6 +75,12 @@ export interface HarborTaskConfig {
   verifierUser: string | null;
   /** `[environment]`. */
   environment: HarborEnvironmentConfig;
+  /**
+   * `[verifier] environment_mode` (Harbor 0.22): "shared" runs the verifier
+   * in the agent's container; "separate" (implied by `[verifier.environment]`)
+   * in a container of its own.
+   */
+  verifierMode: "shared" | "separate";
   /**
    * The network of each phase (`network_mode`, `allowed_hosts` of
    * `[environment]`, `[agent]` and `[verifier]`; `allow_internet`), as
@@ -149,6 +157,33 @@ function user(t: TomlTable, file: string, key: string): string | null {
   );
 }
 
+function count(t: TomlTable, file: string, key: string): number {
+  const v = t[key.slice(key.lastIndexOf(".") + 1)];
+  if (v === undefined) return 0;
+  const n = typeof v === "bigint" ? Number(v) : v;
+  if (typeof n !== "number" || !Number.isSafeInteger(n) || n < 0) {
+    throw new TypeError(`Cannot load Harbor task: ${file}: "${key}" must be an integer >= 0`);
+  }
+  return n;
+}
+
+function verifierMode(verifier: TomlTable, file: string): "shared" | "separate" {
+  const mode = verifier.environment_mode;
+  if (mode !== undefined && mode !== "shared" && mode !== "separate") {
+    throw new TypeError(
+      `Cannot load Harbor task: ${file}: "verifier.environment_mode" must be "shared" or "separate"`,
+    );
+  }
+  if (verifier.environment === undefined) return mode ?? "shared";
+  table(verifier.environment, file, "verifier.environment");
+  if (mode === "shared") {
+    throw new TypeError(
+      `Cannot load Harbor task: ${file}: "verifier.environment" needs environment_mode "separate" (it is "shared")`,
+    );
+  }
+  return "separate";
+}
+
 function healthcheck(
   environment: TomlTable,
   file: string,
@@ -218,6 +253,7 @@ export function parseHarborConfig(text: string, file: string): HarborTaskConfig 
     solutionEnv: envTable(solution, file, "solution"),
     agentUser: user(agent, file, "agent.user"),
     verifierUser: user(verifier, file, "verifier.user"),
+    verifierMode: verifierMode(verifier, file),
     environment: {
       dockerImage: optionalString(environment, file, "environment.docker_image"),
       buildTimeoutSec: positive(environment, file, "environment.build_timeout_sec", 600),
@@ -228,6 +264,7 @@ export function parseHarborConfig(text: string, file: string): HarborTaskConfig 
       workdir: optionalString(environment, file, "environment.workdir"),
       env: envTable(environment, file, "environment"),
       healthcheck: healthcheck(environment, file),
+      gpus: count(environment, file, "environment.gpus"),
     },
     network,
   };

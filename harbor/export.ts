@@ -322,8 +322,8 @@ function testSh(answerFile: string | null): string {
     "# Written by hud export-harbor: grades the task the image's entrypoint started, through its",
     `# environment, with the agent's answer (${
       answerFile ?? "none: an empty one"
-    }), and writes /logs/verifier/reward.txt`,
-    "# (and reward.json with the grade's subscores).",
+    }), and writes /logs/verifier/reward.json and reward.txt`,
+    "# (removing first what the agent may have left there).",
     "exec bash /opt/hud-harbor/grade.sh",
     "",
   ].join("\n");

@@ -8,6 +8,7 @@
 
 import { type HarborTaskConfig, parseHarborConfig } from "./config.ts";
 import { errorMessage } from "../_internal/util.ts";
+import { exists } from "../_internal/fs.ts";
 
 /** Why a task directory cannot be adapted. */
 export type HarborSkipCode =
@@ -21,6 +22,12 @@ export type HarborSkipCode =
   | "no_environment"
   /** `environment/docker-compose.yaml`: several services, which this runner does not place. */
   | "compose"
+  /** A file the loader reads or copies is a symlink out of the task folder, not a regular file, or over its size bound. */
+  | "bad_file"
+  /** `[environment] gpus` above 0: containers get no GPUs here, as under Harbor's Docker environment. */
+  | "gpu"
+  /** `[verifier] environment_mode = "separate"`: a verifier container of its own, which this runner does not place yet. */
+  | "separate_verifier"
   /** `network_mode = "allowlist"` in a phase: this runner cannot hold the agent to a list of hosts yet. */
   | "network_allowlist";
 
@@ -62,14 +69,8 @@ export interface HarborDataset {
   skipped: HarborSkipped[];
 }
 
-async function isFile(path: string): Promise<boolean> {
-  try {
-    return (await Deno.stat(path)).isFile;
-  } catch (err) {
-    if (err instanceof Deno.errors.NotFound) return false;
-    throw err;
-  }
-}
+/** What `task.toml` and `instruction.md` may hold, in bytes. */
+const TEXT_LIMIT = 1 << 20;
 
 class Skip extends Error {
   readonly code: HarborSkipCode;
@@ -79,31 +80,120 @@ class Skip extends Error {
   }
 }
 
+/** Whether `path` (resolved) lies in `dir` (resolved). */
+function inside(path: string, dir: string): boolean {
+  return path === dir || path.startsWith(`${dir}/`);
+}
+
+/**
+ * Whether `path` is a regular file of the task at `task` (missing: false).
+ * A symlink out of the folder, or anything but a regular file, is refused
+ * without being read: task folders are untrusted input.
+ */
+async function isFile(path: string, task: string): Promise<boolean> {
+  let info: Deno.FileInfo;
+  try {
+    info = await Deno.lstat(path);
+  } catch (err) {
+    if (err instanceof Deno.errors.NotFound) return false;
+    throw err;
+  }
+  if (info.isSymlink) {
+    const to = await Deno.readLink(path);
+    const real = await Deno.realPath(path).catch(() => null);
+    if (real === null) return false;
+    if (!inside(real, task)) {
+      throw new Skip("bad_file", `${path} leads outside the task folder (to "${to}")`);
+    }
+    info = await Deno.stat(real);
+  }
+  if (info.isDirectory) return false;
+  if (!info.isFile) throw new Skip("bad_file", `${path} is not a regular file`);
+  return true;
+}
+
+/** `path`'s text (`""` when missing), checked by {@linkcode isFile} and bounded. */
+async function readText(path: string, task: string): Promise<string> {
+  if (!await isFile(path, task)) return "";
+  using file = await Deno.open(path);
+  // The file opened is the one checked: a swap in between is seen here.
+  const info = await file.stat();
+  if (!info.isFile) throw new Skip("bad_file", `${path} is not a regular file`);
+  if (info.size > TEXT_LIMIT) {
+    throw new Skip(
+      "bad_file",
+      `${path} holds ${info.size} bytes, over the ${TEXT_LIMIT} it may hold`,
+    );
+  }
+  const bytes = new Uint8Array(TEXT_LIMIT + 1);
+  let n = 0;
+  while (n < bytes.length) {
+    const read = await file.read(bytes.subarray(n));
+    if (read === null) break;
+    n += read;
+  }
+  if (n > TEXT_LIMIT) {
+    throw new Skip("bad_file", `${path} holds over the ${TEXT_LIMIT} bytes it may hold`);
+  }
+  return new TextDecoder().decode(bytes.subarray(0, n));
+}
+
+/**
+ * Checks a tree the runner copies (tests/, solution/, environment/): no
+ * symlink in it leads outside the task folder, and it holds only
+ * directories, regular files and symlinks.
+ */
+async function checkTree(dir: string, task: string): Promise<void> {
+  const stack = [dir];
+  while (stack.length > 0) {
+    const at = stack.pop()!;
+    let entries: Deno.DirEntry[];
+    try {
+      entries = await Array.fromAsync(Deno.readDir(at));
+    } catch (err) {
+      if (err instanceof Deno.errors.NotFound || err instanceof Deno.errors.NotADirectory) continue;
+      throw err;
+    }
+    for (const e of entries) {
+      const path = `${at}/${e.name}`;
+      if (e.isDirectory) stack.push(path);
+      else if (e.isSymlink) {
+        const real = await Deno.realPath(path).catch(() => null);
+        if (real !== null && !inside(real, task)) {
+          throw new Skip(
+            "bad_file",
+            `${path} is a symlink that leads outside the task folder (to "${await Deno.readLink(
+              path,
+            )}")`,
+          );
+        }
+      } else if (!e.isFile) throw new Skip("bad_file", `${path} is not a regular file`);
+    }
+  }
+}
+
 async function readTask(path: string): Promise<HarborTask> {
   const name = path.slice(path.lastIndexOf("/") + 1);
   const file = `${path}/task.toml`;
+  const toml = await readText(file, path);
   let config: HarborTaskConfig;
   try {
-    config = parseHarborConfig(await Deno.readTextFile(file), file);
+    config = parseHarborConfig(toml, file);
   } catch (err) {
-    if (err instanceof Deno.errors.PermissionDenied) throw err;
     throw new Skip("bad_config", errorMessage(err));
   }
-  let instruction = "";
-  try {
-    instruction = await Deno.readTextFile(`${path}/instruction.md`);
-  } catch (err) {
-    if (!(err instanceof Deno.errors.NotFound)) throw err;
-  }
+  const instruction = await readText(`${path}/instruction.md`, path);
   if (instruction.trim() === "") {
     throw new Skip("no_instruction", `${path}/instruction.md is missing or empty`);
   }
-  if (!await isFile(`${path}/tests/test.sh`)) {
+  if (!await isFile(`${path}/tests/test.sh`, path)) {
     throw new Skip("no_tests", `${path}/tests/test.sh is missing`);
   }
-  const hasDockerfile = await isFile(`${path}/environment/Dockerfile`);
+  for (const tree of ["tests", "solution", "environment"]) await checkTree(`${path}/${tree}`, path);
+  refuseUnplaceable(file, config);
+  const hasDockerfile = await isFile(`${path}/environment/Dockerfile`, path);
   for (const compose of ["docker-compose.yaml", "docker-compose.yml"]) {
-    if (await isFile(`${path}/environment/${compose}`)) {
+    if (await isFile(`${path}/environment/${compose}`, path)) {
       throw new Skip(
         "compose",
         `${path}/environment/${compose}: multi-container tasks are not supported`,
@@ -124,8 +214,24 @@ async function readTask(path: string): Promise<HarborTask> {
     config,
     buildContext: hasDockerfile ? `${path}/environment` : null,
     testsDir: `${path}/tests`,
-    solutionDir: await isFile(`${path}/solution/solve.sh`) ? `${path}/solution` : null,
+    solutionDir: await isFile(`${path}/solution/solve.sh`, path) ? `${path}/solution` : null,
   };
+}
+
+/** Skips a task that needs GPUs, or a verifier container of its own. */
+function refuseUnplaceable(file: string, config: HarborTaskConfig): void {
+  if (config.environment.gpus > 0) {
+    throw new Skip(
+      "gpu",
+      `${file}: needs ${config.environment.gpus} GPU(s) ([environment] gpus); this runner gives containers no GPUs, as Harbor's Docker environment gives none`,
+    );
+  }
+  if (config.verifierMode === "separate") {
+    throw new Skip(
+      "separate_verifier",
+      `${file}: [verifier] environment_mode "separate" (a verifier container of its own) is not supported yet; run the task with the verifier in the agent's container ("shared")`,
+    );
+  }
 }
 
 /** Skips a task with an `allowlist` phase: run `public`, it would silently lose its isolation. */
@@ -178,11 +284,12 @@ export async function loadHarborTasks(path: string): Promise<HarborDataset> {
     );
   }
   const dirs: string[] = [];
-  if (await isFile(`${abs}/task.toml`)) {
+  if (await exists(`${abs}/task.toml`)) {
     dirs.push(abs);
   } else {
     for await (const entry of Deno.readDir(abs)) {
-      if (entry.isDirectory && await isFile(`${abs}/${entry.name}/task.toml`)) {
+      // A symlink to a task elsewhere is no task of the dataset.
+      if (entry.isDirectory && await exists(`${abs}/${entry.name}/task.toml`)) {
         dirs.push(`${abs}/${entry.name}`);
       }
     }

@@ -11,6 +11,8 @@
  */
 
 import type { Agent } from "../eval/agent.ts";
+import type { RolloutObserver } from "../eval/rollout.ts";
+import { isGraded } from "../eval/failure.ts";
 import { functionAgent } from "../eval/agent.ts";
 import { Taskset } from "../eval/taskset.ts";
 import type { RunRecord } from "../eval/results.ts";
@@ -36,6 +38,11 @@ export interface RunHarborOptions {
    * @default 1
    */
   group?: number;
+  /**
+   * Tasks run at once (each builds its image, then runs its group).
+   * @default 1
+   */
+  maxConcurrent?: number;
   /** Cancels the run. */
   signal?: AbortSignal;
   /** Called after each task, with its result. */
@@ -50,7 +57,16 @@ export interface HarborResult {
   reward: number | null;
   /** The subscores of the first graded rollout (the keys of `reward.json`). */
   subscores: Record<string, number>;
-  /** Why it failed (`build failed: ...`, `verifier timed out...`, `no reward written...`), or null. */
+  /**
+   * How the first graded rollout's verifier ended: `tests/test.sh`'s exit
+   * code (null when a signal ended it) and the tail of its output (why a 0
+   * is a 0), or null when none ran.
+   */
+  verifier: { code: number | null; output: string } | null;
+  /**
+   * Why it failed (`build failed: ...`, `verifier timed out...`, `no reward written...`), or
+   * why a graded rollout did not complete (the agent's time-out, tampering), or null.
+   */
   error: string | null;
   /** Whether its image was built in this run (false: found by content hash). */
   built: boolean;
@@ -133,17 +149,13 @@ export function oracleAgent(task: HarborTask): Agent {
   });
 }
 
-/** The agent, then `tests/` copied in (whatever the agent did), as Harbor's verifier does. */
-function withTests(task: HarborTask, agent: Agent): Agent {
-  return {
-    async run(run, context) {
-      try {
-        await agent.run(run, context);
-      } finally {
-        await copyIn(run.client.url, task.testsDir, "/tests");
-      }
-    },
-  };
+/**
+ * Copies `tests/` in once the agent is done, however it ended (finished,
+ * failed, or out of `[agent] timeout_sec`, which Harbor grades too), before
+ * the verifier runs.
+ */
+function testsCopier(task: HarborTask): RolloutObserver {
+  return { after: (run, signal) => copyIn(run.client.url, task.testsDir, "/tests", signal) };
 }
 
 function errorOf(record: RunRecord): string | null {
@@ -159,7 +171,8 @@ function errorOf(record: RunRecord): string | null {
  *
  * @param tasks tasks from `loadHarborTasks`
  * @param agent an agent, or `"oracle"` for each task's own solution
- * @param options engine socket, group size, abort signal, progress callback
+ * @param options engine socket, group size, tasks at once, abort signal, progress callback
+ * @throws {RangeError} when `maxConcurrent` is not an integer >= 1
  * @returns one result per task, in order
  */
 export async function runHarborTasks(
@@ -167,13 +180,28 @@ export async function runHarborTasks(
   agent: Agent | "oracle",
   options: RunHarborOptions = {},
 ): Promise<HarborResult[]> {
-  const results: HarborResult[] = [];
-  for (const task of tasks) {
-    options.signal?.throwIfAborted();
-    const result = await runOne(task, agent, options);
-    options.onResult?.(result);
-    results.push(result);
+  const limit = options.maxConcurrent ?? 1;
+  if (!(Number.isSafeInteger(limit) && limit >= 1)) {
+    throw new RangeError(
+      `Cannot run Harbor tasks: maxConcurrent must be an integer >= 1, got ${limit}`,
+    );
   }
+  const results: HarborResult[] = new Array(tasks.length);
+  let next = 0;
+  // Each worker takes the next task until none is left; results stay in the tasks' order.
+  const worker = async () => {
+    while (next < tasks.length) {
+      const i = next++;
+      options.signal?.throwIfAborted();
+      results[i] = await runOne(tasks[i], agent, options);
+      options.onResult?.(results[i]);
+    }
+  };
+  const settled = await Promise.allSettled(
+    Array.from({ length: Math.min(limit, tasks.length) }, worker),
+  );
+  const failed = settled.find((s) => s.status === "rejected");
+  if (failed !== undefined) throw failed.reason;
   return results;
 }
 
@@ -182,7 +210,7 @@ async function runOne(
   agent: Agent | "oracle",
   options: RunHarborOptions,
 ): Promise<HarborResult> {
-  const empty = { task: task.name, reward: null, subscores: {}, runs: [] };
+  const empty = { task: task.name, reward: null, subscores: {}, verifier: null, runs: [] };
   let image;
   try {
     image = await buildHarborImage(task, { socket: options.socket, signal: options.signal });
@@ -203,8 +231,9 @@ async function runOne(
     id: "harbor",
     args: {},
     slug: task.name,
-  }]).run(withTests(task, inner), {
-    runtime: taskRuntime(task, image.image, image.user, options.socket),
+  }]).run(inner, {
+    runtime: taskRuntime(task, image.image, options.socket),
+    observers: [testsCopier(task)],
     group: options.group ?? 1,
     agentTimeout: agentMs,
     // Placing, copying in and the verifier fit in the rest.
@@ -214,31 +243,39 @@ async function runOne(
   return harborResult(task.name, job, image.built);
 }
 
+/** Docker's default capabilities (moby's `oci/caps/defaults.go`): what `docker exec` gives root. */
+const DOCKER_DEFAULT_CAPS: readonly string[] = [
+  "CHOWN",
+  "DAC_OVERRIDE",
+  "FOWNER",
+  "FSETID",
+  "KILL",
+  "SETGID",
+  "SETUID",
+  "SETPCAP",
+  "NET_BIND_SERVICE",
+  "NET_RAW",
+  "SYS_CHROOT",
+  "MKNOD",
+  "AUDIT_WRITE",
+  "SETFCAP",
+];
+
 /** The runtime of a task's container, with Harbor's semantics. */
-function taskRuntime(
-  task: HarborTask,
-  image: string,
-  imageUser: string,
-  socket: string | undefined,
-): HarborRuntime {
+function taskRuntime(task: HarborTask, image: string, socket: string | undefined): HarborRuntime {
   const env = task.config.environment;
-  // Another user than root anywhere (the image's USER, [agent] user,
-  // [verifier] user): the server needs to switch to it (setpriv), give the
-  // workdir to the agent's (chown), and drop the rest from what it runs.
-  const switches = [imageUser, task.config.agentUser ?? "", task.config.verifierUser ?? ""]
-    .some((u) => u !== "" && !/^(root|0)(:(root|0))?$/.test(u));
   return new HarborRuntime(
     new ContainerRuntime(image, {
       socket,
       cpus: env.cpus,
       memory: env.memoryMb * 1024 * 1024,
       // Harbor's semantics: the agent and the verifier are the container's
-      // root (still without capabilities, under the runtime's seccomp list
-      // and no-new-privileges), the image writable, the network of each
+      // root with Docker's default capabilities (under the runtime's seccomp
+      // list and no-new-privileges), the image writable, the network of each
       // phase as the task says ("no-network": loopback alone; an
       // "allowlist" task is skipped by the loader).
       user: "0:0",
-      capabilities: switches ? ["CHOWN", "SETUID", "SETGID", "SETPCAP"] : [],
+      capabilities: DOCKER_DEFAULT_CAPS,
       readOnly: false,
       network: {
         setup: task.config.network.environment.mode === "public",
@@ -259,17 +296,28 @@ function healthcheckBound(hc: HarborHealthcheckConfig | null): number {
     hc.retries * hc.intervalSec) * 1000;
 }
 
+/** How much of the verifier's output a result keeps: its last lines, for why a 0 is a 0. */
+const VERIFIER_OUTPUT_SHOWN = 2000;
+
 /** A task's result from its job: the mean reward of the graded runs, the first failure. */
 function harborResult(name: string, job: Job, built: boolean): HarborResult {
   const runs = [...job.runs];
-  const graded = runs.filter((r) => r.reward !== null);
+  // Graded as eval/failure.ts counts it: a tampered rollout's 0 is not a reward.
+  const graded = runs.filter(isGraded);
   const live = job.liveRuns.find((r) => r?.grade !== null && r?.grade !== undefined);
   const subscores = (live?.grade as { subscores?: Record<string, number> } | null)?.subscores ?? {};
-  const failed = runs.find((r) => r.reward === null);
+  const ran = (live?.grade?.info as { verifier?: Record<string, unknown> } | undefined)?.verifier;
+  // Ungraded, else graded but not completed (tampered, the agent's time-out).
+  const failed = runs.find((r) => !isGraded(r)) ??
+    runs.find((r) => r.status !== "completed");
   return {
     task: name,
     reward: graded.length === 0 ? null : graded.reduce((a, r) => a + r.reward!, 0) / graded.length,
     subscores,
+    verifier: ran === undefined ? null : {
+      code: typeof ran.exit_code === "number" ? ran.exit_code : null,
+      output: String(ran.stdout ?? "").slice(-VERIFIER_OUTPUT_SHOWN),
+    },
     error: failed ? errorOf(failed) : null,
     built,
     runs,

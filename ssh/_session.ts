@@ -51,6 +51,8 @@ export interface ServerConfig {
   sftpRoot: Promise<string> | null;
   /** The program that serves SFTP on stdio, or null to serve it here. */
   sftpCommand: readonly string[] | null;
+  /** Whether a channel's close kills its command's process group (never an SFTP server's: always). */
+  killOnClose: boolean;
 }
 
 const SIGNALS = new Set(["HUP", "INT", "KILL", "QUIT", "TERM", "USR1", "USR2", "ALRM", "PIPE"]);
@@ -240,6 +242,8 @@ export class Session {
   #stdinBusy = false;
   #stdinEof = false;
   #killed = false;
+  /** Whether the command outlives its channel (`killOnClose: false`). */
+  #keep = false;
   #done: Promise<void> = Promise.resolve();
   #sftp: SftpServer | null = null;
   #resizing: Promise<void> = Promise.resolve();
@@ -262,7 +266,8 @@ export class Session {
         this.#pumpStdin();
       },
       onClose: () => {
-        this.#kill();
+        if (this.#keep) this.#letGo();
+        else this.#kill();
         if (this.#sftp !== null) {
           const before = this.#done;
           this.#done = Promise.all([before, this.#sftp.close()]).then(() => {});
@@ -405,6 +410,7 @@ export class Session {
       }`;
       argv = [SCRIPT, "-q", "-e", "-c", inner, "/dev/null"];
     }
+    this.#keep = !this.#config.killOnClose;
     return this.#start(argv, env);
   }
 
@@ -561,6 +567,11 @@ export class Session {
     if (this.#killed) return;
     this.#killed = true;
     this.#signalGroup("SIGKILL");
+    this.#letGo();
+  }
+
+  /** Stops feeding the command: what is queued for its stdin is dropped, and stdin closed. */
+  #letGo(): void {
     this.#stdinQueue = [];
     this.#stdinEof = true;
     if (!this.#stdinBusy) this.#stdin?.close().catch(() => {});

@@ -144,6 +144,14 @@ export interface SshServerOptions {
    * @default undefined: SFTP in this process (when `sftp` is on)
    */
   sftpCommand?: readonly string[];
+  /**
+   * Whether closing a session's channel kills its command's process group
+   * (what a command left in the background dies with its session). False
+   * leaves them running, as `docker exec` leaves what a command started
+   * running in its container; they are the `spawn` hook's to end.
+   * @default true
+   */
+  killOnClose?: boolean;
 }
 
 /** A running SSH server, as returned by {@linkcode startSshServer}. */
@@ -264,6 +272,7 @@ function serverSettings(options: SshServerOptions): ServerSettings {
     onError: options.onError ?? (() => {}),
     sftpRoot: null,
     sftpCommand: checkSftpCommand(options.sftpCommand),
+    killOnClose: options.killOnClose ?? true,
   };
   if (options.sftp ?? true) {
     config.sftpRoot = Deno.realPath(cwd);

@@ -133,3 +133,50 @@ test("cli.ts serve --token-file refuses a file its group or others can read", as
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+// Issue 43, point 4: the safe way is the easy way. Every command that takes
+// a --url takes the token from HUD_SERVE_TOKEN or --token-file, and says so;
+// the help and the docs show only those two.
+test("cli.ts tasks, start and grade take the token from HUD_SERVE_TOKEN: none on the command line, no warning", async () => {
+  await using server = served();
+  const url = `tcp://127.0.0.1:${server.addr.port}`;
+  Deno.env.set("HUD_SERVE_TOKEN", TOKEN);
+  try {
+    const listed = await run(["tasks", "--url", url, "--json"]);
+    assert.equal(listed.code, 0, listed.stderr);
+    assert.equal(listed.stderr, "");
+    const started = await run(["start", "t", "--url", url]);
+    assert.equal(started.code, 0, started.stderr);
+    assert.ok(!started.stderr.includes(TOKEN), "the hint repeats no token");
+    const session = /--session (\S+)/.exec(started.stderr)?.[1];
+    assert.ok(session, started.stderr);
+    const graded = await run(["grade", "t", "--answer", "x", "--url", url, "--session", session]);
+    assert.equal(graded.code, 0, graded.stderr);
+    assert.equal(graded.stderr, "");
+  } finally {
+    Deno.env.delete("HUD_SERVE_TOKEN");
+  }
+});
+
+test("cli.ts help and the docs show the token only through HUD_SERVE_TOKEN and --token-file", async () => {
+  const tokenInUrl = /tcp:\/\/[^\s`'"@/]*:[^\s`'"@/]*@/;
+  for (const command of ["tasks", "start", "grade", "serve"]) {
+    const help = (await run([command, "--help"])).stdout;
+    assert.match(help, /--token-file/, `${command} --help`);
+    assert.match(help, /HUD_SERVE_TOKEN/, `${command} --help`);
+    assert.doesNotMatch(help, tokenInUrl, `${command} --help shows a token in a url`);
+  }
+  const root = new URL("../", import.meta.url);
+  const docs = [
+    "README.md",
+    ...[...Deno.readDirSync(new URL("docs/", root))]
+      .filter((e) => e.name.endsWith(".md")).map((e) => `docs/${e.name}`),
+  ];
+  for (const doc of docs) {
+    // runtimes.md names a placement's `url` property, for code that hands an address on.
+    if (doc === "docs/runtimes.md") continue;
+    const text = await Deno.readTextFile(new URL(doc, root));
+    const line = text.split("\n").find((l) => tokenInUrl.test(l) || /--token[ =]/.test(l));
+    assert.equal(line, undefined, `${doc} shows a token on a command line or in a url`);
+  }
+});

@@ -11,6 +11,7 @@ import {
   summarizeDigests,
 } from "../eval/_summary.ts";
 import { isRecord } from "../_internal/util.ts";
+import { redactDeep } from "../_internal/redact.ts";
 
 /** One attempt: its digest, its place in the file, and the attempt it replaced. */
 export interface Row extends RolloutDigest {
@@ -78,16 +79,30 @@ function packRow(row: Row, names: readonly string[]): unknown[] {
   ];
 }
 
-/** Parses one results line; `null` for a blank or unreadable one. */
+/** Parses one results line, redacted; `null` for a blank or unreadable one. */
 export function parseRecord(line: string): RunRecord | null {
+  return readLine(line)?.record ?? null;
+}
+
+/**
+ * One results line parsed and redacted (a page holds what the file holds,
+ * redacted again: a file written before traces were, or secrets this
+ * process holds that the writer did not), and the line to serve: the
+ * file's own, integers exact, when nothing was redacted.
+ */
+function readLine(line: string): { record: RunRecord; line: string } | null {
   if (line.trim() === "") return null;
+  let value: unknown;
   try {
-    const value = JSON.parse(line);
-    return isRecord(value) && isRecord(value.task) ? value as unknown as RunRecord : null;
+    value = JSON.parse(line);
   } catch {
     // A line cut short by a crash, or not a record.
     return null;
   }
+  if (!isRecord(value) || !isRecord(value.task)) return null;
+  const redacted = redactDeep(value, 80);
+  const record = redacted as RunRecord;
+  return { record, line: redacted === value ? line : JSON.stringify(redacted) };
 }
 
 /** The summary's head: everything but the per-task lines, which can be many. */
@@ -225,11 +240,11 @@ export class ResultsFile {
     const parts = text.split("\n");
     this.#rest = parts.pop() ?? "";
     let added = false;
-    for (const line of parts) {
-      const record = parseRecord(line);
-      if (record === null) continue;
-      this.table.add(record);
-      this.lines.push(line);
+    for (const part of parts) {
+      const read = readLine(part);
+      if (read === null) continue;
+      this.table.add(read.record);
+      this.lines.push(read.line);
       added = true;
     }
     // Summarized as it is read, as the rows are: the page, every poll and

@@ -5,7 +5,7 @@
 
 import { checkIsolation } from "./_sandbox.ts";
 import { checkLimits, type WorkspaceLimits } from "./_limits.ts";
-import type { WorkspaceIsolation, WorkspaceOptions } from "./_types.ts";
+import type { WorkspaceIsolation, WorkspaceLifetime, WorkspaceOptions } from "./_types.ts";
 import {
   checkSnapshot,
   type SnapshotPolicy,
@@ -28,6 +28,9 @@ export interface WorkspaceConfig {
   readonly env: Readonly<Record<string, string>>;
   readonly isolation: WorkspaceIsolation;
   readonly network: boolean;
+  readonly lifetime: WorkspaceLifetime;
+  /** Whether commands keep this process's capabilities (as root, isolation "none"). */
+  readonly keepCapabilities: boolean;
   /** The uid and gid asked for; when not given, decided at each start (as root). */
   readonly uid: number | undefined;
   readonly gid: number | undefined;
@@ -82,6 +85,23 @@ export function workspaceConfig(root: string, options: WorkspaceOptions): Worksp
   }
   const isolation = options.isolation ?? "auto";
   checkIsolation("add workspace", isolation);
+  const lifetime = options.lifetime ?? "session";
+  if (lifetime !== "session" && lifetime !== "workspace") {
+    throw new RangeError(
+      `Cannot add workspace: unknown lifetime "${lifetime}" (use "session" or "workspace")`,
+    );
+  }
+  const capabilities = options.capabilities ?? "none";
+  if (capabilities !== "none" && capabilities !== "inherit") {
+    throw new RangeError(
+      `Cannot add workspace: unknown capabilities "${capabilities}" (use "none" or "inherit")`,
+    );
+  }
+  if (capabilities === "inherit" && isolation !== "none") {
+    throw new RangeError(
+      'Cannot add workspace: capabilities "inherit" needs isolation "none" (a sandbox runs commands without capabilities)',
+    );
+  }
   checkId("uid", options.uid);
   checkId("gid", options.gid);
   checkUidRange(options.uidRange);
@@ -101,6 +121,8 @@ export function workspaceConfig(root: string, options: WorkspaceOptions): Worksp
     env: options.env ?? {},
     isolation,
     network: options.network ?? false,
+    lifetime,
+    keepCapabilities: capabilities === "inherit",
     uid: options.uid,
     gid: options.gid,
     uidRange: options.uidRange ?? UID_RANGE,

@@ -116,6 +116,7 @@ export async function prepareSandbox(
       mounts,
       network: config.network,
       user: ep.user,
+      keepCapabilities: config.keepCapabilities,
       limits: { tmpSize: ep.limits.tmpSize, fileSize: ep.limits.fileSize, processes: nproc },
       cgroups: ep.cgroup?.procs ?? [],
     },
@@ -176,7 +177,45 @@ function applyLimits(
  * would become the agent's), or a snapshot's.
  */
 async function chownTree(paths: string[], uid: number, gid: number): Promise<void> {
-  const out = await new Deno.Command("find", {
+  let out: Deno.CommandOutput;
+  try {
+    out = await findChown(paths, uid, gid);
+  } catch (err) {
+    // An image without findutils (a container's, say): the same walk here.
+    if (!(err instanceof Deno.errors.NotFound)) throw err;
+    for (const path of paths) await chownWalk(path, uid, gid);
+    return;
+  }
+  if (!out.success) {
+    const why = new TextDecoder().decode(out.stderr).trim().split("\n")[0];
+    throw new Error(`Cannot start workspace: cannot give the root to uid ${uid}: ${why}`);
+  }
+}
+
+/** chownTree()'s walk without find: directories and files of one link, links not followed. */
+async function chownWalk(root: string, uid: number, gid: number): Promise<void> {
+  const stack = [root];
+  while (stack.length > 0) {
+    const path = stack.pop()!;
+    let info: Deno.FileInfo;
+    try {
+      info = await Deno.lstat(path);
+    } catch (err) {
+      if (err instanceof Deno.errors.NotFound) continue;
+      throw err;
+    }
+    // A link is left as it is: chown would follow it.
+    if (info.isSymlink) continue;
+    if (info.isDirectory) {
+      for await (const e of Deno.readDir(path)) stack.push(`${path}/${e.name}`);
+    } else if (info.nlink !== 1) continue;
+    await Deno.chown(path, uid, gid);
+  }
+}
+
+/** chownTree()'s walk by find(1); throws NotFound when there is no find. */
+function findChown(paths: string[], uid: number, gid: number): Promise<Deno.CommandOutput> {
+  return new Deno.Command("find", {
     args: [
       "-P",
       ...paths,
@@ -200,10 +239,6 @@ async function chownTree(paths: string[], uid: number, gid: number): Promise<voi
     stdout: "null",
     stderr: "piped",
   }).output();
-  if (!out.success) {
-    const why = new TextDecoder().decode(out.stderr).trim().split("\n")[0];
-    throw new Error(`Cannot start workspace: cannot give the root to uid ${uid}: ${why}`);
-  }
 }
 
 /**
@@ -265,6 +300,7 @@ export async function publishShell(
     // Rollouts in parallel log in at once: OpenSSH's 10:30:100 would drop
     // some of a burst of twenty.
     maxStartups: WORKSPACE_STARTUPS,
+    killOnClose: config.lifetime === "session",
     onError: config.onError,
   });
   const addr = server.addr;

@@ -3,7 +3,7 @@
 // them. While a phase runs, each of their process trees is stopped
 // (SIGSTOP) and new ones wait; the last phase to end lets them run again.
 
-import { continueTrees, killTrees, stopTrees } from "./_processes.ts";
+import { continueTrees, groupMembers, killTrees, stopTrees } from "./_processes.ts";
 
 /** How long stopping the agent may take before what will not stop is killed. */
 const FREEZE_TIMEOUT = 5000;
@@ -12,6 +12,11 @@ const FREEZE_TIMEOUT = 5000;
 export class AgentGate {
   /** Each process started for the agent, by pid, to when it exits. */
   readonly #exits = new Map<number, Promise<void>>();
+  /**
+   * The process groups of commands that exited whose processes may outlive
+   * them (a workspace's lifetime "workspace"): killed at stop.
+   */
+  readonly #groups = new Set<number>();
   #phases = 0;
   #gate: Promise<void> = Promise.resolve();
   #openGate: () => void = () => {};
@@ -27,11 +32,15 @@ export class AgentGate {
     return this.#gate;
   }
 
-  /** Counts `child` as the agent's until it exits. */
-  track(child: Deno.ChildProcess): void {
+  /**
+   * Counts `child` as the agent's until it exits; with `keepGroup`, its
+   * process group (which it leads) stays counted after, until stop.
+   */
+  track(child: Deno.ChildProcess, keepGroup = false): void {
     const pid = child.pid;
     const exited = child.status.then(() => {}, () => {});
     this.#exits.set(pid, exited);
+    if (keepGroup) this.#groups.add(pid);
     exited.then(() => this.#exits.delete(pid));
   }
 
@@ -52,19 +61,25 @@ export class AgentGate {
   /** Ends a grading phase; after the last one the agent's processes run again. */
   release(): void {
     if (--this.#phases === 0) {
-      continueTrees(this.#exits.keys());
+      continueTrees(this.#roots());
       this.#openGate();
     }
   }
 
+  /** The roots of the agent's trees: its live processes and what its kept groups hold. */
+  #roots(): number[] {
+    return [...this.#exits.keys(), ...groupMembers(this.#groups)];
+  }
+
   async #freeze(): Promise<void> {
-    if (await stopTrees(() => this.#exits.keys(), FREEZE_TIMEOUT)) return;
+    if (await stopTrees(() => this.#roots(), FREEZE_TIMEOUT)) return;
     await this.#killAgent();
   }
 
   async #killAgent(others: Iterable<number> = []): Promise<void> {
     const agent = [...this.#exits];
-    killTrees([...agent.map(([pid]) => pid), ...others]);
+    killTrees([...new Set([...agent.map(([pid]) => pid), ...this.#groups, ...others])]);
+    this.#groups.clear();
     await Promise.all(agent.map(([, exited]) => exited));
   }
 

@@ -216,7 +216,7 @@ export class WorkspaceHandle implements Workspace {
       mounts: [...(ep.sandbox.mounts ?? []), ...extra.map((p) => ({ src: p, dest: p }))],
     };
     const child = spawnInSandbox(real, { ...o, sandbox });
-    this.#agent.track(child);
+    this.#agent.track(child, this.#config.lifetime === "workspace");
     return child;
   }
 

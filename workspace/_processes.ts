@@ -5,6 +5,7 @@
 
 interface Proc {
   ppid: number;
+  pgrp: number;
   state: string;
 }
 
@@ -19,8 +20,8 @@ function processTable(): Map<number, Proc> {
       continue; // exited meanwhile
     }
     // pid (comm) state ppid ...; comm may hold spaces and parentheses.
-    const [state, ppid] = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    table.set(Number(e.name), { ppid: Number(ppid), state });
+    const [state, ppid, pgrp] = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    table.set(Number(e.name), { ppid: Number(ppid), pgrp: Number(pgrp), state });
   }
   return table;
 }
@@ -44,6 +45,17 @@ function trees(roots: Iterable<number>, table: Map<number, Proc>): number[] {
     if (state !== "Z" && state !== "X") out.push(pid);
     queue.push(...(children.get(pid) ?? []));
   }
+  return out;
+}
+
+/**
+ * The live processes of the process groups `pgids` (what a command left in
+ * its group after it exited, reparented away from its tree).
+ */
+export function groupMembers(pgids: ReadonlySet<number>): number[] {
+  if (pgids.size === 0 || Deno.build.os !== "linux") return [];
+  const out: number[] = [];
+  for (const [pid, p] of processTable()) if (pgids.has(p.pgrp)) out.push(pid);
   return out;
 }
 

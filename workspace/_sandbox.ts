@@ -63,6 +63,8 @@ export interface SandboxConfig {
   network: boolean;
   /** Uid and gid to switch to (only when this process is root), or null. */
   user: { uid: number; gid: number } | null;
+  /** With isolation "none": commands keep this process's capabilities (none are dropped). */
+  keepCapabilities?: boolean;
   /** Rlimits and tmpfs sizes. */
   limits?: SandboxLimits;
   /** `cgroup.procs` files the command joins before the sandbox starts (as root). */
@@ -189,8 +191,18 @@ function mountPlan(config: SandboxConfig): MountOp[] {
  * regaining them at exec). As anyone else: nothing, unless the sandbox made
  * us root of a user namespace (`userNs`), whose capabilities go too.
  */
-function dropArgv(user: { uid: number; gid: number } | null, userNs = false): string[] {
+function dropArgv(
+  user: { uid: number; gid: number } | null,
+  userNs = false,
+  keep = false,
+): string[] {
   if (Deno.uid() !== 0 && !userNs) return [];
+  if (keep) {
+    // As `docker exec -u`: another uid loses root's capabilities by itself.
+    return user === null
+      ? []
+      : ["setpriv", `--reuid=${user.uid}`, `--regid=${user.gid}`, "--clear-groups", "--"];
+  }
   return [
     "setpriv",
     ...(user === null ? [] : [`--reuid=${user.uid}`, `--regid=${user.gid}`, "--clear-groups"]),
@@ -240,7 +252,11 @@ export interface EnterStage {
 
 /** The hand-over, limits and drop of `config` (`userNs`: we are root of a user namespace). */
 export function enterStage(config: SandboxConfig, userNs = false): EnterStage {
-  const drop = dropArgv(config.user, userNs);
+  const drop = dropArgv(
+    config.user,
+    userNs,
+    config.isolation === "none" && config.keepCapabilities === true,
+  );
   const prefix = [...limitArgv(config), ...drop];
   const handOver = config.user !== null && drop.length > 0 && config.isolation !== "none";
   return {

@@ -14,6 +14,9 @@ import type { WorkspaceSnapshot, WorkspaceSnapshotOptions } from "./_snapshot.ts
  */
 export type WorkspaceIsolation = "auto" | "bwrap" | "unshare" | "none";
 
+/** How long what a workspace command starts lives (see {@linkcode WorkspaceOptions.lifetime}). */
+export type WorkspaceLifetime = "session" | "workspace";
+
 /** Options for {@linkcode addWorkspace}. */
 export interface WorkspaceOptions {
   /**
@@ -51,6 +54,23 @@ export interface WorkspaceOptions {
    * @default false
    */
   network?: boolean;
+  /**
+   * How long what a command starts lives: "session" kills the command's
+   * process group when its SSH channel closes (its background jobs with
+   * it); "workspace" leaves what it started running until the workspace
+   * stops, as `docker exec` leaves what a command started running in its
+   * container.
+   * @default "session"
+   */
+  lifetime?: WorkspaceLifetime;
+  /**
+   * The capabilities commands keep, when this process is root: "none" (an
+   * empty bounding set, root included) or "inherit" (this process's own,
+   * as `docker exec` gives root the container's set; what bounds this
+   * process bounds them). "inherit" needs `isolation: "none"`.
+   * @default "none"
+   */
+  capabilities?: "none" | "inherit";
   /**
    * Uid commands run as when this process is root; 0 keeps root (without
    * capabilities). The root's tree is given to this uid at start so the

@@ -18,6 +18,7 @@ export {
   type WorkspaceExecResult,
   type WorkspaceGrading,
   type WorkspaceIsolation,
+  type WorkspaceLifetime,
   type WorkspaceLimits,
   type WorkspaceLimitsInForce,
   type WorkspaceOptions,

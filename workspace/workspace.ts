@@ -25,6 +25,7 @@ export type {
   WorkspaceExecResult,
   WorkspaceGrading,
   WorkspaceIsolation,
+  WorkspaceLifetime,
   WorkspaceOptions,
   WorkspaceSpawnOptions,
 } from "./_types.ts";

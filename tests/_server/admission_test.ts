@@ -75,6 +75,25 @@ test("FirstFrameDeadlines expires only the connections that did not speak, in or
   }
 });
 
+test("FirstFrameDeadlines.oldestWait() and takeOldest() see the connection that waited longest", async () => {
+  const deadlines = new FirstFrameDeadlines<string>(10_000, () => {});
+  try {
+    assert.equal(deadlines.oldestWait(), null, "none waits");
+    deadlines.start("a");
+    await new Promise((r) => setTimeout(r, 60));
+    deadlines.start("b");
+    const waited = deadlines.oldestWait()!;
+    assert.ok(waited >= 50 && waited < 10_000, `the oldest waited ${waited} ms`);
+    assert.equal(deadlines.takeOldest(waited + 1_000), undefined, "not long enough");
+    assert.equal(deadlines.takeOldest(50), "a");
+    assert.equal(deadlines.takeOldest(50), undefined, "b is younger");
+    assert.equal(deadlines.takeOldest(), "b");
+    assert.equal(deadlines.oldestWait(), null);
+  } finally {
+    deadlines.clear();
+  }
+});
+
 /** Holds this thread for `ms`, as a process busy with a thousand rollouts holds its event loop. */
 function busy(ms: number): void {
   const until = performance.now() + ms;

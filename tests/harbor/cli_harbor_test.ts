@@ -40,6 +40,26 @@ test("hud eval harbor:PATH refuses options that do not apply, and a missing agen
     const r = await hud(["eval", `harbor:${root}`, "--agent", "oracle", "--runtime", "local"]);
     assert.equal(r.code, 2);
     assert.match(r.stderr, /--runtime does not apply to harbor:PATH; leave it out/);
+    // --filter and --limit select tasks by name, as they select rows of a module.
+    const nothing = await hud(["eval", `harbor:${root}`, "--agent", "oracle", "--filter", "nope*"]);
+    assert.equal(nothing.code, 2);
+    assert.match(
+      nothing.stderr,
+      /--filter "nope\*" matches none of the 1 tasks \(slugs such as "hello"\)/,
+    );
+    const zero = await hud(["eval", `harbor:${root}`, "--agent", "oracle", "--limit", "0"]);
+    assert.equal(zero.code, 2);
+    assert.match(zero.stderr, /--limit must be a positive integer, got "0"/);
+    const many = await hud([
+      "eval",
+      `harbor:${root}`,
+      "--agent",
+      "oracle",
+      "--max-concurrent",
+      "x",
+    ]);
+    assert.equal(many.code, 2);
+    assert.match(many.stderr, /--max-concurrent must be a positive integer, got "x"/);
     const none = await hud(["eval", `harbor:${root}`]);
     assert.equal(none.code, 2);
     assert.match(none.stderr, /missing --agent \(a command, or "oracle"\) or --model/);
@@ -74,6 +94,10 @@ test(
       assert.equal(below.code, 1, below.stderr);
       assert.match(below.stderr, /multi: 0\.75 \(correctness 1, style 0\.5\)/);
       assert.match(below.stdout, /harbor: 2 tasks, mean reward 0\.875, 1 not 1\.0, 0 skipped/);
+      // --filter keeps the tasks it names: without multi, the dataset validates.
+      const kept = await hud(["eval", `harbor:${bad}`, "--agent", "oracle", "--filter", "hel*"]);
+      assert.equal(kept.code, 0, kept.stderr);
+      assert.match(kept.stdout, /harbor: 1 tasks, mean reward 1\.000, 0 not 1\.0, 0 skipped/);
     } finally {
       await Deno.remove(good, { recursive: true });
       await Deno.remove(bad, { recursive: true });

@@ -147,6 +147,7 @@ function exportOnce(): Promise<string> {
     });
     assert.deepEqual(result.tasks.map((t) => [t.name, t.id]), [
       ["code", "code"],
+      ["plain", "plain"],
       ["varying", "varying"],
     ]);
     return `${out}/tasks`;
@@ -161,7 +162,7 @@ test({
     const out = await exportOnce();
     const { tasks, skipped } = await loadHarborTasks(out);
     assert.deepEqual(skipped, []);
-    assert.deepEqual(tasks.map((t) => t.name), ["code", "varying"]);
+    assert.deepEqual(tasks.map((t) => t.name), ["code", "plain", "varying"]);
     assert.match(tasks[0].instruction, /^Read the code in the one file under \/tmp\//);
     assert.match(tasks[0].instruction, /write your final answer to \/logs\/agent\/answer\.txt/);
     assert.equal(tasks[0].config.environment.dockerImage, `${REPO}:code`);
@@ -211,6 +212,7 @@ test({
       assert.deepEqual([timed.agent.timeout_sec, timed.verifier.timeout_sec], [90, 1.5]);
       assert.deepEqual(lines.join("").trim().split("\n").map((l) => l.split(" ")[1]), [
         `${REPO}-cli:code`,
+        `${REPO}-cli:plain`,
         `${REPO}-cli:varying`,
       ]);
       const instruction = await Deno.readTextFile(`${again}/code/instruction.md`);
@@ -250,6 +252,23 @@ test({
       assert.ok("txt" in idle, JSON.stringify(idle));
       assert.equal(idle.txt, "0");
       assert.deepEqual(JSON.parse(idle.json), { match: 0, answered: 0, reward: 0 });
+      // A planted reward (issue 35, 8): Harbor reads reward.json before reward.txt, and a
+      // grade without subscores wrote only reward.txt, so the planted file stood. Now
+      // both are removed and rewritten, even where the agent made one a directory.
+      const plant = "echo '{\"reward\": 1}' > /logs/verifier/reward.json; " +
+        "mkdir /logs/verifier/reward.txt";
+      const planted = await trial(`${dir}/../plain`, plant);
+      assert.ok("txt" in planted, JSON.stringify(planted));
+      assert.deepEqual([planted.txt, JSON.parse(planted.json)], ["0", { reward: 0 }]);
+      const plainRight = await trial(
+        `${dir}/../plain`,
+        `echo ok > /logs/agent/answer.txt; ${plant}`,
+      );
+      assert.ok("txt" in plainRight, JSON.stringify(plainRight));
+      assert.deepEqual([plainRight.txt, JSON.parse(plainRight.json)], ["1", { reward: 1 }]);
+      const plantedCode = await trial(dir, plant);
+      assert.ok("txt" in plantedCode, JSON.stringify(plantedCode));
+      assert.equal(plantedCode.txt, "0");
       // A template whose prompt varies: its container refuses to start, saying why.
       const varying = await trial(`${dir}/../varying`, "true");
       assert.ok("exited" in varying, JSON.stringify(varying));
@@ -304,7 +323,7 @@ test("hud export-harbor refuses bad input with one line naming it and the way ou
     assert.equal(unknown.code, 1);
     assert.equal(
       unknown.err,
-      `error: Cannot export Harbor tasks: unknown template "nope" (available: "code", "varying")\n`,
+      `error: Cannot export Harbor tasks: unknown template "nope" (available: "code", "plain", "varying")\n`,
     );
     const noBase = await run(FIXTURE, "--out", `${out}/c`);
     assert.equal(noBase.code, 2);
