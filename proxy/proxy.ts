@@ -43,6 +43,7 @@ import type { ModelRouter } from "../agents/command.ts";
 import { BodyTooLargeError, readCapped } from "../_internal/body.ts";
 import { formatHostPort } from "../_internal/net.ts";
 import { isRecord } from "../_internal/util.ts";
+import { addSecretValue } from "../_internal/secret_values.ts";
 import { type ModelProxyOptions, type ProxyConfig, proxyConfig } from "./_config.ts";
 import { guarded, messagesCall, openAiCall } from "./_calls.ts";
 import { type ProxyRoute, type ProxyRouteContext, type ProxyRun, Route } from "./_route.ts";
@@ -69,6 +70,9 @@ export class ModelProxy implements AsyncDisposable, ModelRouter {
   /** Starts listening; use {@linkcode serveModelProxy}. */
   constructor(config: ProxyConfig) {
     this.#config = config;
+    // Whatever this process writes (results, rows, logs) redacts it, as it
+    // does a model backend's key.
+    if (config.apiKey) addSecretValue(config.apiKey, "model API key");
     this.#server = Deno.serve({
       hostname: config.hostname,
       port: config.port,

@@ -7,6 +7,7 @@ import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { serveModelProxy } from "../../proxy/mod.ts";
 import { AdaptiveConcurrency, Trace } from "../../eval/mod.ts";
+import { redactSecrets } from "../../_internal/redact.ts";
 import { completion, failure, scriptedServer } from "../agents/_scripted.ts";
 import { sse, vllmChat, vllmChatChunks } from "./_upstream.ts";
 
@@ -378,4 +379,14 @@ test("ModelProxy: a rollout that ends while a finished stream is read for the re
   } finally {
     release();
   }
+});
+
+test("serveModelProxy(): the server's key given as an option is a secret of the process: redacted from whatever is written, whatever its shape", async () => {
+  const key = `upstream${crypto.randomUUID().replaceAll("-", "")}`; // no known key shape
+  await using _proxy = serveModelProxy({
+    upstream: "http://127.0.0.1:9/v1",
+    server: "vllm",
+    apiKey: key,
+  });
+  assert.equal(redactSecrets(`a log line: ${key}.`), "a log line: [REDACTED model API key].");
 });
