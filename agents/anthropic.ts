@@ -15,10 +15,10 @@ import {
   ModelReplyError,
   type ModelRequest,
   replyJson,
-  type TokenUsage,
   type ToolCall,
 } from "./model.ts";
 import { isRecord } from "../_internal/util.ts";
+import { anthropicUsage } from "./_dialect.ts";
 import { addSecretValue } from "../_internal/secret_values.ts";
 
 /** Options for {@linkcode AnthropicBackend}. */
@@ -241,19 +241,7 @@ export class AnthropicBackend implements ModelBackend {
         });
       }
     }
-    // Anthropic counts cache reads and writes apart from input_tokens; the
-    // prompt's size is their sum (as ATIF's prompt_tokens counts it).
-    let usage: TokenUsage | null = null;
-    if (isRecord(body.usage)) {
-      const u = body.usage;
-      const cached = Number(u.cache_read_input_tokens ?? 0);
-      usage = {
-        inputTokens: Number(u.input_tokens ?? 0) + cached +
-          Number(u.cache_creation_input_tokens ?? 0),
-        outputTokens: Number(u.output_tokens ?? 0),
-      };
-      if (cached > 0) usage.cachedTokens = cached;
-    }
+    const usage = anthropicUsage(body.usage);
     const reply: ModelReply = {
       content,
       toolCalls,

@@ -82,6 +82,34 @@ export interface CommandAgentOptions {
    * @default 16_777_216 (16 MiB)
    */
   maxOutputBytes?: number;
+  /**
+   * A recording model proxy: each run gets a route of its own, whose
+   * `OPENAI_BASE_URL`, `OPENAI_API_KEY`, `ANTHROPIC_BASE_URL` and
+   * `ANTHROPIC_API_KEY` the command gets (over any others; no variable
+   * holding the model server's key is passed on), and every model call it
+   * makes there is recorded into the run's trace.
+   */
+  modelProxy?: ModelRouter;
+}
+
+/**
+ * What gives each run of a {@linkcode CommandAgent} its own way to the
+ * model: a recording model proxy (`serveModelProxy()` of `@hud/sdk/proxy`).
+ */
+export interface ModelRouter {
+  /** Opens the run's route; it is closed when the command has ended. */
+  open(run: Run, context: AgentContext): ModelRoute | Promise<ModelRoute>;
+}
+
+/** One run's route to the model (see {@linkcode ModelRouter}). */
+export interface ModelRoute {
+  /**
+   * The command's environment: `base` without any variable that holds the
+   * model server's key, with the route's variables set over it.
+   */
+  environment(base: Readonly<Record<string, string>>): Record<string, string>;
+  /** Ends the route: its credential is refused from then on. */
+  close(): Promise<void>;
 }
 
 /**
@@ -151,6 +179,7 @@ interface CommandConfig {
   readonly cwd: string | undefined;
   readonly killGrace: number;
   readonly maxOutputBytes: number;
+  readonly modelProxy: ModelRouter | undefined;
 }
 
 /**
@@ -180,6 +209,7 @@ function commandConfig(options: CommandAgentOptions): CommandConfig {
     cwd: options.cwd,
     killGrace: options.killGrace ?? 2_000,
     maxOutputBytes: max,
+    modelProxy: options.modelProxy,
   };
 }
 
@@ -231,6 +261,7 @@ export class CommandAgent implements Agent {
     const settings: Record<string, unknown> = { max_output_bytes: this.#config.maxOutputBytes };
     if (words.length > 1) settings.hidden_words = words.length - 1;
     if (this.#config.passEnv.length) settings.pass_env = [...this.#config.passEnv];
+    if (this.#config.modelProxy) settings.model_proxy = true;
     return { kind: "command", name: words[0] ?? "", settings };
   }
 
@@ -288,6 +319,7 @@ export class CommandAgent implements Agent {
   async #run(run: Run, context: AgentContext): Promise<void> {
     const prompt = typeof run.prompt === "string" ? run.prompt : stringifyJson(run.prompt);
     const privateFiles: string[] = [];
+    let route: ModelRoute | null = null;
     try {
       const env = await this.#environment();
       const promptBytes = new TextEncoder().encode(prompt);
@@ -298,10 +330,13 @@ export class CommandAgent implements Agent {
       for (const [name, value] of Object.entries(env)) {
         if (isSecretEnvName(name)) addSecretValue(value, `value of ${name}`);
       }
-      const record = await this.#spawn(env, promptBytes, run, context.signal);
+      route = await this.#config.modelProxy?.open(run, context) ?? null;
+      const spawnEnv = route === null ? env : route.environment(env);
+      const record = await this.#spawn(spawnEnv, promptBytes, run, context.signal);
       run.trace.record("command", null, { ...record });
       checkExit(record);
     } finally {
+      await route?.close();
       for (const f of privateFiles) await Deno.remove(f).catch(() => {});
     }
   }

@@ -49,7 +49,13 @@ export {
   modelScreen,
   type ToolImage,
 } from "./computer.ts";
-export { CommandAgent, type CommandAgentOptions, type CommandAgentRecord } from "./command.ts";
+export {
+  CommandAgent,
+  type CommandAgentOptions,
+  type CommandAgentRecord,
+  type ModelRoute,
+  type ModelRouter,
+} from "./command.ts";
 export type { ExitStatus } from "../_internal/exit.ts";
 export { OpenAiBackend, type OpenAiBackendOptions, openAiBody } from "./openai.ts";
 export { AnthropicBackend, type AnthropicBackendOptions, anthropicBody } from "./anthropic.ts";

@@ -19,10 +19,9 @@ import {
   type ModelRequest,
   ModelStreamError,
   replyJson,
-  type TokenUsage,
   type ToolCall,
 } from "./model.ts";
-import type { TurnTokens } from "../eval/tokens.ts";
+import { llamaPromptIds, openAiUsage, StreamAssembler, TokenReader } from "./_dialect.ts";
 import { sseData } from "../_internal/sse.ts";
 import { isRecord } from "../_internal/util.ts";
 import { addSecretValue } from "../_internal/secret_values.ts";
@@ -131,74 +130,6 @@ function wireMessages(messages: readonly ChatMessage[]): Record<string, unknown>
   }
   flush();
   return out;
-}
-
-function usageOf(value: unknown): TokenUsage | null {
-  if (!isRecord(value)) return null;
-  const usage: TokenUsage = {
-    inputTokens: Number(value.prompt_tokens ?? 0),
-    outputTokens: Number(value.completion_tokens ?? 0),
-  };
-  const details = isRecord(value.prompt_tokens_details) ? value.prompt_tokens_details : {};
-  const cached = Number(details.cached_tokens ?? 0);
-  if (cached > 0) usage.cachedTokens = cached;
-  if (typeof value.cost === "number" && Number.isFinite(value.cost)) usage.costUsd = value.cost;
-  return usage;
-}
-
-function ints(value: unknown): number[] | null {
-  return Array.isArray(value) && value.length > 0 && value.every((x) => Number.isInteger(x))
-    ? value
-    : null;
-}
-
-/** Token ids and log-probabilities as a reply, or one stream chunk, carries them. */
-class TokenReader {
-  promptIds: number[] | null = null;
-  completionIds: number[] = [];
-  #idsGiven = false;
-  logprobIds: (number | null)[] = [];
-  logprobs: number[] = [];
-
-  /** Reads a body (or chunk) and its first choice. */
-  read(body: Record<string, unknown>, choice: Record<string, unknown>): void {
-    this.promptIds ??= ints(body.prompt_token_ids) ?? ints(choice.prompt_token_ids);
-    const ids = ints(choice.token_ids) ?? ints(choice.output_token_ids);
-    if (ids !== null) {
-      this.completionIds.push(...ids);
-      this.#idsGiven = true;
-    }
-    const lp = isRecord(choice.logprobs) ? choice.logprobs : null;
-    for (const entry of Array.isArray(lp?.content) ? lp.content : []) {
-      if (!isRecord(entry) || typeof entry.logprob !== "number") continue;
-      this.logprobs.push(entry.logprob);
-      const token = typeof entry.token === "string" ? /^token_id:(\d+)$/.exec(entry.token) : null;
-      this.logprobIds.push(
-        Number.isInteger(entry.id)
-          ? entry.id as number
-          : Number.isInteger(entry.token_id)
-          ? entry.token_id as number
-          : token
-          ? Number(token[1])
-          : null,
-      );
-    }
-  }
-
-  /** What was read, or `undefined` when nothing was. */
-  result(): TurnTokens | undefined {
-    let completionIds: number[] | null = this.#idsGiven ? this.completionIds : null;
-    if (completionIds === null && this.logprobIds.length > 0 && !this.logprobIds.includes(null)) {
-      completionIds = this.logprobIds as number[];
-    }
-    let logprobs: number[] | null = this.logprobs.length > 0 ? this.logprobs : null;
-    // Log-probabilities that do not line up with the ids are of no use for training.
-    if (completionIds !== null && logprobs !== null && logprobs.length !== completionIds.length) {
-      logprobs = null;
-    }
-    if (completionIds === null && logprobs === null && this.promptIds === null) return undefined;
-    return { promptIds: this.promptIds, completionIds, logprobs };
-  }
 }
 
 const NO_STREAM_LOGPROBS = /logprobs.*(not supported|unsupported).*stream|stream.*logprobs/i;
@@ -359,42 +290,14 @@ export class OpenAiBackend implements ModelBackend {
     return readCompletion(await replyJson(response, this.#maxResponse, "chat completion"));
   }
 
-  /**
-   * The prompt's token ids as llama-server renders and tokenizes it, or
-   * `null` when it cannot say or its count is not `count`.
-   */
-  async #llamaPromptIds(
+  /** The prompt's token ids from llama-server, or `null` (see {@linkcode llamaPromptIds}). */
+  #llamaPromptIds(
     request: ModelRequest,
     count: number,
     signal: AbortSignal,
   ): Promise<number[] | null> {
-    const post = async (path: string, body: unknown) => {
-      const response = await fetch(`${this.#origin}${path}`, {
-        method: "POST",
-        headers: this.#headers,
-        body: JSON.stringify(body),
-        signal,
-      });
-      if (!response.ok) {
-        await response.body?.cancel();
-        return null;
-      }
-      return await replyJson(response, this.#maxResponse, `reply of ${path}`).catch(() => null);
-    };
-    try {
-      const rendered = await post("/apply-template", this.#body(request, false));
-      if (!isRecord(rendered) || typeof rendered.prompt !== "string") return null;
-      const tokenized = await post("/tokenize", {
-        content: rendered.prompt,
-        add_special: true,
-        parse_special: true,
-      });
-      const ids = isRecord(tokenized) ? ints(tokenized.tokens) : null;
-      return ids !== null && ids.length === count ? ids : null;
-    } catch (err) {
-      if (signal.aborted) throw err;
-      return null; // Not llama-server, or it went away: no prompt ids, the reply stands.
-    }
+    const chat = this.#body(request, false);
+    return llamaPromptIds(this.#origin, this.#headers, { chat }, count, signal, this.#maxResponse);
   }
 }
 
@@ -418,7 +321,7 @@ function readCompletion(body: unknown): ModelReply {
     content: typeof m.content === "string" ? m.content : "",
     toolCalls,
     finishReason: String(choice.finish_reason ?? "stop"),
-    usage: usageOf((body as Record<string, unknown>).usage),
+    usage: openAiUsage((body as Record<string, unknown>).usage),
   };
   if (typeof m.refusal === "string" && m.refusal !== "") reply.refusal = m.refusal;
   const tokens = new TokenReader();
@@ -443,16 +346,13 @@ async function readStream(body: ReadableStream<Uint8Array>): Promise<ModelReply>
   return reply.reply();
 }
 
-/** A streamed completion, put together chunk by chunk. */
+/**
+ * A streamed completion: its events' chunks assembled (as the dialect
+ * does), `[DONE]` and error events heeded.
+ */
 class StreamedReply {
-  #content = "";
-  #refusal = "";
-  #finishReason: string | null = null;
-  #usage: TokenUsage | null = null;
+  readonly #chunks = new StreamAssembler("chat");
   #done = false;
-  /** Tool calls by their index: a call's name and arguments come in pieces. */
-  readonly #calls = new Map<number, ToolCall>();
-  readonly #tokens = new TokenReader();
 
   /**
    * Takes one event's data.
@@ -472,42 +372,12 @@ class StreamedReply {
         cause: err,
       });
     }
-    if (isRecord(chunk)) this.#add(chunk);
-    return true;
-  }
-
-  #add(chunk: Record<string, unknown>): void {
+    if (!isRecord(chunk)) return true;
     if (isRecord(chunk.error)) {
       throw new ModelStreamError(`Chat completion failed mid-stream: ${chunk.error.message}`);
     }
-    if (chunk.usage) this.#usage = usageOf(chunk.usage);
-    const choice = Array.isArray(chunk.choices) ? chunk.choices[0] : undefined;
-    if (!isRecord(choice)) {
-      this.#tokens.read(chunk, {});
-      return;
-    }
-    this.#tokens.read(chunk, choice);
-    const delta = isRecord(choice.delta) ? choice.delta : {};
-    if (typeof delta.content === "string") this.#content += delta.content;
-    if (typeof delta.refusal === "string") this.#refusal += delta.refusal;
-    for (const d of Array.isArray(delta.tool_calls) ? delta.tool_calls : []) {
-      if (isRecord(d)) this.#addToolCall(d);
-    }
-    if (typeof choice.finish_reason === "string") this.#finishReason = choice.finish_reason;
-  }
-
-  /** Adds a piece of a tool call to the call at its index. */
-  #addToolCall(d: Record<string, unknown>): void {
-    const index = typeof d.index === "number" ? d.index : this.#calls.size;
-    let call = this.#calls.get(index);
-    if (!call) {
-      call = { id: "", name: "", arguments: "" };
-      this.#calls.set(index, call);
-    }
-    if (typeof d.id === "string" && d.id !== "") call.id = d.id;
-    const fn = isRecord(d.function) ? d.function : {};
-    if (typeof fn.name === "string") call.name += fn.name;
-    if (typeof fn.arguments === "string") call.arguments += fn.arguments;
+    this.#chunks.add(chunk);
+    return true;
   }
 
   /**
@@ -515,25 +385,22 @@ class StreamedReply {
    * @throws {ModelStreamError} for a stream cut short
    */
   reply(): ModelReply {
+    const chunks = this.#chunks;
     // A stream that ends without `[DONE]` or a finish reason was cut short:
     // what it carried (a half-written tool call) must not be acted on.
-    if (!this.#done && this.#finishReason === null) {
+    if (!this.#done && chunks.finishReason === null) {
       throw new ModelStreamError(
         "Chat completion stream ended early: no finish_reason nor [DONE]",
       );
     }
-    const toolCalls = [...this.#calls.entries()].sort((a, b) => a[0] - b[0]).map(([i, c]) => ({
-      ...c,
-      id: c.id || `call_${i}`,
-    }));
     const reply: ModelReply = {
-      content: this.#content,
-      toolCalls,
-      finishReason: this.#finishReason ?? "stop",
-      usage: this.#usage,
+      content: chunks.text,
+      toolCalls: chunks.toolCalls(),
+      finishReason: chunks.finishReason ?? "stop",
+      usage: chunks.usage,
     };
-    if (this.#refusal !== "") reply.refusal = this.#refusal;
-    const read = this.#tokens.result();
+    if (chunks.refusal !== "") reply.refusal = chunks.refusal;
+    const read = chunks.tokens();
     if (read) reply.tokens = read;
     return reply;
   }

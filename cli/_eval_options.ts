@@ -1,7 +1,8 @@
-// The flags of `hud eval` that set Taskset.run() options, read into those
-// options and checked by the library (tasksetRunConfig), whose refusals are
-// then usage errors in the flags' words. `eval FILE` and `eval harbor:PATH`
-// both read them here.
+// The flags of `hud eval` that set library options, read into those
+// options and checked by the library, whose refusals are then usage errors
+// in the flags' words: Taskset.run()'s (tasksetRunConfig; `eval FILE` and
+// `eval harbor:PATH` both read them here), and the recording model proxy's
+// (proxyConfig).
 
 import {
   type TasksetRunConfig,
@@ -9,6 +10,7 @@ import {
   type TasksetRunOptions,
 } from "../eval/taskset.ts";
 import type { OptionSpelling } from "../eval/_options.ts";
+import type { ModelProxyOptions, ProxyConfig } from "../proxy/_config.ts";
 import { decimalNumber, stringOption, UsageError, type Values } from "./_common.ts";
 
 /**
@@ -57,16 +59,64 @@ export function runOptions(
     const value = text === undefined ? fallback : decimalNumber(text);
     if (value !== undefined) options[option] = value * scale;
   }
-  const spelling: OptionSpelling = {
+  const spelling = flagSpelling(flags, texts);
+  return asUsageError(() => ({ options, config: tasksetRunConfig(options, spelling) }));
+}
+
+/**
+ * The spelling of a command line: `flags` names each option's flag,
+ * `texts` holds the values as typed; durations in seconds.
+ */
+function flagSpelling(
+  flags: Readonly<Record<string, string>>,
+  texts: Readonly<Record<string, string>>,
+): OptionSpelling {
+  return {
     prefix: "",
     name: (option) => flags[option] ?? option,
     given: (option, value) => texts[option] ?? String(value),
     duration: (ms) => `${ms / 1000} s`,
   };
+}
+
+/** What `check` returns; what the library refuses in it (a RangeError or TypeError) as a usage error. */
+function asUsageError<T>(check: () => T): T {
   try {
-    return { options, config: tasksetRunConfig(options, spelling) };
+    return check();
   } catch (err) {
     if (err instanceof RangeError || err instanceof TypeError) throw new UsageError(err.message);
     throw err;
   }
+}
+
+/** The flags that set {@linkcode ModelProxyOptions}, and the option each sets. */
+const PROXY_FLAGS: Readonly<Record<string, keyof ModelProxyOptions>> = {
+  "model-proxy": "upstream",
+  "model-server": "server",
+  "proxy-model": "model",
+};
+
+/**
+ * The recording model proxy's config that `--model-proxy URL` (with
+ * `--model-server KIND` and `--proxy-model NAME`) asks for, checked by the
+ * library (`proxyConfig()`) in the flags' words; `null` without
+ * `--model-proxy`. Its module loads only then.
+ * @throws {UsageError} for what the library refuses, or a proxy flag without `--model-proxy`
+ */
+export async function proxyOptions(values: Values): Promise<ProxyConfig | null> {
+  const options: Record<string, string> = {};
+  const flags: Record<string, string> = {};
+  for (const [flag, option] of Object.entries(PROXY_FLAGS)) {
+    flags[option] = `--${flag}`;
+    const text = stringOption(values, flag);
+    if (text !== undefined) options[option] = text;
+  }
+  if (options.upstream === undefined) {
+    const stray = Object.keys(options)[0];
+    if (stray !== undefined) throw new UsageError(`${flags[stray]} needs --model-proxy`);
+    return null;
+  }
+  const { proxyConfig } = await import("../proxy/_config.ts");
+  const spelling = flagSpelling(flags, options);
+  return asUsageError(() => proxyConfig(options as unknown as ModelProxyOptions, spelling));
 }

@@ -64,9 +64,12 @@ export class ProgressLine {
   }
 }
 
-/** The job on standard output: its table, or with `json` its summary. */
-export function printJob(io: Io, job: Job, json: boolean): void {
-  io.out(json ? JSON.stringify(job.summary()) + "\n" : formatJobTable(job));
+/**
+ * The job on standard output (or `to` standard error, when the output
+ * carries training rows): its table, or with `json` its summary.
+ */
+export function printJob(io: Io, job: Job, json: boolean, to: "out" | "err" = "out"): void {
+  io[to](json ? JSON.stringify(job.summary()) + "\n" : formatJobTable(job));
 }
 
 /**

@@ -3,7 +3,8 @@
 // rollout. A thin layer: it reads the flags into the library's options
 // (whose checks, made before the environment loads, are its usage errors),
 // runs Taskset.run(), and prints (cli/_eval_print.ts). The engines are
-// loaded only when --runtime names one (cli/_eval_runtime.ts).
+// loaded only when --runtime names one (cli/_eval_runtime.ts), the model
+// proxy only when --model-proxy asks for it (cli/_eval_training.ts).
 
 import type { Environment, TaskRow } from "../env.ts";
 import type { RuntimeProvider } from "../runtime/placement.ts";
@@ -36,7 +37,8 @@ import {
   stopLine,
 } from "./_eval_print.ts";
 import { evalRows, selectRows } from "./_eval_rows.ts";
-import { runOptions } from "./_eval_options.ts";
+import { proxyOptions, runOptions } from "./_eval_options.ts";
+import { RunProxy, TrainingOut } from "./_eval_training.ts";
 import { evalRuntime, type RuntimeChoice, runtimeChoice } from "./_eval_runtime.ts";
 
 /** The help of `hud eval`. */
@@ -47,6 +49,8 @@ export const USAGE: string =
             [--pass-env NAME]... [--env-file PATH] [--max-output BYTES]
             [--out results.jsonl [--resume] [--force]] [--json]
             [--runtime WHERE [--container-network] [--container-env NAME=VALUE]...]
+            [--model-proxy URL [--model-server KIND] [--proxy-model NAME]]
+            [--training-out FILE]
 
 FILE may be harbor:PATH, a Harbor task directory or a dataset of them: each
 task runs in a container of its own Dockerfile's image (built once, cached
@@ -148,6 +152,22 @@ Options:
                         environment in each container, such as
                         ROBOLAB_ISOLATION=none where the engine lets no
                         sandbox be made there (repeatable)
+  --model-proxy URL     with --agent: put a recording proxy between the agent
+                        and the model server at URL (its base url, up to /v1;
+                        Anthropic's origin): each rollout gets its own
+                        OPENAI_BASE_URL, OPENAI_API_KEY, ANTHROPIC_BASE_URL and
+                        ANTHROPIC_API_KEY, and every call it makes is recorded
+                        in its trace, with token ids where the server gives
+                        them; the server's key (OPENAI_API_KEY, or
+                        ANTHROPIC_API_KEY) stays with the proxy
+  --model-server KIND   what serves URL: llama-server, vllm, sglang (asked for
+                        token ids in their own fields), openai (any other
+                        OpenAI-compatible server) or anthropic (default: openai)
+  --proxy-model NAME    the model the proxy asks for, whatever the agent names
+  --training-out FILE   append each group's training rows (as export-training
+                        writes them) as JSON lines to FILE as soon as the
+                        group is done; "-" writes them to standard output,
+                        and the closing table to standard error
 ${MODEL_FLAGS_HELP}  -h, --help            show this help
 `;
 
@@ -172,6 +192,10 @@ const OPTIONS: OptionSpec = {
   resume: { type: "boolean" },
   force: { type: "boolean" },
   json: { type: "boolean" },
+  "model-proxy": { type: "string" },
+  "model-server": { type: "string" },
+  "proxy-model": { type: "string" },
+  "training-out": { type: "string" },
   ...MODEL_FLAGS,
   runtime: { type: "string" },
   "container-network": { type: "boolean" },
@@ -185,6 +209,8 @@ interface EvalAgent {
   readonly label: string;
   /** The command agent, whose processes are killed and awaited at the end; null for a model. */
   readonly command: CommandAgent | null;
+  /** The recording proxy the command agent's calls go through (`--model-proxy`), if any. */
+  readonly proxy: RunProxy | null;
 }
 
 /** Everything the flags say, checked before the environment loads. */
@@ -200,6 +226,8 @@ interface EvalPlan {
   readonly filters: readonly string[];
   readonly limit: number | undefined;
   readonly json: boolean;
+  /** `--training-out`: a file, `-` for standard output, or none. */
+  readonly trainingOut: string | undefined;
 }
 
 /**
@@ -231,7 +259,7 @@ async function commandOptions(values: Values): Promise<CommandAgentOptions> {
 
 /**
  * The agent the flags name: `--model` and its flags, or the `--agent`
- * command with the command agent's flags.
+ * command with the command agent's flags and `--model-proxy`'s proxy.
  * @throws {UsageError} for neither or both, or a bad flag of either
  */
 async function evalAgent(values: Values): Promise<EvalAgent> {
@@ -242,9 +270,14 @@ async function evalAgent(values: Values): Promise<EvalAgent> {
     throw new UsageError(`missing --agent or --model (see "${PROGRAM} eval --help")`);
   }
   const options = await commandOptions(values);
-  if (model) return { agent: model.agent, label: model.label, command: null };
-  const agent = new CommandAgent(command!, options);
-  return { agent, label: commandShown(command!), command: agent };
+  const proxyConfig = await proxyOptions(values);
+  if (model && proxyConfig) {
+    throw new UsageError("--model-proxy records a command agent's calls: use it with --agent");
+  }
+  if (model) return { agent: model.agent, label: model.label, command: null, proxy: null };
+  const proxy = proxyConfig && new RunProxy(proxyConfig);
+  const agent = new CommandAgent(command!, { ...options, modelProxy: proxy ?? undefined });
+  return { agent, label: commandShown(command!), command: agent, proxy };
 }
 
 /**
@@ -256,11 +289,14 @@ async function evalPlan(values: Values, io: Io): Promise<EvalPlan> {
   const runtime = runtimeChoice(values);
   const agent = await evalAgent(values);
   const { options, config } = runOptions(values);
-  if ((config.tokenLimit !== undefined || config.costLimit !== undefined) && agent.command) {
+  const limited = config.tokenLimit !== undefined || config.costLimit !== undefined;
+  if (limited && agent.command && !agent.proxy) {
     throw new UsageError(
-      "--token-limit and --cost-limit count a model's calls: use them with --model",
+      "--token-limit and --cost-limit count a model's calls: use them with --model or --model-proxy",
     );
   }
+  const trainingOut = stringOption(values, "training-out");
+  if (trainingOut === "") throw new UsageError("--training-out needs a file, or -");
   const plan: EvalPlan = {
     agent,
     runtime,
@@ -271,6 +307,7 @@ async function evalPlan(values: Values, io: Io): Promise<EvalPlan> {
     filters: (values.filter ?? []) as string[],
     limit: positiveIntOption("--limit", stringOption(values, "limit")),
     json: values.json === true,
+    trainingOut,
   };
   if (config.out !== undefined) {
     const aside = await prepareResults(config.out, config);
@@ -333,16 +370,24 @@ async function holdEnvironment(
   }
 }
 
+/** What a run holds until it ends. */
+interface Held {
+  readonly agent: EvalAgent;
+  readonly placement: AsyncDisposable;
+  readonly pool: Pool | null;
+  /** Where finished groups' rows go, once opened. */
+  training: TrainingOut | null;
+}
+
 /**
  * Nothing of the run may outlive it: agents' process groups, key and
- * prompt files, the environment (its shutdown hooks remove its keys).
+ * prompt files, the model proxy and its routes, the training rows' file,
+ * the environment (its shutdown hooks remove its keys).
  */
-async function releaseRun(
-  io: Io,
-  held: { command: CommandAgent | null; placement: AsyncDisposable; pool: Pool | null },
-  env: Environment,
-): Promise<void> {
-  await held.command?.whenIdle();
+async function releaseRun(io: Io, held: Held, env: Environment): Promise<void> {
+  await held.agent.command?.whenIdle();
+  await held.agent.proxy?.shutdown();
+  held.training?.close();
   await Promise.resolve(held.placement[Symbol.asyncDispose]()).catch(() => {});
   await held.pool?.close().catch((err) => io.err(`warning: ${errorMessage(err)}\n`));
   await env.stop().catch((err) => io.err(`warning: ${errorMessage(err)}\n`));
@@ -369,33 +414,39 @@ async function evaluate(
   const { runtime, pool } = await evalRuntime(plan.runtime, use);
   const placement = await holdEnvironment(runtime, pool, env, io.signal);
   if (placement === null) return interrupted(io, 0, total);
-  const { agent, config: { out } } = plan;
+  const { agent, config: { out }, trainingOut } = plan;
   io.onHurry = () => agent.command?.kill();
   printStart(io, { tasks: rows.length, group, env: env.name, agent: agent.label, out });
   const progress = new ProgressLine(io);
+  const held: Held = { agent, placement, pool, training: null };
   let job: Job;
   try {
+    await agent.proxy?.start();
+    if (trainingOut !== undefined) held.training = await TrainingOut.open(trainingOut, io);
     job = await new Taskset(rows).run(agent.agent, {
       ...plan.options,
       runtime,
       signal: io.signal,
       onProgress: progress.show,
+      onGroup: held.training?.write,
     });
   } finally {
-    await releaseRun(io, { command: agent.command, placement, pool }, env);
+    await releaseRun(io, held, env);
     progress.end();
   }
   if (io.signal?.aborted) return interrupted(io, progress.done, total);
-  return report(io, job, { json: plan.json, total, resumable: out !== undefined });
+  // With the rows on standard output, the table goes to standard error.
+  const table = trainingOut === "-" ? "err" : "out";
+  return report(io, job, { json: plan.json, total, resumable: out !== undefined, table });
 }
 
 /** Prints the job and the line of a limit that stopped it; returns the exit code. */
 function report(
   io: Io,
   job: Job,
-  how: { json: boolean; total: number; resumable: boolean },
+  how: { json: boolean; total: number; resumable: boolean; table: "out" | "err" },
 ): number {
-  printJob(io, job, how.json);
+  printJob(io, job, how.json, how.table);
   if (job.stopped !== null) {
     const notRun = job.runs.filter((r) => r.status === "cancelled").length;
     io.err(stopLine(job.stopped, notRun, how.total, how.resumable));

@@ -12,10 +12,14 @@ export const USAGE: string =
 Writes the results FILE (the JSONL that "eval --out" writes) as training
 data: one JSON line per counted rollout (the latest attempt of each task
 and repeat) with its conversation, each model call's token ids and
-log-probabilities (kept by "eval --model ... --tokens"), token sequences
-with a loss mask that is 1 on the model's own tokens and 0 on the prompt,
-tool results and template, the reward, and the group's rewards
-("group_complete" is false when a sibling could not finish).
+log-probabilities (kept by "eval --model ... --tokens", or recorded by
+"eval --agent ... --model-proxy"), token sequences with a loss mask that is
+1 on the model's own tokens and 0 on the prompt, tool results and template
+(a new sequence, with its "split" reason, where a prompt does not extend
+the tokens before it), the reward, and the group's rewards
+("group_complete" is false when a sibling could not finish; a rollout that
+did not finish is "masked": reward null, there and in the group's
+rewards, loss masks 0).
 
 Options:
   --out OUT           write the rows to OUT (created 0600: rows hold what

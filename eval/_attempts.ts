@@ -12,7 +12,7 @@ import { rollout, type RolloutOptions } from "./rollout.ts";
 import type { Run } from "./run.ts";
 import type { Budget } from "./_budget.ts";
 import { type JobLedger, runRecord, type Slot } from "./_ledger.ts";
-import type { Progress } from "./_progress.ts";
+import type { GroupReporter, Progress } from "./_progress.ts";
 
 /** How failed attempts are retried, resolved (see `RolloutRetryOptions`). */
 export interface RetryConfig {
@@ -63,6 +63,8 @@ export interface SlotRunnerParts {
   readonly budget: Budget;
   readonly ledger: JobLedger;
   readonly progress: Progress;
+  /** Hears of each group once all of its slots are done. */
+  readonly groups: GroupReporter;
   readonly retry: RetryPolicy;
   /** The results file, when the job writes one. */
   readonly out: ResultsFile | null;
@@ -78,7 +80,10 @@ export class SlotRunner {
     this.#parts = parts;
   }
 
-  /** Runs `slot` until its last attempt, and settles that in the ledger and the progress. */
+  /**
+   * Runs `slot` until its last attempt, and settles that in the ledger, the
+   * group (when it completes it) and the progress.
+   */
   async run(slot: Slot): Promise<void> {
     const { budget, ledger, progress, retry, signal } = this.#parts;
     progress.started();
@@ -96,7 +101,11 @@ export class SlotRunner {
     }
     const { run, record } = result;
     ledger.settle(slot, run, record);
-    progress.finished(record, record.status === "cancelled" && signal?.aborted === true);
+    // A rollout the caller's abort cut short is left to run, not done.
+    const cutShort = record.status === "cancelled" && signal?.aborted === true;
+    const group = cutShort ? null : ledger.done(slot);
+    if (group !== null) await this.#parts.groups.report(group);
+    progress.finished(record, cutShort);
   }
 
   /** One rollout of `slot`, metered, recorded and written. */

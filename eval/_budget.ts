@@ -36,7 +36,10 @@ export class Budget {
   readonly #signal: AbortSignal;
   #stopped: JobStop | null = null;
 
-  /** Starts from `spent` (a resumed file's); `signal` is the caller's abort, if any. */
+  /**
+   * Starts from `spent` (a resumed file's); `signal` stops the job from
+   * outside (the caller's abort, or a failed `onGroup`), if any.
+   */
   constructor(limits: BudgetLimits, spent: Usage, signal: AbortSignal | undefined) {
     this.#limits = limits;
     this.#spent = spent;
@@ -44,7 +47,7 @@ export class Budget {
     this.#check();
   }
 
-  /** Aborts on the caller's abort, or when a limit cancels the running rollouts. */
+  /** Aborts when `signal` does, or when a limit cancels the running rollouts. */
   get signal(): AbortSignal {
     return this.#signal;
   }

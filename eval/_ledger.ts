@@ -1,7 +1,8 @@
 // What a taskset run knows of its rollouts: the slots it expands into (a
 // row, a repeat), what a resumed results file already holds, each slot's
-// record and live run as they finish, and the attempts that later ones
-// replaced. runRecord() is the one place a RunRecord is built.
+// record and live run as they finish, which groups are complete, and the
+// attempts that later ones replaced. runRecord() is the one place a
+// RunRecord is built.
 
 import type { TaskRow } from "../env.ts";
 import type { RuntimeProvider } from "../runtime/placement.ts";
@@ -172,6 +173,10 @@ export class JobLedger {
   readonly #records: (RunRecord | null)[];
   readonly #runs: (Run | null)[];
   readonly #retried: RunRecord[] = [];
+  /** Whether each slot's record is final: kept from the file, or done here. */
+  readonly #done: boolean[];
+  /** Each group's slots, by repeat. */
+  readonly #groups = new Map<string, Slot[]>();
 
   constructor(jobId: string, slots: readonly Slot[], resumed: Resumed) {
     this.#jobId = jobId;
@@ -179,6 +184,8 @@ export class JobLedger {
     this.#resumed = resumed;
     this.#records = slots.map((s) => resumed.kept.get(s.key) ?? null);
     this.#runs = slots.map(() => null);
+    this.#done = this.#records.map((r) => r !== null);
+    for (const s of slots) this.#groups.set(s.groupId, [...this.#groups.get(s.groupId) ?? [], s]);
   }
 
   /** The job id. */
@@ -210,6 +217,18 @@ export class JobLedger {
   settle(slot: Slot, run: Run, record: RunRecord): void {
     this.#runs[slot.index] = run;
     this.#records[slot.index] = record;
+  }
+
+  /**
+   * Marks `slot`'s settled record final (not a rollout the caller's abort
+   * cut short, which is left to run). Returns its group's records, by
+   * repeat, when that made every slot of the group final; else `null`.
+   */
+  done(slot: Slot): RunRecord[] | null {
+    this.#done[slot.index] = true;
+    const members = this.#groups.get(slot.groupId)!;
+    if (!members.every((m) => this.#done[m.index])) return null;
+    return members.map((m) => this.#records[m.index]!);
   }
 
   /**

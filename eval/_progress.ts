@@ -1,6 +1,7 @@
 // A taskset run's progress, as TasksetRunOptions.onProgress receives it:
 // counts kept up to date as rollouts start, retry and finish, with the
-// elapsed time, an ETA from this run's pace, and the budget's figures.
+// elapsed time, an ETA from this run's pace, and the budget's figures; and
+// its finished groups, as TasksetRunOptions.onGroup receives them.
 
 import type { AdaptiveConcurrency } from "./concurrency.ts";
 import type { JobProgress } from "./job.ts";
@@ -101,5 +102,49 @@ export class Progress {
     } catch {
       // Ignored: reporting is best effort.
     }
+  }
+}
+
+/**
+ * Hands each finished group's records to `onGroup`, one group at a time
+ * (a trainer's writer need not guard against itself). Unlike a progress
+ * callback, its failure matters (a trainer would miss rows): the first
+ * error stops the job, through {@linkcode GroupReporter.signal}, and is the
+ * job's error; no group is reported after it.
+ */
+export class GroupReporter {
+  readonly #onGroup: ((records: RunRecord[]) => void | Promise<void>) | undefined;
+  readonly #failed = new AbortController();
+  #turn: Promise<void> = Promise.resolve();
+  #error: { error: unknown } | null = null;
+
+  constructor(onGroup: ((records: RunRecord[]) => void | Promise<void>) | undefined) {
+    this.#onGroup = onGroup;
+  }
+
+  /** Aborts once `onGroup` threw: the job starts no rollout more and cancels its running ones. */
+  get signal(): AbortSignal {
+    return this.#failed.signal;
+  }
+
+  /** Reports `records`, a finished group, after the groups before it; resolves once reported. */
+  report(records: RunRecord[]): Promise<void> {
+    const onGroup = this.#onGroup;
+    if (onGroup === undefined) return Promise.resolve();
+    this.#turn = this.#turn.then(async () => {
+      if (this.#error !== null) return;
+      try {
+        await onGroup(records);
+      } catch (error) {
+        this.#error = { error };
+        this.#failed.abort(error);
+      }
+    });
+    return this.#turn;
+  }
+
+  /** Throws what `onGroup` threw, if it did. */
+  throwIfFailed(): void {
+    if (this.#error !== null) throw this.#error.error;
   }
 }

@@ -100,6 +100,7 @@ export {
   trainingRows,
   type TrainingRowsOptions,
   type TrainingSequence,
+  type TrainingSplit,
   type TrainingTurn,
 } from "./training.ts";
 export {

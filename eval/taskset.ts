@@ -33,7 +33,7 @@ import {
   type RolloutOptions,
 } from "./rollout.ts";
 import type { Job, JobProgress } from "./job.ts";
-import { openResults, recordKey, type ResultsFile } from "./results.ts";
+import { openResults, recordKey, type ResultsFile, type RunRecord } from "./results.ts";
 import { AdaptiveConcurrency } from "./concurrency.ts";
 import { readErrorClass, RETRYABLE_ERROR_CLASSES, type RolloutErrorClass } from "./failure.ts";
 import {
@@ -52,7 +52,7 @@ import {
   type Slot,
 } from "./_ledger.ts";
 import { Budget } from "./_budget.ts";
-import { Progress } from "./_progress.ts";
+import { GroupReporter, Progress } from "./_progress.ts";
 import { type RetryConfig, RetryPolicy, SlotRunner } from "./_attempts.ts";
 
 import { StartPacer } from "./_pacing.ts";
@@ -117,6 +117,14 @@ export interface TasksetRunOptions extends Omit<RolloutOptions, "signal" | "cont
   maxConcurrent?: number;
   /** Called when a rollout starts or finishes. */
   onProgress?: (progress: JobProgress) => void;
+  /**
+   * Called with a group's records (by repeat) once every repeat of it has
+   * its final record, retries done: a trainer consumes groups as they
+   * finish (`trainingRows(records)` makes their rows). Only groups that
+   * ran in this call are reported, one at a time. The job waits for it;
+   * when it throws, the job stops and `run()` rejects with its error.
+   */
+  onGroup?: (records: RunRecord[]) => void | Promise<void>;
   /** Stops starting rollouts and cancels the running ones. */
   signal?: AbortSignal;
   /**
@@ -435,6 +443,7 @@ export class Taskset {
    * A token or cost limit stops the job cleanly: {@linkcode Job.stopped}
    * says why, and `resume` continues it.
    *
+   * @throws what `onGroup` threw, once the job has stopped
    * @throws {TypeError} up front, when no runtime is given and a row was not
    *   made from a live environment, or `resume` or `force` is set without `out`
    * @throws {Error} up front, when `resume` meets a file another agent ran, without `force`
@@ -453,7 +462,9 @@ export class Taskset {
       expandSlots(this.#rows, runtimes, config.group, jobId),
       resumed,
     );
-    const budget = new Budget(config, resumed.spent, options.signal);
+    const groups = new GroupReporter(options.onGroup);
+    const stop = options.signal ? AbortSignal.any([options.signal, groups.signal]) : groups.signal;
+    const budget = new Budget(config, resumed.spent, stop);
     const progress = new Progress(
       config.group * this.#rows.length,
       ledger.kept,
@@ -469,6 +480,7 @@ export class Taskset {
       budget,
       ledger,
       progress,
+      groups,
       retry: new RetryPolicy(config.retry),
       out,
       signal: options.signal,
@@ -478,6 +490,7 @@ export class Taskset {
     } finally {
       await out?.close();
     }
+    groups.throwIfFailed();
     progress.report();
     return ledger.toJob({ stopped: budget.stopped, usage: budget.spent });
   }

@@ -10,15 +10,21 @@
  * A rollout that was not graded (it errored: see `FAILURE_CLASSES`) is
  * never a reward of 0: its row has `reward: null`, its `error_class`, and
  * `masked: true`, with every loss mask 0, so that a trainer that sums its
- * loss over the mask learns nothing from it.
+ * loss over the mask learns nothing from it; in its siblings' rows its
+ * place in `group_rewards` is `null` too.
  *
  * A sequence starts with a turn's prompt ids and goes on with its
  * completion; each next turn whose prompt extends the sequence appends
  * the new part of its prompt (tool results, the chat template's glue:
  * masked out) and then its completion (the model's tokens: in the loss).
- * When a prompt does not extend it (the server rendered the history
- * differently from what was sampled), a new sequence starts there, so
- * that every sequence is exactly what the model saw and sampled.
+ * This is the extension property that trainers check before merging the
+ * turns of an episode into one sample (prime-rl's rule): where a prompt
+ * does not extend the tokens before it (the harness re-rendered or
+ * truncated its history, or the chat template re-tokenized a reply), a
+ * new sequence starts there and says why ({@linkcode TrainingSplit}: the
+ * turn, the first differing position), so that every sequence is exactly
+ * what the model saw and sampled and no trainer learns from tokens the
+ * model never produced.
  *
  * @example
  * ```ts
@@ -40,6 +46,7 @@
  * }]);
  * assert.deepEqual(row.sequences[0].tokens, [1, 2, 3, 4, 5, 6]);
  * assert.deepEqual(row.sequences[0].loss_mask, [0, 0, 1, 1, 0, 1]);
+ * assert.equal(row.sequences[0].split, null);
  * assert.deepEqual(row.group_rewards, [1]);
  * ```
  *
@@ -79,6 +86,34 @@ export interface TrainingSequence {
   logprobs: number[] | null;
   /** The turns (indices into `turns`) it holds. */
   turns: number[];
+  /**
+   * Why this sequence starts a new sample: `null` for the episode's first,
+   * when no turn before it was left out.
+   */
+  split: TrainingSplit | null;
+}
+
+/**
+ * Where, and why, a turn's prompt does not extend the tokens before it (the
+ * previous turns' prompts and completions), so that it starts a new sequence.
+ */
+export interface TrainingSplit {
+  /** The turn (an index into `turns`) that starts the new sequence. */
+  turn: number;
+  /**
+   * `diverged`: the prompt differs from the tokens before at `position`
+   * (the history was re-rendered or edited, or a reply re-tokenized);
+   * `shortened`: the prompt is those tokens cut off at `position` (the
+   * history was truncated); `unknown`: a turn in between lacks prompt or
+   * completion ids, so the property cannot be checked.
+   */
+  reason: "diverged" | "shortened" | "unknown";
+  /** The first position at which the prompt and the tokens before differ; `null` for `unknown`. */
+  position: number | null;
+  /** The token the sequence had there (`null` past its end or for `unknown`). */
+  expected: number | null;
+  /** The prompt's token there (`null` past its end or for `unknown`). */
+  got: number | null;
 }
 
 /** One rollout as training data. */
@@ -132,35 +167,57 @@ export interface TrainingRowsOptions {
   completeGroupsOnly?: boolean;
 }
 
-function startsWith(a: readonly number[], prefix: readonly number[]): boolean {
-  if (prefix.length > a.length) return false;
-  for (let i = 0; i < prefix.length; i++) if (a[i] !== prefix[i]) return false;
-  return true;
+/** Where `prompt` stops extending `before`, or `null` when it extends it. */
+function firstDifference(
+  before: readonly number[],
+  prompt: readonly number[],
+): Omit<TrainingSplit, "turn"> | null {
+  const n = Math.min(before.length, prompt.length);
+  for (let i = 0; i < n; i++) {
+    if (before[i] !== prompt[i]) {
+      return { reason: "diverged", position: i, expected: before[i], got: prompt[i] };
+    }
+  }
+  if (prompt.length >= before.length) return null;
+  return { reason: "shortened", position: n, expected: before[n], got: null };
 }
+
+const UNKNOWN: Omit<TrainingSplit, "turn"> = {
+  reason: "unknown",
+  position: null,
+  expected: null,
+  got: null,
+};
 
 function sequencesOf(turns: TrainingTurn[]): TrainingSequence[] {
   const out: TrainingSequence[] = [];
   let current: TrainingSequence | null = null;
+  let gap = false; // a turn without ids since the current sequence's last
   turns.forEach((turn, index) => {
     const prompt = turn.prompt_token_ids;
     const completion = turn.completion_token_ids;
     if (prompt === null || completion === null) {
-      current = null; // What came between is unknown: the next turn starts afresh.
+      gap = true; // What came between is unknown: the next turn starts afresh.
       return;
     }
-    const lps = turn.logprobs;
-    let seq: TrainingSequence;
-    if (current !== null && startsWith(prompt, current.tokens)) {
-      seq = current;
-    } else {
-      seq = { tokens: [], loss_mask: [], logprobs: [], turns: [] };
+    let seq: TrainingSequence | null = current;
+    const split = gap ? UNKNOWN : seq === null ? null : firstDifference(seq.tokens, prompt);
+    if (seq === null || split !== null) {
+      seq = {
+        tokens: [],
+        loss_mask: [],
+        logprobs: [],
+        turns: [],
+        split: split === null ? null : { turn: index, ...split },
+      };
       out.push(seq);
     }
+    gap = false;
     const added = prompt.slice(seq.tokens.length);
     seq.tokens.push(...added, ...completion);
     seq.loss_mask.push(...added.map(() => 0), ...completion.map(() => 1));
-    if (seq.logprobs !== null && lps !== null) {
-      seq.logprobs.push(...added.map(() => 0), ...lps);
+    if (seq.logprobs !== null && turn.logprobs !== null) {
+      seq.logprobs.push(...added.map(() => 0), ...turn.logprobs);
     } else seq.logprobs = null;
     seq.turns.push(index);
     current = seq;
@@ -168,15 +225,32 @@ function sequencesOf(turns: TrainingTurn[]): TrainingSequence[] {
   return out;
 }
 
+/**
+ * The conversation of a trace's model steps. A step that a recording
+ * proxy made holds the messages past the first `info.messages_shared` of
+ * the call before it; the conversation is then the last call's messages
+ * and its reply. A `ChatAgent` step holds the messages new since its call
+ * before, whose reply it follows.
+ */
 function messagesOf(steps: Record<string, unknown>[]): Record<string, unknown>[] {
   const out: Record<string, unknown>[] = [];
+  let proxied: Record<string, unknown>[] | null = null;
+  let lastReply: Record<string, unknown> | null = null;
   for (const s of steps) {
     if (s.type !== "model" || !isRecord(s.content)) continue;
     const request = Array.isArray(s.content.request) ? s.content.request.filter(isRecord) : [];
+    const reply = isRecord(s.content.reply) ? s.content.reply : null;
+    const shared = isRecord(s.info) ? s.info.messages_shared : undefined;
+    if (typeof shared === "number") {
+      proxied = [...(proxied ?? []).slice(0, shared), ...request];
+      lastReply = reply;
+      continue;
+    }
     out.push(...request);
-    if (isRecord(s.content.reply)) out.push(s.content.reply);
+    if (reply !== null) out.push(reply);
   }
-  return out;
+  if (proxied === null) return out;
+  return lastReply === null ? proxied : [...proxied, lastReply];
 }
 
 /** A row with its text redacted; its token ids and numbers are left alone (no text in them). */

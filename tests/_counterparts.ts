@@ -217,6 +217,9 @@ export const DROPBEAR: Counterpart = counterpart(
 /** curl. */
 export const CURL: Counterpart = counterpart("curl", "apt-get install curl", programs("curl"));
 
+/** npm, to install a real client from the registry (noVNC). */
+export const NPM: Counterpart = counterpart("npm", "apt-get install npm", programs("npm"));
+
 /** util-linux `script` (a terminal for ssh -t). */
 export const SCRIPT: Counterpart = counterpart(
   "script",

@@ -27,7 +27,7 @@ const LAYERS: readonly (readonly string[])[] = [
   ["engines/"],
   ["eval/"],
   ["agents/", "viewer/"],
-  ["graders/"],
+  ["graders/", "proxy/"],
   ["harbor/"],
   ["cli/", "mod.ts"],
   ["cli.ts"],
@@ -52,6 +52,7 @@ const ENTRY_POINTS = [
   "viewer/mod.ts",
   "harbor/mod.ts",
   "graders/mod.ts",
+  "proxy/mod.ts",
 ];
 
 interface Dependency {

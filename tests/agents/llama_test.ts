@@ -5,18 +5,12 @@
 // loop ends, the trace holds every call, the answer is graded).
 
 import { test } from "../_test.ts";
-import { counterpart, SANDBOX } from "../_counterparts.ts";
+import { SANDBOX } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { addWorkspace, Environment, rollout, Taskset } from "../../mod.ts";
 import { ChatAgent } from "../../agents/mod.ts";
-import { RETRYABLE_ERROR_CLASSES, traceTokens } from "../../eval/mod.ts";
-import { LLAMA_BUILD_HINT, missingLlama, startLlamaServer } from "./_llama.ts";
-
-/** llama-server and the tiny model (.ci/run builds it, and requires it: HUD_REQUIRE_LLAMA=1). */
-const LLAMA = counterpart("llama", LLAMA_BUILD_HINT, () => {
-  const missing = missingLlama();
-  return missing.length === 0 ? null : `${missing.join(" and ")} not found`;
-});
+import { RETRYABLE_ERROR_CLASSES, rolloutFinished, traceTokens } from "../../eval/mod.ts";
+import { LLAMA, startLlamaServer } from "./_llama.ts";
 
 test({
   name: "ChatAgent against llama-server with the tiny tool-calling model",
@@ -142,7 +136,11 @@ test({
     assert.equal(rows.length, 4);
     for (const row of rows) {
       const siblings = job.runs.filter((r) => r.group_id === row.group_id);
-      assert.deepEqual(row.group_rewards, siblings.map((r) => r.reward));
+      // The siblings' rewards, null for one that did not finish (masked).
+      assert.deepEqual(
+        row.group_rewards,
+        siblings.map((r) => rolloutFinished(r) ? r.reward : null),
+      );
       // Whole: every sibling graded, none cut off by the infrastructure.
       const whole = siblings.every((r) =>
         r.reward !== null && !RETRYABLE_ERROR_CLASSES.some((c) => c === r.error_class)
@@ -155,11 +153,13 @@ test({
       for (const s of row.sequences) {
         assert.equal(s.loss_mask.length, s.tokens.length);
         assert.equal(s.logprobs!.length, s.tokens.length);
-        // The mask is 1 exactly on the sampled tokens, in order.
-        const masked = s.tokens.filter((_, i) => s.loss_mask[i] === 1);
-        assert.deepEqual(masked, s.turns.flatMap((i) => row.turns[i].completion_token_ids!));
+        // The mask is 1 exactly on the sampled tokens, in order (0 everywhere
+        // in a row that is masked: its rollout did not finish).
+        const inLoss = s.tokens.filter((_, i) => s.loss_mask[i] === 1);
+        const sampled = s.turns.flatMap((i) => row.turns[i].completion_token_ids!);
+        assert.deepEqual(inLoss, row.masked ? [] : sampled);
         const lps = s.logprobs!.filter((_, i) => s.loss_mask[i] === 1);
-        assert.deepEqual(lps, s.turns.flatMap((i) => row.turns[i].logprobs!));
+        assert.deepEqual(lps, row.masked ? [] : s.turns.flatMap((i) => row.turns[i].logprobs!));
         // A sequence starts with its first turn's whole prompt.
         const first = row.turns[s.turns[0]].prompt_token_ids!;
         assert.deepEqual(s.tokens.slice(0, first.length), first);

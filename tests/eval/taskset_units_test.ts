@@ -16,7 +16,7 @@ import { Trace } from "../../eval/trace.ts";
 import { optionSpelling } from "../../eval/_options.ts";
 import { expandSlots, JobLedger, resumeFrom, runRecord } from "../../eval/_ledger.ts";
 import { Budget } from "../../eval/_budget.ts";
-import { Progress } from "../../eval/_progress.ts";
+import { GroupReporter, Progress } from "../../eval/_progress.ts";
 import { RetryPolicy } from "../../eval/_attempts.ts";
 import { emptyUsage } from "../../eval/usage.ts";
 
@@ -173,6 +173,52 @@ test("resumeFrom() and JobLedger: the latest attempt counts, graded ones are kep
   ]);
   // History: the file's earlier attempts of these slots, not those of other tasks.
   assert.deepEqual(job.superseded, [file[0], file[2], file[3]]);
+});
+
+test("JobLedger.done(): a group's records, by repeat, once every slot of it is final (kept ones count)", () => {
+  const file = [record("t-1", 1, 1)];
+  const slots = expandSlots(ROWS, [NOWHERE, NOWHERE], 2, "job-file");
+  const ledger = new JobLedger("job-file", slots, resumeFrom(file));
+  const trace = new Trace();
+  const settle = (i: number, reward: number) => {
+    const run = createRun(null, slots[i].row, trace);
+    ledger.settle(slots[i], run, record(slots[i].row.slug, slots[i].repeat, reward));
+    return ledger.done(slots[i]);
+  };
+  assert.equal(settle(2, 1), null, "t-2 has a repeat left");
+  // t-1's repeat 1 is kept from the file: its repeat 0 completes the group.
+  assert.deepEqual(settle(0, 0)?.map((r) => [r.task.slug, r.repeat, r.reward]), [
+    ["t-1", 0, 0],
+    ["t-1", 1, 1],
+  ]);
+  assert.deepEqual(settle(3, 1)?.map((r) => r.repeat), [0, 1]);
+});
+
+test("GroupReporter: one group at a time; the first error stops the job and is its error", async () => {
+  const order: string[] = [];
+  let release!: () => void;
+  const first = new Promise<void>((resolve) => release = resolve);
+  const reporter = new GroupReporter(async (records) => {
+    const slug = records[0].task.slug;
+    order.push(`start ${slug}`);
+    if (slug === "t-1") await first;
+    if (slug === "t-2") throw new Error("disk full");
+    order.push(`end ${slug}`);
+  });
+  const a = reporter.report([record("t-1", 0, 1)]);
+  const b = reporter.report([record("t-2", 0, 1)]);
+  const c = reporter.report([record("t-3", 0, 1)]);
+  await Promise.resolve();
+  assert.deepEqual(order, ["start t-1"], "t-2 waits for t-1");
+  release();
+  await Promise.all([a, b, c]);
+  assert.deepEqual(order, ["start t-1", "end t-1", "start t-2"], "nothing after the error");
+  assert.equal(reporter.signal.aborted, true);
+  assert.throws(() => reporter.throwIfFailed(), /disk full/);
+  const none = new GroupReporter(undefined);
+  await none.report([record("t-1", 0, 1)]);
+  assert.equal(none.signal.aborted, false);
+  none.throwIfFailed();
 });
 
 test("runRecord() builds every RunRecord: an attempt's, and a never-started slot's", () => {

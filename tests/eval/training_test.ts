@@ -153,6 +153,85 @@ test("trainingRows(): loss masks over the model's tokens, a new sequence where t
   });
 });
 
+test("trainingRows(): each split names its turn, its reason and the first differing position", () => {
+  const t1: TurnTokens = { promptIds: [10, 11], completionIds: [20, 21], logprobs: [-0.5, -0.25] };
+  // Turn 2 keeps the history: it extends turn 1.
+  const t2: TurnTokens = { promptIds: [10, 11, 20, 21, 30], completionIds: [22], logprobs: [-1] };
+  // Turn 3 re-renders turn 1's reply: position 3 holds 99 where 21 was sampled.
+  const t3: TurnTokens = {
+    promptIds: [10, 11, 20, 99, 30, 22, 31],
+    completionIds: [23],
+    logprobs: [-2],
+  };
+  // Turn 4 truncates the history to its first 4 tokens.
+  const t4: TurnTokens = { promptIds: [10, 11, 20, 99], completionIds: [24], logprobs: [-3] };
+  const noIds: TurnTokens = { promptIds: null, completionIds: [25], logprobs: [-1] };
+  const t6: TurnTokens = {
+    promptIds: [10, 11, 20, 99, 24, 40],
+    completionIds: [26],
+    logprobs: [-1],
+  };
+  const steps = [t1, t2, t3, t4, noIds, t6].map((t, i, all) => modelStep(t, all[i - 1] ?? null));
+  const [row] = trainingRows([record(0, 1, steps)]);
+  assert.deepEqual(row.sequences.map((s) => s.turns), [[0, 1], [2], [3], [5]]);
+  assert.deepEqual(row.sequences.map((s) => s.split), [
+    null,
+    { turn: 2, reason: "diverged", position: 3, expected: 21, got: 99 },
+    { turn: 3, reason: "shortened", position: 4, expected: 30, got: null },
+    { turn: 5, reason: "unknown", position: null, expected: null, got: null },
+  ]);
+  // A history-keeping episode is one sample.
+  const [kept] = trainingRows([record(0, 1, [modelStep(t1, null), modelStep(t2, t1)])]);
+  assert.equal(kept.sequences.length, 1);
+  assert.equal(kept.sequences[0].split, null);
+});
+
+test("trainingRows(): a rollout that did not finish is masked, never a reward of 0", () => {
+  const t1: TurnTokens = { promptIds: [1, 2], completionIds: [3, 4], logprobs: [-1, -1] };
+  const errored = record(1, null, [modelStep(t1, null)]);
+  // Graded, but cut off by a model server that stayed down: its reward says nothing of the agent.
+  const cut: RunRecord = {
+    ...record(2, 0, [modelStep(t1, null)]),
+    error_class: "model_unavailable",
+  };
+  const whole = record(0, 1, [modelStep(t1, null)]);
+  const rows = trainingRows([whole, errored, cut]);
+  assert.deepEqual(rows.map((r) => r.masked), [false, true, true]);
+  assert.deepEqual(rows.map((r) => r.reward), [1, null, null]);
+  assert.deepEqual(rows[0].sequences[0].loss_mask, [0, 0, 1, 1]);
+  for (const row of rows.slice(1)) {
+    assert.deepEqual(row.sequences[0].loss_mask, [0, 0, 0, 0]);
+    assert.deepEqual(row.sequences[0].tokens, [1, 2, 3, 4]);
+  }
+  // The group's rewards are its rows' rewards: a trainer's baseline never counts the cut one's 0.
+  for (const row of rows) assert.deepEqual(row.group_rewards, [1, null, null]);
+  assert.equal(rows[0].group_complete, false);
+});
+
+test("trainingRows(): the conversation of proxy-recorded calls is the last call's messages and its reply", () => {
+  const step = (request: unknown[], shared: number, reply: string) => ({
+    type: "model",
+    timestamp: "",
+    content: { request, reply: { role: "assistant", content: reply } },
+    info: { messages_shared: shared, finish_reason: "stop" },
+  });
+  const sys = { role: "system", content: "s" };
+  const user = { role: "user", content: "u" };
+  const steps = [
+    step([sys, user], 0, "a1"),
+    // The harness kept the history and echoed the reply back.
+    step([{ role: "assistant", content: "a1" }, { role: "user", content: "u2" }], 2, "a2"),
+    // Then it dropped everything but the system prompt.
+    step([{ role: "user", content: "summary" }], 1, "a3"),
+  ];
+  const [row] = trainingRows([record(0, 1, steps)]);
+  assert.deepEqual(row.messages, [
+    sys,
+    { role: "user", content: "summary" },
+    { role: "assistant", content: "a3" },
+  ]);
+});
+
 test("toAtif() gives each agent step the whole prompt's ids, the sampled ids and logprobs that ChatAgent kept", () => {
   const first = { promptIds: [1, 2, 3], completionIds: [7, 8], logprobs: [-0.5, -0.25] };
   const second = { promptIds: [1, 2, 3, 7, 8, 9, 10], completionIds: [4], logprobs: [-1] };

@@ -19,6 +19,8 @@ test("workspaceConfig() applies every default once, with the root made absolute"
     user: "agent",
     env: {},
     isolation: "auto",
+    keepCapabilities: false,
+    lifetime: "session",
     network: false,
     uid: undefined,
     gid: undefined,
