@@ -197,18 +197,41 @@ async function rowsOf(module: string, env: Environment, given?: readonly TaskRow
   return rows;
 }
 
-/** Each row's prompt: the task started once in this process, then cancelled. */
+/** The prompt of `row`'s task, started in this process, then cancelled. */
+async function promptOf(env: Environment, row: TaskRow): Promise<string> {
+  const task = await env.startTask(row.id, row.args);
+  try {
+    return promptText(task.prompt.prompt);
+  } finally {
+    await task.cancel();
+  }
+}
+
+/**
+ * Each row's prompt: the task started twice in this process, then cancelled.
+ * A prompt that differs between the two starts (a temporary directory, a
+ * random code in it) is refused here, before anything is built: exported as
+ * instruction.md it would never be the prompt the container's task gives.
+ */
 async function prompts(env: Environment, rows: TaskRow[]): Promise<string[]> {
   const out: string[] = [];
   await env.start();
   try {
     for (const row of rows) {
-      const task = await env.startTask(row.id, row.args);
-      try {
-        out.push(promptText(task.prompt.prompt));
-      } finally {
-        await task.cancel();
+      const [first, second] = [await promptOf(env, row), await promptOf(env, row)];
+      if (first !== second) {
+        let at = 0;
+        while (first[at] === second[at]) at++;
+        throw new TypeError(
+          `Cannot export Harbor tasks: template "${row.id}" gave two prompts for the same ` +
+            `arguments (they differ from character ${at + 1}: ${
+              JSON.stringify(first.slice(at, at + 24))
+            } ` +
+            `and ${JSON.stringify(second.slice(at, at + 24))}); export templates whose prompt ` +
+            `depends only on their arguments (a fixed path in it, not a temporary one)`,
+        );
       }
+      out.push(first);
     }
   } finally {
     await env.stop();

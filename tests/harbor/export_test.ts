@@ -342,11 +342,20 @@ test("hud export-harbor refuses bad input with one line naming it and the way ou
       unknown.err,
       `error: Cannot export Harbor tasks: unknown template "nope" (available: "code", "plain", "varying")\n`,
     );
+    // A prompt that differs at every start (a temporary directory in it, as robolab's): refused
+    // before anything is built (issue 38: it was exported, and refused when its container started).
+    const unstable = new URL("../fixtures/harbor_export_unstable_env.ts", import.meta.url).pathname;
+    const varies = await run(unstable, "--out", `${out}/d`, "--from", "x");
+    assert.equal(varies.code, 1);
+    assert.match(
+      varies.err,
+      /^error: Cannot export Harbor tasks: template "tmpdir" gave two prompts for the same arguments \(they differ from character \d+: ".*" and ".*"\); export templates whose prompt depends only on their arguments \(a fixed path in it, not a temporary one\)\n$/,
+    );
     const noBase = await run(FIXTURE, "--out", `${out}/c`);
     assert.equal(noBase.code, 2);
     assert.match(noBase.err, /^error: give --from IMAGE .* or --image TAG\n$/);
     // Nothing was written for the refused ones.
-    for (const d of ["a", "b", "c"]) {
+    for (const d of ["a", "b", "c", "d"]) {
       await assert.rejects(Deno.stat(`${out}/${d}`), Deno.errors.NotFound);
     }
   } finally {
