@@ -17,6 +17,7 @@
  */
 
 import meta from "./deno.json" with { type: "json" };
+import { shellQuote } from "./_internal/shell.ts";
 import {
   type Command,
   EXIT_OK,
@@ -48,6 +49,13 @@ export interface MainOptions {
   stdin?: ReadableStream<Uint8Array>;
   /** Aborting it stops a running command (`serve` shuts down). */
   signal?: AbortSignal;
+  /**
+   * How the user ran the command line, for hints that repeat a command
+   * (`start`'s "Grade it with: ...").
+   * @default `deno run -A cli.ts` (its path from the current directory) when
+   *   this module is the program run from a file, else `hud`
+   */
+  program?: string;
 }
 
 /** The SDK's version, read from deno.json. */
@@ -97,6 +105,10 @@ const COMMANDS: Record<string, { summary: string; load(): Promise<Command> }> = 
   grade: {
     summary: "Grade a parked task (the split start/grade flow)",
     load: () => import("./cli/grade.ts"),
+  },
+  shell: {
+    summary: "Open the shell of a served environment, where a parked task's files are",
+    load: () => import("./cli/shell.ts"),
   },
   eval: {
     summary: "Run an external agent against an environment's tasks",
@@ -170,7 +182,7 @@ was not graded), 2 for bad usage, 130 when interrupted.
  * @returns the exit code
  */
 export async function main(args: string[], options: MainOptions = {}): Promise<number> {
-  const io = processIo(options);
+  const io = processIo({ ...options, program: options.program ?? invokedAs() });
   const [name, ...rest] = args;
   if (name === undefined) {
     io.err(topUsage());
@@ -189,6 +201,20 @@ export async function main(args: string[], options: MainOptions = {}): Promise<n
     return EXIT_USAGE;
   }
   return await runCommand(name, rest, io);
+}
+
+/**
+ * How this program was run, for hints: `deno run -A PATH` when this module
+ * is the main module, from a file (a checkout), else `hud` (installed, or
+ * from jsr).
+ */
+function invokedAs(): string {
+  const url = new URL(import.meta.url);
+  if (!import.meta.main || url.protocol !== "file:") return PROGRAM;
+  const path = decodeURIComponent(url.pathname);
+  const cwd = Deno.cwd();
+  const shown = path.startsWith(`${cwd}/`) ? path.slice(cwd.length + 1) : path;
+  return `deno run -A ${/^[\w./-]+$/.test(shown) ? shown : shellQuote(shown)}`;
 }
 
 /** `--help`, or `help TOPIC`: the program's usage, or a command's. */

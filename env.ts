@@ -541,6 +541,40 @@ export class Environment {
   }
 
   /**
+   * Checks a task's template and arguments as {@linkcode startTask} does,
+   * without running any task code: a taskset's rows, before any starts.
+   *
+   * @param id the template id
+   * @param args the arguments
+   * @throws {RangeError} for an id no template has
+   * @throws {TypeError} for args that are not an object, or refused
+   *   arguments (the message names each with its value and what was expected)
+   */
+  checkTask(id: string, args: unknown = {}): void {
+    this.#prepare(id, args);
+  }
+
+  /** The template and the arguments its body receives, or the error startTask throws. */
+  #prepare(
+    id: string,
+    args: unknown,
+  ): { template: TemplateRecord; prepared: Record<string, unknown> } {
+    const template = this.#templates.get(id);
+    if (template === undefined) {
+      throw new RangeError(`Cannot start task: unknown template ${JSON.stringify(id)}`);
+    }
+    if (args === null || args === undefined) args = {};
+    if (!isRecord(args)) {
+      throw new TypeError(`Cannot start task "${id}": args must be an object`);
+    }
+    const prepared = checkArgs(template, args);
+    if (typeof prepared === "string") {
+      throw new TypeError(`Cannot start task "${id}": ${prepared}`);
+    }
+    return { template, prepared };
+  }
+
+  /**
    * Starts a task in-process: checks the arguments (converting those that
    * convert cleanly, `"3"` to `3` for an integer), then runs the template
    * to its first `yield`. No task code runs when an argument is refused.
@@ -556,18 +590,7 @@ export class Environment {
    *   yielding a prompt
    */
   async startTask(id: string, args: unknown = {}): Promise<ActiveTask> {
-    const template = this.#templates.get(id);
-    if (template === undefined) {
-      throw new RangeError(`Cannot start task: unknown template ${JSON.stringify(id)}`);
-    }
-    if (args === null || args === undefined) args = {};
-    if (!isRecord(args)) {
-      throw new TypeError(`Cannot start task "${id}": args must be an object`);
-    }
-    const prepared = checkArgs(template, args);
-    if (typeof prepared === "string") {
-      throw new TypeError(`Cannot start task "${id}": ${prepared}`);
-    }
+    const { template, prepared } = this.#prepare(id, args);
     const gen = template.body(prepared) as AsyncGenerator<
       unknown,
       unknown,

@@ -7,6 +7,7 @@
 
 import { Environment } from "./env.ts";
 import { errorMessage } from "./_internal/util.ts";
+import { importEnvironmentModule } from "./_internal/serving.ts";
 import { loadLocation } from "./_internal/stack.ts";
 
 /** Options for {@linkcode loadEnvironment}. */
@@ -149,7 +150,7 @@ async function importModule(url: URL, shown: string): Promise<Record<string, unk
   try {
     // A user's module, by absolute URL: `deno publish` warns that it cannot
     // analyze this import, which is expected (and cannot be silenced).
-    return await import(url.href);
+    return await importEnvironmentModule(url.href);
   } catch (err) {
     // The hint and the place go on the first line, which is what the
     // command line prints: the file and line of a syntax error, or of code

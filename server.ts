@@ -21,7 +21,7 @@
  * @module
  */
 
-import { markServing } from "./_internal/serving.ts";
+import { markServing, servingWhileLoaded } from "./_internal/serving.ts";
 import type { Environment } from "./env.ts";
 import type { TaskError } from "./errors.ts";
 import { MAX_JSON_DEPTH, PRE_AUTH_MAX_JSON_DEPTH } from "./_internal/framing.ts";
@@ -375,10 +375,21 @@ export interface ServeOptions extends BindOptions {
  *
  * @returns the server handle; its `finished` resolves after the shutdown
  *   hooks (whose errors go to `onError`)
- * @throws the signal's reason, a hook's error, or what {@linkcode bind} throws
+ * @throws the signal's reason, a hook's error, or what {@linkcode bind} throws;
+ *   an `Error` when called from a module's top level while the command line
+ *   (`loadEnvironment`) imports it: a module guards its serve() call with
+ *   `if (import.meta.main)`
  */
 export async function serve(env: Environment, options: ServeOptions = {}): Promise<HudServer> {
   options.signal?.throwIfAborted();
+  // Before anything is bound or printed: the command line would print a
+  // second server's port (and a token) in its output, then serve it again.
+  if (servingWhileLoaded() !== undefined) {
+    throw new Error(
+      `Cannot serve "${env.name}" while its module is loaded as an environment: ` +
+        `guard the serve() call with "if (import.meta.main)"`,
+    );
+  }
   // Resolve the token before the hooks run, so that a bad one fails fast.
   const auth = options.auth ?? true;
   const given = auth ? givenToken(options) : null;

@@ -86,8 +86,12 @@ export async function helloUntilReady(
     lastError = attempt.error;
     accepted ||= attempt.connected;
     if (attempt.refused && !accepted && Date.now() - started >= refusedTimeout) {
+      // With no time allowed, one refusal says it: nothing listens there.
+      const refused = refusedTimeout === 0
+        ? "connection refused"
+        : `connection refused for ${refusedTimeout} ms (${attempts} attempts)`;
       throw new NotReadyError(
-        `Cannot connect to ${url}: connection refused for ${refusedTimeout} ms (${attempts} attempts), nothing listens there; start the environment first, or pass readyTimeout to wait for one that is starting`,
+        `Cannot connect to ${url}: ${refused}, nothing listens there; start the environment first, or pass readyTimeout to wait for one that is starting`,
         { cause: attempt.error },
       );
     }

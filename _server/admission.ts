@@ -7,9 +7,15 @@ import { isRecord } from "../_internal/util.ts";
 import { LOOP_LAG, type LoopLag } from "../_internal/loop_lag.ts";
 import { errorReply, type Reply } from "./dispatcher.ts";
 
-/** What an authenticating server tells a connection it turns away. */
+/** What an authenticating server tells a connection whose first frame is not hello or tunnel.open. */
 export const UNAUTHORIZED_MESSAGE =
   `unauthorized: the first frame must be hello or tunnel.open with the server's token in params.token (set ${SERVE_TOKEN_VAR}, or connect to tcp://:TOKEN@host:port)`;
+/** What it tells a hello or tunnel.open that carries no token. */
+export const MISSING_TOKEN_MESSAGE =
+  `unauthorized: no token: this server requires its token in params.token (set ${SERVE_TOKEN_VAR} to the token it serves with, or connect to tcp://:TOKEN@host:port)`;
+/** What it tells a hello or tunnel.open whose token is not the server's. */
+export const WRONG_TOKEN_MESSAGE =
+  `unauthorized: wrong token: params.token is not this server's token (check ${SERVE_TOKEN_VAR}, or the token in the url, against the one it serves with)`;
 
 /**
  * The token check: a connection's first frame must be a `hello` or
@@ -42,7 +48,13 @@ export class Gate {
     if ((method === "hello" || method === "tunnel.open") && this.#verifier.verify(params.token)) {
       return null;
     }
-    return errorReply(request.id ?? null, ErrorCode.UNAUTHORIZED, UNAUTHORIZED_MESSAGE);
+    // Missing and wrong say apart what to do; a wrong one tells nothing of the right one.
+    const message = method !== "hello" && method !== "tunnel.open"
+      ? UNAUTHORIZED_MESSAGE
+      : params.token === undefined
+      ? MISSING_TOKEN_MESSAGE
+      : WRONG_TOKEN_MESSAGE;
+    return errorReply(request.id ?? null, ErrorCode.UNAUTHORIZED, message);
   }
 }
 

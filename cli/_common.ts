@@ -43,6 +43,11 @@ export interface Io {
   signal: AbortSignal | undefined;
   /** Whether progress may redraw one line (standard error is a terminal). */
   live: boolean;
+  /**
+   * How the user ran the command line (`hud`, or `deno run -A cli.ts`), for
+   * hints that repeat a command; usage texts say `hud`.
+   */
+  program: string;
   /** Called on a second interrupting signal: stop now, skipping grace periods. */
   onHurry?: () => void;
 }
@@ -68,8 +73,11 @@ export interface CommandSpec {
   /** The help text `--help` prints. */
   usage: string;
   options: OptionSpec;
-  /** The positional arguments' names, and how many are required. */
-  positionals: { names: string[]; min: number };
+  /**
+   * The positional arguments' names, and how many are required; with
+   * `rest`, the last name takes any number of words (`shell -- COMMAND...`).
+   */
+  positionals: { names: string[]; min: number; rest?: boolean };
 }
 
 /**
@@ -104,7 +112,7 @@ export function parseCommand(
       `missing ${positionals.names[given.length]} (see "${PROGRAM} ${name} --help")`,
     );
   }
-  if (given.length > positionals.names.length) {
+  if (!positionals.rest && given.length > positionals.names.length) {
     throw new UsageError(
       `unexpected argument "${given[positionals.names.length]}" (see "${PROGRAM} ${name} --help")`,
     );
@@ -240,6 +248,8 @@ export interface StreamOptions {
   stderr?: (text: string) => void;
   stdin?: ReadableStream<Uint8Array>;
   signal?: AbortSignal;
+  /** How the user ran the command line, for hints. @default {@linkcode PROGRAM} */
+  program?: string;
 }
 
 /** Writes all of `text`; after a broken pipe, later writes are dropped. */
@@ -272,6 +282,7 @@ export function processIo(options: StreamOptions = {}): Io {
     stdin: () => options.stdin ?? Deno.stdin.readable,
     signal: options.signal,
     live,
+    program: options.program ?? PROGRAM,
   };
 }
 

@@ -72,28 +72,53 @@ export function readyTimeoutMs(values: Values): number {
   return Number(text) * 1000;
 }
 
+/** What {@linkcode connectTo} does beyond reaching the environment. */
+export interface ConnectToOptions {
+  /** Resume this session (the one `start` parked a task in). */
+  sessionId?: string;
+  /** Open the capabilities' forwarders (for `shell`, which uses one while this process runs). */
+  forward?: boolean;
+}
+
 /**
  * Connects to a served environment for a command: no heartbeat, no
- * forwarders, and a "not ready" error that says why.
+ * forwarders unless asked, and a "not ready" error that says why.
  */
 export async function connectTo(
   target: Target,
   io: Io,
   values: Values,
-  sessionId?: string,
+  options: ConnectToOptions = {},
 ): Promise<HudClient> {
+  const { sessionId, forward = false } = options;
+  // Unless told to wait for an environment that is starting, one refused
+  // connection says that nothing listens there.
+  const waits = stringOption(values, "ready-timeout") !== undefined;
   try {
     return await connect(target.url, {
       token: target.token,
       readyTimeout: readyTimeoutMs(values),
+      ...(waits ? {} : { refusedTimeout: 0 }),
       retryInterval: 200,
       heartbeatInterval: 0,
-      // Forwarders would die with this process; nobody could use them.
-      forward: false,
+      // Forwarders die with this process: only a command that uses them here opens them.
+      forward,
       signal: io.signal,
       sessionId,
     });
   } catch (err) {
+    if (
+      !waits && err instanceof NotReadyError && err.cause instanceof Deno.errors.ConnectionRefused
+    ) {
+      throw new NotReadyError(
+        `Cannot connect to ${redactUrl(target.url)}: nothing listens there (connection refused); ` +
+          `start the environment there first ("${io.program} serve FILE --port ${
+            portOf(target.url)
+          }"), ` +
+          `or wait for one that is starting with --ready-timeout S`,
+        { cause: err },
+      );
+    }
     // Say why it was not ready: refused, reset, closed before hello...
     if (err instanceof NotReadyError && err.cause !== undefined) {
       const cause = errorMessage(err.cause).replace(/ \(os error \d+\)$/, "");
@@ -106,6 +131,11 @@ export async function connectTo(
     }
     throw err;
   }
+}
+
+/** The port of a checked --url. */
+function portOf(url: string): number {
+  return parseControlUrl(url).port;
 }
 
 /** The --token-file lines of a help text whose descriptions start at `column`. */

@@ -5,7 +5,8 @@
 import type { Environment, TaskRow } from "../env.ts";
 import { exportedRows } from "../eval/_rows.ts";
 import { Taskset } from "../eval/taskset.ts";
-import { UsageError } from "./_common.ts";
+import { errorMessage } from "../_internal/util.ts";
+import { unknownTemplate, UsageError } from "./_common.ts";
 
 /**
  * The rows to run: `--tasks FILE` (`tasksFile`), else the module's `tasks`
@@ -31,6 +32,7 @@ export async function evalRows(
     if (set.rows.length === 0) {
       throw new UsageError(`${tasksFile} holds no rows: add tasks to it, or leave out --tasks`);
     }
+    checkRows(set.rows, env, tasksFile);
     return [...set.rows];
   }
   const rows = await exportedRows(file, env);
@@ -50,6 +52,28 @@ export async function evalRows(
     );
   }
   return free.map((t) => ({ env: env.name, id: t.id, args: {}, slug: t.id }));
+}
+
+/**
+ * Refuses, before anything starts, a row whose template the environment
+ * does not have (listing those it has) or whose arguments it would refuse:
+ * else each rollout would fail on its own, with "unknown task".
+ * @throws {RangeError} for an unknown template
+ * @throws {TypeError} for refused arguments
+ */
+export function checkRows(rows: readonly TaskRow[], env: Environment, file: string): void {
+  for (const [i, row] of rows.entries()) {
+    const where = `evaluate row ${i + 1} of ${file} ("${row.slug}")`;
+    if (!env.hasTemplate(row.id)) throw unknownTemplate(where, row.id, env.listTasks());
+    // An environment of another copy of the SDK (an older one) may not check.
+    if (typeof env.checkTask !== "function") continue;
+    try {
+      env.checkTask(row.id, row.args);
+    } catch (err) {
+      const why = errorMessage(err).replace(/^Cannot start task "[^"]*": /, "");
+      throw new TypeError(`Cannot ${where}: ${why}`, { cause: err });
+    }
+  }
 }
 
 /** `*` as any run of characters, the rest literal. */

@@ -101,7 +101,8 @@ environment could not start), 2 for bad usage, 130 when interrupted.
 Options:
   --agent CMD           the agent command, run with bash -c
   --env NAME            the environment, by export or environment name
-  --tasks ROWS          a taskset file to run instead of the module's tasks
+  --tasks ROWS          a taskset file to run instead of the module's tasks (each
+                        row checked against the templates before any starts)
   --filter GLOB         run only the tasks whose slug or id matches
                         ("*" matches anything; repeatable: any of them)
   --limit N             run only the first N tasks (after --filter)

@@ -42,7 +42,7 @@ Options:
                          default: the module's "tasks" export, else every
                          template that takes no arguments
   --repository REPO      tag the task images REPO:TASK (default:
-                         hud-harbor-export/ENV)
+                         hud-harbor-export/ENV-DIGEST, DIGEST from --out)
   --answer-file PATH     where the agent writes its answer, named in
                          instruction.md (default: /logs/agent/answer.txt)
   --no-answer            grade with an empty answer and name no file

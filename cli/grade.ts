@@ -89,6 +89,7 @@ async function gradeParked(
   taskId: string,
   session: string | undefined,
   answer: string,
+  program: string,
 ): Promise<GradeFrame> {
   const templates = await client.listTasks();
   if (!templates.some((t) => t.id === taskId)) throw unknownTemplate("grade", taskId, templates);
@@ -96,7 +97,7 @@ async function gradeParked(
   if (held !== undefined && held !== taskId) {
     throw new Error(
       `Cannot grade "${taskId}": session ${session} holds a task of template "${held}"; ` +
-        `run "${PROGRAM} grade ${held} --session ${session}"`,
+        `run "${program} grade ${held} --session ${session}"`,
     );
   }
   return await client.grade({ answer }).catch((err) => {
@@ -105,7 +106,7 @@ async function gradeParked(
       const parked = /^(\d+)/.exec(err.message)?.[1] ?? "several";
       throw new Error(
         `Cannot grade "${taskId}": ${parked} tasks are parked; pass --session ID, the id ` +
-          `"${PROGRAM} start" printed`,
+          `"${program} start" printed`,
         { cause: err },
       );
     }
@@ -135,8 +136,8 @@ export async function run(args: string[], io: Io): Promise<number> {
   readyTimeoutMs(values); // a bad value is a usage error before anything is read
   const answer = await readAnswer(source, io);
   const session = stringOption(values, "session");
-  await using client = await connectTo(target, io, values, session);
-  const grade = await gradeParked(client, taskId, session, answer);
+  await using client = await connectTo(target, io, values, { sessionId: session });
+  const grade = await gradeParked(client, taskId, session, answer, io.program);
   io.out(JSON.stringify(grade) + "\n");
   return EXIT_OK;
 }

@@ -8,6 +8,7 @@ import { formatJobTable } from "../eval/report.ts";
 import { writePrivateText } from "../_internal/private_file.ts";
 import { writeTrajectories } from "../eval/atif.ts";
 import { EXIT_OK, type Io, parseCommand, PROGRAM, stringOption, UsageError } from "./_common.ts";
+import { checkResultsFile } from "./_results_file.ts";
 
 /** The help of `hud report`. */
 export const USAGE: string = `Usage: ${PROGRAM} report FILE [FILE...] [--html OUT]
@@ -28,14 +29,6 @@ Options:
   -h, --help     show this help
 `;
 
-/** Fails in one line naming `path` when it is not a file. */
-async function checkFile(path: string): Promise<void> {
-  const info = await Deno.stat(path).catch(() => null);
-  if (info === null || !info.isFile) {
-    throw new Error(`Cannot read results: "${path}" is not a file (run a job with --out first)`);
-  }
-}
-
 /** Runs `hud report` with `args` (after the command name); returns the exit code. */
 export async function run(args: string[], io: Io): Promise<number> {
   const parsed = parseCommand(args, {
@@ -50,6 +43,7 @@ export async function run(args: string[], io: Io): Promise<number> {
   if (html !== undefined && atif !== undefined) {
     throw new UsageError("give --html or --atif, not both");
   }
+  for (const path of parsed.positionals) await checkResultsFile(path);
   if (html !== undefined) {
     // The page holds the traces of the results files, which are their owner's alone.
     await writePrivateText(html, await renderReport(parsed.positionals));
@@ -60,7 +54,6 @@ export async function run(args: string[], io: Io): Promise<number> {
     if (parsed.positionals.length > 1) {
       throw new UsageError("--atif takes one results file; run it once per file");
     }
-    await checkFile(parsed.positionals[0]);
     const written = await writeTrajectories(parsed.positionals[0], atif, {
       sdkVersion: meta.version,
     });
@@ -68,7 +61,6 @@ export async function run(args: string[], io: Io): Promise<number> {
     return EXIT_OK;
   }
   for (const path of parsed.positionals) {
-    await checkFile(path);
     if (parsed.positionals.length > 1) io.out(`${path}\n`);
     io.out(formatJobTable(await Job.load(path)));
   }

@@ -7,6 +7,7 @@ import { loadEnvironment } from "../loader.ts";
 import { abortable } from "../_internal/async.ts";
 import { redactUrl } from "../_internal/auth.ts";
 import { errorMessage } from "../_internal/util.ts";
+import { shellQuote } from "../_internal/shell.ts";
 import {
   EXIT_OK,
   type Io,
@@ -157,14 +158,31 @@ async function startParked(
     const tokenFile = target.tokenFile === undefined
       ? ""
       : ` --token-file ${JSON.stringify(target.tokenFile)}`;
+    const at = `--url ${redactUrl(target.url)}${tokenFile}`;
     io.err(
-      `Session ${sessionId} holds the task. Grade it with:\n  ${PROGRAM} grade ${taskId} --url ${
-        redactUrl(target.url)
-      }${tokenFile} --session ${sessionId} --answer TEXT\n`,
+      `Session ${sessionId} holds the task. Grade it with:\n  ${io.program} grade ${taskId} ${at} --session ${sessionId} --answer TEXT\n`,
     );
+    const shell = client.manifest.bindings.find((b) => b.family === "ssh");
+    if (shell !== undefined) {
+      const cwd = shellCwd(prompt, shell.name);
+      io.err(
+        `Open its shell with:\n  ${io.program} shell ${at}${
+          shell.name === "shell" ? "" : ` --capability ${shell.name}`
+        }${cwd === undefined ? "" : ` --cwd ${shellQuote(cwd)}`}\n`,
+      );
+    }
   }
   // Closing without "bye" leaves the task parked for the grader.
   return EXIT_OK;
+}
+
+/** The directory the task's prompt gives its shell binding (`bindings.shell.cwd`), if any. */
+function shellCwd(prompt: PromptFrame, name: string): string | undefined {
+  const binding = prompt.bindings?.[name];
+  const cwd = binding !== null && typeof binding === "object"
+    ? (binding as { cwd?: unknown }).cwd
+    : undefined;
+  return typeof cwd === "string" ? cwd : undefined;
 }
 
 /** Runs `hud start` with `args` (after the command name); returns the exit code. */

@@ -1,6 +1,7 @@
 // `hud view FILE...`: serve a local web page over results files.
 
 import { startViewer } from "../viewer/mod.ts";
+import { checkResultsFile } from "./_results_file.ts";
 import {
   EXIT_OK,
   type Io,
@@ -40,6 +41,7 @@ export async function run(args: string[], io: Io): Promise<number> {
   }, io);
   if (parsed === null) return EXIT_OK;
   const port = parsePort(stringOption(parsed.values, "port") ?? "0");
+  for (const path of parsed.positionals) await checkResultsFile(path);
   const stopped = new AbortController();
   const signal = io.signal ? AbortSignal.any([io.signal, stopped.signal]) : stopped.signal;
   const onSignal = () => stopped.abort();

@@ -106,6 +106,14 @@ async function moduleGraph(entry: string, config: string | null, shown: string):
             } (see the README)`,
         );
       }
+      // The image holds the files under its app directory, not at their paths here.
+      if (dep.specifier.startsWith("/") || /^file:/i.test(dep.specifier)) {
+        throw new Error(
+          `Cannot build image: "${shown}" imports "${dep.specifier}" by its path on this ` +
+            `machine, which the image does not have; import it by a relative path, or map it ` +
+            `in ${config ?? "a deno.json beside the module"} (see the README)`,
+        );
+      }
       if (/^(\.{0,2}\/|[a-z][a-z0-9+.-]*:)/i.test(dep.specifier)) continue;
       const before = bare.get(dep.specifier);
       if (before !== undefined && before !== to) {
@@ -151,7 +159,8 @@ function commonDir(paths: string[]): string {
  * @param tag the image name
  * @param options base image, labels, engine socket
  * @returns the image id
- * @throws {Error} when an import of the module does not resolve (the image could not start)
+ * @throws {Error} when an import of the module does not resolve, or names a
+ *   file by absolute path or `file:` URL (the image could not start)
  */
 export async function buildEnvironmentImage(
   modulePath: string,
@@ -196,6 +205,16 @@ export async function buildEnvironmentImage(
 /** `--v8-flags=...`, or nothing for V8's defaults. */
 function v8FlagsArgs(flags: readonly string[]): string[] {
   return flags.length === 0 ? [] : [`--v8-flags=${flags.join(",")}`];
+}
+
+/**
+ * The files of this machine that {@linkcode buildEnvironmentImage} puts in
+ * an image of `modulePath` (the module's graph, the CLI's and the entry
+ * program's), by absolute path, sorted: what a cache key of such an image
+ * hashes.
+ */
+export async function environmentImageFiles(modulePath: string): Promise<string[]> {
+  return (await appFiles(modulePath, "/app")).files.sort();
 }
 
 /** What goes under the image's app directory, and where each file lands there. */

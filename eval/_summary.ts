@@ -404,13 +404,20 @@ export interface JobSummary {
   incomplete_groups: number;
 }
 
-/** Mean and standard error of `xs`. */
+/**
+ * Mean and standard error of `xs`. Rewards that are all alike give that
+ * reward and an error of 0 exactly, not the noise of their sum (three
+ * rewards of 0.1 summed and divided by three give 0.10000000000000002 ±
+ * 9.8e-18); others, their sum divided by their count.
+ */
 export function meanAndError(
   xs: readonly number[],
 ): { mean: number | null; stderr: number | null } {
   if (xs.length === 0) return { mean: null, stderr: null };
-  const mean = xs.reduce((a, b) => a + b, 0) / xs.length;
+  const alike = xs.every((x) => x === xs[0]);
+  const mean = alike ? xs[0] : xs.reduce((a, b) => a + b, 0) / xs.length;
   if (xs.length < 2) return { mean, stderr: null };
+  if (alike) return { mean, stderr: 0 };
   const variance = xs.reduce((a, x) => a + (x - mean) ** 2, 0) / (xs.length - 1);
   return { mean, stderr: Math.sqrt(variance / xs.length) };
 }

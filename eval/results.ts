@@ -59,7 +59,7 @@ export function recordKey(slug: string, repeat: number): string {
 }
 
 /** Whether `value` has the shape of a {@linkcode RunRecord}. */
-function isRunRecord(value: unknown): value is RunRecord {
+export function isRunRecord(value: unknown): value is RunRecord {
   return isRecord(value) && isRecord(value.task) && typeof value.task.slug === "string" &&
     typeof value.repeat === "number" && (value.reward === null || typeof value.reward === "number");
 }

@@ -46,6 +46,16 @@ export interface BashGraderOptions {
   env?: Record<string, string>;
   /** Input for the command. */
   stdin?: string | Uint8Array;
+  /**
+   * Hidden files for this check only (Harbor-style tests, a check script),
+   * by relative path: the workspace writes them into a fresh directory the
+   * agent never saw and shows it read-only in the sandbox, named by
+   * `$HUD_GRADER_FILES` (`/grader`), for this command alone
+   * (`WorkspaceExecOptions.files`). The command reaches them there:
+   * `bash "$HUD_GRADER_FILES/test.sh"`.
+   * @default {}
+   */
+  files?: Record<string, string | Uint8Array>;
   /** Abort grading. */
   signal?: AbortSignal;
   /**
@@ -91,7 +101,11 @@ function cannotRun(result: WorkspaceExecResult): string | null {
  *
  * `info` holds `command`, `exit_code`, `signal`, `timed_out`,
  * `duration_ms`, `stdout` and `stderr` (each the last `maxOutput`
- * characters).
+ * characters), and with `files` their paths (not their content).
+ *
+ * Hidden tests go in `files`: written for the check alone and shown
+ * read-only at `$HUD_GRADER_FILES`, they are never where the agent could
+ * read them first or plant a file of its own in their place.
  *
  * @param target the workspace (its `exec`)
  * @param command a bash command line, or an argv
@@ -151,6 +165,7 @@ export async function bashGrader(
   if (options.cwd !== undefined) exec.cwd = options.cwd;
   if (options.env !== undefined) exec.env = options.env;
   if (options.stdin !== undefined) exec.stdin = options.stdin;
+  if (options.files !== undefined) exec.files = options.files;
   if (options.signal !== undefined) exec.signal = options.signal;
   let result: WorkspaceExecResult;
   try {
@@ -170,6 +185,7 @@ export async function bashGrader(
     weight: options.weight ?? 1,
     info: {
       command: typeof command === "string" ? command : argv,
+      ...(options.files === undefined ? {} : { files: Object.keys(options.files) }),
       exit_code: result.code,
       signal: result.signal,
       timed_out: result.timedOut,

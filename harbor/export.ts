@@ -35,6 +35,7 @@ import { buildContext } from "../engines/_base_image.ts";
 import { buildEnvironmentImage } from "../engines/image.ts";
 import { ENV_LABEL } from "../engines/_constants.ts";
 import { shellQuote } from "../_internal/shell.ts";
+import { sha256 } from "./_tree.ts";
 import {
   CONTROL_DIR,
   EXPORTED_TASK_FILE,
@@ -66,7 +67,9 @@ export interface ExportHarborOptions {
   /**
    * The repository the task images are tagged in: `REPO:TASK`, and the
    * environment's image `REPO-env:latest` when built.
-   * @default "hud-harbor-export/ENV" (the environment's name, in lower case)
+   * @default "hud-harbor-export/ENV-DIGEST" (the environment's name in lower
+   *   case, and 10 hex digits of the output folder's path: another folder,
+   *   other images)
    */
   repository?: string;
   /**
@@ -131,6 +134,18 @@ function repoName(name: string): string {
     .slice(0, 60) || "env";
 }
 
+/**
+ * The repository the images are tagged in unless one is given: the
+ * environment's name and a digest of the output folder's path, so that two
+ * exports (two people's on one engine, or one person's to two folders) never
+ * tag the same images, and exporting again to a folder keeps its names.
+ */
+async function defaultRepository(envName: string, outDir: string): Promise<string> {
+  const absolute = outDir.startsWith("/") ? outDir : `${Deno.cwd()}/${outDir}`;
+  const digest = await sha256([absolute.replace(/\/+$/, "")]);
+  return `hud-harbor-export/${repoName(envName)}-${digest.slice(0, 10)}`;
+}
+
 function folderName(slug: string): string {
   return slug.replace(/[^A-Za-z0-9._-]+/g, "-").replace(/^[^A-Za-z0-9]+/, "").slice(0, 100) ||
     "task";
@@ -182,18 +197,41 @@ async function rowsOf(module: string, env: Environment, given?: readonly TaskRow
   return rows;
 }
 
-/** Each row's prompt: the task started once in this process, then cancelled. */
+/** The prompt of `row`'s task, started in this process, then cancelled. */
+async function promptOf(env: Environment, row: TaskRow): Promise<string> {
+  const task = await env.startTask(row.id, row.args);
+  try {
+    return promptText(task.prompt.prompt);
+  } finally {
+    await task.cancel();
+  }
+}
+
+/**
+ * Each row's prompt: the task started twice in this process, then cancelled.
+ * A prompt that differs between the two starts (a temporary directory, a
+ * random code in it) is refused here, before anything is built: exported as
+ * instruction.md it would never be the prompt the container's task gives.
+ */
 async function prompts(env: Environment, rows: TaskRow[]): Promise<string[]> {
   const out: string[] = [];
   await env.start();
   try {
     for (const row of rows) {
-      const task = await env.startTask(row.id, row.args);
-      try {
-        out.push(promptText(task.prompt.prompt));
-      } finally {
-        await task.cancel();
+      const [first, second] = [await promptOf(env, row), await promptOf(env, row)];
+      if (first !== second) {
+        let at = 0;
+        while (first[at] === second[at]) at++;
+        throw new TypeError(
+          `Cannot export Harbor tasks: template "${row.id}" gave two prompts for the same ` +
+            `arguments (they differ from character ${at + 1}: ${
+              JSON.stringify(first.slice(at, at + 24))
+            } ` +
+            `and ${JSON.stringify(second.slice(at, at + 24))}); export templates whose prompt ` +
+            `depends only on their arguments (a fixed path in it, not a temporary one)`,
+        );
       }
+      out.push(first);
     }
   } finally {
     await env.stop();
@@ -367,7 +405,7 @@ export async function exportHarborTasks(
   const env = await loadEnvironment(module, { name: options.env });
   const rows = await rowsOf(module, env, options.tasks);
   const texts = await prompts(env, rows);
-  const repo = options.repository ?? `hud-harbor-export/${repoName(env.name)}`;
+  const repo = options.repository ?? await defaultRepository(env.name, outDir);
   const envImage = options.image ?? `${repo}-env:latest`;
   if (options.image === undefined) {
     await buildEnvironmentImage(module, envImage, {

@@ -21,7 +21,7 @@ import { EngineClient, EngineError } from "../engines/_engine.ts";
 import { CONTROL_SOCKET_VAR } from "../engines/_constants.ts";
 import { SERVE_TOKEN_VAR } from "../_internal/auth.ts";
 import { TarWriter } from "../engines/_tar.ts";
-import { buildEnvironmentImage } from "../engines/image.ts";
+import { buildEnvironmentImage, environmentImageFiles } from "../engines/image.ts";
 import { buildContext as buildLayer } from "../engines/_base_image.ts";
 import type { HarborTask } from "./loader.ts";
 import { TASK_FILE } from "./_task_env_file.ts";
@@ -194,6 +194,31 @@ async function buildContext(
   }
 }
 
+let sdkHash: Promise<string> | null = null;
+
+/**
+ * The hash of the SDK's files that go into a task's layer (the served
+ * environment's module graph): a changed one makes a new layer, a file
+ * beside them that the image does not hold (results, notes, a user's
+ * module) does not, where hashing the whole folder rebuilt every task's
+ * image. Once per process: it takes three `deno info` runs, and the SDK
+ * this process runs does not change under it.
+ */
+function sdkFilesHash(): Promise<string> {
+  sdkHash ??= (async () => {
+    const parts: (string | Uint8Array)[] = [];
+    for (const file of await environmentImageFiles(TASK_ENV)) {
+      parts.push(file.startsWith(SDK_ROOT) ? file.slice(SDK_ROOT.length) : file);
+      parts.push(await Deno.readFile(file));
+    }
+    return await sha256(parts);
+  })();
+  sdkHash.catch(() => {
+    sdkHash = null;
+  });
+  return sdkHash;
+}
+
 /**
  * Builds (or finds, by content hash) the image a Harbor task runs in.
  *
@@ -218,11 +243,7 @@ export async function buildHarborImage(
   }
   const facts = await taskFacts(task, info);
   const factsBytes = new TextEncoder().encode(JSON.stringify(facts));
-  // The SDK's own sources count: a changed SDK makes a new layer.
-  const sdk = await treeHash(
-    SDK_ROOT,
-    (rel) => !/^(\.|tests$|bench$|examples$|docs$|node_modules$)/.test(rel),
-  );
+  const sdk = await sdkFilesHash();
   const key = await sha256([info.Id, factsBytes, sdk, Deno.version.deno, INIT]);
   const image = `hud-harbor/${slug(task.name)}:${key.slice(0, 16)}`;
   const entrypoint = info.Config?.Entrypoint ?? [];

@@ -264,6 +264,9 @@ class CommandProcess implements SshProcess {
     const { signal, timeout } = options;
     const onAbort = () => this.kill(abortReason(signal!));
     signal?.addEventListener("abort", onAbort, { once: true });
+    // Aborted while the server held the exec request (a workspace's grading
+    // phase defers the agent's commands): no abort event comes any more.
+    if (signal?.aborted) onAbort();
     const timer = timeout === undefined ? undefined : setTimeout(() => {
       this.kill(
         new DOMException(`Command timed out after ${timeout} ms: "${command}"`, "TimeoutError"),

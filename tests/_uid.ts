@@ -5,9 +5,6 @@
 /** The uid (and gid) of the other user. */
 export const NOBODY = 65534;
 
-/** Whether this process can run others as {@linkcode NOBODY}. */
-export const CAN_SWITCH_UID: boolean = Deno.uid() === 0;
-
 /** What a program printed and how it ended. */
 export interface Ran {
   code: number;

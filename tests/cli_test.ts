@@ -278,7 +278,11 @@ test("cli.ts end to end in child processes: serve, tasks, start, then grade else
       assert.equal(started.code, 0, started.stderr);
       assert.equal(started.stdout, "What is 40 + 2?\n");
       assert.match(started.stderr, /Session sess-[0-9a-f]{32} holds the task/);
-      assert.match(started.stderr, /hud grade add --url tcp:\/\/127.0.0.1:\d+ --session sess-/);
+      // As it was run (issue 38): not "hud grade" when it was deno run -A cli.ts.
+      assert.match(
+        started.stderr,
+        /\n {2}deno run -A \S*cli\.ts grade add --url tcp:\/\/127.0.0.1:\d+ --session sess-/,
+      );
 
       const wrongTemplate = await spawn("grade", "nope", "--answer", "42", "--url", url);
       assert.equal(wrongTemplate.code, 1);
@@ -417,9 +421,14 @@ test("main() serve takes its token from --token-file and prints it nowhere", asy
         await waitFor(() => announced.includes("\n"), 10_000);
         const port = /^HUD_SERVE_PORT=(\d+)\n$/.exec(announced)?.[1];
         assert.ok(port, announced);
+        // A missing token and a wrong one are told apart, each with what to do.
         const refused = await run(["tasks", "--url", `tcp://127.0.0.1:${port}`]);
         assert.equal(refused.code, 1);
-        assert.match(refused.stderr, /unauthorized/);
+        assert.match(refused.stderr, /^error: unauthorized: no token: .*set HUD_SERVE_TOKEN/);
+        const wrong = await run(["tasks", "--url", `tcp://:${"0".repeat(64)}@127.0.0.1:${port}`]);
+        assert.equal(wrong.code, 1);
+        assert.match(wrong.stderr, /^error: unauthorized: wrong token: .*check HUD_SERVE_TOKEN/m);
+        assert.doesNotMatch(wrong.stderr, new RegExp(token));
         const ran = await run(["tasks", "--url", `tcp://:${token}@127.0.0.1:${port}`, "--json"]);
         assert.equal(ran.code, 0, ran.stderr);
       } finally {
@@ -610,6 +619,38 @@ test("main() eval counts and explains every failure", async (t) => {
       assert.match(ran.stderr, /^error: [^\n]*empty\.jsonl holds no rows[^\n]*--tasks\n$/);
       assert.equal(ran.stdout, "");
     });
+    await t.step(
+      "--tasks rows are checked before anything starts: template and arguments",
+      async () => {
+        const bad = `${dir}/bad.jsonl`;
+        const row = (id: string, args: unknown, slug: string) =>
+          JSON.stringify({ env: "fast", id, args, slug });
+        await Deno.writeTextFile(
+          bad,
+          [row("echo", { n: 1 }, "one"), row("ecko", { n: 2 }, "two")].join("\n") + "\n",
+        );
+        const out = `${dir}/bad-results.jsonl`;
+        let ran = await run(["eval", FAST, "--agent", "cat", "--tasks", bad, "--out", out]);
+        assert.equal(ran.code, 1, ran.stderr);
+        assert.equal(
+          ran.stderr,
+          `error: Cannot evaluate row 2 of ${bad} ("two"): unknown template "ecko" (available: "echo")\n`,
+        );
+        await assert.rejects(Deno.stat(out), Deno.errors.NotFound, "nothing ran");
+        await Deno.writeTextFile(
+          bad,
+          [row("echo", { n: 1 }, "one"), row("echo", { n: "two" }, "two")].join("\n"),
+        );
+        ran = await run(["eval", FAST, "--agent", "cat", "--tasks", bad, "--out", out]);
+        assert.equal(ran.code, 1, ran.stderr);
+        assert.match(
+          ran.stderr,
+          /^error: Cannot evaluate row 2 of \S+bad\.jsonl \("two"\): argument "n" /,
+        );
+        assert.doesNotMatch(ran.stderr, /\n./);
+        await assert.rejects(Deno.stat(out), Deno.errors.NotFound, "nothing ran");
+      },
+    );
     await t.step("an agent that cannot start: errored, exit 1, first error shown", async () => {
       const out = `${dir}/typo.jsonl`;
       const ran = await run(["eval", FAST, "--agent", "./agnet.sh", "--tasks", rows, "--out", out]);
@@ -719,6 +760,26 @@ test("main() behaves like a Unix tool", async (t) => {
     assert.equal(ran.code, 1);
     assert.match(ran.stderr, /not ready after 300 ms .*: connection refused/i);
   });
+  await t.step(
+    "a wrong port: one refused connection says nothing listens there, naming it",
+    async () => {
+      const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+      const port = listener.addr.port;
+      listener.close();
+      for (const command of [["tasks"], ["start", "add"], ["grade", "add", "--answer", "3"]]) {
+        const started = performance.now();
+        const ran = await run([...command, "--url", `tcp://127.0.0.1:${port}`]);
+        const ms = performance.now() - started;
+        assert.equal(ran.code, 1, ran.stderr);
+        assert.equal(
+          ran.stderr,
+          `error: Cannot connect to tcp://127.0.0.1:${port}: nothing listens there (connection refused); start the environment there first ("hud serve FILE --port ${port}"), or wait for one that is starting with --ready-timeout S\n`,
+        );
+        // Not the 10 s of retries of before: one refusal is the answer (bound loosely, for a loaded machine).
+        assert.ok(ms < 5_000, `${command[0]} took ${Math.round(ms)} ms`);
+      }
+    },
+  );
   await t.step("a port in use names the address", async () => {
     using listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
     const ran = await run(["serve", BASIC, "--port", String(listener.addr.port)]);
@@ -798,4 +859,35 @@ env.template({ id: "hi" }, async function* () {
       await Deno.remove(dir, { recursive: true });
     }
   });
+});
+
+test("main() report and view refuse a file that is not a results file, in one line", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "hud-report-notresults-" });
+  try {
+    const empty = `${dir}/empty.jsonl`;
+    await Deno.writeTextFile(empty, "");
+    for (
+      const args of [
+        ["report", BASIC],
+        ["report", BASIC, "--html", `${dir}/r.html`],
+        ["report", BASIC, "--atif", `${dir}/atif`],
+        ["report", empty, BASIC],
+        ["view", BASIC],
+      ]
+    ) {
+      const ran = await run(args);
+      assert.equal(ran.code, 1, `${args.join(" ")}: ${ran.stdout}${ran.stderr}`);
+      assert.match(
+        ran.stderr,
+        /^error: Cannot read results: "[^"]*basic_env\.ts" is not a results file \(none of its \d+ lines is a rollout record\); give the JSONL that "eval --out" writes\n$/,
+      );
+      assert.equal(ran.stdout, "");
+    }
+    await assert.rejects(Deno.stat(`${dir}/r.html`), Deno.errors.NotFound);
+    // A results file with no rollout yet is an empty job, not an error.
+    const ran = await run(["report", empty]);
+    assert.equal(ran.code, 0, ran.stderr);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });

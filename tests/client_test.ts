@@ -1,4 +1,5 @@
 import { test } from "./_test.ts";
+import { LINUX, ROOT_USER } from "./_counterparts.ts";
 import assert from "node:assert/strict";
 import {
   any,
@@ -659,7 +660,7 @@ async function bashOutput(script: string, asNobody: boolean): Promise<string> {
 test({
   name: "HudClient forwarders serve only the user who opened them: another uid is refused",
   // Needs root to act as another user, and Linux's socket tables.
-  ignore: Deno.build.os !== "linux" || Deno.uid() !== 0,
+  needs: [LINUX, ROOT_USER],
   async fn(t) {
     const echo = echoServer();
     const env = new Environment("users", {
@@ -790,6 +791,16 @@ test("connect() takes a control address as a record: a placement's, a server's, 
     await assert.rejects(
       connect({ hostname: "127.0.0.1", port: freePort() }, { refusedTimeout: 200 }),
       (e: unknown) => e instanceof NotReadyError && /nothing listens there/.test(e.message),
+    );
+    // No time allowed for refusals: the first one is the answer, said as such.
+    const port = freePort();
+    await assert.rejects(
+      connect({ hostname: "127.0.0.1", port }, { refusedTimeout: 0 }),
+      (e: unknown) =>
+        e instanceof NotReadyError &&
+        e.message.startsWith(
+          `Cannot connect to tcp://127.0.0.1:${port}: connection refused, nothing listens there; `,
+        ),
     );
     await assert.rejects(connect({ hostname: "", port: 1 }), TypeError);
     await assert.rejects(connect({ hostname: "x", port: 0 }), RangeError);

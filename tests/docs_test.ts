@@ -2,7 +2,8 @@
 // its file (and heading), every TypeScript block type-checks against the
 // code, and the README's quick start runs and prints what it says.
 
-import { test } from "./_test.ts";
+import { test, withCounterparts } from "./_test.ts";
+import { SANDBOX } from "./_counterparts.ts";
 import assert from "node:assert/strict";
 
 const ROOT = new URL("../", import.meta.url);
@@ -60,31 +61,39 @@ test("docs: every TypeScript block of the README and the guides type-checks", as
   assert.equal(code, 0, new TextDecoder().decode(stderr));
 });
 
-test("README: the quick start's programs run and print what their comments say", async () => {
+test("README: the quick start's programs run and print what their comments say", async (t) => {
   const readme = Deno.readTextFileSync(new URL("README.md", ROOT));
   const section = readme.split(/^## /m).find((s) => s.startsWith("Quick start"));
   assert.ok(section, "README.md has a Quick start section");
   const blocks = [...section.matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map((m) => m[1]);
   assert.equal(blocks.length, 2, "the arithmetic quick start and the workspace one");
   const dir = await Deno.makeTempDir({ prefix: "hud-readme-" });
+  /** Runs block `i` as a program; what it printed. */
+  const run = async (i: number): Promise<string> => {
+    const file = `${dir}/quick_start_${i}.ts`;
+    await Deno.writeTextFile(
+      file,
+      blocks[i].replaceAll('"./mod.ts"', `"${new URL("mod.ts", ROOT)}"`),
+    );
+    const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", file],
+      cwd: dir,
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    assert.equal(code, 0, new TextDecoder().decode(stderr));
+    return new TextDecoder().decode(stdout).trim();
+  };
   try {
-    const printed: string[] = [];
-    for (const [i, block] of blocks.entries()) {
-      const file = `${dir}/quick_start_${i}.ts`;
-      await Deno.writeTextFile(
-        file,
-        block.replaceAll('"./mod.ts"', `"${new URL("mod.ts", ROOT)}"`),
-      );
-      const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
-        args: ["run", "-A", file],
-        cwd: dir,
-        stdout: "piped",
-        stderr: "piped",
-      }).output();
-      assert.equal(code, 0, new TextDecoder().decode(stderr));
-      printed.push(new TextDecoder().decode(stdout).trim());
-    }
-    assert.deepEqual(printed, ["1 completed", "1"]);
+    await t.step("the arithmetic one", async () => {
+      assert.equal(await run(0), "1 completed");
+    });
+    await t.step(withCounterparts({
+      name: "the workspace one",
+      fn: async () => {
+        assert.equal(await run(1), "1");
+      },
+    }, [SANDBOX]));
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

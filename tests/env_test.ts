@@ -246,6 +246,35 @@ test("Environment.startTask() with strict: false coerces laxly", async () => {
   await task.cancel();
 });
 
+test("Environment.checkTask() refuses as startTask() does, and runs no task code", () => {
+  const env = new Environment("check");
+  let ran = 0;
+  env.template({ id: "t", args: { a: integer() } }, async function* () {
+    ran++;
+    yield "p";
+    yield 1;
+  });
+  env.checkTask("t", { a: 1 });
+  env.checkTask("t", { a: "2" }); // converts cleanly, as startTask takes it
+  assert.throws(() => env.checkTask("nope"), {
+    name: "RangeError",
+    message: 'Cannot start task: unknown template "nope"',
+  });
+  assert.throws(() => env.checkTask("t", { b: 1 }), {
+    name: "TypeError",
+    message: /^Cannot start task "t": unknown arguments "b"; missing arguments "a"/,
+  });
+  assert.throws(() => env.checkTask("t", { a: "x" }), {
+    name: "TypeError",
+    message: /^Cannot start task "t": argument "a" /,
+  });
+  assert.throws(() => env.checkTask("t", [1]), {
+    name: "TypeError",
+    message: /args must be an object/,
+  });
+  assert.equal(ran, 0);
+});
+
 test("Environment.startTask() refuses before any task code runs", async (t) => {
   const env = new Environment("refuse");
   let ran = 0;

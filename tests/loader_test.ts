@@ -137,3 +137,59 @@ test("loadEnvironment() reports modules it cannot use", async (t) => {
     await assert.rejects(loadEnvironment(fixture("basic_env.ts"), { name: "" }), TypeError);
   });
 });
+
+test("loadEnvironment() refuses a module that serves when imported, before it binds or prints; serve() elsewhere meanwhile serves", async (t) => {
+  const { serve } = await import("../server.ts");
+  const dir = await Deno.makeTempDir({ prefix: "hud_unguarded_" });
+  const mod = new URL("../mod.ts", import.meta.url).href;
+  try {
+    // Awaits before it serves, and serves through a function of its own: the
+    // module's top level is still what the call comes from.
+    const file = `${dir}/unguarded.ts`;
+    await Deno.writeTextFile(
+      file,
+      `import { Environment, serve } from "${mod}";
+export const env = new Environment("unguarded");
+env.template({ id: "hi" }, async function* () { yield "hi"; yield 1; });
+async function main() {
+  await new Promise((r) => setTimeout(r, 10));
+  return await serve(env, { handleSignals: false, announce: (line) => { throw new Error("announced " + line); } });
+}
+await new Promise((r) => setTimeout(r, 10));
+await main();
+`,
+    );
+    await t.step("the import fails, naming the way out; nothing was announced", async () => {
+      await assert.rejects(
+        loadEnvironment(file),
+        new Error(
+          `Cannot load environment from "${file}": Cannot serve "unguarded" while its module is ` +
+            `loaded as an environment: guard the serve() call with "if (import.meta.main)" ` +
+            `(at ${file}:6:16)`,
+        ),
+      );
+    });
+    await t.step(
+      "a serve() of this process while another module loads is not refused",
+      async () => {
+        const slow = `${dir}/slow.ts`;
+        await Deno.writeTextFile(
+          slow,
+          `import { Environment } from "${mod}";
+await new Promise((r) => setTimeout(r, 300));
+export const env = new Environment("slow");
+`,
+        );
+        const loading = loadEnvironment(slow);
+        const env = new Environment("here");
+        const lines: string[] = [];
+        const server = await serve(env, { handleSignals: false, announce: (l) => lines.push(l) });
+        await server.shutdown();
+        assert.match(lines.at(-1)!, /^HUD_SERVE_PORT=\d+$/);
+        assert.equal((await loading).name, "slow");
+      },
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -1,6 +1,7 @@
 // Interop with Python peers written from PROTOCOL.md alone: a client that
 // drives our server, and a server that our client drives.
 import { test } from "./_test.ts";
+import { counterpart } from "./_counterparts.ts";
 import assert from "node:assert/strict";
 import { Capability, connect } from "../mod.ts";
 import { serve } from "../server.ts";
@@ -16,13 +17,19 @@ const python = await new Deno.Command("python3", {
   signal: AbortSignal.timeout(30_000),
 })
   .output().then((o) => o.success ? new TextDecoder().decode(o.stdout).trim() : "", () => "");
+/** A python3 on PATH. */
+const PYTHON_ON_PATH = counterpart(
+  "python3",
+  "apt-get install python3",
+  () => python ? null : "no python3 on PATH",
+);
 // Isolated (-I) and without site packages (-S): the fixtures use only the
 // standard library, and start faster without site's .pth imports.
 const PY_FLAGS = ["-I", "-S"];
 
 test({
   name: "serve() with auth: false is driven by a Python client that follows PROTOCOL.md",
-  ignore: !python,
+  needs: [PYTHON_ON_PATH],
   async fn() {
     const echo = echoServer();
     const env = demoEnv();
@@ -70,7 +77,7 @@ test({
 
 test({
   name: "connect() drives a Python server that follows PROTOCOL.md",
-  ignore: !python,
+  needs: [PYTHON_ON_PATH],
   fn: withDeadline(40_000, async () => {
     const echo = echoServer();
     const script = new URL("./fixtures/py_server.py", import.meta.url).pathname;

@@ -4,6 +4,7 @@
 // socket, in tests/_server/dispatcher_test.ts.
 
 import { test } from "./_test.ts";
+import { counterpart, SANDBOX } from "./_counterparts.ts";
 import assert from "node:assert/strict";
 import { any, bind, Capability, connect, Environment, integer, serve } from "../mod.ts";
 import { isRecord } from "../_internal/util.ts";
@@ -17,6 +18,12 @@ const python = await new Deno.Command("python3", {
   stderr: "null",
   signal: AbortSignal.timeout(30_000),
 }).output().then((o) => o.success ? new TextDecoder().decode(o.stdout).trim() : "", () => "");
+/** A python3 on PATH. */
+const PYTHON_ON_PATH = counterpart(
+  "python3",
+  "apt-get install python3",
+  () => python ? null : "no python3 on PATH",
+);
 
 /** The error of a reply frame. */
 function errorOf(reply: Record<string, unknown> | null): { code: number; message: string } {
@@ -228,7 +235,7 @@ test("bind() parks the task of a dropped connection; a new connection resumes it
 
 test({
   name: "bind() with auth: false serves HUD's client at the edges of the wire (issues 24 and 42)",
-  ignore: !python,
+  needs: [PYTHON_ON_PATH],
   async fn() {
     const echo = echoServer();
     const env = new Environment("edges", {
@@ -972,36 +979,42 @@ test("bind() hands tunnel.open of an attached capability to its handler", async 
   fwd.close();
 });
 
-test("bind() with auth: false publishes a dialable url for an in-process capability (issue 24, point 10)", async () => {
-  // An agent inside the environment that reads the raw manifest bindings,
-  // as HUD's do, dials the url; without a token that port exposes nothing
-  // the control port's tunnel does not.
-  const { addWorkspace } = await import("../workspace/workspace.ts");
-  const { FileTrackerClient } = await import("../filetracking/tracker.ts");
-  const root = await Deno.makeTempDir({ prefix: "ws-raw-" });
-  const env = new Environment("ws");
-  addWorkspace(env, root, { writeKeyFile: false });
-  await env.start();
-  try {
-    assert.equal(env.capability("filetracking")!.url, "tcp://127.0.0.1:0");
-    await using server = bind(env, { auth: false });
-    await using peer = await RawPeer.open(server.addr.port);
-    const bindings = resultOf(await peer.call("hello")).bindings;
-    assert.ok(Array.isArray(bindings));
-    const tracking = bindings.find((b) => isRecord(b) && b.name === "filetracking");
-    assert.ok(isRecord(tracking) && typeof tracking.url === "string");
-    assert.match(tracking.url, /^tcp:\/\/127\.0\.0\.1:[1-9]\d*$/);
-    await Deno.writeTextFile(`${root}/raw.txt`, "hi\n");
-    await using tracker = await FileTrackerClient.connect(tracking.url);
-    const diff = await tracker.diff();
-    assert.deepEqual(diff.patches.map((p) => [p.path, p.status]), [["raw.txt", "added"]]);
-  } finally {
-    await env.stop();
-    await Deno.remove(root, { recursive: true });
-  }
-});
+test(
+  "bind() with auth: false publishes a dialable url for an in-process capability (issue 24, point 10)",
+  { needs: [SANDBOX] },
+  async () => {
+    // An agent inside the environment that reads the raw manifest bindings,
+    // as HUD's do, dials the url; without a token that port exposes nothing
+    // the control port's tunnel does not.
+    const { addWorkspace } = await import("../workspace/workspace.ts");
+    const { FileTrackerClient } = await import("../filetracking/tracker.ts");
+    const root = await Deno.makeTempDir({ prefix: "ws-raw-" });
+    const env = new Environment("ws");
+    addWorkspace(env, root, { writeKeyFile: false });
+    await env.start();
+    try {
+      assert.equal(env.capability("filetracking")!.url, "tcp://127.0.0.1:0");
+      await using server = bind(env, { auth: false });
+      await using peer = await RawPeer.open(server.addr.port);
+      const bindings = resultOf(await peer.call("hello")).bindings;
+      assert.ok(Array.isArray(bindings));
+      const tracking = bindings.find((b) => isRecord(b) && b.name === "filetracking");
+      assert.ok(isRecord(tracking) && typeof tracking.url === "string");
+      assert.match(tracking.url, /^tcp:\/\/127\.0\.0\.1:[1-9]\d*$/);
+      await Deno.writeTextFile(`${root}/raw.txt`, "hi\n");
+      await using tracker = await FileTrackerClient.connect(tracking.url);
+      const diff = await tracker.diff();
+      assert.deepEqual(diff.patches.map((p) => [p.path, p.status]), [["raw.txt", "added"]]);
+    } finally {
+      await env.stop();
+      await Deno.remove(root, { recursive: true });
+    }
+  },
+);
 
-test("addWorkspace()'s file tracker has no port: only the authenticated tunnel reaches it", async () => {
+test("addWorkspace()'s file tracker has no port: only the authenticated tunnel reaches it", {
+  needs: [SANDBOX],
+}, async () => {
   const { addWorkspace } = await import("../workspace/workspace.ts");
   const { FileTrackerClient } = await import("../filetracking/tracker.ts");
   const root = await Deno.makeTempDir({ prefix: "ws-auth-" });

@@ -108,6 +108,9 @@ export const CLIENT_JS: string = String.raw`
     return sig(ms / 3600000) + " h";
   }
   function fmtMean(m, se) { return m === null || m === undefined ? "\u2013" : sig(m) + (se === null || se === undefined ? "" : " \u00b1 " + sig(se)); }
+  // B − A, with a difference below float noise (two means of the same rewards, summed in
+  // another order) counted as none: it would be "worse", in red, for nothing.
+  function change(a, b) { var d = b - a; return Math.abs(d) <= 1e-9 * Math.max(Math.abs(a), Math.abs(b)) ? 0 : d; }
   function fmtDelta(d) { return d === null ? "\u2013" : (d > 0 ? "+" : d < 0 ? "\u2212" : "\u00b1") + sig(Math.abs(d)); }
   function plural(n, one, many) { return n + " " + (n === 1 ? one : (many || one + "s")); }
   function lines(text) { return text === "" ? 0 : text.split("\n").length; }
@@ -246,6 +249,9 @@ export const CLIENT_JS: string = String.raw`
       svg.appendChild(s("text", { x: (PL + PW - PR) / 2, y: PH - 4, class: "label", "text-anchor": "middle", text: "k (rollouts per task)" }));
     });
   }
+  // A task's arguments in one line, as a tooltip or a table cell shows them.
+  function argsText(args) { return JSON.stringify(args === undefined ? {} : args); }
+  function cut(text, n) { return text.length > n ? text.slice(0, n - 1) + "\u2026" : text; }
   function taskPlot(tasks) {
     var ts = tasks.filter(function (t) { return t.mean_reward !== null; });
     if (!ts.length) return null;
@@ -260,9 +266,9 @@ export const CLIENT_JS: string = String.raw`
       });
       ts.forEach(function (t, j) {
         var y = 6 + j * rowH, v = t.mean_reward;
-        svg.appendChild(s("text", { x: x0 - 6, y: y + 10, class: "tick", "text-anchor": "end", text: t.slug.length > 22 ? t.slug.slice(0, 21) + "\u2026" : t.slug }, s("title", { text: t.slug })));
+        svg.appendChild(s("text", { x: x0 - 6, y: y + 10, class: "tick", "text-anchor": "end", text: t.slug.length > 22 ? t.slug.slice(0, 21) + "\u2026" : t.slug }, s("title", { text: t.slug + " " + argsText(t.args) })));
         svg.appendChild(s("rect", { x: Math.min(X(0), X(v)), y: y + 2, width: Math.max(1, Math.abs(X(v) - X(0))), height: rowH - 5, class: "bar " + (v >= 1 ? "pass" : v > 0 ? "partial" : "zero") },
-          s("title", { text: t.slug + ": " + fmtMean(v, t.stderr) + " (" + t.passes + "/" + t.runs + " pass)" })));
+          s("title", { text: t.slug + " " + argsText(t.args) + ": " + fmtMean(v, t.stderr) + " (" + t.passes + "/" + t.runs + " pass)" })));
         if (t.stderr !== null) svg.appendChild(s("line", { x1: X(v - t.stderr), x2: X(v + t.stderr), y1: y + rowH / 2, y2: y + rowH / 2, class: "whisker" }));
         svg.appendChild(s("text", { x: x1 + 4, y: y + 10, class: "tick", text: sig(v) }));
       });
@@ -338,8 +344,8 @@ export const CLIENT_JS: string = String.raw`
     var shown = state.allTasks ? tasks : tasks.slice(0, TASKS_SHOWN);
     var replaced = tasks.some(function (t) { return t.superseded > 0; });
     var failing = tasks.some(function (t) { return t.first_error; });
-    var head = ["Task", "Runs", "Mean reward", "Passes"].concat(names).concat(replaced ? ["Replaced"] : []).concat(failing ? ["First error"] : []);
-    var numeric = function (j) { return j > 0 && !(failing && j === head.length - 1); };
+    var head = ["Task", "Args", "Runs", "Mean reward", "Passes"].concat(names).concat(replaced ? ["Replaced"] : []).concat(failing ? ["First error"] : []);
+    var numeric = function (j) { return j > 1 && !(failing && j === head.length - 1); };
     return h("section", { "aria-labelledby": "tasks-h" },
       h("h2", { id: "tasks-h" }, "Tasks"),
       h("table", { id: "tasks", class: "tasks" },
@@ -348,6 +354,7 @@ export const CLIENT_JS: string = String.raw`
         h("tbody", null, shown.map(function (t) {
           return h("tr", { class: t.mean_reward === null ? "failed" : t.mean_reward >= 1 ? "pass" : t.mean_reward > 0 ? "partial" : "zero" },
             h("th", { scope: "row" }, h("a", { href: "#/f/" + f, onclick: function (e) { e.preventDefault(); state.filter = t.slug; route(); } }, t.slug)),
+            h("td", { class: "task-args", title: argsText(t.args) }, h("code", null, cut(argsText(t.args), 60))),
             h("td", { class: "num" }, t.runs + (t.errored ? " (" + t.errored + " errored)" : "")),
             h("td", { class: "num reward" }, fmtMean(t.mean_reward, t.stderr)),
             h("td", { class: "num" }, t.passes + "/" + t.runs),
@@ -529,11 +536,13 @@ export const CLIENT_JS: string = String.raw`
     return isNaN(t) || isNaN(t0) ? null : t - t0;
   }
 
-  function longText(text, cls, limit) {
-    // Long output opens on demand, so one tool result is not a wall.
+  function longText(text, cls, limit, open) {
+    // Long output opens on demand, so one tool result is not a wall; open
+    // (true or false) decides instead: a failed check's output is what the
+    // reader came for, a passed one's is not.
     var n = lines(text);
-    if (n <= (limit || 12) && text.length < 2000) return h("pre", { class: cls || "text" }, text);
-    return h("details", { class: "long" }, h("summary", null, plural(n, "line") + ", " + count(text.length) + " characters"), h("pre", { class: cls || "text" }, text));
+    if (open === undefined && n <= (limit || 12) && text.length < 2000) return h("pre", { class: cls || "text" }, text);
+    return h("details", { class: "long", open: open ? "" : null }, h("summary", null, plural(n, "line") + ", " + count(text.length) + " characters"), h("pre", { class: cls || "text" }, text));
   }
 
   function commandArgument(args) {
@@ -606,13 +615,13 @@ export const CLIENT_JS: string = String.raw`
   function eventItem(kind, text, at, cls) {
     return h("li", { class: "event " + (cls || "") }, h("span", { class: "role" }, kind), " ", h("span", null, text), at !== null && at !== undefined ? h("time", null, "+" + fmtMs(at)) : "");
   }
-  function kvList(obj) {
-    // Scalars inline; text as text; anything nested as JSON on demand.
+  function kvList(obj, open) {
+    // Scalars inline; text as text (open: as longText); anything nested as JSON on demand.
     var inline = [], blocks = [];
     Object.keys(obj).forEach(function (k) {
       var v = obj[k];
       if (v === null || typeof v === "number" || typeof v === "boolean") inline.push(k.replace(/_/g, " ") + " " + (typeof v === "number" ? sig(v) : String(v)));
-      else if (typeof v === "string") { if (v.indexOf("\n") < 0 && v.length < 120) inline.push(k.replace(/_/g, " ") + " " + (v === "" ? "(empty)" : v)); else blocks.push(h("div", null, h("div", { class: "muted small" }, k), longText(v, "text"))); }
+      else if (typeof v === "string") { if (v.indexOf("\n") < 0 && v.length < 120) inline.push(k.replace(/_/g, " ") + " " + (v === "" ? "(empty)" : v)); else blocks.push(h("div", null, h("div", { class: "muted small" }, k), longText(v, "text", undefined, open))); }
       else if (Array.isArray(v) && v.every(function (x) { return typeof x === "number"; })) inline.push(k.replace(/_/g, " ") + ": " + plural(v.length, "value"));
       else blocks.push(h("details", { class: "json" }, h("summary", null, k), h("pre", { class: "args" }, JSON.stringify(v, null, 2))));
     });
@@ -668,15 +677,22 @@ export const CLIENT_JS: string = String.raw`
     var t0 = Date.parse(trace.started_at);
     var results = {};
     steps.forEach(function (st) { if (st.type === "tool" && isObj(st.content) && st.content.id) results[st.content.id] = st; });
-    var prompt = null, items = [];
+    // The model read the system prompt before the task's: the first request's system messages
+    // go before the prompt, at its time (they come in the model step, after it).
+    var prompt = null, promptIndex = -1, promptTime = null, modelSeen = false, items = [];
     steps.forEach(function (st) {
       var at = offsetOf(st, t0), c = st.content, info = st.info || {};
       var type = String(st.type);
       if (type === "setup") items.push(eventItem("task", (isObj(c) ? c.id + " " + JSON.stringify(c.args || {}) : "") + (info.env_version ? " \u00b7 environment " + info.env_version : ""), at, "muted"));
-      else if (type === "user") { prompt = textOf(c); items.push(message("user", longText(prompt, "text", 40), "prompt", at)); }
+      else if (type === "user") { prompt = textOf(c); promptIndex = items.length; promptTime = at; items.push(message("user", longText(prompt, "text", 40), "prompt", at)); }
       else if (type === "model" && isObj(c)) {
+        var first = !modelSeen;
+        modelSeen = true;
         (c.request || []).forEach(function (m) {
-          if (m.role === "system") items.push(message("system", longText(textOf(m.content), "text", 6), null, at));
+          if (m.role === "system") {
+            if (first && promptIndex >= 0) items.splice(promptIndex++, 0, message("system", longText(textOf(m.content), "text", 6), null, promptTime));
+            else items.push(message("system", longText(textOf(m.content), "text", 6), null, at));
+          }
           else if (m.role === "user") { if (textOf(m.content) !== prompt) items.push(message("user", longText(textOf(m.content), "text", 40), null, at)); }
           else if (m.role === "tool") { if (!results[m.tool_call_id]) items.push(message("tool", longText(textOf(m.content), "text"), m.tool_call_id || "", at)); }
           else items.push(message(String(m.role), longText(textOf(m.content), "text"), null, at));
@@ -730,17 +746,19 @@ export const CLIENT_JS: string = String.raw`
         }))));
     }
     var info = isObj(c.info) ? c.info : {};
+    // A check that failed shows its output open, one that passed folded (a penalty fails at 1).
+    var failed = function (value, weight) { return typeof value !== "number" ? undefined : typeof weight === "number" && weight < 0 ? value > 0 : value < 1; };
     if (Array.isArray(info.breakdown)) {
       var node = function (n) {
         var nInfo = isObj(n.info) ? n.info : {};
         return h("li", null, h("div", null, h("strong", null, String(n.name)), " ", sig(n.value), typeof n.weight === "number" ? h("span", { class: "muted" }, " \u00d7 " + sig(n.weight)) : ""),
-          kvList(nInfo), Array.isArray(n.children) && n.children.length ? h("ul", { class: "breakdown" }, n.children.map(node)) : "");
+          kvList(nInfo, failed(n.value, n.weight)), Array.isArray(n.children) && n.children.length ? h("ul", { class: "breakdown" }, n.children.map(node)) : "");
       };
       parts.push(h("h4", null, "What the checks saw"), h("ul", { class: "breakdown" }, info.breakdown.map(node)));
     }
     var rest = {};
     Object.keys(info).forEach(function (k) { if (k !== "breakdown") rest[k] = info[k]; });
-    if (Object.keys(rest).length) parts.push(h("div", { class: "grade-info" }, kvList(rest)));
+    if (Object.keys(rest).length) parts.push(h("div", { class: "grade-info" }, kvList(rest, failed(score))));
     if (c.content !== undefined && c.content !== null) parts.push(h("div", null, h("div", { class: "muted small" }, "The grader said"), longText(textOf(c.content), "text")));
     return h("section", { "aria-labelledby": "grade-h", id: "grade" }, h("h3", { id: "grade-h" }, "Grade"), parts);
   }
@@ -826,6 +844,8 @@ export const CLIENT_JS: string = String.raw`
       var trace = rec.trace || {};
       var steps = trace.steps || [];
       var row = files[f].rows[i] || {};
+      var setup = steps.filter(function (st) { return st.type === "setup" && isObj(st.info) && typeof st.info.env_version === "string"; })[0];
+      var envVersion = setup ? setup.info.env_version : "";
       var errors = (trace.errors || []).map(function (e) {
         return h("li", null, h("strong", null, e.phase + ": "), (e.class ? "[" + e.class + "] " : "") + e.name + ": " + e.message + (e.at ? " (at " + e.at + ")" : ""),
           e.stack ? h("pre", { class: "args" }, e.stack) : "");
@@ -846,7 +866,7 @@ export const CLIENT_JS: string = String.raw`
           h("dt", null, "Agent"), h("dd", { id: "r-agent" }, agentText(agent), agent && agent.settings ? h("span", { class: "muted" }, " " + settingsText(agent.settings)) : ""),
           row.calls ? [h("dt", null, "Steps"), h("dd", null, plural(row.calls, "model call") + ", " + plural(row.tools, "tool call") + (tokens ? ", " + tokens + " tokens" : ""))] : "",
           h("dt", null, "Args"), h("dd", null, h("code", null, JSON.stringify(rec.task.args))),
-          h("dt", null, "Environment"), h("dd", null, String(rec.task.env))),
+          h("dt", null, "Environment"), h("dd", { id: "r-env" }, String(rec.task.env) + (envVersion ? " " + envVersion : ""))),
         errors.length ? h("section", { "aria-labelledby": "err-h" }, h("h3", { id: "err-h" }, "Errors"), h("ul", { class: "errors" }, errors)) : "",
         gradeSection(steps),
         timeline(trace),
@@ -909,7 +929,7 @@ export const CLIENT_JS: string = String.raw`
       var keys = Object.keys(A).concat(Object.keys(B).filter(function (k) { return !(k in A); }));
       var rows = keys.map(function (k) {
         var x = A[k], y = B[k];
-        var d = x && y && x.mean_reward !== null && y.mean_reward !== null ? y.mean_reward - x.mean_reward : null;
+        var d = x && y && x.mean_reward !== null && y.mean_reward !== null ? change(x.mean_reward, y.mean_reward) : null;
         return { task: k, args: JSON.stringify((x || y).args), a: x ? x.mean_reward : null, b: y ? y.mean_reward : null, d: d, inA: !!x, inB: !!y };
       });
       rows.sort(function (p, q) {

@@ -438,7 +438,7 @@ shift; exec "$@"
  * @param config what the sandbox lets through
  * @returns the command line to execute
  */
-function sandboxArgv(
+export function sandboxArgv(
   argv: readonly string[],
   cwd: string,
   config: SandboxConfig,
@@ -592,7 +592,16 @@ export async function chooseSandbox(
     failures.push(`${isolation}: ${failure}`);
   }
   const installed = failures.filter((f) => !f.endsWith("is not installed"));
-  if (Deno.uid() !== 0 && installed.length > 0 && installed.every((f) => NO_USERNS.test(f))) {
+  const refused = installed.length > 0 && installed.every((f) => NO_USERNS.test(f));
+  if (refused && Deno.uid() === 0) {
+    // Root refused namespaces: a container's seccomp profile (Docker's default), or the kernel.
+    throw new Error(
+      `Cannot start ${what}: no sandbox works here: user namespaces are not allowed here (${
+        failures.join("; ")
+      }); run it where they are (an environment placed in a container of its own by ContainerRuntime, or a container started with a seccomp profile that allows them), or ${none}`,
+    );
+  }
+  if (refused) {
     throw new Error(
       `Cannot start ${what}: no sandbox works here: this user may not create user namespaces (${
         failures.join("; ")

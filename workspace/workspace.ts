@@ -39,7 +39,7 @@ export type { WorkspaceSnapshot, WorkspaceSnapshotOptions } from "./_snapshot.ts
  * returned {@linkcode Workspace} grades inside the same sandbox.
  *
  * @example Serve a workspace, let the agent work, grade what it left
- * ```ts
+ * ```ts ignore
  * import { addWorkspace } from "./workspace.ts";
  * import { Environment } from "../env.ts";
  * import { SshClient } from "../ssh/mod.ts";

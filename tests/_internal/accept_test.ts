@@ -1,4 +1,5 @@
 import { test } from "../_test.ts";
+import { LINUX } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { acceptLoop } from "../../_internal/accept.ts";
 
@@ -24,7 +25,7 @@ test("acceptLoop() hands over each connection and ends when the listener closes"
 
 test({
   name: "acceptLoop() outlives running out of file descriptors (the file tracker's listener)",
-  ignore: Deno.build.os !== "linux",
+  needs: [LINUX],
   async fn() {
     const fixture = new URL("../fixtures/emfile_tracker.ts", import.meta.url);
     const out = await new Deno.Command("prlimit", {

@@ -1,6 +1,12 @@
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";
-import { FirstFrameDeadlines, Gate, UNAUTHORIZED_MESSAGE } from "../../_server/admission.ts";
+import {
+  FirstFrameDeadlines,
+  Gate,
+  MISSING_TOKEN_MESSAGE,
+  UNAUTHORIZED_MESSAGE,
+  WRONG_TOKEN_MESSAGE,
+} from "../../_server/admission.ts";
 import { waitFor } from "../_helpers.ts";
 
 const TOKEN = "k".repeat(64);
@@ -8,10 +14,10 @@ const TOKEN = "k".repeat(64);
 test("Gate admits only a first hello or tunnel.open with the token", async (t) => {
   const gate = new Gate(TOKEN);
   assert.equal(gate.required, true);
-  const refused = (id: unknown) => ({
+  const refused = (id: unknown, message = UNAUTHORIZED_MESSAGE) => ({
     jsonrpc: "2.0",
     id,
-    error: { code: -32001, message: UNAUTHORIZED_MESSAGE },
+    error: { code: -32001, message },
   });
   await t.step("first frames", () => {
     assert.equal(gate.check({ id: 1, method: "hello", params: { token: TOKEN } }, false), null);
@@ -22,19 +28,24 @@ test("Gate admits only a first hello or tunnel.open with the token", async (t) =
       ),
       null,
     );
-    for (
-      const request of [
-        { id: 1, method: "hello", params: {} },
-        { id: 1, method: "hello" },
-        { id: 1, method: "hello", params: { token: TOKEN.slice(1) + "j" } },
-        { id: 1, method: "hello", params: { token: [TOKEN] } },
-        { id: 1, method: "tasks.list", params: { token: TOKEN } },
-        { id: 1, method: "tasks.start", params: { id: "add", token: TOKEN } },
-      ]
-    ) {
-      assert.deepEqual(gate.check(request, false), refused(1), JSON.stringify(request));
+    const cases: [Record<string, unknown>, string][] = [
+      [{ id: 1, method: "hello", params: {} }, MISSING_TOKEN_MESSAGE],
+      [{ id: 1, method: "hello" }, MISSING_TOKEN_MESSAGE],
+      [{ id: 1, method: "tunnel.open", params: { capability: "x" } }, MISSING_TOKEN_MESSAGE],
+      [{ id: 1, method: "hello", params: { token: TOKEN.slice(1) + "j" } }, WRONG_TOKEN_MESSAGE],
+      [{ id: 1, method: "hello", params: { token: [TOKEN] } }, WRONG_TOKEN_MESSAGE],
+      [{ id: 1, method: "tunnel.open", params: { token: "x" } }, WRONG_TOKEN_MESSAGE],
+      [{ id: 1, method: "tasks.list", params: { token: TOKEN } }, UNAUTHORIZED_MESSAGE],
+      [{ id: 1, method: "tasks.start", params: { id: "add", token: TOKEN } }, UNAUTHORIZED_MESSAGE],
+    ];
+    for (const [request, message] of cases) {
+      assert.deepEqual(gate.check(request, false), refused(1, message), JSON.stringify(request));
     }
-    assert.deepEqual(gate.check({ method: "hello" }, false), refused(null));
+    assert.deepEqual(gate.check({ method: "hello" }, false), refused(null, MISSING_TOKEN_MESSAGE));
+    // Each says what to do, in one line, and a wrong one shows nothing of the right one.
+    assert.match(MISSING_TOKEN_MESSAGE, /^unauthorized: no token: .*set HUD_SERVE_TOKEN/);
+    assert.match(WRONG_TOKEN_MESSAGE, /^unauthorized: wrong token: .*check HUD_SERVE_TOKEN/);
+    for (const m of [MISSING_TOKEN_MESSAGE, WRONG_TOKEN_MESSAGE]) assert.doesNotMatch(m, /\n/);
   });
   await t.step("later frames need no token; a later hello with one must be right", () => {
     assert.equal(gate.check({ id: 2, method: "tasks.list" }, true), null);
@@ -42,7 +53,7 @@ test("Gate admits only a first hello or tunnel.open with the token", async (t) =
     assert.equal(gate.check({ id: 2, method: "hello", params: { token: TOKEN } }, true), null);
     assert.deepEqual(
       gate.check({ id: 3, method: "hello", params: { token: "x" } }, true),
-      refused(3),
+      refused(3, WRONG_TOKEN_MESSAGE),
     );
   });
   await t.step("without a token everything passes", () => {

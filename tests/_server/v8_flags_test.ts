@@ -3,6 +3,7 @@
 // flags were chosen for it.
 
 import { test } from "../_test.ts";
+import { LINUX } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { connect } from "../../client.ts";
 import { SERVER_V8_FLAGS } from "../../_server/v8_flags.ts";
@@ -11,7 +12,6 @@ import { testSignal } from "../_deadline.ts";
 
 const CLI = new URL("../../cli.ts", import.meta.url).pathname;
 const FIXTURE = new URL("../fixtures/young_generation_env.ts", import.meta.url).pathname;
-const linux = Deno.build.os === "linux";
 
 /**
  * Serves the fixture with `denoFlags` before the script, under `permissions`;
@@ -42,7 +42,7 @@ async function served(denoFlags: string[], permissions = ["-A"]): Promise<{
 
 test({
   name: "cli.ts serve runs with SERVER_V8_FLAGS when none were chosen",
-  ignore: !linux,
+  needs: [LINUX],
   async fn() {
     const { argv, environ, report } = await served([]);
     const flags = `DENO_V8_FLAGS=${SERVER_V8_FLAGS.join(",")}`;
@@ -67,7 +67,7 @@ test({
 
 test({
   name: "cli.ts serve keeps the V8 flags it was given, even none",
-  ignore: !linux,
+  needs: [LINUX],
   async fn() {
     for (const given of [["--v8-flags"], ["--v8-flags=--max-semi-space-size=16"]]) {
       const { environ, report } = await served(given);
@@ -82,7 +82,7 @@ test({
 
 test({
   name: "cli.ts serve without --allow-all serves under V8's defaults",
-  ignore: !linux,
+  needs: [LINUX],
   async fn() {
     // Deno reads /proc/self/cmdline and environ only under --allow-all,
     // whatever --allow-read says: serve goes on without re-executing.

@@ -2,6 +2,8 @@
 // tests/agents/llama_test.ts and bench/llama.ts. The server binary is
 // built outside the tests (.ci/llama/build_llama_server.sh).
 
+import { type Counterpart, counterpart } from "../_counterparts.ts";
+
 const DIR = Deno.env.get("HUD_LLAMA_DIR") ?? "/var/cache/hud-sdk/llama";
 /** The llama-server binary. */
 export const LLAMA_SERVER = `${DIR}/bin/llama-server`;
@@ -22,6 +24,12 @@ export function missingLlama(): string[] {
     }
   });
 }
+
+/** llama-server and the tiny model (.ci/run builds it, and requires it: HUD_REQUIRE_LLAMA=1). */
+export const LLAMA: Counterpart = counterpart("llama", LLAMA_BUILD_HINT, () => {
+  const missing = missingLlama();
+  return missing.length === 0 ? null : `${missing.join(" and ")} not found`;
+});
 
 /** A running llama-server: its base url, and how to stop it. */
 export interface LlamaServer {

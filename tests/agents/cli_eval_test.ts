@@ -1,4 +1,5 @@
 import { test } from "../_test.ts";
+import { SANDBOX } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { completion, type Received, scriptedServer } from "./_scripted.ts";
 
@@ -16,7 +17,9 @@ async function cli(args: string[], env: Record<string, string>) {
   return { code: out.code, stdout: text.decode(out.stdout), stderr: text.decode(out.stderr) };
 }
 
-test("cli eval --model runs a ChatAgent; the key comes from the environment only", async () => {
+test("cli eval --model runs a ChatAgent; the key comes from the environment only", {
+  needs: [SANDBOX],
+}, async () => {
   const root = await Deno.makeTempDir({ prefix: "agents-cli-" });
   try {
     await using model = scriptedServer([

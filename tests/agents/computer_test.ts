@@ -21,7 +21,8 @@ import { addDesktop, addWorkspace } from "../../workspace/mod.ts";
 import { launchChromium } from "../../cdp/_chromium.ts";
 import { accept38, type FakeIo, fakeServer, rawRect, update } from "../rfb/_fake.ts";
 import { decodePng } from "../rfb/_png_decode.ts";
-import { buttonTask, findColour, requireAll, skip } from "../rfb/_x.ts";
+import { buttonTask, desktop, findColour } from "../rfb/_x.ts";
+import { SANDBOX } from "../_counterparts.ts";
 import { anthropicReply, completion, type Received, scriptedServer } from "./_scripted.ts";
 
 /**
@@ -244,9 +245,8 @@ for (const format of ["anthropic", "openai"] as const) {
   test({
     name:
       `ChatAgent (${format}) clicks a button it sees in the computer tool's screenshot: reward 1, screenshots as files, drawn in the viewer`,
-    ignore: skip(`computer_test (${format})`, NEEDS),
+    needs: [desktop(NEEDS), SANDBOX],
     async fn() {
-      requireAll(NEEDS);
       let clicked: [number, number] = [0, 0];
       const tool = (input: Record<string, unknown>, id: string) =>
         format === "anthropic"

@@ -5,25 +5,17 @@
 // loop ends, the trace holds every call, the answer is graded).
 
 import { test } from "../_test.ts";
+import { SANDBOX } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { addWorkspace, Environment, rollout, Taskset } from "../../mod.ts";
 import { ChatAgent } from "../../agents/mod.ts";
 import { RETRYABLE_ERROR_CLASSES, rolloutFinished, traceTokens } from "../../eval/mod.ts";
-import { LLAMA_BUILD_HINT, missingLlama, startLlamaServer } from "./_llama.ts";
-
-/** Set by .ci/run, which builds llama-server: there a missing binary is a failure, not a skip. */
-const REQUIRED = Deno.env.get("HUD_REQUIRE_LLAMA") === "1";
-
-const missing = missingLlama();
-if (missing.length > 0 && !REQUIRED) {
-  console.log(`llama_test: skipped: ${missing.join(" and ")} not found (${LLAMA_BUILD_HINT})`);
-}
+import { LLAMA, startLlamaServer } from "./_llama.ts";
 
 test({
   name: "ChatAgent against llama-server with the tiny tool-calling model",
-  ignore: missing.length > 0 && !REQUIRED,
+  needs: [LLAMA, SANDBOX],
   async fn() {
-    assert.deepEqual(missing, [], "HUD_REQUIRE_LLAMA=1 but llama-server or the model is missing");
     await using llama = await startLlamaServer(["-c", "4096", "-np", "1"], 40_000);
     const root = await Deno.makeTempDir({ prefix: "agents-llama-" });
     try {
@@ -67,9 +59,8 @@ test({
 test({
   name:
     "ChatAgent with tokens on robolab against llama-server: every turn's ids and logprobs are the text it returned; training rows hold them",
-  ignore: missing.length > 0 && !REQUIRED,
+  needs: [LLAMA, SANDBOX],
   async fn() {
-    assert.deepEqual(missing, [], "HUD_REQUIRE_LLAMA=1 but llama-server or the model is missing");
     const { fixBug } = await import("../../examples/robolab.ts");
     await using llama = await startLlamaServer(["-c", "8192", "-np", "2"], 40_000);
     const agent = new ChatAgent({

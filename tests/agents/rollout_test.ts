@@ -3,6 +3,7 @@
 // reads and writes files, then submits; the answer is graded.
 
 import { test } from "../_test.ts";
+import { SANDBOX } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { addWorkspace, Environment, rollout } from "../../mod.ts";
 import { ChatAgent } from "../../agents/mod.ts";
@@ -19,7 +20,9 @@ function labTask(root: string) {
   });
 }
 
-test("ChatAgent rollout: bash and file tools over a real SSH workspace, submit graded", async () => {
+test("ChatAgent rollout: bash and file tools over a real SSH workspace, submit graded", {
+  needs: [SANDBOX],
+}, async () => {
   const root = await Deno.makeTempDir({ prefix: "agents-e2e-" });
   try {
     const task = labTask(root);
@@ -103,36 +106,42 @@ test("ChatAgent rollout: bash and file tools over a real SSH workspace, submit g
   }
 });
 
-test("ChatAgent rollout: bash output over the limit is cut with a note", async () => {
-  const root = await Deno.makeTempDir({ prefix: "agents-e2e-" });
-  try {
-    const task = labTask(root);
-    await using model = scriptedServer([
-      completion({ tool_calls: [["bash", '{"command": "seq 1 5000"}']] }),
-      completion({ content: "hello" }),
-    ]);
-    const agent = new ChatAgent({
-      model: "scripted",
-      baseUrl: model.baseUrl,
-      stream: false,
-      shell: { outputLimit: 200 },
-    });
-    const run = await rollout(task(), agent, { rolloutTimeout: 30_000, fileTracking: false });
-    assert.deepEqual(run.trace.errors, []);
-    assert.equal(run.reward, 0.5);
-    const out = (run.trace.steps.find((s) =>
-      s.type === "tool"
-    )!.content as { result: string }).result;
-    assert.match(out, /^exit_code: 0\nstdout:\n1\n2\n3\n/);
-    assert.match(out, /\[\.\.\. \d+ characters cut: output over 200 \.\.\.\]/);
-    assert.match(out, /4999\n5000\n$/);
-    assert.ok(out.length < 400);
-  } finally {
-    await Deno.remove(root, { recursive: true });
-  }
-});
+test(
+  "ChatAgent rollout: bash output over the limit is cut with a note",
+  { needs: [SANDBOX] },
+  async () => {
+    const root = await Deno.makeTempDir({ prefix: "agents-e2e-" });
+    try {
+      const task = labTask(root);
+      await using model = scriptedServer([
+        completion({ tool_calls: [["bash", '{"command": "seq 1 5000"}']] }),
+        completion({ content: "hello" }),
+      ]);
+      const agent = new ChatAgent({
+        model: "scripted",
+        baseUrl: model.baseUrl,
+        stream: false,
+        shell: { outputLimit: 200 },
+      });
+      const run = await rollout(task(), agent, { rolloutTimeout: 30_000, fileTracking: false });
+      assert.deepEqual(run.trace.errors, []);
+      assert.equal(run.reward, 0.5);
+      const out = (run.trace.steps.find((s) =>
+        s.type === "tool"
+      )!.content as { result: string }).result;
+      assert.match(out, /^exit_code: 0\nstdout:\n1\n2\n3\n/);
+      assert.match(out, /\[\.\.\. \d+ characters cut: output over 200 \.\.\.\]/);
+      assert.match(out, /4999\n5000\n$/);
+      assert.ok(out.length < 400);
+    } finally {
+      await Deno.remove(root, { recursive: true });
+    }
+  },
+);
 
-test("ChatAgent rollout over the Anthropic Messages API: tool_use, tool_result, graded", async () => {
+test("ChatAgent rollout over the Anthropic Messages API: tool_use, tool_result, graded", {
+  needs: [SANDBOX],
+}, async () => {
   const root = await Deno.makeTempDir({ prefix: "agents-e2e-" });
   try {
     const task = labTask(root);
@@ -189,7 +198,9 @@ test("ChatAgent rollout over the Anthropic Messages API: tool_use, tool_result, 
   }
 });
 
-test("ChatAgent rollout: the shell tools start in the task's bindings.shell.cwd", async () => {
+test("ChatAgent rollout: the shell tools start in the task's bindings.shell.cwd", {
+  needs: [SANDBOX],
+}, async () => {
   const root = await Deno.makeTempDir({ prefix: "agents-cwd-" });
   try {
     const env = new Environment("lab");

@@ -3,7 +3,8 @@
 // (point 3) and 23 (point 1) against real Chromium, driven the way an agent
 // drives it: through connect()'s forwarder.
 
-import { test } from "../_test.ts";
+import { test, withCounterparts } from "../_test.ts";
+import { CHROMIUM, ROOT_USER, SANDBOX, UNSHARE } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { type CdpClient, CdpError, type CdpSession } from "../../cdp/mod.ts";
 import { connect } from "../../client.ts";
@@ -211,7 +212,9 @@ async function visibleDir(): Promise<string> {
   return dir;
 }
 
-test("addBrowser() keeps the browser in a sandbox, reached only through the tunnel", async (t) => {
+test("addBrowser() keeps the browser in a sandbox, reached only through the tunnel", {
+  needs: [CHROMIUM, SANDBOX],
+}, async (t) => {
   const signal = AbortSignal.timeout(200_000);
   const marker = crypto.randomUUID();
   // Shown to the browser (writable), as root's; one its uid owns; one not shown.
@@ -265,10 +268,9 @@ test("addBrowser() keeps the browser in a sandbox, reached only through the tunn
 
     await using server = bind(env);
 
-    await t.step({
+    await t.step(withCounterparts({
       name:
         "another uid finds no listener of ours that speaks CDP, and no tunnel without the token",
-      ignore: !ROOT,
       fn: async () => {
         const ours = [Deno.pid, ...processTree(browserPid)];
         const ports = listeningPorts(ours).host;
@@ -317,15 +319,14 @@ console.log(JSON.stringify({ found, tunnel: new TextDecoder().decode(buf.subarra
           await Deno.remove(home, { recursive: true });
         }
       },
-    });
+    }, [ROOT_USER]));
 
     await using client = await connect(server, { readyTimeout: 30_000 });
     await using cdp = await client.open("browser", { signal });
     await using page = await cdp.newPage("about:blank", { signal });
 
-    await t.step({
+    await t.step(withCounterparts({
       name: "file:// of a 0600 root file fails (a 0644 one beside it loads)",
-      ignore: !ROOT,
       fn: async () => {
         const secret = `secret-${crypto.randomUUID()}`;
         await Deno.writeTextFile(`${shown}/secret.txt`, secret, { mode: 0o600 });
@@ -334,7 +335,7 @@ console.log(JSON.stringify({ found, tunnel: new TextDecoder().decode(buf.subarra
         const text = await load(page, `file://${shown}/secret.txt`, signal);
         assert.equal(text, null, `the browser read ${text}`);
       },
-    });
+    }, [ROOT_USER]));
 
     await t.step("file:// of a directory the sandbox does not show fails", async () => {
       await Deno.writeTextFile(`${hidden}/public.txt`, "public", { mode: 0o644 });
@@ -421,7 +422,9 @@ console.log(JSON.stringify({ found, tunnel: new TextDecoder().decode(buf.subarra
   assert.equal(env.capability("browser"), undefined);
 });
 
-test("addBrowser({ workspace }) runs Chromium in the workspace's sandbox, as the agent", async (t) => {
+test("addBrowser({ workspace }) runs Chromium in the workspace's sandbox, as the agent", {
+  needs: [CHROMIUM, SANDBOX],
+}, async (t) => {
   const signal = AbortSignal.timeout(200_000);
   const marker = crypto.randomUUID();
   const root = await Deno.makeTempDir({ prefix: "hud-browser-root-" });
@@ -529,42 +532,50 @@ test("addBrowser({ workspace }) runs Chromium in the workspace's sandbox, as the
   assert.equal(env.capability("browser"), undefined);
 });
 
-test('addBrowser({ workspace }) with the workspace\'s isolation "unshare" and "none"', async (t) => {
+test('addBrowser({ workspace }) with the workspace\'s isolation "unshare" and "none"', {
+  needs: [CHROMIUM],
+}, async (t) => {
   const signal = AbortSignal.timeout(200_000);
   const listed = servePage("listed");
   const unlisted = servePage("unlisted");
   try {
     for (const isolation of ["unshare", "none"] as const) {
-      await t.step(isolation, async () => {
-        const marker = crypto.randomUUID();
-        const root = await Deno.makeTempDir({ prefix: "hud-browser-root-" });
-        const env = new Environment("web");
-        const workspace = addWorkspace(env, root, { trackFiles: false, isolation });
-        addBrowser(env, {
-          workspace,
-          args: [`--hud-test-marker=${marker}`],
-          hostPorts: [listed.addr.port],
-        });
-        try {
-          await env.start();
-          const browserPid = browserProcess(marker);
-          if (ROOT) assert.equal(uidOf(browserPid), workspace.uid);
-          await using server = bind(env);
-          await using client = await connect(server, { readyTimeout: 30_000 });
-          await using cdp = await client.open("browser", { signal });
-          await using page = await cdp.newPage("about:blank", { signal });
-          assert.equal(await load(page, `http://127.0.0.1:${listed.addr.port}/`, signal), "listed");
-          // Unconfined, the browser has this host's network, as the workspace's commands do.
-          assert.equal(
-            await load(page, `http://127.0.0.1:${unlisted.addr.port}/`, signal),
-            isolation === "none" ? "unlisted" : null,
-          );
-        } finally {
-          await env.stop();
-          await Deno.remove(root, { recursive: true });
-        }
-        assert.deepEqual(processesWith(marker), []);
-      });
+      await t.step(withCounterparts({
+        name: isolation,
+        fn: async () => {
+          const marker = crypto.randomUUID();
+          const root = await Deno.makeTempDir({ prefix: "hud-browser-root-" });
+          const env = new Environment("web");
+          const workspace = addWorkspace(env, root, { trackFiles: false, isolation });
+          addBrowser(env, {
+            workspace,
+            args: [`--hud-test-marker=${marker}`],
+            hostPorts: [listed.addr.port],
+          });
+          try {
+            await env.start();
+            const browserPid = browserProcess(marker);
+            if (ROOT) assert.equal(uidOf(browserPid), workspace.uid);
+            await using server = bind(env);
+            await using client = await connect(server, { readyTimeout: 30_000 });
+            await using cdp = await client.open("browser", { signal });
+            await using page = await cdp.newPage("about:blank", { signal });
+            assert.equal(
+              await load(page, `http://127.0.0.1:${listed.addr.port}/`, signal),
+              "listed",
+            );
+            // Unconfined, the browser has this host's network, as the workspace's commands do.
+            assert.equal(
+              await load(page, `http://127.0.0.1:${unlisted.addr.port}/`, signal),
+              isolation === "none" ? "unlisted" : null,
+            );
+          } finally {
+            await env.stop();
+            await Deno.remove(root, { recursive: true });
+          }
+          assert.deepEqual(processesWith(marker), []);
+        },
+      }, isolation === "unshare" ? [UNSHARE] : []));
     }
   } finally {
     await listed.shutdown();
@@ -572,7 +583,9 @@ test('addBrowser({ workspace }) with the workspace\'s isolation "unshare" and "n
   }
 });
 
-test("addBrowser() shows an executable that lies outside the system's directories", async () => {
+test("addBrowser() shows an executable that lies outside the system's directories", {
+  needs: [CHROMIUM, SANDBOX],
+}, async () => {
   const signal = AbortSignal.timeout(100_000);
   const marker = crypto.randomUUID();
   // An install under /var (which the sandbox replaces), as Playwright's under ~/.cache.
@@ -602,33 +615,39 @@ test("addBrowser() shows an executable that lies outside the system's directorie
   assert.deepEqual(processesWith(marker), []);
 });
 
-test("addBrowser({ workspace }) leaves the sandbox's settings to the workspace, and waits for its start", async () => {
-  const env = new Environment("web");
-  const workspace = addWorkspace(env, "/nonexistent/root");
-  for (const key of ["network", "isolation", "uid", "writable", "limits"] as const) {
-    const value = { network: true, isolation: "bwrap", uid: 1000, writable: [], limits: {} }[key];
-    assert.throws(() => addBrowser(env, { workspace, [key]: value }), {
-      name: "TypeError",
-      message: new RegExp(
-        `^Cannot add browser: "${key}" is the workspace's when workspace is given`,
-      ),
+test(
+  "addBrowser({ workspace }) leaves the sandbox's settings to the workspace, and waits for its start",
+  { needs: [CHROMIUM] },
+  async () => {
+    const env = new Environment("web");
+    const workspace = addWorkspace(env, "/nonexistent/root");
+    for (const key of ["network", "isolation", "uid", "writable", "limits"] as const) {
+      const value = { network: true, isolation: "bwrap", uid: 1000, writable: [], limits: {} }[key];
+      assert.throws(() => addBrowser(env, { workspace, [key]: value }), {
+        name: "TypeError",
+        message: new RegExp(
+          `^Cannot add browser: "${key}" is the workspace's when workspace is given`,
+        ),
+      });
+    }
+    assert.throws(
+      () => addBrowser(env, { workspace: {} as unknown as typeof workspace }),
+      { name: "TypeError", message: /workspace must be what addWorkspace returned/ },
+    );
+    // A browser on another environment, whose start does not start this workspace.
+    const other = new Environment("other");
+    addBrowser(other, { workspace });
+    await assert.rejects(other.start(), {
+      message:
+        /^Cannot start browser: workspace "shell" is not started \(add the browser after addWorkspace/,
     });
-  }
-  assert.throws(
-    () => addBrowser(env, { workspace: {} as unknown as typeof workspace }),
-    { name: "TypeError", message: /workspace must be what addWorkspace returned/ },
-  );
-  // A browser on another environment, whose start does not start this workspace.
-  const other = new Environment("other");
-  addBrowser(other, { workspace });
-  await assert.rejects(other.start(), {
-    message:
-      /^Cannot start browser: workspace "shell" is not started \(add the browser after addWorkspace/,
-  });
-  await other.stop();
-});
+    await other.stop();
+  },
+);
 
-test("addBrowser({ network: true }) reaches this host's 127.0.0.1, still with no listener", async () => {
+test("addBrowser({ network: true }) reaches this host's 127.0.0.1, still with no listener", {
+  needs: [CHROMIUM, SANDBOX],
+}, async () => {
   const signal = AbortSignal.timeout(100_000);
   const marker = crypto.randomUUID();
   const site = servePage("host");
@@ -654,7 +673,9 @@ test("addBrowser({ network: true }) reaches this host's 127.0.0.1, still with no
   assert.deepEqual(processesWith(marker), []);
 });
 
-test('addBrowser({ isolation: "unshare" }) holds too: a loopback of its own, hostPorts only', async () => {
+test('addBrowser({ isolation: "unshare" }) holds too: a loopback of its own, hostPorts only', {
+  needs: [CHROMIUM, UNSHARE],
+}, async () => {
   const signal = AbortSignal.timeout(100_000);
   const marker = crypto.randomUUID();
   const listed = servePage("listed");
@@ -723,7 +744,9 @@ function vaultEnv(marker: string): Environment {
   return env;
 }
 
-test("addBrowser(): an agent reads the environment's page through the browser and scores 1", async () => {
+test("addBrowser(): an agent reads the environment's page through the browser and scores 1", {
+  needs: [CHROMIUM, SANDBOX],
+}, async () => {
   const marker = crypto.randomUUID();
   const env = vaultEnv(marker);
   const agent = functionAgent(async (prompt, run: Run, { signal }) => {
@@ -745,11 +768,14 @@ test("addBrowser(): an agent reads the environment's page through the browser an
   assert.deepEqual(processesWith(marker), [], "the browser outlived the rollout");
 });
 
-test("addBrowser(): the browser dies with this process", async () => {
-  const marker = crypto.randomUUID();
-  const script = `import { addBrowser } from ${
-    JSON.stringify(import.meta.resolve("../../workspace/mod.ts"))
-  };
+test(
+  "addBrowser(): the browser dies with this process",
+  { needs: [CHROMIUM, SANDBOX] },
+  async () => {
+    const marker = crypto.randomUUID();
+    const script = `import { addBrowser } from ${
+      JSON.stringify(import.meta.resolve("../../workspace/mod.ts"))
+    };
 import { Environment } from ${JSON.stringify(import.meta.resolve("../../env.ts"))};
 const env = new Environment("web");
 addBrowser(env, { args: ["--hud-test-marker=${marker}"] });
@@ -765,21 +791,22 @@ for (const entry of Deno.readDirSync("/proc")) {
   } catch { /* not a process */ }
 }
 Deno.exit(0); // no env.stop()`;
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["eval", script],
-    stdout: "piped",
-    stderr: "piped",
-    signal: AbortSignal.timeout(90_000),
-  }).output();
-  const profile = new TextDecoder().decode(out.stdout).trim();
-  assert.match(profile, /\/hud-browser-[^/]+\/profile$/, new TextDecoder().decode(out.stderr));
-  for (let i = 0; i < 500 && processesWith(marker).length > 0; i++) {
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  assert.deepEqual(processesWith(marker), []);
-  // The browser's directory is left behind in this case.
-  await Deno.remove(profile.slice(0, -"/profile".length), { recursive: true });
-});
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["eval", script],
+      stdout: "piped",
+      stderr: "piped",
+      signal: AbortSignal.timeout(90_000),
+    }).output();
+    const profile = new TextDecoder().decode(out.stdout).trim();
+    assert.match(profile, /\/hud-browser-[^/]+\/profile$/, new TextDecoder().decode(out.stderr));
+    for (let i = 0; i < 500 && processesWith(marker).length > 0; i++) {
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    assert.deepEqual(processesWith(marker), []);
+    // The browser's directory is left behind in this case.
+    await Deno.remove(profile.slice(0, -"/profile".length), { recursive: true });
+  },
+);
 
 test("addBrowser() reports a missing executable in one line", async () => {
   const env = new Environment("nobrowser");
@@ -788,7 +815,9 @@ test("addBrowser() reports a missing executable in one line", async () => {
   await env.stop();
 });
 
-test("addBrowser() refuses a writable directory that is not there, in one line", async () => {
+test("addBrowser() refuses a writable directory that is not there, in one line", {
+  needs: [CHROMIUM],
+}, async () => {
   const env = new Environment("nodir");
   addBrowser(env, { writable: ["/nonexistent/dir"] });
   await assert.rejects(env.start(), {

@@ -1,4 +1,5 @@
 import { test } from "../_test.ts";
+import { CHROMIUM } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { CdpClient, CdpError, discoverBrowserWsUrl } from "../../cdp/mod.ts";
 import { launchChromium } from "../../cdp/_chromium.ts";
@@ -59,7 +60,7 @@ function forward(targetPort: number) {
   };
 }
 
-test("CdpClient drives headless Chromium end to end", async (t) => {
+test("CdpClient drives headless Chromium end to end", { needs: [CHROMIUM] }, async (t) => {
   const signal = AbortSignal.timeout(60_000);
   const browser = await launchChromium({ signal });
   // The test's own stand-in for the tunnel: each connection goes to the relay.
@@ -214,7 +215,7 @@ test("CdpClient drives headless Chromium end to end", async (t) => {
   await assertDirGone(browser.dir);
 });
 
-test("CdpClient rejects pending calls when the browser dies", async () => {
+test("CdpClient rejects pending calls when the browser dies", { needs: [CHROMIUM] }, async () => {
   const signal = AbortSignal.timeout(30_000);
   const browser = await launchChromium({ signal });
   const relay = serveRelay(browser);
@@ -261,7 +262,9 @@ test("launchChromium() reports an early exit with stderr", async () => {
   );
 });
 
-test("launchChromium()'s browser exits when this process dies without close()", async () => {
+test("launchChromium()'s browser exits when this process dies without close()", {
+  needs: [CHROMIUM],
+}, async () => {
   // No watchdog: Chromium reads the pipe, and the pipe closes with us.
   const script = `import { launchChromium } from ${
     JSON.stringify(import.meta.resolve("../../cdp/_chromium.ts"))

@@ -3,6 +3,7 @@
 // checks the address it resolves to.
 
 import { test } from "../_test.ts";
+import { MOUNT_NAMESPACE } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { main } from "../../cli.ts";
 import { ChildProcess, waitFor } from "../_helpers.ts";
@@ -65,12 +66,10 @@ test("hud serve --no-auth refuses an address that is not loopback before binding
   assert.match(err, /^error: --no-auth on "0\.0\.0\.0".*--insecure-listen/);
 });
 
-const CAN_UNSHARE = Deno.build.os === "linux" && Deno.uid() === 0;
-
 test({
   name: "hud serve --no-auth refuses a *.localhost name that resolves to every interface",
   // A hosts file of its own needs a mount namespace: root only.
-  ignore: !CAN_UNSHARE,
+  needs: [MOUNT_NAMESPACE],
   async fn() {
     const dir = await Deno.makeTempDir({ prefix: "hud-hosts-" });
     try {

@@ -72,8 +72,3 @@ export async function crashNode(ns: string): Promise<number> {
   }
   return killed;
 }
-
-/** Whether the tests must run (CI sets it): then a missing engine fails instead of skipping. */
-export function required(name: string): boolean {
-  return Deno.env.get(name) === "1";
-}

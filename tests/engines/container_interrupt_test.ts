@@ -3,6 +3,7 @@
 // Skipped without an engine socket.
 
 import { test } from "../_test.ts";
+import { ENGINE } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { buildEnvironmentImage, OWNER_LABEL } from "../../engines/mod.ts";
 import { EngineClient, findEngineSocket } from "../../engines/_engine.ts";
@@ -17,7 +18,6 @@ function engineSocket(): string | null {
   }
 }
 const SOCKET = engineSocket();
-if (SOCKET === null) console.log("container_interrupt_test: skipped: no engine socket");
 const IMAGE = "hud-test-interrupt:latest";
 const CLI = new URL("../../cli.ts", import.meta.url).pathname;
 const BASIC = new URL("../fixtures/basic_env.ts", import.meta.url).pathname;
@@ -42,7 +42,7 @@ const agent = `sleep 0.$((RANDOM % 4)); read -r q; set -- $q; echo $(( $3 + \${5
 
 test({
   name: "cli.ts eval --runtime container: (interrupts) the image",
-  ignore: SOCKET === null,
+  needs: [ENGINE],
   fn: withDeadline(55_000, async () => {
     await Deno.writeTextFile(
       rows,
@@ -65,7 +65,7 @@ for (let batch = 0; batch < BATCHES; batch++) {
     name: `cli.ts eval --runtime container: SIGINT at random points leaves no container (tries ${
       batch * PER_BATCH + 1
     }-${(batch + 1) * PER_BATCH} of ${TRIES})`,
-    ignore: SOCKET === null,
+    needs: [ENGINE],
     fn: withDeadline(55_000, async () => {
       using engine = await EngineClient.open(SOCKET!);
       const leaks: string[] = [];
@@ -113,7 +113,7 @@ for (let batch = 0; batch < BATCHES; batch++) {
 
 test({
   name: "cli.ts eval --runtime container: (interrupts) clean up",
-  ignore: SOCKET === null,
+  needs: [ENGINE],
   fn: async () => {
     await Deno.remove(dir, { recursive: true });
     using engine = await EngineClient.open(SOCKET!);

@@ -4,6 +4,7 @@
 // guard); without an engine socket these tests are skipped, saying why.
 
 import { test } from "../_test.ts";
+import { type Counterpart, counterpart, ENGINE, PODMAN } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { connect } from "../../client.ts";
 import { NotReadyError } from "../../errors.ts";
@@ -14,26 +15,14 @@ import {
   OWNER_LABEL,
   removeStaleContainers,
 } from "../../engines/mod.ts";
-import { EngineClient, findEngineSocket } from "../../engines/_engine.ts";
+import { EngineClient } from "../../engines/_engine.ts";
 import { TarWriter } from "../../engines/_tar.ts";
 import { buildShellBase } from "./_shell_base.ts";
 import { functionAgent, Taskset } from "../../eval/mod.ts";
 import { taskSlug } from "../../env.ts";
 
-function engineSocket(): string | null {
-  try {
-    return findEngineSocket();
-  } catch {
-    return null;
-  }
-}
-const SOCKET = engineSocket();
-const PODMAN_SOCKET = Deno.env.get("HUD_TEST_PODMAN_SOCKET") || null;
-const CI = Deno.env.get("CI") === "true";
-if (SOCKET === null && !CI) console.log("container_test: skipped: no engine socket");
-if (PODMAN_SOCKET === null) {
-  console.log("container_test: Podman skipped: set HUD_TEST_PODMAN_SOCKET=/run/podman/podman.sock");
-}
+/** Where Podman's API answers in CI (HUD_TEST_PODMAN_SOCKET; the PODMAN counterpart). */
+const PODMAN_SOCKET = Deno.env.get("HUD_TEST_PODMAN_SOCKET") || "/run/podman/podman.sock";
 const fixture = (name: string) => new URL(`../fixtures/${name}`, import.meta.url).pathname;
 const TAG = "hud-test-env:latest";
 const BROKEN_TAG = "hud-test-env-broken:latest";
@@ -59,7 +48,12 @@ async function syscallProbe(): Promise<Uint8Array | null> {
   }
 }
 const SYSCALL_PROBE = await syscallProbe();
-if (SYSCALL_PROBE === null) console.log("container_test: the system call probe is skipped: no gcc");
+/** What builds the system call probe: gcc with a static libc (on x86_64). */
+const SYSCALL_GCC = counterpart(
+  "gcc",
+  "apt-get install gcc libc6-dev",
+  () => SYSCALL_PROBE === null ? "gcc cannot build a static x86_64 program here" : null,
+);
 
 /**
  * An IPv4 address of this host on an engine's bridge (Docker's docker0
@@ -112,7 +106,7 @@ interface Facts {
  * Registers the suite against one engine: `socket` (undefined: the default
  * one), named `label` in the test names.
  */
-function suite(label: string, socket: string | undefined, ignore: boolean) {
+function suite(label: string, socket: string | undefined, needs: readonly Counterpart[]) {
   let built: Promise<void> | null = null;
   /** Builds the two test images once per run. */
   function buildImages(): Promise<void> {
@@ -167,7 +161,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
 
   test({
     name: `buildEnvironmentImage() makes an image with the env's label from no registry (${label})`,
-    ignore,
+    needs,
     async fn() {
       await buildImages();
       using engine = await EngineClient.open(socket);
@@ -188,7 +182,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
   test({
     name:
       `ContainerRuntime places, serves a task with a token, and removes the container (${label})`,
-    ignore,
+    needs,
     async fn() {
       await buildImages();
       const runtime = new ContainerRuntime(TAG, { socket, memory: 256 * 1024 * 1024, pids: 256 });
@@ -219,7 +213,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
   test({
     name:
       `ContainerRuntime runs the container unprivileged: not root, no capabilities, no_new_privs, seccomp, a read-only image (${label})`,
-    ignore,
+    needs,
     async fn() {
       await buildImages();
       const facts = await factsOf(new ContainerRuntime(PROBE_TAG, { socket }), []);
@@ -239,7 +233,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
   test({
     name:
       `ContainerRuntime's seccomp profile refuses keyrings, bpf, perf, userfaultfd, io_uring, other processes' memory and 32-bit calls, and allows user namespaces (${label})`,
-    ignore: ignore || SYSCALL_PROBE === null,
+    needs: [...needs, SYSCALL_GCC],
     async fn() {
       await buildImages();
       const { syscalls } = await factsOf(new ContainerRuntime(PROBE_TAG, { socket }), []);
@@ -266,7 +260,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
   test({
     name:
       `ContainerRuntime network: false: no route, so the bridge gateway, a host service and 169.254.169.254 are unreachable, while the control port answers (${label})`,
-    ignore,
+    needs,
     async fn(t) {
       await buildImages();
       const address = bridgeAddress();
@@ -298,63 +292,68 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
     },
   });
 
-  test({
-    name:
-      `hud eval --runtime container: --container-network and --container-env reach the container (${label})`,
-    // The command line finds the default engine only.
-    ignore: ignore || socket !== undefined,
-    async fn() {
-      await buildImages();
-      const { main } = await import("../../cli.ts");
-      const dir = await Deno.makeTempDir({ prefix: "hud-eval-flags-" });
-      try {
-        const rows = `${dir}/rows.jsonl`;
-        await Deno.writeTextFile(
-          rows,
-          JSON.stringify({ env: "probe", id: "facts", args: { targets: [] } }) + "\n",
-        );
-        // Answers "ok" when the facts it is given match what it expects.
-        const agent = (route: string, note: string) =>
-          `p=$(cat); case "$p" in *'"routes":[]'*) r=none;; *) r=some;; esac; ` +
-          `case "$p" in *'"note":"hello"'*) n=hello;; *) n=null;; esac; ` +
-          `[ "$r $n" = "${route} ${note}" ] && echo ok || echo "$r $n"`;
-        let out = "";
-        let err = "";
-        const io = { stdout: (t: string) => out += t, stderr: (t: string) => err += t };
-        const probe = fixture("container_probe_env.ts");
-        const common = ["--tasks", rows, "--runtime", `container:${PROBE_TAG}`, "--json"];
-        assert.equal(
-          await main(["eval", probe, "--agent", agent("none", "null"), ...common], io),
-          0,
-          err,
-        );
-        assert.equal(JSON.parse(out).mean_reward, 1, out);
-        out = "";
-        const flags = ["--container-network", "--container-env", "PROBE_NOTE=hello"];
-        assert.equal(
-          await main(["eval", probe, "--agent", agent("some", "hello"), ...common, ...flags], io),
-          0,
-          err,
-        );
-        assert.equal(JSON.parse(out).mean_reward, 1, out);
-        err = "";
-        assert.equal(await main(["eval", probe, "--agent", "true", "--container-network"], io), 2);
-        assert.match(err, /--container-network needs --runtime container:IMAGE/);
-        assert.equal(
-          await main(["eval", probe, "--agent", "true", ...common, "--container-env", "X"], io),
-          2,
-        );
-        assert.match(err, /--container-env takes NAME=VALUE, got "X"/);
-      } finally {
-        await Deno.remove(dir, { recursive: true });
-      }
-      assert.deepEqual(await containersOf(Deno.pid), []);
-    },
-  });
+  // The command line finds the default engine only.
+  if (socket === undefined) {
+    test({
+      name:
+        `hud eval --runtime container: --container-network and --container-env reach the container (${label})`,
+      needs,
+      async fn() {
+        await buildImages();
+        const { main } = await import("../../cli.ts");
+        const dir = await Deno.makeTempDir({ prefix: "hud-eval-flags-" });
+        try {
+          const rows = `${dir}/rows.jsonl`;
+          await Deno.writeTextFile(
+            rows,
+            JSON.stringify({ env: "probe", id: "facts", args: { targets: [] } }) + "\n",
+          );
+          // Answers "ok" when the facts it is given match what it expects.
+          const agent = (route: string, note: string) =>
+            `p=$(cat); case "$p" in *'"routes":[]'*) r=none;; *) r=some;; esac; ` +
+            `case "$p" in *'"note":"hello"'*) n=hello;; *) n=null;; esac; ` +
+            `[ "$r $n" = "${route} ${note}" ] && echo ok || echo "$r $n"`;
+          let out = "";
+          let err = "";
+          const io = { stdout: (t: string) => out += t, stderr: (t: string) => err += t };
+          const probe = fixture("container_probe_env.ts");
+          const common = ["--tasks", rows, "--runtime", `container:${PROBE_TAG}`, "--json"];
+          assert.equal(
+            await main(["eval", probe, "--agent", agent("none", "null"), ...common], io),
+            0,
+            err,
+          );
+          assert.equal(JSON.parse(out).mean_reward, 1, out);
+          out = "";
+          const flags = ["--container-network", "--container-env", "PROBE_NOTE=hello"];
+          assert.equal(
+            await main(["eval", probe, "--agent", agent("some", "hello"), ...common, ...flags], io),
+            0,
+            err,
+          );
+          assert.equal(JSON.parse(out).mean_reward, 1, out);
+          err = "";
+          assert.equal(
+            await main(["eval", probe, "--agent", "true", "--container-network"], io),
+            2,
+          );
+          assert.match(err, /--container-network needs --runtime container:IMAGE/);
+          assert.equal(
+            await main(["eval", probe, "--agent", "true", ...common, "--container-env", "X"], io),
+            2,
+          );
+          assert.match(err, /--container-env takes NAME=VALUE, got "X"/);
+        } finally {
+          await Deno.remove(dir, { recursive: true });
+        }
+        assert.deepEqual(await containersOf(Deno.pid), []);
+      },
+    });
+  }
 
   test({
     name: `ContainerRuntime refuses an image whose server has no control socket (${label})`,
-    ignore,
+    needs,
     async fn() {
       using engine = await EngineClient.open(socket);
       const tar = new TarWriter();
@@ -378,7 +377,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
 
   test({
     name: `ContainerRuntime reports a container that exits before it is ready (${label})`,
-    ignore,
+    needs,
     async fn() {
       await buildImages();
       const runtime = new ContainerRuntime(BROKEN_TAG, { socket, readyTimeout: 60_000 });
@@ -392,7 +391,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
 
   test({
     name: `ContainerRuntime runs 20 rollouts of a taskset, 4 at a time (${label})`,
-    ignore,
+    needs,
     async fn() {
       await buildImages();
       const rows = Array.from({ length: 20 }, (_, i) => ({
@@ -422,7 +421,7 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
 
   test({
     name: `removeStaleContainers() removes what a killed runner left behind (${label})`,
-    ignore,
+    needs,
     async fn() {
       await buildImages();
       // A runner that places a container, then dies by SIGKILL before releasing it.
@@ -467,35 +466,40 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
     },
   });
 
-  test({
-    name: `hud gc and hud image: usage errors, and gc against the engine (${label})`,
-    // The command line's gc finds the default engine only.
-    ignore: ignore || socket !== undefined,
-    async fn() {
-      const { main } = await import("../../cli.ts");
-      let err = "";
-      const quiet = { stdout: () => {}, stderr: (t: string) => err += t };
-      assert.equal(await main(["gc", "--older-than", "soon"], quiet), 2);
-      assert.match(err, /--older-than must be a number of seconds, got "soon"/);
-      assert.equal(await main(["image", fixture("basic_env.ts")], quiet), 2);
-      assert.match(err, /--tag is required/);
-      assert.equal(
-        await main(["eval", fixture("basic_env.ts"), "--agent", "cat", "--runtime", "vm:x"], quiet),
-        2,
-      );
-      assert.match(
-        err,
-        /--runtime must be "local", "container:IMAGE", "swarm:IMAGE", "k8s:IMAGE" or "slurm\[:PARTITION\]", got "vm:x"/,
-      );
-      err = "";
-      assert.equal(await main(["gc"], quiet), 0);
-      assert.match(err, /gc: removed \d+ containers?/);
-    },
-  });
+  // The command line's gc finds the default engine only.
+  if (socket === undefined) {
+    test({
+      name: `hud gc and hud image: usage errors, and gc against the engine (${label})`,
+      needs,
+      async fn() {
+        const { main } = await import("../../cli.ts");
+        let err = "";
+        const quiet = { stdout: () => {}, stderr: (t: string) => err += t };
+        assert.equal(await main(["gc", "--older-than", "soon"], quiet), 2);
+        assert.match(err, /--older-than must be a number of seconds, got "soon"/);
+        assert.equal(await main(["image", fixture("basic_env.ts")], quiet), 2);
+        assert.match(err, /--tag is required/);
+        assert.equal(
+          await main(
+            ["eval", fixture("basic_env.ts"), "--agent", "cat", "--runtime", "vm:x"],
+            quiet,
+          ),
+          2,
+        );
+        assert.match(
+          err,
+          /--runtime must be "local", "container:IMAGE", "swarm:IMAGE", "k8s:IMAGE" or "slurm\[:PARTITION\]", got "vm:x"/,
+        );
+        err = "";
+        assert.equal(await main(["gc"], quiet), 0);
+        assert.match(err, /gc: removed \d+ containers?/);
+      },
+    });
+  }
 
   test({
     name: `removeStaleContainers() run by several cleaners at once: each succeeds (${label})`,
-    ignore,
+    needs,
     async fn() {
       await buildImages();
       using engine = await EngineClient.open(socket);
@@ -514,5 +518,5 @@ function suite(label: string, socket: string | undefined, ignore: boolean) {
   });
 }
 
-suite("default engine", undefined, SOCKET === null && !CI);
-if (PODMAN_SOCKET !== null) suite("Podman", PODMAN_SOCKET, false);
+suite("default engine", undefined, [ENGINE]);
+suite("Podman", PODMAN_SOCKET, [PODMAN]);

@@ -6,20 +6,12 @@
 // GUARD_USERS), so that the machine's guard is never touched.
 
 import { test } from "../_test.ts";
+import { IPTABLES, LINUX, ROOT_USER } from "../_counterparts.ts";
 import assert from "node:assert/strict";
-import { ENGINE_DIR, which } from "./_clusters.ts";
+import { ENGINE_DIR } from "./_clusters.ts";
 
 const GUARD = `${ENGINE_DIR}guard.sh`;
 const CHAIN = `HUD-GT-${Deno.pid}`;
-
-function skipReason(): string | null {
-  if (Deno.build.os !== "linux") return "needs Linux iptables";
-  if (Deno.uid() !== 0) return "needs root (iptables)";
-  if (!which("iptables") || !which("flock")) return "needs iptables and flock";
-  return null;
-}
-const SKIP = skipReason();
-if (SKIP !== null) console.log(`guard_test: skipped: ${SKIP}`);
 
 async function guard(users: string, ...args: string[]): Promise<{ code: number; text: string }> {
   const out = await new Deno.Command("bash", {
@@ -56,7 +48,7 @@ async function chainIn(): Promise<boolean> {
 
 test({
   name: "guard.sh: the last of its users removes the guard, only if a user added it",
-  ignore: SKIP !== null,
+  needs: [LINUX, ROOT_USER, IPTABLES],
   async fn(t) {
     const dir = await Deno.makeTempDir({ prefix: "hud-guard-" });
     const users = `${dir}/users`;

@@ -10,6 +10,7 @@
 // node's containerd (no registry).
 
 import { test } from "../_test.ts";
+import { counterpart } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import {
   KubernetesRuntime,
@@ -27,7 +28,7 @@ import { functionAgent } from "../../eval/agent.ts";
 import { taskSlug } from "../../env.ts";
 import { delay } from "../../_internal/async.ts";
 import { testSignal, withDeadline } from "../_deadline.ts";
-import { crashNode, exists, namespacePids, required, sh, which } from "./_clusters.ts";
+import { crashNode, exists, namespacePids, sh, which } from "./_clusters.ts";
 
 const FIXTURE = new URL("../fixtures/basic_env.ts", import.meta.url).pathname;
 const NODES = ["k8s-n1", "k8s-n2", "k8s-n3"];
@@ -38,7 +39,6 @@ const RUNNER = new URL("../fixtures/k8s_runner.ts", import.meta.url).pathname;
 const RUNNER_IMAGE = "hud-k8s-runner:test";
 const RUNNER_IN_IMAGE = "/app/tests/fixtures/k8s_runner.ts";
 const CACHE = Deno.env.get("K8S_CACHE") ?? "/var/cache/hud-sdk/k8s";
-const REQUIRED = required("HUD_REQUIRE_K8S");
 // The cluster .ci/run (or k8s_up.sh by hand) started, else none.
 const given = Deno.env.get("HUD_TEST_K8S_STATE") ??
   (exists("/var/lib/hud-k8s/admin.kubeconfig") ? "/var/lib/hud-k8s" : undefined);
@@ -68,8 +68,12 @@ function skipReason(): string | null {
   }
   return null;
 }
-const SKIP = skipReason();
-if (SKIP !== null && !REQUIRED) console.log(`kubernetes_test: skipped: ${SKIP}`);
+/** A Kubernetes cluster: the one .ci/run started (HUD_TEST_K8S_STATE), or one these tests bring up. */
+const K8S = counterpart(
+  "k8s",
+  "as root, with Docker and the Kubernetes build (.ci/engine/k8s_build.sh); bash .ci/run starts a cluster (.ci/engine/k8s_up.sh)",
+  skipReason,
+);
 
 let state = "";
 let owned = false;
@@ -269,7 +273,6 @@ const adder = functionAgent(async (prompt) => {
 let ready: Promise<void> | null = null;
 function setUp(): Promise<void> {
   ready ??= (async () => {
-    if (SKIP !== null) throw new Error(`kubernetes test cannot run: ${SKIP} (HUD_REQUIRE_K8S=1)`);
     if (given !== undefined) {
       state = given;
     } else {
@@ -286,7 +289,7 @@ function setUp(): Promise<void> {
 function clusterTest(name: string, ms: number, fn: (t: Deno.TestContext) => Promise<void>): void {
   test({
     name,
-    ignore: SKIP !== null && !REQUIRED,
+    needs: [K8S],
     fn: withDeadline(ms, async (t) => {
       await setUp();
       await fn(t);
@@ -931,7 +934,7 @@ clusterTest(
 
 test({
   name: "KubernetesRuntime tests: the cluster they brought up goes",
-  ignore: SKIP !== null && !REQUIRED,
+  needs: [K8S],
   fn: withDeadline(59_000, clusterDown),
 });
 

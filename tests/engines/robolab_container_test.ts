@@ -6,37 +6,22 @@
 // Needs an engine socket; skipped without one, saying why (in CI it runs).
 
 import { test } from "../_test.ts";
+import { type Counterpart, ENGINE, PODMAN } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { buildEnvironmentImage, ContainerRuntime, OWNER_LABEL } from "../../engines/mod.ts";
-import { EngineClient, findEngineSocket } from "../../engines/_engine.ts";
+import { EngineClient } from "../../engines/_engine.ts";
 import { functionAgent, Taskset } from "../../eval/mod.ts";
 import type { FileDiff, FlushResult } from "../../filetracking/mod.ts";
 import { scriptedAgent, tasks } from "../../examples/robolab.ts";
 import { withDeadline } from "../_deadline.ts";
 import { buildShellBase } from "./_shell_base.ts";
 
-function engineSocket(): string | null {
-  try {
-    return findEngineSocket();
-  } catch {
-    return null;
-  }
-}
-const SOCKET = engineSocket();
-const CI = Deno.env.get("CI") === "true";
-if (SOCKET === null && !CI) console.log("robolab_container_test: skipped: no engine socket");
-const ignore = SOCKET === null && !CI;
-
 const BASE = "hud-test-shell-bwrap:latest";
 const TAG = "hud-test-robolab-bwrap:latest";
 const ROBOLAB = new URL("../../examples/robolab.ts", import.meta.url).pathname;
 
-const PODMAN_SOCKET = Deno.env.get("HUD_TEST_PODMAN_SOCKET") || null;
-if (PODMAN_SOCKET === null) {
-  console.log(
-    "robolab_container_test: Podman skipped: set HUD_TEST_PODMAN_SOCKET=/run/podman/podman.sock",
-  );
-}
+/** Where Podman's API answers in CI (HUD_TEST_PODMAN_SOCKET; the PODMAN counterpart). */
+const PODMAN_SOCKET = Deno.env.get("HUD_TEST_PODMAN_SOCKET") || "/run/podman/podman.sock";
 
 const built = new Map<string | undefined, Promise<void>>();
 /** The base and robolab images on the engine at `socket` (default: the default one), once. */
@@ -81,7 +66,7 @@ function bridgeAddress(): string | null {
 
 test({
   name: "ContainerRuntime runs 20 robolab rollouts, SSH and file tracking inside containers",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, async () => {
     await buildImages();
     // Five tasks, four times each.
@@ -118,7 +103,7 @@ test({
 
 test({
   name: "ContainerRuntime: a container killed mid-rollout errors that rollout with the reason",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, async () => {
     await buildImages();
     // The agent reaches the workspace, then its container is killed under it.
@@ -149,11 +134,15 @@ test({
 });
 
 /** The tests of the agent's view, against the engine at `socket`, named `label`. */
-function agentSuite(label: string, socket: string | undefined, ignore: boolean): void {
+function agentSuite(
+  label: string,
+  socket: string | undefined,
+  needs: readonly Counterpart[],
+): void {
   test({
     name:
       `ContainerRuntime: robolab's agent is sandboxed in its container: its own processes, no network, no host service (${label})`,
-    ignore,
+    needs,
     fn: withDeadline(59_000, async () => {
       await buildImages(socket);
       const address = bridgeAddress();
@@ -217,7 +206,7 @@ function agentSuite(label: string, socket: string | undefined, ignore: boolean):
   test({
     name:
       `ContainerRuntime: OpenSSH's scp and sftp reach the workspace inside a container (${label})`,
-    ignore,
+    needs,
     fn: withDeadline(59_000, async () => {
       await buildImages(socket);
       const scratch = await Deno.makeTempDir({ prefix: "hud-scp-" });
@@ -290,13 +279,13 @@ function agentSuite(label: string, socket: string | undefined, ignore: boolean):
   });
 }
 
-agentSuite("default engine", undefined, ignore);
-if (PODMAN_SOCKET !== null) agentSuite("Podman", PODMAN_SOCKET, false);
+agentSuite("default engine", undefined, [ENGINE]);
+agentSuite("Podman", PODMAN_SOCKET, [PODMAN]);
 
 test({
   name:
     "hud image and hud eval --runtime container: run docs/runtimes.md's robolab commands as written",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, async () => {
     await buildImages();
     const { main } = await import("../../cli.ts");

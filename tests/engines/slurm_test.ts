@@ -8,6 +8,7 @@
 // why, when it cannot.
 
 import { test } from "../_test.ts";
+import { counterpart } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { cancelStaleJobs, SlurmRuntime } from "../../engines/slurm.ts";
 import { connect } from "../../client.ts";
@@ -17,12 +18,11 @@ import { functionAgent } from "../../eval/agent.ts";
 import { taskSlug } from "../../env.ts";
 import { delay } from "../../_internal/async.ts";
 import { withDeadline } from "../_deadline.ts";
-import { crashNode, exists, required, sh, which } from "./_clusters.ts";
+import { crashNode, exists, sh, which } from "./_clusters.ts";
 
 const FIXTURE = new URL("../fixtures/basic_env.ts", import.meta.url).pathname;
 const NODES = ["slurm-n1", "slurm-n2", "slurm-n3"];
 const ANNOUNCE = "10.215.0.254";
-const REQUIRED = required("HUD_REQUIRE_SLURM");
 // The cluster .ci/run (or slurm_up.sh by hand) started, else none.
 const given = Deno.env.get("HUD_TEST_SLURM_STATE") ??
   (exists("/run/hud-slurm/slurm.conf") ? "/run/hud-slurm" : undefined);
@@ -31,7 +31,12 @@ function skipReason(): string | null {
   if (Deno.build.os !== "linux") return "needs Linux network namespaces";
   if (Deno.uid() !== 0) return "needs root (network namespaces, slurmd)";
   if (given !== undefined) {
-    return exists(`${given}/slurm.conf`) ? null : `no cluster in HUD_TEST_SLURM_STATE "${given}"`;
+    if (!exists(`${given}/slurm.conf`)) return `no cluster in HUD_TEST_SLURM_STATE "${given}"`;
+    // A cluster there, but this machine has no client to reach it with.
+    const client = ["sbatch", "squeue", "scontrol", "nsenter"].filter((b) => !which(b));
+    return client.length === 0
+      ? null
+      : `missing ${client.join(", ")}: apt-get install slurm-client`;
   }
   const missing = ["slurmctld", "slurmd", "slurmrestd", "munged", "sbatch", "nsenter", "iptables"]
     .filter((b) => !which(b));
@@ -42,8 +47,17 @@ function skipReason(): string | null {
   }
   return null;
 }
-const SKIP = skipReason();
-if (SKIP !== null && !REQUIRED) console.log(`slurm_test: skipped: ${SKIP}`);
+/** A Slurm cluster: the one .ci/run started (HUD_TEST_SLURM_STATE), or one these tests bring up. */
+const SLURM = counterpart(
+  "slurm",
+  "as root, with Slurm installed; bash .ci/run starts a cluster (.ci/engine/slurm_up.sh)",
+  skipReason,
+);
+/** Slurm's client commands. */
+const SLURM_CLIENT = counterpart("slurm-client", "apt-get install slurm-client", () => {
+  const absent = ["sbatch", "squeue"].filter((b) => !which(b));
+  return absent.length === 0 ? null : `${absent.join(", ")} not found`;
+});
 
 /** The cluster's state directory, once up (ours to remove when `owned`). */
 let state = "";
@@ -96,9 +110,8 @@ const adder = functionAgent(async (prompt) => {
 
 test({
   name: "SlurmRuntime serves 60 rollouts on 3 nodes and survives losing one",
-  ignore: SKIP !== null && !REQUIRED,
+  needs: [SLURM],
   fn: withDeadline(59_000, async (t) => {
-    if (SKIP !== null) throw new Error(`slurm test cannot run: ${SKIP} (HUD_REQUIRE_SLURM=1)`);
     if (given !== undefined) {
       state = given;
     } else {
@@ -340,7 +353,7 @@ test("SlurmRuntime rejects a missing module and counts out of range", () => {
 
 test({
   name: "SlurmRuntime without a cluster to reach says which SLURM_CONF it used and the way out",
-  ignore: !which("sbatch") || !which("squeue"),
+  needs: [SLURM_CLIENT],
   async fn() {
     // An empty file: the commands fail at once (a missing one, they retry for a minute).
     const dir = await Deno.makeTempDir();

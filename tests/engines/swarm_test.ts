@@ -7,12 +7,13 @@
 // why (in CI it runs). Run alone with `deno task test-engine`.
 
 import { test } from "../_test.ts";
+import { counterpart, ENGINE } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { connect } from "../../client.ts";
 import type { Placement, PlaceOptions } from "../../runtime/placement.ts";
 import { buildEnvironmentImage, OWNER_LABEL } from "../../engines/mod.ts";
 import { SwarmRuntime } from "../../engines/mod.ts";
-import { EngineClient, findEngineSocket } from "../../engines/_engine.ts";
+import { EngineClient } from "../../engines/_engine.ts";
 import { functionAgent, Taskset } from "../../eval/mod.ts";
 import { taskSlug } from "../../env.ts";
 import { delay } from "../../_internal/async.ts";
@@ -45,11 +46,12 @@ function skipReason(): string | null {
   }
   return null;
 }
-const SKIP = skipReason();
-if (SKIP !== null && Deno.env.get("CI") !== "true") {
-  console.log(`swarm_test: skipped: ${SKIP}`);
-}
-const ignore = SKIP !== null && Deno.env.get("CI") !== "true";
+/** What the swarm test brings up its 3-node swarm with. */
+const SWARM = counterpart(
+  "swarm",
+  "as root on Linux: apt-get install docker.io containerd iptables",
+  skipReason,
+);
 
 async function sh(script: string, env: Record<string, string>, ms: number): Promise<string> {
   const out = await new Deno.Command("bash", {
@@ -150,9 +152,8 @@ async function swarmDown(): Promise<void> {
 
 test({
   name: "SwarmRuntime serves 60 rollouts on 3 nodes and survives a node's crash",
-  ignore,
+  needs: [SWARM],
   fn: withDeadline(59_000, async (t) => {
-    if (SKIP !== null) throw new Error(`swarm test cannot run in CI: ${SKIP}`);
     lock = await holdSwarmLock();
     env = {
       ENGINE_STATE: shared ?? await Deno.makeTempDir({ prefix: "hud-swarm-" }),
@@ -398,14 +399,7 @@ test("SwarmRuntime rejects replica counts and width out of range", () => {
 
 test({
   name: "SwarmRuntime.place() on an engine that is not a swarm manager says how to make one",
-  ignore: (() => {
-    try {
-      findEngineSocket();
-      return false;
-    } catch {
-      return true;
-    }
-  })(),
+  needs: [ENGINE],
   async fn() {
     using engine = await EngineClient.open();
     const info = await engine.call("GET", "/info") as { Swarm?: { LocalNodeState?: string } };

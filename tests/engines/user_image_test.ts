@@ -4,9 +4,11 @@
 // an engine socket.
 
 import { test } from "../_test.ts";
+import { ENGINE } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { EngineClient, findEngineSocket } from "../../engines/_engine.ts";
 import { AGENT, deno, makeProject, readmeImportMap } from "../_project.ts";
+import { testSignal } from "../_deadline.ts";
 
 function engineSocket(): string | null {
   try {
@@ -16,13 +18,12 @@ function engineSocket(): string | null {
   }
 }
 const SOCKET = engineSocket();
-if (SOCKET === null) console.log("user_image_test: skipped: no engine socket");
 const BASE = "hud-test-user-base:latest";
 const IMAGE = "hud-test-user-env:latest";
 
 test({
   name: "hud image: a user project's image (import map, --from the base) starts and serves",
-  ignore: SOCKET === null,
+  needs: [ENGINE],
   async fn(t) {
     const dir = await makeProject(await readmeImportMap());
     const project = `${dir}/project`;
@@ -79,4 +80,49 @@ test({
       }
     }
   },
+});
+
+test("hud image and export-harbor refuse a module that imports the SDK by its path on this machine, before any build", async () => {
+  // Issue 38: the image was built, and failed only when it started (the path is not in it).
+  const dir = await Deno.makeTempDir({ prefix: "hud_abs_import_" });
+  const sdk = new URL("../../mod.ts", import.meta.url);
+  const cli = new URL("../../cli.ts", import.meta.url).pathname;
+  try {
+    for (const [name, specifier] of [["path", sdk.pathname], ["url", sdk.href]]) {
+      const file = `${dir}/${name}.ts`;
+      await Deno.writeTextFile(
+        file,
+        `import { Environment } from ${JSON.stringify(specifier)};
+export const env = new Environment("abs");
+env.template({ id: "hi" }, async function* () { yield "hi"; yield 1; });
+`,
+      );
+      const refusal = `Cannot build image: "${file}" imports "${specifier}" by its path on this ` +
+        `machine, which the image does not have; import it by a relative path, or map it in a ` +
+        `deno.json beside the module (see the README)`;
+      // No engine is reached: the socket does not exist.
+      for (
+        const args of [["image", file, "--tag", "hud-test-abs:latest"], [
+          "export-harbor",
+          file,
+          "--out",
+          `${dir}/out-${name}`,
+          "--from",
+          "base",
+        ]]
+      ) {
+        const out = await new Deno.Command(Deno.execPath(), {
+          args: ["run", "-A", cli, ...args],
+          env: { NO_COLOR: "1", DOCKER_HOST: `unix://${dir}/no.sock` },
+          stdin: "null",
+          signal: testSignal(),
+        }).output();
+        const stderr = new TextDecoder().decode(out.stderr);
+        assert.equal(out.code, 1, stderr);
+        assert.equal(stderr, `error: ${refusal}\n`, args[0]);
+      }
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });

@@ -4,6 +4,7 @@
 // accept a well-formed trajectory and to catch each kind of mistake.
 
 import { test } from "../_test.ts";
+import { SANDBOX } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { Job, toAtif, writeTrajectories } from "../../eval/mod.ts";
 import { main } from "../../cli.ts";
@@ -100,98 +101,106 @@ test("atifProblems() accepts a trajectory made from the RFC and finds each kind 
   }
 });
 
-test("toAtif() exports a model run and a command run as ATIF v1.4", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "atif-test-" });
-  try {
-    const runs = await robolabRuns(dir);
-    const model = await Job.load(runs.model);
-    const command = await Job.load(runs.command);
-    for (const record of [...model.runs, ...command.runs]) {
-      const trajectory = toAtif(record);
-      // What a file reader sees: the JSON text, parsed again.
-      assert.deepEqual(atifProblems(JSON.parse(JSON.stringify(trajectory))), [], record.task.slug);
-      assert.equal((trajectory.extra?.hud as Record<string, unknown>).reward, record.reward);
+test(
+  "toAtif() exports a model run and a command run as ATIF v1.4",
+  { needs: [SANDBOX] },
+  async () => {
+    const dir = await Deno.makeTempDir({ prefix: "atif-test-" });
+    try {
+      const runs = await robolabRuns(dir);
+      const model = await Job.load(runs.model);
+      const command = await Job.load(runs.command);
+      for (const record of [...model.runs, ...command.runs]) {
+        const trajectory = toAtif(record);
+        // What a file reader sees: the JSON text, parsed again.
+        assert.deepEqual(
+          atifProblems(JSON.parse(JSON.stringify(trajectory))),
+          [],
+          record.task.slug,
+        );
+        assert.equal((trajectory.extra?.hud as Record<string, unknown>).reward, record.reward);
+      }
+
+      // A model rollout: system, user, the setup files, four model calls, the agent's diff.
+      const solved = model.runs.find((r) => r.reward === 1)!;
+      const t = toAtif(solved);
+      assert.deepEqual(t.steps.map((s) => s.source), [
+        "system",
+        "user",
+        "system",
+        "agent",
+        "agent",
+        "agent",
+        "agent",
+        "system",
+      ]);
+      assert.equal(t.agent.name, "hud-chat-agent");
+      assert.equal(toAtif(solved, { sdkVersion: "9.9.9" }).agent.version, "9.9.9");
+      assert.equal(t.agent.model_name, "scripted-robolab");
+      const agentSteps = t.steps.filter((s) => s.source === "agent");
+      const calls = agentSteps.flatMap((s) => s.tool_calls ?? []);
+      assert.deepEqual(calls.map((c) => c.function_name), ["bash", "bash", "bash", "submit"]);
+      assert.match(
+        String(calls[1].arguments.command),
+        /sed -i 's\/-lt "\$n"\/-le "\$n"\/' count\.sh/,
+      );
+      const tools = solved.trace.steps!.filter((s) => s.type === "tool");
+      assert.deepEqual(
+        agentSteps.flatMap((s) => s.observation?.results.map((r) => r.content) ?? []),
+        tools.map((s) => (s.content as { result: string }).result),
+      );
+      const digest = model.summary();
+      assert.equal(t.final_metrics?.total_prompt_tokens, digest.input_tokens! / model.runs.length);
+      assert.equal(
+        t.final_metrics?.total_completion_tokens,
+        digest.output_tokens! / model.runs.length,
+      );
+      assert.match(
+        t.steps[7].observation!.results[0].content!,
+        /^\+while \[ "\$i" -le "\$n" \]; do$/m,
+      );
+
+      // One private file per counted rollout, named by task and repeat.
+      const files = await writeTrajectories(runs.model, `${dir}/atif`);
+      assert.deepEqual(
+        files.map((f) => f.slice(dir.length + 6)).sort(),
+        model.runs.map((r) => `${r.task.slug}.${r.repeat}.json`).sort(),
+      );
+      for (const f of files) {
+        assert.equal((await Deno.stat(f)).mode! & 0o777, 0o600, f);
+        assert.deepEqual(atifProblems(JSON.parse(await Deno.readTextFile(f))), [], f);
+      }
+
+      // The command line: report --atif DIR, one results file at a time.
+      let said = "";
+      const io = { stdout: () => {}, stderr: (t: string) => said += t };
+      assert.equal(await main(["report", runs.command, "--atif", `${dir}/cli`], io), 0, said);
+      assert.match(said, /^Wrote 2 trajectories \(ATIF v1\.4\) into /);
+      for (const r of command.runs) {
+        const f = `${dir}/cli/${r.task.slug}.${r.repeat}.json`;
+        assert.deepEqual(atifProblems(JSON.parse(await Deno.readTextFile(f))), [], f);
+      }
+      said = "";
+      assert.equal(await main(["report", runs.command, runs.model, "--atif", dir], io), 2);
+      assert.match(said, /--atif takes one results file/);
+      said = "";
+      assert.equal(await main(["report", `${dir}/nope.jsonl`, "--atif", dir], io), 1);
+      assert.match(said, /"[^"]*nope\.jsonl" is not a file \(run a job with --out first\)/);
+      assert.equal(said.trim().split("\n").length, 1);
+
+      // A command rollout: the prompt, the setup files, the agent's answer with its exit code.
+      const done = command.runs.find((r) => r.reward === 1)!;
+      const c = toAtif(done);
+      const answer = c.steps.find((s) => s.source === "agent")!;
+      assert.equal(answer.message, String(done.trace.content));
+      assert.equal(answer.extra?.exit_code, 0);
+      assert.equal(c.agent.model_name, undefined);
+      assert.match(c.agent.name, /ssh_agent\.sh$/);
+    } finally {
+      await Deno.remove(dir, { recursive: true });
     }
-
-    // A model rollout: system, user, the setup files, four model calls, the agent's diff.
-    const solved = model.runs.find((r) => r.reward === 1)!;
-    const t = toAtif(solved);
-    assert.deepEqual(t.steps.map((s) => s.source), [
-      "system",
-      "user",
-      "system",
-      "agent",
-      "agent",
-      "agent",
-      "agent",
-      "system",
-    ]);
-    assert.equal(t.agent.name, "hud-chat-agent");
-    assert.equal(toAtif(solved, { sdkVersion: "9.9.9" }).agent.version, "9.9.9");
-    assert.equal(t.agent.model_name, "scripted-robolab");
-    const agentSteps = t.steps.filter((s) => s.source === "agent");
-    const calls = agentSteps.flatMap((s) => s.tool_calls ?? []);
-    assert.deepEqual(calls.map((c) => c.function_name), ["bash", "bash", "bash", "submit"]);
-    assert.match(
-      String(calls[1].arguments.command),
-      /sed -i 's\/-lt "\$n"\/-le "\$n"\/' count\.sh/,
-    );
-    const tools = solved.trace.steps!.filter((s) => s.type === "tool");
-    assert.deepEqual(
-      agentSteps.flatMap((s) => s.observation?.results.map((r) => r.content) ?? []),
-      tools.map((s) => (s.content as { result: string }).result),
-    );
-    const digest = model.summary();
-    assert.equal(t.final_metrics?.total_prompt_tokens, digest.input_tokens! / model.runs.length);
-    assert.equal(
-      t.final_metrics?.total_completion_tokens,
-      digest.output_tokens! / model.runs.length,
-    );
-    assert.match(
-      t.steps[7].observation!.results[0].content!,
-      /^\+while \[ "\$i" -le "\$n" \]; do$/m,
-    );
-
-    // One private file per counted rollout, named by task and repeat.
-    const files = await writeTrajectories(runs.model, `${dir}/atif`);
-    assert.deepEqual(
-      files.map((f) => f.slice(dir.length + 6)).sort(),
-      model.runs.map((r) => `${r.task.slug}.${r.repeat}.json`).sort(),
-    );
-    for (const f of files) {
-      assert.equal((await Deno.stat(f)).mode! & 0o777, 0o600, f);
-      assert.deepEqual(atifProblems(JSON.parse(await Deno.readTextFile(f))), [], f);
-    }
-
-    // The command line: report --atif DIR, one results file at a time.
-    let said = "";
-    const io = { stdout: () => {}, stderr: (t: string) => said += t };
-    assert.equal(await main(["report", runs.command, "--atif", `${dir}/cli`], io), 0, said);
-    assert.match(said, /^Wrote 2 trajectories \(ATIF v1\.4\) into /);
-    for (const r of command.runs) {
-      const f = `${dir}/cli/${r.task.slug}.${r.repeat}.json`;
-      assert.deepEqual(atifProblems(JSON.parse(await Deno.readTextFile(f))), [], f);
-    }
-    said = "";
-    assert.equal(await main(["report", runs.command, runs.model, "--atif", dir], io), 2);
-    assert.match(said, /--atif takes one results file/);
-    said = "";
-    assert.equal(await main(["report", `${dir}/nope.jsonl`, "--atif", dir], io), 1);
-    assert.match(said, /"[^"]*nope\.jsonl" is not a file \(run a job with --out first\)/);
-    assert.equal(said.trim().split("\n").length, 1);
-
-    // A command rollout: the prompt, the setup files, the agent's answer with its exit code.
-    const done = command.runs.find((r) => r.reward === 1)!;
-    const c = toAtif(done);
-    const answer = c.steps.find((s) => s.source === "agent")!;
-    assert.equal(answer.message, String(done.trace.content));
-    assert.equal(answer.extra?.exit_code, 0);
-    assert.equal(c.agent.model_name, undefined);
-    assert.match(c.agent.name, /ssh_agent\.sh$/);
-  } finally {
-    await Deno.remove(dir, { recursive: true });
-  }
-});
+  },
+);
 
 test("toAtif() of a rollout that never started is still a trajectory", () => {
   const t = toAtif({

@@ -3,6 +3,7 @@
 // counts the two apart, as issue 36's observations asked.
 
 import { test } from "../_test.ts";
+import { BWRAP, ROOT_USER, UNSHARE } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { main } from "../../cli.ts";
 import { Environment } from "../../env.ts";
@@ -468,15 +469,15 @@ async function withoutNamespaces(argv: string[]): Promise<Deno.CommandOutput> {
 test({
   name:
     "examples/robolab.ts where no sandbox can be made: why, once, with the way out, exit 1 (issue 44)",
-  // A mount namespace to hide bwrap and unshare in takes root.
-  ignore: Deno.uid() !== 0,
+  // A mount namespace to hide bwrap and unshare in takes root; the fakes are mounted over both.
+  needs: [ROOT_USER, BWRAP, UNSHARE],
 }, async () => {
   const robolab = new URL("../../examples/robolab.ts", import.meta.url).pathname;
   const ran = await withoutNamespaces([Deno.execPath(), "run", "-A", robolab]);
   const out = new TextDecoder().decode(ran.stdout);
   assert.equal(ran.code, 1, out + new TextDecoder().decode(ran.stderr));
   const reason =
-    "Cannot start workspace: no sandbox works here (bwrap: bwrap: No permissions to create new namespace; unshare: unshare: unshare failed: Operation not permitted)";
+    "Cannot start workspace: no sandbox works here: user namespaces are not allowed here (bwrap: bwrap: No permissions to create new namespace; unshare: unshare: unshare failed: Operation not permitted)";
   // Before: six rows "error (provisioning)" and the mean, nothing saying why.
   assert.equal(out.split(reason).length - 1, 1, out);
   assert.match(out, /all 6 rollouts errored the same way, provisioning/);

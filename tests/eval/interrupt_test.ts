@@ -1,6 +1,7 @@
 // `hud eval` under interruption, in child processes: no graded result is
 // lost or re-run, and no process, key file or temp dir of the run is left.
 import { test } from "../_test.ts";
+import { LINUX, SANDBOX } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { liveGroupMembers } from "../../_internal/process.ts";
 
@@ -94,11 +95,9 @@ function parseRows(text: string): (Row | null)[] {
   });
 }
 
-const linux = Deno.build.os === "linux";
-
 test({
   name: "hud eval: a signal at a random point loses no graded rollout; --resume finishes the rest",
-  ignore: !linux,
+  needs: [LINUX],
 }, async (t) => {
   for (const signal of ["SIGINT", "SIGTERM", "SIGHUP", "SIGKILL"] as const) {
     await t.step(signal, async () => {
@@ -170,7 +169,7 @@ test({
 
 test({
   name: "hud eval: an interrupted run leaves no agent process, key file or temp dir",
-  ignore: !linux,
+  needs: [LINUX, SANDBOX],
 }, async (t) => {
   // Each agent ignores SIGTERM, as does the child it leaves running.
   const stubborn = (pgids: string) =>
@@ -221,7 +220,7 @@ test({
 
 test({
   name: "hud eval: a timed-out agent is graded on what it wrote, and its group is gone",
-  ignore: !linux,
+  needs: [LINUX, SANDBOX],
 }, async () => {
   const tmp = await Deno.makeTempDir({ prefix: "evaltrust-" });
   const pgids = `${tmp}/pgids`;
@@ -307,7 +306,7 @@ async function interruptAfterFirstLine(
 
 test({
   name: "hud start --source and hud serve: a signal removes every key file and temp dir",
-  ignore: !linux,
+  needs: [LINUX, SANDBOX],
 }, async (t) => {
   const cases: { name: string; args: string[]; signals: Deno.Signal[]; code: number }[] = [
     {

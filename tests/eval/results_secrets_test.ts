@@ -5,6 +5,7 @@
 // is 0600 in a directory no wider than 0700, and holds neither secret.
 
 import { test } from "../_test.ts";
+import { SANDBOX } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { completion, type Received, scriptedServer } from "../agents/_scripted.ts";
 import { Trace } from "../../eval/trace.ts";
@@ -108,7 +109,9 @@ async function checkResults(out: string, planted: Planted): Promise<void> {
   assert.equal(dirMode & 0o077, 0, `results directory mode ${dirMode.toString(8)}`);
 }
 
-test("cli.ts eval with a command agent keeps planted secrets out of a 0600 results file", async () => {
+test("cli.ts eval with a command agent keeps planted secrets out of a 0600 results file", {
+  needs: [SANDBOX],
+}, async () => {
   const dir = await Deno.makeTempDir({ prefix: "results-secrets-" });
   try {
     const planted = await plant(dir);
@@ -126,7 +129,9 @@ test("cli.ts eval with a command agent keeps planted secrets out of a 0600 resul
   }
 });
 
-test("cli.ts eval --model keeps what ChatAgent read out of a 0600 results file", async () => {
+test("cli.ts eval --model keeps what ChatAgent read out of a 0600 results file", {
+  needs: [SANDBOX],
+}, async () => {
   const dir = await Deno.makeTempDir({ prefix: "results-secrets-" });
   try {
     const planted = await plant(dir);

@@ -5,6 +5,7 @@
 // one replaced are history.
 
 import { test } from "../_test.ts";
+import { LINUX } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { main } from "../../cli.ts";
 import { Job } from "../../eval/mod.ts";
@@ -73,7 +74,7 @@ function jsonCounts(s: Record<string, unknown>): Counts {
 test({
   name:
     "eval, eval --json, report, view and Job.load count alike after an interrupted, resumed run",
-  ignore: Deno.build.os !== "linux",
+  needs: [LINUX],
 }, async () => {
   const tmp = await Deno.makeTempDir({ prefix: "summary-test-" });
   try {
@@ -174,4 +175,16 @@ test({
   } finally {
     await Deno.remove(tmp, { recursive: true });
   }
+});
+
+test("meanAndError() gives alike rewards exactly, without float noise", async () => {
+  const { meanAndError } = await import("../../eval/_summary.ts");
+  // Three 0.1s summed and divided gave 0.10000000000000002 ± 9.81e-18.
+  assert.deepEqual(meanAndError([0.1, 0.1, 0.1]), { mean: 0.1, stderr: 0 });
+  assert.deepEqual(meanAndError([0.7, 0.7, 0.7, 0.7, 0.7, 0.7, 0.7]), { mean: 0.7, stderr: 0 });
+  assert.deepEqual(meanAndError([0.3]), { mean: 0.3, stderr: null });
+  assert.deepEqual(meanAndError([]), { mean: null, stderr: null });
+  const { mean, stderr } = meanAndError([0, 1]);
+  assert.equal(mean, 0.5);
+  assert.equal(stderr, 0.5);
 });

@@ -1,19 +1,13 @@
 import { test } from "../_test.ts";
+import { BWRAP } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { testSignal } from "../_deadline.ts";
 
 const example = new URL("../../examples/best_of_4.ts", import.meta.url).pathname;
-const HAS_BWRAP = (() => {
-  try {
-    return Deno.statSync("/usr/bin/bwrap").isFile;
-  } catch {
-    return false;
-  }
-})();
 
 test({
   name: "examples/best_of_4.ts forks four rollouts from one prepared state and picks the best",
-  ignore: !HAS_BWRAP,
+  needs: [BWRAP],
 }, async () => {
   const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
     args: ["run", "-A", example],

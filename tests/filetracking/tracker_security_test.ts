@@ -5,9 +5,10 @@
 // do. Before, any local user read a 0600 file's content through its `diff`.
 
 import { test } from "../_test.ts";
+import { LINUX, ROOT_USER } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { startFileTracker } from "../../filetracking/mod.ts";
-import { CAN_SWITCH_UID, NOBODY, runAs } from "../_uid.ts";
+import { NOBODY, runAs } from "../_uid.ts";
 
 const SECRET = "s3cret-only-root-reads-this";
 
@@ -25,7 +26,7 @@ async function diffAs(asNobody: boolean, port: number): Promise<string> {
 test({
   name: "startFileTracker() on its port serves only allowUsers: another uid is refused",
   // Needs root to act as another user, and Linux's socket tables.
-  ignore: Deno.build.os !== "linux" || !CAN_SWITCH_UID,
+  needs: [LINUX, ROOT_USER],
   async fn(t) {
     const root = await Deno.makeTempDir();
     try {

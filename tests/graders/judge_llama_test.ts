@@ -9,18 +9,8 @@ import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { llmJudgeGrader } from "../../graders/mod.ts";
 import { OpenAiBackend } from "../../agents/mod.ts";
-import { LLAMA_BUILD_HINT, missingLlama, startLlamaServer } from "../agents/_llama.ts";
+import { LLAMA, startLlamaServer } from "../agents/_llama.ts";
 import { FORGED } from "./_forged.ts";
-
-/** Set by .ci/run, which builds llama-server: there a missing binary is a failure, not a skip. */
-const REQUIRED = Deno.env.get("HUD_REQUIRE_LLAMA") === "1";
-
-const missing = missingLlama();
-if (missing.length > 0 && !REQUIRED) {
-  console.log(
-    `judge_llama_test: skipped: ${missing.join(" and ")} not found (${LLAMA_BUILD_HINT})`,
-  );
-}
 
 interface Exchange {
   request: Record<string, unknown>;
@@ -30,9 +20,8 @@ interface Exchange {
 test({
   name:
     "llmJudgeGrader() against llama-server: the verdict is the model's tool call, never the answer's",
-  ignore: missing.length > 0 && !REQUIRED,
+  needs: [LLAMA],
   async fn() {
-    assert.deepEqual(missing, [], "HUD_REQUIRE_LLAMA=1 but llama-server or the model is missing");
     await using llama = await startLlamaServer(["-c", "4096", "-np", "1"], 40_000);
     const exchanges: Exchange[] = [];
     await using proxy = Deno.serve(

@@ -5,13 +5,12 @@
 // for Harbor tasks are refused. Needs an engine socket; skipped without one.
 
 import { test } from "../_test.ts";
+import { ENGINE } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { buildShellBase } from "../engines/_shell_base.ts";
 import { withDeadline } from "../_deadline.ts";
 import { BASE, writeDataset } from "./_dataset.ts";
-import { skipWithoutEngine } from "./_engine.ts";
 
-const ignore = skipWithoutEngine("cli_harbor_test");
 const CLI = new URL("../../cli.ts", import.meta.url).pathname;
 
 async function hud(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
@@ -71,7 +70,7 @@ test("hud eval harbor:PATH refuses options that do not apply, and a missing agen
 test(
   {
     name: "hud eval harbor:PATH --agent oracle validates a dataset, and fails one below 1.0",
-    ignore,
+    needs: [ENGINE],
   },
   withDeadline(59_000, async () => {
     await buildShellBase(BASE);

@@ -7,6 +7,7 @@
 // socket; skipped without one (in CI it runs).
 
 import { test } from "../_test.ts";
+import { ENGINE } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import {
   buildHarborImage,
@@ -19,16 +20,13 @@ import { functionAgent } from "../../eval/mod.ts";
 import { buildShellBase } from "../engines/_shell_base.ts";
 import { BASE } from "./_dataset.ts";
 import { withDeadline } from "../_deadline.ts";
-import { skipWithoutEngine } from "./_engine.ts";
-
-const ignore = skipWithoutEngine("export_run_test");
 
 const FIXTURE = new URL("../fixtures/harbor_export_env.ts", import.meta.url).pathname;
 const REPO = `hud-test-harbor-export-run-${Deno.pid}`;
 
 test({
   name: "runHarborTasks() grades an exported task: 1 for the right answer, 0 for none",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, async () => {
     await buildShellBase(BASE);
     const out = await Deno.makeTempDir({ prefix: "hud-harbor-export-run-" });

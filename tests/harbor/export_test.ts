@@ -7,6 +7,7 @@
 // does nothing. Needs an engine socket; skipped without one (in CI it runs).
 
 import { test } from "../_test.ts";
+import { ENGINE } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { exportHarborTasks, loadHarborTasks, parseToml } from "../../harbor/mod.ts";
 import { EngineClient, EngineError } from "../../engines/_engine.ts";
@@ -16,9 +17,6 @@ import { buildShellBase } from "../engines/_shell_base.ts";
 import { BASE } from "./_dataset.ts";
 import { withDeadline } from "../_deadline.ts";
 import { main } from "../../cli.ts";
-import { skipWithoutEngine } from "./_engine.ts";
-
-const ignore = skipWithoutEngine("export_test");
 
 const FIXTURE = new URL("../fixtures/harbor_export_env.ts", import.meta.url).pathname;
 const REPO = `hud-test-harbor-export-${Deno.pid}`;
@@ -157,7 +155,7 @@ function exportOnce(): Promise<string> {
 
 test({
   name: "exportHarborTasks() writes task folders that loadHarborTasks() reads",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, async () => {
     const out = await exportOnce();
     const { tasks, skipped } = await loadHarborTasks(out);
@@ -228,15 +226,34 @@ test({
         err,
         `error: Cannot export Harbor tasks: image "${BASE}" was not built by "hud image"; build it with "hud image" or leave out --image\n`,
       );
+      // Without --repository, the images' names come from the output folder (issue 38: all were
+      // hud-harbor-export/ENV, so two exports on one engine replaced each other's images).
+      const images = async (out: string) => {
+        const printed: string[] = [];
+        const code = await main(
+          ["export-harbor", FIXTURE, "--out", out, "--image", `${REPO}-env:latest`],
+          { stdout: (t) => printed.push(t), stderr: () => {} },
+        );
+        assert.equal(code, 0);
+        return printed.join("").trim().split("\n").map((l) => l.split(" ")[1]);
+      };
+      const [a, b] = [await images(`${again}/a`), await images(`${again}/b`)];
+      const named = /^hud-harbor-export\/harbor-export-fixture-[0-9a-f]{10}:(code|varying)$/;
+      assert.ok([...a, ...b].every((image) => named.test(image)), [...a, ...b].join(" "));
+      assert.notEqual(a[0].split(":")[0], b[0].split(":")[0]);
+      // Exported again to the same folder, the same names.
+      await Deno.remove(`${again}/a`, { recursive: true });
+      assert.deepEqual(await images(`${again}/a`), a);
     } finally {
       await Deno.remove(again, { recursive: true });
+      await removeImages("hud-harbor-export/harbor-export-fixture-");
     }
   }),
 });
 
 test({
   name: "exportHarborTasks() tasks run as Harbor runs them: 1 for the right answer, 0 for none",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, async () => {
     const dir = `${await exportOnce()}/code`;
     try {
@@ -325,11 +342,20 @@ test("hud export-harbor refuses bad input with one line naming it and the way ou
       unknown.err,
       `error: Cannot export Harbor tasks: unknown template "nope" (available: "code", "plain", "varying")\n`,
     );
+    // A prompt that differs at every start (a temporary directory in it, as robolab's): refused
+    // before anything is built (issue 38: it was exported, and refused when its container started).
+    const unstable = new URL("../fixtures/harbor_export_unstable_env.ts", import.meta.url).pathname;
+    const varies = await run(unstable, "--out", `${out}/d`, "--from", "x");
+    assert.equal(varies.code, 1);
+    assert.match(
+      varies.err,
+      /^error: Cannot export Harbor tasks: template "tmpdir" gave two prompts for the same arguments \(they differ from character \d+: ".*" and ".*"\); export templates whose prompt depends only on their arguments \(a fixed path in it, not a temporary one\)\n$/,
+    );
     const noBase = await run(FIXTURE, "--out", `${out}/c`);
     assert.equal(noBase.code, 2);
     assert.match(noBase.err, /^error: give --from IMAGE .* or --image TAG\n$/);
     // Nothing was written for the refused ones.
-    for (const d of ["a", "b", "c"]) {
+    for (const d of ["a", "b", "c", "d"]) {
       await assert.rejects(Deno.stat(`${out}/${d}`), Deno.errors.NotFound);
     }
   } finally {

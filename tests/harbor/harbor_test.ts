@@ -7,6 +7,7 @@
 // engine socket; skipped without one, saying why (in CI it runs).
 
 import { test } from "../_test.ts";
+import { ENGINE } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import {
   buildHarborImage,
@@ -19,10 +20,8 @@ import {
 import { buildShellBase } from "../engines/_shell_base.ts";
 import { BASE, writeDataset } from "./_dataset.ts";
 import { functionAgent } from "../../eval/mod.ts";
-import { withDeadline } from "../_deadline.ts";
-import { containersLeft, skipWithoutEngine } from "./_engine.ts";
-
-const ignore = skipWithoutEngine("harbor_test");
+import { testSignal, withDeadline } from "../_deadline.ts";
+import { containersLeft } from "./_engine.ts";
 
 test("loadHarborTasks() loads the valid tasks and lists the others with a reason code", async () => {
   const root = await Deno.makeTempDir({ prefix: "hud-harbor-" });
@@ -115,7 +114,7 @@ function pick(tasks: HarborTask[], ...names: string[]): HarborTask[] {
 
 test({
   name: "runHarborTasks() with the oracle scores 1.0, and reward.json's keys become subscores",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, () =>
     withDataset(async (tasks) => {
       const [hello, multi] = await runHarborTasks(pick(tasks, "hello", "multi"), "oracle");
@@ -136,7 +135,7 @@ test({
 test({
   name:
     "runHarborTasks() gives [environment.env] to the agent and the verifier, [solution.env] to solve.sh only",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, () =>
     withDataset(async (tasks) => {
       const [envs] = await runHarborTasks(pick(tasks, "envs"), "oracle");
@@ -147,7 +146,7 @@ test({
 
 test({
   name: "runHarborTasks() tells a verifier time-out, a missing reward and a failed build apart",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, () =>
     withDataset(async (tasks) => {
       const [slow, noreward, broken] = await runHarborTasks(
@@ -166,7 +165,7 @@ test({
 test({
   name:
     "runHarborTasks() scores a do-nothing agent 0.0, hides tests/, and reuses the images it built",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, () =>
     withDataset(async (tasks) => {
       const [hello] = pick(tasks, "hello");
@@ -189,6 +188,34 @@ test({
       assert.equal(again.built, false);
       assert.equal(again.image, first.image);
       assert.equal(again.workdir, "/app");
+      // From another process, with a file beside the SDK's that no image holds (issue 38: any
+      // untracked file in the SDK's folder changed the key, and every task's image was rebuilt).
+      const sdk = new URL("../../", import.meta.url).pathname;
+      const untracked = `${sdk}untracked-${Deno.pid}.jsonl`;
+      await Deno.writeTextFile(untracked, "{}\n");
+      try {
+        const out = await new Deno.Command(Deno.execPath(), {
+          args: [
+            "eval",
+            `import { buildHarborImage, loadHarborTasks } from ${
+              JSON.stringify(new URL("../../harbor/mod.ts", import.meta.url).href)
+            };
+            const { tasks } = await loadHarborTasks(${
+              JSON.stringify(hello.path)
+            }.replace(/\\/[^/]+$/, ""));
+            const { image, built } = await buildHarborImage(tasks.find((t) => t.name === "hello"));
+            console.log(JSON.stringify({ image, built }));`,
+          ],
+          stdin: "null",
+          signal: testSignal(),
+        }).output();
+        const stderr = new TextDecoder().decode(out.stderr);
+        assert.equal(out.code, 0, stderr);
+        const elsewhere = JSON.parse(new TextDecoder().decode(out.stdout));
+        assert.deepEqual(elsewhere, { image: first.image, built: false });
+      } finally {
+        await Deno.remove(untracked);
+      }
       assert.throws(
         () => oracleAgent({ ...hello, solutionDir: null }),
         /Harbor task "hello": it has no solution\/solve\.sh/,

@@ -10,10 +10,11 @@
 // file); and the task's facts (the verifier's variables) are not
 // in the agent's view. Their Dockerfiles start FROM the Terminal-Bench-style
 // base (tests/harbor/_tbstyle_base.ts); this file removes the images it
-// built, and the base when it built it. Needs an engine socket; skipped
-// without one.
+// built, and the base when it built it. Needs an engine (ENGINE): skipped
+// without one, naming it.
 
 import { test } from "../_test.ts";
+import { ENGINE } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import {
   buildHarborImage,
@@ -26,10 +27,8 @@ import { EngineClient, EngineError } from "../../engines/_engine.ts";
 import { type Agent, functionAgent } from "../../eval/mod.ts";
 import { testSignal, withDeadline } from "../_deadline.ts";
 import { buildTbstyleBase, TBSTYLE_BASE } from "./_tbstyle_base.ts";
-import { containersLeft, skipWithoutEngine } from "./_engine.ts";
+import { containersLeft } from "./_engine.ts";
 import { writeTask } from "./_dataset.ts";
-
-const ignore = skipWithoutEngine("integrity_test");
 
 const KEY = `judge-key-${crypto.randomUUID()}`;
 
@@ -140,7 +139,7 @@ async function one(task: HarborTask, agent: Agent): Promise<HarborResult> {
 
 test({
   name: "runHarborTasks() scores an honest agent 1 and an idle one 0 on this file's task",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, async () => {
     const task = (await tasks()).get("answer")!;
     const honest = await one(task, runs("echo 42 > /app/answer.txt"));
@@ -157,7 +156,7 @@ test({
 
 test({
   name: "runHarborTasks() grades an agent that plants a pytest.py in the workdir 0, as tampered",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, async () => {
     const task = (await tasks()).get("answer")!;
     // `python3 -m pytest` in /app imports /app/pytest.py before the real one: exit 0, reward 1.
@@ -175,7 +174,7 @@ test({
 
 test({
   name: "runHarborTasks() grades an agent that plants /conftest.py and /pytest.ini 0, as tampered",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, async () => {
     const task = (await tasks()).get("answer")!;
     // pytest takes / as its rootdir (pytest.ini) and reads /conftest.py: every test passes.
@@ -200,7 +199,7 @@ test({
 test({
   name:
     "runHarborTasks() gives root Docker's default capabilities, as docker exec does: a root verifier reads and chowns the agent's 0600 file",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, async () => {
     const all = await tasks();
     const caps = await one(all.get("caps")!, runs("umask 077 && echo 42 > /app/answer.txt"));
@@ -219,7 +218,7 @@ test({
 test({
   name:
     "runHarborTasks() grades an agent that runs out of [agent] timeout_sec on what it left, as Harbor does",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, async () => {
     const task = (await tasks()).get("slow")!;
     const slow = functionAgent(async (_prompt, run, { signal }) => {
@@ -238,7 +237,7 @@ test({
 test({
   name:
     "runHarborTasks() keeps the task's facts (the verifier's variables) out of the agent's view",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, async () => {
     const seen: string[] = [];
     const snoop = functionAgent(async (_prompt, run, { signal }) => {
@@ -261,7 +260,7 @@ test({
 
 test({
   name: "runHarborTasks() with maxConcurrent 2 runs two tasks at once, in order in its results",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, async () => {
     const all = await tasks();
     // Each agent waits for the other to have started: one at a time, the first gives up.
@@ -299,7 +298,7 @@ test({
   }),
 });
 
-test({ name: "integrity_test removes the images it built", ignore }, async () => {
+test({ name: "integrity_test removes the images it built", needs: [ENGINE] }, async () => {
   using engine = await EngineClient.open();
   for (const image of [...images, ...(builtBase ? [TBSTYLE_BASE] : [])]) {
     await engine.call("DELETE", `/images/${encodeURIComponent(image)}`).catch((err) => {

@@ -5,10 +5,11 @@
 // the others keep the engine's network (the engine connects and
 // disconnects the container from outside, between the phases). An
 // "allowlist" task is refused in one line: this runner cannot hold an agent
-// to a list of hosts yet. The container tests need an engine socket;
-// skipped without one, saying why (in CI they run).
+// to a list of hosts yet. The container tests need an engine (ENGINE):
+// skipped without one, naming it (in CI they fail instead).
 
 import { test } from "../_test.ts";
+import { ENGINE } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import {
   type HarborTask,
@@ -21,9 +22,7 @@ import { buildShellBase } from "../engines/_shell_base.ts";
 import { BASE, writeTask } from "./_dataset.ts";
 import { functionAgent } from "../../eval/mod.ts";
 import { withDeadline } from "../_deadline.ts";
-import { containersLeft, skipWithoutEngine } from "./_engine.ts";
-
-const ignore = skipWithoutEngine("network_test");
+import { containersLeft } from "./_engine.ts";
 
 function phases(toml: string) {
   const { network } = parseHarborConfig(toml, "t/task.toml");
@@ -210,7 +209,7 @@ async function withPhaseTasks(fn: (tasks: HarborTask[]) => Promise<void>): Promi
 test({
   name:
     "runHarborTasks(): no-network phases have only loopback, the others the engine's network, switched between phases",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, () =>
     withPhaseTasks(async (tasks) => {
       for (const r of await runHarborTasks(tasks, "oracle")) {
@@ -222,7 +221,7 @@ test({
 
 test({
   name: "runHarborTasks(): the phase tasks score a do-nothing agent 0 (their checks can fail)",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, () =>
     withPhaseTasks(async (tasks) => {
       const idle = functionAgent(() => "");

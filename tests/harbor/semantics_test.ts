@@ -11,6 +11,7 @@
 // engine socket; skipped without one (in CI it runs).
 
 import { test } from "../_test.ts";
+import { ENGINE } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import {
   buildHarborImage,
@@ -23,9 +24,7 @@ import { EngineClient, EngineError } from "../../engines/_engine.ts";
 import { buildShellBase } from "../engines/_shell_base.ts";
 import { BASE, writeTask } from "./_dataset.ts";
 import { withDeadline } from "../_deadline.ts";
-import { containersLeft, skipWithoutEngine } from "./_engine.ts";
-
-const ignore = skipWithoutEngine("semantics_test");
+import { containersLeft } from "./_engine.ts";
 
 // Records its arguments and environment, then runs them, as an image's
 // ENTRYPOINT does; the ready file comes two seconds later.
@@ -232,7 +231,7 @@ test("parseHarborConfig() reads [environment.healthcheck] and users with Harbor'
 
 test({
   name: "runHarborTasks() keeps the image's ENTRYPOINT, with Harbor's command, beside the server",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, () =>
     withTasks(async (tasks) => {
       const [entry] = await oracleRun([tasks.get("entry")!]);
@@ -243,7 +242,7 @@ test({
 
 test({
   name: "runHarborTasks() awaits the healthcheck before the agent, and fails one that never passes",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, () =>
     withTasks(async (tasks) => {
       const [healthy, unhealthy] = await oracleRun([
@@ -262,7 +261,7 @@ test({
 
 test({
   name: "runHarborTasks() runs the agent as [agent] user and test.sh as [verifier] user",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, () =>
     withTasks(async (tasks) => {
       const [users, imageUser] = await oracleRun([tasks.get("users")!, tasks.get("imageuser")!]);
@@ -276,7 +275,7 @@ test({
 
 test({
   name: "runHarborTasks() fails a task whose [agent] user the image does not know, naming it",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, () =>
     withTasks(async (tasks) => {
       const [ghost] = await oracleRun([tasks.get("ghost")!]);

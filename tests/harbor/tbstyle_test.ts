@@ -9,6 +9,7 @@
 // Needs an engine socket; skipped without one.
 
 import { test } from "../_test.ts";
+import { ENGINE } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import {
   buildHarborImage,
@@ -21,9 +22,7 @@ import { OWNER_LABEL } from "../../engines/mod.ts";
 import { functionAgent } from "../../eval/mod.ts";
 import { testSignal, withDeadline } from "../_deadline.ts";
 import { buildTbstyleBase, TBSTYLE_BASE } from "./_tbstyle_base.ts";
-import { containersLeft, skipWithoutEngine } from "./_engine.ts";
-
-const ignore = skipWithoutEngine("tbstyle_test");
+import { containersLeft } from "./_engine.ts";
 
 const DATASET = new URL("../fixtures/harbor-tbstyle", import.meta.url).pathname;
 const TASKS = ["adler32-ctypes", "gateway-error-ids", "git-lost-branch", "weekly-level-report"];
@@ -87,7 +86,7 @@ async function statInImage(
 }
 
 test(
-  { name: "buildBaseImage() with packages copies them whole, symlinks kept", ignore },
+  { name: "buildBaseImage() with packages copies them whole, symlinks kept", needs: [ENGINE] },
   withDeadline(59_000, async () => {
     base ??= buildTbstyleBase();
     const id = await base;
@@ -115,7 +114,7 @@ test(
 for (const name of TASKS) {
   test({
     name: `runHarborTasks() scores the oracle 1.0 and a do-nothing agent 0.0 on ${name}`,
-    ignore,
+    needs: [ENGINE],
     fn: withDeadline(59_000, async () => {
       base ??= buildTbstyleBase();
       await base;
@@ -142,7 +141,7 @@ for (const name of TASKS) {
 test({
   name:
     "runHarborTasks(): an agent that plants /tests/conftest.py, or leaves a process to rewrite test.sh, earns nothing",
-  ignore,
+  needs: [ENGINE],
   fn: withDeadline(59_000, async () => {
     base ??= buildTbstyleBase();
     await base;
@@ -183,7 +182,7 @@ test({
 test(
   {
     name: "hud eval harbor:tests/fixtures/harbor-tbstyle --agent oracle validates the dataset",
-    ignore,
+    needs: [ENGINE],
   },
   withDeadline(59_000, async () => {
     const out = await new Deno.Command(Deno.execPath(), {
@@ -203,7 +202,7 @@ test(
   }),
 );
 
-test({ name: "tbstyle_test removes the images it built", ignore }, async () => {
+test({ name: "tbstyle_test removes the images it built", needs: [ENGINE] }, async () => {
   using engine = await EngineClient.open();
   const failed: string[] = [];
   // The base last: the tasks' images are its children.

@@ -4,6 +4,7 @@
 // shell output.
 
 import { test } from "../_test.ts";
+import { ROOT_USER } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { Environment, rollout } from "../../mod.ts";
 import { addMcpServer, McpClient, McpError, mcpTool, resultText } from "../../mcp/mod.ts";
@@ -11,7 +12,7 @@ import { ChatAgent } from "../../agents/mod.ts";
 import { string } from "../../schema.ts";
 import { completion, scriptedServer } from "../agents/_scripted.ts";
 import { ChildProcess } from "../_helpers.ts";
-import { CAN_SWITCH_UID, curlAs } from "../_uid.ts";
+import { curlAs } from "../_uid.ts";
 
 const INITIALIZE = JSON.stringify({
   jsonrpc: "2.0",
@@ -69,7 +70,7 @@ async function withMcpServer(
 
 test({
   name: "addMcpServer() serves only bearers of the binding's token: another uid gets 401",
-  ignore: !CAN_SWITCH_UID,
+  needs: [ROOT_USER],
   async fn() {
     await withMcpServer(async (url, token, calls) => {
       // uid 65534, without the token, and with a wrong one.

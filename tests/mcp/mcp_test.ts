@@ -1,4 +1,5 @@
 import { test } from "../_test.ts";
+import { counterpart } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { bind, connect, Environment, integer, rollout, string } from "../../mod.ts";
 import { addMcpServer, McpClient, McpError, mcpTool, resultText } from "../../mcp/mod.ts";
@@ -211,9 +212,17 @@ async function npmAvailable(): Promise<boolean> {
   }
 }
 
+/** npm, which installs the official SDK from the registry. */
+const NPM = counterpart(
+  "npm",
+  "apt-get install npm (and the npm registry reachable)",
+  () => npmOk ? null : "npm --version failed",
+);
+const npmOk = await npmAvailable();
+
 test({
   name: "MCP interop with the official TypeScript SDK (npm): its server, its client",
-  ignore: !(await npmAvailable()),
+  needs: [NPM],
   async fn(t) {
     const dir = await Deno.makeTempDir({ prefix: "mcp-sdk-" });
     try {

@@ -6,16 +6,9 @@
 
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";
-import { LLAMA_BUILD_HINT, missingLlama, startLlamaServer } from "../agents/_llama.ts";
+import { LLAMA, startLlamaServer } from "../agents/_llama.ts";
+import { PYTHON3, SANDBOX } from "../_counterparts.ts";
 import { rolloutFinished } from "../../eval/mod.ts";
-
-const REQUIRED = Deno.env.get("HUD_REQUIRE_LLAMA") === "1";
-const missing = missingLlama();
-if (missing.length > 0 && !REQUIRED) {
-  console.log(
-    `llama_test (proxy): skipped: ${missing.join(" and ")} not found (${LLAMA_BUILD_HINT})`,
-  );
-}
 
 const CLI = new URL("../../cli.ts", import.meta.url).pathname;
 const ROBOLAB = new URL("../../examples/robolab.ts", import.meta.url).pathname;
@@ -62,9 +55,8 @@ for (
   test({
     name:
       `proxy: ${harness} runs robolab against llama-server from the command line; export-training's token ids are the server's text, with masks and group rewards`,
-    ignore: (missing.length > 0 && !REQUIRED) || !python,
+    needs: [LLAMA, PYTHON3, SANDBOX],
     async fn() {
-      assert.deepEqual(missing, [], "HUD_REQUIRE_LLAMA=1 but llama-server or the model is missing");
       await using llama = await startLlamaServer(["-c", "8192", "-np", "2"], 40_000);
       const dir = await Deno.makeTempDir({ prefix: "proxy-llama-" });
       try {

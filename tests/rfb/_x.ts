@@ -2,16 +2,16 @@
 // Xvfb with x11vnc, on a unix socket in a temporary directory (no TCP
 // port), plus the X tools that check what the client did (xdotool, import,
 // compare) and a Tk window that logs the keys and clicks it receives.
-// Missing ones skip the tests that need them, naming them; with
-// HUD_REQUIRE_DESKTOP=1 (set by .ci/run, which installs them) they fail.
+// A test names the programs it needs with `needs: [desktop([...])]`
+// (tests/_counterparts.ts): missing ones skip it, naming them and their
+// packages; with HUD_REQUIRE_DESKTOP=1 or HUD_REQUIRE_ALL=1 (set by .ci/run,
+// which installs them) they fail it.
 
 import type { Environment, TaskRow } from "../../env.ts";
 import { integer } from "../../schema.ts";
 import type { Desktop } from "../../workspace/mod.ts";
 import { findProgram } from "../../workspace/_sandbox.ts";
-
-/** Set by .ci/run: there a missing counterpart is a failure, not a skip. */
-export const REQUIRED = Deno.env.get("HUD_REQUIRE_DESKTOP") === "1";
+import { type Counterpart, counterpart } from "../_counterparts.ts";
 
 /** Debian packages by the program the tests look for. */
 const PACKAGES: Record<string, string> = {
@@ -40,29 +40,23 @@ function pythonHasTk(): boolean {
   }
 }
 
-/** The counterparts among `needs` that are not installed, as "program (package)". */
-export function missing(needs: readonly string[]): string[] {
+/** The programs among `needs` that are not installed, as "program (package)". */
+function missing(needs: readonly string[]): string[] {
   return needs.filter((n) => n === "tkinter" ? !pythonHasTk() : findProgram(n) === null)
     .map((n) => `${n} (apt-get install ${PACKAGES[n] ?? n})`);
 }
 
 /**
- * Whether a test needing `needs` is to be skipped here; says so once, on
- * the console, naming what is missing. Never skipped under HUD_REQUIRE_DESKTOP.
+ * The desktop programs `needs` as one counterpart, "desktop": a test that
+ * needs it is skipped where one is missing, naming each with its package,
+ * and fails instead under HUD_REQUIRE_DESKTOP=1 or HUD_REQUIRE_ALL=1.
  */
-export function skip(what: string, needs: readonly string[]): boolean {
-  const gone = missing(needs);
-  if (gone.length === 0 || REQUIRED) return false;
-  console.log(`${what}: skipped: ${gone.join(", ")} not installed`);
-  return true;
-}
-
-/** Fails the test under HUD_REQUIRE_DESKTOP when a counterpart is missing. */
-export function requireAll(needs: readonly string[]): void {
-  const gone = missing(needs);
-  if (gone.length > 0) {
-    throw new Error(`HUD_REQUIRE_DESKTOP=1 but ${gone.join(", ")} not installed`);
-  }
+export function desktop(needs: readonly string[]): Counterpart {
+  const packages = [...new Set(needs.map((n) => PACKAGES[n] ?? n))].join(" ");
+  return counterpart("desktop", `apt-get install ${packages}`, () => {
+    const gone = missing(needs);
+    return gone.length === 0 ? null : `${gone.join(", ")} not installed`;
+  });
 }
 
 /** A VNC server the test started. */

@@ -8,7 +8,7 @@
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { RfbClient, RfbError } from "../../rfb/mod.ts";
-import { KEY_LOGGER, requireAll, skip, startServer, type TestServer, waitForLog } from "./_x.ts";
+import { desktop, KEY_LOGGER, startServer, type TestServer, waitForLog } from "./_x.ts";
 
 const NEEDS = {
   tigervnc: ["Xvnc", "vncpasswd", "xdotool", "import", "compare", "xwd", "xrandr", "tkinter"],
@@ -43,13 +43,12 @@ async function events(log: string, last: RegExp): Promise<string[]> {
 }
 
 for (const kind of ["tigervnc", "x11vnc"] as const) {
-  const ignore = skip(`servers_test (${kind})`, NEEDS[kind]);
+  const needs = [desktop(NEEDS[kind])];
 
   test({
     name: `RfbClient against ${kind}: screenshots are what import and xwd read from the display`,
-    ignore,
+    needs,
     async fn() {
-      requireAll(NEEDS[kind]);
       await using server = await startServer(kind, { width: 640, height: 480 });
       await server.x(["xsetroot", "-solid", "#336699"]);
       await startLogger(server, "300x200");
@@ -83,9 +82,8 @@ for (const kind of ["tigervnc", "x11vnc"] as const) {
 
   test({
     name: `RfbClient against ${kind}: the pointer, clicks, drags, the wheel, keys and text arrive`,
-    ignore,
+    needs,
     async fn() {
-      requireAll(NEEDS[kind]);
       await using server = await startServer(kind, { width: 640, height: 480 });
       const log = await startLogger(server);
       await using vnc = await RfbClient.connect({ path: server.socket });
@@ -128,9 +126,8 @@ for (const kind of ["tigervnc", "x11vnc"] as const) {
 
   test({
     name: `RfbClient against ${kind}: VNC authentication, and a wrong password in one line`,
-    ignore,
+    needs,
     async fn() {
-      requireAll(NEEDS[kind]);
       await using server = await startServer(kind, { password: "s3cret" });
       await using vnc = await RfbClient.connect({ path: server.socket, password: "s3cret" });
       assert.equal(vnc.width, 640);
@@ -150,9 +147,8 @@ for (const kind of ["tigervnc", "x11vnc"] as const) {
 
 test({
   name: "RfbClient against tigervnc: a desktop resized with xrandr (DesktopSize) is followed",
-  ignore: skip("servers_test (resize)", NEEDS.tigervnc),
+  needs: [desktop(NEEDS.tigervnc)],
   async fn() {
-    requireAll(NEEDS.tigervnc);
     await using server = await startServer("tigervnc", { width: 640, height: 480 });
     await using vnc = await RfbClient.connect({ path: server.socket });
     await vnc.screenshot();

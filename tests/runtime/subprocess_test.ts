@@ -1,4 +1,5 @@
 import { test } from "../_test.ts";
+import { LINUX } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { connect, NotReadyError } from "../../mod.ts";
 import { SubprocessRuntime } from "../../runtime/mod.ts";
@@ -8,7 +9,6 @@ const FIXTURE = decodeURIComponent(
   new URL("../fixtures/subprocess_env.ts", import.meta.url).pathname,
 );
 // Process checks read /proc.
-const ignore = Deno.build.os !== "linux";
 
 /** Whether `pid` is a live process (a zombie nobody reaped yet counts as gone). */
 function alive(pid: number): boolean {
@@ -38,7 +38,7 @@ function pidFrom(lines: string[], pattern: RegExp): number {
 
 test({
   name: "SubprocessRuntime.place() serves the module in a child until released",
-  ignore,
+  needs: [LINUX],
   async fn() {
     const lines: string[] = [];
     const placed = await runtime("ok", lines).place();
@@ -78,7 +78,7 @@ test({
 
 test({
   name: "SubprocessRuntime.place() gives each placement its own child",
-  ignore,
+  needs: [LINUX],
   async fn() {
     // A path relative to the current directory, as a user would write it.
     const cwd = Deno.cwd().split("/").filter(Boolean);
@@ -96,7 +96,7 @@ test({
 
 test({
   name: "SubprocessRuntime.place() fails with the exit code and output of a child that dies early",
-  ignore,
+  needs: [LINUX],
   async fn() {
     await assert.rejects(runtime("crash").place(), (err: Error) => {
       assert.equal(err.constructor, Error);
@@ -110,7 +110,7 @@ test({
 
 test({
   name: "SubprocessRuntime.place() reports the CLI's error for an unknown environment name",
-  ignore,
+  needs: [LINUX],
   async fn() {
     await assert.rejects(runtime("ok", [], { name: "nope" }).place(), (err: Error) => {
       assert.match(err.message, /exited with code 1 before serving/);
@@ -122,7 +122,7 @@ test({
 
 test({
   name: "SubprocessRuntime.place() times out on a child that never announces, with its output",
-  ignore,
+  needs: [LINUX],
   async fn() {
     const lines: string[] = [];
     await assert.rejects(
@@ -141,7 +141,7 @@ test({
 
 test({
   name: "SubprocessRuntime.place() honours its abort signal and ends the child",
-  ignore,
+  needs: [LINUX],
   async fn() {
     const lines: string[] = [];
     const controller = new AbortController();
@@ -162,7 +162,7 @@ test({
 test({
   name:
     "SubprocessRuntime.place() lets an abandoned child finish starting and run its shutdown hooks",
-  ignore,
+  needs: [LINUX],
   async fn() {
     const lines: string[] = [];
     const controller = new AbortController();
@@ -182,7 +182,7 @@ test({
 
 test({
   name: "SubprocessRuntime teardown ends processes the environment's hooks spawned",
-  ignore,
+  needs: [LINUX],
   async fn() {
     const lines: string[] = [];
     const placed = await runtime("grandchild", lines).place();
@@ -196,7 +196,7 @@ test({
 
 test({
   name: "SubprocessRuntime teardown sends SIGKILL after the grace period",
-  ignore,
+  needs: [LINUX],
   async fn() {
     const lines: string[] = [];
     const placed = await runtime("stubborn", lines, { killGrace: 300 }).place();
@@ -211,7 +211,7 @@ test({
 
 test({
   name: "SubprocessRuntime's child stops serving when the process that placed it dies",
-  ignore,
+  needs: [LINUX],
   async fn() {
     const parent = new ChildProcess(Deno.execPath(), {
       args: ["run", "-A", new URL("../fixtures/orphaning_parent.ts", import.meta.url).href],
@@ -234,7 +234,7 @@ test({
 
 test({
   name: "SubprocessRuntime v8Flags reach the child's V8, and [] passes none (a bare --v8-flags)",
-  ignore,
+  needs: [LINUX],
   async fn() {
     for (const [v8Flags, exposed] of [[["--expose-gc"], true], [[], false]] as const) {
       const lines: string[] = [];

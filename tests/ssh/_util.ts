@@ -131,14 +131,6 @@ export interface Sshd extends AsyncDisposable {
   dir: string;
 }
 
-export const HAVE_SSHD = (() => {
-  try {
-    return Deno.statSync("/usr/sbin/sshd").isFile;
-  } catch {
-    return false;
-  }
-})();
-
 /** Starts sshd; resolves once it accepts connections. */
 export async function startSshd(extraConfig = ""): Promise<Sshd> {
   const dir = await Deno.makeTempDir({ prefix: "sshd-test-" });
@@ -448,24 +440,6 @@ export interface Dropbear extends AsyncDisposable {
   host: SshKeyPair;
   client: SshKeyPair;
 }
-
-/**
- * Whether startDropbear() can run here: Dropbear reads only
- * ~/.ssh/authorized_keys, so it runs in a private mount namespace with a
- * temporary directory bound over ~/.ssh (which needs root and unshare).
- */
-export const CAN_RUN_DROPBEAR = (() => {
-  try {
-    if (!Deno.statSync("/usr/sbin/dropbear").isFile) return false;
-    return new Deno.Command("unshare", {
-      args: ["-m", "sh", "-c", `mount --bind /tmp /tmp`],
-      stdout: "null",
-      stderr: "null",
-    }).outputSync().success;
-  } catch {
-    return false;
-  }
-})();
 
 /** Starts Dropbear; resolves once it accepts connections. */
 export async function startDropbear(): Promise<Dropbear> {

@@ -4,30 +4,11 @@
 // where not installed (.ci/run installs them).
 
 import { test } from "../_test.ts";
+import { ASYNCSSH, DROPBEAR, OPENSSH_CLIENT, PARAMIKO, PUTTY, SCRIPT } from "../_counterparts.ts";
 import assert from "node:assert/strict";
-import {
-  bigData,
-  CIPHERS,
-  have,
-  run,
-  sha256Hex,
-  startTestServer,
-  type TestServer,
-} from "./_util.ts";
+import { bigData, CIPHERS, run, sha256Hex, startTestServer, type TestServer } from "./_util.ts";
 
 const SYSTEM_PYTHON = "/usr/bin/python3";
-
-function pythonHas(module: string): boolean {
-  try {
-    return new Deno.Command(SYSTEM_PYTHON, {
-      args: ["-c", `import ${module}`],
-      stdout: "null",
-      stderr: "null",
-    }).outputSync().success;
-  } catch {
-    return false;
-  }
-}
 
 function sftpArgs(s: TestServer): string[] {
   return [...s.sshOptions, "-P", String(s.port)];
@@ -40,7 +21,7 @@ async function fingerprint(publicKey: string): Promise<string> {
 
 test({
   name: "startSshServer() serves OpenSSH's sftp and scp",
-  ignore: !have("sftp") || !have("scp"),
+  needs: [OPENSSH_CLIENT],
   fn: async (t) => {
     await using s = await startTestServer();
     const remote = "agent@127.0.0.1";
@@ -143,7 +124,7 @@ sys.stdout.write(out.decode(errors="replace"))
 
 test({
   name: "startSshServer() gives ssh -t a terminal that follows a resize",
-  ignore: !have("ssh") || !have("script"),
+  needs: [OPENSSH_CLIENT, SCRIPT],
   fn: async () => {
     await using s = await startTestServer();
     const command = "trap 'stty size; exit 0' WINCH; stty size; echo ready; " +
@@ -167,7 +148,7 @@ test({
 
 test({
   name: "startSshServer() serves paramiko's SFTPClient and exec",
-  ignore: !pythonHas("paramiko"),
+  needs: [PARAMIKO],
   fn: async () => {
     await using s = await startTestServer();
     await Deno.writeTextFile(`${s.root}/remote.txt`, "remote\n");
@@ -212,7 +193,7 @@ c.close()
 
 test({
   name: "startSshServer() serves asyncssh's run and start_sftp_client",
-  ignore: !pythonHas("asyncssh"),
+  needs: [ASYNCSSH],
   fn: async () => {
     await using s = await startTestServer();
     await Deno.writeTextFile(`${s.root}/remote.txt`, "remote\n");
@@ -261,7 +242,7 @@ asyncio.run(main())
 
 test({
   name: "startSshServer() serves Dropbear's dbclient with each cipher it offers",
-  ignore: !have("dbclient") || !have("dropbearconvert"),
+  needs: [DROPBEAR],
   fn: async () => {
     await using s = await startTestServer({ ciphers: CIPHERS });
     const env = { HOME: s.home, PATH: Deno.env.get("PATH") ?? "/usr/bin:/bin" };
@@ -291,7 +272,7 @@ test({
 
 test({
   name: "startSshServer() has OpenSSH's ssh pick chacha20-poly1305, aes128-ctr when it is left out",
-  ignore: !have("ssh"),
+  needs: [OPENSSH_CLIENT],
   fn: async (t) => {
     // ssh -v names what it negotiated; a 1 MiB round trip checks it works.
     const negotiate = async (s: TestServer) => {
@@ -320,7 +301,7 @@ test({
 
 test({
   name: "startSshServer() serves PuTTY's pscp (SFTP and SCP) and psftp",
-  ignore: !have("pscp") || !have("psftp") || !have("puttygen"),
+  needs: [PUTTY],
   fn: async () => {
     await using s = await startTestServer();
     const env = { HOME: s.home, PATH: Deno.env.get("PATH") ?? "/usr/bin:/bin" };

@@ -2,6 +2,7 @@
 // commands where SFTP is off, and malformed SFTP input against the server.
 
 import { test } from "../_test.ts";
+import { ROOT_USER } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { SshClient, SshCommandError, SshFileError } from "../../ssh/mod.ts";
 import { ClientConnection } from "../../ssh/_connection.ts";
@@ -283,7 +284,7 @@ test("startSshServer() answers malformed SFTP with a status", async (t) => {
 });
 
 test("startSshServer() SFTP changes no owner and sets no setuid or setgid bit", {
-  ignore: Deno.uid() !== 0,
+  needs: [ROOT_USER],
 }, async () => {
   await using s = await startTestServer();
   const file = `${s.root}/prog`;

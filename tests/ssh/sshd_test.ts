@@ -2,23 +2,14 @@
 // config and keys.
 
 import { test } from "../_test.ts";
+import { DROPBEAR, MOUNT_NAMESPACE, SSHD } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { generateSshKeyPair, SshClient, SshFileError, SshHostKeyError } from "../../ssh/mod.ts";
-import {
-  bigData,
-  CAN_RUN_DROPBEAR,
-  CIPHERS,
-  HAVE_SSHD,
-  MACS,
-  sha256Hex,
-  startDropbear,
-  startSshd,
-} from "./_util.ts";
+import { bigData, CIPHERS, MACS, sha256Hex, startDropbear, startSshd } from "./_util.ts";
 
 test({
   name: "SshClient talks to OpenSSH's sshd",
-  // Developers without sshd skip this; CI installs it, so there it must run.
-  ignore: !HAVE_SSHD && Deno.env.get("CI") !== "true",
+  needs: [SSHD],
   async fn(t) {
     await using sshd = await startSshd("RekeyLimit 1M");
     const base = {
@@ -131,7 +122,7 @@ async function fileRoundTrip(client: SshClient, dir: string, label: string, size
 
 test({
   name: "SshClient moves files over SFTP with OpenSSH's sshd, each cipher",
-  ignore: !HAVE_SSHD && Deno.env.get("CI") !== "true",
+  needs: [SSHD],
   async fn() {
     await using sshd = await startSshd("Subsystem sftp internal-sftp");
     const base = {
@@ -159,7 +150,7 @@ test({
 
 test({
   name: "SshClient talks to Dropbear's server, each cipher, SFTP included",
-  ignore: !CAN_RUN_DROPBEAR,
+  needs: [DROPBEAR, MOUNT_NAMESPACE],
   async fn() {
     await using db = await startDropbear();
     const dir = await Deno.makeTempDir({ prefix: "dropbear-files-" });

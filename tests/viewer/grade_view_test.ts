@@ -4,6 +4,7 @@
 // from a static report in headless Chromium.
 
 import { test } from "../_test.ts";
+import { CHROMIUM } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { main } from "../../cli.ts";
 import { launchChromium } from "../../cdp/_chromium.ts";
@@ -86,7 +87,9 @@ const RECORD = {
   },
 };
 
-test("the rollout page shows a combined grade's checks and keeps token ids compact", async () => {
+test("the rollout page shows a combined grade's checks and keeps token ids compact", {
+  needs: [CHROMIUM],
+}, async () => {
   const dir = await Deno.makeTempDir({ prefix: "viewer-grade-" });
   let browser: Awaited<ReturnType<typeof launchChromium>> | null = null;
   try {
@@ -144,4 +147,78 @@ test("toAtif() carries token ids and log-probabilities into the step's metrics",
   assert.equal(step.metrics?.prompt_token_ids?.length, 30);
   assert.equal(t.agent.version, "0.1.0");
   assert.deepEqual((t.extra?.hud as Record<string, unknown>).subscores, RECORD.subscores);
+});
+
+/** A graded record whose grade `content` is given. */
+function gradedRecord(repeat: number, content: Record<string, unknown>) {
+  return {
+    job_id: "job-2",
+    group_id: "job-2:checks",
+    task: { env: "lab", id: "checks", args: {}, slug: "checks" },
+    repeat,
+    status: "completed",
+    reward: content.score,
+    failed_phase: null,
+    trace: {
+      status: "completed",
+      started_at: at(0),
+      ended_at: at(1000),
+      errors: [],
+      steps: [{ type: "evaluate", timestamp: at(900), content }],
+    },
+  };
+}
+
+test("the rollout page opens a failed check's output and folds a passed one's", {
+  needs: [CHROMIUM],
+}, async () => {
+  const dir = await Deno.makeTempDir({ prefix: "viewer-fold-" });
+  let browser: Awaited<ReturnType<typeof launchChromium>> | null = null;
+  const failing = Array.from({ length: 21 }, (_, i) => `FAILED test_${i}`).join("\n");
+  try {
+    const file = `${dir}/r.jsonl`;
+    const records = [
+      gradedRecord(0, {
+        score: 0.5,
+        info: {
+          breakdown: [
+            { name: "tests", value: 0, weight: 0.5, info: { stdout: failing } },
+            { name: "lint", value: 1, weight: 0.5, info: { stdout: "OK\n" } },
+            { name: "escape", value: 0, weight: -1, info: { stdout: "not escaped\n" } },
+          ],
+          check_output: "expected 3\ngot 2",
+        },
+      }),
+      gradedRecord(1, { score: 1, info: { check_output: "all good\nOK" } }),
+    ];
+    await Deno.writeTextFile(file, records.map((r) => JSON.stringify(r)).join("\n") + "\n");
+    const out = `${dir}/r.html`;
+    assert.equal(await main(["report", file, "--html", out], { stderr: () => {} }), 0);
+    const signal = AbortSignal.timeout(45_000);
+    browser = await launchChromium({ signal });
+    await using cdp = browser.connect();
+    await using page = await cdp.newPage("about:blank", { signal });
+    /** Each text block of the grade: its lines, and whether it shows open. */
+    const blocks = async (i: number) => {
+      await page.navigate(`file://${out}#/r/0/${i}`, { signal });
+      for (let n = 0; n < 200; n++) {
+        if (await page.evaluate("document.documentElement.dataset.ready === '1'")) break;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      return await page.evaluate<[string, boolean][]>(
+        "[...document.querySelectorAll('#grade details.long')].map((d) => [d.querySelector('pre').textContent.split('\\n')[0], d.open])",
+      );
+    };
+    // Was: the 21 failing lines folded ("21 lines, ..."), the passing "OK" shown.
+    assert.deepEqual(await blocks(0), [
+      ["FAILED test_0", true],
+      ["OK", false],
+      ["not escaped", false],
+      ["expected 3", true],
+    ]);
+    assert.deepEqual(await blocks(1), [["all good", false]]);
+  } finally {
+    await browser?.close();
+    await Deno.remove(dir, { recursive: true });
+  }
 });

@@ -5,6 +5,7 @@
 // to docs/ for docs/viewer.md.
 
 import { test } from "../_test.ts";
+import { CHROMIUM, OPENSSH_CLIENT, SANDBOX } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { Job } from "../../eval/mod.ts";
 import type { CdpSession } from "../../cdp/mod.ts";
@@ -94,7 +95,9 @@ function assertPng(png: Uint8Array, what: string): void {
 const UPDATE = Deno.env.get("HUD_UPDATE_SCREENSHOT") !== undefined;
 const docs = (name: string) => new URL(`../../docs/${name}`, import.meta.url).pathname;
 
-test("viewer pages of a command-agent run and a model run read as a person would want", async (t) => {
+test("viewer pages of a command-agent run and a model run read as a person would want", {
+  needs: [CHROMIUM, SANDBOX, OPENSSH_CLIENT],
+}, async (t) => {
   const dir = await Deno.makeTempDir({ prefix: "viewer-pages-" });
   let browser: Awaited<ReturnType<typeof launchChromium>> | null = null;
   try {
@@ -153,14 +156,20 @@ test("viewer pages of a command-agent run and a model run read as a person would
           "document.querySelectorAll('figure.plot svg rect.bar').length",
         ) >= 4,
       );
-      // Per task: the mean, passes and subscores.
+      // The per-task plot's labels name each task's arguments too.
+      const labels = await page.evaluate<string[]>(
+        "[...document.querySelectorAll('figure.plot svg text.tick > title')].map((e) => e.textContent)",
+      );
+      assert.deepEqual(labels, s.tasks.map((t) => `${t.slug} ${JSON.stringify(t.args)}`));
+      // Per task: its arguments (issue 38: the slug alone), the mean, passes and subscores.
       const tasks = await page.evaluate<string[][]>(
         "[...document.querySelectorAll('#tasks tbody tr')].map((tr) => [...tr.children].map((c) => c.textContent))",
       );
       assert.deepEqual(
-        tasks.map((r) => r.slice(0, 6)),
+        tasks.map((r) => r.slice(0, 7)),
         s.tasks.map((t) => [
           t.slug,
+          JSON.stringify(t.args),
           "2",
           `${sig(t.mean_reward!)} ± ${sig(t.stderr!)}`.replace(" ± 0", " ± 0"),
           `${t.passes}/2`,
@@ -193,9 +202,10 @@ test("viewer pages of a command-agent run and a model run read as a person would
         .findIndex((l) => JSON.parse(l).trace.started_at === record.trace.started_at);
       await open(page, viewer.url, `#/r/0/${line}`, "rollout");
       const roles = await texts(page, "#conversation > li.msg .role");
+      // The system prompt first, as the model read it (issue 38: it came after the user's).
       assert.deepEqual(roles, [
-        "user",
         "system",
+        "user",
         "assistant",
         "assistant",
         "assistant",
@@ -237,6 +247,13 @@ test("viewer pages of a command-agent run and a model run read as a person would
         await text(page, "#conversation > li.msg-assistant .msg-head"),
         /scripted-robolab · 400 in \/ 40 out tokens/,
       );
+      // The system prompt is at the prompt's time, not after the first model call's.
+      assert.deepEqual(
+        await texts(page, "#conversation > li.msg-system time, #conversation > li.msg-user time"),
+        Array(2).fill(await text(page, "#conversation > li.msg-user time")),
+      );
+      // The environment with its version (issue 38: its name alone).
+      assert.equal(await text(page, "#r-env"), "robolab 1.0.0");
       // The grade with its subscores, the timeline, the agent's diff before the setup files.
       assert.equal(await text(page, "#r-score"), "1");
       assert.deepEqual(await texts(page, "table.subscores tbody th"), ["check", "answer"]);

@@ -3,10 +3,11 @@
 // token in the url `view` printed.
 
 import { test } from "../_test.ts";
+import { ROOT_USER } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { main } from "../../cli.ts";
 import { startViewer } from "../../viewer/mod.ts";
-import { CAN_SWITCH_UID, curlAs } from "../_uid.ts";
+import { curlAs } from "../_uid.ts";
 
 const SECRET = "secret-record-1f2e3d";
 
@@ -31,7 +32,7 @@ async function privateResults(): Promise<{ dir: string; file: string }> {
 
 test({
   name: "startViewer() answers only requests with its token: another uid reads nothing",
-  ignore: !CAN_SWITCH_UID,
+  needs: [ROOT_USER],
   async fn() {
     const { dir, file } = await privateResults();
     try {

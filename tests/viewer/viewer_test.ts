@@ -3,6 +3,7 @@
 // shows checked through the DOM.
 
 import { test } from "../_test.ts";
+import { CHROMIUM, SANDBOX } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { main } from "../../cli.ts";
 import { type Agent, functionAgent, Taskset } from "../../mod.ts";
@@ -64,7 +65,7 @@ const ROWS_JS = "[...document.querySelectorAll('#rollouts tbody tr.row')]";
 const READY = (view: string) =>
   `document.documentElement.dataset.ready === '1' && document.documentElement.dataset.view === '${view}'`;
 
-test("cli.ts view shows robolab results in Chromium", async (t) => {
+test("cli.ts view shows robolab results in Chromium", { needs: [CHROMIUM, SANDBOX] }, async (t) => {
   const dir = await Deno.makeTempDir({ prefix: "viewer-test-" });
   const fileA = `${dir}/a.jsonl`;
   const fileB = `${dir}/b.jsonl`;
@@ -300,7 +301,7 @@ test("cli.ts view shows robolab results in Chromium", async (t) => {
   }
 });
 
-test("cli.ts report --html writes a page that works from disk", async () => {
+test("cli.ts report --html writes a page that works from disk", { needs: [CHROMIUM] }, async () => {
   const dir = await Deno.makeTempDir({ prefix: "viewer-report-" });
   let browser: Awaited<ReturnType<typeof launchChromium>> | null = null;
   try {
@@ -363,7 +364,72 @@ test("cli.ts report --html writes a page that works from disk", async () => {
   }
 });
 
-test("cli.ts report --html shows a model step's tokens as counts, not as base64", async () => {
+test(
+  "cli.ts report --html shows alike rewards without float noise, and compares them as the same",
+  {
+    needs: [CHROMIUM],
+  },
+  async () => {
+    const dir = await Deno.makeTempDir({ prefix: "viewer-noise-" });
+    let browser: Awaited<ReturnType<typeof launchChromium>> | null = null;
+    /** A results file of task "t" with these rewards, one repeat each. */
+    const write = async (name: string, rewards: number[]) => {
+      const lines = rewards.map((reward, repeat) =>
+        JSON.stringify({
+          job_id: name,
+          group_id: `${name}:t`,
+          task: { env: "e", id: "t", args: {}, slug: "t" },
+          repeat,
+          status: "completed",
+          reward,
+          failed_phase: null,
+          trace: { steps: [] },
+        })
+      );
+      await Deno.writeTextFile(`${dir}/${name}.jsonl`, lines.join("\n") + "\n");
+      return `${dir}/${name}.jsonl`;
+    };
+    try {
+      // The same rewards in another order: their sums differ in the last bit.
+      const files = [
+        await write("a", [0.45, 0.45, 0.1]),
+        await write("b", [0.1, 0.45, 0.45]),
+        await write("c", [0.1, 0.1, 0.1]),
+      ];
+      const out = `${dir}/report.html`;
+      assert.equal(await main(["report", ...files, "--html", out], { stderr: () => {} }), 0);
+      const signal = AbortSignal.timeout(45_000);
+      browser = await launchChromium({ signal });
+      await using cdp = browser.connect();
+      await using page = await cdp.newPage("about:blank", { signal });
+      await page.navigate(`file://${out}#/f/2`, { signal });
+      await until(page, READY("job"), "the job page of c");
+      // Was "0.1 ± 9.81e-18".
+      assert.equal(
+        await page.evaluate("document.getElementById('s-mean').textContent"),
+        "0.1 \u00b1 0",
+      );
+      await page.evaluate("location.hash = '#/compare/0/1'");
+      await until(page, READY("compare"), "the comparison of a and b");
+      // Was "0 better, 1 worse, 0 same": a change of one part in 1e16, in red.
+      assert.match(
+        await page.evaluate<string>("document.getElementById('cmp-counts').textContent"),
+        /^0 better, 0 worse, 1 same/,
+      );
+      const row = await page.evaluate<string[]>(
+        "[...document.querySelector('#compare tbody tr').children].map((c) => c.textContent)",
+      );
+      assert.equal(row.at(-1), "\u00b10");
+    } finally {
+      await browser?.close();
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);
+
+test("cli.ts report --html shows a model step's tokens as counts, not as base64", {
+  needs: [CHROMIUM],
+}, async () => {
   const dir = await Deno.makeTempDir({ prefix: "viewer-tokens-" });
   let browser: Awaited<ReturnType<typeof launchChromium>> | null = null;
   try {
@@ -493,7 +559,9 @@ test("startViewer() on 127.0.0.2 is loopback too: it refuses a foreign Host head
   }
 });
 
-test("the viewer's headline: the mean and pass@k over the same graded rollouts, named in words", async () => {
+test("the viewer's headline: the mean and pass@k over the same graded rollouts, named in words", {
+  needs: [CHROMIUM],
+}, async () => {
   // Issue 36: with 2 of 3 rollouts errored the page said "Mean reward 1"
   // beside pass@1 0.333: two denominators, neither named.
   const dir = await Deno.makeTempDir({ prefix: "viewer-headline-" });

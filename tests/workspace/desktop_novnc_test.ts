@@ -14,18 +14,10 @@ import { parseHostPort } from "../../capability.ts";
 import { Environment } from "../../env.ts";
 import { bind } from "../../server.ts";
 import { addDesktop, addWorkspace } from "../../workspace/mod.ts";
-import { requireAll, REQUIRED, skip } from "../rfb/_x.ts";
+import { desktop } from "../rfb/_x.ts";
+import { NPM, SANDBOX } from "../_counterparts.ts";
 
 const NEEDS = ["Xvnc", "xdotool", "chromium"];
-
-async function npmAvailable(): Promise<boolean> {
-  try {
-    return (await new Deno.Command("npm", { args: ["--version"], stdout: "null", stderr: "null" })
-      .output()).success;
-  } catch {
-    return false;
-  }
-}
 
 const PAGE = `<!doctype html>
 <html><head><style>html, body { margin: 0; padding: 0; background: #000; }</style></head>
@@ -108,9 +100,8 @@ function servePage(novnc: string, target: { hostname: string; port: number }) {
 
 test({
   name: "noVNC in headless Chromium shows the desktop through the binding an agent gets",
-  ignore: skip("desktop_novnc_test", NEEDS) || (!REQUIRED && !(await npmAvailable())),
+  needs: [desktop(NEEDS), SANDBOX, NPM],
   async fn() {
-    requireAll(NEEDS);
     const signal = AbortSignal.timeout(150_000);
     const modules = await Deno.makeTempDir({ prefix: "hud-novnc-" });
     const root = await Deno.makeTempDir({ prefix: "hud-novnc-root-" });

@@ -22,7 +22,8 @@ import { bind } from "../../server.ts";
 import { addDesktop, addWorkspace } from "../../workspace/mod.ts";
 import type { RfbClient } from "../../rfb/mod.ts";
 import type { SshClient } from "../../ssh/mod.ts";
-import { buttonTask, findColour, KEY_LOGGER, requireAll, skip, waitForLog } from "../rfb/_x.ts";
+import { buttonTask, desktop, findColour, KEY_LOGGER, waitForLog } from "../rfb/_x.ts";
+import { SANDBOX } from "../_counterparts.ts";
 
 const ROOT = Deno.uid() === 0;
 const NOBODY = 65534;
@@ -94,9 +95,8 @@ for (const server of ["tigervnc", "x11vnc"] as const) {
   test({
     name:
       `addDesktop({ workspace, server: "${server}" }) runs in the workspace's sandbox as the agent, reached only through the tunnel`,
-    ignore: skip(`desktop_test (${server})`, NEEDS[server]),
+    needs: [desktop(NEEDS[server]), SANDBOX],
     async fn(t) {
-      requireAll(NEEDS[server]);
       const root = await Deno.makeTempDir({ prefix: "hud-desktop-root-" });
       const env = new Environment("desk");
       const workspace = addWorkspace(env, root, { trackFiles: false });
@@ -294,9 +294,8 @@ console.log(JSON.stringify({ reached, tunnel: new TextDecoder().decode(buf.subar
 test({
   name:
     "a desktop task: an agent that finds the Tk button in the screenshot and clicks it scores 1, one that clicks elsewhere 0",
-  ignore: skip("desktop_test (button task)", NEEDS.tigervnc),
+  needs: [desktop(NEEDS.tigervnc), SANDBOX],
   async fn() {
-    requireAll(NEEDS.tigervnc);
     const root = await Deno.makeTempDir({ prefix: "hud-desktop-task-" });
     const env = new Environment("buttons");
     const workspace = addWorkspace(env, root, { trackFiles: false });
@@ -354,9 +353,8 @@ sys.modules[__name__] = tkinter
 test({
   name:
     "a desktop task: an agent cannot forge the button's press through the shell, planted Python modules, or the keyboard",
-  ignore: skip("desktop_test (button task attacks)", NEEDS.tigervnc),
+  needs: [desktop(NEEDS.tigervnc), SANDBOX],
   async fn(t) {
-    requireAll(NEEDS.tigervnc);
     const root = await Deno.makeTempDir({ prefix: "hud-desktop-attack-" });
     const env = new Environment("buttons");
     const workspace = addWorkspace(env, root, { trackFiles: false });
@@ -491,9 +489,8 @@ async function askForFrames(hostname: string, port: number, reading: boolean): P
 test({
   name:
     "addDesktop(): a VNC client that asks for frames and never reads is cut off past 32 MiB, the grader's client unaffected",
-  ignore: skip("desktop_test (a client that does not read)", NEEDS.tigervnc),
+  needs: [desktop(NEEDS.tigervnc), SANDBOX],
   async fn() {
-    requireAll(NEEDS.tigervnc);
     const env = new Environment("stall");
     const desktop = addDesktop(env, { server: "tigervnc", width: 1024, height: 768 });
     try {
@@ -533,7 +530,7 @@ test("addDesktop() refuses bad options in one line, before anything starts", () 
 
 test({
   name: "addDesktop(): x11vnc is refused where the desktop shares this host's network",
-  ignore: skip("desktop_test (x11vnc network)", ["Xvfb", "x11vnc"]),
+  needs: [desktop(["Xvfb", "x11vnc"])],
   async fn() {
     const env = new Environment("net");
     addDesktop(env, { server: "x11vnc", network: true });

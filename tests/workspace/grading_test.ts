@@ -4,6 +4,8 @@
 // field by field.
 
 import { test } from "../_test.ts";
+import { SANDBOX } from "../_counterparts.ts";
+import { waitingFor } from "../_deadline.ts";
 import assert from "node:assert/strict";
 import { Environment } from "../../env.ts";
 import { bashGrader, combine } from "../../graders/mod.ts";
@@ -33,7 +35,9 @@ async function withWorkspace(
   }
 }
 
-test("Workspace.exec() runs a check in the sandbox and reports it per the contract", async (t) => {
+test("Workspace.exec() runs a check in the sandbox and reports it per the contract", {
+  needs: [SANDBOX],
+}, async (t) => {
   await withWorkspace(async (ws, shell, root) => {
     await t.step("code, stdout, stderr, stdin, env, cwd", async () => {
       await Deno.mkdir(`${root}/sub`);
@@ -148,7 +152,9 @@ test("Workspace.exec() and SshClient.exec() say alike that a signal ended a comm
   }
 });
 
-test("Workspace.grading() stops the agent's processes: a lingering one cannot race the check", async () => {
+test("Workspace.grading() stops the agent's processes: a lingering one cannot race the check", {
+  needs: [SANDBOX],
+}, async () => {
   await withWorkspace(async (ws, shell, root) => {
     // The agent leaves a loop rewriting the file the check reads.
     const stop = new AbortController();
@@ -191,7 +197,28 @@ test("Workspace.grading() stops the agent's processes: a lingering one cannot ra
   });
 });
 
-test("Workspace.exec() refuses before start and after stop", async () => {
+test("Workspace.exec(): an agent's command aborted while a check holds it settles, killed", {
+  needs: [SANDBOX],
+}, async () => {
+  await withWorkspace(async (ws, shell, root) => {
+    for (let i = 0; i < 3; i++) {
+      // Asked for as the check starts: the workspace holds it until the check ends.
+      const stop = new AbortController();
+      const loop = shell.exec("while :; do date +%s%N > tick; sleep 0.01; done", {
+        signal: stop.signal,
+      }).then(() => "ended", (e) => e.name);
+      await ws.exec(["true"], { timeout: 20_000 });
+      stop.abort();
+      // It hung here: the abort came while the exec request waited, and no abort event followed.
+      assert.equal(await waitingFor("the aborted command", loop), "AbortError");
+    }
+    const tick = await Deno.readTextFile(`${root}/tick`).catch(() => "");
+    await new Promise((r) => setTimeout(r, 200));
+    assert.equal(await Deno.readTextFile(`${root}/tick`).catch(() => ""), tick, "it still runs");
+  });
+});
+
+test("Workspace.exec() refuses before start and after stop", { needs: [SANDBOX] }, async () => {
   const root = await Deno.makeTempDir({ prefix: "ws-grade-" });
   try {
     const env = new Environment("grading-test");
@@ -207,7 +234,9 @@ test("Workspace.exec() refuses before start and after stop", async () => {
   }
 });
 
-test("Workspace is an ExecTarget: graders' bashGrader and combine run in its sandbox", async () => {
+test("Workspace is an ExecTarget: graders' bashGrader and combine run in its sandbox", {
+  needs: [SANDBOX],
+}, async () => {
   await withWorkspace(async (ws, shell) => {
     await shell.exec("echo 42 > answer.txt");
     // combine() runs its graders at once: each opens a grading phase.
@@ -224,63 +253,143 @@ test("Workspace is an ExecTarget: graders' bashGrader and combine run in its san
   });
 });
 
-test("Workspace.spawn() starts a long-lived process on the agent's side: sandboxed, stopped while grading, killed at stop", async () => {
-  const extra = await Deno.makeTempDir({ prefix: "ws-spawn-extra-" });
-  await Deno.writeTextFile(`${extra}/tool.txt`, "tool\n");
-  await Deno.chmod(extra, 0o755);
-  let pid = 0;
-  try {
-    await withWorkspace(async (ws, _shell, root) => {
-      const child = await ws.spawn(
-        [
-          "bash",
-          "-c",
-          'cat "$1/tool.txt"; id -u; while :; do date +%s%N > tick; sleep 0.01; done',
-          "x",
-          extra,
-        ],
-        { mounts: [extra] },
-      );
-      pid = child.pid;
-      const reader = child.stdout.getReader();
-      let out = "";
-      while (out.split("\n").length < 3) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        out += new TextDecoder().decode(value);
-      }
-      reader.releaseLock();
-      assert.equal(out, `tool\n${ws.uid ?? Deno.uid()}\n`);
-      const tick = () => Deno.readTextFile(`${root}/tick`).catch(() => "");
-      await using phase = await ws.grading();
-      const before = await tick();
-      await new Promise((r) => setTimeout(r, 300));
-      assert.equal(await tick(), before, "it ticked while the agent was stopped");
-      await phase.end();
-      const deadline = Date.now() + 10_000;
-      while (await tick() === before) {
-        assert.ok(Date.now() < deadline, "it did not resume");
-        await new Promise((r) => setTimeout(r, 20));
-      }
-      await child.stdin.close().catch(() => {});
-      child.stdout.cancel().catch(() => {});
-      child.stderr.cancel().catch(() => {});
-      // env.stop() kills it.
-      void child.status;
-    });
-    let gone = false;
+test(
+  "Workspace.spawn() starts a long-lived process on the agent's side: sandboxed, stopped while grading, killed at stop",
+  { needs: [SANDBOX] },
+  async () => {
+    const extra = await Deno.makeTempDir({ prefix: "ws-spawn-extra-" });
+    await Deno.writeTextFile(`${extra}/tool.txt`, "tool\n");
+    await Deno.chmod(extra, 0o755);
+    let pid = 0;
     try {
-      Deno.kill(pid, "SIGCONT");
-    } catch {
-      gone = true;
+      await withWorkspace(async (ws, _shell, root) => {
+        const child = await ws.spawn(
+          [
+            "bash",
+            "-c",
+            'cat "$1/tool.txt"; id -u; while :; do date +%s%N > tick; sleep 0.01; done',
+            "x",
+            extra,
+          ],
+          { mounts: [extra] },
+        );
+        pid = child.pid;
+        const reader = child.stdout.getReader();
+        let out = "";
+        while (out.split("\n").length < 3) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          out += new TextDecoder().decode(value);
+        }
+        reader.releaseLock();
+        assert.equal(out, `tool\n${ws.uid ?? Deno.uid()}\n`);
+        const tick = () => Deno.readTextFile(`${root}/tick`).catch(() => "");
+        await using phase = await ws.grading();
+        const before = await tick();
+        await new Promise((r) => setTimeout(r, 300));
+        assert.equal(await tick(), before, "it ticked while the agent was stopped");
+        await phase.end();
+        const deadline = Date.now() + 10_000;
+        while (await tick() === before) {
+          assert.ok(Date.now() < deadline, "it did not resume");
+          await new Promise((r) => setTimeout(r, 20));
+        }
+        await child.stdin.close().catch(() => {});
+        child.stdout.cancel().catch(() => {});
+        child.stderr.cancel().catch(() => {});
+        // env.stop() kills it.
+        void child.status;
+      });
+      let gone = false;
+      try {
+        Deno.kill(pid, "SIGCONT");
+      } catch {
+        gone = true;
+      }
+      assert.ok(gone, "still running after stop");
+    } finally {
+      await Deno.remove(extra, { recursive: true });
     }
-    assert.ok(gone, "still running after stop");
-  } finally {
-    await Deno.remove(extra, { recursive: true });
-  }
-});
+  },
+);
 
-test("Workspace.grading(): commands at once each get their own hidden files and HOME", async () => {
+test(
+  "bashGrader({ files }) brings hidden tests in for the check alone: an agent can neither read nor pre-plant them",
+  {
+    needs: [SANDBOX],
+  },
+  async (t) => {
+    const marker = `hidden-${crypto.randomUUID()}`;
+    // The hidden test: passes only for the right fix, and says so with a marker
+    // the agent must never see.
+    const hidden = {
+      "tests/test_fix.sh": `# ${marker}\ngrep -qx fixed answer.txt && echo "${marker} passed"\n`,
+    };
+    const check = (ws: Workspace) =>
+      bashGrader(ws, 'bash "$HUD_GRADER_FILES/tests/test_fix.sh"', {
+        name: "hidden",
+        files: hidden,
+        timeout: 20_000,
+      });
+    await withWorkspace(async (ws, shell, root) => {
+      await t.step("an agent that looks for them, and plants its own in their place", async () => {
+        const looked = await shell.exec(
+          [
+            "ls -la /grader 2>&1",
+            'echo "files=$HUD_GRADER_FILES"',
+            "find / \\( -path /proc -o -path /sys -o -path /usr \\) -prune -o -name '*test_fix*' -print 2>/dev/null",
+            // What a naive check would run, planted: in the root, in HOME's login files, on PATH.
+            "mkdir -p tests bin && printf 'exit 0\\n' > tests/test_fix.sh",
+            `printf 'export HUD_GRADER_FILES=${root}\\n' | tee -a ~/.profile ~/.bash_profile >/dev/null`,
+            "printf '#!/bin/sh\\nexit 0\\n' > bin/bash && chmod +x bin/bash",
+            "echo wrong > answer.txt",
+          ].join("; "),
+          { timeout: 20_000 },
+        );
+        assert.doesNotMatch(looked.stdoutText + looked.stderrText, new RegExp(marker));
+        assert.match(
+          looked.stdoutText,
+          /^ls: cannot access '\/grader': No such file or directory$/m,
+        );
+        assert.match(looked.stdoutText, /^files=$/m);
+        // A loop that would copy them out while the check runs (it is stopped meanwhile).
+        const stop = new AbortController();
+        const loop = shell.exec(
+          'while :; do cp -r /grader "$HUD_GRADER_FILES" stolen 2>/dev/null; ls -d /grader* /tmp/hud-grade-* >> seen 2>/dev/null; sleep 0.01; done',
+          { signal: stop.signal },
+        ).catch(() => null);
+        try {
+          const s = await check(ws);
+          assert.equal(s.value, 0, JSON.stringify(s.info));
+          assert.deepEqual(s.info?.files, ["tests/test_fix.sh"]);
+          assert.equal(s.info?.exit_code, 1, "the hidden test ran, not the planted one");
+        } finally {
+          stop.abort();
+          await loop;
+        }
+        const left = await shell.exec(
+          `cat stolen/* seen 2>/dev/null; grep -rl ${marker} . ~ 2>/dev/null`,
+        );
+        assert.doesNotMatch(
+          left.stdoutText,
+          new RegExp(marker),
+          "the hidden test reached the agent",
+        );
+        await assert.rejects(Deno.stat(`${root}/stolen`), Deno.errors.NotFound);
+      });
+      await t.step("the right fix passes the hidden test", async () => {
+        await shell.exec("rm -rf tests bin answer.txt && echo fixed > answer.txt");
+        const s = await check(ws);
+        assert.equal(s.value, 1, JSON.stringify(s.info));
+        assert.match(String(s.info?.stdout), new RegExp(`^${marker} passed$`, "m"));
+      });
+    });
+  },
+);
+
+test("Workspace.grading(): commands at once each get their own hidden files and HOME", {
+  needs: [SANDBOX],
+}, async () => {
   await withWorkspace(async (ws) => {
     await using phase = await ws.grading();
     // The first takes the grading sandbox made ahead; the other must not share it.

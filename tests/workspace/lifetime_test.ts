@@ -6,12 +6,11 @@
 // as `docker exec` does in a container (Harbor tasks, issue 35).
 
 import { test } from "../_test.ts";
+import { ROOT_USER } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { Environment } from "../../env.ts";
 import { SshClient } from "../../ssh/mod.ts";
 import { addWorkspace, type WorkspaceOptions } from "../../workspace/workspace.ts";
-
-const root = Deno.uid() === 0;
 
 function alive(pid: number): boolean {
   try {
@@ -103,7 +102,7 @@ test("addWorkspace() refuses a lifetime or capabilities it does not know, and in
 test({
   name:
     "addWorkspace({ capabilities: \"inherit\" }) gives root's commands this process's capabilities",
-  ignore: !root,
+  needs: [ROOT_USER],
   fn: async () => {
     const own = Deno.readTextFileSync("/proc/self/status").match(/^CapEff:\s+(\w+)$/m)![1];
     const capEff = "grep ^CapEff: /proc/self/status | cut -f2";

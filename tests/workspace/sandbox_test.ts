@@ -1,7 +1,8 @@
 // What an agent's commands can reach in a workspace: the sandbox's promises,
 // checked for each mechanism this machine has.
 
-import { test } from "../_test.ts";
+import { test, withCounterparts } from "../_test.ts";
+import { BWRAP, CURL, ROOT_USER, SANDBOX, UNSHARE } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { connect } from "../../client.ts";
 import { Environment } from "../../env.ts";
@@ -11,14 +12,6 @@ import { addWorkspace, type Workspace, type WorkspaceOptions } from "../../works
 
 const IS_ROOT = Deno.uid() === 0;
 const DEFAULT_PATH_FOR_TESTS = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
-function installed(path: string): boolean {
-  try {
-    return Deno.statSync(path).isFile;
-  } catch {
-    return false;
-  }
-}
 
 /** Starts a workspace on a fresh root; `run` gets a logged-in client. */
 async function withWorkspace(
@@ -43,13 +36,13 @@ async function sh(shell: SshClient, command: string): Promise<string> {
   return r.stdoutText;
 }
 
-for (
-  const isolation of [
-    ...(installed("/usr/bin/bwrap") ? ["bwrap" as const] : []),
-    ...(installed("/usr/bin/unshare") ? ["unshare" as const] : []),
-  ]
-) {
-  test(`addWorkspace() isolation "${isolation}" confines commands`, async (t) => {
+/** The mechanism's counterpart: the one each test of a mechanism needs. */
+const MECHANISM = { bwrap: BWRAP, unshare: UNSHARE } as const;
+
+for (const isolation of ["bwrap", "unshare"] as const) {
+  test(`addWorkspace() isolation "${isolation}" confines commands`, {
+    needs: [MECHANISM[isolation]],
+  }, async (t) => {
     const secret = `hud-secret-${crypto.randomUUID()}`;
     Deno.env.set("HUD_SANDBOX_TEST_SECRET", secret);
     const outside = await Deno.makeTempDir({ prefix: "ws-outside-" });
@@ -98,8 +91,9 @@ for (
           assert.ok((await Deno.stat(`${root}/in-root`)).isFile);
         });
 
-        if (IS_ROOT) {
-          await t.step("runs as a uid of its own, with the root's files its own", async () => {
+        await t.step(withCounterparts({
+          name: "runs as a uid of its own, with the root's files its own",
+          fn: async () => {
             const uid = workspace.uid!;
             assert.ok(uid >= 59000 && uid <= 59999, `uid ${uid}`);
             assert.equal(await sh(shell, "id -u; id -g; id -G"), `${uid}\n${uid}\n${uid}\n`);
@@ -112,8 +106,8 @@ for (
               await sh(shell, "cat /root/.profile /etc/shadow 2>/dev/null; echo $?"),
               "1\n",
             );
-          });
-        }
+          },
+        }, [ROOT_USER]));
 
         await t.step("client-sent variables reach only the command", async () => {
           // BASH_ENV, PATH and LD_PRELOAD from the client must not steer the
@@ -168,7 +162,9 @@ for (
   });
 }
 
-test("addWorkspace() runs nothing one episode plants in HOME in the next", async () => {
+test("addWorkspace() runs nothing one episode plants in HOME in the next", {
+  needs: [SANDBOX],
+}, async () => {
   // Point this process's HOME at a scratch directory: an unsandboxed server
   // would hand it to commands, and `bash -l` would run its profile.
   const scratch = await Deno.makeTempDir({ prefix: "ws-home-" });
@@ -215,12 +211,16 @@ test('addWorkspace() isolation "none" says so in the binding and in one warning'
       assert.equal(await sh(shell, "echo ok"), "ok\n");
     },
   );
-  assert.equal(warnings.length, 1);
-  assert.match(warnings[0], /without a sandbox \(isolation: "none"\)/);
+  // Said once; where this machine cannot have a limit (no writable cgroup in a
+  // container), the workspace says that too, apart.
+  const unconfined = warnings.filter((w) => /without a sandbox \(isolation: "none"\)/.test(w));
+  assert.equal(unconfined.length, 1, JSON.stringify(warnings));
+  const rest = warnings.filter((w) => !unconfined.includes(w));
+  assert.ok(rest.every((w) => /is not limited: /.test(w)), JSON.stringify(rest));
 });
 
 test("addWorkspace() network: true keeps the host's loopback", {
-  ignore: !installed("/usr/bin/bwrap"),
+  needs: [BWRAP],
 }, async () => {
   await withWorkspace({ network: true }, async (shell, _root, env) => {
     const port = new URL(env.capability("shell")!.url).port;
@@ -230,7 +230,7 @@ test("addWorkspace() network: true keeps the host's loopback", {
 });
 
 test("addWorkspace() uid: 0 keeps root, without capabilities", {
-  ignore: !IS_ROOT || !installed("/usr/bin/bwrap"),
+  needs: [ROOT_USER, BWRAP],
 }, async () => {
   await withWorkspace({ uid: 0 }, async (shell) => {
     const out = await sh(shell, "id -u; grep CapEff /proc/self/status; touch /etc/x 2>&1 || :");
@@ -239,7 +239,7 @@ test("addWorkspace() uid: 0 keeps root, without capabilities", {
 });
 
 test("addWorkspace() gives the agent no file outside the root through a hard link", {
-  ignore: !IS_ROOT || !installed("/usr/bin/bwrap"),
+  needs: [ROOT_USER, BWRAP],
 }, async () => {
   // A root-owned file outside, hard-linked into the root before the
   // workspace starts (the sandbox refuses to make such a link): neither the
@@ -288,17 +288,10 @@ test("addWorkspace() refuses to start when no sandbox works", async () => {
   );
 });
 
-for (
-  const isolation of [
-    ...(installed("/usr/bin/bwrap") ? ["bwrap" as const] : []),
-    ...(installed("/usr/bin/unshare") ? ["unshare" as const] : []),
-  ]
-) {
+for (const isolation of ["bwrap", "unshare"] as const) {
   test(
     `addWorkspace() isolation "${isolation}" reaches no host unix socket and shows its own /sys`,
-    {
-      ignore: !IS_ROOT || !installed("/usr/bin/curl"),
-    },
+    { needs: [ROOT_USER, CURL, MECHANISM[isolation]] },
     async () => {
       // A root-owned, world-writable socket outside /tmp (as /run/docker.sock
       // or a database's would be), answering anyone who connects.
@@ -347,7 +340,7 @@ for (
 }
 
 test("addWorkspace() limits processes, memory, /tmp and file size per workspace", {
-  ignore: !IS_ROOT || !installed("/usr/bin/bwrap"),
+  needs: [ROOT_USER, BWRAP],
 }, async (t) => {
   const MiB = 1024 * 1024;
   const limits = { processes: 64, memory: 256 * MiB, tmpSize: 32 * MiB, fileSize: 16 * MiB };
@@ -392,9 +385,7 @@ print(n)'`,
 
 test(
   "addWorkspace() a fork bomb or a 20 GiB write in one workspace leaves the server and the others answering",
-  {
-    ignore: !IS_ROOT || !installed("/usr/bin/bwrap"),
-  },
+  { needs: [ROOT_USER, BWRAP] },
   async (t) => {
     const roots = [
       await Deno.makeTempDir({ prefix: "ws-bomb-" }),
@@ -472,7 +463,7 @@ async function probe(
 }
 
 test("addWorkspace() run by an ordinary user reaches none of that user's own sockets", {
-  ignore: !IS_ROOT || !installed("/usr/bin/bwrap") || !installed("/usr/bin/curl"),
+  needs: [ROOT_USER, BWRAP, CURL],
 }, async () => {
   // The server's user holds a 0600 socket outside /tmp (as D-Bus, systemd
   // --user or ssh-agent would); the agent's commands run as that user too.
@@ -510,7 +501,7 @@ test("addWorkspace() run by an ordinary user reaches none of that user's own soc
 });
 
 test("addWorkspace() without user namespaces refuses in one line that names the way out", {
-  ignore: !IS_ROOT || !installed("/usr/bin/unshare"),
+  needs: [ROOT_USER, UNSHARE],
 }, async () => {
   // A user namespace that may make exactly one more, spent on the one this
   // probe runs in as an ordinary user: bwrap and unshare can make none.
@@ -545,3 +536,54 @@ test("addWorkspace() without user namespaces refuses in one line that names the 
     await Deno.remove(root, { recursive: true });
   }
 });
+
+test(
+  "chooseSandbox() as root where user namespaces are refused (a container) says so, not 'install bubblewrap'",
+  {
+    needs: [ROOT_USER, UNSHARE],
+  },
+  async () => {
+    // Root in a user namespace that may make none (as root in a container whose
+    // seccomp profile refuses them): the mechanisms installed all fail.
+    const dir = await Deno.makeTempDir({ prefix: "ws-rootnouserns-" });
+    const sandbox = new URL("../../workspace/_sandbox.ts", import.meta.url).href;
+    const script = `import { chooseSandbox } from ${JSON.stringify(sandbox)};
+const dir = Deno.args[0];
+const base = { writable: [dir], network: false, user: null };
+await chooseSandbox("auto", base, dir, { what: "workspace", runs: "commands" }).then(
+  () => console.log("made one"),
+  (e) => console.log(e.message),
+);`;
+    try {
+      const out = await new Deno.Command("unshare", {
+        args: [
+          "--user",
+          "--map-root-user",
+          "--",
+          "sh",
+          "-c",
+          'echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --bounding-set -sys_admin -- "$@"',
+          "hud-rootnouserns",
+          Deno.execPath(),
+          "eval",
+          "--no-lock",
+          script,
+          dir,
+        ],
+        env: { PATH: DEFAULT_PATH_FOR_TESTS, NO_COLOR: "1" },
+        stdout: "piped",
+        stderr: "piped",
+        signal: AbortSignal.timeout(60_000),
+      }).output();
+      const said = new TextDecoder().decode(out.stdout).trim();
+      assert.equal(out.code, 0, said + new TextDecoder().decode(out.stderr));
+      assert.match(
+        said,
+        /^Cannot start workspace: no sandbox works here: user namespaces are not allowed here \(bwrap: .*; unshare: .*\); run it where they are \(.*ContainerRuntime.*seccomp profile.*\), or set isolation: "none" to run commands unconfined$/,
+      );
+      assert.doesNotMatch(said, /install bubblewrap/);
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);

@@ -3,13 +3,12 @@
 // agent's commands have. Each test plays an agent that tries otherwise.
 
 import { test } from "../_test.ts";
+import { OPENSSH_CLIENT, ROOT_USER, SANDBOX } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { Environment } from "../../env.ts";
 import { SshClient, SshFileError } from "../../ssh/mod.ts";
 import { addWorkspace, type WorkspaceOptions } from "../../workspace/workspace.ts";
-import { bigData, have, opensshOptions, run, sha256Hex } from "../ssh/_util.ts";
-
-const IS_ROOT = Deno.uid() === 0;
+import { bigData, opensshOptions, run, sha256Hex } from "../ssh/_util.ts";
 
 interface Ws {
   env: Environment;
@@ -55,7 +54,7 @@ async function withWorkspace(
 
 test({
   name: "addWorkspace() SFTP cannot set owners or setuid/setgid bits",
-  ignore: !IS_ROOT || !have("sftp"),
+  needs: [SANDBOX, ROOT_USER, OPENSSH_CLIENT],
   fn: async () => {
     await withWorkspace({}, async ({ root, shell, port, openssh, scratch }) => {
       // A file the agent made: its own, as the sandbox's user.
@@ -99,7 +98,7 @@ test({
 
 test({
   name: "addWorkspace() SFTP cannot be raced out of the agent's reach by a symlink swap",
-  ignore: !IS_ROOT,
+  needs: [SANDBOX, ROOT_USER],
   fn: async () => {
     // A root-only secret where the sandbox can see it, and a name the
     // agent's directory also holds (a decoy): the agent swaps the
@@ -149,7 +148,7 @@ test({
 
 test({
   name: "addWorkspace() serves OpenSSH's sftp and scp, and SshClient's files, from the sandbox",
-  ignore: !have("sftp") || !have("scp"),
+  needs: [SANDBOX, OPENSSH_CLIENT],
   fn: async () => {
     await withWorkspace({}, async ({ root, shell, port, openssh, scratch }) => {
       const data = bigData(4 * 1024 * 1024);

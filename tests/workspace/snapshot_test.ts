@@ -4,6 +4,7 @@
 // hard links, setuid files and sparse giants before a snapshot.
 
 import { test } from "../_test.ts";
+import { BWRAP, ROOT_USER } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { Environment } from "../../env.ts";
 import { SshClient } from "../../ssh/mod.ts";
@@ -13,13 +14,6 @@ import { snapshotMethod } from "../../workspace/_snapshot.ts";
 import { diskUse, mountsNaming, storeOf, treeManifest } from "./_snapshot_util.ts";
 
 const IS_ROOT = Deno.uid() === 0;
-const HAS_BWRAP = (() => {
-  try {
-    return Deno.statSync("/usr/bin/bwrap").isFile;
-  } catch {
-    return false;
-  }
-})();
 const OVERLAY = (await snapshotMethod()).method === "overlay";
 const CHILD = new URL("./_snapshot_child.ts", import.meta.url).pathname;
 
@@ -86,7 +80,7 @@ for (const method of ["auto", "copy"] as const) {
   const overlay = method === "auto" && OVERLAY;
   test({
     name: `Workspace.restore() brings back a snapshot's files byte for byte (method "${method}")`,
-    ignore: !HAS_BWRAP,
+    needs: [BWRAP],
   }, async (t) => {
     const root = await Deno.makeTempDir({ prefix: "ws-snap-" });
     await seed(root);
@@ -171,7 +165,7 @@ for (const method of ["auto", "copy"] as const) {
   test({
     name:
       `addWorkspace() from: two forks of one snapshot diverge without seeing each other (method "${method}")`,
-    ignore: !HAS_BWRAP,
+    needs: [BWRAP],
   }, async (t) => {
     const root = await Deno.makeTempDir({ prefix: "ws-snap-" });
     await seed(root);
@@ -248,7 +242,7 @@ for (const method of ["auto", "copy"] as const) {
 
 test({
   name: "addWorkspace() from: nothing an agent plants before a snapshot forges a fork's grade",
-  ignore: !HAS_BWRAP,
+  needs: [BWRAP],
 }, async () => {
   // The grader's hidden check: the answer, and nothing else, decides.
   const files = { "check.sh": "grep -qx right answer.txt && echo 1.0 || echo 0.0\n" };
@@ -292,7 +286,7 @@ test({
 test({
   name:
     "Workspace.restore(): the agent's next command and the next grading see the restored files, not the sandboxes started ahead",
-  ignore: !HAS_BWRAP,
+  needs: [BWRAP],
 }, async () => {
   const ws = await start({ snapshots: true });
   try {
@@ -315,7 +309,7 @@ test({
 
 test({
   name: "WorkspaceSnapshot cannot be read from another workspace's sandbox",
-  ignore: !HAS_BWRAP || !IS_ROOT,
+  needs: [BWRAP, ROOT_USER],
 }, async () => {
   const secret = `secret-${crypto.randomUUID()}`;
   const source = await start({ snapshots: true });
@@ -367,7 +361,7 @@ test({
 
 test({
   name: "WorkspaceSnapshot bounds: snapshots.maxCount and snapshots.maxBytes",
-  ignore: !HAS_BWRAP,
+  needs: [BWRAP],
 }, async () => {
   const ws = await start({ snapshots: { maxCount: 2, maxBytes: 1024 * 1024 } });
   try {
@@ -395,7 +389,7 @@ for (const method of ["auto", "copy"] as const) {
   test({
     name:
       `WorkspaceSnapshot: an agent's empty directories and files count against snapshots.maxBytes (method "${method}")`,
-    ignore: !HAS_BWRAP,
+    needs: [BWRAP],
   }, async () => {
     // Holding no data, each takes a block of disk (a directory) or an inode
     // in every copy: 600 of them are past 1 MiB.
@@ -421,7 +415,7 @@ for (const method of ["auto", "copy"] as const) {
 
 test({
   name: "Workspace.snapshot() refuses without the snapshots option, and when stopped",
-  ignore: !HAS_BWRAP,
+  needs: [BWRAP],
 }, async () => {
   const ws = await start({});
   const other = await start({ snapshots: true });
@@ -449,7 +443,7 @@ test({
 
 test({
   name: "addWorkspace() from: a fork's root must be empty",
-  ignore: !HAS_BWRAP,
+  needs: [BWRAP],
 }, async () => {
   const source = await start({ snapshots: true });
   const root = await Deno.makeTempDir({ prefix: "ws-snap-" });
@@ -486,7 +480,9 @@ async function child(mode: string, permissions: string[] = ["-A"]) {
 for (const signal of ["SIGINT", "SIGKILL"] as const) {
   test({
     name: `WorkspaceSnapshot: the store and its mounts are gone after ${signal}`,
-    ignore: !HAS_BWRAP || !OVERLAY,
+    needs: [BWRAP],
+    // The overlay store's own mounts: a machine that snapshots by copying has none to leave.
+    ignore: !OVERLAY,
   }, async () => {
     const { proc, line } = await child("hold");
     let info: { store: string; roots: string[] };
@@ -517,7 +513,7 @@ for (const method of ["auto", "copy"] as const) {
   test({
     name:
       `WorkspaceSnapshot: an agent's planted files lead snapshot, restore and fork nowhere (method "${method}")`,
-    ignore: !HAS_BWRAP || !IS_ROOT,
+    needs: [BWRAP, ROOT_USER],
   }, async (t) => {
     const outside = await Deno.makeTempDir({ prefix: "ws-snap-outside-" });
     await Deno.chmod(outside, 0o777);

@@ -3,6 +3,7 @@
 // it runs, and the gate that stops the agent's processes while grading.
 
 import { test } from "../_test.ts";
+import { LINUX } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { workspaceConfig } from "../../workspace/_config.ts";
 import { gradeCommand } from "../../workspace/_grade.ts";
@@ -112,7 +113,7 @@ function state(pid: number): string {
 
 test({
   name: "AgentGate stops the agent's processes while a phase holds it, until the last ends",
-  ignore: Deno.build.os !== "linux",
+  needs: [LINUX],
 }, async () => {
   const gate = new AgentGate();
   const child = new Deno.Command("sleep", { args: ["60"], stdin: "null", detached: true })

@@ -3,18 +3,12 @@
 // it arrives, not when the sandbox started.
 
 import { test } from "../_test.ts";
+import { BWRAP, ROOT_USER } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { SpareSandbox, WaitingSandbox } from "../../workspace/_waiting.ts";
 import type { SandboxConfig } from "../../workspace/_sandbox.ts";
 
 const IS_ROOT = Deno.uid() === 0;
-const HAS_BWRAP = (() => {
-  try {
-    return Deno.statSync("/usr/bin/bwrap").isFile;
-  } catch {
-    return false;
-  }
-})();
 /** A uid of the workspaces' range no test of this file's neighbours takes. */
 const AGENT = { uid: 59_987, gid: 59_987 };
 
@@ -50,7 +44,7 @@ async function runOnce(
 
 test({
   name: "WaitingSandbox.run() gives the command exactly its environment, directory and input",
-  ignore: !HAS_BWRAP,
+  needs: [BWRAP],
 }, async () => {
   const dir = await Deno.makeTempDir({ prefix: "ws-wait-" });
   await Deno.chmod(dir, 0o777);
@@ -75,7 +69,7 @@ test({
 
 test({
   name: "WaitingSandbox.run() hands over root's files made after the sandbox started",
-  ignore: !HAS_BWRAP || !IS_ROOT,
+  needs: [BWRAP, ROOT_USER],
 }, async () => {
   const dir = await Deno.makeTempDir({ prefix: "ws-wait-" });
   try {
@@ -100,7 +94,7 @@ test({
 
 test({
   name: "WaitingSandbox refuses a NUL byte and a second command; discard() ends it",
-  ignore: !HAS_BWRAP,
+  needs: [BWRAP],
 }, async () => {
   const dir = await Deno.makeTempDir({ prefix: "ws-wait-" });
   try {
@@ -128,7 +122,7 @@ test({
 
 test({
   name: "SpareSandbox hands out one waiting sandbox at a time, none after close()",
-  ignore: !HAS_BWRAP,
+  needs: [BWRAP],
 }, async () => {
   const dir = await Deno.makeTempDir({ prefix: "ws-wait-" });
   const spare = new SpareSandbox(config(dir), dir);
