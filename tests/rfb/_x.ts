@@ -41,7 +41,7 @@ function pythonHasTk(): boolean {
 }
 
 /** The programs among `needs` that are not installed, as "program (package)". */
-function missing(needs: readonly string[]): string[] {
+export function missing(needs: readonly string[]): string[] {
   return needs.filter((n) => n === "tkinter" ? !pythonHasTk() : findProgram(n) === null)
     .map((n) => `${n} (apt-get install ${PACKAGES[n] ?? n})`);
 }
