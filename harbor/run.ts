@@ -282,7 +282,8 @@ function taskRuntime(task: HarborTask, image: string, socket: string | undefined
         agent: task.config.network.agent.mode === "public",
         verifier: task.config.network.verifier.mode === "public",
       },
-      labels: { "dev.hud.harbor.task": task.name },
+      // Which task a container runs, by name and by folder (`docker ps --filter label=...`).
+      labels: { "dev.hud.harbor.task": task.name, "dev.hud.harbor.path": task.path },
     }),
     socket,
   );

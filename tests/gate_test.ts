@@ -34,6 +34,8 @@ test("deno task ok type-checks the whole tree and the JSDoc examples once, first
   // Everything else the gate ran, it still runs: the tests with the JSDoc examples, slow types.
   const test = ok.find((s) => isDeno(s, "test"))!;
   assert.ok(test.includes("--doc"), test.join(" "));
+  // Test files run side by side, one per core: most of a run waits on engines and clusters.
+  assert.ok(test.includes("--parallel"), test.join(" "));
   const publish = ok.find((s) => isDeno(s, "publish"))!;
   assert.ok(!publish.includes("--allow-slow-types"), publish.join(" "));
   for (const sub of ["fmt", "lint", "doc"]) assert.ok(ok.some((s) => isDeno(s, sub)), sub);
@@ -43,5 +45,6 @@ test("deno task test, run on its own, type-checks what it runs", () => {
   const [only, ...rest] = steps(config.tasks.test);
   assert.deepEqual(rest, []);
   assert.ok(isDeno(only, "test") && only.includes("--doc"), config.tasks.test);
+  assert.ok(only.includes("--parallel"), config.tasks.test);
   assert.ok(!only.some((word) => word.startsWith("--no-check")), config.tasks.test);
 });

@@ -43,9 +43,15 @@ function buildImages(socket?: string): Promise<void> {
   return done;
 }
 
+/**
+ * The containers of this file's image that this process made (other test
+ * files, beside this one under `deno test --parallel`, have their own).
+ */
 async function running(socket?: string): Promise<string[]> {
   using engine = await EngineClient.open(socket);
-  const filters = encodeURIComponent(JSON.stringify({ label: [`${OWNER_LABEL}=${Deno.pid}`] }));
+  const filters = encodeURIComponent(
+    JSON.stringify({ label: [`${OWNER_LABEL}=${Deno.pid}`], ancestor: [TAG] }),
+  );
   const list = await engine.call("GET", `/containers/json?all=true&filters=${filters}`) as {
     Id: string;
   }[];

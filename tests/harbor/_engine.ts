@@ -1,15 +1,24 @@
 // What the Harbor tests share about the engine: the containers this process
-// left. (Whether they can run is the ENGINE counterpart, tests/_counterparts.ts.)
+// left for a test's tasks. (Whether they can run is the ENGINE counterpart,
+// tests/_counterparts.ts.)
 
 import { EngineClient } from "../../engines/_engine.ts";
 import { OWNER_LABEL } from "../../engines/mod.ts";
 
-/** The containers, running or not, that this process's runtimes made (by owner label). */
-export async function containersLeft(): Promise<string[]> {
+/**
+ * The containers, running or not, that this process's runtimes made (by
+ * owner label) for tasks in the folder `under` (by the runner's
+ * `dev.hud.harbor.path` label): other test files, run beside this one under
+ * `deno test --parallel` in the same process, have containers of their own.
+ */
+export async function containersLeft(under: string): Promise<string[]> {
   using engine = await EngineClient.open();
   const filters = encodeURIComponent(JSON.stringify({ label: [`${OWNER_LABEL}=${Deno.pid}`] }));
   const list = await engine.call("GET", `/containers/json?all=true&filters=${filters}`) as {
     Id: string;
+    Labels?: Record<string, string>;
   }[];
-  return list.map((c) => c.Id);
+  const folder = under.endsWith("/") ? under : `${under}/`;
+  return list.filter((c) => `${c.Labels?.["dev.hud.harbor.path"] ?? ""}/`.startsWith(folder))
+    .map((c) => c.Id);
 }

@@ -238,7 +238,7 @@ test({
         return printed.join("").trim().split("\n").map((l) => l.split(" ")[1]);
       };
       const [a, b] = [await images(`${again}/a`), await images(`${again}/b`)];
-      const named = /^hud-harbor-export\/harbor-export-fixture-[0-9a-f]{10}:(code|varying)$/;
+      const named = /^hud-harbor-export\/harbor-export-fixture-[0-9a-f]{10}:(code|plain|varying)$/;
       assert.ok([...a, ...b].every((image) => named.test(image)), [...a, ...b].join(" "));
       assert.notEqual(a[0].split(":")[0], b[0].split(":")[0]);
       // Exported again to the same folder, the same names.

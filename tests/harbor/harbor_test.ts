@@ -102,7 +102,7 @@ async function withDataset(fn: (tasks: HarborTask[]) => Promise<void>): Promise<
   try {
     await writeDataset(root);
     await fn((await loadHarborTasks(root)).tasks);
-    assert.deepEqual(await containersLeft(), [], "containers left behind");
+    assert.deepEqual(await containersLeft(root), [], "containers left behind");
   } finally {
     await Deno.remove(root, { recursive: true });
   }

@@ -150,7 +150,7 @@ test({
     assert.equal(idle.verifier?.code, 0);
     assert.match(idle.verifier?.output ?? "", /FAILED .*test_answer/);
     assert.match(honest.verifier?.output ?? "", /2 passed/);
-    assert.deepEqual(await containersLeft(), [], "containers left behind");
+    assert.deepEqual(await containersLeft(task.path), [], "containers left behind");
   }),
 });
 

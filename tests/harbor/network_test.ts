@@ -200,7 +200,7 @@ async function withPhaseTasks(fn: (tasks: HarborTask[]) => Promise<void>): Promi
     const { tasks, skipped } = await loadHarborTasks(root);
     assert.deepEqual(skipped, []);
     await fn(tasks);
-    assert.deepEqual(await containersLeft(), [], "containers left behind");
+    assert.deepEqual(await containersLeft(root), [], "containers left behind");
   } finally {
     await Deno.remove(root, { recursive: true });
   }

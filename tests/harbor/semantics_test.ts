@@ -160,7 +160,7 @@ async function withTasks(fn: (tasks: Map<string, HarborTask>) => Promise<void>):
     const { tasks, skipped } = await loadHarborTasks(root);
     assert.deepEqual(skipped, []);
     await fn(new Map(tasks.map((t) => [t.name, t])));
-    assert.deepEqual(await containersLeft(), [], "containers left behind");
+    assert.deepEqual(await containersLeft(root), [], "containers left behind");
   } finally {
     await Deno.remove(root, { recursive: true });
   }

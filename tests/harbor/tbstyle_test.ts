@@ -133,7 +133,7 @@ for (const name of TASKS) {
       assert.equal(nothing.error, null);
       assert.equal(nothing.reward, 0);
       assert.match(verifierOutput(nothing), /FAILED .*test_outputs\.py.* \d+ failed/);
-      assert.deepEqual(await containersLeft(), [], "containers left behind");
+      assert.deepEqual(await containersLeft(DATASET), [], "containers left behind");
     }),
   });
 }
@@ -175,7 +175,7 @@ test({
     const [raced] = await runHarborTasks([task], racer, { signal: testSignal() });
     assert.notEqual(raced.reward, 1, "the rewritten test.sh was graded");
     if (raced.reward === null) assert.match(raced.error ?? "", /test\.sh \(changed\)/);
-    assert.deepEqual(await containersLeft(), [], "containers left behind");
+    assert.deepEqual(await containersLeft(DATASET), [], "containers left behind");
   }),
 });
 
