@@ -2,7 +2,7 @@ import { test } from "./_test.ts";
 import assert from "node:assert/strict";
 import { main } from "../cli.ts";
 import { SubprocessRuntime } from "../runtime/mod.ts";
-import { waitFor, waitForLine } from "./_helpers.ts";
+import { ChildProcess, waitFor, waitForLine } from "./_helpers.ts";
 import { testSignal } from "./_deadline.ts";
 
 const CLI = new URL("../cli.ts", import.meta.url).href;
@@ -460,24 +460,17 @@ test("main() serve takes its token from --token-file and prints it nowhere", asy
       assert.match(served.stderr, /without authentication/, "it says so");
     });
     await t.step("--no-auth-without-token with a token requires it", async () => {
-      const controller = new AbortController();
-      let announced = "";
-      Deno.env.set("HUD_SERVE_TOKEN", token);
-      const serving = run(["serve", BASIC, "--port", "0", "--no-auth-without-token"], {
-        signal: controller.signal,
-        onStdout: (text) => announced += text,
+      // The token in the environment of a process of its own: this process's
+      // other test files (deno test --parallel) must not see it.
+      await using serving = new ChildProcess(Deno.execPath(), {
+        args: ["run", "-A", CLI, "serve", BASIC, "--port", "0", "--no-auth-without-token"],
+        env: { HUD_SERVE_TOKEN: token, NO_COLOR: "1" },
       });
-      try {
-        await waitFor(() => announced.includes("\n"), 10_000);
-        const port = /^HUD_SERVE_PORT=(\d+)\n$/.exec(announced)?.[1];
-        assert.ok(port, announced);
-        const refused = await run(["tasks", "--url", `tcp://127.0.0.1:${port}`]);
-        assert.match(refused.stderr, /unauthorized/);
-      } finally {
-        controller.abort();
-        Deno.env.delete("HUD_SERVE_TOKEN");
-      }
-      assert.equal((await serving).code, 0);
+      const [, port] = await serving.waitForLine(/^HUD_SERVE_PORT=(\d+)$/m, "the port line");
+      assert.equal(serving.stdout, `HUD_SERVE_PORT=${port}\n`, "the given token is not printed");
+      const refused = await run(["tasks", "--url", `tcp://127.0.0.1:${port}`]);
+      assert.match(refused.stderr, /unauthorized/);
+      assert.equal((await serving.stop()).code, 0);
     });
     await t.step("bad combinations are usage errors", async () => {
       assertUsageError(

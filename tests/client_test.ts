@@ -413,13 +413,21 @@ test("connect() takes the token from the option, the url, or HUD_SERVE_TOKEN", a
     assert.equal(client.url, plain);
   });
   await t.step("from HUD_SERVE_TOKEN", async () => {
-    Deno.env.set("HUD_SERVE_TOKEN", token);
-    try {
-      await using client = await connect(plain, { readyTimeout: 10_000 });
-      assert.equal(client.manifest.env.name, "demo");
-    } finally {
-      Deno.env.delete("HUD_SERVE_TOKEN");
-    }
+    // In a process of its own, whose environment holds the token: this
+    // process's other test files (deno test --parallel) must not see it.
+    const script = `import { connect } from ${
+      JSON.stringify(new URL("../client.ts", import.meta.url).href)
+    };\nawait using client = await connect(${
+      JSON.stringify(plain)
+    }, { readyTimeout: 10_000 });\nconsole.log(client.manifest.env.name);`;
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["eval", "--no-lock", script],
+      env: { HUD_SERVE_TOKEN: token, NO_COLOR: "1" },
+      stdin: "null",
+      signal: AbortSignal.timeout(30_000),
+    }).output();
+    const text = new TextDecoder();
+    assert.equal(text.decode(out.stdout), "demo\n", text.decode(out.stderr));
   });
   await t.step("a wrong one in the url is refused; messages never show it", async () => {
     const secret = "b".repeat(64);

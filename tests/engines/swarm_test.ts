@@ -322,17 +322,15 @@ test({
             JSON.stringify({ env: "fixture", id: "add", args: { a, b: 1 }, slug: `add-${a}-1` })
           ).join("\n") + "\n",
         );
-        const { main } = await import("../../cli.ts");
-        let out = "";
-        let err = "";
-        const io = { stdout: (t: string) => out += t, stderr: (t: string) => err += t };
         // The agent reads "What is A + B?" on stdin and computes it.
         const agent = `read -r q; set -- $q; echo $(( $3 + \${5%?} ))`;
-        const before = Deno.env.get("DOCKER_HOST");
-        Deno.env.set("DOCKER_HOST", `unix://${socketOf("sw1")}`);
-        let code: number;
-        try {
-          code = await main([
+        // The swarm's manager through DOCKER_HOST, in a process of its own:
+        // this process's other test files (deno test --parallel) keep theirs.
+        const ran = await new Deno.Command(Deno.execPath(), {
+          args: [
+            "run",
+            "-A",
+            new URL("../../cli.ts", import.meta.url).pathname,
             "eval",
             FIXTURE,
             "--agent",
@@ -343,11 +341,16 @@ test({
             `swarm:${tag}`,
             "--max-concurrent",
             "2",
-          ], io);
-        } finally {
-          if (before === undefined) Deno.env.delete("DOCKER_HOST");
-          else Deno.env.set("DOCKER_HOST", before);
-        }
+          ],
+          env: { DOCKER_HOST: `unix://${socketOf("sw1")}`, NO_COLOR: "1" },
+          stdin: "null",
+          signal: AbortSignal.timeout(120_000),
+        }).output();
+        const [code, out, err] = [
+          ran.code,
+          new TextDecoder().decode(ran.stdout),
+          new TextDecoder().decode(ran.stderr),
+        ];
         assert.equal(code, 0, err);
         assert.match(out, /mean reward 1\.000 ± 0\.000 over 4 graded runs, 0 errored/);
         for (const node of ["sw1", "sw2"]) assert.equal(await runningOwned(node), 0, node);

@@ -269,17 +269,32 @@ test("addWorkspace() gives the agent no file outside the root through a hard lin
 });
 
 test("addWorkspace() refuses to start when no sandbox works", async () => {
-  // An empty PATH hides bwrap and unshare from the probe.
-  const saved = Deno.env.get("PATH");
+  // An empty PATH hides bwrap and unshare from the probe, in a process of its
+  // own: this process's other test files (deno test --parallel) keep theirs.
   const empty = await Deno.makeTempDir({ prefix: "ws-nopath-" });
-  Deno.env.set("PATH", empty);
   try {
-    const env = new Environment("refuses");
-    addWorkspace(env, empty, { trackFiles: false, uid: 0 });
-    await assert.rejects(env.start(), /no sandbox works here .*isolation: "none"/);
-    await env.stop();
+    const url = (path: string) => JSON.stringify(new URL(path, import.meta.url).href);
+    const script = [
+      `import { Environment } from ${url("../../env.ts")};`,
+      `import { addWorkspace } from ${url("../../workspace/mod.ts")};`,
+      `const env = new Environment("refuses");`,
+      `addWorkspace(env, ${JSON.stringify(empty)}, { trackFiles: false, uid: 0 });`,
+      `await env.start().then(() => console.log("started"), (e) => console.log(e.message));`,
+      `await env.stop();`,
+    ].join("\n");
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["eval", "--no-lock", script],
+      env: { PATH: empty, NO_COLOR: "1" },
+      stdin: "null",
+      signal: AbortSignal.timeout(30_000),
+    }).output();
+    const text = new TextDecoder();
+    assert.match(
+      text.decode(out.stdout),
+      /no sandbox works here .*isolation: "none"/,
+      text.decode(out.stderr),
+    );
   } finally {
-    if (saved !== undefined) Deno.env.set("PATH", saved);
     await Deno.remove(empty, { recursive: true });
   }
   assert.throws(
