@@ -408,7 +408,7 @@ test({
 
 test({
   name:
-    "runHarborTasks(): a one-step task's reward is not written by a process the agent put in a group of its own",
+    "runHarborTasks(): a one-step task's reward is not written by a process the agent put in a group or session of its own",
   needs: [ENGINE],
   fn: withDeadline(59_000, async () => {
     await fixture();
@@ -425,20 +425,32 @@ test({
       const built = await buildHarborImage(task);
       images.unshift(built.image, built.taskImage);
       // reward.json is read before reward.txt: a writer of it that ran on would forge the score.
-      const writer = functionAgent(async (_prompt, run) => {
-        await sh(
-          run,
-          `printf '%s\\n' 'while :; do echo "{\\"reward\\": 1}" > /logs/verifier/reward.json; sleep 0.01; done' > /tmp/w.sh`,
-        );
-        await sh(run, "set -m; nohup sh /tmp/w.sh > /dev/null 2>&1 < /dev/null &");
-        await sh(
-          run,
-          "for i in $(seq 100); do [ -e /logs/verifier/reward.json ] && exit 0; sleep 0.05; done; exit 1",
-        );
-      });
-      const result = await one(task, writer);
-      assert.equal(result.error, null);
-      assert.equal(result.reward, 0);
+      const writer = (detach: string) =>
+        functionAgent(async (_prompt, run) => {
+          await sh(
+            run,
+            `printf '%s\\n' 'while :; do echo "{\\"reward\\": 1}" > /logs/verifier/reward.json; sleep 0.01; done' > /tmp/w.sh`,
+          );
+          await sh(run, detach);
+          await sh(
+            run,
+            "for i in $(seq 100); do [ -e /logs/verifier/reward.json ] && exit 0; sleep 0.05; done; exit 1",
+          );
+        });
+      // A process group of its own (`set -m`); a session of its own (setsid(2), through the
+      // container's deno, as the image has no setsid command).
+      const detached = 'new Deno.Command("sh", { args: ["/tmp/w.sh"], detached: true, ' +
+        'stdin: "null", stdout: "null", stderr: "null" }).spawn().unref()';
+      for (
+        const detach of [
+          "set -m; nohup sh /tmp/w.sh > /dev/null 2>&1 < /dev/null &",
+          `DENO_DIR=/tmp/deno-dir deno eval '${detached}'`,
+        ]
+      ) {
+        const result = await one(task, writer(detach));
+        assert.equal(result.error, null, detach);
+        assert.equal(result.reward, 0, detach);
+      }
     } finally {
       await Deno.remove(root, { recursive: true });
     }
