@@ -1,6 +1,8 @@
 // The environment a Harbor task's image serves (the layer `buildHarborImage`
 // puts on the task's own image): one template, `harbor`, whose prompt is the
-// instruction and whose grade is Harbor's verifier. Before the prompt,
+// instruction and whose grade is Harbor's verifier; in a task with
+// `[[steps]]`, started once per step in order (`{ step: i }`), with the
+// step's prompt and verifier (harbor/_steps.ts runs them). Before the prompt,
 // `[environment.healthcheck]` is awaited as Harbor's `run_healthcheck` does
 // (environments/base.py: failures in the start period do not count; then
 // `retries` consecutive ones fail the task), as the image's USER. The
@@ -20,7 +22,9 @@
 // connects; the verifier's shell is the `bash` found on its PATH at the
 // start, run by that path; and what the agent planted for the verifier to
 // run (harbor/_tamper.ts) ends the rollout `tampered`, graded 0, with the
-// files named, instead of running the verifier.
+// files named, instead of running the verifier; what it left running, in
+// the workspace's view or detached from it (harbor/_strays.ts), is stopped
+// before /logs/verifier is emptied and until the verifier is done.
 
 import { Environment } from "../env.ts";
 import { addWorkspace } from "../workspace/workspace.ts";

@@ -4,8 +4,9 @@
  * task's CPUs and memory as limits) with its ENTRYPOINT kept, the
  * healthcheck awaited, the agent on it through the SSH workspace at the
  * task's workdir as `[agent] user` with `[agent] timeout_sec`, then
- * `tests/` copied in and the verifier run as `[verifier] user`. {@linkcode oracleAgent} runs
- * `solution/solve.sh`, so an oracle run validates a dataset.
+ * `tests/` copied in and the verifier run as `[verifier] user`; a task
+ * with `[[steps]]`, each step so in turn in one container (harbor/_steps.ts).
+ * {@linkcode oracleAgent} runs `solution/solve.sh`, so an oracle run validates a dataset.
  *
  * @module
  */
