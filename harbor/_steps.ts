@@ -15,6 +15,7 @@
 // rather than one computed without it.
 
 import type { Agent } from "../eval/agent.ts";
+import type { Grade } from "../eval/run.ts";
 import { rollout, type RolloutObserver } from "../eval/rollout.ts";
 import { isGraded } from "../eval/failure.ts";
 import type { RunRecord } from "../eval/results.ts";
@@ -114,8 +115,6 @@ export interface Trial {
   readonly rewards: StepRewards | null;
   /** The step that left it ungraded, and why; or null. */
   readonly failed: { step: string; record: RunRecord } | null;
-  /** Why the steps after a step did not run (`min_reward`), or null. */
-  readonly stopped: string | null;
   /** The last graded step's `info` (its verifier's exit and output), or null. */
   readonly info: Record<string, unknown> | null;
 }
@@ -126,72 +125,59 @@ function stepTimeout(step: HarborStep, health: number): number {
     120_000;
 }
 
+/** Step `index` of `task`, one rollout on the trial's container; its record and grade. */
+async function runStep(
+  task: HarborTask,
+  index: number,
+  agent: Agent,
+  runtime: RuntimeProvider,
+  parts: TrialParts,
+): Promise<{ record: RunRecord; grade: Grade | null }> {
+  const step = task.steps![index];
+  const row = {
+    env: `harbor-${task.name}`,
+    id: "harbor",
+    args: { step: index },
+    slug: `${task.name}/${step.config.name}`,
+  };
+  const run = await rollout(row, agent, {
+    runtime,
+    observers: parts.observers(step),
+    agentTimeout: step.config.agentTimeoutSec * 1000,
+    rolloutTimeout: stepTimeout(step, parts.healthBound(index)),
+    signal: parts.signal,
+  });
+  const { repeat, groupId } = parts;
+  const slot = { index, row, repeat, runtime, groupId, key: `${row.slug}:${repeat}` };
+  const record = runRecord(parts.jobId, slot, { run, attempt: 1, agent: undefined });
+  return { record, grade: run.grade };
+}
+
 /**
  * One trial of `task` (which has `[[steps]]`) by `agent`: its steps in
  * order in one container, each a rollout; stops at a step that is not
  * graded, or whose rewards fall below its `min_reward`.
  */
 export async function runTrial(task: HarborTask, agent: Agent, parts: TrialParts): Promise<Trial> {
-  const steps = task.steps!;
   await using runtime = new TrialRuntime(parts.runtime);
   const records: RunRecord[] = [];
   const verified: { name: string; rewards: StepRewards }[] = [];
+  const combined = () =>
+    combineStepRewards(verified.map((s) => s.rewards), task.config.multiStepRewardStrategy);
   let info: Record<string, unknown> | null = null;
-  for (const [index, step] of steps.entries()) {
-    const row = {
-      env: `harbor-${task.name}`,
-      id: "harbor",
-      args: { step: index },
-      slug: `${task.name}/${step.config.name}`,
-    };
-    const run = await rollout(row, agent, {
-      runtime,
-      observers: parts.observers(step),
-      agentTimeout: step.config.agentTimeoutSec * 1000,
-      rolloutTimeout: stepTimeout(step, parts.healthBound(index)),
-      signal: parts.signal,
-    });
-    const record = runRecord(parts.jobId, {
-      index,
-      row,
-      repeat: parts.repeat,
-      runtime,
-      groupId: parts.groupId,
-      key: `${row.slug}:${parts.repeat}`,
-    }, { run, attempt: 1, agent: undefined });
+  for (const [index, step] of task.steps!.entries()) {
+    const { name, minReward } = step.config;
+    const { record, grade } = await runStep(task, index, agent, runtime, parts);
     records.push(record);
-    if (!isGraded(record) || run.grade === null) {
-      return {
-        records,
-        steps: verified,
-        rewards: null,
-        failed: { step: step.config.name, record },
-        stopped: null,
-        info,
-      };
+    if (!isGraded(record) || grade === null) {
+      const failed = { step: name, record };
+      return { records, steps: verified, rewards: null, failed, info };
     }
-    info = run.grade.info;
-    const rewards = stepRewards(run.grade);
-    verified.push({ name: step.config.name, rewards });
-    const below = step.config.minReward && belowMinReward(rewards, step.config.minReward);
-    if (below) {
-      const stopped = `step "${step.config.name}": ${below}; the steps after it did not run`;
-      const combined = combineStepRewards(
-        verified.map((s) => s.rewards),
-        task.config.multiStepRewardStrategy,
-      );
-      return { records, steps: verified, rewards: combined, failed: null, stopped, info };
-    }
+    info = grade.info;
+    const rewards = stepRewards(grade);
+    verified.push({ name, rewards });
+    // Below its min_reward: the steps after it do not run.
+    if (minReward && belowMinReward(rewards, minReward) !== null) break;
   }
-  return {
-    records,
-    steps: verified,
-    rewards: combineStepRewards(
-      verified.map((s) => s.rewards),
-      task.config.multiStepRewardStrategy,
-    ),
-    failed: null,
-    stopped: null,
-    info,
-  };
+  return { records, steps: verified, rewards: combined(), failed: null, info };
 }
