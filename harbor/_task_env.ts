@@ -1,6 +1,8 @@
 // The environment a Harbor task's image serves (the layer `buildHarborImage`
 // puts on the task's own image): one template, `harbor`, whose prompt is the
-// instruction and whose grade is Harbor's verifier. Before the prompt,
+// instruction and whose grade is Harbor's verifier; in a task with
+// `[[steps]]`, started once per step in order (`{ step: i }`), with the
+// step's prompt and verifier (harbor/_steps.ts runs them). Before the prompt,
 // `[environment.healthcheck]` is awaited as Harbor's `run_healthcheck` does
 // (environments/base.py: failures in the start period do not count; then
 // `retries` consecutive ones fail the task), as the image's USER. The
@@ -20,7 +22,9 @@
 // connects; the verifier's shell is the `bash` found on its PATH at the
 // start, run by that path; and what the agent planted for the verifier to
 // run (harbor/_tamper.ts) ends the rollout `tampered`, graded 0, with the
-// files named, instead of running the verifier.
+// files named, instead of running the verifier; what it left running, in
+// the workspace's view or detached from it (harbor/_strays.ts), is stopped
+// before /logs/verifier is emptied and until the verifier is done.
 
 import { Environment } from "../env.ts";
 import { addWorkspace } from "../workspace/workspace.ts";
@@ -28,9 +32,11 @@ import { killTrees } from "../workspace/_processes.ts";
 import { bashGrader, type ExecTarget } from "../graders/bash.ts";
 import type { WorkspaceExecOptions, WorkspaceExecResult } from "../workspace/workspace.ts";
 import { type HarborTaskFile, TASK_FILE } from "./_task_env_file.ts";
+import type { HarborHealthcheckConfig } from "./config.ts";
 import { treeDiff, treeFiles } from "./_tree.ts";
 import { readReward, type Reward, VERIFIER_LOGS as LOGS } from "./_reward.ts";
 import { TamperBaseline, VerificationWatch, VerifierLayout } from "./_tamper.ts";
+import { ProcessBaseline } from "./_strays.ts";
 import { reachableSync } from "../_internal/fs.ts";
 import { errorMessage } from "../_internal/util.ts";
 import { shellQuote } from "../_internal/shell.ts";
@@ -98,12 +104,17 @@ function resolveUser(spec: string, what: string): ImageUser {
 }
 
 /** The users, resolved once; an error is kept to fail the task's start with. */
-function users(): { agent: ImageUser; verifier: ImageUser; image: ImageUser } | Error {
+function users():
+  | { agent: ImageUser; verifier: ImageUser; image: ImageUser; steps: ImageUser[] }
+  | Error {
   try {
     return {
       agent: resolveUser(task.agentUser ?? task.imageUser, "[agent] user"),
       verifier: resolveUser(task.verifierUser ?? task.imageUser, "[verifier] user"),
       image: resolveUser(task.imageUser, "the image's USER"),
+      steps: (task.steps ?? []).map((s) =>
+        resolveUser(s.verifierUser ?? task.imageUser, `[[steps]] "${s.name}" [verifier] user`)
+      ),
     };
   } catch (err) {
     return err as Error;
@@ -137,8 +148,8 @@ function commandEnv(user: ImageUser, extra: Record<string, string> = {}): Record
 }
 
 /** Where the verifier finds what it runs, as its variables say. */
-function verifierLayout(user: ImageUser): VerifierLayout {
-  const env = commandEnv(user, task.verifierEnv);
+function verifierLayout(user: ImageUser, verifierEnv: Record<string, string>): VerifierLayout {
+  const env = commandEnv(user, verifierEnv);
   return new VerifierLayout({
     workdir: task.workdir,
     path: env.PATH,
@@ -199,9 +210,8 @@ async function runAs(
   }
 }
 
-/** Harbor's `run_healthcheck`, as the image's USER in the workdir. */
-async function awaitHealthy(user: ImageUser): Promise<void> {
-  const hc = task.healthcheck;
+/** Harbor's `run_healthcheck` of `hc`, as the image's USER in the workdir. */
+async function awaitHealthy(user: ImageUser, hc: HarborHealthcheckConfig | null): Promise<void> {
   if (hc === null) return;
   const startPeriodEnd = performance.now() + hc.startPeriodSec * 1000;
   let failures = 0;
@@ -243,8 +253,8 @@ async function prepareVerification(): Promise<void> {
  * processes ran while it was copied, and the agent could make /tests before
  * (a conftest.py added, a test.sh changed, a symlink planted each stop it).
  */
-async function checkTests(): Promise<void> {
-  const changed = treeDiff(task.tests, await treeFiles("/tests", true).catch(() => ({})));
+async function checkTests(tests: Record<string, string>): Promise<void> {
+  const changed = treeDiff(tests, await treeFiles("/tests", true).catch(() => ({})));
   if (changed.length === 0) return;
   throw new Error(
     `Cannot grade Harbor task: /tests is not the task's tests/ as copied in: ${
@@ -262,12 +272,52 @@ interface Verified {
   planted: string[];
 }
 
-/** Runs `tests/test.sh` as `user` with the baseline's shell, watching what the rules watch. */
-async function runVerifier(
-  user: ImageUser,
-  layout: VerifierLayout,
-  baseline: TamperBaseline,
-): Promise<Verified> {
+/**
+ * What one verification runs with: the task's verifier, or a step's (its
+ * user, variables, time limit and /tests), and the baseline the agent's
+ * work is compared with, taken before any agent ran.
+ */
+interface Verification {
+  user: ImageUser;
+  env: Record<string, string>;
+  timeoutSec: number;
+  tests: Record<string, string>;
+  layout: VerifierLayout;
+  baseline: TamperBaseline;
+}
+
+/**
+ * The verifications of the task: one, or one per step. All are taken at
+ * once, before the first agent runs: what an agent plants in one step (or a
+ * process it leaves plants after that step was graded) is measured against
+ * the image as it was, and found when a later step is graded.
+ */
+function verifications(u: { verifier: ImageUser; steps: ImageUser[] }): Verification[] {
+  const of = (
+    user: ImageUser,
+    env: Record<string, string>,
+    timeoutSec: number,
+    tests: Record<string, string>,
+  ) => {
+    const layout = verifierLayout(user, env);
+    return {
+      user,
+      env,
+      timeoutSec,
+      tests,
+      layout,
+      baseline: new TamperBaseline(layout, task.workdir),
+    };
+  };
+  if (task.steps === null) {
+    return [of(u.verifier, task.verifierEnv, task.verifierTimeoutSec, task.tests)];
+  }
+  return task.steps.map((s, i) => of(u.steps[i], s.verifierEnv, s.verifierTimeoutSec, s.tests));
+}
+
+/** Runs `tests/test.sh` as the verification's user with the baseline's shell, watching what the rules watch. */
+async function runVerifier(v: Verification): Promise<Verified> {
+  const { user, layout, baseline } = v;
   const target: ExecTarget = { exec: (argv, options = {}) => runAs(user, argv, options) };
   const shell = baseline.shell;
   const watch = new VerificationWatch(layout.watched());
@@ -284,8 +334,8 @@ async function runVerifier(
       {
         name: "verifier",
         cwd: task.workdir,
-        timeout: task.verifierTimeoutSec * 1000,
-        env: task.verifierEnv,
+        timeout: v.timeoutSec * 1000,
+        env: v.env,
       },
     );
   } finally {
@@ -296,11 +346,11 @@ async function runVerifier(
 }
 
 /** The reward test.sh wrote, or why there is none. */
-async function rewardOf(verified: Verified): Promise<Reward> {
+async function rewardOf(verified: Verified, timeoutSec: number): Promise<Reward> {
   const { info, output } = verified;
   if (info.timed_out) {
     throw new Error(
-      `Cannot grade Harbor task: verifier timed out after ${task.verifierTimeoutSec} s ([verifier] timeout_sec); last output: ${
+      `Cannot grade Harbor task: verifier timed out after ${timeoutSec} s ([verifier] timeout_sec); last output: ${
         tail(output).trim().split("\n").slice(-3).join(" | ")
       }`,
     );
@@ -315,37 +365,91 @@ async function rewardOf(verified: Verified): Promise<Reward> {
   }
 }
 
+/** The verifications, made when the first step starts; the step that starts next. */
+let prepared: Verification[] | null = null;
+/** The container's processes when the first step started: others are the agent's. */
+let processes: ProcessBaseline | null = null;
+let nextStep = 0;
+
+/** The step `args` name: its index in `[[steps]]` (0 for a task of one step). */
+function stepOf(args: Record<string, unknown>): number {
+  const step = args.step ?? 0;
+  const count = task.steps?.length ?? 1;
+  if (typeof step !== "number" || !Number.isSafeInteger(step) || step < 0 || step >= count) {
+    throw new RangeError(
+      `Cannot start Harbor task: step must be an integer from 0 to ${count - 1}, got ${
+        JSON.stringify(step)
+      }`,
+    );
+  }
+  // Steps run once each, in order, in this container, as Harbor runs them.
+  if (step !== nextStep) {
+    throw new RangeError(
+      `Cannot start Harbor task: step ${step} out of order (step ${nextStep} is next)`,
+    );
+  }
+  return step;
+}
+
+/**
+ * Grades the agent's work: its leftover processes held first (nothing it
+ * left can write the reward once /logs/verifier is emptied), /tests
+ * checked, the planted files looked for, then the verifier.
+ */
+async function* grade(v: Verification): AsyncGenerator<unknown, void, unknown> {
+  // The agent's leftover processes stay stopped while the verifier runs:
+  // those the workspace knows, and those detached from it.
+  await using _phase = await workspace.grading();
+  await using _strays = await processes!.hold();
+  await prepareVerification();
+  await checkTests(v.tests);
+  // What the agent planted for the verifier to run: it does not run.
+  const planted = v.baseline.compare();
+  if (planted.length > 0) {
+    yield { score: 0, info: { tampered: planted } };
+    return;
+  }
+  const verified = await runVerifier(v);
+  const verifier = { ...verified.info, stdout: tail(verified.output) };
+  // Planted while it ran (and maybe removed again): its reward does not stand.
+  if (verified.planted.length > 0) {
+    yield { score: 0, info: { tampered: verified.planted, verifier } };
+    return;
+  }
+  const reward = await rewardOf(verified, v.timeoutSec);
+  yield { score: reward.score, subscores: reward.subscores, info: { verifier } };
+}
+
 env.template(
-  { id: "harbor", description: `Harbor task ${task.name}` },
-  async function* () {
+  {
+    id: "harbor",
+    description: `Harbor task ${task.name}`,
+    // `step`: which of `[[steps]]` (a task of one step takes none).
+    extraArgs: true,
+  },
+  async function* (args: Record<string, unknown>) {
     if (resolved instanceof Error) throw resolved;
-    // Harbor's bind mounts, writable for every user (environments/docker/docker.py).
-    for (const dir of ["/logs/agent", LOGS, "/logs/artifacts"]) {
-      await Deno.mkdir(dir, { recursive: true });
-      await Deno.chmod(dir, 0o777);
+    const step = stepOf(args);
+    nextStep = step + 1;
+    if (step === 0) {
+      // Harbor's bind mounts, writable for every user (environments/docker/docker.py).
+      for (const dir of ["/logs/agent", LOGS, "/logs/artifacts"]) {
+        await Deno.mkdir(dir, { recursive: true });
+        await Deno.chmod(dir, 0o777);
+      }
+      await awaitHealthy(resolved.image, task.healthcheck);
+      prepared = verifications(resolved);
+      processes = new ProcessBaseline();
+    } else {
+      // Harbor empties /tests before it uploads a step's: the copy is the step's alone.
+      await Deno.remove("/tests", { recursive: true }).catch(() => {});
     }
-    await awaitHealthy(resolved.image);
-    const layout = verifierLayout(resolved.verifier);
-    const baseline = new TamperBaseline(layout, task.workdir);
-    yield { prompt: task.instruction, bindings: { shell: { cwd: task.workdir } } };
-    await prepareVerification();
-    // The agent's leftover processes stay stopped while the verifier runs.
-    await using _phase = await workspace.grading();
-    await checkTests();
-    // What the agent planted for the verifier to run: it does not run.
-    const planted = baseline.compare();
-    if (planted.length > 0) {
-      yield { score: 0, info: { tampered: planted } };
-      return;
-    }
-    const verified = await runVerifier(resolved.verifier, layout, baseline);
-    const verifier = { ...verified.info, stdout: tail(verified.output) };
-    // Planted while it ran (and maybe removed again): its reward does not stand.
-    if (verified.planted.length > 0) {
-      yield { score: 0, info: { tampered: verified.planted, verifier } };
-      return;
-    }
-    const reward = await rewardOf(verified);
-    yield { score: reward.score, subscores: reward.subscores, info: { verifier } };
+    const facts = task.steps?.[step];
+    await awaitHealthy(resolved.image, facts?.healthcheck ?? null);
+    yield {
+      prompt: facts?.instruction ?? task.instruction,
+      bindings: { shell: { cwd: task.workdir } },
+    };
+    yield* grade(prepared![step]);
   },
 );

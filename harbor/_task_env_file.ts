@@ -25,6 +25,23 @@ export interface HarborTaskFile {
    * relative path to its mode and SHA-256 (`"0755:ab12..."`).
    */
   tests: Record<string, string>;
+  /** `[[steps]]`, in order, or null for a task of one step. */
+  steps: HarborStepFacts[] | null;
+}
+
+/** One step of a multi-step task, as the server runs it. */
+export interface HarborStepFacts {
+  name: string;
+  instruction: string;
+  verifierTimeoutSec: number;
+  /** The task's `[verifier] env` with the step's over it. */
+  verifierEnv: Record<string, string>;
+  /** The step's `[verifier] user`, else the task's, or null for the image's USER. */
+  verifierUser: string | null;
+  /** The step's healthcheck, awaited before its prompt, or null. */
+  healthcheck: HarborHealthcheckConfig | null;
+  /** /tests as the runner copies it for this step: the task's `tests/`, the step's over it. */
+  tests: Record<string, string>;
 }
 
 /**

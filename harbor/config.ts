@@ -87,7 +87,57 @@ export interface HarborTaskConfig {
    * Harbor resolves it.
    */
   network: HarborNetworkPhases;
+  /**
+   * `[[steps]]` (Harbor's multi-step tasks), in order, or null for a task
+   * of one step (`instruction.md`, `tests/`).
+   */
+  steps: HarborStepConfig[] | null;
+  /**
+   * `multi_step_reward_strategy`: how the steps' rewards make the task's:
+   * `"mean"` (each key's mean over the steps that were verified, a key a
+   * step lacks counting 0; Harbor's default) or `"final"` (the last step's).
+   */
+  multiStepRewardStrategy: "mean" | "final";
 }
+
+/** One `[[steps]]` table: a step's own settings, the task's where it gives none. */
+export interface HarborStepConfig {
+  /** `name`: the step's folder, `steps/NAME/` (its `instruction.md`, `tests/`, `solution/`). */
+  name: string;
+  /** `[steps.agent] timeout_sec`, else `[agent] timeout_sec`. */
+  agentTimeoutSec: number;
+  /** `[steps.verifier] timeout_sec`, else `[verifier] timeout_sec`. */
+  verifierTimeoutSec: number;
+  /** `[verifier] env` with `[steps.verifier] env` over it, as Harbor merges them. */
+  verifierEnv: Record<string, string>;
+  /** `[steps.verifier] user`, else `[verifier] user` (null: the image's `USER`). */
+  verifierUser: string | null;
+  /**
+   * `min_reward`: when the step's rewards fall below it, the steps after it
+   * do not run. A number gates the key `reward`; a table each key it names
+   * (a key the step did not write counts as below). Null: no gate.
+   */
+  minReward: Record<string, number> | null;
+  /** `[steps.healthcheck]`: awaited before the step's agent, after the task's own; or null. */
+  healthcheck: HarborHealthcheckConfig | null;
+  /**
+   * The step's settings this runner does not carry out (`agent.user`,
+   * `network_mode`, a verifier environment of its own), by key: the loader
+   * skips the task naming them.
+   */
+  unsupported: string[];
+}
+
+/** A step's keys this runner does not carry out yet. */
+const STEP_UNSUPPORTED = [
+  "agent.user",
+  "agent.network_mode",
+  "agent.allowed_hosts",
+  "verifier.network_mode",
+  "verifier.allowed_hosts",
+  "verifier.environment_mode",
+  "verifier.environment",
+];
 
 function table(value: TomlValue | undefined, file: string, key: string): TomlTable {
   if (value === undefined) return {};
@@ -185,12 +235,12 @@ function verifierMode(verifier: TomlTable, file: string): "shared" | "separate" 
 }
 
 function healthcheck(
-  environment: TomlTable,
+  parent: TomlTable,
   file: string,
+  key = "environment.healthcheck",
 ): HarborHealthcheckConfig | null {
-  if (environment.healthcheck === undefined) return null;
-  const t = table(environment.healthcheck, file, "environment.healthcheck");
-  const key = "environment.healthcheck";
+  if (parent.healthcheck === undefined) return null;
+  const t = table(parent.healthcheck, file, key);
   const command = t.command;
   if (typeof command !== "string" || command.trim() === "") {
     throw new TypeError(
@@ -234,6 +284,111 @@ function healthcheck(
  */
 export function parseHarborConfig(text: string, file: string): HarborTaskConfig {
   const doc = parseToml(text);
+  const task = taskConfig(doc, file);
+  return {
+    ...task,
+    steps: steps(doc.steps, task, file),
+    multiStepRewardStrategy: rewardStrategy(doc.multi_step_reward_strategy, file),
+  };
+}
+
+/** A step's name: a folder of `steps/`, as the task's files name it. */
+const STEP_NAME = /^[A-Za-z0-9_][A-Za-z0-9._-]*$/;
+
+/** `[[steps]]`, each checked, with the task's settings where a step gives none. */
+function steps(
+  value: TomlValue | undefined,
+  task: Omit<HarborTaskConfig, "steps" | "multiStepRewardStrategy">,
+  file: string,
+): HarborStepConfig[] | null {
+  if (value === undefined) return null;
+  if (!Array.isArray(value) || value.length === 0) {
+    throw new TypeError(
+      `Cannot load Harbor task: ${file}: "steps" must be a non-empty array of tables ([[steps]])`,
+    );
+  }
+  const seen = new Set<string>();
+  return value.map((v, i) => {
+    const step = table(v, file, `steps[${i}]`);
+    const name = step.name;
+    if (typeof name !== "string" || !STEP_NAME.test(name)) {
+      throw new TypeError(
+        `Cannot load Harbor task: ${file}: "steps[${i}].name" must be a folder name of steps/ (letters, digits, ".", "_", "-")`,
+      );
+    }
+    if (seen.has(name)) {
+      throw new TypeError(
+        `Cannot load Harbor task: ${file}: "steps[${i}].name": "${name}" is named twice`,
+      );
+    }
+    seen.add(name);
+    const at = `steps[${i}]`;
+    const agent = table(step.agent, file, `${at}.agent`);
+    const verifier = table(step.verifier, file, `${at}.verifier`);
+    return {
+      name,
+      agentTimeoutSec: positive(agent, file, `${at}.agent.timeout_sec`, task.agentTimeoutSec),
+      verifierTimeoutSec: positive(
+        verifier,
+        file,
+        `${at}.verifier.timeout_sec`,
+        task.verifierTimeoutSec,
+      ),
+      verifierEnv: { ...task.verifierEnv, ...envTable(verifier, file, `${at}.verifier`) },
+      verifierUser: user(verifier, file, `${at}.verifier.user`) ?? task.verifierUser,
+      minReward: minReward(step.min_reward, file, `${at}.min_reward`),
+      healthcheck: healthcheck(step, file, `${at}.healthcheck`),
+      unsupported: STEP_UNSUPPORTED.filter((k) => {
+        const [phase, field] = k.split(".");
+        const v = (phase === "agent" ? agent : verifier)[field];
+        return v !== undefined && !(field === "environment_mode" && v === "shared");
+      }).map((k) => `${at}.${k}`),
+    };
+  });
+}
+
+/** `min_reward`: a number (the key `reward`'s) or a table of numbers by key. */
+function minReward(
+  value: TomlValue | undefined,
+  file: string,
+  key: string,
+): Record<string, number> | null {
+  if (value === undefined) return null;
+  const finite = (v: TomlValue) => {
+    const n = typeof v === "bigint" ? Number(v) : v;
+    return typeof n === "number" && Number.isFinite(n) ? n : null;
+  };
+  const one = finite(value);
+  if (one !== null) return { reward: one };
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new TypeError(
+      `Cannot load Harbor task: ${file}: "${key}" must be a number or a table of numbers`,
+    );
+  }
+  const t = table(value, file, key);
+  const out: Record<string, number> = {};
+  for (const [k, v] of Object.entries(t)) {
+    const n = finite(v);
+    if (n === null) {
+      throw new TypeError(`Cannot load Harbor task: ${file}: "${key}.${k}" must be a number`);
+    }
+    out[k] = n;
+  }
+  return out;
+}
+
+function rewardStrategy(value: TomlValue | undefined, file: string): "mean" | "final" {
+  if (value === undefined || value === "mean" || value === "final") return value ?? "mean";
+  throw new TypeError(
+    `Cannot load Harbor task: ${file}: "multi_step_reward_strategy" must be "mean" or "final"`,
+  );
+}
+
+/** Everything but the steps. */
+function taskConfig(
+  doc: TomlTable,
+  file: string,
+): Omit<HarborTaskConfig, "steps" | "multiStepRewardStrategy"> {
   const agent = table(doc.agent, file, "agent");
   const verifier = table(doc.verifier, file, "verifier");
   const environment = table(doc.environment, file, "environment");

@@ -276,6 +276,16 @@ async function taskImage(
   return { image, built: true };
 }
 
+/** {@linkcode treeFiles} of `dir`, or none when it does not exist (a multi-step task's `tests/`). */
+async function filesOrNone(dir: string): Promise<Record<string, string>> {
+  try {
+    return await treeFiles(dir);
+  } catch (err) {
+    if (err instanceof Deno.errors.NotFound) return {};
+    throw err;
+  }
+}
+
 /** What the server in the task's container needs to know of the task and its image. */
 async function taskFacts(task: HarborTask, info: ImageInfo): Promise<HarborTaskFile> {
   const workdir = task.config.environment.workdir ?? (info.Config?.WorkingDir || "/");
@@ -299,7 +309,20 @@ async function taskFacts(task: HarborTask, info: ImageInfo): Promise<HarborTaskF
     agentUser: task.config.agentUser,
     verifierUser: task.config.verifierUser,
     healthcheck: task.config.environment.healthcheck,
-    tests: await treeFiles(task.testsDir),
+    tests: task.steps === null ? await treeFiles(task.testsDir) : {},
+    steps: task.steps === null ? null : await Promise.all(task.steps.map(async (step) => ({
+      name: step.config.name,
+      instruction: step.instruction,
+      verifierTimeoutSec: step.config.verifierTimeoutSec,
+      verifierEnv: step.config.verifierEnv,
+      verifierUser: step.config.verifierUser,
+      healthcheck: step.config.healthcheck,
+      // Harbor uploads the task's tests/, then the step's over it.
+      tests: {
+        ...await filesOrNone(task.testsDir),
+        ...(step.testsDir === null ? {} : await treeFiles(step.testsDir)),
+      },
+    }))),
   };
 }
 

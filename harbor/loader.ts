@@ -6,7 +6,7 @@
  * @module
  */
 
-import { type HarborTaskConfig, parseHarborConfig } from "./config.ts";
+import { type HarborStepConfig, type HarborTaskConfig, parseHarborConfig } from "./config.ts";
 import { errorMessage } from "../_internal/util.ts";
 import { exists } from "../_internal/fs.ts";
 
@@ -29,7 +29,9 @@ export type HarborSkipCode =
   /** `[verifier] environment_mode = "separate"`: a verifier container of its own, which this runner does not place yet. */
   | "separate_verifier"
   /** `network_mode = "allowlist"` in a phase: this runner cannot hold the agent to a list of hosts yet. */
-  | "network_allowlist";
+  | "network_allowlist"
+  /** A `[[steps]]` setting this runner does not carry out yet (named), or a step's `workdir/`. */
+  | "steps";
 
 /** A Harbor task, read. */
 export interface HarborTask {
@@ -46,6 +48,27 @@ export interface HarborTask {
   /** `tests/`, absolute (copied into the container only at verification). */
   testsDir: string;
   /** `solution/` when it holds `solve.sh`, else null. */
+  solutionDir: string | null;
+  /** `[[steps]]`, in order, each with its files; null for a task of one step. */
+  steps: HarborStep[] | null;
+}
+
+/** One step of a multi-step task, read. */
+export interface HarborStep {
+  /** `steps/NAME/instruction.md`: the step's prompt. */
+  instruction: string;
+  /** Its `[[steps]]` table, the task's settings where it gives none. */
+  config: HarborStepConfig;
+  /**
+   * `steps/NAME/tests/` when it exists, else null: copied to /tests over the
+   * task's `tests/`, as Harbor's verifier uploads both; its `test.sh`, else
+   * the task's, runs.
+   */
+  testsDir: string | null;
+  /**
+   * What the oracle runs: `steps/NAME/solution/` when it exists (null when
+   * it holds no `solve.sh`), else the task's `solution/` when it holds `solve.sh`, else null.
+   */
   solutionDir: string | null;
 }
 
@@ -182,11 +205,14 @@ async function readTask(path: string): Promise<HarborTask> {
   } catch (err) {
     throw new Skip("bad_config", errorMessage(err));
   }
+  const solutionDir = await isFile(`${path}/solution/solve.sh`, path) ? `${path}/solution` : null;
+  // A multi-step task's prompts and tests are its steps'.
+  const steps = config.steps === null ? null : await readSteps(path, config.steps, solutionDir);
   const instruction = await readText(`${path}/instruction.md`, path);
-  if (instruction.trim() === "") {
+  if (steps === null && instruction.trim() === "") {
     throw new Skip("no_instruction", `${path}/instruction.md is missing or empty`);
   }
-  if (!await isFile(`${path}/tests/test.sh`, path)) {
+  if (steps === null && !await isFile(`${path}/tests/test.sh`, path)) {
     throw new Skip("no_tests", `${path}/tests/test.sh is missing`);
   }
   for (const tree of ["tests", "solution", "environment"]) await checkTree(`${path}/${tree}`, path);
@@ -214,8 +240,61 @@ async function readTask(path: string): Promise<HarborTask> {
     config,
     buildContext: hasDockerfile ? `${path}/environment` : null,
     testsDir: `${path}/tests`,
-    solutionDir: await isFile(`${path}/solution/solve.sh`, path) ? `${path}/solution` : null,
+    solutionDir,
+    steps,
   };
+}
+
+/**
+ * Each step's files, as Harbor finds them: `steps/NAME/instruction.md`
+ * (required), `steps/NAME/tests/test.sh` or the task's `tests/test.sh`,
+ * `steps/NAME/solution/solve.sh` or the task's. A step's `workdir/`
+ * (uploaded to the workdir with its `setup.sh` run) and the settings in
+ * {@linkcode HarborStepConfig.unsupported} are refused: the task is skipped.
+ */
+async function readSteps(
+  path: string,
+  configs: HarborStepConfig[],
+  taskSolution: string | null,
+): Promise<HarborStep[]> {
+  const unsupported = configs.flatMap((c) => c.unsupported);
+  if (unsupported.length > 0) {
+    throw new Skip(
+      "steps",
+      `${path}/task.toml: ${unsupported.join(", ")}: not supported in [[steps]] by this runner`,
+    );
+  }
+  // No symlink in steps/ leads out of the task folder (the step folders included).
+  await checkTree(`${path}/steps`, path);
+  const taskTests = await isFile(`${path}/tests/test.sh`, path);
+  const steps: HarborStep[] = [];
+  for (const config of configs) {
+    const dir = `${path}/steps/${config.name}`;
+    if (await exists(`${dir}/workdir`)) {
+      throw new Skip(
+        "steps",
+        `${dir}/workdir: a step's workdir/ (and its setup.sh) is not supported by this runner`,
+      );
+    }
+    const instruction = await readText(`${dir}/instruction.md`, path);
+    if (instruction.trim() === "") {
+      throw new Skip("no_instruction", `${dir}/instruction.md is missing or empty`);
+    }
+    const ownTests = await isFile(`${dir}/tests/test.sh`, path);
+    if (!ownTests && !taskTests) {
+      throw new Skip("no_tests", `${dir}/tests/test.sh and ${path}/tests/test.sh are missing`);
+    }
+    // A step's solution/ without solve.sh leaves the oracle nothing to run, as in Harbor.
+    const ownSolution = await exists(`${dir}/solution`);
+    const solve = await isFile(`${dir}/solution/solve.sh`, path);
+    steps.push({
+      instruction,
+      config,
+      testsDir: await exists(`${dir}/tests`) ? `${dir}/tests` : null,
+      solutionDir: ownSolution ? (solve ? `${dir}/solution` : null) : taskSolution,
+    });
+  }
+  return steps;
 }
 
 /** Skips a task that needs GPUs, or a verifier container of its own. */

@@ -28,6 +28,7 @@ export {
   type HarborNetworkMode,
   type HarborNetworkPhases,
   type HarborNetworkPolicy,
+  type HarborStepConfig,
   type HarborTaskConfig,
   parseHarborConfig,
 } from "./config.ts";
@@ -35,6 +36,7 @@ export {
   type HarborDataset,
   type HarborSkipCode,
   type HarborSkipped,
+  type HarborStep,
   type HarborTask,
   loadHarborTasks,
 } from "./loader.ts";

@@ -4,8 +4,9 @@
  * task's CPUs and memory as limits) with its ENTRYPOINT kept, the
  * healthcheck awaited, the agent on it through the SSH workspace at the
  * task's workdir as `[agent] user` with `[agent] timeout_sec`, then
- * `tests/` copied in and the verifier run as `[verifier] user`. {@linkcode oracleAgent} runs
- * `solution/solve.sh`, so an oracle run validates a dataset.
+ * `tests/` copied in and the verifier run as `[verifier] user`; a task
+ * with `[[steps]]`, each step so in turn in one container (harbor/_steps.ts).
+ * {@linkcode oracleAgent} runs `solution/solve.sh`, so an oracle run validates a dataset.
  *
  * @module
  */
@@ -20,7 +21,9 @@ import { ContainerRuntime } from "../engines/container.ts";
 import { EngineClient } from "../engines/_engine.ts";
 import type { Placement, PlaceOptions, RuntimeProvider } from "../runtime/placement.ts";
 import { buildHarborImage, HarborBuildError, tarTree } from "./image.ts";
-import type { HarborTask } from "./loader.ts";
+import type { HarborStep, HarborTask } from "./loader.ts";
+import { runTrial, scoreOf, type Trial } from "./_steps.ts";
+import { exists } from "../_internal/fs.ts";
 import type { HarborHealthcheckConfig } from "./config.ts";
 import type { Job } from "../eval/job.ts";
 import { shellQuote } from "../_internal/shell.ts";
@@ -125,18 +128,23 @@ async function copyIn(clientUrl: string, dir: string, dest: string, signal?: Abo
 /**
  * Harbor's oracle agent for `task`: copies `solution/` to /solution and runs
  * `bash /solution/solve.sh` through the SSH workspace, in the workdir, with
- * `[solution.env]`.
+ * `[solution.env]`. In a task with `[[steps]]`, each step's: its
+ * `steps/NAME/solution/` when it has one, else the task's.
  *
- * @throws {TypeError} when the task has no `solution/solve.sh`
+ * @throws {TypeError} when the task (or one of its steps) has no `solve.sh`
  */
 export function oracleAgent(task: HarborTask): Agent {
-  const dir = task.solutionDir;
-  if (dir === null) {
-    throw new TypeError(
-      `Cannot run the oracle on Harbor task "${task.name}": it has no solution/solve.sh`,
-    );
+  const dirs = task.steps === null ? [task.solutionDir] : task.steps.map((s) => s.solutionDir);
+  const missing = dirs.findIndex((d) => d === null);
+  if (missing >= 0) {
+    const where = task.steps === null
+      ? "solution/solve.sh"
+      : `steps/${task.steps[missing].config.name}/solution/solve.sh nor solution/solve.sh`;
+    throw new TypeError(`Cannot run the oracle on Harbor task "${task.name}": it has no ${where}`);
   }
   return functionAgent(async (_prompt, run, { signal }) => {
+    const step = run.task.args.step;
+    const dir = dirs[typeof step === "number" ? step : 0]!;
     await copyIn(run.client.url, dir, "/solution", signal);
     await using shell = await run.client.open("shell", { signal }) as unknown as {
       exec(cmd: string, o: { signal: AbortSignal }): Promise<{ code: number | null }>;
@@ -156,6 +164,18 @@ export function oracleAgent(task: HarborTask): Agent {
  */
 function testsCopier(task: HarborTask): RolloutObserver {
   return { after: (run, signal) => copyIn(run.client.url, task.testsDir, "/tests", signal) };
+}
+
+/** A step's {@linkcode testsCopier}: the task's `tests/` (when it has one), then the step's over it, as Harbor uploads them. */
+function stepTestsCopier(task: HarborTask, step: HarborStep): RolloutObserver {
+  return {
+    after: async (run, signal) => {
+      if (await exists(task.testsDir)) {
+        await copyIn(run.client.url, task.testsDir, "/tests", signal);
+      }
+      if (step.testsDir !== null) await copyIn(run.client.url, step.testsDir, "/tests", signal);
+    },
+  };
 }
 
 function errorOf(record: RunRecord): string | null {
@@ -224,6 +244,7 @@ async function runOne(
   } catch (err) {
     return { ...empty, error: errorMessage(err), built: image.built };
   }
+  if (task.steps !== null) return await runSteps(task, inner, image, options);
   const agentMs = task.config.agentTimeoutSec * 1000;
   const healthMs = healthcheckBound(task.config.environment.healthcheck);
   const job = await new Taskset([{
@@ -300,6 +321,16 @@ function healthcheckBound(hc: HarborHealthcheckConfig | null): number {
 /** How much of the verifier's output a result keeps: its last lines, for why a 0 is a 0. */
 const VERIFIER_OUTPUT_SHOWN = 2000;
 
+/** What a result keeps of a grade's `info.verifier`: the exit code and the output's tail. */
+function verifierSummary(ran: unknown): HarborResult["verifier"] {
+  if (typeof ran !== "object" || ran === null) return null;
+  const { exit_code: code, stdout } = ran as Record<string, unknown>;
+  return {
+    code: typeof code === "number" ? code : null,
+    output: String(stdout ?? "").slice(-VERIFIER_OUTPUT_SHOWN),
+  };
+}
+
 /** A task's result from its job: the mean reward of the graded runs, the first failure. */
 function harborResult(name: string, job: Job, built: boolean): HarborResult {
   const runs = [...job.runs];
@@ -307,7 +338,7 @@ function harborResult(name: string, job: Job, built: boolean): HarborResult {
   const graded = runs.filter(isGraded);
   const live = job.liveRuns.find((r) => r?.grade !== null && r?.grade !== undefined);
   const subscores = (live?.grade as { subscores?: Record<string, number> } | null)?.subscores ?? {};
-  const ran = (live?.grade?.info as { verifier?: Record<string, unknown> } | undefined)?.verifier;
+  const ran = (live?.grade?.info as { verifier?: unknown } | undefined)?.verifier;
   // Ungraded, else graded but not completed (tampered, the agent's time-out).
   const failed = runs.find((r) => !isGraded(r)) ??
     runs.find((r) => r.status !== "completed");
@@ -315,12 +346,73 @@ function harborResult(name: string, job: Job, built: boolean): HarborResult {
     task: name,
     reward: graded.length === 0 ? null : graded.reduce((a, r) => a + r.reward!, 0) / graded.length,
     subscores,
-    verifier: ran === undefined ? null : {
-      code: typeof ran.exit_code === "number" ? ran.exit_code : null,
-      output: String(ran.stdout ?? "").slice(-VERIFIER_OUTPUT_SHOWN),
-    },
+    verifier: verifierSummary(ran),
     error: failed ? errorOf(failed) : null,
     built,
     runs,
+  };
+}
+
+/**
+ * Runs a task with `[[steps]]`: `group` trials, each in a container of its
+ * own through every step (harbor/_steps.ts), one after the other.
+ */
+async function runSteps(
+  task: HarborTask,
+  agent: Agent,
+  image: { image: string; built: boolean },
+  options: RunHarborOptions,
+): Promise<HarborResult> {
+  const jobId = crypto.randomUUID();
+  const groupId = `${jobId}:${task.name}`;
+  const taskHealth = healthcheckBound(task.config.environment.healthcheck);
+  const trials: Trial[] = [];
+  for (let repeat = 0; repeat < (options.group ?? 1); repeat++) {
+    options.signal?.throwIfAborted();
+    trials.push(
+      await runTrial(task, agent, {
+        runtime: taskRuntime(task, image.image, options.socket),
+        observers: (step) => [stepTestsCopier(task, step)],
+        healthBound: (i) =>
+          (i === 0 ? taskHealth : 0) + healthcheckBound(task.steps![i].config.healthcheck),
+        jobId,
+        groupId,
+        repeat,
+        signal: options.signal,
+      }),
+    );
+  }
+  return stepsResult(task.name, trials, image.built);
+}
+
+/**
+ * A multi-step task's result: the mean over its graded trials of each
+ * one's score (Harbor's combination of its steps' rewards); the subscores
+ * of the first graded trial, its combined keys and each step's as
+ * `STEP/KEY`; its last step's verifier; the first failure, named by step.
+ */
+function stepsResult(name: string, trials: Trial[], built: boolean): HarborResult {
+  const graded = trials.filter((t) => t.rewards !== null);
+  const first = graded[0];
+  const subscores: Record<string, number> = { ...first?.rewards };
+  for (const step of first?.steps ?? []) {
+    for (const [key, value] of Object.entries(step.rewards)) {
+      subscores[`${step.name}/${key}`] = value;
+    }
+  }
+  const failed = trials.find((t) => t.failed !== null)?.failed ??
+    trials.flatMap((t) => t.records.map((r) => ({ r, t })))
+      .filter(({ r }) => r.status !== "completed")
+      .map(({ r }) => ({ step: r.task.slug.slice(name.length + 1), record: r }))[0];
+  return {
+    task: name,
+    reward: graded.length === 0
+      ? null
+      : graded.reduce((a, t) => a + scoreOf(t.rewards!), 0) / graded.length,
+    subscores,
+    verifier: verifierSummary(first?.info?.verifier),
+    error: failed ? `step "${failed.step}": ${errorOf(failed.record)}` : null,
+    built,
+    runs: trials.flatMap((t) => t.records),
   };
 }
