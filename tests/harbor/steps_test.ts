@@ -240,7 +240,7 @@ function fixture(): Promise<HarborTask> {
 
 async function one(task: HarborTask, agent: Agent | "oracle"): Promise<HarborResult> {
   const [result] = await runHarborTasks([task], agent, { signal: testSignal() });
-  assert.deepEqual(await containersLeft(), [], "containers left behind");
+  assert.deepEqual(await containersLeft(task.path), [], "containers left behind");
   return result;
 }
 
