@@ -352,14 +352,27 @@ async function reown(dir: string, from: Owner | null, to: Owner | null): Promise
 }
 
 /** The overlay's writable side: `u` (the changes), `w` (its work directory). */
-async function makeUpper(store: SnapshotStore, root: string): Promise<string> {
+async function makeUpper(
+  store: SnapshotStore,
+  root: string,
+  diskOwner: Owner | null,
+  owner: Owner | null,
+): Promise<string> {
   const dir = store.path("w");
   await Deno.mkdir(`${dir}/w`, { recursive: true, mode: 0o700 });
   await Deno.mkdir(`${dir}/u`);
-  // The root of the merged view is the upper directory: the root's own mode and owner.
+  // The root of the merged view is the upper directory: the root's own mode
+  // and owner, as the lowers show it (the disk owner's files are the agent's
+  // when an earlier workspace of this root had another uid).
   const info = await Deno.stat(root);
   await Deno.chmod(`${dir}/u`, (info.mode ?? 0o755) & 0o7777);
-  if (info.uid !== null && info.gid !== null) await Deno.chown(`${dir}/u`, info.uid, info.gid);
+  if (info.uid !== null && info.gid !== null) {
+    const shown = diskOwner !== null && owner !== null && info.uid === diskOwner.uid &&
+        info.gid === diskOwner.gid
+      ? owner
+      : { uid: info.uid, gid: info.gid };
+    await Deno.chown(`${dir}/u`, shown.uid, shown.gid);
+  }
   return dir;
 }
 
@@ -486,7 +499,7 @@ class OverlayRoot implements SnapshotRoot {
     } finally {
       for (const ns of spaces.values()) ns.close();
     }
-    this.#upper = await makeUpper(this.#store, this.#root);
+    this.#upper = await makeUpper(this.#store, this.#root, this.#diskOwner, this.#owner);
     mountOverlay(this.#root, lowers, `${this.#upper}/u`, `${this.#upper}/w`);
     this.#mounted = true;
     this.#store.mounted(this.#root);

@@ -250,6 +250,40 @@ for (const method of ["auto", "copy"] as const) {
   });
 }
 
+for (const method of ["auto", "copy"] as const) {
+  test({
+    name:
+      `addWorkspace() snapshots: a later workspace of a root whose agent has another uid reaches its files (method "${method}")`,
+    needs: [BWRAP, ROOT_USER],
+  }, async () => {
+    // Two workspaces of one process in turn on one root, their agents of
+    // different uids (as when another workspace holds the first one's uid
+    // meanwhile): the first one's private root is the second agent's.
+    const first = await start({ snapshots: { method }, uid: 59997, gid: 59997 });
+    const root = first.root;
+    try {
+      await first.sh("chmod 700 . && echo one > one");
+      const snapshot = await first.workspace.snapshot();
+      await first.sh("echo two > two");
+      await first.workspace.restore(snapshot);
+      await first.stop();
+      const second = await start({ snapshots: { method }, uid: 59998, gid: 59998 }, root);
+      try {
+        assert.equal(await second.sh("id -u && cat one && ls"), `${59998}\none\none\n`);
+        await second.sh("echo three > three");
+        await second.workspace.restore(snapshot);
+        assert.equal(await second.sh("ls"), "one\n");
+      } finally {
+        await second.stop();
+      }
+      await snapshot.remove();
+    } finally {
+      await first.stop();
+      await cleanup(root);
+    }
+  });
+}
+
 test({
   name: "addWorkspace() from: nothing an agent plants before a snapshot forges a fork's grade",
   needs: [BWRAP],
