@@ -220,6 +220,66 @@ export const CURL: Counterpart = counterpart("curl", "apt-get install curl", pro
 /** npm, to install a real client from the registry (noVNC). */
 export const NPM: Counterpart = counterpart("npm", "apt-get install npm", programs("npm"));
 
+/** GNU diff and cmp, the references the diff tests compare against. */
+export const DIFFUTILS: Counterpart = counterpart(
+  "diffutils",
+  "apt-get install diffutils",
+  programs("diff", "cmp"),
+);
+
+/** git, whose check-ignore the glob tests compare against. */
+export const GIT: Counterpart = counterpart("git", "apt-get install git", programs("git"));
+
+/** find(1), which the SSH client's file fallbacks run on the server. */
+export const FIND: Counterpart = counterpart("find", "apt-get install findutils", programs("find"));
+
+/** flock(1), another process holding a lock. */
+export const FLOCK: Counterpart = counterpart(
+  "flock",
+  "apt-get install util-linux",
+  programs("flock"),
+);
+
+/** ssh-keygen, which writes and reads the keys the SSH key tests compare. */
+export const SSH_KEYGEN: Counterpart = counterpart(
+  "ssh-keygen",
+  "apt-get install openssh-client",
+  programs("ssh-keygen"),
+);
+
+/** A C compiler (the Harbor ctypes fixture's build). */
+export const GCC: Counterpart = counterpart(
+  "gcc",
+  "apt-get install gcc libc6-dev",
+  programs("gcc"),
+);
+
+/** Python's cryptography package, the reference for the cipher interop test. */
+export const PY_CRYPTOGRAPHY: Counterpart = counterpart(
+  "python3-cryptography",
+  "apt-get install python3-cryptography",
+  pythonModule("cryptography"),
+);
+
+/**
+ * The interpreter `python3` on PATH names (not pyenv's launcher scripts,
+ * slow to start), or "" where there is none: what the Python interop tests
+ * run.
+ */
+export async function pythonExecutable(): Promise<string> {
+  try {
+    const out = await new Deno.Command("python3", {
+      args: ["-c", "import sys; print(sys.executable)"],
+      stdout: "piped",
+      stderr: "null",
+      signal: AbortSignal.timeout(30_000),
+    }).output();
+    return out.success ? new TextDecoder().decode(out.stdout).trim() : "";
+  } catch {
+    return ""; // none on PATH: spawning it throws
+  }
+}
+
 /** util-linux `script` (a terminal for ssh -t). */
 export const SCRIPT: Counterpart = counterpart(
   "script",

@@ -1,7 +1,7 @@
 // Interop with Python peers written from PROTOCOL.md alone: a client that
 // drives our server, and a server that our client drives.
 import { test } from "./_test.ts";
-import { counterpart } from "./_counterparts.ts";
+import { counterpart, pythonExecutable } from "./_counterparts.ts";
 import assert from "node:assert/strict";
 import { Capability, connect } from "../mod.ts";
 import { serve } from "../server.ts";
@@ -10,13 +10,7 @@ import { testSignal, waitingFor, withDeadline } from "./_deadline.ts";
 
 // The interpreter itself, not a launcher: pyenv's `python3` is a chain of
 // bash scripts that takes seconds to start on a loaded machine.
-const python = await new Deno.Command("python3", {
-  args: ["-c", "import sys; print(sys.executable)"],
-  stdout: "piped",
-  stderr: "null",
-  signal: AbortSignal.timeout(30_000),
-})
-  .output().then((o) => o.success ? new TextDecoder().decode(o.stdout).trim() : "", () => "");
+const python = await pythonExecutable();
 /** A python3 on PATH. */
 const PYTHON_ON_PATH = counterpart(
   "python3",

@@ -4,7 +4,7 @@
 // socket, in tests/_server/dispatcher_test.ts.
 
 import { test } from "./_test.ts";
-import { counterpart, SANDBOX } from "./_counterparts.ts";
+import { counterpart, pythonExecutable, SANDBOX } from "./_counterparts.ts";
 import assert from "node:assert/strict";
 import { any, bind, Capability, connect, Environment, integer, serve } from "../mod.ts";
 import { isRecord } from "../_internal/util.ts";
@@ -12,12 +12,7 @@ import { demoEnv, echoServer, type Journal, RawPeer, waitFor } from "./_helpers.
 import { testSignal, waitingFor } from "./_deadline.ts";
 
 // The interpreter itself, not pyenv's launcher scripts (slow to start).
-const python = await new Deno.Command("python3", {
-  args: ["-c", "import sys; print(sys.executable)"],
-  stdout: "piped",
-  stderr: "null",
-  signal: AbortSignal.timeout(30_000),
-}).output().then((o) => o.success ? new TextDecoder().decode(o.stdout).trim() : "", () => "");
+const python = await pythonExecutable();
 /** A python3 on PATH. */
 const PYTHON_ON_PATH = counterpart(
   "python3",

@@ -1,4 +1,5 @@
 import { test } from "../_test.ts";
+import { DIFFUTILS } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { bind, Environment, integer, Job, LocalRuntime, rollout, Taskset } from "../../mod.ts";
 import type { RuntimeProvider } from "../../runtime/mod.ts";
@@ -66,7 +67,9 @@ test("CommandAgent passes only what it is told to", async (t) => {
   }
 });
 
-test("CommandAgent: the prompt is on stdin and in HUD_PROMPT_FILE, in HUD_PROMPT when small", async (t) => {
+test("CommandAgent: the prompt is on stdin and in HUD_PROMPT_FILE, in HUD_PROMPT when small", {
+  needs: [DIFFUTILS],
+}, async (t) => {
   const runtime = new LocalRuntime(echoEnv());
   await t.step("a small prompt: all three agree; the file is private and removed", async () => {
     const agent = new CommandAgent(

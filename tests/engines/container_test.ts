@@ -37,11 +37,13 @@ async function syscallProbe(): Promise<Uint8Array | null> {
   if (Deno.build.arch !== "x86_64") return null;
   const dir = await Deno.makeTempDir({ prefix: "hud-syscall-probe-" });
   try {
-    const out = await new Deno.Command("gcc", {
-      args: ["-static", "-O1", "-o", `${dir}/probe`, fixture("syscall_probe.c")],
-      stdout: "null",
-      stderr: "piped",
-    }).output().catch(() => null);
+    // Without gcc, spawning it throws (before a promise exists to reject).
+    const out = await (async () =>
+      await new Deno.Command("gcc", {
+        args: ["-static", "-O1", "-o", `${dir}/probe`, fixture("syscall_probe.c")],
+        stdout: "null",
+        stderr: "piped",
+      }).output())().catch(() => null);
     return out?.success ? await Deno.readFile(`${dir}/probe`) : null;
   } finally {
     await Deno.remove(dir, { recursive: true });

@@ -7,7 +7,7 @@
 // why (in CI it runs). Run alone with `deno task test-engine`.
 
 import { test } from "../_test.ts";
-import { counterpart, ENGINE } from "../_counterparts.ts";
+import { counterpart, ENGINE, FLOCK } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { connect } from "../../client.ts";
 import type { Placement, PlaceOptions } from "../../runtime/placement.ts";
@@ -366,7 +366,9 @@ test({
   }),
 });
 
-test("holdSwarmLock() waits while another process holds the lock, and takes it after", async () => {
+test("holdSwarmLock() waits while another process holds the lock, and takes it after", {
+  needs: [FLOCK],
+}, async () => {
   const dir = await Deno.makeTempDir();
   try {
     const path = `${dir}/swarm.lock`;

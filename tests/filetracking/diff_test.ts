@@ -1,4 +1,5 @@
 import { test } from "../_test.ts";
+import { DIFFUTILS } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { diffLines, splitLines, unifiedDiff } from "../../filetracking/_diff.ts";
 
@@ -70,7 +71,7 @@ function ours(a: string | null, b: string | null): string {
   });
 }
 
-test("unifiedDiff() matches diff -u on random edits", async () => {
+test("unifiedDiff() matches diff -u on random edits", { needs: [DIFFUTILS] }, async () => {
   const dir = await Deno.makeTempDir();
   try {
     for (let seed = 1; seed <= 400; seed++) {
@@ -83,7 +84,9 @@ test("unifiedDiff() matches diff -u on random edits", async () => {
   }
 });
 
-test("unifiedDiff() matches diff -u on added, deleted and newline-only changes", async (t) => {
+test("unifiedDiff() matches diff -u on added, deleted and newline-only changes", {
+  needs: [DIFFUTILS],
+}, async (t) => {
   const dir = await Deno.makeTempDir();
   try {
     const cases: [string, string | null, string | null][] = [
@@ -111,7 +114,9 @@ test("unifiedDiff() matches diff -u on added, deleted and newline-only changes",
   }
 });
 
-test("unifiedDiff() matches diff -u where the search stops short of a minimal diff", async (t) => {
+test("unifiedDiff() matches diff -u where the search stops short of a minimal diff", {
+  needs: [DIFFUTILS],
+}, async (t) => {
   // Two unrelated 6,000-line texts over 300 words: the middle-snake search
   // runs past 4,096 steps and splits at its best reach so far, as GNU does
   // (diffseq.h's too-expensive heuristic). Checked with instrumented copies

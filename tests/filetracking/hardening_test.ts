@@ -2,6 +2,7 @@
 // make it leak: each case here failed before the tracker was hardened.
 
 import { test } from "../_test.ts";
+import { GIT, PYTHON3 } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { type FileTrackingEvent, observeFiles, startFileTracker } from "../../filetracking/mod.ts";
 import { Tracker, type TrackerLimits } from "../../filetracking/_core.ts";
@@ -64,7 +65,9 @@ async function withRoot(fn: (root: string) => Promise<void>): Promise<void> {
   }
 }
 
-test("Tracker reports a directory chain past PATH_MAX and still sees other edits", async () => {
+test("Tracker reports a directory chain past PATH_MAX and still sees other edits", {
+  needs: [PYTHON3],
+}, async () => {
   await withRoot(async (root) => {
     await Deno.writeTextFile(`${root}/main.sh`, "echo one\n");
     // 1,100 levels of a 10-character name: 12,100 characters, three times PATH_MAX.
@@ -112,7 +115,7 @@ test("matchGlob() takes linear time on a pattern that backtracks exponentially",
   assert.equal(new TextDecoder().decode(out.stdout).trim(), "false true", "glob match child");
 });
 
-test("matchGlob() agrees with git check-ignore", async (t) => {
+test("matchGlob() agrees with git check-ignore", { needs: [GIT] }, async (t) => {
   const patterns = [
     "*.log",
     "/build",
@@ -427,18 +430,22 @@ test("observeFiles() reconnects after losing the connection", async () => {
   }
 });
 
-test("startFileTracker() serves a tree with a 1,100-level chain", async () => {
-  await withRoot(async (root) => {
-    await deepChain(root);
-    await using tracker = await startFileTracker(root);
-    const events: FileTrackingEvent[] = [];
-    const errors: unknown[] = [];
-    await observeFiles(tracker.capability(), async () => {
-      await Deno.writeTextFile(`${root}/fix.sh`, "echo fixed\n");
-    }, { onResult: (e) => events.push(e), onError: (e) => errors.push(e) });
-    assert.deepEqual(errors, []);
-    const flush = events.find((e) => e.kind === "flush");
-    assert.ok(flush && flush.kind === "flush");
-    assert.deepEqual(flush.result.diff.patches.map((p) => p.path), ["fix.sh"]);
-  });
-});
+test(
+  "startFileTracker() serves a tree with a 1,100-level chain",
+  { needs: [PYTHON3] },
+  async () => {
+    await withRoot(async (root) => {
+      await deepChain(root);
+      await using tracker = await startFileTracker(root);
+      const events: FileTrackingEvent[] = [];
+      const errors: unknown[] = [];
+      await observeFiles(tracker.capability(), async () => {
+        await Deno.writeTextFile(`${root}/fix.sh`, "echo fixed\n");
+      }, { onResult: (e) => events.push(e), onError: (e) => errors.push(e) });
+      assert.deepEqual(errors, []);
+      const flush = events.find((e) => e.kind === "flush");
+      assert.ok(flush && flush.kind === "flush");
+      assert.deepEqual(flush.result.diff.patches.map((p) => p.path), ["fix.sh"]);
+    });
+  },
+);

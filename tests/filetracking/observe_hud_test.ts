@@ -2,6 +2,7 @@
 // (tests/fixtures/py_hud_tracker.py): nested flush, {"advanced": true},
 // float timestamps.
 import { test } from "../_test.ts";
+import { PYTHON3 } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { Capability } from "../../capability.ts";
 import { type FileTrackingEvent, observeFiles } from "../../filetracking/mod.ts";
@@ -39,7 +40,9 @@ async function withHudTracker(
   }
 }
 
-test("observeFiles() reads HUD's tracker: the flush's diff and capture, nothing lost", async (t) => {
+test("observeFiles() reads HUD's tracker: the flush's diff and capture, nothing lost", {
+  needs: [PYTHON3],
+}, async (t) => {
   const root = await Deno.makeTempDir();
   const run = async () => {
     await Deno.writeTextFile(`${root}/fix.py`, "print('fixed')\n");

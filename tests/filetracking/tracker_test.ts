@@ -1,4 +1,5 @@
 import { test } from "../_test.ts";
+import { DIFFUTILS } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import {
   FileTrackerClient,
@@ -99,7 +100,7 @@ test("Tracker.diff() reports adds, edits, deletes and renames", async () => {
   });
 });
 
-test("Tracker.diff() patches match diff -u on real files", async () => {
+test("Tracker.diff() patches match diff -u on real files", { needs: [DIFFUTILS] }, async () => {
   const before = Array.from({ length: 200 }, (_, i) => `line ${i % 37}\n`).join("");
   const lines = before.split("\n");
   lines.splice(10, 3, "inserted", "another");

@@ -4,7 +4,7 @@
 // shell output.
 
 import { test } from "../_test.ts";
-import { ROOT_USER } from "../_counterparts.ts";
+import { CURL, ROOT_USER } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { Environment, rollout } from "../../mod.ts";
 import { addMcpServer, McpClient, McpError, mcpTool, resultText } from "../../mcp/mod.ts";
@@ -70,7 +70,7 @@ async function withMcpServer(
 
 test({
   name: "addMcpServer() serves only bearers of the binding's token: another uid gets 401",
-  needs: [ROOT_USER],
+  needs: [ROOT_USER, CURL],
   async fn() {
     await withMcpServer(async (url, token, calls) => {
       // uid 65534, without the token, and with a wrong one.
@@ -104,20 +104,24 @@ test({
   },
 });
 
-test("addMcpServer() refuses a Host or Origin it does not serve (DNS rebinding)", async () => {
-  await withMcpServer(async (url, token) => {
-    const port = new URL(url).port;
-    const status = async (headers: string[]) =>
-      (await curlAs(false, url, post(INITIALIZE, token, headers))).status;
-    assert.equal(await status([]), 200);
-    // A page at http://rebind.attacker.example:PORT whose name now resolves to 127.0.0.1.
-    assert.equal(await status([`host: rebind.attacker.example:${port}`]), 403);
-    assert.equal(await status([`origin: http://rebind.attacker.example:${port}`]), 403);
-    assert.equal(await status(["origin: null"]), 403);
-    assert.equal(await status([`origin: http://127.0.0.1:${port}`]), 200);
-    assert.equal(await status([`host: localhost:${port}`]), 200);
-  });
-});
+test(
+  "addMcpServer() refuses a Host or Origin it does not serve (DNS rebinding)",
+  { needs: [CURL] },
+  async () => {
+    await withMcpServer(async (url, token) => {
+      const port = new URL(url).port;
+      const status = async (headers: string[]) =>
+        (await curlAs(false, url, post(INITIALIZE, token, headers))).status;
+      assert.equal(await status([]), 200);
+      // A page at http://rebind.attacker.example:PORT whose name now resolves to 127.0.0.1.
+      assert.equal(await status([`host: rebind.attacker.example:${port}`]), 403);
+      assert.equal(await status([`origin: http://rebind.attacker.example:${port}`]), 403);
+      assert.equal(await status(["origin: null"]), 403);
+      assert.equal(await status([`origin: http://127.0.0.1:${port}`]), 200);
+      assert.equal(await status([`host: localhost:${port}`]), 200);
+    });
+  },
+);
 
 /** `VmRSS` or `VmHWM` of `pid`, in bytes. */
 async function memoryOf(pid: number, field: "VmRSS" | "VmHWM"): Promise<number> {

@@ -2,6 +2,7 @@
 // and the stream of finished groups from the command line, with a Python
 // harness and the toy model server.
 
+import { PYTHON3, pythonExecutable } from "../_counterparts.ts";
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { toyLabServer } from "./_upstream.ts";
@@ -11,13 +12,7 @@ const FIXTURES = new URL("../fixtures/proxy/", import.meta.url).pathname;
 const ENV = `${FIXTURES}toylab_env.ts`;
 const KEY = "sk-cli-upstream-key-0123456789abcdef";
 
-const python = await new Deno.Command("python3", {
-  args: ["-c", "import sys; print(sys.executable)"],
-  stdout: "piped",
-  stderr: "null",
-  signal: AbortSignal.timeout(30_000),
-}).output().then((o) => o.success ? new TextDecoder().decode(o.stdout).trim() : "", () => "");
-if (!python) console.log("cli_test (proxy): skipped: no python3");
+const python = await pythonExecutable();
 const AGENT = `${python} -I -S ${FIXTURES}openai_agent.py`;
 
 async function cli(args: string[], env: Record<string, string> = {}) {
@@ -34,7 +29,7 @@ async function cli(args: string[], env: Record<string, string> = {}) {
 test({
   name:
     "cli eval --model-proxy --training-out: each group's rows in a file as it finishes, the same rows export-training writes, the key in no file",
-  ignore: !python,
+  needs: [PYTHON3],
   async fn() {
     const dir = await Deno.makeTempDir();
     try {
@@ -100,7 +95,7 @@ test({
 test({
   name:
     "cli eval --training-out -: the rows on standard output, one JSON line each, the table on standard error",
-  ignore: !python,
+  needs: [PYTHON3],
   async fn() {
     await using server = toyLabServer(2);
     const ran = await cli([

@@ -3,6 +3,7 @@
 // training rows their rollouts make, split where a harness re-renders its
 // history, and the server's key kept out of their reach.
 
+import { PYTHON3, pythonExecutable } from "../_counterparts.ts";
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { LocalRuntime, Taskset } from "../../mod.ts";
@@ -14,13 +15,7 @@ import { END, toyLabServer, toyPrompt } from "./_upstream.ts";
 import { env as toylab, PROMPT, tasks } from "../fixtures/proxy/toylab_env.ts";
 
 // The interpreter itself, not pyenv's launcher (see python_interop_test.ts).
-const python = await new Deno.Command("python3", {
-  args: ["-c", "import sys; print(sys.executable)"],
-  stdout: "piped",
-  stderr: "null",
-  signal: AbortSignal.timeout(30_000),
-}).output().then((o) => o.success ? new TextDecoder().decode(o.stdout).trim() : "", () => "");
-if (!python) console.log("command_test (proxy): skipped: no python3");
+const python = await pythonExecutable();
 
 const FIXTURES = new URL("../fixtures/proxy/", import.meta.url).pathname;
 const SYSTEM = "You are an agent in a shell. Use the bash tool, then answer.";
@@ -36,7 +31,7 @@ const TASK = tasks[0];
 test({
   name:
     "CommandAgent through the proxy: a harness that keeps its history is one sample per rollout, one that re-renders it at turn 3 is two, split at turn 2 with the reason",
-  ignore: !python,
+  needs: [PYTHON3],
   async fn(t) {
     await using server = toyLabServer(8);
     await using proxy = serveModelProxy({ upstream: server.baseUrl, server: "vllm", apiKey: KEY });
@@ -96,7 +91,7 @@ test({
 test({
   name:
     "CommandAgent through the proxy: the server's key is in neither the agent's environment nor the results file",
-  ignore: !python,
+  needs: [PYTHON3],
   async fn() {
     await using server = toyLabServer(1);
     await using proxy = serveModelProxy({ upstream: server.baseUrl, server: "vllm", apiKey: KEY });
@@ -134,7 +129,7 @@ test({
 test({
   name:
     "CommandAgent through the proxy: an Anthropic-shaped harness is recorded against a server that speaks Messages, and tokenized when the server is vLLM",
-  ignore: !python,
+  needs: [PYTHON3],
   async fn(t) {
     const runtime = new LocalRuntime(lab());
     await t.step("a Messages server: calls, usage and rewards, no token ids", async () => {

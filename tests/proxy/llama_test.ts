@@ -7,19 +7,14 @@
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";
 import { LLAMA, startLlamaServer } from "../agents/_llama.ts";
-import { PYTHON3, SANDBOX } from "../_counterparts.ts";
+import { PYTHON3, pythonExecutable, SANDBOX } from "../_counterparts.ts";
 import { rolloutFinished } from "../../eval/mod.ts";
 
 const CLI = new URL("../../cli.ts", import.meta.url).pathname;
 const ROBOLAB = new URL("../../examples/robolab.ts", import.meta.url).pathname;
 const FIXTURES = new URL("../fixtures/proxy/", import.meta.url).pathname;
 
-const python = await new Deno.Command("python3", {
-  args: ["-c", "import sys; print(sys.executable)"],
-  stdout: "piped",
-  stderr: "null",
-  signal: AbortSignal.timeout(30_000),
-}).output().then((o) => o.success ? new TextDecoder().decode(o.stdout).trim() : "", () => "");
+const python = await pythonExecutable();
 
 async function cli(args: string[]) {
   const out = await new Deno.Command(Deno.execPath(), {

@@ -1,4 +1,5 @@
 import { test } from "../_test.ts";
+import { PY_CRYPTOGRAPHY } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import {
   chacha20Block,
@@ -530,6 +531,7 @@ async function pythonsWithCryptography(): Promise<string[]> {
 
 test({
   name: "interop: keystream, Poly1305 and OpenSSH packets vs Python cryptography/asyncssh",
+  needs: [PY_CRYPTOGRAPHY],
   ignore: !canRun,
   fn: async () => {
     const pythons = await pythonsWithCryptography();

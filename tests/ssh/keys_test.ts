@@ -1,4 +1,5 @@
 import { test } from "../_test.ts";
+import { SSH_KEYGEN } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import {
   generateSshKeyPair,
@@ -13,7 +14,7 @@ function run(cmd: string, args: string[]): { code: number; stdout: string; stder
   return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
 }
 
-test("generateSshKeyPair() writes keys OpenSSH reads", async () => {
+test("generateSshKeyPair() writes keys OpenSSH reads", { needs: [SSH_KEYGEN] }, async () => {
   const dir = await Deno.makeTempDir();
   try {
     const pair = await generateSshKeyPair({ comment: "me@test" });
@@ -30,7 +31,7 @@ test("generateSshKeyPair() writes keys OpenSSH reads", async () => {
   }
 });
 
-test("sshPublicKeyOf() reads keys ssh-keygen wrote", async () => {
+test("sshPublicKeyOf() reads keys ssh-keygen wrote", { needs: [SSH_KEYGEN] }, async () => {
   const dir = await Deno.makeTempDir();
   try {
     const gen = run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-C", "kg", "-f", `${dir}/k`]);

@@ -2,6 +2,7 @@
 // refusal, killing commands, reconnecting, and malformed input.
 
 import { test } from "../_test.ts";
+import { SCRIPT } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import {
   generateSshKeyPair,
@@ -611,7 +612,7 @@ test("startSshServer() offers chacha20-poly1305 first, and checks cipher names",
   );
 });
 
-test("SshClient.spawn() with a pty, resized while it runs", async () => {
+test("SshClient.spawn() with a pty, resized while it runs", { needs: [SCRIPT] }, async () => {
   await using f = await fixture();
   await using client = await SshClient.connect(f.options());
   await using proc = await client.spawn(

@@ -2,7 +2,7 @@
 // commands where SFTP is off, and malformed SFTP input against the server.
 
 import { test } from "../_test.ts";
-import { ROOT_USER } from "../_counterparts.ts";
+import { FIND, ROOT_USER } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { SshClient, SshCommandError, SshFileError } from "../../ssh/mod.ts";
 import { ClientConnection } from "../../ssh/_connection.ts";
@@ -115,20 +115,27 @@ test("startSshServer() accepts paths through a link to its root", async () => {
   );
 });
 
-test("SshClient file methods fall back to commands where SFTP is off", async () => {
-  await using s = await startTestServer({ sftp: false });
-  await using client = await clientOf(s);
-  const bytes = new Uint8Array(1000).map((_, i) => i * 7);
-  await client.writeFile("x y.bin", bytes);
-  assert.deepEqual(await Deno.readFile(`${s.root}/x y.bin`), bytes);
-  assert.deepEqual(await client.readFile("x y.bin"), bytes);
-  assert.deepEqual((await client.listDir(".")).map((e) => [e.name, e.isFile]), [["x y.bin", true]]);
-  assert.equal((await client.stat("x y.bin")).size, 1000);
-  await client.rename("x y.bin", "z.bin");
-  await client.remove("z.bin");
-  assert.deepEqual(await client.listDir("."), []);
-  await assert.rejects(client.readText("missing.txt"), SshCommandError);
-});
+test(
+  "SshClient file methods fall back to commands where SFTP is off",
+  { needs: [FIND] },
+  async () => {
+    await using s = await startTestServer({ sftp: false });
+    await using client = await clientOf(s);
+    const bytes = new Uint8Array(1000).map((_, i) => i * 7);
+    await client.writeFile("x y.bin", bytes);
+    assert.deepEqual(await Deno.readFile(`${s.root}/x y.bin`), bytes);
+    assert.deepEqual(await client.readFile("x y.bin"), bytes);
+    assert.deepEqual((await client.listDir(".")).map((e) => [e.name, e.isFile]), [[
+      "x y.bin",
+      true,
+    ]]);
+    assert.equal((await client.stat("x y.bin")).size, 1000);
+    await client.rename("x y.bin", "z.bin");
+    await client.remove("z.bin");
+    assert.deepEqual(await client.listDir("."), []);
+    await assert.rejects(client.readText("missing.txt"), SshCommandError);
+  },
+);
 
 /** A raw SFTP channel for sending arbitrary packets. */
 async function rawSftp(s: TestServer) {

@@ -3,7 +3,7 @@
 // token in the url `view` printed.
 
 import { test } from "../_test.ts";
-import { ROOT_USER } from "../_counterparts.ts";
+import { CURL, ROOT_USER } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import { main } from "../../cli.ts";
 import { startViewer } from "../../viewer/mod.ts";
@@ -32,7 +32,7 @@ async function privateResults(): Promise<{ dir: string; file: string }> {
 
 test({
   name: "startViewer() answers only requests with its token: another uid reads nothing",
-  needs: [ROOT_USER],
+  needs: [ROOT_USER, CURL],
   async fn() {
     const { dir, file } = await privateResults();
     try {
