@@ -280,6 +280,33 @@ export async function pythonExecutable(): Promise<string> {
   }
 }
 
+/**
+ * The npm package `name`@`version` for Deno: in Deno's npm cache already, or
+ * the registry answering (one HEAD request, at most 5 s).
+ */
+export function npmPackage(name: string, version: string): Counterpart {
+  return counterpart(`npm:${name}`, "a network that reaches registry.npmjs.org", () => {
+    const dir = readEnv("DENO_DIR") ?? `${readEnv("HOME") ?? "/root"}/.cache/deno`;
+    if (present(`${dir}/npm/registry.npmjs.org/${name}/${version}`)) return null;
+    try {
+      const out = new Deno.Command(Deno.execPath(), {
+        args: [
+          "eval",
+          "--no-lock",
+          `const r = await fetch("https://registry.npmjs.org/${name}", { method: "HEAD", signal: AbortSignal.timeout(5000) }); Deno.exit(r.ok ? 0 : 1);`,
+        ],
+        stdout: "null",
+        stderr: "null",
+      }).outputSync();
+      return out.success
+        ? null
+        : `${name}@${version} is not in Deno's cache and the npm registry does not answer`;
+    } catch {
+      return `${name}@${version} is not in Deno's cache and the npm registry does not answer`;
+    }
+  });
+}
+
 /** util-linux `script` (a terminal for ssh -t). */
 export const SCRIPT: Counterpart = counterpart(
   "script",

@@ -1,5 +1,5 @@
 import { test } from "../_test.ts";
-import { PY_CRYPTOGRAPHY } from "../_counterparts.ts";
+import { npmPackage, PY_CRYPTOGRAPHY } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import {
   chacha20Block,
@@ -450,6 +450,7 @@ test("ChaChaPolyOpenSsh grows for large packets and rejects oversized ones", () 
 
 test("ssh/_wasm/chacha_poly.ts is chacha_poly.wat assembled (wabt from npm)", {
   ignore: !canRun,
+  needs: [npmPackage("wabt", "1.0.39")],
 }, async () => {
   const out = await new Deno.Command(Deno.execPath(), {
     args: [
