@@ -307,8 +307,13 @@ test("viewer pages of a command-agent run and a model run read as a person would
       assertPng(await shoot(page, `${dir}/command-job.png`), "the command job page");
 
       const record = commandJob.runs.find((r) => r.reward === 1)!;
+      // Its line by its group and repeat: rollouts started side by side may share a start time.
       const line = (await Deno.readTextFile(runs.command)).trim().split("\n")
-        .findIndex((l) => JSON.parse(l).trace.started_at === record.trace.started_at);
+        .findIndex((l) => {
+          const r = JSON.parse(l);
+          return r.group_id === record.group_id && r.repeat === record.repeat &&
+            r.reward === record.reward;
+        });
       await open(page, viewer.url, `#/r/1/${line}`, "rollout");
       assert.match(await text(page, "li.msg-agent"), /The command exited with code 0/);
       assert.deepEqual(await texts(page, "li.msg-answer pre.content"), [
