@@ -16,32 +16,7 @@
 // server nor a zombie, is stopped (SIGSTOP, which it cannot catch) before
 // /logs/verifier is emptied and let go once the verifier is done.
 
-import { continueTrees, killTrees, stopTrees } from "../workspace/_processes.ts";
-
-interface Stat {
-  /** `sid`: its session. */
-  session: number;
-  /** `starttime`, in clock ticks since boot: with the pid, a process's identity. */
-  start: string;
-  state: string;
-}
-
-function processes(): Map<number, Stat> {
-  const out = new Map<number, Stat>();
-  for (const e of Deno.readDirSync("/proc")) {
-    if (!/^\d+$/.test(e.name)) continue;
-    let stat: string;
-    try {
-      stat = Deno.readTextFileSync(`/proc/${e.name}/stat`);
-    } catch {
-      continue; // exited meanwhile
-    }
-    // pid (comm) state ppid pgrp session ... starttime (field 22); comm may hold spaces.
-    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    out.set(Number(e.name), { session: Number(f[3]), start: f[19], state: f[0] });
-  }
-  return out;
-}
+import { continueTrees, killTrees, processTable, stopTrees } from "../workspace/_processes.ts";
 
 /** How long stopping the strays may take before they are killed instead, in ms. */
 const STOP_TIMEOUT = 5_000;
@@ -54,7 +29,7 @@ export class ProcessBaseline {
   /** Takes the baseline now (Linux; elsewhere nothing is ever a stray). */
   constructor() {
     if (Deno.build.os !== "linux") return;
-    for (const [pid, p] of processes()) {
+    for (const [pid, p] of processTable()) {
       this.#known.add(`${pid}:${p.start}`);
       this.#sessions.add(p.session);
     }
@@ -64,7 +39,7 @@ export class ProcessBaseline {
   strays(): number[] {
     if (Deno.build.os !== "linux") return [];
     const out: number[] = [];
-    for (const [pid, p] of processes()) {
+    for (const [pid, p] of processTable()) {
       if (pid === Deno.pid || p.state === "Z" || p.state === "X") continue;
       if (this.#known.has(`${pid}:${p.start}`) || this.#sessions.has(p.session)) continue;
       out.push(pid);

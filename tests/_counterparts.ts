@@ -10,7 +10,12 @@
 // Each probe runs once per test module, when a test that needs it is
 // declared, and is synchronous (tests are declared at module load).
 
-import { DEFAULT_PATH, sandboxArgv, type SandboxConfig } from "../workspace/_sandbox.ts";
+import {
+  DEFAULT_PATH,
+  findProgram as which,
+  sandboxArgv,
+  type SandboxConfig,
+} from "../workspace/_sandbox.ts";
 import { findEngineSocket } from "../engines/_engine.ts";
 
 /** A program, service or capability of the machine that some tests need. */
@@ -68,20 +73,6 @@ export function counterpart(
     },
     requireVar: requireVar(name),
   };
-}
-
-/** The path of `program` on PATH (an executable file), or null. */
-export function which(program: string): string | null {
-  for (const dir of (readEnv("PATH") ?? DEFAULT_PATH).split(":")) {
-    if (!dir.startsWith("/")) continue;
-    try {
-      const info = Deno.statSync(`${dir}/${program}`);
-      if (info.isFile && (info.mode ?? 0) & 0o111) return `${dir}/${program}`;
-    } catch {
-      // not there
-    }
-  }
-  return null;
 }
 
 /** Whether a file is there. */

@@ -3,13 +3,19 @@
 // init reaps orphans, so every process a command starts stays in the tree
 // under its child, whatever it does with sessions or process groups.
 
-interface Proc {
+/** A process as /proc/PID/stat shows it. */
+export interface Proc {
   ppid: number;
   pgrp: number;
+  /** `sid`: its session. */
+  session: number;
+  /** `starttime`, in clock ticks since boot: with the pid, a process's identity. */
+  start: string;
   state: string;
 }
 
-function processTable(): Map<number, Proc> {
+/** Every live process of this PID namespace, by pid, from /proc. */
+export function processTable(): Map<number, Proc> {
   const table = new Map<number, Proc>();
   for (const e of Deno.readDirSync("/proc")) {
     if (!/^\d+$/.test(e.name)) continue;
@@ -19,9 +25,16 @@ function processTable(): Map<number, Proc> {
     } catch {
       continue; // exited meanwhile
     }
-    // pid (comm) state ppid ...; comm may hold spaces and parentheses.
-    const [state, ppid, pgrp] = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    table.set(Number(e.name), { ppid: Number(ppid), pgrp: Number(pgrp), state });
+    // pid (comm) state ppid pgrp session ... starttime (field 22); comm may
+    // hold spaces and parentheses.
+    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    table.set(Number(e.name), {
+      ppid: Number(f[1]),
+      pgrp: Number(f[2]),
+      session: Number(f[3]),
+      start: f[19],
+      state: f[0],
+    });
   }
   return table;
 }
