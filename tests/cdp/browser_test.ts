@@ -803,8 +803,18 @@ Deno.exit(0); // no env.stop()`;
       await new Promise((r) => setTimeout(r, 10));
     }
     assert.deepEqual(processesWith(marker), []);
-    // The browser's directory is left behind in this case.
-    await Deno.remove(profile.slice(0, -"/profile".length), { recursive: true });
+    // The browser's directory is left behind in this case. Its last writes
+    // (a dying renderer's) may land while it is removed: try again, bounded.
+    const dir = profile.slice(0, -"/profile".length);
+    for (let i = 0;; i++) {
+      try {
+        await Deno.remove(dir, { recursive: true });
+        break;
+      } catch (err) {
+        if (i >= 50 || err instanceof Deno.errors.NotFound) throw err;
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    }
   },
 );
 
