@@ -49,8 +49,9 @@ test({
       criteria: ["Names Paris"],
       sampling: { maxTokens: 128 },
       // About 7 replies in 10 are a well-formed call (measured over 21): a
-      // reply without one is asked again, never read for a verdict.
-      verdictTries: 8,
+      // reply without one is asked again, never read for a verdict. 8 tries
+      // once all failed (CI rehearsal beside other test files): 16.
+      verdictTries: 16,
     });
     const child = s.children![0];
     const last = exchanges.at(-1)!;
