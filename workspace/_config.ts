@@ -155,7 +155,9 @@ function checkProtect(protect: readonly string[], isolation: WorkspaceIsolation)
   }
   return protect.map((p) => {
     if (typeof p !== "string") {
-      throw new TypeError(`Cannot add workspace: protect must hold paths, got ${JSON.stringify(p)}`);
+      throw new TypeError(
+        `Cannot add workspace: protect must hold paths, got ${JSON.stringify(p)}`,
+      );
     }
     try {
       return protectedPath(p);

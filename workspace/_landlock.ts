@@ -24,10 +24,9 @@
 /** The launcher's own path, for {@linkcode landlockArgv}. */
 export const LANDLOCK_MAIN: string = new URL(import.meta.url).pathname;
 
-// include/uapi/linux/landlock.h: filesystem access rights, by ABI version.
-const EXECUTE = 1n << 0n;
+// include/uapi/linux/landlock.h: filesystem access rights, by ABI version
+// (1 << 0 EXECUTE and 1 << 2 READ_FILE are not handled: reading stays free).
 const WRITE_FILE = 1n << 1n;
-const READ_FILE = 1n << 2n;
 const READ_DIR = 1n << 3n;
 const REMOVE_DIR = 1n << 4n;
 const REMOVE_FILE = 1n << 5n;
@@ -153,6 +152,26 @@ export function landlockArgv(protect: readonly string[], argv: readonly string[]
   ];
 }
 
+let abiVersion: Promise<number> | null = null;
+
+/**
+ * The kernel's Landlock ABI version, 0 when it has none (asked of the
+ * launcher once per process: this process needs no FFI permission).
+ */
+export function landlockAbi(): Promise<number> {
+  abiVersion ??= (async () => {
+    if (Deno.build.os !== "linux") return 0;
+    const out = await new Deno.Command(landlockArgv([], [])[0], {
+      args: [...landlockArgv([], []).slice(1, -1), "--abi"],
+      stdout: "piped",
+      stderr: "null",
+    }).output().catch(() => null);
+    const v = out?.success ? Number(new TextDecoder().decode(out.stdout).trim()) : 0;
+    return Number.isSafeInteger(v) && v > 0 ? v : 0;
+  })();
+  return abiVersion;
+}
+
 // The launcher (`import.meta.main`): FFI into libc.
 
 const LIBC_SYMBOLS = {
@@ -256,7 +275,9 @@ function main(args: string[]): void {
   }
   if (abi === 0) {
     throw new Error(
-      `Cannot protect ${protect.join(", ")}: this kernel has no Landlock (Linux 5.13 or later, with landlock among its LSMs)`,
+      `Cannot protect ${
+        protect.join(", ")
+      }: this kernel has no Landlock (Linux 5.13 or later, with landlock among its LSMs)`,
     );
   }
   restrictSelf(libc, abi, protect);
