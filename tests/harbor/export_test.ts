@@ -308,7 +308,7 @@ test({
   name:
     "exportHarborTasks({ agentUser }): the agent cannot read the environment's token, and what it leaves running cannot change the reward",
   needs: [ENGINE],
-  fn: withDeadline(120_000, async () => {
+  fn: withDeadline(59_000, async () => {
     await buildShellBase(BASE);
     const out = await Deno.makeTempDir({ prefix: "hud-harbor-export-user-" });
     try {
