@@ -134,12 +134,14 @@ async function uidOf(name: string): Promise<number> {
   return Number(entry[2]);
 }
 
-/** The pids of the processes any of whose uids (real, effective, saved, file system) is `uid`. */
+/** The pids of the live processes any of whose uids (real, effective, saved, file system) is `uid`. */
 async function processesOf(uid: number): Promise<number[]> {
   const pids: number[] = [];
   for await (const e of Deno.readDir("/proc")) {
     if (!/^\d+$/.test(e.name)) continue;
     const status = await Deno.readTextFile(`/proc/${e.name}/status`).catch(() => "");
+    // A zombie (Harbor's `sleep infinity` as PID 1 reaps none) runs nothing any more.
+    if (/^State:\s+[ZX]/m.test(status)) continue;
     const uids = /^Uid:\s+(.*)$/m.exec(status)?.[1].split(/\s+/).map(Number) ?? [];
     if (uids.includes(uid)) pids.push(Number(e.name));
   }

@@ -337,9 +337,12 @@ test({
       assert.match(snoop.agentOutput, /Permission denied/);
       assert.ok(!snoop.agentOutput.includes(snoop.token), "the agent read the token");
       // A process left writing a full reward, detached from the command: killed before the grade.
-      const forger = "echo no > /logs/agent/answer.txt; nohup bash -c 'while :; do " +
-        "echo '{\"reward\": 1}' > /logs/verifier/reward.json; echo 1 > /logs/verifier/reward.txt; " +
-        "sleep 0.005; done' > /dev/null 2>&1 < /dev/null & sleep 0.5";
+      const loop = "while :; do rm -f /logs/verifier/reward.json /logs/verifier/reward.txt; " +
+        `echo '{"reward": 1}' > /logs/verifier/reward.json; echo 1 > /logs/verifier/reward.txt; ` +
+        "sleep 0.005; done";
+      const forger =
+        `echo no > /logs/agent/answer.txt; cat > /tmp/forge.sh <<'EOF'\n${loop}\nEOF\n` +
+        "nohup bash /tmp/forge.sh > /dev/null 2>&1 < /dev/null & sleep 0.5";
       const forged = await trial(`${out}/tasks/plain`, forger);
       assert.ok("txt" in forged, JSON.stringify(forged));
       assert.deepEqual([forged.txt, JSON.parse(forged.json)], ["0", { reward: 0 }]);
@@ -405,11 +408,19 @@ test("hud export-harbor refuses bad input with one line naming it and the way ou
       varies.err,
       /^error: Cannot export Harbor tasks: template "tmpdir" gave two prompts for the same arguments \(they differ from character \d+: ".*" and ".*"\); export templates whose prompt depends only on their arguments \(a fixed path in it, not a temporary one\)\n$/,
     );
+    for (const user of ["root", "Bad User"]) {
+      const bad = await run(FIXTURE, "--out", `${out}/e`, "--from", "x", "--agent-user", user);
+      assert.equal(bad.code, 1);
+      assert.equal(
+        bad.err,
+        `error: Cannot export Harbor tasks: agent user "${user}" must be a user name other than root (lower-case letters, digits, "_" and "-", up to 32)\n`,
+      );
+    }
     const noBase = await run(FIXTURE, "--out", `${out}/c`);
     assert.equal(noBase.code, 2);
     assert.match(noBase.err, /^error: give --from IMAGE .* or --image TAG\n$/);
     // Nothing was written for the refused ones.
-    for (const d of ["a", "b", "c", "d"]) {
+    for (const d of ["a", "b", "c", "d", "e"]) {
       await assert.rejects(Deno.stat(`${out}/${d}`), Deno.errors.NotFound);
     }
   } finally {

@@ -279,7 +279,7 @@ test({
     ) {
       // As an honest solution does, it waits until its server answers before it ends.
       const ready = "\nfor i in $(seq 100); do python3 -c 'import socket; " +
-        "socket.create_connection((\"127.0.0.1\", 8042), 1)' 2>/dev/null && exit 0; " +
+        'socket.create_connection(("127.0.0.1", 8042), 1)\' 2>/dev/null && exit 0; ' +
         "sleep 0.1; done; exit 1";
       const result = await one(task, runs(serve + start + ready));
       assert.deepEqual([result.reward, result.error], [1, null], start);
