@@ -5,6 +5,7 @@
 
 import { checkIsolation } from "./_sandbox.ts";
 import { protectedPath } from "./_landlock.ts";
+import { errorMessage } from "../_internal/util.ts";
 import { checkLimits, type WorkspaceLimits } from "./_limits.ts";
 import type { WorkspaceIsolation, WorkspaceLifetime, WorkspaceOptions } from "./_types.ts";
 import {
@@ -162,7 +163,7 @@ function checkProtect(protect: readonly string[], isolation: WorkspaceIsolation)
     try {
       return protectedPath(p);
     } catch (err) {
-      throw new TypeError(`Cannot add workspace: ${(err as Error).message}`);
+      throw new TypeError(`Cannot add workspace: ${errorMessage(err)}`);
     }
   });
 }

@@ -21,6 +21,8 @@
 // starts in the domain. restrict_self(2) acts on the calling thread only;
 // the others go with the exec.
 
+import { errorMessage } from "../_internal/util.ts";
+
 /** The launcher's own path, for {@linkcode landlockArgv}. */
 export const LANDLOCK_MAIN: string = new URL(import.meta.url).pathname;
 
@@ -288,7 +290,7 @@ if (import.meta.main) {
   try {
     main(Deno.args);
   } catch (err) {
-    console.error(err instanceof Error ? err.message : String(err));
+    console.error(errorMessage(err));
     // As a shell says of a command it could not run.
     Deno.exit(126);
   }
