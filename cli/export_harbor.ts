@@ -19,7 +19,8 @@ import {
 export const USAGE: string =
   `Usage: ${PROGRAM} export-harbor FILE --out DIR (--from IMAGE | --image TAG) [--env NAME]
                          [--tasks ROWS] [--repository REPO] [--answer-file PATH | --no-answer]
-                         [--agent-timeout S] [--verifier-timeout S] [--socket PATH]
+                         [--agent-user NAME] [--agent-timeout S] [--verifier-timeout S]
+                         [--socket PATH]
 
 Writes the tasks of the environment in FILE as Harbor task folders in DIR
 (new or empty), one per task: task.toml (docker_image, a healthcheck that
@@ -46,6 +47,10 @@ Options:
   --answer-file PATH     where the agent writes its answer, named in
                          instruction.md (default: /logs/agent/answer.txt)
   --no-answer            grade with an empty answer and name no file
+  --agent-user NAME      run the agent as NAME, a user without privileges
+                         made in the image ([agent] user): it cannot read the
+                         environment's token, and the grade kills what it
+                         left running (default: the image's user, root)
   --agent-timeout S      [agent] timeout_sec (default: 600)
   --verifier-timeout S   [verifier] timeout_sec (default: 600)
   --socket PATH          the engine's socket (default: DOCKER_HOST, then
@@ -104,6 +109,7 @@ export async function run(args: string[], io: Io): Promise<number> {
       repository: { type: "string" },
       "answer-file": { type: "string" },
       "no-answer": { type: "boolean" },
+      "agent-user": { type: "string" },
       "agent-timeout": { type: "string" },
       "verifier-timeout": { type: "string" },
       socket: { type: "string" },
@@ -130,6 +136,7 @@ export async function run(args: string[], io: Io): Promise<number> {
     image,
     repository: stringOption(values, "repository"),
     answerFile,
+    agentUser: stringOption(values, "agent-user"),
     agentTimeout: agentTimeoutSec === undefined ? undefined : agentTimeoutSec * 1000,
     verifierTimeout: verifierTimeoutSec === undefined ? undefined : verifierTimeoutSec * 1000,
     socket: stringOption(values, "socket"),

@@ -42,6 +42,8 @@ export interface ExportedTask {
   prompt: string;
   /** Where the agent writes its answer, or null to grade with an empty one. */
   answerFile: string | null;
+  /** The user without privileges Harbor runs the agent as, or null (the image's, root). */
+  agentUser?: string | null;
 }
 
 /** A prompt as text: a string as it is, anything else as JSON (as `hud start` prints it). */
@@ -122,9 +124,58 @@ async function removeRewards(): Promise<void> {
   }
 }
 
+/** The uid of `name` in /etc/passwd. */
+async function uidOf(name: string): Promise<number> {
+  const passwd = await Deno.readTextFile("/etc/passwd");
+  const entry = passwd.split("\n").map((l) => l.split(":")).find((e) => e[0] === name);
+  if (entry === undefined || !/^\d+$/.test(entry[2] ?? "")) {
+    throw new Error(`Cannot grade the exported task: no user "${name}" in /etc/passwd`);
+  }
+  return Number(entry[2]);
+}
+
+/** The pids of the live processes any of whose uids (real, effective, saved, file system) is `uid`. */
+async function processesOf(uid: number): Promise<number[]> {
+  const pids: number[] = [];
+  for await (const e of Deno.readDir("/proc")) {
+    if (!/^\d+$/.test(e.name)) continue;
+    const status = await Deno.readTextFile(`/proc/${e.name}/status`).catch(() => "");
+    // A zombie (Harbor's `sleep infinity` as PID 1 reaps none) runs nothing any more.
+    if (/^State:\s+[ZX]/m.test(status)) continue;
+    const uids = /^Uid:\s+(.*)$/m.exec(status)?.[1].split(/\s+/).map(Number) ?? [];
+    if (uids.includes(uid)) pids.push(Number(e.name));
+  }
+  return pids;
+}
+
+/**
+ * Kills every process of the agent's user (a user without privileges cannot
+ * take another uid), again until none is left: those that fork meanwhile.
+ */
+async function killUser(name: string): Promise<void> {
+  const uid = await uidOf(name);
+  for (let round = 0; round < 100; round++) {
+    const pids = await processesOf(uid);
+    if (pids.length === 0) return;
+    for (const pid of pids) {
+      try {
+        Deno.kill(pid, "SIGKILL");
+      } catch {
+        // gone meanwhile
+      }
+    }
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error(
+    `Cannot grade the exported task: the processes of "${name}" (uid ${uid}) did not all end`,
+  );
+}
+
 async function grade(): Promise<void> {
-  await removeRewards();
   const task = await readTask();
+  // Nothing the agent left running may write the reward from here on.
+  if (task.agentUser) await killUser(task.agentUser);
+  await removeRewards();
   let control: Control;
   try {
     control = JSON.parse(await Deno.readTextFile(`${CONTROL_DIR}/control.json`)) as Control;

@@ -22,9 +22,12 @@
 // connects; the verifier's shell is the `bash` found on its PATH at the
 // start, run by that path; and what the agent planted for the verifier to
 // run (harbor/_tamper.ts) ends the rollout `tampered`, graded 0, with the
-// files named, instead of running the verifier; what it left running, in
-// the workspace's view or detached from it (harbor/_strays.ts), is stopped
-// before /logs/verifier is emptied and until the verifier is done.
+// files named, instead of running the verifier. What the agent runs, and
+// all it leaves running, cannot change /logs/verifier or /tests (the
+// workspace's `protect`, Landlock) and runs on while the verifier runs, as
+// under `docker exec`; on a kernel without Landlock it is stopped instead
+// (in the workspace's view or detached from it: harbor/_strays.ts) before
+// /logs/verifier is emptied and until the verifier is done.
 
 import { Environment } from "../env.ts";
 import { addWorkspace } from "../workspace/workspace.ts";
@@ -37,6 +40,7 @@ import { treeDiff, treeFiles } from "./_tree.ts";
 import { readReward, type Reward, VERIFIER_LOGS as LOGS } from "./_reward.ts";
 import { TamperBaseline, VerificationWatch, VerifierLayout } from "./_tamper.ts";
 import { ProcessBaseline } from "./_strays.ts";
+import { landlockAbi } from "../workspace/_landlock.ts";
 import { reachableSync } from "../_internal/fs.ts";
 import { errorMessage } from "../_internal/util.ts";
 import { shellQuote } from "../_internal/shell.ts";
@@ -126,6 +130,11 @@ const agentUser = resolved instanceof Error ? { uid: 0, gid: 0, home: "/root" } 
 // The container is the sandbox (as Harbor's own runs); bubblewrap may be
 // asked for with HUD_HARBOR_ISOLATION.
 const isolation = Deno.env.get("HUD_HARBOR_ISOLATION") === "auto" ? "auto" : "none";
+// Where the kernel has Landlock, nothing the agent runs (nor leaves running)
+// can change /logs/verifier or /tests, and what it leaves runs on while the
+// verifier runs, as under `docker exec`; elsewhere what it left is stopped
+// meanwhile (holdAgent()).
+const protect = isolation === "none" && await landlockAbi() > 0 ? [LOGS, "/tests"] : [];
 const workspace = addWorkspace(
   env,
   task.workdir,
@@ -135,8 +144,10 @@ const workspace = addWorkspace(
     ...(isolation === "none" || agentUser.uid !== 0
       ? { uid: agentUser.uid, gid: agentUser.gid }
       : {}),
-    // As `docker exec`: root keeps the container's capabilities (Docker's default set).
-    ...(isolation === "none" ? { capabilities: "inherit" as const } : {}),
+    // As `docker exec`: root keeps the container's capabilities (Docker's default set), and
+    // what a command starts outlives it.
+    ...(isolation === "none" ? { capabilities: "inherit" as const, lifetime: "workspace" } : {}),
+    protect,
     trackFiles: false,
     env: task.env,
   },
@@ -392,15 +403,33 @@ function stepOf(args: Record<string, unknown>): number {
 }
 
 /**
- * Grades the agent's work: its leftover processes held first (nothing it
- * left can write the reward once /logs/verifier is emptied), /tests
- * checked, the planted files looked for, then the verifier.
+ * Without Landlock: the agent's processes, those the workspace knows and
+ * those detached from it, stopped until the verifier is done, so that
+ * nothing it left can write the reward once /logs/verifier is emptied.
+ */
+async function holdAgent(): Promise<AsyncDisposable> {
+  const phase = await workspace.grading();
+  try {
+    const strays = await processes!.hold();
+    return {
+      async [Symbol.asyncDispose]() {
+        await strays[Symbol.asyncDispose]();
+        await phase.end();
+      },
+    };
+  } catch (err) {
+    await phase.end();
+    throw err;
+  }
+}
+
+/**
+ * Grades the agent's work: /tests checked, the planted files looked for,
+ * then the verifier; without Landlock, the agent's processes held
+ * meanwhile.
  */
 async function* grade(v: Verification): AsyncGenerator<unknown, void, unknown> {
-  // The agent's leftover processes stay stopped while the verifier runs:
-  // those the workspace knows, and those detached from it.
-  await using _phase = await workspace.grading();
-  await using _strays = await processes!.hold();
+  await using _held = protect.length > 0 ? null : await holdAgent();
   await prepareVerification();
   await checkTests(v.tests);
   // What the agent planted for the verifier to run: it does not run.
@@ -439,7 +468,7 @@ env.template(
       }
       await awaitHealthy(resolved.image, task.healthcheck);
       prepared = verifications(resolved);
-      processes = new ProcessBaseline();
+      if (protect.length === 0) processes = new ProcessBaseline();
     } else {
       // Harbor empties /tests before it uploads a step's: the copy is the step's alone.
       await Deno.remove("/tests", { recursive: true }).catch(() => {});

@@ -79,6 +79,17 @@ export interface ExportHarborOptions {
    */
   answerFile?: string | null;
   /**
+   * A user without privileges that Harbor runs the agent as (`[agent]
+   * user`), made in each task's image when it has no such user (uid 61000,
+   * home /home/NAME). The agent can then neither read the environment's
+   * token, its memory or the parked session, nor leave anything running
+   * that changes the reward: the grade kills every process of that user
+   * first. Without it the agent runs as the image's user, root, which can
+   * (SECURITY.md, "Exported Harbor tasks").
+   * @default the image's user (root)
+   */
+  agentUser?: string;
+  /**
    * The agent's time, in ms: `[agent] timeout_sec`, in seconds.
    * @default 600_000
    */
@@ -120,6 +131,10 @@ export interface HarborExport {
 }
 
 const DEFAULT_ANSWER_FILE = "/logs/agent/answer.txt";
+/** A user name `useradd` would take. */
+const USER_NAME = /^[a-z_][a-z0-9_-]{0,31}$/;
+/** The uid of an agent user made in the image. */
+const AGENT_UID = 61000;
 const HELPER = new URL("./_exported.ts", import.meta.url).pathname;
 const SDK_ROOT = new URL("../", import.meta.url).pathname;
 /** How long a parked task waits for test.sh, in s: longer than any trial's agent phase. */
@@ -280,8 +295,12 @@ async function imagePaths(engine: EngineClient, image: string, env: Environment)
   } satisfies ImagePaths;
 }
 
-function entrypoint(paths: ImagePaths, envName: string): string {
+function entrypoint(paths: ImagePaths, envName: string, agentUser: string | null): string {
   const q = (args: string[]) => args.map(shellQuote).join(" ");
+  // With an agent user, the environment's files are made readable for it as a
+  // server's usually are (umask 022); its control files stay root's alone
+  // (the 0700 directory, opened before the umask changes).
+  const umask = agentUser === null ? "" : "umask 022; ";
   return [
     "#!/bin/bash",
     "# The entrypoint of an exported Harbor task (written by hud export-harbor, harbor/export.ts):",
@@ -292,7 +311,7 @@ function entrypoint(paths: ImagePaths, envName: string): string {
     `dir=${CONTROL_DIR}`,
     'rm -rf "$dir"',
     'mkdir -p "$dir"',
-    `${
+    `(${umask}exec ${
       q([
         ...paths.deno,
         paths.cli,
@@ -307,7 +326,7 @@ function entrypoint(paths: ImagePaths, envName: string): string {
         "--parked-ttl",
         String(PARKED_TTL_S),
       ])
-    } </dev/null >"$dir/serve.out" 2>"$dir/serve.log" &`,
+    }) </dev/null >"$dir/serve.out" 2>"$dir/serve.log" &`,
     'echo $! >"$dir/serve.pid"',
     q([...paths.deno, paths.helper, "start"]),
     'exec "$@"',
@@ -335,6 +354,7 @@ function taskToml(
     `hud_slug = ${tomlString(row.slug)}`,
     "",
     "[agent]",
+    ...(options.agentUser === undefined ? [] : [`user = ${tomlString(options.agentUser)}`]),
     `timeout_sec = ${tomlNumber((options.agentTimeout ?? 600_000) / 1000)}`,
     "",
     "[verifier]",
@@ -399,6 +419,12 @@ export async function exportHarborTasks(
     );
   }
   const answerFile = options.answerFile === undefined ? DEFAULT_ANSWER_FILE : options.answerFile;
+  const agentUser = options.agentUser ?? null;
+  if (agentUser !== null && (!USER_NAME.test(agentUser) || agentUser === "root")) {
+    throw new TypeError(
+      `Cannot export Harbor tasks: agent user "${agentUser}" must be a user name other than root (lower-case letters, digits, "_" and "-", up to 32)`,
+    );
+  }
   if (answerFile !== null && !answerFile.startsWith("/")) {
     throw new TypeError(`Cannot export Harbor tasks: answer file "${answerFile}" must be absolute`);
   }
@@ -427,7 +453,13 @@ export async function exportHarborTasks(
     for (let n = 2; used.has(name); n++) name = `${folderName(row.slug)}-${n}`;
     used.add(name);
     const image = `${repo}:${name.slice(0, 128)}`;
-    const facts: ExportedTask = { id: row.id, args: row.args, prompt: texts[i], answerFile };
+    const facts: ExportedTask = {
+      id: row.id,
+      args: row.args,
+      prompt: texts[i],
+      answerFile,
+      agentUser,
+    };
     const tar = taskLayer(paths, env.name, envImage, name, facts);
     await buildContext(tar, image, { socket: options.socket, signal: options.signal });
     const dir = `${outDir}/${name}`;
@@ -453,7 +485,11 @@ function taskLayer(
     "",
   ].join("\n");
   const tar = new TarWriter();
-  tar.file("root/opt/hud-harbor/entrypoint.sh", enc.encode(entrypoint(paths, envName)), 0o755);
+  tar.file(
+    "root/opt/hud-harbor/entrypoint.sh",
+    enc.encode(entrypoint(paths, envName, facts.agentUser ?? null)),
+    0o755,
+  );
   tar.file("root/opt/hud-harbor/grade.sh", enc.encode(grade), 0o755);
   tar.file(`root${EXPORTED_TASK_FILE}`, enc.encode(JSON.stringify(facts)));
   tar.file(
@@ -462,6 +498,7 @@ function taskLayer(
       `FROM ${envImage}`,
       "COPY root/ /",
       `LABEL "dev.hud.harbor.export"=${JSON.stringify(name)}`,
+      ...(facts.agentUser ? [makeUser(facts.agentUser)] : []),
       `HEALTHCHECK --interval=1s --timeout=10s --retries=300 CMD ["test", "-f", ${
         JSON.stringify(READY_FILE)
       }]`,
@@ -471,6 +508,15 @@ function taskLayer(
     ].join("\n")),
   );
   return tar;
+}
+
+/** The Dockerfile line that makes `name` (no privileges, a home of its own) unless the image has it. */
+function makeUser(name: string): string {
+  const home = `/home/${name}`;
+  return `RUN id -u ${name} >/dev/null 2>&1 || { ` +
+    `echo '${name}:x:${AGENT_UID}:${AGENT_UID}::${home}:/bin/bash' >> /etc/passwd && ` +
+    `echo '${name}:x:${AGENT_UID}:' >> /etc/group; }; ` +
+    `mkdir -p ${home} && chown "$(id -u ${name}):$(id -g ${name})" ${home}`;
 }
 
 /** Writes one task folder: task.toml, instruction.md, environment/Dockerfile, tests/test.sh. */

@@ -168,6 +168,26 @@ export const ROOT_USER: Counterpart = counterpart(
   () => Deno.uid() === 0 ? null : `runs as uid ${Deno.uid()}, not root`,
 );
 
+/** Linux's Landlock (5.13 or later, enabled), which a workspace's `protect` is made of. */
+export const LANDLOCK: Counterpart = counterpart(
+  "landlock",
+  "run the tests on Linux 5.13 or later with landlock among its LSMs (lsm= on the kernel's command line)",
+  () => {
+    if (Deno.build.os !== "linux") return `runs on ${Deno.build.os}`;
+    const out = new Deno.Command(Deno.execPath(), {
+      args: ["run", "--no-config", "--quiet", "-A", landlockMain(), "--abi"],
+      stdout: "piped",
+      stderr: "piped",
+    }).outputSync();
+    const abi = Number(new TextDecoder().decode(out.stdout).trim());
+    return out.success && abi > 0 ? null : "this kernel has no Landlock";
+  },
+);
+
+function landlockMain(): string {
+  return new URL("../workspace/_landlock.ts", import.meta.url).pathname;
+}
+
 /** Linux (namespaces, /proc). */
 export const LINUX: Counterpart = counterpart(
   "linux",

@@ -4,6 +4,8 @@
 // each start read.
 
 import { checkIsolation } from "./_sandbox.ts";
+import { protectedPath } from "./_landlock.ts";
+import { errorMessage } from "../_internal/util.ts";
 import { checkLimits, type WorkspaceLimits } from "./_limits.ts";
 import type { WorkspaceIsolation, WorkspaceLifetime, WorkspaceOptions } from "./_types.ts";
 import {
@@ -31,6 +33,8 @@ export interface WorkspaceConfig {
   readonly lifetime: WorkspaceLifetime;
   /** Whether commands keep this process's capabilities (as root, isolation "none"). */
   readonly keepCapabilities: boolean;
+  /** Paths commands cannot change (Landlock; isolation "none"). */
+  readonly protect: readonly string[];
   /** The uid and gid asked for; when not given, decided at each start (as root). */
   readonly uid: number | undefined;
   readonly gid: number | undefined;
@@ -102,6 +106,7 @@ export function workspaceConfig(root: string, options: WorkspaceOptions): Worksp
       'Cannot add workspace: capabilities "inherit" needs isolation "none" (a sandbox runs commands without capabilities)',
     );
   }
+  const protect = checkProtect(options.protect ?? [], isolation);
   checkId("uid", options.uid);
   checkId("gid", options.gid);
   checkUidRange(options.uidRange);
@@ -123,6 +128,7 @@ export function workspaceConfig(root: string, options: WorkspaceOptions): Worksp
     network: options.network ?? false,
     lifetime,
     keepCapabilities: capabilities === "inherit",
+    protect,
     uid: options.uid,
     gid: options.gid,
     uidRange: options.uidRange ?? UID_RANGE,
@@ -136,4 +142,28 @@ export function workspaceConfig(root: string, options: WorkspaceOptions): Worksp
     from,
     onError: options.onError ?? (() => {}),
   };
+}
+
+/** `protect` checked: absolute paths, and isolation "none". */
+function checkProtect(protect: readonly string[], isolation: WorkspaceIsolation): string[] {
+  if (!Array.isArray(protect)) {
+    throw new TypeError("Cannot add workspace: protect must be an array of absolute paths");
+  }
+  if (protect.length > 0 && isolation !== "none") {
+    throw new RangeError(
+      'Cannot add workspace: protect needs isolation "none" (a sandbox decides itself what commands may write)',
+    );
+  }
+  return protect.map((p) => {
+    if (typeof p !== "string") {
+      throw new TypeError(
+        `Cannot add workspace: protect must hold paths, got ${JSON.stringify(p)}`,
+      );
+    }
+    try {
+      return protectedPath(p);
+    } catch (err) {
+      throw new TypeError(`Cannot add workspace: ${errorMessage(err)}`);
+    }
+  });
 }

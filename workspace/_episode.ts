@@ -117,6 +117,7 @@ export async function prepareSandbox(
       network: config.network,
       user: ep.user,
       keepCapabilities: config.keepCapabilities,
+      protect: config.protect,
       limits: { tmpSize: ep.limits.tmpSize, fileSize: ep.limits.fileSize, processes: nproc },
       cgroups: ep.cgroup?.procs ?? [],
     },

@@ -14,6 +14,7 @@
 
 import type { SshSpawnOptions } from "../ssh/server.ts";
 import { errorMessage, readEnv } from "../_internal/util.ts";
+import { landlockArgv } from "./_landlock.ts";
 
 /** A sandbox mechanism; "none" runs commands as they are. */
 export type Isolation = "bwrap" | "unshare" | "none";
@@ -65,6 +66,8 @@ export interface SandboxConfig {
   user: { uid: number; gid: number } | null;
   /** With isolation "none": commands keep this process's capabilities (none are dropped). */
   keepCapabilities?: boolean;
+  /** With isolation "none": paths commands cannot change (Landlock, `_landlock.ts`). */
+  protect?: readonly string[];
   /** Rlimits and tmpfs sizes. */
   limits?: SandboxLimits;
   /** `cgroup.procs` files the command joins before the sandbox starts (as root). */
@@ -257,7 +260,12 @@ export function enterStage(config: SandboxConfig, userNs = false): EnterStage {
     userNs,
     config.isolation === "none" && config.keepCapabilities === true,
   );
-  const prefix = [...limitArgv(config), ...drop];
+  const protect = config.isolation === "none" ? config.protect ?? [] : [];
+  const prefix = [
+    ...limitArgv(config),
+    ...(protect.length === 0 ? [] : landlockArgv(protect, [])),
+    ...drop,
+  ];
   const handOver = config.user !== null && drop.length > 0 && config.isolation !== "none";
   return {
     owner: handOver ? `${config.user!.uid}:${config.user!.gid}` : "",
@@ -485,7 +493,7 @@ export function sandboxArgvWith(
 
 /** Whether `config` wraps commands at all (a sandbox, a uid switch, limits or cgroups). */
 function wraps(config: SandboxConfig): boolean {
-  return config.isolation !== "none" || Deno.uid() === 0 ||
+  return config.isolation !== "none" || Deno.uid() === 0 || (config.protect ?? []).length > 0 ||
     (config.cgroups ?? []).length > 0 || limitArgv(config).length > 0;
 }
 
@@ -510,7 +518,7 @@ export function spawnInSandbox(
     : argv;
   const [name, ...args] = sandboxArgv(inner, options.cwd, options.sandbox);
   // The sandbox's own tools come from this process's PATH.
-  const program = wrapped ? findProgram(name) : name;
+  const program = wrapped && !name.startsWith("/") ? findProgram(name) : name;
   if (program === null) throw new Deno.errors.NotFound(`Cannot sandbox: "${name}" not found`);
   return new Deno.Command(program, {
     args,
@@ -576,8 +584,15 @@ export async function chooseSandbox(
   cwd: string,
   subject: SandboxSubject,
 ): Promise<SandboxConfig> {
-  if (wanted === "none") return { ...base, isolation: "none" };
   const { what, runs } = subject;
+  if (wanted === "none") {
+    const chosen: SandboxConfig = { ...base, isolation: "none" };
+    if ((base.protect ?? []).length === 0) return chosen;
+    // The launcher says why it cannot protect (no Landlock in this kernel).
+    const why = await probeSandbox(chosen, cwd);
+    if (why !== null) throw new Error(`Cannot start ${what}: ${why}`);
+    return chosen;
+  }
   const none = `set isolation: "none" to run ${runs} unconfined`;
   if (Deno.build.os !== "linux") {
     throw new Error(

@@ -72,6 +72,20 @@ export interface WorkspaceOptions {
    */
   capabilities?: "none" | "inherit";
   /**
+   * Paths that commands, and every process they start, can neither change
+   * nor make, remove or rename anything under (absolute; they need not
+   * exist yet), whatever their uid and capabilities, also after the command
+   * ended. Enforced with Linux's Landlock (5.13 or later): nothing can be
+   * made, removed or renamed either directly in the directories on the way
+   * from / to a protected path (existing entries there stay writable), and
+   * the commands cannot trace this process or read its memory. Needs
+   * `isolation: "none"` (a sandbox decides itself what commands may write);
+   * the workspace refuses to start, in one line, on a kernel without
+   * Landlock.
+   * @default []
+   */
+  protect?: readonly string[];
+  /**
    * Uid commands run as when this process is root; 0 keeps root (without
    * capabilities). The root's tree is given to this uid at start so the
    * agent can edit it, and in a sandbox what this process adds there as

@@ -26,11 +26,13 @@ async function exec(
   engine: EngineClient,
   id: string,
   cmd: string,
+  user?: string,
 ): Promise<{ code: number; output: string }> {
   const made = await engine.call("POST", `/containers/${id}/exec`, {
     AttachStdout: true,
     AttachStderr: true,
     Cmd: ["bash", "-c", cmd],
+    ...(user === undefined ? {} : { User: user }),
   }) as { Id: string };
   const res = await engine.raw("POST", `/exec/${made.Id}/start`, {
     body: JSON.stringify({ Detach: false, Tty: false }),
@@ -56,9 +58,12 @@ async function exec(
 async function trial(
   dir: string,
   agent: string,
-): Promise<{ txt: string; json: string } | { exited: string }> {
+): Promise<
+  { txt: string; json: string; agentOutput: string; token: string } | { exited: string }
+> {
   const config = parseToml(await Deno.readTextFile(`${dir}/task.toml`)) as {
     environment: { docker_image: string; healthcheck: { command: string } };
+    agent?: { user?: string };
   };
   using engine = await EngineClient.open();
   const { Id: id } = await engine.call("POST", "/containers/create", {
@@ -80,7 +85,8 @@ async function trial(
       if (!healthy) await new Promise((r) => setTimeout(r, 500));
     }
     assert.ok(healthy, `never healthy: ${await engine.logs(id)}`);
-    const acted = await exec(engine, id, agent);
+    // As `[agent] user` when the task names one, as Harbor execs the agent's commands.
+    const acted = await exec(engine, id, agent, config.agent?.user);
     assert.equal(acted.code, 0, acted.output);
     const tar = await tarTree(`${dir}/tests`, "tests");
     const put = await engine.raw("PUT", `/containers/${id}/archive?path=/`, {
@@ -108,6 +114,8 @@ async function trial(
     return {
       txt: (await exec(engine, id, "cat /logs/verifier/reward.txt")).output.trim(),
       json: (await exec(engine, id, "cat /logs/verifier/reward.json")).output.trim(),
+      agentOutput: acted.output,
+      token: /HUD_SERVE_TOKEN=(.+)/.exec(token)![1].trim(),
     };
   } finally {
     await engine.call("DELETE", `/containers/${id}?force=true`);
@@ -296,6 +304,55 @@ test({
   }),
 });
 
+test({
+  name:
+    "exportHarborTasks({ agentUser }): the agent cannot read the environment's token, and what it leaves running cannot change the reward",
+  needs: [ENGINE],
+  fn: withDeadline(59_000, async () => {
+    await buildShellBase(BASE);
+    const out = await Deno.makeTempDir({ prefix: "hud-harbor-export-user-" });
+    try {
+      await exportHarborTasks(FIXTURE, `${out}/tasks`, {
+        from: BASE,
+        repository: `${REPO}-user`,
+        agentUser: "hud-agent",
+      });
+      const dir = `${out}/tasks/code`;
+      const { tasks } = await loadHarborTasks(dir);
+      assert.equal(tasks[0].config.agentUser, "hud-agent");
+      // Honest work as that user still scores.
+      const right = await trial(
+        dir,
+        '[ "$(id -un)" = hud-agent ] && cat /tmp/hud-harbor-export-code/code-*.txt > /logs/agent/answer.txt',
+      );
+      assert.ok("txt" in right, JSON.stringify(right));
+      assert.equal(right.txt, "1");
+      // The token: neither its files nor any process's environment give it away.
+      const snoop = await trial(
+        dir,
+        "cat /run/hud-harbor/serve.out /run/hud-harbor/control.json 2>&1; " +
+          "for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f 2>/dev/null; done; true",
+      );
+      assert.ok("txt" in snoop, JSON.stringify(snoop));
+      assert.match(snoop.agentOutput, /Permission denied/);
+      assert.ok(!snoop.agentOutput.includes(snoop.token), "the agent read the token");
+      // A process left writing a full reward, detached from the command: killed before the grade.
+      const loop = "while :; do rm -f /logs/verifier/reward.json /logs/verifier/reward.txt; " +
+        `echo '{"reward": 1}' > /logs/verifier/reward.json; echo 1 > /logs/verifier/reward.txt; ` +
+        "sleep 0.005; done";
+      const forger =
+        `echo no > /logs/agent/answer.txt; cat > /tmp/forge.sh <<'EOF'\n${loop}\nEOF\n` +
+        "nohup bash /tmp/forge.sh > /dev/null 2>&1 < /dev/null & sleep 0.5";
+      const forged = await trial(`${out}/tasks/plain`, forger);
+      assert.ok("txt" in forged, JSON.stringify(forged));
+      assert.deepEqual([forged.txt, JSON.parse(forged.json)], ["0", { reward: 0 }]);
+    } finally {
+      await removeImages(`${REPO}-user`);
+      await Deno.remove(out, { recursive: true });
+    }
+  }),
+});
+
 test("hud export-harbor refuses bad input with one line naming it and the way out", async () => {
   const out = await Deno.makeTempDir({ prefix: "hud-harbor-export-" });
   try {
@@ -351,11 +408,19 @@ test("hud export-harbor refuses bad input with one line naming it and the way ou
       varies.err,
       /^error: Cannot export Harbor tasks: template "tmpdir" gave two prompts for the same arguments \(they differ from character \d+: ".*" and ".*"\); export templates whose prompt depends only on their arguments \(a fixed path in it, not a temporary one\)\n$/,
     );
+    for (const user of ["root", "Bad User"]) {
+      const bad = await run(FIXTURE, "--out", `${out}/e`, "--from", "x", "--agent-user", user);
+      assert.equal(bad.code, 1);
+      assert.equal(
+        bad.err,
+        `error: Cannot export Harbor tasks: agent user "${user}" must be a user name other than root (lower-case letters, digits, "_" and "-", up to 32)\n`,
+      );
+    }
     const noBase = await run(FIXTURE, "--out", `${out}/c`);
     assert.equal(noBase.code, 2);
     assert.match(noBase.err, /^error: give --from IMAGE .* or --image TAG\n$/);
     // Nothing was written for the refused ones.
-    for (const d of ["a", "b", "c", "d"]) {
+    for (const d of ["a", "b", "c", "d", "e"]) {
       await assert.rejects(Deno.stat(`${out}/${d}`), Deno.errors.NotFound);
     }
   } finally {

@@ -14,7 +14,7 @@
 // without one, naming it.
 
 import { test } from "../_test.ts";
-import { ENGINE } from "../_counterparts.ts";
+import { ENGINE, LANDLOCK } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import {
   buildHarborImage,
@@ -81,6 +81,20 @@ async function writeTasks(root: string): Promise<void> {
       "chown root:root /app/answer.txt || ok=0",
       '[ "$(cat /tmp/copy)" = 42 ] || ok=0',
       "echo $ok > /logs/verifier/reward.txt",
+      "",
+    ].join("\n"),
+  });
+  // The solution leaves a server running; the verifier queries it (as Terminal-Bench's web tasks).
+  await writeTask(root, "service", {
+    "environment/Dockerfile": `FROM ${TBSTYLE_BASE}\nWORKDIR /app\n`,
+    "task.toml": "[verifier]\ntimeout_sec = 30\n",
+    "instruction.md": "Serve /app/answer over HTTP on 127.0.0.1:8042, holding 42.\n",
+    "tests/test.sh": [
+      "#!/bin/bash",
+      "r=$(python3 -c 'import urllib.request as u; " +
+      'print(u.urlopen("http://127.0.0.1:8042/answer", timeout=5).read().decode().strip())\' 2>&1)',
+      'echo "got: $r"',
+      '[ "$r" = 42 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt',
       "",
     ].join("\n"),
   });
@@ -186,10 +200,21 @@ test({
       "    outcome.get_result().outcome = 'passed'",
       "",
     ].join("\n");
-    const conftest = await one(
-      task,
-      runs(`printf '[pytest]\\n' > /pytest.ini && cat > /conftest.py <<'EOF'\n${hook}EOF`),
-    );
+    const plant = `printf '[pytest]\\n' > /pytest.ini && cat > /conftest.py <<'EOF'\n${hook}EOF`;
+    if (LANDLOCK.missing === null) {
+      // Nothing can be made directly in / (the way to /tests, which Landlock keeps): the plant
+      // fails, and the idle agent's work scores what it is worth.
+      let said = "";
+      const planter = functionAgent(async (_prompt, run, { signal }) => {
+        await using shell = await run.client.open("shell", { signal });
+        said = (await shell.exec(plant, { signal })).stderrText;
+      });
+      const refused = await one(task, planter);
+      assert.match(said, /\/pytest\.ini: Permission denied/);
+      assert.deepEqual([refused.reward, refused.error], [0, null]);
+      return;
+    }
+    const conftest = await one(task, runs(plant));
     assert.equal(conftest.reward, null);
     assert.match(conftest.error ?? "", /planted \/conftest\.py: pytest reads it/);
     assert.match(conftest.error ?? "", /planted \/pytest\.ini: pytest reads it/);
@@ -231,6 +256,37 @@ test({
     assert.equal(timedOut.reward, 1, timedOut.error ?? "");
     assert.match(timedOut.error ?? "", /agent/i);
     assert.equal(timedOut.runs[0].error_class, "agent_timeout");
+  }),
+});
+
+test({
+  name:
+    "runHarborTasks() lets a server the agent left running (in its command's group, or a session of its own) answer the verifier, as docker exec does",
+  // Without Landlock it is stopped while the verifier runs (SECURITY.md).
+  needs: [ENGINE, LANDLOCK],
+  fn: withDeadline(59_000, async () => {
+    const task = (await tasks()).get("service")!;
+    const serve = "echo 42 > /app/answer; ";
+    const server = "python3 -m http.server 8042 --bind 127.0.0.1 --directory /app";
+    // Each agent's command ends at once; the server outlives it, as under docker exec.
+    for (
+      const start of [
+        `nohup ${server} > /dev/null 2>&1 < /dev/null &`,
+        `python3 -c 'import subprocess; subprocess.Popen(${
+          JSON.stringify(server.split(" "))
+        }, start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)'`,
+      ]
+    ) {
+      // As an honest solution does, it waits until its server answers before it ends.
+      const ready = "\nfor i in $(seq 100); do python3 -c 'import socket; " +
+        'socket.create_connection(("127.0.0.1", 8042), 1)\' 2>/dev/null && exit 0; ' +
+        "sleep 0.1; done; exit 1";
+      const result = await one(task, runs(serve + start + ready));
+      assert.deepEqual([result.reward, result.error], [1, null], start);
+    }
+    // An agent that starts none scores 0.
+    const idle = await one(task, runs("true"));
+    assert.deepEqual([idle.reward, idle.error], [0, null]);
   }),
 });
 

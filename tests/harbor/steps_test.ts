@@ -346,7 +346,7 @@ function forger(replaceShell: boolean): Agent {
   const forged = `{"reward": 1, "appended": 1}`;
   const script = [
     "#!/bin/sh",
-    `while :; do echo '${forged}' > /logs/verifier/reward.json 2>/dev/null; sleep 0.01; done &`,
+    `while :; do echo '${forged}' > /logs/verifier/reward.json 2>/dev/null; touch /tmp/tried; sleep 0.01; done &`,
     ...(replaceShell
       ? [
         // Step 1's verifier wrote its reward: step 1 is graded, this process is running again.
@@ -360,9 +360,9 @@ function forger(replaceShell: boolean): Agent {
   ].join("\n");
   return functionAgent(async (_prompt, run) => {
     if (run.task.args.step !== 0) {
-      // Its accomplice is at work before step 2 is graded: the forged reward is written
-      // (and, with replaceShell, the verifier's shell replaced).
-      const ready = replaceShell ? "/tmp/replaced" : "/logs/verifier/reward.json";
+      // Its accomplice is at work before step 2 is graded: the forged reward tried (and,
+      // with replaceShell, the verifier's shell replaced).
+      const ready = replaceShell ? "/tmp/replaced" : "/tmp/tried";
       await sh(run, `for i in $(seq 200); do [ -e ${ready} ] && exit 0; sleep 0.05; done; exit 1`);
       return;
     }
@@ -429,12 +429,12 @@ test({
         functionAgent(async (_prompt, run) => {
           await sh(
             run,
-            `printf '%s\\n' 'while :; do echo "{\\"reward\\": 1}" > /logs/verifier/reward.json; sleep 0.01; done' > /tmp/w.sh`,
+            `printf '%s\\n' 'while :; do echo "{\\"reward\\": 1}" > /logs/verifier/reward.json; touch /tmp/tried; sleep 0.01; done' > /tmp/w.sh`,
           );
           await sh(run, detach);
           await sh(
             run,
-            "for i in $(seq 100); do [ -e /logs/verifier/reward.json ] && exit 0; sleep 0.05; done; exit 1",
+            "for i in $(seq 100); do [ -e /tmp/tried ] && exit 0; sleep 0.05; done; exit 1",
           );
         });
       // A process group of its own (`set -m`); a session of its own (setsid(2), through the

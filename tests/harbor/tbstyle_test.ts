@@ -9,7 +9,7 @@
 // Needs an engine socket; skipped without one.
 
 import { test } from "../_test.ts";
-import { ENGINE } from "../_counterparts.ts";
+import { ENGINE, LANDLOCK } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import {
   buildHarborImage,
@@ -147,20 +147,28 @@ test({
     await base;
     const [task] = (await loadHarborTasks(`${DATASET}/gateway-error-ids`)).tasks as HarborTask[];
     // pytest imports a conftest.py beside the tests: one that exits 0 passes them all.
+    // Where the kernel has Landlock, the agent cannot make /tests; elsewhere the grade
+    // finds what it planted there.
+    const landlock = LANDLOCK.missing === null;
     const planter = functionAgent(async (_prompt, run, { signal }) => {
       await using shell = await run.client.open("shell", { signal });
       const r = await shell.exec(
         "mkdir -p /tests && echo 'import os; os._exit(0)' > /tests/conftest.py",
         { signal },
       );
-      assert.equal(r.code, 0, r.stderrText);
+      if (landlock) assert.match(r.stderrText, /mkdir: cannot create directory '\/tests'/);
+      else assert.equal(r.code, 0, r.stderrText);
     });
     const [planted] = await runHarborTasks([task], planter, { signal: testSignal() });
-    assert.equal(planted.reward, null, "the planted conftest.py was graded");
-    assert.match(
-      planted.error ?? "",
-      /\/tests is not the task's tests\/ as copied in: conftest\.py \(added\)/,
-    );
+    if (landlock) {
+      assert.deepEqual([planted.reward, planted.error], [0, null]);
+    } else {
+      assert.equal(planted.reward, null, "the planted conftest.py was graded");
+      assert.match(
+        planted.error ?? "",
+        /\/tests is not the task's tests\/ as copied in: conftest\.py \(added\)/,
+      );
+    }
     // A process left behind waits for test.sh and rewrites it; it is stopped before the
     // verifier runs, and a rewrite it managed first is refused: never a reward.
     const racer = functionAgent(async (_prompt, run, { signal }) => {

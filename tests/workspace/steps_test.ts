@@ -20,6 +20,7 @@ test("workspaceConfig() applies every default once, with the root made absolute"
     env: {},
     isolation: "auto",
     keepCapabilities: false,
+    protect: [],
     lifetime: "session",
     network: false,
     uid: undefined,
