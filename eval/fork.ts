@@ -78,6 +78,7 @@ export class ForkRuntime implements SnapshotRuntime {
   readonly #options: LocalRuntimeOptions;
 
   /**
+   * Serves, for each placement, an environment `factory` makes.
    * @param factory makes a fresh environment for one placement, its workspace on `root` from `from`
    * @param options the ready timeout and error callback, as {@linkcode LocalRuntime}'s
    * @throws {TypeError} when `factory` is not a function

@@ -879,6 +879,7 @@ export const CLIENT_JS: string = String.raw`
       var raw = h("details", { class: "raw" }, h("summary", null, "The record as JSON"));
       raw.addEventListener("toggle", function () { if (raw.open && raw.children.length === 1) raw.appendChild(h("pre", { class: "args" }, JSON.stringify(rec, null, 2))); });
       var k = files[f].head ? files[f].head.group_size : 0;
+      var fromSnap = isObj(trace.from_snapshot) ? trace.from_snapshot : null;
       fill(main, [
         h("p", null, h("a", { href: "#/f/" + f }, "\u2190 Job " + files[f].name)),
         h("h2", { id: "rollout-h" }, rec.task.slug, h("span", { class: "muted" }, " \u00b7 repeat " + (rec.repeat + 1) + (k > 1 ? " of " + k : ""))),
@@ -890,7 +891,9 @@ export const CLIENT_JS: string = String.raw`
           h("dt", null, "Agent"), h("dd", { id: "r-agent" }, agentText(agent), agent && agent.settings ? h("span", { class: "muted" }, " " + settingsText(agent.settings)) : ""),
           row.calls ? [h("dt", null, "Steps"), h("dd", null, plural(row.calls, "model call") + ", " + plural(row.tools, "tool call") + (tokens ? ", " + tokens + " tokens" : ""))] : "",
           h("dt", null, "Args"), h("dd", null, h("code", null, JSON.stringify(rec.task.args))),
-          h("dt", null, "Environment"), h("dd", { id: "r-env" }, String(rec.task.env) + (envVersion ? " " + envVersion : ""))),
+          h("dt", null, "Environment"), h("dd", { id: "r-env" }, String(rec.task.env) + (envVersion ? " " + envVersion : "")),
+          fromSnap ? [h("dt", null, "Started from"), h("dd", { id: "r-from" }, h("code", null, String(fromSnap.id)),
+            Array.isArray(fromSnap.parents) && fromSnap.parents.length ? h("span", { class: "muted" }, " after " + fromSnap.parents.join(" \u2190 ")) : "")] : ""),
         errors.length ? h("section", { "aria-labelledby": "err-h" }, h("h3", { id: "err-h" }, "Errors"), h("ul", { class: "errors" }, errors)) : "",
         gradeSection(steps),
         timeline(trace),

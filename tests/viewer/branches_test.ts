@@ -83,6 +83,7 @@ test("viewer: rollouts that share a snapshot show as its branches on the job pag
     );
     const rowsOf = (n: number) =>
       records.map((r, i) => ({ r, i })).filter(({ r }) => r.task.args.n === n);
+    const firstHead = groups[0].head;
     // In the order the file first met each snapshot (rollouts finish in any order).
     const byId = (x: { id: string }, y: { id: string }) => x.id < y.id ? -1 : 1;
     assert.deepEqual(groups.map((g) => g.id), job.summary().snapshots.map((s) => s.id));
@@ -112,6 +113,9 @@ test("viewer: rollouts that share a snapshot show as its branches on the job pag
       "document.documentElement.dataset.ready === '1' && document.documentElement.dataset.view === 'rollout'",
       "the rollout page",
     );
+    // It names the snapshot it started from, and that one's ancestry.
+    const fromText = await page.evaluate<string>(`document.querySelector('#r-from')?.textContent`);
+    assert.equal(fromText, firstHead);
   } finally {
     await browser?.close();
     await Deno.remove(dir, { recursive: true });
