@@ -118,7 +118,7 @@ export class JobSnapshots {
         await snapshot.remove();
         this.#release();
         throw new RangeError(
-          `Cannot start task "${row.slug}" from the job's snapshot: it took ${snapshot.bytes} bytes, and ${used} of the job's snapshots.maxBytes (${maxBytes}) are in use; raise it, or lower maxConcurrent`,
+          `Cannot start task "${row.slug}" from the job's snapshot: it took ${snapshot.bytes} bytes, and ${used} of the job's snapshots.maxBytes (${maxBytes}) are in use; raise it, or lower snapshots.maxCount`,
         );
       }
       this.#alive.add(snapshot);
