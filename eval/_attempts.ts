@@ -8,11 +8,12 @@ import type { Agent, AgentInfo } from "./agent.ts";
 import type { AdaptiveConcurrency } from "./concurrency.ts";
 import { recordClass, type RolloutErrorClass } from "./failure.ts";
 import type { ResultsFile, RunRecord } from "./results.ts";
-import { rollout, type RolloutOptions } from "./rollout.ts";
+import { rollout, rolloutFrom, type RolloutOptions } from "./rollout.ts";
 import type { Run } from "./run.ts";
 import type { Budget } from "./_budget.ts";
 import { type JobLedger, runRecord, type Slot } from "./_ledger.ts";
 import type { GroupReporter, Progress } from "./_progress.ts";
+import type { JobSnapshots } from "./_job_snapshots.ts";
 
 /** How failed attempts are retried, resolved (see `RolloutRetryOptions`). */
 export interface RetryConfig {
@@ -58,7 +59,7 @@ export interface SlotRunnerParts {
   /** What the agent is, read once: it does not change during a job. */
   readonly agentInfo: AgentInfo | undefined;
   /** The options every rollout gets (each slot's runtime, the signal and the context are added). */
-  readonly rollout: Omit<RolloutOptions, "runtime" | "signal" | "context">;
+  readonly rollout: Omit<RolloutOptions, "runtime" | "signal" | "context" | "from">;
   readonly concurrency: AdaptiveConcurrency | undefined;
   readonly budget: Budget;
   readonly ledger: JobLedger;
@@ -70,6 +71,8 @@ export interface SlotRunnerParts {
   readonly out: ResultsFile | null;
   /** The caller's abort: a rollout it cut short is left to run, not done. */
   readonly signal: AbortSignal | undefined;
+  /** What the rollouts start from, when the job has snapshots. */
+  readonly snapshots: JobSnapshots | null;
 }
 
 /** Runs slots of a job: attempts, retries, records, progress. */
@@ -85,7 +88,7 @@ export class SlotRunner {
    * group (when it completes it) and the progress.
    */
   async run(slot: Slot): Promise<void> {
-    const { budget, ledger, progress, retry, signal } = this.#parts;
+    const { budget, ledger, progress, retry, signal, snapshots } = this.#parts;
     progress.started();
     let result = await this.#attempt(slot, ledger.firstAttempt(slot));
     for (let n = 1; retry.allows(n, result.record) && budget.open; n++) {
@@ -101,6 +104,8 @@ export class SlotRunner {
     }
     const { run, record } = result;
     ledger.settle(slot, run, record);
+    // Its task's snapshot goes with its last rollout, before a trainer hears of the group.
+    await snapshots?.settled(slot);
     // A rollout the caller's abort cut short is left to run, not done.
     const cutShort = record.status === "cancelled" && signal?.aborted === true;
     const group = cutShort ? null : ledger.done(slot);
@@ -112,12 +117,16 @@ export class SlotRunner {
   async #attempt(slot: Slot, attempt: number): Promise<{ run: Run; record: RunRecord }> {
     const { agent, agentInfo, budget, concurrency, ledger, out } = this.#parts;
     const meter = budget.meter();
-    const run = await rollout(slot.row, agent, {
+    const options = {
       ...this.#parts.rollout,
       runtime: slot.runtime,
       signal: budget.signal,
       context: { concurrency, onUsage: meter.onUsage },
-    });
+    };
+    const snapshots = this.#parts.snapshots;
+    const run = snapshots === null
+      ? await rollout(slot.row, agent, options)
+      : await rolloutFrom(slot.row, agent, options, snapshots.getter(slot));
     meter.settle(run.trace.toJSON());
     const record = runRecord(ledger.jobId, slot, { run, attempt, agent: agentInfo });
     if (out) await out.append(record, run.trace.files);

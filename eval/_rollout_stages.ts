@@ -17,6 +17,8 @@ import { classifyError, FAILURE_CLASSES, type RolloutErrorClass } from "./failur
 import { beginRun, createRun, type Grade, type Run } from "./run.ts";
 import { type Phase, Trace } from "./trace.ts";
 import { type FileTrackingConfig, fileTrackingWrapper } from "./_file_tracking.ts";
+import type { WorkspaceSnapshot } from "../workspace/_snapshot.ts";
+import { placeOn } from "./fork.ts";
 
 /**
  * Watches a rollout's agent phase: `before` runs after the task started,
@@ -34,6 +36,11 @@ export interface RolloutObserver {
 export interface RolloutConfig {
   /** Where the environment is placed. */
   readonly runtime: RuntimeProvider;
+  /**
+   * The snapshot the rollout starts from, got when it is placed (a job's
+   * is taken then), or null.
+   */
+  readonly from: ((signal: AbortSignal) => Promise<WorkspaceSnapshot>) | null;
   /** The whole rollout's deadline, in ms. */
   readonly rolloutTimeout: number;
   /** The agent's own limit, in ms, if any. */
@@ -128,11 +135,16 @@ function timeoutError(what: string, ms: number): DOMException {
   return new DOMException(`${what} timed out after ${ms} ms`, "TimeoutError");
 }
 
-/** Stage `place`: the runtime places the environment (phase `provisioning`). */
+/**
+ * Stage `place`: the runtime places the environment, from the rollout's
+ * snapshot when it has one, which the trace records (phase `provisioning`).
+ */
 export function place(scope: StageScope): Promise<StageOutcome<Placement>> {
-  const { signal } = scope;
-  return attempt(signal, "provisioning", () => {
-    const placing = scope.config.runtime.place({ signal });
+  const { signal, config } = scope;
+  return attempt(signal, "provisioning", async () => {
+    const from = config.from === null ? null : await abortable(config.from(signal), signal);
+    if (from !== null) scope.trace.startFrom(from);
+    const placing = placeOn(config.runtime, from, { signal });
     // A placement that arrives after the deadline is released at once.
     return abortable(placing, signal, () => {
       placing.then((p) => p[Symbol.asyncDispose](), () => {});

@@ -6,6 +6,7 @@
 import { FAILURE_CLASSES, isGraded, recordClass, type RolloutErrorClass } from "./failure.ts";
 import type { AgentInfo } from "./agent.ts";
 import { recordKey, type RunRecord } from "./results.ts";
+import type { TraceSnapshot } from "./trace.ts";
 import { isRecord } from "../_internal/util.ts";
 import { setOwn } from "../schema.ts";
 
@@ -85,6 +86,18 @@ export interface RolloutDigest {
   errorClass: RolloutErrorClass | null;
   /** The environment's version, when the trace's setup step says. */
   envVersion: string | null;
+  /** The workspace snapshot it started from (`trace.from_snapshot`), or `null`. */
+  fromSnapshot: TraceSnapshot | null;
+}
+
+/** A trace's `from_snapshot`, when it has that shape. */
+function fromSnapshotOf(value: unknown): TraceSnapshot | null {
+  if (!isRecord(value) || typeof value.id !== "string") return null;
+  const parents = Array.isArray(value.parents)
+    ? value.parents.filter((p) => typeof p === "string")
+    : [];
+  const workspace = typeof value.workspace === "string" ? value.workspace : "";
+  return { id: value.id, workspace, parents };
 }
 
 function time(value: unknown): number | null {
@@ -239,6 +252,7 @@ export function digestRecord(record: RunRecord): RolloutDigest {
     agent: agentOf(raw.agent),
     errorClass: recordClass(classed),
     envVersion: figures.envVersion,
+    fromSnapshot: fromSnapshotOf(trace.from_snapshot),
   };
 }
 
@@ -402,6 +416,53 @@ export interface JobSummary {
   tasks: TaskSummary[];
   /** Groups (a task's repeats) with a rollout that could not finish, after any retries. */
   incomplete_groups: number;
+  /**
+   * The workspace snapshots counted rollouts started from, in the order
+   * first met: each state and the rollouts that branched from it. Empty
+   * when none started from a snapshot.
+   */
+  snapshots: SnapshotSummary[];
+}
+
+/** The rollouts that started from one workspace snapshot: its branches. */
+export interface SnapshotSummary {
+  /** The snapshot's id. */
+  id: string;
+  /** The workspace it was taken of. */
+  workspace: string;
+  /** Its ancestors' ids, nearest first. */
+  parents: string[];
+  /** Counted rollouts that started from it. */
+  rollouts: number;
+  /** Of them, graded. */
+  graded: number;
+  /** Mean reward over those graded. */
+  mean_reward: number | null;
+  /** Best reward among them. */
+  best_reward: number | null;
+}
+
+/** The snapshots `rows` started from, with their rollouts' figures. */
+function snapshotSummaries(rows: readonly RolloutDigest[]): SnapshotSummary[] {
+  const by = new Map<string, { from: TraceSnapshot; rows: RolloutDigest[] }>();
+  for (const r of rows) {
+    if (r.fromSnapshot === null) continue;
+    let entry = by.get(r.fromSnapshot.id);
+    if (entry === undefined) by.set(r.fromSnapshot.id, entry = { from: r.fromSnapshot, rows: [] });
+    entry.rows.push(r);
+  }
+  return [...by.values()].map(({ from, rows }) => {
+    const rewards = rows.filter((r) => r.graded).map((r) => r.reward!);
+    return {
+      id: from.id,
+      workspace: from.workspace,
+      parents: from.parents,
+      rollouts: rows.length,
+      graded: rewards.length,
+      mean_reward: meanAndError(rewards).mean,
+      best_reward: rewards.length === 0 ? null : Math.max(...rewards),
+    };
+  });
 }
 
 /**
@@ -780,5 +841,6 @@ export function summarizeDigests(
     mean_duration_ms: totals.durations > 0 ? totals.durationSum / totals.durations : null,
     tasks: lines ? counts.map((t) => taskSummary(t, incomplete)) : [],
     incomplete_groups: incomplete.size,
+    snapshots: snapshotSummaries(rows),
   };
 }

@@ -19,7 +19,13 @@ import {
   summarizeDigests,
 } from "./_summary.ts";
 
-export type { CommonFailure, JobStop, JobSummary, TaskSummary } from "./_summary.ts";
+export type {
+  CommonFailure,
+  JobStop,
+  JobSummary,
+  SnapshotSummary,
+  TaskSummary,
+} from "./_summary.ts";
 import { addUsage, emptyUsage, traceUsage, type Usage } from "./usage.ts";
 import { type TrainingRow, trainingRows, type TrainingRowsOptions } from "./training.ts";
 import { isGraded, rolloutFinished } from "./failure.ts";

@@ -3,7 +3,8 @@
  * answer; {@linkcode rollout} places an environment, runs an
  * {@linkcode Agent} against one task and records a {@linkcode Trace};
  * {@linkcode Taskset} runs many rollouts concurrently into a
- * {@linkcode Job}, streamed to a results file. Agents that drive a run by
+ * {@linkcode Job}, streamed to a results file; from a workspace snapshot
+ * with a {@linkcode ForkRuntime}. Agents that drive a run by
  * a model or by any program are in `@hud/sdk/agents`.
  *
  * @module
@@ -15,6 +16,7 @@ export {
   type TraceError,
   type TraceFile,
   type TraceJson,
+  type TraceSnapshot,
   type TraceStatus,
   type TraceStep,
 } from "./trace.ts";
@@ -45,9 +47,17 @@ export {
   type JobProgress,
   type JobStop,
   type JobSummary,
+  type SnapshotSummary,
   type TaskResult,
   type TaskSummary,
 } from "./job.ts";
+export {
+  type ForkPlacement,
+  ForkRuntime,
+  placesFromSnapshots,
+  type SnapshotRuntime,
+} from "./fork.ts";
+export type { SnapshotSource } from "./_job_snapshots.ts";
 export { resultsFilesDir, type RunRecord } from "./results.ts";
 export {
   type ClassedRecord,

@@ -169,6 +169,7 @@ export function formatJobTable(job: Job): string {
   }
   const line = agentLine(s);
   if (line !== "") text += `${line}\n`;
+  text += snapshotLines(s);
   const usage = job.usage;
   if (usage.unpricedCalls > 0) {
     text += usage.costUsd > 0
@@ -184,6 +185,20 @@ export function formatJobTable(job: Job): string {
   if (s.common_failure !== null) text += `\n${commonFailureText(s.common_failure)}`;
   else if (errors.length > 0) text += `\nfirst error of each failing task:\n${errors.join("\n")}\n`;
   return text;
+}
+
+/**
+ * The snapshots rollouts started from, one line each with its ancestry:
+ * `from snap-1a2b (parents snap-0c0d): 4 rollouts, 4 graded, mean 0.500, best 1`
+ * (parents nearest first).
+ */
+function snapshotLines(s: JobSummary): string {
+  return s.snapshots.map((b) => {
+    const after = b.parents.length === 0 ? "" : ` (parents ${b.parents.join(", ")})`;
+    const mean = b.mean_reward === null ? "-" : b.mean_reward.toFixed(3);
+    const best = b.best_reward === null ? "-" : String(b.best_reward);
+    return `from ${b.id}${after}: ${b.rollouts} rollouts, ${b.graded} graded, mean ${mean}, best ${best}\n`;
+  }).join("");
 }
 
 /** `a 2, b 1`: counts by name, largest first. */

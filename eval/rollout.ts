@@ -31,6 +31,8 @@ import type { Agent, AgentContext } from "./agent.ts";
 import type { Run } from "./run.ts";
 import { checkPositive, type OptionSpelling, optionSpelling } from "./_options.ts";
 import { type RolloutConfig, type RolloutObserver, runRollout } from "./_rollout_stages.ts";
+import type { WorkspaceSnapshot } from "../workspace/_snapshot.ts";
+import { checkUsable, noSnapshotRuntime, placesFromSnapshots } from "./fork.ts";
 
 export type { RolloutObserver } from "./_rollout_stages.ts";
 
@@ -41,6 +43,14 @@ export interface RolloutOptions {
    * environment runs in-process.
    */
   runtime?: RuntimeProvider;
+  /**
+   * A workspace snapshot to start from: the runtime (a
+   * {@linkcode ForkRuntime}) places an environment whose workspace starts
+   * as the snapshot's files, and the trace records the snapshot and its
+   * ancestry (`trace.fromSnapshot`, `from_snapshot` in its JSON).
+   * @default none: the environment starts as its runtime places it
+   */
+  from?: WorkspaceSnapshot;
   /**
    * The deadline for the whole rollout, in ms. When it passes, the task is
    * cancelled (waiting at most 2 s for that) and the rollout returns
@@ -131,18 +141,29 @@ export function defaultRuntimeFor(
 }
 
 /**
- * `options` resolved once: every default applied, every check made.
+ * `options` resolved once: every default applied, every check made;
+ * `from` is what the rollout starts from (a job's, got when it is placed).
  * @throws {RangeError} when a timeout is not positive, or `agentTimeout` does not fit
- * @throws {TypeError} for an agent without `run()`, or a row with no runtime
+ * @throws {TypeError} for an agent without `run()`, a row with no runtime,
+ *   or a snapshot to start from without a runtime that can
  */
-function rolloutConfig(task: TaskRow, agent: Agent, options: RolloutOptions): RolloutConfig {
+function rolloutConfig(
+  task: TaskRow,
+  agent: Agent,
+  options: RolloutOptions,
+  from: RolloutConfig["from"],
+): RolloutConfig {
   const rolloutTimeout = options.rolloutTimeout ?? DEFAULT_ROLLOUT_TIMEOUT;
   checkTimeouts(optionSpelling("Cannot roll out"), rolloutTimeout, options.agentTimeout);
   if (typeof agent?.run !== "function") {
     throw new TypeError("Cannot roll out: agent must have a run() method");
   }
+  if (from !== null && !placesFromSnapshots(options.runtime)) {
+    throw noSnapshotRuntime("roll out from a snapshot");
+  }
   return {
     runtime: options.runtime ?? defaultRuntimeFor(task),
+    from,
     rolloutTimeout,
     agentTimeout: options.agentTimeout,
     connect: options.connect ?? {},
@@ -166,12 +187,32 @@ function rolloutConfig(task: TaskRow, agent: Agent, options: RolloutOptions): Ro
  * abort cancels the task instead.
  *
  * @throws {RangeError} up front, when `agentTimeout` does not fit inside `rolloutTimeout`
- * @throws {TypeError} up front, when no runtime is given and the row has no live environment
+ * @throws {TypeError} up front, when no runtime is given and the row has no live
+ *   environment, or `from` is not a snapshot or comes without a runtime that places from one
+ * @throws {Error} up front, when `from` was removed
  */
 export async function rollout(
   task: TaskRow,
   agent: Agent,
   options: RolloutOptions = {},
 ): Promise<Run> {
-  return await runRollout(task, agent, rolloutConfig(task, agent, options));
+  let from: RolloutConfig["from"] = null;
+  if (options.from !== undefined) {
+    const snapshot = checkUsable("roll out from a snapshot", options.from);
+    from = () => Promise.resolve(snapshot);
+  }
+  return await runRollout(task, agent, rolloutConfig(task, agent, options, from));
+}
+
+/**
+ * A rollout of a job, from what `from` gets when it is placed (the job's
+ * snapshot of the task): for {@linkcode Taskset.run}; no face exports it.
+ */
+export async function rolloutFrom(
+  task: TaskRow,
+  agent: Agent,
+  options: Omit<RolloutOptions, "from">,
+  from: (signal: AbortSignal) => Promise<WorkspaceSnapshot>,
+): Promise<Run> {
+  return await runRollout(task, agent, rolloutConfig(task, agent, options, from));
 }

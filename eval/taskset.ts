@@ -56,6 +56,9 @@ import { GroupReporter, Progress } from "./_progress.ts";
 import { type RetryConfig, RetryPolicy, SlotRunner } from "./_attempts.ts";
 
 import { StartPacer } from "./_pacing.ts";
+import { snapshotPolicy, type WorkspaceSnapshotOptions } from "../workspace/_snapshot.ts";
+import { JobSnapshots, type SnapshotSource } from "./_job_snapshots.ts";
+import { checkUsable, noSnapshotRuntime, placesFromSnapshots } from "./fork.ts";
 
 /** A row as given, or with its slug computed as the Python SDK does when it has none. */
 function checkRow(row: unknown, where: string): TaskRow {
@@ -104,7 +107,33 @@ export interface RolloutRetryOptions {
 }
 
 /** Options for {@linkcode Taskset.run}. */
-export interface TasksetRunOptions extends Omit<RolloutOptions, "signal" | "context"> {
+export interface TasksetRunOptions extends Omit<RolloutOptions, "signal" | "context" | "from"> {
+  /**
+   * The state every rollout starts from, with `runtime` a
+   * {@linkcode ForkRuntime} (`group` rollouts per task from one state):
+   * - a snapshot: every rollout starts from it (it stays the caller's);
+   * - a function: called once per task, with the task and the job's
+   *   signal, when the task's first rollout is placed, for the snapshot
+   *   its rollouts start from (the environment's setup done once, or a
+   *   rollout's state saved midway). Those snapshots are the job's,
+   *   bounded by `snapshots`, each removed when its task's last rollout is
+   *   done, and every one left removed when the job ends, fails or is
+   *   aborted. A function that fails fails that rollout (`provisioning`);
+   *   the task's next rollout calls it again.
+   *
+   * Each rollout's trace records its snapshot and ancestry
+   * (`from_snapshot`); the summary groups rollouts by it.
+   * @default none
+   */
+  from?: SnapshotSource;
+  /**
+   * Bounds on the snapshots the job takes (`from` a function): at most
+   * `maxCount` alive at once (a task waits for another's to go), and
+   * `maxBytes` of disk together (a snapshot past it fails its rollout).
+   * `method` is the workspace's business and is ignored here.
+   * @default { maxCount: 32, maxBytes: 8589934592 }
+   */
+  snapshots?: Pick<WorkspaceSnapshotOptions, "maxCount" | "maxBytes">;
   /**
    * Rollouts per task; repeats share a group id.
    * @default 1
@@ -195,6 +224,10 @@ export interface TasksetRunConfig {
   readonly out: string | undefined;
   readonly resume: boolean;
   readonly force: boolean;
+  /** Where the rollouts start (checked), or null. */
+  readonly from: SnapshotSource | null;
+  /** Bounds on the snapshots the job takes. */
+  readonly snapshots: { readonly maxCount: number; readonly maxBytes: number };
 }
 
 /**
@@ -202,7 +235,9 @@ export interface TasksetRunConfig {
  * timeouts too) before anything runs. `s` names what it refuses: the
  * options by default, a command line's flags when it passes its own.
  * @throws {RangeError} for a bad group, concurrency, retries, limits or timeouts
- * @throws {TypeError} for `resume` or `force` without `out`
+ * @throws {TypeError} for `resume` or `force` without `out`, or a `from` that is
+ *   neither a snapshot nor a function, or comes without a runtime that places from snapshots
+ * @throws {Error} for a `from` snapshot that was removed
  */
 export function tasksetRunConfig(
   options: TasksetRunOptions,
@@ -228,7 +263,37 @@ export function tasksetRunConfig(
   checkNeeds(s, "force", force, "out", out !== undefined);
   checkTimeouts(s, options.rolloutTimeout ?? DEFAULT_ROLLOUT_TIMEOUT, options.agentTimeout);
   const { tokenLimit, costLimit } = options;
-  return { group, maxConcurrent, retry, tokenLimit, costLimit, limitAction, out, resume, force };
+  const from = snapshotSource(options);
+  const policy = snapshotPolicy("run taskset", {
+    maxCount: options.snapshots?.maxCount,
+    maxBytes: options.snapshots?.maxBytes,
+  })!;
+  const snapshots = { maxCount: policy.maxCount, maxBytes: policy.maxBytes };
+  return {
+    group,
+    maxConcurrent,
+    retry,
+    tokenLimit,
+    costLimit,
+    limitAction,
+    out,
+    resume,
+    force,
+    from,
+    snapshots,
+  };
+}
+
+/**
+ * `options.from`, checked: a snapshot not removed, or a function, with a
+ * runtime that places environments from snapshots.
+ */
+function snapshotSource(options: TasksetRunOptions): SnapshotSource | null {
+  const from = options.from;
+  if (from === undefined) return null;
+  if (typeof from !== "function") checkUsable("run taskset from a snapshot", from);
+  if (!placesFromSnapshots(options.runtime)) throw noSnapshotRuntime("run taskset from a snapshot");
+  return from;
 }
 
 function retryConfig(s: OptionSpelling, value: TasksetRunOptions["retries"]): RetryConfig {
@@ -465,6 +530,10 @@ export class Taskset {
     const groups = new GroupReporter(options.onGroup);
     const stop = options.signal ? AbortSignal.any([options.signal, groups.signal]) : groups.signal;
     const budget = new Budget(config, resumed.spent, stop);
+    const pending = ledger.pending();
+    const snapshots = config.from === null
+      ? null
+      : new JobSnapshots(config.from, config.snapshots, pending, budget.signal);
     const progress = new Progress(
       config.group * this.#rows.length,
       ledger.kept,
@@ -484,11 +553,16 @@ export class Taskset {
       retry: new RetryPolicy(config.retry),
       out,
       signal: options.signal,
+      snapshots,
     });
     try {
-      await runPending(ledger.pending(), runner, budget, config.maxConcurrent);
+      await runPending(pending, runner, budget, config.maxConcurrent);
     } finally {
-      await out?.close();
+      try {
+        await snapshots?.close();
+      } finally {
+        await out?.close();
+      }
     }
     groups.throwIfFailed();
     progress.report();

@@ -86,6 +86,19 @@ function whereThrown(err: Error): { at?: string; stack?: string } {
   return own === null ? {} : { at: own.at, stack: own.stack };
 }
 
+/**
+ * The workspace snapshot a rollout started from, and its ancestry as the
+ * snapshot knew it: its parent, that one's parent, and so on.
+ */
+export interface TraceSnapshot {
+  /** The snapshot's id (`snap-...`). */
+  id: string;
+  /** The workspace it was taken of. */
+  workspace: string;
+  /** Its ancestors' ids, nearest first (empty for a snapshot of a workspace that was no fork). */
+  parents: string[];
+}
+
 /** A trace as JSON (the results file's `trace`), with the HUD SDK's field names. */
 export interface TraceJson {
   /** How the run ended. */
@@ -102,6 +115,8 @@ export interface TraceJson {
   errors: TraceError[];
   /** Steps, in order. */
   steps: TraceStep[];
+  /** The workspace snapshot the rollout started from; absent when it started from none. */
+  from_snapshot?: TraceSnapshot;
 }
 
 function nowIso(): string {
@@ -128,6 +143,7 @@ export class Trace {
   #content: unknown = undefined;
   #errors: TraceError[] = [];
   readonly #files = new Map<string, Uint8Array>();
+  #fromSnapshot: TraceSnapshot | null = null;
 
   /** Recorded steps, in order. */
   get steps(): readonly TraceStep[] {
@@ -160,6 +176,20 @@ export class Trace {
   /** When the run ended, ISO-8601 UTC. */
   get endedAt(): string | null {
     return this.#endedAt;
+  }
+
+  /** The workspace snapshot the rollout started from, or null. */
+  get fromSnapshot(): TraceSnapshot | null {
+    return this.#fromSnapshot;
+  }
+
+  /** Records the snapshot the rollout starts from, and its ancestry. */
+  startFrom(snapshot: { id: string; workspace: string; lineage: readonly string[] }): void {
+    this.#fromSnapshot = {
+      id: snapshot.id,
+      workspace: snapshot.workspace,
+      parents: [...snapshot.lineage],
+    };
   }
 
   /** The bytes of the files steps reference ({@linkcode Trace.attach}), by name. */
@@ -239,6 +269,7 @@ export class Trace {
       ended_at: this.#endedAt,
       errors: this.#errors,
       steps: this.#steps,
+      ...(this.#fromSnapshot === null ? {} : { from_snapshot: this.#fromSnapshot }),
     };
   }
 }

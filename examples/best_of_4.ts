@@ -1,12 +1,14 @@
 // Best of four from one prepared state: the environment's setup runs once
-// and is snapshotted; four rollouts, each on a fork of the snapshot (a
-// workspace of its own, with its own uid and sandbox), try a fix at the
-// same time; the best reward wins. Forks share the snapshot's unchanged
-// files and never see each other's writes.
+// and is snapshotted; four rollouts start from the snapshot at the same
+// time (`rollout(task, agent, { runtime, from })`), each on an environment
+// of its own whose workspace is a fork of it (its own root, uid and
+// sandbox), each agent trying its own fix; the best reward wins. Forks
+// share the snapshot's unchanged files and never see each other's writes.
 //
 //   deno run -A examples/best_of_4.ts
 
-import { addWorkspace, Environment, functionAgent, LocalRuntime, rollout } from "../mod.ts";
+import { addWorkspace, Environment, functionAgent, rollout, type Run } from "../mod.ts";
+import { ForkRuntime } from "../eval/mod.ts";
 import type { WorkspaceSnapshot } from "../workspace/mod.ts";
 
 /** The four attempts: what each agent runs in its fork's root. */
@@ -33,12 +35,11 @@ export async function prepare(): Promise<WorkspaceSnapshot> {
   }
 }
 
-/** One rollout on a fork of `prepared`, whose agent runs `fix`; its reward. */
-export async function attempt(prepared: WorkspaceSnapshot, fix: string): Promise<number> {
-  const root = await Deno.makeTempDir({ prefix: "best-of-4-" });
+/** The environment of one rollout: its workspace on a root of its own, from the snapshot. */
+function fixAdd(root: string, from: WorkspaceSnapshot | null): Environment {
   const env = new Environment("best-of-4");
-  const workspace = addWorkspace(env, root, { from: prepared, trackFiles: false });
-  const task = env.template(
+  const workspace = addWorkspace(env, root, { from: from ?? undefined, trackFiles: false });
+  env.template(
     { id: "fix_add", description: "Make add.sh add its two arguments" },
     async function* () {
       yield `Make ${root}/add.sh print the sum of its two arguments`;
@@ -46,22 +47,34 @@ export async function attempt(prepared: WorkspaceSnapshot, fix: string): Promise
       yield check.stdout === "5\n" ? 1 : 0;
     },
   );
-  const agent = functionAgent(async (_prompt, run) => {
+  return env;
+}
+
+/** Places each rollout's environment, from the snapshot the rollout starts from. */
+export const runtime: ForkRuntime = new ForkRuntime(({ from, root }) => fixAdd(root, from));
+
+/** The task (a row: every fork's environment has the template). */
+export const task = { env: "best-of-4", id: "fix_add", args: {}, slug: "fix_add" };
+
+/** An agent that runs `fix` in the workspace's root. */
+function agent(fix: string) {
+  return functionAgent(async (prompt, run) => {
+    const root = /^Make (\S+)\/add\.sh/.exec(String(prompt))![1];
     await using shell = await run.client.open("shell");
     const r = await shell.exec(`cd ${root} && ${fix}`);
     return `exit ${r.code}`;
   });
-  try {
-    const run = await rollout(task(), agent, { runtime: new LocalRuntime(env) });
-    return run.reward ?? 0;
-  } finally {
-    await Deno.remove(root, { recursive: true });
-  }
+}
+
+/** One rollout from `prepared` whose agent runs `fix`. */
+export function attempt(prepared: WorkspaceSnapshot, fix: string): Promise<Run> {
+  return rollout(task, agent(fix), { runtime, from: prepared });
 }
 
 if (import.meta.main) {
   await using prepared = await prepare();
-  const rewards = await Promise.all(ATTEMPTS.map((fix) => attempt(prepared, fix)));
+  const runs = await Promise.all(ATTEMPTS.map((fix) => attempt(prepared, fix)));
+  const rewards = runs.map((r) => r.reward ?? 0);
   const best = rewards.indexOf(Math.max(...rewards));
   console.log(`rewards ${rewards.join(" ")}; best: attempt ${best + 1} (${ATTEMPTS[best]})`);
 }

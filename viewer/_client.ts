@@ -365,6 +365,27 @@ export const CLIENT_JS: string = String.raw`
       tasks.length > shown.length ? h("p", null, h("button", { type: "button", onclick: function () { state.allTasks = true; route(); } }, "Show all " + tasks.length + " tasks")) : "");
   }
 
+  // Rollouts that started from one workspace snapshot are branches of it:
+  // a group per snapshot, its ancestry, its figures (the summary's) and a
+  // link to each of its rollouts.
+  function branchList(file, f, head) {
+    var snaps = head && head.snapshots ? head.snapshots : [];
+    if (!snaps.length) return null;
+    var rows = file.rows.filter(function (r) { return !r.old && r.snap; });
+    return h("section", { "aria-labelledby": "branches-h", id: "branches" },
+      h("h2", { id: "branches-h" }, "Snapshots"),
+      h("p", { class: "muted" }, "Rollouts that started from one workspace snapshot, as its branches."),
+      snaps.map(function (sn) {
+        var kids = rows.filter(function (r) { return r.snap === sn.id; });
+        return h("div", { class: "snapshot", "data-snapshot": sn.id },
+          h("h3", null, h("code", null, sn.id), sn.parents.length ? h("span", { class: "muted parents" }, " after " + sn.parents.join(" \u2190 ")) : ""),
+          h("p", { class: "muted" }, plural(sn.rollouts, "rollout") + ", " + sn.graded + " graded; mean reward " + sig(sn.mean_reward) + ", best " + sig(sn.best_reward)),
+          h("ul", { class: "branches" }, kids.map(function (r) {
+            return h("li", { class: "branch", "data-i": r.i }, h("a", { href: "#/r/" + f + "/" + r.i }, r.task + " \u00b7 repeat " + (r.repeat + 1)), " \u2014 reward " + sig(r.reward));
+          })));
+      }));
+  }
+
   var table = null;
   function columnsFor(file, head) {
     var k = head ? head.group_size : 1;
@@ -417,10 +438,12 @@ export const CLIENT_JS: string = String.raw`
     var facts = h("div", { id: "facts" }, head ? jobFacts(file, head) : "");
     var plots = h("div", { class: "plots", id: "plots" }, h("div", { class: "plot-slot" }), h("div", { class: "plot-slot" }), h("div", { class: "plot-slot" }));
     var tasksSlot = h("div", { id: "tasks-slot" });
+    var branchesSlot = h("div", { id: "branches-slot" });
     main.replaceChildren(
       h("section", { "aria-labelledby": "sum-h" }, h("h2", { id: "sum-h" }, "Job " + (head && head.id ? head.id : "") + " \u00b7 " + file.name), facts),
       h("section", { "aria-label": "Plots" }, plots),
       tasksSlot,
+      branchesSlot,
       h("section", { "aria-labelledby": "roll-h" }, h("h2", { id: "roll-h" }, "Rollouts"),
         h("p", { class: "tools" }, h("label", { for: "filter" }, "Filter "), filter, " ", old), scroller));
     var view = [];
@@ -475,6 +498,7 @@ export const CLIENT_JS: string = String.raw`
         var figs = [rewardPlot(counted), summary ? taskPlot(summary.tasks) : null, durationPlot(counted), h2 ? passPlot(h2) : null].filter(Boolean);
         fill(plots, figs);
         fill(tasksSlot, [summary && summary.tasks.length ? taskTable(summary, f) : null]);
+        fill(branchesSlot, [branchList(file, f, h2)]);
         ready(id, "job");
       }, function (err) {
         if (id !== renderId) return;
@@ -855,6 +879,7 @@ export const CLIENT_JS: string = String.raw`
       var raw = h("details", { class: "raw" }, h("summary", null, "The record as JSON"));
       raw.addEventListener("toggle", function () { if (raw.open && raw.children.length === 1) raw.appendChild(h("pre", { class: "args" }, JSON.stringify(rec, null, 2))); });
       var k = files[f].head ? files[f].head.group_size : 0;
+      var fromSnap = isObj(trace.from_snapshot) ? trace.from_snapshot : null;
       fill(main, [
         h("p", null, h("a", { href: "#/f/" + f }, "\u2190 Job " + files[f].name)),
         h("h2", { id: "rollout-h" }, rec.task.slug, h("span", { class: "muted" }, " \u00b7 repeat " + (rec.repeat + 1) + (k > 1 ? " of " + k : ""))),
@@ -866,7 +891,9 @@ export const CLIENT_JS: string = String.raw`
           h("dt", null, "Agent"), h("dd", { id: "r-agent" }, agentText(agent), agent && agent.settings ? h("span", { class: "muted" }, " " + settingsText(agent.settings)) : ""),
           row.calls ? [h("dt", null, "Steps"), h("dd", null, plural(row.calls, "model call") + ", " + plural(row.tools, "tool call") + (tokens ? ", " + tokens + " tokens" : ""))] : "",
           h("dt", null, "Args"), h("dd", null, h("code", null, JSON.stringify(rec.task.args))),
-          h("dt", null, "Environment"), h("dd", { id: "r-env" }, String(rec.task.env) + (envVersion ? " " + envVersion : ""))),
+          h("dt", null, "Environment"), h("dd", { id: "r-env" }, String(rec.task.env) + (envVersion ? " " + envVersion : "")),
+          fromSnap ? [h("dt", null, "Started from"), h("dd", { id: "r-from" }, h("code", null, String(fromSnap.id)),
+            Array.isArray(fromSnap.parents) && fromSnap.parents.length ? h("span", { class: "muted" }, " after " + fromSnap.parents.join(" \u2190 ")) : "")] : ""),
         errors.length ? h("section", { "aria-labelledby": "err-h" }, h("h3", { id: "err-h" }, "Errors"), h("ul", { class: "errors" }, errors)) : "",
         gradeSection(steps),
         timeline(trace),

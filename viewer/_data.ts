@@ -45,6 +45,7 @@ export const ROW_FIELDS: readonly string[] = [
   "tokens",
   "class",
   "graded",
+  "snap",
 ];
 
 /**
@@ -76,6 +77,7 @@ function packRow(row: Row, names: readonly string[]): unknown[] {
     tokens,
     row.errorClass,
     row.graded,
+    row.fromSnapshot?.id ?? null,
   ];
 }
 

@@ -178,6 +178,11 @@ export class WorkspaceSnapshot implements AsyncDisposable {
   readonly workspace: string;
   /** The snapshot that workspace's files started from (by fork or restore), or null. */
   readonly parent: string | null;
+  /**
+   * Its ancestry, nearest first: its parent, that snapshot's parent, and
+   * so on to the first (empty when it has no parent).
+   */
+  readonly lineage: readonly string[];
   /** Bytes of disk it took. */
   readonly bytes: number;
   /** Paths (relative to the root) of sockets and device nodes it left out. */
@@ -187,14 +192,22 @@ export class WorkspaceSnapshot implements AsyncDisposable {
 
   /** Made by `Workspace.snapshot()`. */
   constructor(
-    info: { workspace: string; parent: string | null; bytes: number; skipped: string[] },
+    info: {
+      workspace: string;
+      parent: WorkspaceSnapshot | null;
+      bytes: number;
+      skipped: string[];
+    },
     stack: readonly Layer[],
     onRemove: (s: WorkspaceSnapshot) => void,
   ) {
     const bytes = crypto.getRandomValues(new Uint8Array(6));
     this.id = `snap-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
     this.workspace = info.workspace;
-    this.parent = info.parent;
+    this.parent = info.parent?.id ?? null;
+    this.lineage = Object.freeze(
+      info.parent === null ? [] : [info.parent.id, ...info.parent.lineage],
+    );
     this.bytes = info.bytes;
     this.skipped = info.skipped;
     this.#onRemove = onRemove;
@@ -257,7 +270,7 @@ export interface SnapshotRequest {
 export interface SnapshotRoot {
   readonly method: SnapshotMethod;
   /** The snapshot its files started from (a fork's, or the last restore's), or null. */
-  readonly parent: string | null;
+  readonly parent: WorkspaceSnapshot | null;
   /** Takes a snapshot (the caller holds the agent stopped). */
   snapshot(request: SnapshotRequest): Promise<WorkspaceSnapshot>;
   /** Makes the root the snapshot's (the caller has killed the agent's processes). */
@@ -386,7 +399,7 @@ class OverlayRoot implements SnapshotRoot {
   readonly #diskOwner: Owner | null;
   /** Whether the root is a fork's, left empty at the end. */
   readonly #scratch: boolean;
-  #parent: string | null;
+  #parent: WorkspaceSnapshot | null;
   /** The stack under the changes, bottom first (empty while the root's own files are). */
   #stack: Layer[] = [];
   /**
@@ -410,10 +423,10 @@ class OverlayRoot implements SnapshotRoot {
     this.#owner = options.owner;
     this.#diskOwner = options.diskOwner;
     this.#scratch = options.from !== null;
-    this.#parent = options.from?.id ?? null;
+    this.#parent = options.from;
   }
 
-  get parent(): string | null {
+  get parent(): WorkspaceSnapshot | null {
     return this.#parent;
   }
 
@@ -552,7 +565,7 @@ class OverlayRoot implements SnapshotRoot {
     this.#dropBase();
     for (const l of this.#stack.splice(0)) await l.release();
     this.#stack = stack;
-    this.#parent = snapshot.id;
+    this.#parent = snapshot;
     await this.#mount();
   }
 
@@ -671,17 +684,17 @@ class CopyRoot implements SnapshotRoot {
   readonly #root: string;
   readonly #owner: Owner | null;
   readonly #scratch: boolean;
-  #parent: string | null;
+  #parent: WorkspaceSnapshot | null;
 
   constructor(store: SnapshotStore, root: string, options: SnapshotRootOptions) {
     this.#store = store;
     this.#root = root;
     this.#owner = options.owner;
     this.#scratch = options.from !== null;
-    this.#parent = options.from?.id ?? null;
+    this.#parent = options.from;
   }
 
-  get parent(): string | null {
+  get parent(): WorkspaceSnapshot | null {
     return this.#parent;
   }
 
@@ -733,7 +746,7 @@ class CopyRoot implements SnapshotRoot {
     }
     await clearDir(this.#root);
     await this.#fill(snapshot, "restore workspace");
-    this.#parent = snapshot.id;
+    this.#parent = snapshot;
   }
 
   async close(): Promise<void> {

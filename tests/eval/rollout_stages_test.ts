@@ -95,6 +95,7 @@ function fakeRuntime(log: Log, placement: () => Promise<Placement>): RuntimeProv
 function config(log: Log, overrides: Partial<RolloutConfig> = {}): RolloutConfig {
   return {
     runtime: fakeRuntime(log, () => Promise.resolve(fakePlacement(log))),
+    from: null,
     rolloutTimeout: 10_000,
     agentTimeout: undefined,
     connect: {},
