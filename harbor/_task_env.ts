@@ -31,14 +31,14 @@ import { addWorkspace } from "../workspace/workspace.ts";
 import { killTrees } from "../workspace/_processes.ts";
 import { bashGrader, type ExecTarget } from "../graders/bash.ts";
 import type { WorkspaceExecOptions, WorkspaceExecResult } from "../workspace/workspace.ts";
-import { type HarborTaskFile, TASK_FILE } from "./_task_env_file.ts";
+import { type HarborTaskFile, TASK_FILE, VERDICT_KEY } from "./_task_env_file.ts";
 import type { HarborHealthcheckConfig } from "./config.ts";
 import { treeDiff, treeFiles } from "./_tree.ts";
 import { readReward, type Reward, VERIFIER_LOGS as LOGS } from "./_reward.ts";
 import { TamperBaseline, VerificationWatch, VerifierLayout } from "./_tamper.ts";
 import { ProcessBaseline } from "./_strays.ts";
 import { reachableSync } from "../_internal/fs.ts";
-import { errorMessage } from "../_internal/util.ts";
+import { errorMessage, isRecord } from "../_internal/util.ts";
 import { shellQuote } from "../_internal/shell.ts";
 
 const OUTPUT_KEPT = 16_384;
@@ -420,6 +420,28 @@ async function* grade(v: Verification): AsyncGenerator<unknown, void, unknown> {
   yield { score: reward.score, subscores: reward.subscores, info: { verifier } };
 }
 
+/**
+ * The grade of a task whose verifier ran in a container of its own: the
+ * verdict the runner handed in as the answer (it ran the verifier there),
+ * or its error.
+ */
+function separateGrade(answer: unknown): unknown {
+  const verdict = isRecord(answer) ? answer[VERDICT_KEY] : undefined;
+  if (!isRecord(verdict)) {
+    throw new Error(
+      "Cannot grade Harbor task: no verdict from the verifier's own container was handed in",
+    );
+  }
+  if (typeof verdict.error === "string") throw new Error(verdict.error);
+  const { score, subscores, info } = verdict;
+  const numbers = isRecord(subscores) &&
+    Object.values(subscores).every((v) => typeof v === "number" && Number.isFinite(v));
+  if (typeof score !== "number" || !Number.isFinite(score) || !numbers || !isRecord(info)) {
+    throw new Error("Cannot grade Harbor task: the verdict handed in is not of its shape");
+  }
+  return { score, subscores, info };
+}
+
 env.template(
   {
     id: "harbor",
@@ -438,7 +460,8 @@ env.template(
         await Deno.chmod(dir, 0o777);
       }
       await awaitHealthy(resolved.image, task.healthcheck);
-      prepared = verifications(resolved);
+      // A separate verifier sees nothing of this container but what the runner copies out.
+      prepared = task.separate ? [] : verifications(resolved);
       processes = new ProcessBaseline();
     } else {
       // Harbor empties /tests before it uploads a step's: the copy is the step's alone.
@@ -446,10 +469,11 @@ env.template(
     }
     const facts = task.steps?.[step];
     await awaitHealthy(resolved.image, facts?.healthcheck ?? null);
-    yield {
+    const answer = yield {
       prompt: facts?.instruction ?? task.instruction,
       bindings: { shell: { cwd: task.workdir } },
     };
-    yield* grade(prepared![step]);
+    if (task.separate) yield separateGrade(answer);
+    else yield* grade(prepared![step]);
   },
 );
