@@ -5,10 +5,12 @@
 // Harbor carries across is collected from it, and the verifier runs in a
 // fresh container (harbor/_verifier_container.ts). The verdict is handed
 // to the grade as the answer (harbor/_task_env.ts), with the error that
-// kept the verifier from giving one.
+// kept the verifier from giving one; a grade that comes back other than the
+// verdict (the agent's container altered its server) is not counted.
 
 import type { RolloutObserver } from "../eval/rollout.ts";
 import type { Placement } from "../runtime/placement.ts";
+import type { Run } from "../eval/run.ts";
 import { EngineClient } from "../engines/_engine.ts";
 import type { HarborTask } from "./loader.ts";
 import { type HarborVerifierImage, tarTree } from "./image.ts";
@@ -21,6 +23,23 @@ import {
 } from "./_verifier_container.ts";
 import { VERDICT_KEY } from "./_task_env_file.ts";
 import { errorMessage } from "../_internal/util.ts";
+
+/** The verdict each run's verifier gave, as the runner read it from the verifier's container. */
+const verdicts = new WeakMap<Run, Verdict>();
+
+/**
+ * Why `run`'s grade is not the verdict its separate verifier gave (it
+ * passes back through the server in the agent's container), or null.
+ */
+export function alteredVerdict(run: Run): string | null {
+  const verdict = verdicts.get(run);
+  const grade = run.grade;
+  if (verdict === undefined || grade === null) return null;
+  const same = grade.reward === verdict.score &&
+    JSON.stringify(grade.subscores ?? {}) === JSON.stringify(verdict.subscores);
+  if (same) return null;
+  return `Cannot grade Harbor task: the grade (${grade.reward}) is not the verdict of the verifier's own container (${verdict.score})`;
+}
 
 /** The agent's container of a run, as the runner placed it. */
 export interface PlacedContainer {
@@ -88,6 +107,7 @@ export function separateVerifier(
       let verdict: Verdict | { error: string };
       try {
         verdict = await verdictOf(task, image, placed(run.client.url), signal);
+        verdicts.set(run, verdict);
       } catch (err) {
         verdict = { error: errorMessage(err) };
       }

@@ -342,6 +342,37 @@ async function runTests(
   }
 }
 
+/** The reward test.sh wrote in container `id`, and how it ended; or why there is none. */
+async function verdictIn(
+  engine: EngineClient,
+  id: string,
+  spec: VerifierSpec,
+  ran: { code: number | null; timedOut: boolean },
+  signal?: AbortSignal,
+): Promise<Verdict> {
+  const stdout = await readText(engine, id, `${VERIFIER_LOGS}/test-stdout.txt`, signal)
+    .catch(() => null);
+  const output = (stdout ?? "").slice(-OUTPUT_SHOWN);
+  const last = output.trim().split("\n").slice(-3).join(" | ");
+  if (ran.timedOut) {
+    throw new Error(
+      `Cannot grade Harbor task: verifier timed out after ${spec.timeoutSec} s ([verifier] timeout_sec); last output: ${last}`,
+    );
+  }
+  let reward: Reward;
+  try {
+    reward = await rewardOf(VERIFIER_LOGS, (path) => readText(engine, id, path, signal));
+  } catch (err) {
+    const said = `in the verifier's container; exit ${ran.code}; last output: ${last}`;
+    throw new Error(`${errorMessage(err)} (${said})`, { cause: err });
+  }
+  return {
+    score: reward.score,
+    subscores: reward.subscores,
+    info: { verifier: { exit_code: ran.code, stdout: output, timed_out: false } },
+  };
+}
+
 /**
  * Places the verifier's container, puts `collected` in it, runs the
  * verifier and reads its reward; removes the container however it ended.
@@ -369,34 +400,7 @@ export async function verifyInContainer(
     await engine.call("POST", `/containers/${id}/start`, undefined, signal);
     await materialise(engine, id, spec, collected, signal);
     const ran = await runTests(engine, id, spec, signal);
-    const output =
-      (await readText(engine, id, `${VERIFIER_LOGS}/test-stdout.txt`, signal).catch(() => null) ??
-        "")
-        .slice(-OUTPUT_SHOWN);
-    const last = () => output.trim().split("\n").slice(-3).join(" | ");
-    if (ran.timedOut) {
-      throw new Error(
-        `Cannot grade Harbor task: verifier timed out after ${spec.timeoutSec} s ([verifier] timeout_sec); last output: ${last()}`,
-      );
-    }
-    let reward: Reward;
-    try {
-      reward = await rewardOf(VERIFIER_LOGS, (path) => readText(engine, id, path, signal));
-    } catch (err) {
-      throw new Error(
-        `${
-          errorMessage(err)
-        } (in the verifier's container; exit ${ran.code}; last output: ${last()})`,
-        {
-          cause: err,
-        },
-      );
-    }
-    return {
-      score: reward.score,
-      subscores: reward.subscores,
-      info: { verifier: { exit_code: ran.code, stdout: output, timed_out: false } },
-    };
+    return await verdictIn(engine, id, spec, ran, signal);
   } finally {
     // Also when aborted: the engine is asked without the signal.
     await removeContainer(engine, id, 0).catch(() => {});

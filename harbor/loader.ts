@@ -229,14 +229,7 @@ async function readTask(path: string): Promise<HarborTask> {
   refuseUnplaceable(file, config);
   const verifierBuildContext = await separateVerifier(path, config);
   const hasDockerfile = await isFile(`${path}/environment/Dockerfile`, path);
-  for (const compose of ["docker-compose.yaml", "docker-compose.yml"]) {
-    if (await isFile(`${path}/environment/${compose}`, path)) {
-      throw new Skip(
-        "compose",
-        `${path}/environment/${compose}: multi-container tasks are not supported`,
-      );
-    }
-  }
+  await refuseCompose(path, "environment");
   refuseAllowlist(path, config);
   if (!hasDockerfile && config.environment.dockerImage === null) {
     throw new Skip(
@@ -339,14 +332,7 @@ async function separateVerifier(path: string, config: HarborTaskConfig): Promise
     throw new Skip("separate_verifier", `${file}: [verifier] environment_mode "separate": ${why}`);
   };
   if (config.steps !== null) refuse("not supported with [[steps]] by this runner");
-  for (const compose of ["docker-compose.yaml", "docker-compose.yml"]) {
-    if (await isFile(`${path}/tests/${compose}`, path)) {
-      throw new Skip(
-        "compose",
-        `${path}/tests/${compose}: multi-container verifiers are not supported`,
-      );
-    }
-  }
+  await refuseCompose(path, "tests");
   const i = config.artifacts.findIndex((a) => a.exclude.length > 0);
   if (i >= 0) {
     refuse(
@@ -369,6 +355,18 @@ async function separateVerifier(path: string, config: HarborTaskConfig): Promise
     );
   }
   return null;
+}
+
+/** Skips a task whose `dir` (environment/, or a separate verifier's tests/) holds a compose file. */
+async function refuseCompose(path: string, dir: string): Promise<void> {
+  for (const compose of ["docker-compose.yaml", "docker-compose.yml"]) {
+    if (await isFile(`${path}/${dir}/${compose}`, path)) {
+      throw new Skip(
+        "compose",
+        `${path}/${dir}/${compose}: multi-container tasks are not supported`,
+      );
+    }
+  }
 }
 
 /** Skips a task with an `allowlist` phase: run `public`, it would silently lose its isolation. */

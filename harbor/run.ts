@@ -21,7 +21,7 @@ import { ContainerRuntime } from "../engines/container.ts";
 import { EngineClient } from "../engines/_engine.ts";
 import type { Placement, PlaceOptions, RuntimeProvider } from "../runtime/placement.ts";
 import { buildHarborImage, buildVerifierImage, HarborBuildError, tarTree } from "./image.ts";
-import { type PlacedContainer, separateVerifier } from "./_separate.ts";
+import { alteredVerdict, type PlacedContainer, separateVerifier } from "./_separate.ts";
 import { DOCKER_DEFAULT_CAPS } from "./_verifier_container.ts";
 import type { HarborStep, HarborTask } from "./loader.ts";
 import { runTrial, scoreOf, type Trial } from "./_steps.ts";
@@ -257,19 +257,8 @@ async function runOne(
     return { ...empty, error: errorMessage(err), built: image.built };
   }
   if (task.steps !== null) return await runSteps(task, inner, image, options);
-  let observer = testsCopier(task);
-  if (task.config.verifierMode === "separate") {
-    try {
-      const verifier = await buildVerifierImage(task, {
-        socket: options.socket,
-        signal: options.signal,
-      });
-      observer = separateVerifier(task, verifier, placedContainer);
-    } catch (err) {
-      if (!(err instanceof HarborBuildError)) throw err;
-      return { ...empty, error: err.message, built: image.built };
-    }
-  }
+  const observer = await verification(task, options);
+  if (typeof observer === "string") return { ...empty, error: observer, built: image.built };
   const agentMs = task.config.agentTimeoutSec * 1000;
   const healthMs = healthcheckBound(task.config.environment.healthcheck);
   const job = await new Taskset([{
@@ -287,6 +276,28 @@ async function runOne(
     signal: options.signal,
   });
   return harborResult(task.name, job, image.built);
+}
+
+/**
+ * What runs the verifier once the agent is done: `tests/` copied into the
+ * task's container, or, for a verifier of its own ("separate"), its image
+ * built and the observer that runs it; or why its image did not build.
+ */
+async function verification(
+  task: HarborTask,
+  options: RunHarborOptions,
+): Promise<RolloutObserver | string> {
+  if (task.config.verifierMode === "shared") return testsCopier(task);
+  try {
+    const image = await buildVerifierImage(task, {
+      socket: options.socket,
+      signal: options.signal,
+    });
+    return separateVerifier(task, image, placedContainer);
+  } catch (err) {
+    if (!(err instanceof HarborBuildError)) throw err;
+    return err.message;
+  }
 }
 
 /** The runtime of a task's container, with Harbor's semantics. */
@@ -344,8 +355,10 @@ function verifierSummary(ran: unknown): HarborResult["verifier"] {
 /** A task's result from its job: the mean reward of the graded runs, the first failure. */
 function harborResult(name: string, job: Job, built: boolean): HarborResult {
   const runs = [...job.runs];
+  // A separate verifier's verdict that came back altered is no reward.
+  const altered = job.liveRuns.map((r) => r === null ? null : alteredVerdict(r));
   // Graded as eval/failure.ts counts it: a tampered rollout's 0 is not a reward.
-  const graded = runs.filter(isGraded);
+  const graded = runs.filter((r, i) => isGraded(r) && altered[i] === null);
   const live = job.liveRuns.find((r) => r?.grade !== null && r?.grade !== undefined);
   const subscores = (live?.grade as { subscores?: Record<string, number> } | null)?.subscores ?? {};
   const ran = (live?.grade?.info as { verifier?: unknown } | undefined)?.verifier;
@@ -357,7 +370,7 @@ function harborResult(name: string, job: Job, built: boolean): HarborResult {
     reward: graded.length === 0 ? null : graded.reduce((a, r) => a + r.reward!, 0) / graded.length,
     subscores,
     verifier: verifierSummary(ran),
-    error: failed ? errorOf(failed) : null,
+    error: altered.find((a) => a !== null) ?? (failed ? errorOf(failed) : null),
     built,
     runs,
   };
