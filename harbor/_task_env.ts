@@ -15,7 +15,9 @@
 // output going to /logs/verifier/test-stdout.txt (a file, not a pipe: a
 // child it leaves behind holding its output cannot keep the verifier from
 // ending), and reads /logs/verifier/reward.json before reward.txt, as
-// Harbor's verifier does.
+// Harbor's verifier does. A task whose verifier has a container of its own
+// ("separate") is graded by the verdict the runner hands in as the answer
+// (harbor/_separate.ts ran the verifier there): nothing here runs it.
 //
 // Integrity (SECURITY.md): the task's facts (the verifier's variables, the
 // tests' hashes) are read once and their file removed before any agent

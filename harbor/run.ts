@@ -5,7 +5,9 @@
  * healthcheck awaited, the agent on it through the SSH workspace at the
  * task's workdir as `[agent] user` with `[agent] timeout_sec`, then
  * `tests/` copied in and the verifier run as `[verifier] user`; a task
- * with `[[steps]]`, each step so in turn in one container (harbor/_steps.ts).
+ * with `[[steps]]`, each step so in turn in one container (harbor/_steps.ts);
+ * a task whose verifier has a container of its own (`environment_mode =
+ * "separate"`), the verifier there (harbor/_separate.ts).
  * {@linkcode oracleAgent} runs `solution/solve.sh`, so an oracle run validates a dataset.
  *
  * @module
