@@ -219,8 +219,9 @@ test({
         label: [`dev.hud.harbor.path=${task.path}`, "dev.hud.harbor.role=verifier"],
       }),
     );
+    let finished = false;
     const watch = (async () => {
-      while (!abort.signal.aborted) {
+      while (!abort.signal.aborted && !finished) {
         const list = await engine.call("GET", `/containers/json?filters=${filters}`) as unknown[];
         if (list.length > 0) abort.abort(new Error("aborted by the test"));
         else await new Promise((r) => setTimeout(r, 100));
@@ -228,7 +229,7 @@ test({
     })();
     await runHarborTasks([task], functionAgent(() => {}), {
       signal: AbortSignal.any([abort.signal, testSignal()]),
-    }).catch(() => {});
+    }).catch(() => {}).finally(() => finished = true);
     await watch;
     assert.ok(abort.signal.aborted, "the verifier's container never ran");
     // The verifier's container is gone at once; the agent's is released in the background.
