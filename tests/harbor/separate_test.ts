@@ -87,6 +87,16 @@ async function writeTasks(root: string): Promise<void> {
       'echo "{\\"reward\\": $r}" > /logs/verifier/reward.json\n',
   });
   await writeTask(root, "facts", { ...common, "task.toml": TOML, "tests/test.sh": FACTS_TEST });
+  // No tests/Dockerfile: the verifier's image is a docker_image, and tests/ goes to its
+  // workdir, as Harbor uploads an environment folder beside a prebuilt image.
+  await writeTask(root, "prebuilt", {
+    "environment/Dockerfile": `FROM ${BASE}\nWORKDIR /app\n`,
+    "instruction.md": "Write 42 to /app/answer.txt.\n",
+    "task.toml": 'artifacts = ["/app/answer.txt"]\n' +
+      `[verifier.environment]\ndocker_image = "${BASE}"\nworkdir = "/tests"\n`,
+    "tests/test.sh": '#!/bin/bash\n[ "$(cat /app/answer.txt)" = 42 ] && r=1 || r=0\n' +
+      "echo $r > /logs/verifier/reward.txt\n",
+  });
   await writeTask(root, "slow", {
     ...common,
     "task.toml": TOML.replace("timeout_sec = 30", "timeout_sec = 2"),
@@ -130,7 +140,11 @@ function tasks(): Promise<Map<string, HarborTask>> {
     for (const t of tasks) {
       const built = await buildHarborImage(t);
       const verifier = await buildVerifierImage(t);
-      images.unshift(built.image, built.taskImage, verifier.image);
+      images.unshift(
+        built.image,
+        built.taskImage,
+        ...(t.verifierBuildContext ? [verifier.image] : []),
+      );
     }
     return new Map(tasks.map((t) => [t.name, t]));
   })();
@@ -155,6 +169,16 @@ test({
     assert.equal(honest.verifier?.code, 0);
     const idle = await one(task, functionAgent(() => {}));
     assert.deepEqual([idle.reward, idle.error], [0, null]);
+  }),
+});
+
+test({
+  name: "runHarborTasks() gives a docker_image verifier tests/ in its workdir, as Harbor does",
+  needs: [ENGINE],
+  fn: withDeadline(59_000, async () => {
+    const task = (await tasks()).get("prebuilt")!;
+    const honest = await one(task, runs("echo 42 > /app/answer.txt"));
+    assert.deepEqual([honest.reward, honest.error], [1, null]);
   }),
 });
 
