@@ -44,8 +44,10 @@ export const DOCKER_DEFAULT_CAPS: readonly string[] = [
 export const ARTIFACTS_DIR = "/logs/artifacts";
 /** The most the artifacts of one rollout may weigh, in bytes (they are held in memory). */
 const ARTIFACT_LIMIT = 1 << 30;
-/** The most a reward file or the output kept may weigh, in bytes. */
+/** The most a reward file may weigh, in bytes. */
 const FILE_LIMIT = 1 << 20;
+/** The most test.sh's output may weigh for its tail to be shown, in bytes. */
+const OUTPUT_LIMIT = 1 << 24;
 const OUTPUT_SHOWN = 16_384;
 const POLL_MS = 200;
 
@@ -216,11 +218,13 @@ async function asRoot(engine: EngineClient, id: string, script: string, signal?:
   }
 }
 
-/** Harbor's `empty_dirs`: `dir` made, emptied (its root kept) and opened to every user. */
+/**
+ * Harbor's `empty_dirs`: `dir` made empty and opened to every user (made
+ * anew: unlike Harbor's, nothing here is a mount point whose root must stay).
+ */
 function emptyDir(dir: string): string {
   const q = shellQuote(dir);
-  return `if [ -L ${q} ] || { [ -e ${q} ] && [ ! -d ${q} ]; }; then rm -rf ${q}; fi && ` +
-    `mkdir -p ${q} && find ${q} -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + && chmod 777 ${q}`;
+  return `rm -rf ${q} && mkdir -p ${q} && chmod 777 ${q}`;
 }
 
 function parentOf(path: string): string {
@@ -279,8 +283,9 @@ async function readText(
   id: string,
   path: string,
   signal?: AbortSignal,
+  limit = FILE_LIMIT,
 ): Promise<string | null> {
-  const tar = await archive(engine, id, path, FILE_LIMIT + 4096, signal);
+  const tar = await archive(engine, id, path, limit + 4096, signal);
   if (tar === null) return null;
   const entry = firstEntry(tar);
   if (entry === null || (entry.type !== "0" && entry.type !== "\0")) {
@@ -350,7 +355,13 @@ async function verdictIn(
   ran: { code: number | null; timedOut: boolean },
   signal?: AbortSignal,
 ): Promise<Verdict> {
-  const stdout = await readText(engine, id, `${VERIFIER_LOGS}/test-stdout.txt`, signal)
+  const stdout = await readText(
+    engine,
+    id,
+    `${VERIFIER_LOGS}/test-stdout.txt`,
+    signal,
+    OUTPUT_LIMIT,
+  )
     .catch(() => null);
   const output = (stdout ?? "").slice(-OUTPUT_SHOWN);
   const last = output.trim().split("\n").slice(-3).join(" | ");
