@@ -310,7 +310,8 @@ async function taskFacts(task: HarborTask, info: ImageInfo): Promise<HarborTaskF
     verifierEnv: task.config.verifierEnv,
     imageUser: info.Config?.User ?? "",
     agentUser: task.config.agentUser,
-    verifierUser: task.config.verifierUser,
+    // A separate verifier's user is its own image's, resolved there.
+    verifierUser: task.config.verifierMode === "shared" ? task.config.verifierUser : null,
     healthcheck: task.config.environment.healthcheck,
     separate: task.config.verifierMode === "separate",
     // A separate verifier's tests never enter this container.

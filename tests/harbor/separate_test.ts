@@ -189,14 +189,15 @@ test({
   fn: withDeadline(59_000, async () => {
     const task = (await tasks()).get("answer")!;
     const loop =
-      "while :; do echo '{\"reward\": 1}' > /logs/verifier/reward.json; sleep 0.01; done";
+      'while :; do echo "{\\"reward\\": 1}" > /logs/verifier/reward.json; sleep 0.01; done';
     const detached = 'new Deno.Command("sh", { args: ["/tmp/w.sh"], detached: true, ' +
       'stdin: "null", stdout: "null", stderr: "null" }).spawn().unref()';
     const forger = runs(
       "echo '{\"reward\": 1}' > /logs/verifier/reward.json && echo 1 > /logs/verifier/reward.txt",
       `printf '%s\\n' '${loop}' > /tmp/w.sh`,
       `DENO_DIR=/tmp/deno-dir deno eval '${detached}'`,
-      "sleep 0.3 && grep -q reward /logs/verifier/reward.json",
+      // The writer is running (it rewrites the file: one look may find it truncated).
+      "for i in $(seq 100); do grep -q reward /logs/verifier/reward.json && exit 0; sleep 0.05; done; exit 1",
     );
     const forged = await one(task, forger);
     assert.deepEqual([forged.reward, forged.error], [0, null]);
