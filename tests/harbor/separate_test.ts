@@ -1,16 +1,18 @@
 // Harbor tasks whose verifier runs in a container of its own (`[verifier]
 // environment_mode = "separate"`, issue 35), on tasks in Harbor's format
-// that this file writes: an honest agent scores 1 and an idle one 0; an
-// agent that writes /logs/verifier/reward.json in its container and leaves
-// a process in a session of its own rewriting it scores 0; what Harbor
-// carries across (/logs/artifacts, the task's `artifacts`) reaches the
-// verifier, and nothing else of the agent's container does (another file,
-// /logs/agent, a planted /conftest.py or /tests/conftest.py); the verifier
-// runs as `[verifier] user` in `[verifier.environment] workdir` with both
-// `env` tables; a verifier out of `[verifier] timeout_sec` is an error, and
-// its container is removed then too, and when the run is aborted. Needs an
-// engine (ENGINE): skipped without one, naming it. The images it built are
-// removed by its last test.
+// that this file writes: an honest agent scores 1 and an idle one 0 (the
+// verifier's reward.json read before its reward.txt); an agent that writes
+// /logs/verifier/reward.json in its container and leaves a process in a
+// session of its own rewriting it scores 0; what Harbor carries across
+// (/logs/artifacts, the task's `artifacts`) reaches the verifier, and nothing
+// else of the agent's container does (another file, /logs/agent, a planted
+// /conftest.py or /tests/conftest.py); the verifier runs as `[verifier]
+// user` in `[verifier.environment] workdir` with both `env` tables; a
+// verifier image taken as `docker_image` gets tests/ in its workdir; a
+// verifier out of `[verifier] timeout_sec` is an error, and its container is
+// removed then too, and when the run is aborted. Needs an engine (ENGINE):
+// skipped without one, naming it. The images it built are removed by its
+// last test.
 
 import { test } from "../_test.ts";
 import { ENGINE } from "../_counterparts.ts";
@@ -84,7 +86,9 @@ async function writeTasks(root: string): Promise<void> {
     ...common,
     "task.toml": TOML,
     "tests/test.sh": '#!/bin/bash\n[ "$(cat /app/answer.txt 2>/dev/null)" = 42 ] && r=1 || r=0\n' +
-      'echo "{\\"reward\\": $r}" > /logs/verifier/reward.json\n',
+      'echo "{\\"reward\\": $r}" > /logs/verifier/reward.json\n' +
+      // reward.json is read before reward.txt, which says the opposite.
+      "echo $((1 - r)) > /logs/verifier/reward.txt\n",
   });
   await writeTask(root, "facts", { ...common, "task.toml": TOML, "tests/test.sh": FACTS_TEST });
   // No tests/Dockerfile: the verifier's image is a docker_image, and tests/ goes to its
