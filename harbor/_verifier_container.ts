@@ -19,7 +19,7 @@ import { EngineClient, EngineError, removeContainer } from "../engines/_engine.t
 import { CREATED_LABEL, OWNER_LABEL } from "../engines/_constants.ts";
 import { type Reward, rewardOf, VERIFIER_LOGS } from "./_reward.ts";
 import { errorMessage } from "../_internal/util.ts";
-import { Deadline, delay } from "../_internal/async.ts";
+import { Deadline } from "../_internal/async.ts";
 import { shellQuote } from "../_internal/shell.ts";
 
 /** Docker's default capabilities (moby's `oci/caps/defaults.go`): what `docker exec` gives root. */
@@ -49,7 +49,6 @@ const FILE_LIMIT = 1 << 20;
 /** The most test.sh's output may weigh for its tail to be shown, in bytes. */
 const OUTPUT_LIMIT = 1 << 24;
 const OUTPUT_SHOWN = 16_384;
-const POLL_MS = 200;
 
 /** How the verifier's container is made and the verifier run in it. */
 export interface VerifierSpec {
@@ -194,18 +193,29 @@ async function exec(
     ...(as.user !== undefined ? { User: as.user } : {}),
     ...(as.workdir !== undefined ? { WorkingDir: as.workdir } : {}),
     Env: Object.entries(as.env ?? {}).map(([k, v]) => `${k}=${v}`),
-    AttachStdout: false,
-    AttachStderr: false,
+    AttachStdout: true,
+    AttachStderr: true,
   }, signal) as { Id: string };
-  await engine.call("POST", `/exec/${created.Id}/start`, { Detach: true, Tty: false }, signal);
-  while (true) {
-    const info = await engine.call("GET", `/exec/${created.Id}/json`, undefined, signal) as {
-      Running?: boolean;
-      ExitCode?: number | null;
-    };
-    if (!info.Running && typeof info.ExitCode === "number") return info.ExitCode;
-    await delay(POLL_MS, signal);
+  // Attached, the reply streams the output until the command ends (a
+  // detached one stays "Running" in Podman 4.3's inspect); the output is
+  // not kept (test.sh writes its own to a file).
+  const res = await engine.raw("POST", `/exec/${created.Id}/start`, {
+    body: JSON.stringify({ Detach: false, Tty: false }),
+    headers: { "content-type": "application/json" },
+    signal,
+  });
+  for await (const _ of res.body ?? []) {
+    // drained
   }
+  const info = await engine.call("GET", `/exec/${created.Id}/json`, undefined, signal) as {
+    ExitCode?: number | null;
+  };
+  if (typeof info.ExitCode !== "number") {
+    throw new Error(
+      `Cannot grade Harbor task: the engine gave no exit code for "${cmd.join(" ")}"`,
+    );
+  }
+  return info.ExitCode;
 }
 
 /** Runs a shell command as root in container `id`; throws when it fails. */
