@@ -104,6 +104,12 @@ export interface HarborTaskConfig {
    */
   artifacts: HarborArtifact[];
   /**
+   * How many `[[verifier.collect]]` hooks the task has (commands Harbor
+   * runs once the agent is done, to snapshot state for a separate
+   * verifier): this runner runs none, and skips such a separate-verifier task.
+   */
+  verifierCollectHooks: number;
+  /**
    * The network of each phase (`network_mode`, `allowed_hosts` of
    * `[environment]`, `[agent]` and `[verifier]`; `allow_internet`), as
    * Harbor resolves it.
@@ -445,6 +451,7 @@ function taskConfig(
         "verifier.environment",
       ),
     artifacts: artifacts(doc.artifacts, file),
+    verifierCollectHooks: Array.isArray(verifier.collect) ? verifier.collect.length : 0,
     network,
   };
 }

@@ -29,7 +29,8 @@ export type HarborSkipCode =
   /**
    * `[verifier] environment_mode = "separate"` that this runner cannot place:
    * with `[[steps]]`, with no image for the verifier (neither `tests/Dockerfile`
-   * nor a `docker_image`), or with `artifacts` that `exclude` files.
+   * nor a `docker_image`), with `artifacts` that `exclude` files, or with
+   * `[[verifier.collect]]` hooks.
    */
   | "separate_verifier"
   /** `network_mode = "allowlist"` in a phase: this runner cannot hold the agent to a list of hosts yet. */
@@ -332,6 +333,11 @@ async function separateVerifier(path: string, config: HarborTaskConfig): Promise
     throw new Skip("separate_verifier", `${file}: [verifier] environment_mode "separate": ${why}`);
   };
   if (config.steps !== null) refuse("not supported with [[steps]] by this runner");
+  if (config.verifierCollectHooks > 0) {
+    refuse(
+      "[[verifier.collect]] hooks are not run by this runner (what they collect would be missing)",
+    );
+  }
   await refuseCompose(path, "tests");
   const i = config.artifacts.findIndex((a) => a.exclude.length > 0);
   if (i >= 0) {

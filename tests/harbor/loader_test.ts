@@ -181,6 +181,11 @@ test("loadHarborTasks() loads separate-verifier tasks with an image for the veri
       "task.toml": 'artifacts = [{ source = "/app", exclude = ["*.log"] }]\n' +
         GOOD["task.toml"] + sep,
     });
+    await writeTask(root, "hooked", {
+      ...GOOD,
+      "task.toml": GOOD["task.toml"] + sep +
+        '[[verifier.collect]]\ncommand = "pg_dump > /app/db.sql"\n',
+    });
     const refused = await skipped(root, ["built", "copied", "good", "own"]);
     assert.deepEqual(refused, {
       noimage: [
@@ -194,6 +199,10 @@ test("loadHarborTasks() loads separate-verifier tasks with an image for the veri
       malformed: [
         "bad_config",
         `Cannot load Harbor task: ${root}/malformed/task.toml: "verifier.environment.cpus" must be a positive number`,
+      ],
+      hooked: [
+        "separate_verifier",
+        `${root}/hooked/task.toml: [verifier] environment_mode "separate": [[verifier.collect]] hooks are not run by this runner (what they collect would be missing)`,
       ],
       excluding: [
         "separate_verifier",
