@@ -93,12 +93,13 @@ export async function networkSwitch(
     if (want === connected) return;
     const verb = want ? "connect" : "disconnect";
     const body = want ? { Container: id } : { Container: id, Force: true };
-    await engine.call(
-      "POST",
-      `/networks/${encodeURIComponent(name)}/${verb}`,
-      body,
-      options?.signal,
-    );
+    // Podman answers "OK", not JSON: the body is not read as JSON.
+    const res = await engine.raw("POST", `/networks/${encodeURIComponent(name)}/${verb}`, {
+      body: JSON.stringify(body),
+      headers: { "content-type": "application/json" },
+      signal: options?.signal,
+    });
+    await res.body?.cancel();
     connected = want;
   };
   // One switch at a time: a second call waits for the first.

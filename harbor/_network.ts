@@ -3,7 +3,8 @@
  * (`harbor/models/task/config.py`, 0.18 and later): `[environment]`'s
  * `network_mode` is the baseline, and without one `allow_internet` (false:
  * `no-network`, else `public`); `[agent]` and `[verifier]` may each name
- * their own, else they have the baseline. `allowed_hosts` without a
+ * their own, else they have the baseline (the verifier, with a
+ * `[verifier.environment]`, that table's). `allowed_hosts` without a
  * `network_mode` means `allowlist`; beside another mode it is refused.
  * Hosts are names or IPv4 addresses, lowercased, a final dot dropped,
  * duplicates and empty entries dropped; a url, a path, a port or a CIDR is
@@ -82,6 +83,22 @@ function allowedHosts(value: unknown, file: string, section: string): string[] {
 }
 
 /**
+ * The network an environment table (`[environment]`, or Harbor 0.22's
+ * `[verifier.environment]`, named by `section`) makes its container with:
+ * its `network_mode`, else `allow_internet` (false: `no-network`), else `public`.
+ *
+ * @throws {TypeError} as {@linkcode harborNetwork}, naming `section`'s key
+ */
+export function baselinePolicy(t: TomlTable, file: string, section: string): HarborNetworkPolicy {
+  const allow = t.allow_internet;
+  if (allow !== undefined && typeof allow !== "boolean") {
+    fail(file, `"${section}.allow_internet" must be a boolean`);
+  }
+  return explicitPolicy(t, file, section) ??
+    { mode: allow === false ? "no-network" : "public", allowedHosts: [] };
+}
+
+/**
  * The network of each phase of a task, from its `[environment]`, `[agent]`
  * and `[verifier]` tables.
  *
@@ -95,15 +112,15 @@ export function harborNetwork(
   verifier: TomlTable,
   file: string,
 ): HarborNetworkPhases {
-  const allow = environment.allow_internet;
-  if (allow !== undefined && typeof allow !== "boolean") {
-    fail(file, `"environment.allow_internet" must be a boolean`);
-  }
-  const baseline = explicitPolicy(environment, file, "environment") ??
-    { mode: allow === false ? "no-network" : "public", allowedHosts: [] };
+  const baseline = baselinePolicy(environment, file, "environment");
+  // A verifier container of its own (`[verifier.environment]`) starts from its own baseline.
+  const own = verifier.environment;
+  const verifierBaseline = typeof own === "object" && own !== null && !Array.isArray(own)
+    ? baselinePolicy(own as TomlTable, file, "verifier.environment")
+    : baseline;
   return {
     environment: baseline,
     agent: explicitPolicy(agent, file, "agent") ?? baseline,
-    verifier: explicitPolicy(verifier, file, "verifier") ?? baseline,
+    verifier: explicitPolicy(verifier, file, "verifier") ?? verifierBaseline,
   };
 }

@@ -44,15 +44,31 @@ function fromJson(path: string, text: string): Reward {
  * @throws {Error} when neither file is there, or one is empty or not of its shape
  */
 export async function readReward(dir: string = VERIFIER_LOGS): Promise<Reward> {
+  const read = async (path: string) => reachableSync(path) ? await Deno.readTextFile(path) : null;
+  return await rewardOf(dir, read);
+}
+
+/**
+ * The reward in `dir` Harbor's way, its files read by `read` (null: not
+ * there): reward.json when there, else reward.txt. For a directory of
+ * another container, read through the engine.
+ * @throws {Error} when neither file is there, or one is empty or not of its shape
+ */
+export async function rewardOf(
+  dir: string,
+  read: (path: string) => Promise<string | null>,
+): Promise<Reward> {
   const json = `${dir}/reward.json`;
-  if (reachableSync(json)) {
-    const text = (await Deno.readTextFile(json)).trim();
+  const jsonText = await read(json);
+  if (jsonText !== null) {
+    const text = jsonText.trim();
     if (text === "") throw new Error(`Cannot grade Harbor task: ${json} is empty`);
     return fromJson(json, text);
   }
   const txt = `${dir}/reward.txt`;
-  if (reachableSync(txt)) {
-    const text = (await Deno.readTextFile(txt)).trim();
+  const txtText = await read(txt);
+  if (txtText !== null) {
+    const text = txtText.trim();
     if (text === "") throw new Error(`Cannot grade Harbor task: ${txt} is empty`);
     const score = Number(text);
     if (!Number.isFinite(score)) {

@@ -15,7 +15,9 @@
 // output going to /logs/verifier/test-stdout.txt (a file, not a pipe: a
 // child it leaves behind holding its output cannot keep the verifier from
 // ending), and reads /logs/verifier/reward.json before reward.txt, as
-// Harbor's verifier does.
+// Harbor's verifier does. A task whose verifier has a container of its own
+// ("separate") is graded by the verdict the runner hands in as the answer
+// (harbor/_separate.ts ran the verifier there): nothing here runs it.
 //
 // Integrity (SECURITY.md): the task's facts (the verifier's variables, the
 // tests' hashes) are read once and their file removed before any agent
@@ -34,7 +36,7 @@ import { addWorkspace } from "../workspace/workspace.ts";
 import { killTrees } from "../workspace/_processes.ts";
 import { bashGrader, type ExecTarget } from "../graders/bash.ts";
 import type { WorkspaceExecOptions, WorkspaceExecResult } from "../workspace/workspace.ts";
-import { type HarborTaskFile, TASK_FILE } from "./_task_env_file.ts";
+import { type HarborTaskFile, TASK_FILE, VERDICT_KEY } from "./_task_env_file.ts";
 import type { HarborHealthcheckConfig } from "./config.ts";
 import { treeDiff, treeFiles } from "./_tree.ts";
 import { readReward, type Reward, VERIFIER_LOGS as LOGS } from "./_reward.ts";
@@ -42,7 +44,7 @@ import { TamperBaseline, VerificationWatch, VerifierLayout } from "./_tamper.ts"
 import { ProcessBaseline } from "./_strays.ts";
 import { landlockAbi } from "../workspace/_landlock.ts";
 import { reachableSync } from "../_internal/fs.ts";
-import { errorMessage } from "../_internal/util.ts";
+import { errorMessage, isRecord } from "../_internal/util.ts";
 import { shellQuote } from "../_internal/shell.ts";
 
 const OUTPUT_KEPT = 16_384;
@@ -449,6 +451,28 @@ async function* grade(v: Verification): AsyncGenerator<unknown, void, unknown> {
   yield { score: reward.score, subscores: reward.subscores, info: { verifier } };
 }
 
+/**
+ * The grade of a task whose verifier ran in a container of its own: the
+ * verdict the runner handed in as the answer (it ran the verifier there),
+ * or its error.
+ */
+function separateGrade(answer: unknown): unknown {
+  const verdict = isRecord(answer) ? answer[VERDICT_KEY] : undefined;
+  if (!isRecord(verdict)) {
+    throw new Error(
+      "Cannot grade Harbor task: no verdict from the verifier's own container was handed in",
+    );
+  }
+  if (typeof verdict.error === "string") throw new Error(verdict.error);
+  const { score, subscores, info } = verdict;
+  const numbers = isRecord(subscores) &&
+    Object.values(subscores).every((v) => typeof v === "number" && Number.isFinite(v));
+  if (typeof score !== "number" || !Number.isFinite(score) || !numbers || !isRecord(info)) {
+    throw new Error("Cannot grade Harbor task: the verdict handed in is not of its shape");
+  }
+  return { score, subscores, info };
+}
+
 env.template(
   {
     id: "harbor",
@@ -467,7 +491,8 @@ env.template(
         await Deno.chmod(dir, 0o777);
       }
       await awaitHealthy(resolved.image, task.healthcheck);
-      prepared = verifications(resolved);
+      // A separate verifier sees nothing of this container but what the runner copies out.
+      prepared = task.separate ? [] : verifications(resolved);
       if (protect.length === 0) processes = new ProcessBaseline();
     } else {
       // Harbor empties /tests before it uploads a step's: the copy is the step's alone.
@@ -475,10 +500,11 @@ env.template(
     }
     const facts = task.steps?.[step];
     await awaitHealthy(resolved.image, facts?.healthcheck ?? null);
-    yield {
+    const answer = yield {
       prompt: facts?.instruction ?? task.instruction,
       bindings: { shell: { cwd: task.workdir } },
     };
-    yield* grade(prepared![step]);
+    if (task.separate) yield separateGrade(answer);
+    else yield* grade(prepared![step]);
   },
 );

@@ -21,6 +21,11 @@ export interface HarborTaskFile {
   /** `[environment.healthcheck]`, or null. */
   healthcheck: HarborHealthcheckConfig | null;
   /**
+   * Whether the verifier runs in a container of its own ("separate"): the
+   * runner runs it there, and the grade is the verdict it hands in as the answer.
+   */
+  separate: boolean;
+  /**
    * The task's `tests/` as the runner copies it to /tests: each file's
    * relative path to its mode and SHA-256 (`"0755:ab12..."`).
    */
@@ -49,3 +54,9 @@ export interface HarborStepFacts {
  * an exported task's image (harbor/export.ts) uses for its own.
  */
 export const TASK_FILE = "/opt/hud-harbor-in/task.json";
+
+/**
+ * The key of the answer under which the runner hands a separate verifier's
+ * verdict (`{ score, subscores, info }`, or `{ error }`) to the grade.
+ */
+export const VERDICT_KEY = "harbor_verifier";

@@ -55,6 +55,16 @@ export interface HarborEnvironmentConfig {
   gpus: number;
 }
 
+/** One entry of `artifacts`. */
+export interface HarborArtifact {
+  /** `source`: an absolute path in the agent's container (a relative one is taken from `/`). */
+  source: string;
+  /** `exclude`: patterns left out of a directory (empty: none). */
+  exclude: string[];
+  /** `service`: the compose service it is taken from, or null for the task's container. */
+  service: string | null;
+}
+
 /** A Harbor `task.toml`, checked, with defaults filled in. */
 export interface HarborTaskConfig {
   /** `version` (the format's), or null. */
@@ -81,6 +91,24 @@ export interface HarborTaskConfig {
    * in a container of its own.
    */
   verifierMode: "shared" | "separate";
+  /**
+   * The verifier's container in "separate" mode: `[verifier.environment]`,
+   * else a copy of `[environment]` (Harbor's
+   * `resolve_effective_verifier_env_config`); null in "shared" mode.
+   */
+  verifierEnvironment: HarborEnvironmentConfig | null;
+  /**
+   * `artifacts`: the paths of the agent's container that are collected when
+   * the agent is done and, in "separate" mode, put at the same paths in the
+   * verifier's container (after /logs/artifacts, always collected).
+   */
+  artifacts: HarborArtifact[];
+  /**
+   * How many `[[verifier.collect]]` hooks the task has (commands Harbor
+   * runs once the agent is done, to snapshot state for a separate
+   * verifier): this runner runs none, and skips such a separate-verifier task.
+   */
+  verifierCollectHooks: number;
   /**
    * The network of each phase (`network_mode`, `allowed_hosts` of
    * `[environment]`, `[agent]` and `[verifier]`; `allow_internet`), as
@@ -395,6 +423,8 @@ function taskConfig(
   const metadata = table(doc.metadata, file, "metadata");
   const solution = table(doc.solution, file, "solution");
   const network = harborNetwork(environment, agent, verifier, file);
+  const mode = verifierMode(verifier, file);
+  const taskEnvironment = environmentConfig(environment, file, "environment");
   const version = doc.version;
   if (version !== undefined && typeof version !== "string") {
     throw new TypeError(`Cannot load Harbor task: ${file}: "version" must be a string`);
@@ -408,19 +438,76 @@ function taskConfig(
     solutionEnv: envTable(solution, file, "solution"),
     agentUser: user(agent, file, "agent.user"),
     verifierUser: user(verifier, file, "verifier.user"),
-    verifierMode: verifierMode(verifier, file),
-    environment: {
-      dockerImage: optionalString(environment, file, "environment.docker_image"),
-      buildTimeoutSec: positive(environment, file, "environment.build_timeout_sec", 600),
-      cpus: positive(environment, file, "environment.cpus", 1),
-      memoryMb: positive(environment, file, "environment.memory_mb", 2048),
-      storageMb: positive(environment, file, "environment.storage_mb", 10240),
-      allowInternet: environment.allow_internet !== false,
-      workdir: optionalString(environment, file, "environment.workdir"),
-      env: envTable(environment, file, "environment"),
-      healthcheck: healthcheck(environment, file),
-      gpus: count(environment, file, "environment.gpus"),
-    },
+    verifierMode: mode,
+    environment: taskEnvironment,
+    verifierEnvironment: mode === "shared"
+      ? null
+      // Harbor's separate verifier: its own table, else a copy of [environment].
+      : verifier.environment === undefined
+      ? structuredClone(taskEnvironment)
+      : environmentConfig(
+        table(verifier.environment, file, "verifier.environment"),
+        file,
+        "verifier.environment",
+      ),
+    artifacts: artifacts(doc.artifacts, file),
+    verifierCollectHooks: Array.isArray(verifier.collect) ? verifier.collect.length : 0,
     network,
   };
+}
+
+/** An environment table (`[environment]`, `[verifier.environment]`), checked, with Harbor's defaults. */
+function environmentConfig(t: TomlTable, file: string, key: string): HarborEnvironmentConfig {
+  return {
+    dockerImage: optionalString(t, file, `${key}.docker_image`),
+    buildTimeoutSec: positive(t, file, `${key}.build_timeout_sec`, 600),
+    cpus: positive(t, file, `${key}.cpus`, 1),
+    memoryMb: positive(t, file, `${key}.memory_mb`, 2048),
+    storageMb: positive(t, file, `${key}.storage_mb`, 10240),
+    allowInternet: t.allow_internet !== false,
+    workdir: optionalString(t, file, `${key}.workdir`),
+    env: envTable(t, file, key),
+    healthcheck: healthcheck(t, file, `${key}.healthcheck`),
+    gpus: count(t, file, `${key}.gpus`),
+  };
+}
+
+/**
+ * `artifacts` (top level): paths of the agent's container, each a string or
+ * a table with `source` (and Harbor's `destination`, `exclude`, `service`).
+ * A relative source is taken from `/`, as `docker cp` takes it; `..` is
+ * refused, as Harbor refuses it.
+ */
+function artifacts(value: TomlValue | undefined, file: string): HarborArtifact[] {
+  if (value === undefined) return [];
+  if (!Array.isArray(value)) {
+    throw new TypeError(
+      `Cannot load Harbor task: ${file}: "artifacts" must be an array of paths or tables with a source`,
+    );
+  }
+  return value.map((v, i) => {
+    const at = `artifacts[${i}]`;
+    const t = typeof v === "string" ? { source: v } : table(v, file, at);
+    const source = optionalString(t, file, `${at}.source`);
+    if (source === null) {
+      throw new TypeError(
+        `Cannot load Harbor task: ${file}: "${at}.source" must be a non-empty string`,
+      );
+    }
+    if (source.split("/").includes("..")) {
+      throw new TypeError(`Cannot load Harbor task: ${file}: "${at}.source" must not hold ".."`);
+    }
+    const exclude = t.exclude ?? [];
+    if (!Array.isArray(exclude) || exclude.some((p) => typeof p !== "string")) {
+      throw new TypeError(
+        `Cannot load Harbor task: ${file}: "${at}.exclude" must be an array of patterns`,
+      );
+    }
+    const path = `/${source.replace(/^\/+/, "").replace(/\/+$/, "")}`;
+    return {
+      source: path,
+      exclude: exclude as string[],
+      service: optionalString(t, file, `${at}.service`),
+    };
+  });
 }

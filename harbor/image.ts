@@ -158,10 +158,11 @@ async function imageInfo(
 async function buildContext(
   engine: EngineClient,
   task: HarborTask,
-  tag: string,
+  build: { dir: string; tag: string; timeoutSec: number; key: string },
   signal: AbortSignal,
 ): Promise<void> {
-  const context = await tarTree(task.buildContext!);
+  const { dir, tag } = build;
+  const context = await tarTree(dir);
   let text: string;
   try {
     const res = await engine.raw(
@@ -172,7 +173,7 @@ async function buildContext(
     text = await res.text();
   } catch (err) {
     const why = signal.aborted
-      ? `took longer than ${task.config.environment.buildTimeoutSec} s ([environment] build_timeout_sec)`
+      ? `took longer than ${build.timeoutSec} s (${build.key} build_timeout_sec)`
       : errorMessage(err);
     throw new HarborBuildError(`Cannot run Harbor task "${task.name}": build failed: ${why}`, {
       cause: err,
@@ -272,7 +273,9 @@ async function taskImage(
   const hash = (await treeHash(task.buildContext)).slice(0, 16);
   const image = `hud-harbor-task/${slug(task.name)}:${hash}`;
   if (await imageInfo(engine, image) !== null) return { image, built: false };
-  await buildContext(engine, task, image, signal);
+  const timeoutSec = task.config.environment.buildTimeoutSec;
+  const build = { dir: task.buildContext, tag: image, timeoutSec, key: "[environment]" };
+  await buildContext(engine, task, build, signal);
   return { image, built: true };
 }
 
@@ -307,9 +310,14 @@ async function taskFacts(task: HarborTask, info: ImageInfo): Promise<HarborTaskF
     verifierEnv: task.config.verifierEnv,
     imageUser: info.Config?.User ?? "",
     agentUser: task.config.agentUser,
-    verifierUser: task.config.verifierUser,
+    // A separate verifier's user is its own image's, resolved there.
+    verifierUser: task.config.verifierMode === "shared" ? task.config.verifierUser : null,
     healthcheck: task.config.environment.healthcheck,
-    tests: task.steps === null ? await treeFiles(task.testsDir) : {},
+    separate: task.config.verifierMode === "separate",
+    // A separate verifier's tests never enter this container.
+    tests: task.steps === null && task.config.verifierMode === "shared"
+      ? await treeFiles(task.testsDir)
+      : {},
     steps: task.steps === null ? null : await Promise.all(task.steps.map(async (step) => ({
       name: step.config.name,
       instruction: step.instruction,
@@ -384,4 +392,65 @@ async function buildServedImage(
   } finally {
     await engine.call("DELETE", `/images/${encodeURIComponent(served)}`).catch(() => {});
   }
+}
+
+/** What {@linkcode buildVerifierImage} made. */
+export interface HarborVerifierImage {
+  /** The verifier's image. */
+  image: string;
+  /** Whether it was built in this call (false: found by content hash, or `docker_image`). */
+  built: boolean;
+  /** The verifier's working directory: the verifier environment's `workdir`, else the image's `WORKDIR` (null: none). */
+  workdir: string | null;
+  /** Where tests/ is uploaded: the workdir, for an image taken as `docker_image` when tests/ holds files; else null. */
+  testsInto: string | null;
+}
+
+/**
+ * The image of a separate verifier (`[verifier] environment_mode =
+ * "separate"`), as Harbor's trial makes it: `tests/` built as its context
+ * when it holds a Dockerfile (tagged by content hash), else the verifier
+ * environment's `docker_image`.
+ *
+ * @param task a task from `loadHarborTasks` in "separate" mode
+ * @param options engine socket, abort signal
+ * @throws {HarborBuildError} when tests/Dockerfile does not build, the build outlasts its `build_timeout_sec`, or `docker_image` is not on this engine
+ */
+export async function buildVerifierImage(
+  task: HarborTask,
+  options: BuildHarborImageOptions = {},
+): Promise<HarborVerifierImage> {
+  const env = task.config.verifierEnvironment;
+  if (env === null) {
+    throw new TypeError(
+      `Cannot build a verifier image: task "${task.name}" verifies in the agent's container`,
+    );
+  }
+  const timeout = AbortSignal.timeout(env.buildTimeoutSec * 1000);
+  const signal = options.signal ? AbortSignal.any([options.signal, timeout]) : timeout;
+  using engine = await EngineClient.open(options.socket, signal);
+  const context = task.verifierBuildContext;
+  let image = env.dockerImage!;
+  let built = false;
+  if (context !== null) {
+    image = `hud-harbor-verifier/${slug(task.name)}:${(await treeHash(context)).slice(0, 16)}`;
+    if (await imageInfo(engine, image) === null) {
+      await buildContext(engine, task, {
+        dir: context,
+        tag: image,
+        timeoutSec: env.buildTimeoutSec,
+        key: "[verifier.environment]",
+      }, signal);
+      built = true;
+    }
+  }
+  const info = await imageInfo(engine, image);
+  if (info === null) {
+    throw new HarborBuildError(
+      `Cannot run Harbor task "${task.name}": build failed: the verifier's image "${image}" is not on this engine; pull or build it first`,
+    );
+  }
+  const workdir = env.workdir ?? (info.Config?.WorkingDir || null);
+  const hasTests = context === null && Object.keys(await filesOrNone(task.testsDir)).length > 0;
+  return { image, built, workdir, testsInto: hasTests ? workdir ?? "/" : null };
 }

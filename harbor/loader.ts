@@ -26,7 +26,12 @@ export type HarborSkipCode =
   | "bad_file"
   /** `[environment] gpus` above 0: containers get no GPUs here, as under Harbor's Docker environment. */
   | "gpu"
-  /** `[verifier] environment_mode = "separate"`: a verifier container of its own, which this runner does not place yet. */
+  /**
+   * `[verifier] environment_mode = "separate"` that this runner cannot place:
+   * with `[[steps]]`, with no image for the verifier (neither `tests/Dockerfile`
+   * nor a `docker_image`), with `artifacts` that `exclude` files, or with
+   * `[[verifier.collect]]` hooks.
+   */
   | "separate_verifier"
   /** `network_mode = "allowlist"` in a phase: this runner cannot hold the agent to a list of hosts yet. */
   | "network_allowlist"
@@ -47,6 +52,12 @@ export interface HarborTask {
   buildContext: string | null;
   /** `tests/`, absolute (copied into the container only at verification). */
   testsDir: string;
+  /**
+   * In "separate" verifier mode, `tests/` when it holds a Dockerfile: the
+   * build context of the verifier's image, as Harbor builds it; else null
+   * (the verifier environment's `docker_image`).
+   */
+  verifierBuildContext: string | null;
   /** `solution/` when it holds `solve.sh`, else null. */
   solutionDir: string | null;
   /** `[[steps]]`, in order, each with its files; null for a task of one step. */
@@ -217,15 +228,9 @@ async function readTask(path: string): Promise<HarborTask> {
   }
   for (const tree of ["tests", "solution", "environment"]) await checkTree(`${path}/${tree}`, path);
   refuseUnplaceable(file, config);
+  const verifierBuildContext = await separateVerifier(path, config);
   const hasDockerfile = await isFile(`${path}/environment/Dockerfile`, path);
-  for (const compose of ["docker-compose.yaml", "docker-compose.yml"]) {
-    if (await isFile(`${path}/environment/${compose}`, path)) {
-      throw new Skip(
-        "compose",
-        `${path}/environment/${compose}: multi-container tasks are not supported`,
-      );
-    }
-  }
+  await refuseCompose(path, "environment");
   refuseAllowlist(path, config);
   if (!hasDockerfile && config.environment.dockerImage === null) {
     throw new Skip(
@@ -240,6 +245,7 @@ async function readTask(path: string): Promise<HarborTask> {
     config,
     buildContext: hasDockerfile ? `${path}/environment` : null,
     testsDir: `${path}/tests`,
+    verifierBuildContext,
     solutionDir,
     steps,
   };
@@ -297,19 +303,75 @@ async function readSteps(
   return steps;
 }
 
-/** Skips a task that needs GPUs, or a verifier container of its own. */
+/** Skips a task that needs GPUs, for the agent or for a verifier container of its own. */
 function refuseUnplaceable(file: string, config: HarborTaskConfig): void {
-  if (config.environment.gpus > 0) {
+  for (
+    const [env, key] of [[config.environment, "[environment]"], [
+      config.verifierEnvironment,
+      "[verifier.environment]",
+    ]] as const
+  ) {
+    if (env === null || env.gpus === 0) continue;
     throw new Skip(
       "gpu",
-      `${file}: needs ${config.environment.gpus} GPU(s) ([environment] gpus); this runner gives containers no GPUs, as Harbor's Docker environment gives none`,
+      `${file}: needs ${env.gpus} GPU(s) (${key} gpus); this runner gives containers no GPUs, as Harbor's Docker environment gives none`,
     );
   }
-  if (config.verifierMode === "separate") {
-    throw new Skip(
-      "separate_verifier",
-      `${file}: [verifier] environment_mode "separate" (a verifier container of its own) is not supported yet; run the task with the verifier in the agent's container ("shared")`,
+}
+
+/**
+ * Checks a task whose verifier has a container of its own ("separate"), as
+ * Harbor places it: its image is built from `tests/` (its Dockerfile), else
+ * is the verifier environment's `docker_image`. Returns the build context
+ * (null: the `docker_image`, or "shared" mode).
+ */
+async function separateVerifier(path: string, config: HarborTaskConfig): Promise<string | null> {
+  const env = config.verifierEnvironment;
+  if (env === null) return null;
+  const file = `${path}/task.toml`;
+  const refuse = (why: string) => {
+    throw new Skip("separate_verifier", `${file}: [verifier] environment_mode "separate": ${why}`);
+  };
+  if (config.steps !== null) refuse("not supported with [[steps]] by this runner");
+  if (config.verifierCollectHooks > 0) {
+    refuse(
+      "[[verifier.collect]] hooks are not run by this runner (what they collect would be missing)",
     );
+  }
+  await refuseCompose(path, "tests");
+  const i = config.artifacts.findIndex((a) => a.exclude.length > 0);
+  if (i >= 0) {
+    refuse(
+      `artifacts[${i}].exclude is not supported yet (the whole path would reach the verifier)`,
+    );
+  }
+  const j = config.artifacts.findIndex((a) => a.service !== null && a.service !== "main");
+  if (j >= 0) {
+    throw new Skip(
+      "compose",
+      `${file}: artifacts[${j}].service "${
+        config.artifacts[j].service
+      }": multi-container tasks are not supported`,
+    );
+  }
+  if (await isFile(`${path}/tests/Dockerfile`, path)) return `${path}/tests`;
+  if (env.dockerImage === null) {
+    refuse(
+      "the verifier's image is built from tests/Dockerfile, or is [verifier.environment] docker_image; this task has neither",
+    );
+  }
+  return null;
+}
+
+/** Skips a task whose `dir` (environment/, or a separate verifier's tests/) holds a compose file. */
+async function refuseCompose(path: string, dir: string): Promise<void> {
+  for (const compose of ["docker-compose.yaml", "docker-compose.yml"]) {
+    if (await isFile(`${path}/${dir}/${compose}`, path)) {
+      throw new Skip(
+        "compose",
+        `${path}/${dir}/${compose}: multi-container tasks are not supported`,
+      );
+    }
   }
 }
 

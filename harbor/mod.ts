@@ -23,6 +23,7 @@
 export { parseToml, TomlSyntaxError, type TomlTable, type TomlValue } from "./toml.ts";
 export { TomlDateTime, type TomlDateTimeKind } from "./toml_datetime.ts";
 export {
+  type HarborArtifact,
   type HarborEnvironmentConfig,
   type HarborHealthcheckConfig,
   type HarborNetworkMode,
@@ -43,8 +44,10 @@ export {
 export {
   buildHarborImage,
   type BuildHarborImageOptions,
+  buildVerifierImage,
   HarborBuildError,
   type HarborImage,
+  type HarborVerifierImage,
 } from "./image.ts";
 export { type HarborResult, oracleAgent, type RunHarborOptions, runHarborTasks } from "./run.ts";
 export {

@@ -5,7 +5,9 @@
  * healthcheck awaited, the agent on it through the SSH workspace at the
  * task's workdir as `[agent] user` with `[agent] timeout_sec`, then
  * `tests/` copied in and the verifier run as `[verifier] user`; a task
- * with `[[steps]]`, each step so in turn in one container (harbor/_steps.ts).
+ * with `[[steps]]`, each step so in turn in one container (harbor/_steps.ts);
+ * a task whose verifier has a container of its own (`environment_mode =
+ * "separate"`), the verifier there (harbor/_separate.ts).
  * {@linkcode oracleAgent} runs `solution/solve.sh`, so an oracle run validates a dataset.
  *
  * @module
@@ -20,7 +22,9 @@ import type { RunRecord } from "../eval/results.ts";
 import { ContainerRuntime } from "../engines/container.ts";
 import { EngineClient } from "../engines/_engine.ts";
 import type { Placement, PlaceOptions, RuntimeProvider } from "../runtime/placement.ts";
-import { buildHarborImage, HarborBuildError, tarTree } from "./image.ts";
+import { buildHarborImage, buildVerifierImage, HarborBuildError, tarTree } from "./image.ts";
+import { alteredVerdict, type PlacedContainer, separateVerifier } from "./_separate.ts";
+import { DOCKER_DEFAULT_CAPS } from "./_verifier_container.ts";
 import type { HarborStep, HarborTask } from "./loader.ts";
 import { runTrial, scoreOf, type Trial } from "./_steps.ts";
 import { exists } from "../_internal/fs.ts";
@@ -78,7 +82,7 @@ export interface HarborResult {
 }
 
 /** Containers placed, by the host:port of their placement's url. */
-const containers = new Map<string, { id: string; socket: string | undefined }>();
+const containers = new Map<string, PlacedContainer>();
 
 function placementKey(url: string): string {
   return new URL(url.replace(/^tcp:/, "http:")).host;
@@ -95,7 +99,11 @@ class HarborRuntime implements RuntimeProvider {
   async place(options?: PlaceOptions): Promise<Placement> {
     const placement = await this.#inner.place(options);
     const key = placementKey(placement.url);
-    containers.set(key, { id: String(placement.params?.containerId), socket: this.#socket });
+    containers.set(key, {
+      id: String(placement.params?.containerId),
+      socket: this.#socket,
+      enterPhase: placement.enterPhase?.bind(placement),
+    });
     return {
       ...placement,
       [Symbol.asyncDispose]: async () => {
@@ -106,15 +114,21 @@ class HarborRuntime implements RuntimeProvider {
   }
 }
 
+/** The container a run's client is connected to. */
+function placedContainer(clientUrl: string): PlacedContainer {
+  const container = containers.get(placementKey(clientUrl));
+  if (container === undefined) {
+    throw new Error(`Cannot reach the Harbor container of ${placementKey(clientUrl)}: not placed`);
+  }
+  return container;
+}
+
 /**
  * Copies the whole of `dir` (dot-files included, modes kept) to `dest` in
  * the container a run's client is connected to (Harbor's `upload_dir`).
  */
 async function copyIn(clientUrl: string, dir: string, dest: string, signal?: AbortSignal) {
-  const container = containers.get(placementKey(clientUrl));
-  if (container === undefined) {
-    throw new Error(`Cannot copy ${dir} in: no Harbor container for ${placementKey(clientUrl)}`);
-  }
+  const container = placedContainer(clientUrl);
   using engine = await EngineClient.open(container.socket, signal);
   const tar = await tarTree(dir, dest.replace(/^\/+/, ""));
   const res = await engine.raw("PUT", `/containers/${container.id}/archive?path=/`, {
@@ -245,6 +259,8 @@ async function runOne(
     return { ...empty, error: errorMessage(err), built: image.built };
   }
   if (task.steps !== null) return await runSteps(task, inner, image, options);
+  const observer = await verification(task, options);
+  if (typeof observer === "string") return { ...empty, error: observer, built: image.built };
   const agentMs = task.config.agentTimeoutSec * 1000;
   const healthMs = healthcheckBound(task.config.environment.healthcheck);
   const job = await new Taskset([{
@@ -254,7 +270,7 @@ async function runOne(
     slug: task.name,
   }]).run(inner, {
     runtime: taskRuntime(task, image.image, options.socket),
-    observers: [testsCopier(task)],
+    observers: [observer],
     group: options.group ?? 1,
     agentTimeout: agentMs,
     // Placing, copying in and the verifier fit in the rest.
@@ -264,23 +280,27 @@ async function runOne(
   return harborResult(task.name, job, image.built);
 }
 
-/** Docker's default capabilities (moby's `oci/caps/defaults.go`): what `docker exec` gives root. */
-const DOCKER_DEFAULT_CAPS: readonly string[] = [
-  "CHOWN",
-  "DAC_OVERRIDE",
-  "FOWNER",
-  "FSETID",
-  "KILL",
-  "SETGID",
-  "SETUID",
-  "SETPCAP",
-  "NET_BIND_SERVICE",
-  "NET_RAW",
-  "SYS_CHROOT",
-  "MKNOD",
-  "AUDIT_WRITE",
-  "SETFCAP",
-];
+/**
+ * What runs the verifier once the agent is done: `tests/` copied into the
+ * task's container, or, for a verifier of its own ("separate"), its image
+ * built and the observer that runs it; or why its image did not build.
+ */
+async function verification(
+  task: HarborTask,
+  options: RunHarborOptions,
+): Promise<RolloutObserver | string> {
+  if (task.config.verifierMode === "shared") return testsCopier(task);
+  try {
+    const image = await buildVerifierImage(task, {
+      socket: options.socket,
+      signal: options.signal,
+    });
+    return separateVerifier(task, image, placedContainer);
+  } catch (err) {
+    if (!(err instanceof HarborBuildError)) throw err;
+    return err.message;
+  }
+}
 
 /** The runtime of a task's container, with Harbor's semantics. */
 function taskRuntime(task: HarborTask, image: string, socket: string | undefined): HarborRuntime {
@@ -301,7 +321,10 @@ function taskRuntime(task: HarborTask, image: string, socket: string | undefined
       network: {
         setup: task.config.network.environment.mode === "public",
         agent: task.config.network.agent.mode === "public",
-        verifier: task.config.network.verifier.mode === "public",
+        // A separate verifier's phase is in its own container: this one has
+        // none then (Harbor stops it before the verifier's starts).
+        verifier: task.config.verifierMode === "shared" &&
+          task.config.network.verifier.mode === "public",
       },
       // Which task a container runs, by name and by folder (`docker ps --filter label=...`).
       labels: { "dev.hud.harbor.task": task.name, "dev.hud.harbor.path": task.path },
@@ -334,8 +357,10 @@ function verifierSummary(ran: unknown): HarborResult["verifier"] {
 /** A task's result from its job: the mean reward of the graded runs, the first failure. */
 function harborResult(name: string, job: Job, built: boolean): HarborResult {
   const runs = [...job.runs];
+  // A separate verifier's verdict that came back altered is no reward.
+  const altered = job.liveRuns.map((r) => r === null ? null : alteredVerdict(r));
   // Graded as eval/failure.ts counts it: a tampered rollout's 0 is not a reward.
-  const graded = runs.filter(isGraded);
+  const graded = runs.filter((r, i) => isGraded(r) && altered[i] === null);
   const live = job.liveRuns.find((r) => r?.grade !== null && r?.grade !== undefined);
   const subscores = (live?.grade as { subscores?: Record<string, number> } | null)?.subscores ?? {};
   const ran = (live?.grade?.info as { verifier?: unknown } | undefined)?.verifier;
@@ -347,7 +372,7 @@ function harborResult(name: string, job: Job, built: boolean): HarborResult {
     reward: graded.length === 0 ? null : graded.reduce((a, r) => a + r.reward!, 0) / graded.length,
     subscores,
     verifier: verifierSummary(ran),
-    error: failed ? errorOf(failed) : null,
+    error: altered.find((a) => a !== null) ?? (failed ? errorOf(failed) : null),
     built,
     runs,
   };

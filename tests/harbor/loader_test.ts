@@ -4,7 +4,10 @@
 // (a FIFO would block the loader), or one over its size bound; each refusal
 // is one line naming the file, and the other tasks still load. A task that
 // needs GPUs is refused as Harbor's Docker environment refuses it (issue 35,
-// 4), and one whose verifier runs apart is refused rather than run shared.
+// 4). A task whose verifier has a container of its own loads when that
+// container has an image (tests/Dockerfile, or a docker_image), and is
+// refused in one line otherwise, or with [[steps]], or with a malformed
+// [verifier.environment] (naming the field).
 
 import { test } from "../_test.ts";
 import assert from "node:assert/strict";
@@ -107,10 +110,6 @@ test("loadHarborTasks() refuses a FIFO and files over their bounds, and a task t
       ...GOOD,
       "task.toml": '[environment]\ndocker_image = "b"\ngpus = 1\n',
     });
-    await writeTask(root, "sep", {
-      ...GOOD,
-      "task.toml": '[environment]\ndocker_image = "b"\n[verifier]\nenvironment_mode = "separate"\n',
-    });
     const refused = await skipped(root);
     assert.deepEqual(refused.fifo, [
       "bad_file",
@@ -119,10 +118,6 @@ test("loadHarborTasks() refuses a FIFO and files over their bounds, and a task t
     assert.deepEqual(refused.huge, [
       "bad_file",
       `${root}/huge/instruction.md holds ${(1 << 20) + 1} bytes, over the ${1 << 20} it may hold`,
-    ]);
-    assert.deepEqual(refused.sep, [
-      "separate_verifier",
-      `${root}/sep/task.toml: [verifier] environment_mode "separate" (a verifier container of its own) is not supported yet; run the task with the verifier in the agent's container ("shared")`,
     ]);
     assert.deepEqual(refused.gpu, [
       "gpu",
@@ -149,4 +144,115 @@ test("parseHarborConfig() reads Harbor 0.22's verifier environment_mode and [env
   bad('[verifier]\nenvironment_mode = "apart"\n', /must be "shared" or "separate"/);
   bad("[environment]\ngpus = -1\n", /"environment\.gpus" must be an integer >= 0/);
   bad("[environment]\ngpus = 1.5\n", /"environment\.gpus" must be an integer >= 0/);
+});
+
+test("loadHarborTasks() loads separate-verifier tasks with an image for the verifier, and refuses the others in one line", async () => {
+  await withDataset(async (root) => {
+    const sep = '[verifier]\nenvironment_mode = "separate"\n';
+    // The verifier's image: [environment]'s docker_image (copied), its own, or tests/Dockerfile.
+    await writeTask(root, "copied", { ...GOOD, "task.toml": GOOD["task.toml"] + sep });
+    await writeTask(root, "own", {
+      ...GOOD,
+      "environment/Dockerfile": "FROM base\n",
+      "task.toml": '[verifier.environment]\ndocker_image = "judge"\ncpus = 2\n',
+    });
+    await writeTask(root, "built", {
+      ...GOOD,
+      "environment/Dockerfile": "FROM base\n",
+      "tests/Dockerfile": "FROM base\nCOPY . /tests\n",
+      "task.toml": 'artifacts = ["/app/out.txt", { source = "app/dir/" }]\n' + sep,
+    });
+    await writeTask(root, "noimage", {
+      ...GOOD,
+      "environment/Dockerfile": "FROM base\n",
+      "task.toml": sep,
+    });
+    await writeTask(root, "stepped", {
+      ...GOOD,
+      "task.toml": GOOD["task.toml"] + sep + '[[steps]]\nname = "one"\n',
+      "steps/one/instruction.md": "One.\n",
+    });
+    await writeTask(root, "malformed", {
+      ...GOOD,
+      "task.toml": '[verifier.environment]\ncpus = "two"\n',
+    });
+    await writeTask(root, "excluding", {
+      ...GOOD,
+      "task.toml": 'artifacts = [{ source = "/app", exclude = ["*.log"] }]\n' +
+        GOOD["task.toml"] + sep,
+    });
+    await writeTask(root, "hooked", {
+      ...GOOD,
+      "task.toml": GOOD["task.toml"] + sep +
+        '[[verifier.collect]]\ncommand = "pg_dump > /app/db.sql"\n',
+    });
+    const refused = await skipped(root, ["built", "copied", "good", "own"]);
+    assert.deepEqual(refused, {
+      noimage: [
+        "separate_verifier",
+        `${root}/noimage/task.toml: [verifier] environment_mode "separate": the verifier's image is built from tests/Dockerfile, or is [verifier.environment] docker_image; this task has neither`,
+      ],
+      stepped: [
+        "separate_verifier",
+        `${root}/stepped/task.toml: [verifier] environment_mode "separate": not supported with [[steps]] by this runner`,
+      ],
+      malformed: [
+        "bad_config",
+        `Cannot load Harbor task: ${root}/malformed/task.toml: "verifier.environment.cpus" must be a positive number`,
+      ],
+      hooked: [
+        "separate_verifier",
+        `${root}/hooked/task.toml: [verifier] environment_mode "separate": [[verifier.collect]] hooks are not run by this runner (what they collect would be missing)`,
+      ],
+      excluding: [
+        "separate_verifier",
+        `${root}/excluding/task.toml: [verifier] environment_mode "separate": artifacts[0].exclude is not supported yet (the whole path would reach the verifier)`,
+      ],
+    });
+    const { tasks } = await loadHarborTasks(root);
+    const byName = Object.fromEntries(tasks.map((t) => [t.name, t]));
+    assert.deepEqual(
+      ["copied", "own", "built", "good"].map((n) => [
+        byName[n].config.verifierEnvironment?.dockerImage ?? null,
+        byName[n].config.verifierEnvironment?.cpus ?? null,
+        byName[n].verifierBuildContext,
+      ]),
+      [["base", 1, null], ["judge", 2, null], [null, 1, `${root}/built/tests`], [null, null, null]],
+    );
+    assert.deepEqual(byName.built.config.artifacts.map((a) => a.source), [
+      "/app/out.txt",
+      "/app/dir",
+    ]);
+  });
+});
+
+test("parseHarborConfig() gives a separate verifier [verifier.environment]'s network, else [environment]'s", () => {
+  const phases = (toml: string) => {
+    const c = parseHarborConfig(toml, "t/task.toml");
+    return [c.network.environment.mode, c.network.verifier.mode];
+  };
+  assert.deepEqual(phases("[verifier.environment]\nallow_internet = false\n"), [
+    "public",
+    "no-network",
+  ]);
+  assert.deepEqual(
+    phases(
+      '[environment]\nnetwork_mode = "no-network"\n[verifier]\nenvironment_mode = "separate"\n',
+    ),
+    ["no-network", "no-network"],
+  );
+  assert.deepEqual(
+    phases(
+      '[verifier]\nnetwork_mode = "public"\n[verifier.environment]\nnetwork_mode = "no-network"\n',
+    ),
+    ["public", "public"],
+  );
+  assert.throws(
+    () => parseHarborConfig('[verifier.environment]\nnetwork_mode = "open"\n', "t/task.toml"),
+    /"verifier\.environment\.network_mode" must be "public", "no-network" or "allowlist"/,
+  );
+  assert.throws(
+    () => parseHarborConfig('artifacts = ["/app/../etc"]\n', "t/task.toml"),
+    /"artifacts\[0\]\.source" must not hold "\.\."/,
+  );
 });
