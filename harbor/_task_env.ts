@@ -136,7 +136,11 @@ const isolation = Deno.env.get("HUD_HARBOR_ISOLATION") === "auto" ? "auto" : "no
 // can change /logs/verifier or /tests, and what it leaves runs on while the
 // verifier runs, as under `docker exec`; elsewhere what it left is stopped
 // meanwhile (holdAgent()).
-const protect = isolation === "none" && await landlockAbi() > 0 ? [LOGS, "/tests"] : [];
+// A separate verifier reads nothing of this container but what the runner carries out, so
+// there is nothing here to keep: the agent gets all of `docker exec`'s freedom.
+const protect = isolation === "none" && !task.separate && await landlockAbi() > 0
+  ? [LOGS, "/tests"]
+  : [];
 const workspace = addWorkspace(
   env,
   task.workdir,
