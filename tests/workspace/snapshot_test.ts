@@ -285,6 +285,57 @@ for (const method of ["auto", "copy"] as const) {
 }
 
 test({
+  name:
+    "addWorkspace() snapshots: a new root on a removed root's inode is not taken for it (its files and its forks' are their agents')",
+  needs: [BWRAP, ROOT_USER],
+}, async () => {
+  if (!OVERLAY) return; // only an overlay root's owner is remembered
+  // As under `deno test --parallel` (once in CI): a root is removed, ext4
+  // gives its inode number to the next directory made there, and a later
+  // workspace's root on it was taken for the old one: its files kept the old
+  // agent's uid as their owner on disk, so the new agent saw them as
+  // another's, and a fork of it too ('chmod: Operation not permitted').
+  const parent = await Deno.makeTempDir({ prefix: "ws-snap-reuse-" });
+  const forks: Running[] = [];
+  let first: Running | null = null;
+  let source: Running | null = null;
+  try {
+    const old = `${parent}/old`;
+    await Deno.mkdir(old);
+    await seed(old);
+    first = await start({ snapshots: true, uid: 59993, gid: 59993 }, old);
+    await first.sh("echo one > one");
+    await first.stop();
+    const ino = (await Deno.stat(old)).ino;
+    await Deno.remove(old, { recursive: true });
+    // The next directory made there takes the inode (ext4, xfs), if not the first, a later one.
+    let root: string | null = null;
+    for (let i = 0; i < 64 && root === null; i++) {
+      const dir = `${parent}/new-${i}`;
+      await Deno.mkdir(dir);
+      if ((await Deno.stat(dir)).ino === ino) root = dir;
+    }
+    assert.ok(root !== null, `no new directory took inode ${ino}: this file system reuses none`);
+    await seed(root);
+    source = await start({ snapshots: true, uid: 59994, gid: 59994 }, root);
+    await source.sh("echo prepared > state");
+    const owners = "find . -printf '%U\\n' | sort -u";
+    assert.equal(await source.sh(owners), "59994\n", "the source's files are its agent's");
+    const snapshot = await source.workspace.snapshot();
+    forks.push(await start({ from: snapshot }));
+    const uid = forks[0].workspace.uid;
+    assert.equal(await forks[0].sh(owners), `${uid}\n`, "the fork's files are its agent's");
+    await forks[0].sh("chmod 600 src/main.sh && echo fork >> src/main.sh");
+    await snapshot.remove();
+  } finally {
+    for (const fork of forks) await fork.stop();
+    await source?.stop();
+    await first?.stop();
+    await cleanup(...forks.map((f) => f.root), parent);
+  }
+});
+
+test({
   name: "addWorkspace() from: nothing an agent plants before a snapshot forges a fork's grade",
   needs: [BWRAP],
 }, async () => {
