@@ -336,6 +336,43 @@ test({
 });
 
 test({
+  name:
+    "addWorkspace() snapshots: what root adds to a root between workspaces of other uids is the later agent's, and its forks'",
+  needs: [BWRAP, ROOT_USER],
+}, async () => {
+  if (!OVERLAY) return; // only an overlay root's files keep an earlier agent's uid on disk
+  // The environment, as root, adds a file and a directory to the root after
+  // the first workspace; the second one's agent has another uid. Its
+  // sandbox's first command (a probe, before the overlay is mounted) gave
+  // them to the second uid on disk, where the first one's are shown as the
+  // second's: they were shown as the first's, and so in a fork.
+  const first = await start({ snapshots: true, uid: 59991, gid: 59991 });
+  const root = first.root;
+  let second: Running | null = null;
+  let fork: Running | null = null;
+  try {
+    await first.sh("echo one > one");
+    await first.stop();
+    await Deno.writeTextFile(`${root}/added`, "added\n");
+    await Deno.mkdir(`${root}/added-dir`);
+    second = await start({ snapshots: true, uid: 59992, gid: 59992 }, root);
+    const owners = "find . -printf '%U\\n' | sort -u";
+    assert.equal(await second.sh(owners), "59992\n");
+    await second.sh("echo more >> added && touch added-dir/file && echo two >> one");
+    const snapshot = await second.workspace.snapshot();
+    fork = await start({ from: snapshot });
+    assert.equal(await fork.sh(owners), `${fork.workspace.uid}\n`);
+    await fork.sh("echo fork >> added && rm added-dir/file && echo fork >> one");
+    await snapshot.remove();
+  } finally {
+    await fork?.stop();
+    await second?.stop();
+    await first.stop();
+    await cleanup(root, ...(fork ? [fork.root] : []));
+  }
+});
+
+test({
   name: "addWorkspace() from: nothing an agent plants before a snapshot forges a fork's grade",
   needs: [BWRAP],
 }, async () => {
