@@ -24,6 +24,7 @@ const MNT_DETACH = 2;
 const EBUSY = 16;
 const EINVAL = 22;
 const ENOSYS = 38;
+const EOVERFLOW = 75;
 const EOPNOTSUPP = 95;
 
 const SYMBOLS = {
@@ -205,7 +206,8 @@ export function fileHandle(path: string): string | null {
   const mountId = new Uint8Array(4);
   if (c.name_to_handle_at(AT_FDCWD, cstr(path), buf, mountId, AT_SYMLINK_FOLLOW) !== 0) {
     const err = failure(`Cannot identify "${path}"`);
-    if (err.errno === EOPNOTSUPP || err.errno === ENOSYS) return null;
+    // EOVERFLOW: a handle it cannot make (older kernels say so for an overlay).
+    if (err.errno === EOPNOTSUPP || err.errno === ENOSYS || err.errno === EOVERFLOW) return null;
     throw err;
   }
   const size = Math.min(view.getUint32(0, true), MAX_HANDLE_BYTES);
