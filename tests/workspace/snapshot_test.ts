@@ -300,22 +300,27 @@ test({
   let first: Running | null = null;
   let source: Running | null = null;
   try {
-    const old = `${parent}/old`;
-    await Deno.mkdir(old);
-    await seed(old);
-    first = await start({ snapshots: true, uid: 59993, gid: 59993 }, old);
-    await first.sh("echo one > one");
-    await first.stop();
-    const ino = (await Deno.stat(old)).ino;
-    await Deno.remove(old, { recursive: true });
-    // The next directory made there takes the inode (ext4, xfs), if not the first, a later one.
+    // Made again until the next directory made there takes the old root's
+    // inode (ext4 and xfs give it at once, unless another process takes it first).
     let root: string | null = null;
-    for (let i = 0; i < 64 && root === null; i++) {
-      const dir = `${parent}/new-${i}`;
-      await Deno.mkdir(dir);
-      if ((await Deno.stat(dir)).ino === ino) root = dir;
+    for (let attempt = 0; attempt < 8 && root === null; attempt++) {
+      const old = `${parent}/old-${attempt}`;
+      await Deno.mkdir(old);
+      first = await start({ snapshots: true, uid: 59993, gid: 59993 }, old);
+      await first.sh("echo one > one");
+      await first.stop();
+      const ino = (await Deno.stat(old)).ino;
+      await Deno.remove(old, { recursive: true });
+      for (let i = 0; i < 16 && root === null; i++) {
+        const dir = `${parent}/new-${attempt}-${i}`;
+        await Deno.mkdir(dir);
+        if ((await Deno.stat(dir)).ino === ino) root = dir;
+      }
     }
-    assert.ok(root !== null, `no new directory took inode ${ino}: this file system reuses none`);
+    assert.ok(
+      root !== null,
+      "no new directory took a removed one's inode: this file system reuses none",
+    );
     await seed(root);
     source = await start({ snapshots: true, uid: 59994, gid: 59994 }, root);
     await source.sh("echo prepared > state");
