@@ -105,6 +105,11 @@ export async function prepareSandbox(
   if (ep.user !== null) {
     const paths = diskOwner === null ? [config.root, ep.home] : [ep.home];
     await chownTree(paths, ep.user.uid, ep.user.gid);
+    // What root added to such a root since is the agent's too, and so the
+    // disk owner's: the sandbox's first command (the probe, before the
+    // overlay is mounted) would give it to this uid, which the overlay shows
+    // as the disk owner's.
+    if (diskOwner !== null) await chownTree([config.root], diskOwner.uid, diskOwner.gid, true);
     mounts.push(...await nameUser(config.user, ep.user, ep));
   }
   ep.sftp = await SandboxedSftp.stage(report);
@@ -176,15 +181,21 @@ function applyLimits(
  * Gives `paths` (recursively, links not followed) to `uid`:`gid`, but for
  * files of several hard links: one may be a file outside the root (which
  * would become the agent's), or a snapshot's.
+ * @param rootsOnly only what uid 0 owns (the rest is an earlier agent's)
  */
-async function chownTree(paths: string[], uid: number, gid: number): Promise<void> {
+async function chownTree(
+  paths: string[],
+  uid: number,
+  gid: number,
+  rootsOnly = false,
+): Promise<void> {
   let out: Deno.CommandOutput;
   try {
-    out = await findChown(paths, uid, gid);
+    out = await findChown(paths, uid, gid, rootsOnly);
   } catch (err) {
     // An image without findutils (a container's, say): the same walk here.
     if (!(err instanceof Deno.errors.NotFound)) throw err;
-    for (const path of paths) await chownWalk(path, uid, gid);
+    for (const path of paths) await chownWalk(path, uid, gid, rootsOnly);
     return;
   }
   if (!out.success) {
@@ -194,7 +205,12 @@ async function chownTree(paths: string[], uid: number, gid: number): Promise<voi
 }
 
 /** chownTree()'s walk without find: directories and files of one link, links not followed. */
-async function chownWalk(root: string, uid: number, gid: number): Promise<void> {
+async function chownWalk(
+  root: string,
+  uid: number,
+  gid: number,
+  rootsOnly: boolean,
+): Promise<void> {
   const stack = [root];
   while (stack.length > 0) {
     const path = stack.pop()!;
@@ -210,16 +226,23 @@ async function chownWalk(root: string, uid: number, gid: number): Promise<void> 
     if (info.isDirectory) {
       for await (const e of Deno.readDir(path)) stack.push(`${path}/${e.name}`);
     } else if (info.nlink !== 1) continue;
+    if (rootsOnly && info.uid !== 0) continue;
     await Deno.chown(path, uid, gid);
   }
 }
 
 /** chownTree()'s walk by find(1); throws NotFound when there is no find. */
-function findChown(paths: string[], uid: number, gid: number): Promise<Deno.CommandOutput> {
+function findChown(
+  paths: string[],
+  uid: number,
+  gid: number,
+  rootsOnly: boolean,
+): Promise<Deno.CommandOutput> {
   return new Deno.Command("find", {
     args: [
       "-P",
       ...paths,
+      ...(rootsOnly ? ["-user", "0"] : []),
       "(",
       "-type",
       "d",

@@ -23,6 +23,9 @@ const MS_NODEV = 4n;
 const MNT_DETACH = 2;
 const EBUSY = 16;
 const EINVAL = 22;
+const ENOSYS = 38;
+const EOVERFLOW = 75;
+const EOPNOTSUPP = 95;
 
 const SYMBOLS = {
   mount: { parameters: ["buffer", "buffer", "buffer", "u64", "buffer"], result: "i32" },
@@ -33,6 +36,10 @@ const SYMBOLS = {
   open: { parameters: ["buffer", "i32"], result: "i32" },
   close: { parameters: ["i32"], result: "i32" },
   lgetxattr: { parameters: ["buffer", "buffer", "buffer", "usize"], result: "isize" },
+  name_to_handle_at: {
+    parameters: ["i32", "buffer", "buffer", "buffer", "i32"],
+    result: "i32",
+  },
   strerror: { parameters: ["i32"], result: "pointer" },
   __errno_location: { parameters: [], result: "pointer" },
 } as const;
@@ -178,6 +185,36 @@ export function bindReadOnly(src: string, dest: string, userns?: UserNamespace):
 }
 
 const O_DIRECTORY = 0o200000;
+const AT_SYMLINK_FOLLOW = 0x400;
+/** MAX_HANDLE_SZ of <fcntl.h>. */
+const MAX_HANDLE_BYTES = 128;
+
+/**
+ * The kernel's handle of the file at `path` (links followed), as hex: its
+ * inode and the inode's generation on the file systems that have one
+ * (ext4, xfs, btrfs, tmpfs), so that a file made later on a freed inode of
+ * the same number has another handle. Unique on its file system.
+ * @returns null where the file system gives no handles
+ * @throws {Error} naming the errno when `path` cannot be reached
+ */
+export function fileHandle(path: string): string | null {
+  const c = lib();
+  // struct file_handle: u32 handle_bytes, i32 handle_type, the bytes.
+  const buf = new Uint8Array(8 + MAX_HANDLE_BYTES);
+  const view = new DataView(buf.buffer);
+  view.setUint32(0, MAX_HANDLE_BYTES, true);
+  const mountId = new Uint8Array(4);
+  if (c.name_to_handle_at(AT_FDCWD, cstr(path), buf, mountId, AT_SYMLINK_FOLLOW) !== 0) {
+    const err = failure(`Cannot identify "${path}"`);
+    // EOVERFLOW: a handle it cannot make (older kernels say so for an overlay).
+    if (err.errno === EOPNOTSUPP || err.errno === ENOSYS || err.errno === EOVERFLOW) return null;
+    throw err;
+  }
+  const size = Math.min(view.getUint32(0, true), MAX_HANDLE_BYTES);
+  const type = view.getInt32(4, true);
+  const bytes = Array.from(buf.subarray(8, 8 + size), (b) => b.toString(16).padStart(2, "0"));
+  return `${type}:${bytes.join("")}`;
+}
 
 /**
  * Opens the directory `path` (as it is now: a mount made there later does

@@ -30,6 +30,7 @@ import {
 import {
   bindReadOnly,
   closeDescriptor,
+  fileHandle,
   mountOverlay,
   mountsUnavailable,
   openDirectory,
@@ -139,16 +140,27 @@ export function snapshotMethod(): Promise<{ method: SnapshotMethod; why: string 
 
 /**
  * Who the files of each root an overlay has shown belong to on disk, by
- * the root's device and inode: they may share inodes with snapshots from
+ * the root directory's identity: they may share inodes with snapshots from
  * then on (the root's frozen layer, a restore's links), so later episodes
  * in this process show them through an idmapped bind instead of giving them
  * to their own uid. A new process starts with no snapshot to share with.
  */
 const ROOT_OWNERS = new Map<string, Owner>();
 
+/**
+ * The root directory's identity: its device and kernel handle (the inode
+ * and its generation). Not the inode number alone: a root removed frees
+ * it, and ext4 gives it to the next directory made there, often at once; a
+ * new root taken for the old one would keep its files' owner, which is not
+ * theirs (its agent's view, and its forks', would show them as another
+ * uid's). Where the file system has no handles, the inode and its birth time.
+ */
 async function rootKey(root: string): Promise<string> {
   const info = await Deno.stat(root);
-  return `${info.dev}:${info.ino}`;
+  const handle = fileHandle(root);
+  return handle !== null
+    ? `${info.dev}:${handle}`
+    : `${info.dev}:${info.ino}@${info.birthtime?.getTime() ?? "?"}`;
 }
 
 /** Who `root`'s files belong to on disk, when an overlay root of this process has shown them. */

@@ -285,6 +285,99 @@ for (const method of ["auto", "copy"] as const) {
 }
 
 test({
+  name:
+    "addWorkspace() snapshots: a new root on a removed root's inode is not taken for it (its files and its forks' are their agents')",
+  needs: [BWRAP, ROOT_USER],
+}, async () => {
+  if (!OVERLAY) return; // only an overlay root's owner is remembered
+  // As under `deno test --parallel` (once in CI): a root is removed, ext4
+  // gives its inode number to the next directory made there, and a later
+  // workspace's root on it was taken for the old one: its files kept the old
+  // agent's uid as their owner on disk, so the new agent saw them as
+  // another's, and a fork of it too ('chmod: Operation not permitted').
+  const parent = await Deno.makeTempDir({ prefix: "ws-snap-reuse-" });
+  const forks: Running[] = [];
+  let first: Running | null = null;
+  let source: Running | null = null;
+  try {
+    // Made again until the next directory made there takes the old root's
+    // inode (ext4 and xfs give it at once, unless another process takes it first).
+    let root: string | null = null;
+    for (let attempt = 0; attempt < 8 && root === null; attempt++) {
+      const old = `${parent}/old-${attempt}`;
+      await Deno.mkdir(old);
+      first = await start({ snapshots: true, uid: 59993, gid: 59993 }, old);
+      await first.sh("echo one > one");
+      await first.stop();
+      const ino = (await Deno.stat(old)).ino;
+      await Deno.remove(old, { recursive: true });
+      for (let i = 0; i < 16 && root === null; i++) {
+        const dir = `${parent}/new-${attempt}-${i}`;
+        await Deno.mkdir(dir);
+        if ((await Deno.stat(dir)).ino === ino) root = dir;
+      }
+    }
+    assert.ok(
+      root !== null,
+      "no new directory took a removed one's inode: this file system reuses none",
+    );
+    await seed(root);
+    source = await start({ snapshots: true, uid: 59994, gid: 59994 }, root);
+    await source.sh("echo prepared > state");
+    const owners = "find . -printf '%U\\n' | sort -u";
+    assert.equal(await source.sh(owners), "59994\n", "the source's files are its agent's");
+    const snapshot = await source.workspace.snapshot();
+    forks.push(await start({ from: snapshot }));
+    const uid = forks[0].workspace.uid;
+    assert.equal(await forks[0].sh(owners), `${uid}\n`, "the fork's files are its agent's");
+    await forks[0].sh("chmod 600 src/main.sh && echo fork >> src/main.sh");
+    await snapshot.remove();
+  } finally {
+    for (const fork of forks) await fork.stop();
+    await source?.stop();
+    await first?.stop();
+    await cleanup(...forks.map((f) => f.root), parent);
+  }
+});
+
+test({
+  name:
+    "addWorkspace() snapshots: what root adds to a root between workspaces of other uids is the later agent's, and its forks'",
+  needs: [BWRAP, ROOT_USER],
+}, async () => {
+  if (!OVERLAY) return; // only an overlay root's files keep an earlier agent's uid on disk
+  // The environment, as root, adds a file and a directory to the root after
+  // the first workspace; the second one's agent has another uid. Its
+  // sandbox's first command (a probe, before the overlay is mounted) gave
+  // them to the second uid on disk, where the first one's are shown as the
+  // second's: they were shown as the first's, and so in a fork.
+  const first = await start({ snapshots: true, uid: 59991, gid: 59991 });
+  const root = first.root;
+  let second: Running | null = null;
+  let fork: Running | null = null;
+  try {
+    await first.sh("echo one > one");
+    await first.stop();
+    await Deno.writeTextFile(`${root}/added`, "added\n");
+    await Deno.mkdir(`${root}/added-dir`);
+    second = await start({ snapshots: true, uid: 59992, gid: 59992 }, root);
+    const owners = "find . -printf '%U\\n' | sort -u";
+    assert.equal(await second.sh(owners), "59992\n");
+    await second.sh("echo more >> added && touch added-dir/file && echo two >> one");
+    const snapshot = await second.workspace.snapshot();
+    fork = await start({ from: snapshot });
+    assert.equal(await fork.sh(owners), `${fork.workspace.uid}\n`);
+    await fork.sh("echo fork >> added && rm added-dir/file && echo fork >> one");
+    await snapshot.remove();
+  } finally {
+    await fork?.stop();
+    await second?.stop();
+    await first.stop();
+    await cleanup(root, ...(fork ? [fork.root] : []));
+  }
+});
+
+test({
   name: "addWorkspace() from: nothing an agent plants before a snapshot forges a fork's grade",
   needs: [BWRAP],
 }, async () => {
