@@ -11,9 +11,11 @@
 // directory on the way from / down to each protected path; the directories
 // on that way keep their own entries but no new ones (nothing can be made,
 // removed or renamed directly in them), and the protected paths get no
-// right at all. A domain also keeps its processes from tracing, or reading
-// the memory or environment of, processes outside it (the server, the
-// verifier).
+// right at all. An entry that is a link to a protected path or to a
+// directory on the way gets no grant either (a grant follows the link). A
+// domain also keeps its processes from tracing processes outside it (the
+// server, the verifier), or opening their memory or their root through
+// /proc; their environment stays readable to the same uid.
 //
 // This file is also the launcher (`deno run ... _landlock.ts --protect P --
 // ARGV`): it restricts the thread Deno runs JavaScript on and execs ARGV
@@ -27,9 +29,8 @@ import { errorMessage } from "../_internal/util.ts";
 export const LANDLOCK_MAIN: string = new URL(import.meta.url).pathname;
 
 // include/uapi/linux/landlock.h: filesystem access rights, by ABI version
-// (1 << 0 EXECUTE and 1 << 2 READ_FILE are not handled: reading stays free).
+// (EXECUTE, READ_FILE and READ_DIR, bits 0, 2 and 3, are not handled: reading stays free).
 const WRITE_FILE = 1n << 1n;
-const READ_DIR = 1n << 3n;
 const REMOVE_DIR = 1n << 4n;
 const REMOVE_FILE = 1n << 5n;
 const MAKE_CHAR = 1n << 6n;
@@ -46,7 +47,7 @@ const TRUNCATE = 1n << 14n;
 
 /** Rights that only mean something on a directory (a rule on a file may not hold them). */
 const DIRECTORY_ONLY = REMOVE_DIR | REMOVE_FILE | MAKE_CHAR | MAKE_DIR | MAKE_REG | MAKE_SOCK |
-  MAKE_FIFO | MAKE_BLOCK | MAKE_SYM | REFER | READ_DIR;
+  MAKE_FIFO | MAKE_BLOCK | MAKE_SYM | REFER;
 
 /** The rights handled (and so taken away outside the grants) at `abi`: every kind of change. */
 export function handledRights(abi: number): bigint {
@@ -69,6 +70,8 @@ export interface GrantsFs {
   names(dir: string): string[];
   /** Whether `path` is a directory (links followed; false when it is gone). */
   isDirectory(path: string): boolean;
+  /** Where `path` leads, links resolved; null when it leads nowhere. */
+  realPath(path: string): string | null;
 }
 
 const denoFs: GrantsFs = {
@@ -78,6 +81,13 @@ const denoFs: GrantsFs = {
       return Deno.statSync(path).isDirectory;
     } catch {
       return false;
+    }
+  },
+  realPath: (path) => {
+    try {
+      return Deno.lstatSync(path).isSymlink ? Deno.realPathSync(path) : path;
+    } catch {
+      return null;
     }
   },
 };
@@ -121,10 +131,19 @@ export function landlockGrants(
     for (const name of names.sort()) {
       const path = dir === "/" ? `/${name}` : `${dir}/${name}`;
       if (shut.has(path) || way.has(path)) continue;
+      // A grant follows a link: none for one that leads nowhere, into a protected path, or to
+      // a directory on the way (whose grant would cover the protected path).
+      const real = fs.realPath(path);
+      if (real === null || way.has(real) || [...shut].some((p) => isUnder(real, p))) continue;
       grants.push({ path, directory: fs.isDirectory(path) });
     }
   }
   return grants;
+}
+
+/** Whether `path` is `dir` or lies under it. */
+function isUnder(path: string, dir: string): boolean {
+  return path === dir || path.startsWith(`${dir}/`);
 }
 
 /** The rights a grant gives at `abi`. */
@@ -144,9 +163,8 @@ export function landlockArgv(protect: readonly string[], argv: readonly string[]
     "--no-config",
     "--no-lock",
     "--quiet",
-    "--allow-ffi",
-    "--allow-read",
-    "--allow-env",
+    // FFI is all permissions anyway; and Deno lets only -A stat /dev, /proc and /sys.
+    "-A",
     LANDLOCK_MAIN,
     ...protect.flatMap((p) => ["--protect", protectedPath(p)]),
     "--",

@@ -81,10 +81,12 @@ test({
       assert.equal(await Deno.readTextFile(`${v}/reward.txt`), "0\n");
       assert.deepEqual([...Deno.readDirSync(v)].map((e) => e.name), ["reward.txt"]);
       await Deno.writeTextFile(`${v}/reward.txt`, "0.5\n");
-      // The rest stays the agent's: its root, an existing file on the way.
+      // The rest stays the agent's: its root, an existing file on the way, /dev.
       const ok = await run(
         shell,
-        `echo 42 > answer.txt && echo note > ${dir}/guard/notes.txt`,
+        `echo 42 > answer.txt && echo note > ${dir}/guard/notes.txt && ` +
+          // /dev is the agent's too (/dev/shm, where Python's multiprocessing makes its files).
+          "t=$(mktemp -p /dev/shm) && rm $t && echo x > /dev/null",
       );
       assert.equal(ok.code, 0, ok.out);
       assert.equal(await Deno.readTextFile(`${dir}/root/answer.txt`), "42\n");
@@ -171,6 +173,7 @@ test("landlockGrants() grants every sibling on the way to each protected path, a
       return tree[d];
     },
     isDirectory: (p: string) => !p.endsWith(".txt") && p !== "/file",
+    realPath: (p: string) => p,
   };
   assert.deepEqual(landlockGrants(["/logs/verifier", "/tests/"], fs), [
     { path: "/bin", directory: true },
@@ -179,6 +182,21 @@ test("landlockGrants() grants every sibling on the way to each protected path, a
     { path: "/logs/agent", directory: true },
     { path: "/logs/x.txt", directory: false },
   ]);
+  // Links: none to a protected path, to a directory on the way or to nowhere; one elsewhere is
+  // granted where it leads.
+  const links: Record<string, string | null> = {
+    "/bin": "/usr/bin",
+    "/tmp": "/logs/verifier/x",
+    "/file": "/",
+    "/logs/agent": null,
+  };
+  assert.deepEqual(
+    landlockGrants(["/logs/verifier", "/tests"], {
+      ...fs,
+      realPath: (p) => p in links ? links[p] : p,
+    }).map((g) => g.path),
+    ["/bin", "/logs/x.txt"],
+  );
   // A protected path whose parent is not there yet: only / is on the way.
   assert.deepEqual(landlockGrants(["/nowhere/p"], fs).map((g) => g.path), [
     "/bin",
