@@ -27,3 +27,8 @@ export function reachableSync(path: string): boolean {
     return false;
   }
 }
+
+/** Whether `path` is `dir` or lies under it (both normalised, absolute). */
+export function isUnder(path: string, dir: string): boolean {
+  return path === dir || path.startsWith(dir === "/" ? "/" : `${dir}/`);
+}

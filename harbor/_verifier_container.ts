@@ -15,6 +15,7 @@
 // container is removed however it ended. Everything goes through the
 // engine's API (create, exec, GET and PUT /containers/{id}/archive).
 
+import { BodyTooLargeError, readCapped } from "../_internal/body.ts";
 import { EngineClient, EngineError, removeContainer } from "../engines/_engine.ts";
 import { CREATED_LABEL, OWNER_LABEL } from "../engines/_constants.ts";
 import { type Reward, rewardOf, VERIFIER_LOGS } from "./_reward.ts";
@@ -114,27 +115,6 @@ function firstEntry(tar: Uint8Array): TarEntry | null {
   return null;
 }
 
-/** The body of `res`, at most `limit` bytes. */
-async function bounded(res: Response, limit: number, what: string): Promise<Uint8Array> {
-  const chunks: Uint8Array[] = [];
-  let n = 0;
-  for await (const chunk of res.body ?? []) {
-    n += chunk.length;
-    if (n > limit) {
-      await res.body?.cancel().catch(() => {});
-      throw new Error(`Cannot grade Harbor task: ${what} is over ${limit} bytes`);
-    }
-    chunks.push(chunk);
-  }
-  const out = new Uint8Array(n);
-  let at = 0;
-  for (const c of chunks) {
-    out.set(c, at);
-    at += c.length;
-  }
-  return out;
-}
-
 /** The engine's archive of `path` in container `id`, or null when it is not there. */
 async function archive(
   engine: EngineClient,
@@ -149,7 +129,10 @@ async function archive(
       `/containers/${id}/archive?path=${encodeURIComponent(path)}`,
       { signal },
     );
-    return await bounded(res, limit, path);
+    return await readCapped(res.body, limit, path).catch((err) => {
+      if (!(err instanceof BodyTooLargeError)) throw err;
+      throw new Error(`Cannot grade Harbor task: ${err.message}`, { cause: err });
+    });
   } catch (err) {
     if (err instanceof EngineError && err.status === 404) return null;
     throw err;

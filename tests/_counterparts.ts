@@ -10,6 +10,7 @@
 // Each probe runs once per test module, when a test that needs it is
 // declared, and is synchronous (tests are declared at module load).
 
+import { landlockArgv } from "../workspace/_landlock.ts";
 import {
   DEFAULT_PATH,
   findProgram as which,
@@ -174,8 +175,10 @@ export const LANDLOCK: Counterpart = counterpart(
   "run the tests on Linux 5.13 or later with landlock among its LSMs (lsm= on the kernel's command line)",
   () => {
     if (Deno.build.os !== "linux") return `runs on ${Deno.build.os}`;
-    const out = new Deno.Command(Deno.execPath(), {
-      args: ["run", "--no-config", "--quiet", "-A", landlockMain(), "--abi"],
+    // The launcher's own command line (workspace/_landlock.ts), "--" replaced by "--abi".
+    const [deno, ...args] = landlockArgv([], []).slice(0, -1);
+    const out = new Deno.Command(deno, {
+      args: [...args, "--abi"],
       stdout: "piped",
       stderr: "piped",
     }).outputSync();
@@ -183,10 +186,6 @@ export const LANDLOCK: Counterpart = counterpart(
     return out.success && abi > 0 ? null : "this kernel has no Landlock";
   },
 );
-
-function landlockMain(): string {
-  return new URL("../workspace/_landlock.ts", import.meta.url).pathname;
-}
 
 /** Linux (namespaces, /proc). */
 export const LINUX: Counterpart = counterpart(

@@ -5,7 +5,8 @@
 
 import { readEnv, refuseRenamed } from "../_internal/util.ts";
 import { concat } from "../_internal/io.ts";
-import { DEFAULT_PATH, isUnder, type SandboxConfig, spawnInSandbox } from "./_sandbox.ts";
+import { DEFAULT_PATH, type SandboxConfig, spawnInSandbox } from "./_sandbox.ts";
+import { isUnder } from "../_internal/fs.ts";
 import { killTrees } from "./_processes.ts";
 import { WaitingSandbox } from "./_waiting.ts";
 import { absolute } from "./_config.ts";

@@ -24,6 +24,8 @@
 // the others go with the exec.
 
 import { errorMessage } from "../_internal/util.ts";
+import { isUnder } from "../_internal/fs.ts";
+import { cstr } from "./_mount.ts";
 
 /** The launcher's own path, for {@linkcode landlockArgv}. */
 export const LANDLOCK_MAIN: string = new URL(import.meta.url).pathname;
@@ -141,11 +143,6 @@ export function landlockGrants(
   return grants;
 }
 
-/** Whether `path` is `dir` or lies under it. */
-function isUnder(path: string, dir: string): boolean {
-  return path === dir || path.startsWith(`${dir}/`);
-}
-
 /** The rights a grant gives at `abi`. */
 function grantRights(grant: LandlockGrant, abi: number): bigint {
   const all = handledRights(abi);
@@ -181,8 +178,10 @@ let abiVersion: Promise<number> | null = null;
 export function landlockAbi(): Promise<number> {
   abiVersion ??= (async () => {
     if (Deno.build.os !== "linux") return 0;
-    const out = await new Deno.Command(landlockArgv([], [])[0], {
-      args: [...landlockArgv([], []).slice(1, -1), "--abi"],
+    // The launcher's command line, "--" replaced by "--abi".
+    const [deno, ...args] = landlockArgv([], []).slice(0, -1);
+    const out = await new Deno.Command(deno, {
+      args: [...args, "--abi"],
       stdout: "piped",
       stderr: "null",
     }).output().catch(() => null);
@@ -221,13 +220,6 @@ function errno(libc: Libc): number {
   return at === null ? 0 : new Deno.UnsafePointerView(at).getInt32();
 }
 
-function cString(s: string): Uint8Array<ArrayBuffer> {
-  const bytes = new TextEncoder().encode(s);
-  const out = new Uint8Array(bytes.length + 1);
-  out.set(bytes);
-  return out;
-}
-
 /** The address of `buf`, as syscall(2) takes it. */
 function address(buf: BufferSource): bigint {
   return BigInt(Deno.UnsafePointer.value(Deno.UnsafePointer.of(buf)));
@@ -252,7 +244,7 @@ function restrictSelf(libc: Libc, abi: number, protect: readonly string[]): void
   const rule = new Uint8Array(12);
   const view = new DataView(rule.buffer);
   for (const grant of landlockGrants(protect)) {
-    const fd = libc.symbols.open(cString(grant.path), O_PATH | O_CLOEXEC);
+    const fd = libc.symbols.open(cstr(grant.path), O_PATH | O_CLOEXEC);
     if (fd < 0) continue; // gone meanwhile: nothing to grant
     view.setBigUint64(0, grantRights(grant, abi), true);
     view.setInt32(8, fd, true);
@@ -269,7 +261,7 @@ function restrictSelf(libc: Libc, abi: number, protect: readonly string[]): void
 
 /** execvp(3) of `argv`; returns only when it failed. */
 function execvp(libc: Libc, argv: readonly string[]): never {
-  const strings = argv.map(cString);
+  const strings = argv.map(cstr);
   const vector = new BigUint64Array(strings.length + 1);
   strings.forEach((s, i) => vector[i] = address(s));
   libc.symbols.execvp(strings[0], vector);

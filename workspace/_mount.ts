@@ -74,7 +74,8 @@ function lib(): Libc {
   return libc!;
 }
 
-function cstr(s: string): Uint8Array<ArrayBuffer> {
+/** `s` as a C string (NUL-terminated), for libc through FFI. */
+export function cstr(s: string): Uint8Array<ArrayBuffer> {
   return new TextEncoder().encode(`${s}\0`);
 }
 

@@ -15,6 +15,7 @@
 import type { SshSpawnOptions } from "../ssh/server.ts";
 import { errorMessage, readEnv } from "../_internal/util.ts";
 import { landlockArgv } from "./_landlock.ts";
+import { isUnder } from "../_internal/fs.ts";
 
 /** A sandbox mechanism; "none" runs commands as they are. */
 export type Isolation = "bwrap" | "unshare" | "none";
@@ -98,11 +99,6 @@ export function findProgram(program: string): string | null {
     }
   }
   return null;
-}
-
-/** Whether `path` is `dir` or lies under it (both normalised, absolute). */
-export function isUnder(path: string, dir: string): boolean {
-  return path === dir || path.startsWith(dir === "/" ? "/" : `${dir}/`);
 }
 
 /**
