@@ -367,13 +367,40 @@ function sameOwner(a: Owner | null, b: Owner | null): boolean {
   return a === null || b === null || (a.uid === b.uid && a.gid === b.gid);
 }
 
-/** Gives what `from` owns under `dir` to `to` (links themselves, not what they name). */
+/**
+ * Gives what `from` owns under `dir` to `to` (links themselves, not what
+ * they name), with its modes: chown(2) clears a file's set-user-ID and
+ * set-group-ID bits, root's too, so those are set again (the snapshot's
+ * file, now the new owner's, as the source agent's was its own).
+ */
 async function reown(dir: string, from: Owner | null, to: Owner | null): Promise<void> {
   if (from === null || to === null || sameOwner(from, to)) return;
   const what = "Cannot give the snapshot's files to the workspace's uid";
+  const kept = await setIdFiles(dir, from);
   const base = ["-R", "-P", "-h"];
   await coreutil(what, "chown", [...base, `--from=${from.uid}`, String(to.uid), "--", dir]);
   await coreutil(what, "chown", [...base, `--from=:${from.gid}`, `:${to.gid}`, "--", dir]);
+  for (const [path, mode] of kept) await Deno.chmod(path, mode);
+}
+
+/** The regular files under `dir` of `owner`'s uid or gid with a set-ID bit, and their modes. */
+async function setIdFiles(dir: string, owner: Owner): Promise<[string, number][]> {
+  const out: [string, number][] = [];
+  const pending = [dir];
+  while (pending.length > 0) {
+    const at = pending.pop()!;
+    for await (const e of Deno.readDir(at)) {
+      const path = `${at}/${e.name}`;
+      if (e.isDirectory) pending.push(path);
+      if (!e.isFile) continue;
+      const info = await Deno.lstat(path);
+      const mode = (info.mode ?? 0) & 0o7777;
+      if ((mode & 0o6000) !== 0 && (info.uid === owner.uid || info.gid === owner.gid)) {
+        out.push([path, mode]);
+      }
+    }
+  }
+  return out;
 }
 
 /** The overlay's writable side: `u` (the changes), `w` (its work directory). */

@@ -165,6 +165,24 @@ for (const method of ["auto", "copy"] as const) {
         );
         assert.equal(await Deno.readTextFile(`${root}/last`), "last\n");
       });
+
+      await t.step("a later episode of another uid restores it, set-ID bits kept", async () => {
+        if (!IS_ROOT) return;
+        // A uid no other workspace leases: the snapshot's files change owner on the way.
+        const other = await start({ snapshots: { method }, uid: 61999, gid: 61999 }, root);
+        try {
+          await other.workspace.restore(snapshot);
+          const agentOwned = (manifest: string[]) => {
+            const owner = manifest.find((l) => l.startsWith(". "))!.split(" ")[3];
+            return manifest.map((l) => l.replaceAll(` ${owner} `, " AGENT "));
+          };
+          const manifest = await treeManifest(root);
+          assert.equal(manifest.find((l) => l.startsWith(". "))!.split(" ")[3], "61999:61999");
+          assert.deepEqual(agentOwned(manifest), agentOwned(snapped));
+        } finally {
+          await other.stop();
+        }
+      });
       await snapshot.remove();
     } finally {
       await ws.stop();
