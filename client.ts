@@ -340,6 +340,8 @@ export class HudClient implements AsyncDisposable {
   readonly #forwarders = new Map<string, TcpForwarder>();
   #manifest: Manifest;
   #closed: Promise<void> | null = null;
+  /** Aborts when this client closes: what open() made stops connecting. */
+  readonly #closing = new AbortController();
   #heartbeat: ReturnType<typeof setTimeout> | undefined;
   #heartbeatStopped = false;
   #placement: AsyncDisposable | null = null;
@@ -482,7 +484,10 @@ export class HudClient implements AsyncDisposable {
    * connected `FileTrackerClient` for `filetracking`, a connected
    * `RfbClient` for `rfb` (with the binding's `password`). Each family's code is
    * loaded on the first `open` that needs it. The caller owns the client:
-   * close it before this one.
+   * close it before this one. Closing this one aborts the client's signal
+   * (its connecting and retries; an MCP client's requests), so that a
+   * client left behind, as by an agent a rollout stopped waiting for, does
+   * not go on trying forwarders that are gone.
    *
    * The ref is resolved as by {@linkcode HudClient.binding}. With a family
    * or protocol as the ref, or a factory's default name (`shell`,
@@ -507,7 +512,10 @@ export class HudClient implements AsyncDisposable {
         }); use binding("${capability.name}") for its url`,
       );
     }
-    return await opener(capability, options);
+    const signal = options.signal === undefined
+      ? this.#closing.signal
+      : AbortSignal.any([options.signal, this.#closing.signal]);
+    return await opener(capability, { ...options, signal });
   }
 
   /**
@@ -660,6 +668,7 @@ export class HudClient implements AsyncDisposable {
   close(): Promise<void> {
     this.#closed ??= (async () => {
       this.#stopHeartbeat();
+      this.#closing.abort(new ConnectionClosedError("Cannot connect: the HUD client is closed"));
       this.#caller.close();
       await Promise.allSettled([...this.#forwarders.values()].map((f) => f.close()));
       await this.#caller.idle;

@@ -525,6 +525,49 @@ test("HudClient.open() returns the client for the binding's family, through the 
   }
 });
 
+test("a client HudClient.open() made stops retrying once the HudClient closes", async () => {
+  // An SSH server that hangs up at once: each try fails as a lost
+  // connection does, and the SSH client tries again after 100 and 400 ms.
+  let tries = 0;
+  const hangup = tcpServer((conn) => {
+    tries++;
+    conn.close();
+    return Promise.resolve();
+  });
+  const keys = await generateSshKeyPair();
+  const env = new Environment("left-behind", {
+    capabilities: [
+      Capability.ssh({
+        url: `127.0.0.1:${hangup.port}`,
+        hostPublicKey: keys.publicKey,
+        clientKey: keys.privateKey,
+      }),
+    ],
+  });
+  await using server = bind(env);
+  const client = await connect(server, { readyTimeout: 10_000 });
+  try {
+    // As an agent a rollout stopped waiting for: its shell is never closed.
+    const shell = await client.open("shell");
+    const running = shell.exec("true");
+    await waitFor(() => tries >= 1, 10_000, "the first try");
+    const refused = assert.rejects(running, {
+      name: "ConnectionClosedError",
+      message: /HUD client is closed/,
+    });
+    await client.close();
+    // Before, it went on to its third try and its last timer outlived the
+    // test ("failed three times").
+    await refused;
+    const after = tries;
+    await new Promise((r) => setTimeout(r, 600));
+    assert.equal(tries, after, "no try after the close");
+  } finally {
+    await client.close();
+    await hangup.close();
+  }
+});
+
 test("HudClient reads the replies HUD's client reads", async (t) => {
   await t.step(
     'a dict score of true or false, as HUD\'s server sends {"score": True}',
