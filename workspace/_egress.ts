@@ -17,7 +17,14 @@
 // only the relay, which keeps the sandbox's root uid, can.
 
 import { closeQuietly, concat, isPeerGone, pump, writeAll } from "../_internal/io.ts";
-import { checkAddress, checkHost, normalizeName, type ParsedPolicy } from "./_netpolicy.ts";
+import {
+  checkAddress,
+  checkHost,
+  normalizeName,
+  parseAddress,
+  type ParsedPolicy,
+} from "./_netpolicy.ts";
+import { errorMessage } from "../_internal/util.ts";
 import { answerDns } from "./_egress_dns.ts";
 import { RELAY_JS } from "./_egress_relay.ts";
 
@@ -241,12 +248,12 @@ async function dial(policy: ParsedPolicy, host: string, port: number): Promise<D
       } as Deno.ConnectOptions,
     );
   } catch (err) {
-    throw new Refusal(502, `cannot connect to "${host}:${port}": ${(err as Error).message}`);
+    throw new Refusal(502, `cannot connect to "${host}:${port}": ${errorMessage(err)}`);
   }
 }
 
 async function resolveAll(policy: ParsedPolicy, host: string): Promise<string[]> {
-  if (normalizeName(host) === null) return [host];
+  if (parseAddress(host) !== null) return [host];
   const found = await Promise.allSettled([lookup(policy, host, "A"), lookup(policy, host, "AAAA")]);
   return found.flatMap((r) => r.status === "fulfilled" ? r.value : []);
 }

@@ -213,6 +213,14 @@ export interface WorkspaceExecOptions {
    * @default 1048576
    */
   maxOutput?: number;
+  /**
+   * This command's network, in place of the workspace's `network` (the
+   * environment's own code, trusted: a setup step that downloads what the
+   * agent may not reach, a grader that needs none). An allowlist gets an
+   * egress proxy of its own for the command.
+   * @default the workspace's
+   */
+  network?: boolean | NetworkPolicy;
 }
 
 /**

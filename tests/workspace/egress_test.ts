@@ -108,6 +108,29 @@ for (const isolation of ["bwrap", "unshare"] as const) {
           assert.doesNotMatch(r.out, /host\n/);
         });
 
+        await t.step(
+          "a setup command with a wider policy fetches what the agent cannot",
+          async () => {
+            const fetch = ["curl", "-sS", "--max-time", "8", `http://${denied}:8080/`];
+            const setup = await ws.exec([...fetch, "-o", "fetched.txt"], {
+              network: { allow: [denied] },
+              timeout: 15_000,
+            });
+            assert.equal(setup.code, 0, setup.stderr);
+            assert.equal(await Deno.readTextFile(`${root}/fetched.txt`), "denied host\n");
+            const open = await ws.exec(fetch, { network: "public", timeout: 15_000 });
+            assert.equal(open.stdout, "denied host\n", "network public: this host's network");
+            const r = await agent(ws, `${curl} http://${denied}:8080/`);
+            assert.match(r.out, /is denied by/);
+            const grader = await ws.exec(fetch, { timeout: 15_000 });
+            assert.notEqual(
+              grader.stdout,
+              "denied host\n",
+              "without its own: the workspace's policy",
+            );
+          },
+        );
+
         await t.step("the agent asks the proxy's socket directly for a denied host", async () => {
           const r = await agent(
             ws,
