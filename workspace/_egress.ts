@@ -245,7 +245,7 @@ async function dial(policy: ParsedPolicy, host: string, port: number): Promise<D
         hostname: allowed[0],
         port,
         signal: AbortSignal.timeout(DIAL_TIMEOUT),
-      } as Deno.ConnectOptions,
+      },
     );
   } catch (err) {
     throw new Refusal(502, `cannot connect to "${host}:${port}": ${errorMessage(err)}`);

@@ -11,6 +11,8 @@ import {
   parseAddress,
   parseNetworkPolicy,
 } from "../../workspace/_netpolicy.ts";
+import { Environment } from "../../env.ts";
+import { addWorkspace } from "../../workspace/workspace.ts";
 
 function allows(policy: NetworkPolicy, host: string, port: number | null = 443): boolean {
   return checkHost(parseNetworkPolicy(policy), host, port) === null;
@@ -127,4 +129,18 @@ test("parseAddress() reads IPv4 and IPv6 forms, refuses others", () => {
   ) {
     assert.equal(parseAddress(bad), null, bad);
   }
+});
+
+test("addWorkspace() refuses a bad network policy, and an allowlist without a sandbox", () => {
+  const env = new Environment("netpolicy-config");
+  assert.throws(
+    () => addWorkspace(env, "/tmp", { network: { allow: ["https://pypi.org/simple"] } }),
+    /^TypeError: Cannot add workspace: Invalid network allow entry: "https:\/\/pypi.org\/simple" is a URL/,
+  );
+  assert.throws(
+    () => addWorkspace(env, "/tmp", { isolation: "none", network: { allow: ["pypi.org"] } }),
+    /Cannot add workspace: a network allowlist needs a sandbox \(isolation "auto", "bwrap" or "unshare"\)/,
+  );
+  assert.equal(addWorkspace(env, "/tmp", { network: "public" }).network, true);
+  assert.equal(addWorkspace(env, "/tmp", { network: { allow: ["pypi.org"] } }).network, false);
 });
