@@ -34,6 +34,8 @@ const MAX_HEAD = 16 * 1024;
 const DIAL_TIMEOUT = 10_000;
 /** Milliseconds a client has for its request head, or its TLS ClientHello. */
 const READ_TIMEOUT = 15_000;
+/** Connections open at once, client and upstream: past it a new client is closed at once. */
+const MAX_CONNECTIONS = 1024;
 
 /** A running egress proxy. */
 export interface EgressProxy {
@@ -75,6 +77,8 @@ export async function startEgressProxy(
   ];
   const serve = (listener: Deno.Listener, handle: (conn: Deno.Conn) => Promise<void>) =>
     acceptLoop(listener, (conn) => {
+      // The agent's commands may open connections without end: this process holds them.
+      if (conns.size >= MAX_CONNECTIONS) return closeQuietly(conn);
       conns.add(conn);
       const task = handle(conn).catch((err) => {
         if (!isPeerGone(err) && !(err instanceof Deno.errors.TimedOut)) onError(err);

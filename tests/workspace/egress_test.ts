@@ -202,6 +202,28 @@ test("startEgressProxy(): the proxy's own checks, asked on its socket directly",
       assert.match(got, /is not on the allowlist|is denied/);
     });
 
+    await t.step("tricks in an absolute URL reach no other host", async () => {
+      const ask = async (text: string) => {
+        const conn = await open();
+        await conn.write(enc.encode(text));
+        const got = new TextDecoder().decode(await readAll(conn));
+        conn.close();
+        return got;
+      };
+      const userinfo = await ask(
+        "GET http://api.allowed.test:8080@www.denied.test:8080/ HTTP/1.1\r\nHost: www.denied.test:8080\r\n\r\n",
+      );
+      assert.match(userinfo, /^HTTP\/1.1 403 .*"www.denied.test:8080" is not on the allowlist/s);
+      const pipelined = await ask(
+        "GET http://api.allowed.test:8080/ HTTP/1.1\r\nHost: api.allowed.test:8080\r\n\r\n" +
+          `GET http://${hosts.denied}:8080/ HTTP/1.1\r\nHost: ${hosts.denied}:8080\r\n\r\n`,
+      );
+      assert.match(pipelined, /allowed host/);
+      assert.doesNotMatch(pipelined, /denied host/);
+      const https = await ask("GET https://api.allowed.test/ HTTP/1.1\r\n\r\n");
+      assert.match(https, /^HTTP\/1.1 400 .*use CONNECT for https/s);
+    });
+
     await t.step(
       "a denied name gets REFUSED from the resolver, an allowed one an address",
       async () => {
