@@ -25,9 +25,21 @@ async function run(...argv: string[]): Promise<void> {
   }
 }
 
+/** A third octet of 10.231.0.0/16 no route of this host uses (another test process may hold one). */
+async function freeSubnet(): Promise<number> {
+  const out = await new Deno.Command("ip", { args: ["-4", "route", "show"], stdout: "piped" })
+    .output();
+  const routes = new TextDecoder().decode(out.stdout);
+  for (let i = 0; i < 250; i++) {
+    const id = (Deno.pid + i) % 250;
+    if (!routes.includes(`10.231.${id}.0/24`)) return id;
+  }
+  throw new Error("No free /24 in 10.231.0.0/16");
+}
+
 /** Makes the namespace, its addresses and its hosts; undoes what it made if a step fails. */
 export async function startNetnsHosts(): Promise<NetnsHosts> {
-  const id = Deno.pid % 250;
+  const id = await freeSubnet();
   const ns = `hud-np-${Deno.pid}`;
   const [outer, inner] = [`hnp${Deno.pid}h`, `hnp${Deno.pid}n`].map((n) => n.slice(0, 15));
   const net = `10.231.${id}`;
