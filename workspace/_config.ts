@@ -6,6 +6,7 @@
 import { checkIsolation } from "./_sandbox.ts";
 import { protectedPath } from "./_landlock.ts";
 import { errorMessage } from "../_internal/util.ts";
+import { type ParsedPolicy, parseNetworkPolicy } from "./_netpolicy.ts";
 import { checkLimits, type WorkspaceLimits } from "./_limits.ts";
 import type { WorkspaceIsolation, WorkspaceLifetime, WorkspaceOptions } from "./_types.ts";
 import {
@@ -29,7 +30,10 @@ export interface WorkspaceConfig {
   /** The author's variables for commands. */
   readonly env: Readonly<Record<string, string>>;
   readonly isolation: WorkspaceIsolation;
+  /** Whether commands keep this host's network (the policy is "public"). */
   readonly network: boolean;
+  /** The network policy, parsed. */
+  readonly netPolicy: ParsedPolicy;
   readonly lifetime: WorkspaceLifetime;
   /** Whether commands keep this process's capabilities (as root, isolation "none"). */
   readonly keepCapabilities: boolean;
@@ -117,6 +121,7 @@ export function workspaceConfig(root: string, options: WorkspaceOptions): Worksp
       throw new TypeError(`Cannot add workspace: mounts must be absolute paths, got "${p}"`);
     }
   }
+  const netPolicy = checkNetwork(options.network ?? false, isolation);
   const from = options.from === undefined ? null : checkSnapshot("add workspace", options.from);
   const snapshots = snapshotPolicy("add workspace", options.snapshots ?? from !== null);
   return {
@@ -125,7 +130,8 @@ export function workspaceConfig(root: string, options: WorkspaceOptions): Worksp
     user: options.user ?? "agent",
     env: options.env ?? {},
     isolation,
-    network: options.network ?? false,
+    network: netPolicy.mode === "public",
+    netPolicy,
     lifetime,
     keepCapabilities: capabilities === "inherit",
     protect,
@@ -166,4 +172,23 @@ function checkProtect(protect: readonly string[], isolation: WorkspaceIsolation)
       throw new TypeError(`Cannot add workspace: ${errorMessage(err)}`);
     }
   });
+}
+
+/** The network policy parsed; an allowlist needs a sandbox to hold commands to it. */
+function checkNetwork(
+  network: NonNullable<WorkspaceOptions["network"]>,
+  isolation: WorkspaceIsolation,
+): ParsedPolicy {
+  let policy: ParsedPolicy;
+  try {
+    policy = parseNetworkPolicy(network);
+  } catch (err) {
+    throw new TypeError(`Cannot add workspace: ${errorMessage(err)}`);
+  }
+  if (policy.mode === "allowlist" && isolation === "none") {
+    throw new RangeError(
+      'Cannot add workspace: a network allowlist needs a sandbox (isolation "auto", "bwrap" or "unshare"); with isolation "none" commands share this host\'s network',
+    );
+  }
+  return policy;
 }

@@ -20,7 +20,9 @@ import {
   type WorkspaceCgroup,
   type WorkspaceLimitsInForce,
 } from "./_limits.ts";
-import { SandboxedSftp, SFTP_MARKER } from "./_sftp.ts";
+import { denoBinary, SandboxedSftp, SFTP_MARKER } from "./_sftp.ts";
+import { type EgressProxy, startEgressProxy } from "./_egress.ts";
+import { PROXY_ENV } from "./_egress_relay.ts";
 import type { WorkspaceConfig } from "./_config.ts";
 import type { SnapshotRoot } from "./_snapshot.ts";
 import type { SpareSandbox } from "./_waiting.ts";
@@ -56,6 +58,8 @@ export interface Episode {
   root: SnapshotRoot | null;
   /** A sandbox started ahead for the agent's next command. */
   spare: SpareSandbox | null;
+  /** The egress proxy of an allowlist, or null. */
+  egress: EgressProxy | null;
   /** The next grading command's directory and sandbox, made ahead. */
   grading: Promise<PreparedGrading | null> | null;
 }
@@ -77,6 +81,7 @@ export async function newEpisode(): Promise<Episode> {
     etc: null,
     root: null,
     spare: null,
+    egress: null,
     grading: null,
   };
 }
@@ -114,12 +119,14 @@ export async function prepareSandbox(
   }
   ep.sftp = await SandboxedSftp.stage(report);
   if (ep.sftp !== null) mounts.push(...ep.sftp.mounts);
+  const egress = await startEgress(config, ep);
   ep.sandbox = await chooseSandbox(
     config.isolation,
     {
       writable: [config.root, ep.home],
       mounts,
       network: config.network,
+      ...(egress === null ? {} : { egress }),
       user: ep.user,
       keepCapabilities: config.keepCapabilities,
       protect: config.protect,
@@ -138,7 +145,24 @@ export async function prepareSandbox(
       ),
     );
   }
-  ep.commandEnv = { HOME: ep.home, USER: config.user, ...config.env };
+  const proxyEnv = egress === null ? {} : PROXY_ENV;
+  ep.commandEnv = { HOME: ep.home, USER: config.user, ...proxyEnv, ...config.env };
+}
+
+/** An allowlist's egress proxy, started (and noted in `ep`); null for other policies. */
+async function startEgress(
+  config: WorkspaceConfig,
+  ep: Episode,
+): Promise<{ dir: string; deno: string } | null> {
+  if (config.netPolicy.mode !== "allowlist") return null;
+  const deno = denoBinary();
+  if (deno === null) {
+    throw new Error(
+      "Cannot start workspace: its network allowlist needs a deno binary to run the relay in the sandbox (put deno on PATH)",
+    );
+  }
+  ep.egress = await startEgressProxy(config.netPolicy, config.onError);
+  return { dir: ep.egress.dir, deno };
 }
 
 /**
@@ -365,6 +389,7 @@ export async function publishTracker(
  */
 export async function releaseEpisode(ep: Episode): Promise<void> {
   await ep.sftp?.remove();
+  await ep.egress?.close();
   await ep.cgroup?.remove();
   await ep.lease?.release();
   for (const dir of [ep.keyDir, ep.home, ep.etc]) {

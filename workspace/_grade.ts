@@ -3,7 +3,7 @@
 // sandbox with those in place, and its run under a timeout with its output
 // kept up to a bound.
 
-import { readEnv, refuseRenamed } from "../_internal/util.ts";
+import { errorMessage, readEnv, refuseRenamed } from "../_internal/util.ts";
 import { concat } from "../_internal/io.ts";
 import { DEFAULT_PATH, type SandboxConfig, spawnInSandbox } from "./_sandbox.ts";
 import { isUnder } from "../_internal/fs.ts";
@@ -12,6 +12,8 @@ import { WaitingSandbox } from "./_waiting.ts";
 import { absolute } from "./_config.ts";
 import { WORKSPACE_RUN_DIR } from "./_sftp.ts";
 import type { WorkspaceExecOptions, WorkspaceExecResult } from "./_types.ts";
+import { type ParsedPolicy, parseNetworkPolicy } from "./_netpolicy.ts";
+import { phaseNetwork } from "./_netphase.ts";
 
 /** Where a grading command finds its `files`, inside the sandbox. */
 const GRADER_FILES = "/grader";
@@ -27,6 +29,8 @@ export interface GradeCommand {
   readonly env: Readonly<Record<string, string>>;
   readonly stdin: string | Uint8Array | undefined;
   readonly signal: AbortSignal | undefined;
+  /** A policy of its own, or null for the workspace's. */
+  readonly network: ParsedPolicy | null;
 }
 
 /** What of the agent's episode a grading command runs with. */
@@ -115,7 +119,17 @@ export function gradeCommand(
     env: options.env ?? {},
     stdin: options.stdin,
     signal: options.signal,
+    network: commandNetwork(name, options.network),
   };
+}
+
+function commandNetwork(name: string, network: WorkspaceExecOptions["network"]) {
+  if (network === undefined) return null;
+  try {
+    return parseNetworkPolicy(network);
+  } catch (err) {
+    throw new TypeError(`Cannot run in workspace "${name}": ${errorMessage(err)}`);
+  }
 }
 
 /**
@@ -221,25 +235,39 @@ export async function runGradeCommand(
       HUD_GRADER_FILES: sandboxed ? GRADER_FILES : `${dir}/files`,
       ...command.env,
     };
-    const child = await startGrader(
-      prepared?.waiting ?? null,
-      running,
-      command,
-      env,
-      () =>
-        spawnInSandbox(command.argv, {
-          cwd: command.cwd,
-          env,
-          sandbox: graderSandbox(agent.sandbox, root, dir),
-        }),
-    );
-    try {
-      return await capture(child, command, started);
-    } finally {
-      running.delete(child.pid);
+    const sandbox = graderSandbox(agent.sandbox, root, dir);
+    if (command.network === null) {
+      return await runIn(sandbox, env, prepared?.waiting ?? null, running, command, started);
     }
+    // Its own network: the sandbox made ahead for the workspace's will not do.
+    await prepared?.waiting?.discard();
+    await using net = await phaseNetwork(sandbox, env, command.network);
+    return await runIn(net.sandbox, net.env, null, running, command, started);
   } finally {
     await Deno.remove(dir, { recursive: true }).catch(() => {});
+  }
+}
+
+/** Starts the command (in `waiting` when it is ready) and captures it. */
+async function runIn(
+  sandbox: SandboxConfig,
+  env: Record<string, string>,
+  waiting: WaitingSandbox | null,
+  running: Set<number>,
+  command: GradeCommand,
+  started: number,
+): Promise<WorkspaceExecResult> {
+  const child = await startGrader(
+    waiting,
+    running,
+    command,
+    env,
+    () => spawnInSandbox(command.argv, { cwd: command.cwd, env, sandbox }),
+  );
+  try {
+    return await capture(child, command, started);
+  } finally {
+    running.delete(child.pid);
   }
 }
 

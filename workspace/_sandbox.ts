@@ -16,6 +16,7 @@ import type { SshSpawnOptions } from "../ssh/server.ts";
 import { errorMessage, readEnv } from "../_internal/util.ts";
 import { landlockArgv } from "./_landlock.ts";
 import { isUnder } from "../_internal/fs.ts";
+import { EGRESS_DENO, EGRESS_DIR, relayArgv } from "./_egress_relay.ts";
 
 /** A sandbox mechanism; "none" runs commands as they are. */
 export type Isolation = "bwrap" | "unshare" | "none";
@@ -63,6 +64,11 @@ export interface SandboxConfig {
   mounts?: readonly SandboxMount[];
   /** Whether the command keeps this host's network. */
   network: boolean;
+  /**
+   * An allowlist's egress proxy (with `network` false): its directory on
+   * this host and the deno binary that runs the relay inside the sandbox.
+   */
+  egress?: { dir: string; deno: string };
   /** Uid and gid to switch to (only when this process is root), or null. */
   user: { uid: number; gid: number } | null;
   /** With isolation "none": commands keep this process's capabilities (none are dropped). */
@@ -136,6 +142,17 @@ function systemMounts(): MountOp[] {
   return systemOps = ops;
 }
 
+/** The egress proxy's directory, the deno running the relay, and resolv.conf naming it. */
+function egressMounts(config: SandboxConfig): MountOp[] {
+  const e = config.egress;
+  if (e === undefined) return [];
+  return [
+    { op: "ro-bind", src: e.dir, dest: EGRESS_DIR },
+    { op: "ro-bind", src: e.deno, dest: EGRESS_DENO },
+    { op: "ro-bind", src: `${e.dir}/resolv.conf`, dest: "/etc/resolv.conf" },
+  ];
+}
+
 /** The sandbox's file system: the system read-only, private tmpfs, then the binds. */
 function mountPlan(config: SandboxConfig): MountOp[] {
   const size = config.limits?.tmpSize ?? null;
@@ -153,6 +170,7 @@ function mountPlan(config: SandboxConfig): MountOp[] {
     { op: "dir", dest: "/sys", mode: "0555" },
   ];
   const binds: MountOp[] = [
+    ...egressMounts(config),
     ...config.writable.map((dir) => ({ op: "bind" as const, src: dir, dest: dir })),
     ...(config.mounts ?? []).map((m) => ({
       op: m.writable ? "bind" as const : "ro-bind" as const,
@@ -456,10 +474,14 @@ export function sandboxArgv(
  * when `userNs`), the hand-over, limits and drop included.
  */
 export function sandboxArgvWith(
-  stage: (userNs: boolean) => string[],
+  own: (userNs: boolean) => string[],
   cwd: string,
   config: SandboxConfig,
 ): string[] {
+  // With an allowlist the relay starts first, inside, as the sandbox's root.
+  const stage = config.egress === undefined || config.isolation === "none"
+    ? own
+    : (userNs: boolean) => [...relayArgv(userNs || Deno.uid() === 0), ...own(userNs)];
   let inner: string[];
   switch (config.isolation) {
     case "bwrap":

@@ -56,7 +56,7 @@ async function copySftpSources(dir: string): Promise<void> {
 }
 
 /** The deno binary that can run a module: this one, unless it is a compiled program. */
-function denoBinary(): string | null {
+export function denoBinary(): string | null {
   const exec = Deno.execPath();
   return /(^|\/)deno(\.exe)?$/.test(exec) ? exec : findProgram("deno");
 }

@@ -5,6 +5,7 @@
 // (tests/layout_test.ts counts type imports too).
 
 import type { ExitStatus } from "../_internal/exit.ts";
+import type { NetworkPolicy } from "./_netpolicy.ts";
 import type { WorkspaceLimits, WorkspaceLimitsInForce } from "./_limits.ts";
 import type { WorkspaceSnapshot, WorkspaceSnapshotOptions } from "./_snapshot.ts";
 
@@ -48,12 +49,16 @@ export interface WorkspaceOptions {
    */
   isolation?: WorkspaceIsolation;
   /**
-   * Whether commands keep this host's network. Off, they get an empty
-   * network namespace: not even this host's loopback (where the control
-   * port and the SSH port listen) is reachable.
+   * What commands may reach. `false` (or "none"): an empty network
+   * namespace, not even this host's loopback (where the control port and
+   * the SSH port listen). `true` (or "public"): this host's network. An
+   * allowlist (`{ allow, deny, nameServer }`): the empty namespace with an
+   * egress proxy as the only way out, which lets through only the names and
+   * addresses the list allows (HTTP_PROXY and the other variables name it,
+   * /etc/resolv.conf its resolver); needs a sandbox.
    * @default false
    */
-  network?: boolean;
+  network?: boolean | NetworkPolicy;
   /**
    * How long what a command starts lives: "session" kills the command's
    * process group when its SSH channel closes (its background jobs with
@@ -208,6 +213,14 @@ export interface WorkspaceExecOptions {
    * @default 1048576
    */
   maxOutput?: number;
+  /**
+   * This command's network, in place of the workspace's `network` (the
+   * environment's own code, trusted: a setup step that downloads what the
+   * agent may not reach, a grader that needs none). An allowlist gets an
+   * egress proxy of its own for the command.
+   * @default the workspace's
+   */
+  network?: boolean | NetworkPolicy;
 }
 
 /**

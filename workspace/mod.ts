@@ -13,6 +13,8 @@
 
 export {
   addWorkspace,
+  type NetworkAllowlist,
+  type NetworkPolicy,
   type Workspace,
   type WorkspaceExecOptions,
   type WorkspaceExecResult,

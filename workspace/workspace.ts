@@ -30,6 +30,7 @@ export type {
   WorkspaceSpawnOptions,
 } from "./_types.ts";
 export type { WorkspaceLimits, WorkspaceLimitsInForce } from "./_limits.ts";
+export type { NetworkAllowlist, NetworkPolicy } from "./_netpolicy.ts";
 export type { WorkspaceSnapshot, WorkspaceSnapshotOptions } from "./_snapshot.ts";
 
 /**

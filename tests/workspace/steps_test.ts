@@ -23,6 +23,7 @@ test("workspaceConfig() applies every default once, with the root made absolute"
     protect: [],
     lifetime: "session",
     network: false,
+    netPolicy: { mode: "none", allow: [], deny: [], nameServer: null },
     uid: undefined,
     gid: undefined,
     uidRange: [59000, 59999],
