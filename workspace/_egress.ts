@@ -25,6 +25,7 @@ import {
   type ParsedPolicy,
 } from "./_netpolicy.ts";
 import { errorMessage } from "../_internal/util.ts";
+import { formatHostPort } from "../_internal/net.ts";
 import { answerDns } from "./_egress_dns.ts";
 import { RELAY_JS } from "./_egress_relay.ts";
 
@@ -382,6 +383,6 @@ function checkHostHeader(headers: string[], host: string, port: number): string[
     }
     kept.push(line);
   }
-  if (!seen) kept.push(`Host: ${host.includes(":") ? `[${host}]` : host}:${port}`);
+  if (!seen) kept.push(`Host: ${formatHostPort(host, port)}`);
   return kept;
 }
