@@ -28,6 +28,7 @@ import { Relay } from "./_relay.ts";
 import { seccompProfile } from "./_seccomp.ts";
 import {
   changesByPhase,
+  connect,
   type ContainerNetworkPhases,
   needsNetwork,
   type NetworkPlan,
@@ -95,6 +96,20 @@ export interface ContainerRuntimeOptions {
    */
   network?: boolean | ContainerNetworkPhases;
   /**
+   * The engine networks the container joins, each with the names it is
+   * known by there, instead of the engine's default network, in the phases
+   * that have a network (`network`): the runtime neither makes nor removes
+   * them. For a container among services of its own (Harbor's compose tasks).
+   * @default [] (the engine's default network)
+   */
+  networks?: readonly ContainerNetwork[];
+  /**
+   * Named volumes mounted into the container; the runtime neither makes nor
+   * removes them.
+   * @default []
+   */
+  volumes?: readonly ContainerVolume[];
+  /**
    * The user the container's processes run as (`uid:gid` or a name the
    * image knows). Not root: the workspace sandbox inside is made with user
    * namespaces, which need no privilege.
@@ -143,6 +158,24 @@ export interface ContainerRuntimeOptions {
   stopTimeout?: number;
 }
 
+/** An engine network a container joins, and its names there. */
+export interface ContainerNetwork {
+  /** The network's name. */
+  name: string;
+  /** The names other containers on it reach this one by. */
+  aliases: readonly string[];
+}
+
+/** A named volume mounted into a container. */
+export interface ContainerVolume {
+  /** The volume's name on the engine. */
+  source: string;
+  /** Where it is mounted. */
+  target: string;
+  /** Whether it is mounted read-only. */
+  readOnly: boolean;
+}
+
 interface ContainerInfo {
   State?: { Running?: boolean; ExitCode?: number; Status?: string; OOMKilled?: boolean };
 }
@@ -161,6 +194,8 @@ interface ContainerConfig {
   memory: number | undefined;
   pids: number;
   network: NetworkPlan;
+  networks: readonly ContainerNetwork[];
+  volumes: readonly ContainerVolume[];
   user: string;
   capabilities: readonly string[];
   readOnly: boolean;
@@ -201,6 +236,8 @@ function resolveContainerOptions(image: string, options: ContainerRuntimeOptions
     memory: options.memory,
     pids: options.pids ?? DEFAULT_PIDS,
     network: resolveNetwork(options.network),
+    networks: [...(options.networks ?? [])],
+    volumes: [...(options.volumes ?? [])],
     user: options.user ?? DEFAULT_USER,
     capabilities: [...(options.capabilities ?? [])],
     readOnly: options.readOnly ?? true,
@@ -241,13 +278,31 @@ function containerSpec(config: ContainerConfig, setting: ContainerSetting): unkn
       [CREATED_LABEL]: new Date().toISOString(),
     },
     HostConfig: hostConfig(config, setting),
+    // The first of its own networks; the others are connected before it starts.
+    ...(needsNetwork(config.network) && config.networks.length > 0
+      ? {
+        NetworkingConfig: {
+          EndpointsConfig: { [config.networks[0].name]: { Aliases: config.networks[0].aliases } },
+        },
+      }
+      : {}),
   };
 }
 
 function hostConfig(config: ContainerConfig, setting: ContainerSetting): unknown {
   return {
-    NetworkMode: needsNetwork(config.network) ? "bridge" : "none",
+    NetworkMode: needsNetwork(config.network) ? config.networks[0]?.name ?? "bridge" : "none",
     Binds: [`${setting.dir}/control:${CONTROL_DIR}`],
+    ...(config.volumes.length > 0
+      ? {
+        Mounts: config.volumes.map((v) => ({
+          Type: "volume",
+          Source: v.source,
+          Target: v.target,
+          ReadOnly: v.readOnly,
+        })),
+      }
+      : {}),
     CapDrop: ["ALL"],
     ...(config.capabilities.length > 0 ? { CapAdd: [...config.capabilities] } : {}),
     SecurityOpt: [
@@ -381,8 +436,15 @@ export class ContainerRuntime implements RuntimeProvider {
       ) as { Id: string };
       held.id = created.Id;
       signal?.throwIfAborted();
+      const { networks } = this.#config;
+      if (needsNetwork(this.#config.network)) {
+        for (const n of networks.slice(1)) await connect(held.engine, held.id, n, signal);
+      }
       const network = changesByPhase(this.#config.network)
-        ? await networkSwitch(held.engine, held.id, this.#config.network, signal)
+        ? await networkSwitch(held.engine, held.id, this.#config.network, {
+          networks: networks.length > 0 ? networks : undefined,
+          signal,
+        })
         : undefined;
       await network?.("setup", { signal });
       const socket = `${setting.dir}/control/control.sock`;
