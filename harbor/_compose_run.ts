@@ -248,6 +248,11 @@ class Project {
       const id = this.#ids.get(d.service)!;
       const boundMs = conditionBound(dep, d.condition);
       const until = performance.now() + boundMs;
+      // Podman runs healthchecks from systemd timers, which an API service
+      // without systemd has none of: there the check is run at each interval
+      // through Podman's own endpoint, which records its result as a timer would.
+      const drive = d.condition === "service_healthy" && engine.product.startsWith("Podman");
+      let nextCheck = performance.now();
       const fail = async (why: string): Promise<never> => {
         const logs = await engine.logs(id, 5).catch(() => "");
         const last = logs.trim().split("\n").filter((l) => l !== "").slice(-3).join(" | ");
@@ -276,6 +281,11 @@ class Project {
             );
           }
           if (d.condition === "service_started") break;
+          if (drive && performance.now() >= nextCheck) {
+            nextCheck = performance.now() + dep.healthcheck!.intervalMs;
+            await engine.call("GET", `/libpod/containers/${id}/healthcheck`, undefined, signal);
+            continue;
+          }
           const health = state.Health?.Status;
           if (health === "healthy") break;
           if (health === "unhealthy") await fail("is unhealthy (its healthcheck failed)");

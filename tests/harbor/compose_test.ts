@@ -14,7 +14,7 @@
 // test removes the images the others built.
 
 import { test } from "../_test.ts";
-import { ENGINE } from "../_counterparts.ts";
+import { ENGINE, PODMAN } from "../_counterparts.ts";
 import assert from "node:assert/strict";
 import {
   buildHarborImage,
@@ -144,8 +144,8 @@ test("loadHarborTasks() reads the compose fixtures: services, conditions, health
 });
 
 /** Everything of the engine's labelled with a task under `under`: containers, networks, volumes. */
-async function leftovers(under: string): Promise<string[]> {
-  using engine = await EngineClient.open();
+async function leftovers(under: string, socket?: string): Promise<string[]> {
+  using engine = await EngineClient.open(socket);
   const filters = encodeURIComponent(JSON.stringify({ label: ["dev.hud.harbor.path"] }));
   const mine = (labels: Record<string, string> | null | undefined) =>
     (labels?.["dev.hud.harbor.path"] ?? "").startsWith(under);
@@ -168,48 +168,49 @@ async function leftovers(under: string): Promise<string[]> {
 }
 
 /** Waits (a release after an abort runs in the background) until nothing of `under` is left. */
-async function nothingLeft(under: string): Promise<void> {
-  let left = await leftovers(under);
+async function nothingLeft(under: string, socket?: string): Promise<void> {
+  let left = await leftovers(under, socket);
   for (let i = 0; i < 100 && left.length > 0; i++) {
     await new Promise((r) => setTimeout(r, 100));
-    left = await leftovers(under);
+    left = await leftovers(under, socket);
   }
   assert.deepEqual(left, [], "left behind");
 }
 
-/** The images to remove at the end, children first. */
-const built: string[] = [];
-let builtBase = false;
+/** The images to remove at the end, children first, by engine socket ("" for the default one). */
+const built = new Map<string, string[]>();
+const builtBase = new Set<string>();
 let prepared: Promise<Map<string, HarborTask>> | null = null;
 
 /** The shell base with Deno and the libraries it links. */
-async function buildBase(): Promise<void> {
+async function buildBase(socket?: string): Promise<void> {
   const deno = await Deno.realPath(Deno.execPath());
   const extra: Record<string, Uint8Array> = { "/usr/local/bin/deno": await Deno.readFile(deno) };
   for (const lib of await linkedLibraries(deno)) {
     extra[inUsr(lib)] = await Deno.readFile(await Deno.realPath(lib));
   }
-  await buildShellBase(BASE, undefined, extra);
+  await buildShellBase(BASE, socket, extra);
 }
 
 /** Builds the base (when missing) and every image the tasks under `root` use. */
-async function buildAll(root: string): Promise<Map<string, HarborTask>> {
-  using engine = await EngineClient.open();
+async function buildAll(root: string, socket?: string): Promise<Map<string, HarborTask>> {
+  using engine = await EngineClient.open(socket);
   const had = await engine.call("GET", `/images/${encodeURIComponent(BASE)}/json`)
     .then(() => true, (err) => {
       if (err instanceof EngineError && err.status === 404) return false;
       throw err;
     });
   if (!had) {
-    builtBase = true;
-    await buildBase();
+    builtBase.add(socket ?? "");
+    await buildBase(socket);
   }
   const { tasks, skipped } = await loadHarborTasks(root);
   assert.deepEqual(skipped, []);
   for (const t of tasks) {
-    const image = await buildHarborImage(t);
-    const services = await composeImages(t, t.compose!, {});
-    built.unshift(image.image, image.taskImage, ...services.images.values());
+    const image = await buildHarborImage(t, { socket });
+    const services = await composeImages(t, t.compose!, { socket });
+    const list = built.get(socket ?? "") ?? [];
+    built.set(socket ?? "", [image.image, image.taskImage, ...services.images.values(), ...list]);
   }
   return new Map(tasks.map((t) => [t.name, t]));
 }
@@ -439,15 +440,58 @@ test(
   }),
 );
 
+let onPodman: Promise<Map<string, HarborTask>> | null = null;
+function podmanFixtures(): Promise<Map<string, HarborTask>> {
+  onPodman ??= buildAll(DATASET, Deno.env.get("HUD_TEST_PODMAN_SOCKET")!);
+  return onPodman;
+}
+
+test(
+  {
+    name: "compose_test builds the base and the fixtures' images on Podman",
+    needs: [ENGINE, PODMAN],
+  },
+  withDeadline(59_000, async () => {
+    assert.equal((await podmanFixtures()).size, 2);
+  }),
+);
+
+test(
+  {
+    name:
+      "runHarborTasks() runs the compose fixtures on Podman's API: oracle 1 on each, nothing left",
+    needs: [ENGINE, PODMAN],
+  },
+  withDeadline(59_000, async () => {
+    const socket = Deno.env.get("HUD_TEST_PODMAN_SOCKET")!;
+    const tasks = await podmanFixtures();
+    const results = await runHarborTasks([...tasks.values()], "oracle", {
+      socket,
+      signal: testSignal(),
+    });
+    assert.deepEqual(
+      results.map((r) => [r.task, r.reward, r.error, r.subscores]),
+      [
+        ["healthy-dependency", 1, null, { reward: 1, ordered: 1 }],
+        ["kv-store", 1, null, {}],
+      ],
+      results.map((r) => r.verifier?.output).join("\n"),
+    );
+    await nothingLeft(DATASET, socket);
+  }),
+);
+
 test({ name: "compose_test removes the images it built", needs: [ENGINE] }, async () => {
-  using engine = await EngineClient.open();
   const failed: string[] = [];
-  for (const ref of new Set([...built, ...(builtBase ? [BASE] : [])])) {
-    try {
-      await engine.call("DELETE", `/images/${encodeURIComponent(ref)}`);
-    } catch (err) {
-      if (!(err instanceof EngineError && (err.status === 404 || err.status === 409))) {
-        failed.push(`${ref}: ${err}`);
+  for (const [socket, images] of built) {
+    using engine = await EngineClient.open(socket || undefined);
+    for (const ref of new Set([...images, ...(builtBase.has(socket) ? [BASE] : [])])) {
+      try {
+        await engine.call("DELETE", `/images/${encodeURIComponent(ref)}`);
+      } catch (err) {
+        if (!(err instanceof EngineError && (err.status === 404 || err.status === 409))) {
+          failed.push(`${ref}: ${err}`);
+        }
       }
     }
   }
