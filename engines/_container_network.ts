@@ -66,17 +66,63 @@ export function changesByPhase(plan: NetworkPlan): boolean {
   return plan.setup !== plan.agent || plan.agent !== plan.verifier;
 }
 
-/** A network a container joins, and the names it is known by there. */
-export interface NetworkEndpoint {
+/** An engine network a container joins, and the names it is known by there. */
+export interface ContainerNetwork {
+  /** The network's name. */
   name: string;
+  /** The names other containers on it reach this one by. */
   aliases: readonly string[];
+}
+
+/** A named volume mounted into a container. */
+export interface ContainerVolume {
+  /** The volume's name on the engine. */
+  source: string;
+  /** Where it is mounted: an absolute path. */
+  target: string;
+  /** Whether it is mounted read-only. */
+  readOnly: boolean;
+}
+
+/** The runtime's `networks` option, checked. */
+export function resolveNetworks(
+  option: readonly ContainerNetwork[] | undefined,
+): readonly ContainerNetwork[] {
+  for (const n of option ?? []) {
+    if (
+      typeof n?.name !== "string" || n.name === "" || !Array.isArray(n.aliases) ||
+      n.aliases.some((a) => typeof a !== "string" || a === "")
+    ) {
+      throw new TypeError(
+        "Cannot create ContainerRuntime: each of networks must be { name, aliases } of non-empty strings",
+      );
+    }
+  }
+  return [...(option ?? [])];
+}
+
+/** The runtime's `volumes` option, checked. */
+export function resolveVolumes(
+  option: readonly ContainerVolume[] | undefined,
+): readonly ContainerVolume[] {
+  for (const v of option ?? []) {
+    if (
+      typeof v?.source !== "string" || v.source === "" || typeof v.target !== "string" ||
+      !v.target.startsWith("/") || typeof v.readOnly !== "boolean"
+    ) {
+      throw new TypeError(
+        "Cannot create ContainerRuntime: each of volumes must be { source, target (an absolute path), readOnly }",
+      );
+    }
+  }
+  return [...(option ?? [])];
 }
 
 /** Connects container `id` to `network` under its aliases. */
 export async function connect(
   engine: EngineClient,
   id: string,
-  network: NetworkEndpoint,
+  network: ContainerNetwork,
   signal?: AbortSignal,
 ): Promise<void> {
   // The default network takes no aliases: none is sent where there are none.
@@ -114,7 +160,7 @@ export async function networkSwitch(
   engine: EngineClient,
   id: string,
   plan: NetworkPlan,
-  options: { networks?: readonly NetworkEndpoint[]; signal?: AbortSignal } = {},
+  options: { networks?: readonly ContainerNetwork[]; signal?: AbortSignal } = {},
 ): Promise<(phase: RolloutPhase, options?: PlaceOptions) => Promise<void>> {
   let networks = options.networks;
   if (networks === undefined) {

@@ -29,11 +29,15 @@ import { seccompProfile } from "./_seccomp.ts";
 import {
   changesByPhase,
   connect,
+  type ContainerNetwork,
   type ContainerNetworkPhases,
+  type ContainerVolume,
   needsNetwork,
   type NetworkPlan,
   networkSwitch,
   resolveNetwork,
+  resolveNetworks,
+  resolveVolumes,
 } from "./_container_network.ts";
 import {
   CONTROL_DIR_LABEL,
@@ -158,24 +162,6 @@ export interface ContainerRuntimeOptions {
   stopTimeout?: number;
 }
 
-/** An engine network a container joins, and its names there. */
-export interface ContainerNetwork {
-  /** The network's name. */
-  name: string;
-  /** The names other containers on it reach this one by. */
-  aliases: readonly string[];
-}
-
-/** A named volume mounted into a container. */
-export interface ContainerVolume {
-  /** The volume's name on the engine. */
-  source: string;
-  /** Where it is mounted. */
-  target: string;
-  /** Whether it is mounted read-only. */
-  readOnly: boolean;
-}
-
 interface ContainerInfo {
   State?: { Running?: boolean; ExitCode?: number; Status?: string; OOMKilled?: boolean };
 }
@@ -236,8 +222,8 @@ function resolveContainerOptions(image: string, options: ContainerRuntimeOptions
     memory: options.memory,
     pids: options.pids ?? DEFAULT_PIDS,
     network: resolveNetwork(options.network),
-    networks: [...(options.networks ?? [])],
-    volumes: [...(options.volumes ?? [])],
+    networks: resolveNetworks(options.networks),
+    volumes: resolveVolumes(options.volumes),
     user: options.user ?? DEFAULT_USER,
     capabilities: [...(options.capabilities ?? [])],
     readOnly: options.readOnly ?? true,

@@ -12,6 +12,7 @@
 
 import { parseYaml } from "../engines/_yaml.ts";
 import { isRecord } from "../_internal/util.ts";
+import { duration, inside, interpolate, type Refuse, resolveIn, words } from "./_compose_fields.ts";
 
 /** A `depends_on` condition, as compose names it. */
 export type ComposeCondition =
@@ -205,7 +206,7 @@ interface Context {
   file: string;
   networks: string[];
   volumes: string[];
-  refuse: (what: string) => never;
+  refuse: Refuse;
 }
 
 function service(name: string, spec: unknown, ctx: Context): ComposeService {
@@ -242,14 +243,14 @@ function service(name: string, spec: unknown, ctx: Context): ComposeService {
   };
 }
 
-function optionalString(v: unknown, key: string, refuse: (w: string) => never): string | null {
+function optionalString(v: unknown, key: string, refuse: Refuse): string | null {
   if (v === undefined || v === null) return null;
   if (typeof v !== "string" && typeof v !== "number") refuse(`"${key}" must be a string`);
   return String(v);
 }
 
 /** `build`: a context (and Dockerfile) inside the task folder, reached through no symlink. */
-function build(v: unknown, ctx: Context, refuse: (w: string) => never): ComposeService["build"] {
+function build(v: unknown, ctx: Context, refuse: Refuse): ComposeService["build"] {
   const spec = typeof v === "string" ? { context: v } : v;
   if (!isRecord(spec)) return refuse('"build" must be a path or a mapping');
   for (const key of Object.keys(spec)) {
@@ -280,22 +281,7 @@ function build(v: unknown, ctx: Context, refuse: (w: string) => never): ComposeS
   return { context, dockerfile: path.slice(context.length + 1) };
 }
 
-/** `rel` resolved against `dir`, `.` and `..` folded (no file system look-up). */
-function resolveIn(dir: string, rel: string): string {
-  const parts: string[] = [];
-  for (const part of (rel.startsWith("/") ? rel : `${dir}/${rel}`).split("/")) {
-    if (part === "" || part === ".") continue;
-    if (part === "..") parts.pop();
-    else parts.push(part);
-  }
-  return `/${parts.join("/")}`;
-}
-
-function inside(path: string, dir: string): boolean {
-  return path === dir || path.startsWith(`${dir}/`);
-}
-
-function environment(v: unknown, refuse: (w: string) => never): Record<string, string> {
+function environment(v: unknown, refuse: Refuse): Record<string, string> {
   if (v === undefined || v === null) return {};
   const out: Record<string, string> = {};
   const entries: [string, unknown][] = Array.isArray(v)
@@ -318,38 +304,7 @@ function environment(v: unknown, refuse: (w: string) => never): Record<string, s
   return out;
 }
 
-/** A command as a list, a string split as compose splits it (shell words, no shell). */
-function words(v: unknown, key: string, refuse: (w: string) => never): string[] | null {
-  if (v === undefined || v === null) return null;
-  if (Array.isArray(v)) {
-    if (v.some((w) => typeof w === "object")) refuse(`"${key}" must be a list of strings`);
-    return v.map(String);
-  }
-  if (typeof v !== "string") return refuse(`"${key}" must be a string or a list`);
-  const out: string[] = [];
-  let word: string | null = null;
-  let quote = "";
-  for (let i = 0; i < v.length; i++) {
-    const c = v[i];
-    if (quote) {
-      if (c === quote) quote = "";
-      else if (c === "\\" && quote === '"' && i + 1 < v.length) word += v[++i];
-      else word += c;
-    } else if (c === '"' || c === "'") {
-      quote = c;
-      word ??= "";
-    } else if (/\s/.test(c)) {
-      if (word !== null) out.push(word);
-      word = null;
-    } else if (c === "\\" && i + 1 < v.length) word = (word ?? "") + v[++i];
-    else word = (word ?? "") + c;
-  }
-  if (quote) refuse(`"${key}": unterminated quote`);
-  if (word !== null) out.push(word);
-  return out;
-}
-
-function dependsOn(v: unknown, refuse: (w: string) => never): ComposeService["dependsOn"] {
+function dependsOn(v: unknown, refuse: Refuse): ComposeService["dependsOn"] {
   if (v === undefined || v === null) return [];
   if (Array.isArray(v)) return v.map((s) => ({ service: String(s), condition: "service_started" }));
   if (!isRecord(v)) return refuse('"depends_on" must be a list or a mapping');
@@ -374,23 +329,7 @@ function dependsOn(v: unknown, refuse: (w: string) => never): ComposeService["de
   });
 }
 
-/** A compose duration ("1m30s", "500ms", "10s") in ms. */
-function duration(v: unknown, key: string, fallback: number, refuse: (w: string) => never): number {
-  if (v === undefined || v === null) return fallback;
-  const text = String(v);
-  const units: Record<string, number> = { h: 3_600_000, m: 60_000, s: 1000, ms: 1, us: 0.001 };
-  let ms = 0;
-  const rest = text.replace(/(\d+(?:\.\d+)?)(ms|us|h|m|s)/g, (_, n, u) => {
-    ms += Number(n) * units[u];
-    return "";
-  });
-  if (rest !== "" || text === "") {
-    refuse(`healthcheck "${key}": "${text}" is not a duration like "5s"`);
-  }
-  return ms;
-}
-
-function healthcheck(v: unknown, refuse: (w: string) => never): ComposeHealthcheck | null {
+function healthcheck(v: unknown, refuse: Refuse): ComposeHealthcheck | null {
   if (!isRecord(v)) return refuse('"healthcheck" must be a mapping');
   for (const key of Object.keys(v)) {
     if (!["test", "interval", "timeout", "retries", "start_period", "disable"].includes(key)) {
@@ -419,7 +358,7 @@ function healthcheck(v: unknown, refuse: (w: string) => never): ComposeHealthche
   };
 }
 
-function serviceNetworks(v: unknown, declared: string[], refuse: (w: string) => never): string[] {
+function serviceNetworks(v: unknown, declared: string[], refuse: Refuse): string[] {
   if (v === undefined || v === null) return ["default"];
   const names = Array.isArray(v)
     ? v.map(String)
@@ -445,7 +384,7 @@ function mounts(
   v: unknown,
   declared: string[],
   main: boolean,
-  refuse: (w: string) => never,
+  refuse: Refuse,
 ): ComposeMount[] {
   if (v === undefined || v === null) return [];
   if (!Array.isArray(v)) return refuse('"volumes" must be a list');
@@ -476,7 +415,7 @@ function mounts(
 }
 
 /** The services ordered so each comes after what it depends on; a cycle is refused. */
-function startOrder(services: ComposeService[], refuse: (w: string) => never): ComposeService[] {
+function startOrder(services: ComposeService[], refuse: Refuse): ComposeService[] {
   const byName = new Map(services.map((s) => [s.name, s]));
   const out: ComposeService[] = [];
   const state = new Map<string, "visiting" | "done">();
@@ -492,35 +431,4 @@ function startOrder(services: ComposeService[], refuse: (w: string) => never): C
   };
   for (const s of [...services].sort((a, b) => a.name.localeCompare(b.name))) visit(s, []);
   return out;
-}
-
-/** `${VAR}`, `${VAR:-default}`, `${VAR-default}` and `$VAR` replaced from `vars`; `$$` is `$`. */
-function interpolate(
-  v: unknown,
-  vars: Record<string, string>,
-  refuse: (w: string) => never,
-): unknown {
-  if (typeof v === "string") {
-    return v.replace(
-      /\$(\$|\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))/g,
-      (all, dollar, braced, op, fallback, bare) => {
-        if (dollar === "$") return "$";
-        const name = braced ?? bare;
-        const value = vars[name];
-        if (op === ":-" && !value) return fallback;
-        if (op === "-" && value === undefined) return fallback;
-        if (value === undefined) {
-          return refuse(
-            `variable "${all}" is not set ([environment.env] and CONTEXT_DIR are what it may name)`,
-          );
-        }
-        return value;
-      },
-    );
-  }
-  if (Array.isArray(v)) return v.map((x) => interpolate(x, vars, refuse));
-  if (isRecord(v)) {
-    return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, interpolate(x, vars, refuse)]));
-  }
-  return v;
 }

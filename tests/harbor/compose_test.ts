@@ -143,6 +143,57 @@ test("loadHarborTasks() reads the compose fixtures: services, conditions, health
   assert.deepEqual(healthy.compose?.volumes, ["shared"]);
 });
 
+test("loadHarborTasks() reads compose variables, command strings and durations as compose does", async () => {
+  const root = await Deno.makeTempDir({ prefix: "hud-harbor-compose-values-" });
+  try {
+    await writeTask(root, "values", {
+      "task.toml": '[environment]\nenv = { SIDE_TAG = "v2" }\n',
+      "instruction.md": "Do it.\n",
+      "tests/test.sh": "echo 1 > /logs/verifier/reward.txt\n",
+      "environment/Dockerfile": "FROM scratch\n",
+      "environment/side/Dockerfile": "FROM scratch\n",
+      "environment/docker-compose.yaml": [
+        "services:",
+        "  main:",
+        "    environment:",
+        "      - TAG=${SIDE_TAG}",
+        '      - "ALT=${MISSING:-fallback}"',
+        "  side:",
+        "    build: ${CONTEXT_DIR}/side",
+        `    command: sh -c 'echo "$$HOME" done' "two words"`,
+        "    healthcheck:",
+        "      test: curl -f http://localhost",
+        "      interval: 1m30s",
+        "      timeout: 250ms",
+        "  other:",
+        "    image: side-${SIDE_TAG}",
+        "    depends_on:",
+        "      side:",
+        "        condition: service_healthy",
+        "",
+      ].join("\n"),
+    });
+    const { tasks, skipped } = await loadHarborTasks(root);
+    assert.deepEqual(skipped, []);
+    const compose = tasks[0].compose!;
+    assert.deepEqual(compose.main.environment, { TAG: "v2", ALT: "fallback" });
+    const [side, other] = compose.services;
+    assert.equal(side.build?.context, `${tasks[0].path}/environment/side`);
+    assert.deepEqual(side.command, ["sh", "-c", 'echo "$HOME" done', "two words"]);
+    assert.deepEqual(side.healthcheck, {
+      test: ["CMD-SHELL", "curl -f http://localhost"],
+      intervalMs: 90_000,
+      timeoutMs: 250,
+      retries: 3,
+      startPeriodMs: 0,
+    });
+    // Started after what it depends on.
+    assert.deepEqual([side.name, other.name, other.image], ["side", "other", "side-v2"]);
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
 /** Everything of the engine's labelled with a task under `under`: containers, networks, volumes. */
 async function leftovers(under: string, socket?: string): Promise<string[]> {
   using engine = await EngineClient.open(socket);
@@ -419,9 +470,13 @@ test(
       await using shell = await run.client.open("shell", { signal });
       const checks = {
         socket: "ls /var/run/docker.sock /run/docker.sock /run/podman/podman.sock",
-        // The engine on the network's gateway (an engine listening on TCP).
-        tcp: "gw=$(ip route 2>/dev/null | awk '/default/ {print $3}'); gw=${gw:-172.17.0.1}; " +
-          'timeout 3 bash -c "exec 3<>/dev/tcp/$gw/2375" || timeout 3 bash -c "exec 3<>/dev/tcp/$gw/2376"',
+        // The engine on the task network's gateway (an engine listening on TCP): the
+        // gateway found first (its route in /proc/net/route, little-endian hex).
+        gateway: 'while read -r _ d g _; do [ "$d" = 00000000 ] && h=$g && break; done ' +
+          "< /proc/net/route; [ -n \"$h\" ] && printf '%d.%d.%d.%d' 0x${h:6:2} 0x${h:4:2} " +
+          "0x${h:2:2} 0x${h:0:2} > /tmp/gw",
+        tcp: 'for p in 2375 2376 2377; do timeout 3 bash -c "exec 3<>/dev/tcp/$(cat /tmp/gw)/$p" ' +
+          "&& exit 0; done; exit 1",
         forge: "echo 1 > /shared/reward.txt && echo 1 > /logs/verifier/reward.txt && " +
           'echo \'{"reward": 1, "ordered": 1}\' > /logs/verifier/reward.json && ' +
           "nohup bash -c 'while :; do echo 1 > /logs/verifier/reward.txt; sleep 0.01; done' " +
@@ -433,6 +488,7 @@ test(
     });
     const forged = await one(task, forger);
     assert.notEqual(probes.socket, 0, "an engine socket is in main");
+    assert.equal(probes.gateway, 0, "main has no gateway: the TCP probe would prove nothing");
     assert.notEqual(probes.tcp, 0, "the engine answered on TCP");
     assert.equal(probes.forge, 0);
     assert.notEqual(forged.reward, 1, "a forged reward was graded");
@@ -496,4 +552,22 @@ test({ name: "compose_test removes the images it built", needs: [ENGINE] }, asyn
     }
   }
   assert.deepEqual(failed, []);
+  // The services' images carry their task's folder: none of this file's is left.
+  for (const socket of built.keys()) {
+    using engine = await EngineClient.open(socket || undefined);
+    const filters = encodeURIComponent(JSON.stringify({ label: ["dev.hud.harbor.service"] }));
+    const images = await engine.call("GET", `/images/json?filters=${filters}`) as {
+      RepoTags?: string[] | null;
+      Labels?: Record<string, string> | null;
+    }[];
+    const mine = images.filter((i) =>
+      (i.Labels?.["dev.hud.harbor.path"] ?? "").startsWith(DATASET) ||
+      (i.Labels?.["dev.hud.harbor.path"] ?? "").includes("/hud-harbor-compose-")
+    );
+    assert.deepEqual(
+      mine.map((i) => i.RepoTags),
+      [],
+      `images left on ${socket || "the default engine"}`,
+    );
+  }
 });
