@@ -440,7 +440,12 @@ export class ComposeRuntime implements RuntimeProvider {
       );
     } catch (err) {
       await runtime?.close();
-      await project.down();
+      // What did not start is removed; a removal that fails too is said with why it started.
+      await project.down().catch((gone: unknown) => {
+        throw new Error(`${(err as Error).message}; removing its services failed too: ${gone}`, {
+          cause: err,
+        });
+      });
       throw err;
     }
   }

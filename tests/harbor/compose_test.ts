@@ -352,7 +352,10 @@ test(
   }),
 );
 
-/** Tasks written here: one whose dependency never becomes healthy, one whose start is slow. */
+/**
+ * Tasks written here: one whose dependency never becomes healthy, one whose
+ * start is slow, one whose agent phase has no network.
+ */
 let failing: Promise<Map<string, HarborTask>> | null = null;
 function failingTasks(): Promise<Map<string, HarborTask>> {
   failing ??= (async () => {
@@ -404,10 +407,48 @@ function failingTasks(): Promise<Map<string, HarborTask>> {
         "",
       ].join("\n"),
     });
+    // The agent's phase has no network: main leaves the task's networks then, as Harbor's no-network
+    // main service has none; the verifier's phase has them back.
+    const kv = `${DATASET}/kv-store/environment/kv`;
+    await writeTask(root, "agent-offline", {
+      ...common,
+      "task.toml": '[agent]\ntimeout_sec = 30.0\nnetwork_mode = "no-network"\n',
+      "tests/test.sh": await Deno.readTextFile(`${DATASET}/kv-store/tests/test.sh`),
+      "environment/kv/Dockerfile": await Deno.readTextFile(`${kv}/Dockerfile`),
+      "environment/kv/server.ts": await Deno.readTextFile(`${kv}/server.ts`),
+      "environment/docker-compose.yaml": await Deno.readTextFile(
+        `${DATASET}/kv-store/environment/docker-compose.yaml`,
+      ),
+    });
     return await buildAll(root);
   })();
   return failing;
 }
+
+test(
+  {
+    name:
+      "runHarborTasks(): a no-network agent phase leaves main only its loopback, away from the services; the verifier's phase reaches them",
+    needs: [ENGINE],
+  },
+  withDeadline(59_000, async () => {
+    const task = (await failingTasks()).get("agent-offline")!;
+    const seen: Record<string, string> = {};
+    const agent = functionAgent(async (_prompt, run, { signal }) => {
+      await using shell = await run.client.open("shell", { signal });
+      seen.links = (await shell.exec("ls /sys/class/net", { signal })).stdoutText.trim();
+      const put = "exec 3<>/dev/tcp/kv/8080 && printf 'PUT /answer HTTP/1.1\\r\\nHost: kv\\r\\n" +
+        "Content-Length: 2\\r\\nConnection: close\\r\\n\\r\\n42' >&3 && cat <&3";
+      seen.put = String((await shell.exec(`timeout 5 bash -c "${put}"`, { signal })).code);
+    });
+    const result = await one(task, agent);
+    assert.equal(seen.links, "lo");
+    assert.notEqual(seen.put, "0", "the agent reached the service with no network");
+    // The verifier reached the service (it answered "none": nothing stored).
+    assert.deepEqual(scored(result), [0, null]);
+    assert.match(result.verifier?.output ?? "", /kv answer: none/);
+  }),
+);
 
 test(
   {
