@@ -24,9 +24,13 @@ export type ComposeCondition =
 export interface ComposeHealthcheck {
   /** The engine's `Test`: `["CMD", ...]` or `["CMD-SHELL", cmd]`. */
   test: string[];
+  /** Between checks (`interval`; Docker's default 30 s). */
   intervalMs: number;
+  /** A check's limit (`timeout`; 30 s). */
   timeoutMs: number;
+  /** Failures in a row that make it unhealthy (`retries`; 3). */
   retries: number;
+  /** Failures that do not count at first (`start_period`; 0). */
   startPeriodMs: number;
 }
 
@@ -34,26 +38,37 @@ export interface ComposeHealthcheck {
 export interface ComposeMount {
   /** The task's volume name. */
   source: string;
+  /** Where it is mounted. */
   target: string;
+  /** Whether it is mounted read-only (`:ro`). */
   readOnly: boolean;
 }
 
 /** One service, checked. */
 export interface ComposeService {
+  /** Its name: others reach it by it. */
   name: string;
   /** An image the engine has or pulls; null when built. */
   image: string | null;
   /** Absolute context and the Dockerfile's path in it; null when `image`. */
   build: { context: string; dockerfile: string } | null;
+  /** `environment`. */
   environment: Record<string, string>;
+  /** `command`, in words; null: the image's. */
   command: string[] | null;
+  /** `entrypoint`, in words; null: the image's. */
   entrypoint: string[] | null;
+  /** `depends_on`: what it waits for before it starts. */
   dependsOn: { service: string; condition: ComposeCondition }[];
+  /** `healthcheck`; null when none (or disabled). */
   healthcheck: ComposeHealthcheck | null;
   /** The task's networks it joins (`default` when it names none). */
   networks: string[];
+  /** The named volumes it mounts. */
   volumes: ComposeMount[];
+  /** `working_dir`; null: the image's. */
   workingDir: string | null;
+  /** `user`; null: the image's. */
   user: string | null;
 }
 
