@@ -216,10 +216,10 @@ class Project {
           ? {
             Healthcheck: {
               Test: s.healthcheck.test,
-              Interval: s.healthcheck.intervalMs * 1e6,
-              Timeout: s.healthcheck.timeoutMs * 1e6,
+              Interval: Math.round(s.healthcheck.intervalMs * 1e6),
+              Timeout: Math.round(s.healthcheck.timeoutMs * 1e6),
               Retries: s.healthcheck.retries,
-              StartPeriod: s.healthcheck.startPeriodMs * 1e6,
+              StartPeriod: Math.round(s.healthcheck.startPeriodMs * 1e6),
             },
           }
           : {}),
@@ -267,6 +267,8 @@ class Project {
           State?: { Running?: boolean; ExitCode?: number; Health?: { Status?: string } };
         };
         const state = info.State ?? {};
+        // Started is all compose asks here: it started it, whether it still runs or not.
+        if (d.condition === "service_started") break;
         if (d.condition === "service_completed_successfully") {
           if (!state.Running) {
             if (state.ExitCode === 0) break;
@@ -274,13 +276,8 @@ class Project {
           }
         } else {
           if (!state.Running) {
-            await fail(
-              `exited with code ${state.ExitCode} before it was ${
-                d.condition === "service_healthy" ? "healthy" : "started"
-              }`,
-            );
+            await fail(`exited with code ${state.ExitCode} before it was healthy`);
           }
-          if (d.condition === "service_started") break;
           if (drive && performance.now() >= nextCheck) {
             nextCheck = performance.now() + dep.healthcheck!.intervalMs;
             await engine.call("GET", `/libpod/containers/${id}/healthcheck`, undefined, signal);

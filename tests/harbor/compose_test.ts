@@ -407,6 +407,33 @@ function failingTasks(): Promise<Map<string, HarborTask>> {
         "",
       ].join("\n"),
     });
+    // A one-shot service that prepares a volume, and one that exits at once (started is all
+    // a plain depends_on asks).
+    await writeTask(root, "one-shot", {
+      ...common,
+      "tests/test.sh": '#!/bin/bash\n[ "$(cat /data/ready)" = prepared ] && r=1 || r=0\n' +
+        "echo $r > /logs/verifier/reward.txt\n",
+      "environment/docker-compose.yaml": [
+        "services:",
+        "  main:",
+        "    depends_on:",
+        "      quick:",
+        "      setup: { condition: service_completed_successfully }",
+        "    volumes: [data:/data]",
+        "  setup:",
+        "    build: ./side",
+        '    command: ["bash", "-c", "sleep 1; echo prepared > /data/ready"]',
+        "    volumes: [data:/data]",
+        "    depends_on:",
+        "      quick: { condition: service_started }",
+        "  quick:",
+        "    build: ./side",
+        '    entrypoint: ["true"]',
+        "volumes:",
+        "  data:",
+        "",
+      ].join("\n"),
+    });
     // The agent's phase has no network: main leaves the task's networks then, as Harbor's no-network
     // main service has none; the verifier's phase has them back.
     const kv = `${DATASET}/kv-store/environment/kv`;
@@ -447,6 +474,46 @@ test(
     // The verifier reached the service (it answered "none": nothing stored).
     assert.deepEqual(scored(result), [0, null]);
     assert.match(result.verifier?.output ?? "", /kv answer: none/);
+  }),
+);
+
+test(
+  {
+    name:
+      "runHarborTasks() starts main after a one-shot service completed, and after one that exited once started",
+    needs: [ENGINE],
+  },
+  withDeadline(59_000, async () => {
+    const task = (await failingTasks()).get("one-shot")!;
+    assert.deepEqual(task.compose?.main.dependsOn.map((d) => d.condition), [
+      "service_started",
+      "service_completed_successfully",
+    ]);
+    // While the agent runs, the engine says when each service started and ended.
+    const times: Record<string, { StartedAt: string; FinishedAt: string }> = {};
+    const watcher = functionAgent(async () => {
+      using engine = await EngineClient.open();
+      const filters = encodeURIComponent(
+        JSON.stringify({ label: [`dev.hud.harbor.path=${task.path}`] }),
+      );
+      const list = await engine.call("GET", `/containers/json?all=true&filters=${filters}`) as {
+        Id: string;
+        Labels: Record<string, string>;
+      }[];
+      for (const c of list) {
+        const info = await engine.call("GET", `/containers/${c.Id}/json`) as {
+          State: { StartedAt: string; FinishedAt: string };
+        };
+        times[c.Labels["dev.hud.harbor.service"]] = info.State;
+      }
+    });
+    const result = await one(task, watcher);
+    assert.deepEqual(scored(result), [1, null], result.verifier?.output);
+    assert.deepEqual(Object.keys(times).sort(), ["main", "quick", "setup"]);
+    const at = (t: string) => Date.parse(t);
+    // setup waited for quick to start; main for setup to complete (quick had exited by then).
+    assert.ok(at(times.setup.StartedAt) >= at(times.quick.StartedAt), JSON.stringify(times));
+    assert.ok(at(times.main.StartedAt) >= at(times.setup.FinishedAt), JSON.stringify(times));
   }),
 );
 
