@@ -7,7 +7,9 @@
  * `tests/` copied in and the verifier run as `[verifier] user`; a task
  * with `[[steps]]`, each step so in turn in one container (harbor/_steps.ts);
  * a task whose verifier has a container of its own (`environment_mode =
- * "separate"`), the verifier there (harbor/_separate.ts).
+ * "separate"`), the verifier there (harbor/_separate.ts); a task with
+ * `environment/docker-compose.yaml`, its other services started first, the
+ * agent and the verifier in `main` (harbor/_compose_run.ts).
  * {@linkcode oracleAgent} runs `solution/solve.sh`, so an oracle run validates a dataset.
  *
  * @module
