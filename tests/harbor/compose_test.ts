@@ -38,7 +38,17 @@ const BASE = "hud-test-harbor-compose-base:latest";
 const idle = functionAgent(() => {});
 
 /** Each refused feature: the compose file's text, and what the one-line reason must say. */
-const REFUSED: Record<string, [string, RegExp]> = {
+const REFUSED: Record<string, [string, RegExp, string?]> = {
+  separate: [
+    "services:\n  main: {}\n",
+    /not supported with \[verifier\] environment_mode "separate" by this runner/,
+    '[verifier]\nenvironment_mode = "separate"\n[verifier.environment]\ndocker_image = "x"\n',
+  ],
+  steps: [
+    "services:\n  main: {}\n",
+    /not supported with \[\[steps\]\] by this runner/,
+    '[[steps]]\nname = "a"\n',
+  ],
   privileged: [
     "services:\n  main: {}\n  side:\n    image: x\n    privileged: true\n",
     /service "side": "privileged" is not supported/,
@@ -98,9 +108,10 @@ const REFUSED: Record<string, [string, RegExp]> = {
 test("loadHarborTasks() refuses each compose feature this runner does not carry out, in one line", async () => {
   const root = await Deno.makeTempDir({ prefix: "hud-harbor-compose-refused-" });
   try {
-    for (const [name, [yaml]] of Object.entries(REFUSED)) {
+    for (const [name, [yaml, , toml]] of Object.entries(REFUSED)) {
       await writeTask(root, name, {
-        "task.toml": "",
+        "task.toml": toml ?? "",
+        "steps/a/instruction.md": "Do it.\n",
         "instruction.md": "Do it.\n",
         "tests/test.sh": "echo 1 > /logs/verifier/reward.txt\n",
         "environment/Dockerfile": "FROM scratch\n",
