@@ -66,9 +66,92 @@ export function changesByPhase(plan: NetworkPlan): boolean {
   return plan.setup !== plan.agent || plan.agent !== plan.verifier;
 }
 
+/** An engine network a container joins, and the names it is known by there. */
+export interface ContainerNetwork {
+  /** The network's name. */
+  name: string;
+  /** The names other containers on it reach this one by. */
+  aliases: readonly string[];
+}
+
+/** A named volume mounted into a container. */
+export interface ContainerVolume {
+  /** The volume's name on the engine. */
+  source: string;
+  /** Where it is mounted: an absolute path. */
+  target: string;
+  /** Whether it is mounted read-only. */
+  readOnly: boolean;
+}
+
+/** The runtime's `networks` option, checked. */
+export function resolveNetworks(
+  option: readonly ContainerNetwork[] | undefined,
+): readonly ContainerNetwork[] {
+  for (const n of option ?? []) {
+    if (
+      typeof n?.name !== "string" || n.name === "" || !Array.isArray(n.aliases) ||
+      n.aliases.some((a) => typeof a !== "string" || a === "")
+    ) {
+      throw new TypeError(
+        "Cannot create ContainerRuntime: each of networks must be { name, aliases } of non-empty strings",
+      );
+    }
+  }
+  return [...(option ?? [])];
+}
+
+/** The runtime's `volumes` option, checked. */
+export function resolveVolumes(
+  option: readonly ContainerVolume[] | undefined,
+): readonly ContainerVolume[] {
+  for (const v of option ?? []) {
+    if (
+      typeof v?.source !== "string" || v.source === "" || typeof v.target !== "string" ||
+      !v.target.startsWith("/") || typeof v.readOnly !== "boolean"
+    ) {
+      throw new TypeError(
+        "Cannot create ContainerRuntime: each of volumes must be { source, target (an absolute path), readOnly }",
+      );
+    }
+  }
+  return [...(option ?? [])];
+}
+
+/** Connects container `id` to `network` under its aliases. */
+export async function connect(
+  engine: EngineClient,
+  id: string,
+  network: ContainerNetwork,
+  signal?: AbortSignal,
+): Promise<void> {
+  // The default network takes no aliases: none is sent where there are none.
+  const body = network.aliases.length === 0
+    ? { Container: id }
+    : { Container: id, EndpointConfig: { Aliases: network.aliases } };
+  await post(engine, network.name, "connect", body, signal);
+}
+
+async function post(
+  engine: EngineClient,
+  network: string,
+  verb: "connect" | "disconnect",
+  body: unknown,
+  signal: AbortSignal | undefined,
+): Promise<void> {
+  // Podman answers "OK", not JSON: the body is not read as JSON.
+  const res = await engine.raw("POST", `/networks/${encodeURIComponent(network)}/${verb}`, {
+    body: JSON.stringify(body),
+    headers: { "content-type": "application/json" },
+    signal,
+  });
+  await res.body?.cancel();
+}
+
 /**
  * The switch for container `id`, created on a network: finds the network's
- * name (Docker's `bridge`, Podman's `podman`), and returns `enterPhase`,
+ * name (Docker's `bridge`, Podman's `podman`), or takes `options.networks`
+ * (the container's own, with their aliases), and returns `enterPhase`,
  * which connects or disconnects it as `plan` says (nothing when the phase
  * has the network the container has). Call `enterPhase("setup")` before
  * the container starts.
@@ -77,29 +160,35 @@ export async function networkSwitch(
   engine: EngineClient,
   id: string,
   plan: NetworkPlan,
-  signal?: AbortSignal,
+  options: { networks?: readonly ContainerNetwork[]; signal?: AbortSignal } = {},
 ): Promise<(phase: RolloutPhase, options?: PlaceOptions) => Promise<void>> {
-  const info = await engine.call("GET", `/containers/${id}/json`, undefined, signal) as {
-    NetworkSettings?: { Networks?: Record<string, unknown> | null };
-  };
-  const name = Object.keys(info.NetworkSettings?.Networks ?? {})[0];
-  if (name === undefined) {
-    throw new Error(`container ${id.slice(0, 12)} was created on no network to switch`);
+  let networks = options.networks;
+  if (networks === undefined) {
+    const info = await engine.call("GET", `/containers/${id}/json`, undefined, options.signal) as {
+      NetworkSettings?: { Networks?: Record<string, unknown> | null };
+    };
+    const name = Object.keys(info.NetworkSettings?.Networks ?? {})[0];
+    if (name === undefined) {
+      throw new Error(`container ${id.slice(0, 12)} was created on no network to switch`);
+    }
+    networks = [{ name, aliases: [] }];
   }
+  const all = networks;
   let connected = true;
   let switching: Promise<void> = Promise.resolve();
   const enter = async (phase: RolloutPhase, options?: PlaceOptions) => {
     const want = plan[phase];
     if (want === connected) return;
-    const verb = want ? "connect" : "disconnect";
-    const body = want ? { Container: id } : { Container: id, Force: true };
-    // Podman answers "OK", not JSON: the body is not read as JSON.
-    const res = await engine.raw("POST", `/networks/${encodeURIComponent(name)}/${verb}`, {
-      body: JSON.stringify(body),
-      headers: { "content-type": "application/json" },
-      signal: options?.signal,
-    });
-    await res.body?.cancel();
+    for (const network of all) {
+      if (want) await connect(engine, id, network, options?.signal);
+      else {await post(
+          engine,
+          network.name,
+          "disconnect",
+          { Container: id, Force: true },
+          options?.signal,
+        );}
+    }
     connected = want;
   };
   // One switch at a time: a second call waits for the first.

@@ -1,4 +1,5 @@
-// The YAML that kubeconfig files are written in, read without a library:
+// The YAML that kubeconfig files (and the compose files of Harbor tasks,
+// harbor/_compose.ts) are written in, read without a library:
 // block mappings and sequences (including "- key: value" items), plain,
 // single- and double-quoted scalars, flow collections ({}, [a, b]) on one
 // line, comments and "---". Anchors, tags, multi-line scalars (| and >) and
@@ -213,7 +214,12 @@ class FlowReader {
       return scalar(s, this.#no);
     }
     const start = this.#i;
-    while (this.#i < text.length && !",]}:".includes(text[this.#i])) this.#i++;
+    // A ":" ends a plain scalar only before a space, a flow indicator or the end
+    // (YAML 1.2): `[data:/data, "8080:80"]` holds two items.
+    while (this.#i < text.length && !",]}".includes(text[this.#i])) {
+      if (text[this.#i] === ":" && /^$|^[\s,\]}]/.test(text.slice(this.#i + 1, this.#i + 2))) break;
+      this.#i++;
+    }
     return scalar(text.slice(start, this.#i).trim(), this.#no);
   }
 

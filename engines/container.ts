@@ -28,11 +28,16 @@ import { Relay } from "./_relay.ts";
 import { seccompProfile } from "./_seccomp.ts";
 import {
   changesByPhase,
+  connect,
+  type ContainerNetwork,
   type ContainerNetworkPhases,
+  type ContainerVolume,
   needsNetwork,
   type NetworkPlan,
   networkSwitch,
   resolveNetwork,
+  resolveNetworks,
+  resolveVolumes,
 } from "./_container_network.ts";
 import {
   CONTROL_DIR_LABEL,
@@ -94,6 +99,20 @@ export interface ContainerRuntimeOptions {
    * @default false
    */
   network?: boolean | ContainerNetworkPhases;
+  /**
+   * The engine networks the container joins, each with the names it is
+   * known by there, instead of the engine's default network, in the phases
+   * that have a network (`network`): the runtime neither makes nor removes
+   * them. For a container among services of its own (Harbor's compose tasks).
+   * @default [] (the engine's default network)
+   */
+  networks?: readonly ContainerNetwork[];
+  /**
+   * Named volumes mounted into the container; the runtime neither makes nor
+   * removes them.
+   * @default []
+   */
+  volumes?: readonly ContainerVolume[];
   /**
    * The user the container's processes run as (`uid:gid` or a name the
    * image knows). Not root: the workspace sandbox inside is made with user
@@ -161,6 +180,8 @@ interface ContainerConfig {
   memory: number | undefined;
   pids: number;
   network: NetworkPlan;
+  networks: readonly ContainerNetwork[];
+  volumes: readonly ContainerVolume[];
   user: string;
   capabilities: readonly string[];
   readOnly: boolean;
@@ -201,6 +222,8 @@ function resolveContainerOptions(image: string, options: ContainerRuntimeOptions
     memory: options.memory,
     pids: options.pids ?? DEFAULT_PIDS,
     network: resolveNetwork(options.network),
+    networks: resolveNetworks(options.networks),
+    volumes: resolveVolumes(options.volumes),
     user: options.user ?? DEFAULT_USER,
     capabilities: [...(options.capabilities ?? [])],
     readOnly: options.readOnly ?? true,
@@ -241,13 +264,31 @@ function containerSpec(config: ContainerConfig, setting: ContainerSetting): unkn
       [CREATED_LABEL]: new Date().toISOString(),
     },
     HostConfig: hostConfig(config, setting),
+    // The first of its own networks; the others are connected before it starts.
+    ...(needsNetwork(config.network) && config.networks.length > 0
+      ? {
+        NetworkingConfig: {
+          EndpointsConfig: { [config.networks[0].name]: { Aliases: config.networks[0].aliases } },
+        },
+      }
+      : {}),
   };
 }
 
 function hostConfig(config: ContainerConfig, setting: ContainerSetting): unknown {
   return {
-    NetworkMode: needsNetwork(config.network) ? "bridge" : "none",
+    NetworkMode: needsNetwork(config.network) ? config.networks[0]?.name ?? "bridge" : "none",
     Binds: [`${setting.dir}/control:${CONTROL_DIR}`],
+    ...(config.volumes.length > 0
+      ? {
+        Mounts: config.volumes.map((v) => ({
+          Type: "volume",
+          Source: v.source,
+          Target: v.target,
+          ReadOnly: v.readOnly,
+        })),
+      }
+      : {}),
     CapDrop: ["ALL"],
     ...(config.capabilities.length > 0 ? { CapAdd: [...config.capabilities] } : {}),
     SecurityOpt: [
@@ -381,8 +422,15 @@ export class ContainerRuntime implements RuntimeProvider {
       ) as { Id: string };
       held.id = created.Id;
       signal?.throwIfAborted();
+      const { networks } = this.#config;
+      if (needsNetwork(this.#config.network)) {
+        for (const n of networks.slice(1)) await connect(held.engine, held.id, n, signal);
+      }
       const network = changesByPhase(this.#config.network)
-        ? await networkSwitch(held.engine, held.id, this.#config.network, signal)
+        ? await networkSwitch(held.engine, held.id, this.#config.network, {
+          networks: networks.length > 0 ? networks : undefined,
+          signal,
+        })
         : undefined;
       await network?.("setup", { signal });
       const socket = `${setting.dir}/control/control.sock`;

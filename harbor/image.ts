@@ -90,7 +90,7 @@ export async function tarTree(dir: string, prefix = ""): Promise<Uint8Array<Arra
   return tar.bytes();
 }
 
-function slug(name: string): string {
+export function slug(name: string): string {
   return name.toLowerCase().replace(/[^a-z0-9._-]+/g, "-").replace(/^[^a-z0-9]+/, "").slice(
     0,
     60,
@@ -155,19 +155,32 @@ async function imageInfo(
   }
 }
 
-async function buildContext(
+/**
+ * Builds `build.dir` as `build.tag` (its `dockerfile`, else `Dockerfile`,
+ * with `labels`), failing with the engine's message and the build's last lines.
+ */
+export async function buildContext(
   engine: EngineClient,
   task: HarborTask,
-  build: { dir: string; tag: string; timeoutSec: number; key: string },
+  build: {
+    dir: string;
+    tag: string;
+    timeoutSec: number;
+    key: string;
+    dockerfile?: string;
+    labels?: Record<string, string>;
+  },
   signal: AbortSignal,
 ): Promise<void> {
   const { dir, tag } = build;
   const context = await tarTree(dir);
+  const extra = (build.dockerfile ? `&dockerfile=${encodeURIComponent(build.dockerfile)}` : "") +
+    (build.labels ? `&labels=${encodeURIComponent(JSON.stringify(build.labels))}` : "");
   let text: string;
   try {
     const res = await engine.raw(
       "POST",
-      `/build?t=${encodeURIComponent(tag)}&rm=1&forcerm=1`,
+      `/build?t=${encodeURIComponent(tag)}&rm=1&forcerm=1${extra}`,
       { body: context, headers: { "content-type": "application/x-tar" }, signal },
     );
     text = await res.text();
@@ -299,8 +312,9 @@ async function taskFacts(task: HarborTask, info: ImageInfo): Promise<HarborTaskF
     const at = pair.indexOf("=");
     if (at > 0) env[pair.slice(0, at)] = pair.slice(at + 1);
   }
-  // `[environment.env]` goes over it, as Harbor sets it on the container.
-  Object.assign(env, task.config.environment.env);
+  // `[environment.env]` goes over it, as Harbor sets it on the container,
+  // then the compose file's `environment` of main (merged after Harbor's).
+  Object.assign(env, task.config.environment.env, task.compose?.main.environment);
   return {
     name: task.name,
     env,

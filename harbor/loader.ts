@@ -9,6 +9,7 @@
 import { type HarborStepConfig, type HarborTaskConfig, parseHarborConfig } from "./config.ts";
 import { errorMessage } from "../_internal/util.ts";
 import { exists } from "../_internal/fs.ts";
+import { type ComposeProject, ComposeRefusal, findComposeFile, parseCompose } from "./_compose.ts";
 
 /** Why a task directory cannot be adapted. */
 export type HarborSkipCode =
@@ -20,7 +21,11 @@ export type HarborSkipCode =
   | "no_tests"
   /** Neither `environment/Dockerfile` nor `[environment] docker_image`. */
   | "no_environment"
-  /** `environment/docker-compose.yaml`: several services, which this runner does not place. */
+  /**
+   * `environment/docker-compose.yaml` (or .yml) that uses a compose feature
+   * this runner does not carry out (named), or a compose file with `[[steps]]`
+   * or a separate verifier.
+   */
   | "compose"
   /** A file the loader reads or copies is a symlink out of the task folder, not a regular file, or over its size bound. */
   | "bad_file"
@@ -62,6 +67,11 @@ export interface HarborTask {
   solutionDir: string | null;
   /** `[[steps]]`, in order, each with its files; null for a task of one step. */
   steps: HarborStep[] | null;
+  /**
+   * `environment/docker-compose.yaml` (or .yml), checked: the services
+   * started beside the agent's (`main`); null when the task has none.
+   */
+  compose: ComposeProject | null;
 }
 
 /** One step of a multi-step task, read. */
@@ -230,7 +240,7 @@ async function readTask(path: string): Promise<HarborTask> {
   refuseUnplaceable(file, config);
   const verifierBuildContext = await separateVerifier(path, config);
   const hasDockerfile = await isFile(`${path}/environment/Dockerfile`, path);
-  await refuseCompose(path, "environment");
+  const compose = await readCompose(path, config);
   refuseAllowlist(path, config);
   if (!hasDockerfile && config.environment.dockerImage === null) {
     throw new Skip(
@@ -248,7 +258,41 @@ async function readTask(path: string): Promise<HarborTask> {
     verifierBuildContext,
     solutionDir,
     steps,
+    compose,
   };
+}
+
+/**
+ * The task's compose file, checked (harbor/_compose.ts), or null; a task
+ * whose file uses what this runner does not carry out is skipped, the
+ * feature named.
+ */
+async function readCompose(path: string, config: HarborTaskConfig): Promise<ComposeProject | null> {
+  const file = await findComposeFile(path);
+  if (file === null) return null;
+  const text = await readText(file, path);
+  if (config.verifierMode === "separate") {
+    throw new Skip(
+      "compose",
+      `${file}: not supported with [verifier] environment_mode "separate" by this runner`,
+    );
+  }
+  if (config.steps !== null) {
+    throw new Skip("compose", `${file}: not supported with [[steps]] by this runner`);
+  }
+  let project: ComposeProject;
+  try {
+    const vars = { ...config.environment.env, CONTEXT_DIR: `${path}/environment` };
+    project = parseCompose(file, text, path, vars);
+  } catch (err) {
+    if (err instanceof ComposeRefusal) throw new Skip("compose", err.message);
+    throw err;
+  }
+  // A build context outside environment/ (checked already) is sent to the engine whole.
+  for (const s of project.services) {
+    if (s.build !== null) await checkTree(s.build.context, path);
+  }
+  return project;
 }
 
 /**

@@ -41,6 +41,13 @@ export {
   type HarborTask,
   loadHarborTasks,
 } from "./loader.ts";
+export type {
+  ComposeCondition,
+  ComposeHealthcheck,
+  ComposeMount,
+  ComposeProject,
+  ComposeService,
+} from "./_compose.ts";
 export {
   buildHarborImage,
   type BuildHarborImageOptions,

@@ -7,7 +7,9 @@
  * `tests/` copied in and the verifier run as `[verifier] user`; a task
  * with `[[steps]]`, each step so in turn in one container (harbor/_steps.ts);
  * a task whose verifier has a container of its own (`environment_mode =
- * "separate"`), the verifier there (harbor/_separate.ts).
+ * "separate"`), the verifier there (harbor/_separate.ts); a task with
+ * `environment/docker-compose.yaml`, its other services started first, the
+ * agent and the verifier in `main` (harbor/_compose_run.ts).
  * {@linkcode oracleAgent} runs `solution/solve.sh`, so an oracle run validates a dataset.
  *
  * @module
@@ -19,10 +21,11 @@ import { isGraded } from "../eval/failure.ts";
 import { functionAgent } from "../eval/agent.ts";
 import { Taskset } from "../eval/taskset.ts";
 import type { RunRecord } from "../eval/results.ts";
-import { ContainerRuntime } from "../engines/container.ts";
+import { ContainerRuntime, type ContainerRuntimeOptions } from "../engines/container.ts";
 import { EngineClient } from "../engines/_engine.ts";
 import type { Placement, PlaceOptions, RuntimeProvider } from "../runtime/placement.ts";
 import { buildHarborImage, buildVerifierImage, HarborBuildError, tarTree } from "./image.ts";
+import { composeImages, ComposeRuntime, composeStartBound } from "./_compose_run.ts";
 import { alteredVerdict, type PlacedContainer, separateVerifier } from "./_separate.ts";
 import { DOCKER_DEFAULT_CAPS } from "./_verifier_container.ts";
 import type { HarborStep, HarborTask } from "./loader.ts";
@@ -90,9 +93,9 @@ function placementKey(url: string): string {
 
 /** A ContainerRuntime that remembers which container each placement is, for copies into it. */
 class HarborRuntime implements RuntimeProvider {
-  readonly #inner: ContainerRuntime;
+  readonly #inner: ContainerRuntime | ComposeRuntime;
   readonly #socket: string | undefined;
-  constructor(inner: ContainerRuntime, socket: string | undefined) {
+  constructor(inner: ContainerRuntime | ComposeRuntime, socket: string | undefined) {
     this.#inner = inner;
     this.#socket = socket;
   }
@@ -261,15 +264,28 @@ async function runOne(
   if (task.steps !== null) return await runSteps(task, inner, image, options);
   const observer = await verification(task, options);
   if (typeof observer === "string") return { ...empty, error: observer, built: image.built };
+  // A compose task's other services: their images built (or pulled) once for the group.
+  let services = new Map<string, string>();
+  if (task.compose !== null) {
+    try {
+      const made = await composeImages(task, task.compose, options);
+      services = made.images;
+      image.built ||= made.built;
+    } catch (err) {
+      if (!(err instanceof HarborBuildError)) throw err;
+      return { ...empty, error: err.message, built: true };
+    }
+  }
   const agentMs = task.config.agentTimeoutSec * 1000;
-  const healthMs = healthcheckBound(task.config.environment.healthcheck);
+  const healthMs = healthcheckBound(task.config.environment.healthcheck) +
+    (task.compose === null ? 0 : composeStartBound(task.compose));
   const job = await new Taskset([{
     env: `harbor-${task.name}`,
     id: "harbor",
     args: {},
     slug: task.name,
   }]).run(inner, {
-    runtime: taskRuntime(task, image.image, options.socket),
+    runtime: taskRuntime(task, image.image, options.socket, services),
     observers: [observer],
     group: options.group ?? 1,
     agentTimeout: agentMs,
@@ -302,33 +318,44 @@ async function verification(
   }
 }
 
-/** The runtime of a task's container, with Harbor's semantics. */
-function taskRuntime(task: HarborTask, image: string, socket: string | undefined): HarborRuntime {
+/**
+ * The runtime of a task's container, with Harbor's semantics; of a compose
+ * task, its services (`services`: their images) started first, each rollout.
+ */
+function taskRuntime(
+  task: HarborTask,
+  image: string,
+  socket: string | undefined,
+  services = new Map<string, string>(),
+): HarborRuntime {
   const env = task.config.environment;
+  const options: ContainerRuntimeOptions = {
+    socket,
+    cpus: env.cpus,
+    memory: env.memoryMb * 1024 * 1024,
+    // Harbor's semantics: the agent and the verifier are the container's
+    // root with Docker's default capabilities (under the runtime's seccomp
+    // list and no-new-privileges), the image writable, the network of each
+    // phase as the task says ("no-network": loopback alone; an
+    // "allowlist" task is skipped by the loader).
+    user: "0:0",
+    capabilities: DOCKER_DEFAULT_CAPS,
+    readOnly: false,
+    network: {
+      setup: task.config.network.environment.mode === "public",
+      agent: task.config.network.agent.mode === "public",
+      // A separate verifier's phase is in its own container: this one has
+      // none then (Harbor stops it before the verifier's starts).
+      verifier: task.config.verifierMode === "shared" &&
+        task.config.network.verifier.mode === "public",
+    },
+    // Which task a container runs, by name and by folder (`docker ps --filter label=...`).
+    labels: { "dev.hud.harbor.task": task.name, "dev.hud.harbor.path": task.path },
+  };
   return new HarborRuntime(
-    new ContainerRuntime(image, {
-      socket,
-      cpus: env.cpus,
-      memory: env.memoryMb * 1024 * 1024,
-      // Harbor's semantics: the agent and the verifier are the container's
-      // root with Docker's default capabilities (under the runtime's seccomp
-      // list and no-new-privileges), the image writable, the network of each
-      // phase as the task says ("no-network": loopback alone; an
-      // "allowlist" task is skipped by the loader).
-      user: "0:0",
-      capabilities: DOCKER_DEFAULT_CAPS,
-      readOnly: false,
-      network: {
-        setup: task.config.network.environment.mode === "public",
-        agent: task.config.network.agent.mode === "public",
-        // A separate verifier's phase is in its own container: this one has
-        // none then (Harbor stops it before the verifier's starts).
-        verifier: task.config.verifierMode === "shared" &&
-          task.config.network.verifier.mode === "public",
-      },
-      // Which task a container runs, by name and by folder (`docker ps --filter label=...`).
-      labels: { "dev.hud.harbor.task": task.name, "dev.hud.harbor.path": task.path },
-    }),
+    task.compose === null
+      ? new ContainerRuntime(image, options)
+      : new ComposeRuntime(task, image, services, options),
     socket,
   );
 }

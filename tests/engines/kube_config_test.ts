@@ -62,6 +62,13 @@ users:
   });
 });
 
+test("parseYaml() reads a colon inside a plain flow scalar as compose files write them", () => {
+  assert.deepEqual(parseYaml('volumes: [data:/data, "8080:80", a:b]\nm: {a: b:c, d: e}\n'), {
+    volumes: ["data:/data", "8080:80", "a:b"],
+    m: { a: "b:c", d: "e" },
+  });
+});
+
 test("parseYaml() refuses what it does not read, naming the line", () => {
   assert.throws(() => parseYaml("a: 1\nb: |\n  text\n"), /YAML line 2: .*block scalars/);
   assert.throws(() => parseYaml("a: &x 1\n"), /YAML line 1: anchors/);
