@@ -59,12 +59,16 @@ function phasePolicy(value: unknown, what: string): ParsedPolicy {
 export function resolveNetwork(
   option: ContainerPhaseNetwork | ContainerNetworkPhases | undefined,
 ): NetworkPlan {
-  if (
-    option === undefined || typeof option !== "object" || option === null ||
-    !("setup" in option)
-  ) {
+  const byPhase = typeof option === "object" && option !== null &&
+    ["setup", "agent", "verifier"].some((k) => k in option);
+  if (!byPhase) {
     const one = phasePolicy(option ?? false, "network");
     return { setup: one, agent: one, verifier: one };
+  }
+  if (!("setup" in option) || option.setup === undefined) {
+    throw new TypeError(
+      'Cannot create ContainerRuntime: network by phase needs "setup": { setup, agent?, verifier? }',
+    );
   }
   const setup = phasePolicy(option.setup, "network.setup");
   const other = (phase: "agent" | "verifier") =>

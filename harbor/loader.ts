@@ -33,7 +33,7 @@ export type HarborSkipCode =
    * `[[verifier.collect]]` hooks.
    */
   | "separate_verifier"
-  /** `network_mode = "allowlist"` in a phase: this runner cannot hold the agent to a list of hosts yet. */
+  /** `network_mode = "allowlist"` for a separate verifier's container (its own container has no egress proxy). */
   | "network_allowlist"
   /** A `[[steps]]` setting this runner does not carry out yet (named), or a step's `workdir/`. */
   | "steps";
@@ -375,16 +375,16 @@ async function refuseCompose(path: string, dir: string): Promise<void> {
   }
 }
 
-/** Skips a task with an `allowlist` phase: run `public`, it would silently lose its isolation. */
+/**
+ * Skips a task whose separate verifier's container would have an
+ * `allowlist`: the task's own container enforces one (`_allowlist.ts`),
+ * the verifier's (`_verifier_container.ts`) has only a network or none.
+ */
 function refuseAllowlist(path: string, config: HarborTaskConfig): void {
-  const phases = (["environment", "agent", "verifier"] as const)
-    .filter((phase) => config.network[phase].mode === "allowlist");
-  if (phases.length === 0) return;
+  if (config.verifierMode !== "separate" || config.network.verifier.mode !== "allowlist") return;
   throw new Skip(
     "network_allowlist",
-    `${path}/task.toml: network_mode "allowlist" (${
-      phases.join(", ")
-    }) is not enforced by this runner; it runs "public" and "no-network" phases only`,
+    `${path}/task.toml: network_mode "allowlist" for a separate verifier's container is not enforced by this runner; give the verifier "public" or "no-network", or run it in the task's container`,
   );
 }
 
