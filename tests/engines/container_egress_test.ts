@@ -11,7 +11,13 @@ import { test } from "../_test.ts";
 import { withDeadline } from "../_deadline.ts";
 import { type Counterpart, ENGINE, IPTABLES, PODMAN, ROOT_USER } from "../_counterparts.ts";
 import assert from "node:assert/strict";
-import { buildEnvironmentImage, ContainerRuntime } from "../../engines/mod.ts";
+import {
+  buildEnvironmentImage,
+  ContainerRuntime,
+  KubernetesRuntime,
+  SlurmRuntime,
+  SwarmRuntime,
+} from "../../engines/mod.ts";
 import { EngineClient } from "../../engines/_engine.ts";
 import type { NetworkPolicy } from "../../workspace/_netpolicy.ts";
 import type { PlacementWithUrl } from "../../runtime/placement.ts";
@@ -306,6 +312,38 @@ function suite(label: string, socket: string | undefined, needs: readonly Counte
     }),
   );
 }
+
+test("KubernetesRuntime, SwarmRuntime and SlurmRuntime refuse a network they cannot enforce, in one line", () => {
+  const make = {
+    KubernetesRuntime: (network: unknown) =>
+      // deno-lint-ignore no-explicit-any
+      new KubernetesRuntime("img", { network } as any),
+    // deno-lint-ignore no-explicit-any
+    SwarmRuntime: (network: unknown) => new SwarmRuntime("img", { network } as any),
+    // deno-lint-ignore no-explicit-any
+    SlurmRuntime: (network: unknown) => new SlurmRuntime({ module: "m.ts", network } as any),
+  };
+  const cases: [unknown, string][] = [
+    ["none", '"none"'],
+    [false, "false"],
+    [{ allow: ["pypi.org"] }, "an allowlist"],
+    [{ setup: true, agent: false }, "a network by phase"],
+  ];
+  for (const [name, create] of Object.entries(make)) {
+    for (const [network, shown] of cases) {
+      assert.throws(() => create(network), (err: Error) => {
+        assert.ok(err instanceof TypeError);
+        assert.ok(
+          err.message.startsWith(`Cannot create ${name}: network ${shown} is not enforced by it (`),
+          err.message,
+        );
+        assert.match(err.message, /it supports "public" only: use ContainerRuntime/);
+        assert.ok(!err.message.includes("\n"));
+        return true;
+      });
+    }
+  }
+});
 
 suite("default engine", undefined, [ENGINE]);
 suite("Podman", PODMAN_SOCKET, [PODMAN]);
