@@ -107,10 +107,17 @@ export function containerEgress(
     if (policy.mode === "none") return;
     const pid = await containerPid(engine, id);
     const proxy = await startEgressProxy(policy, onError);
+    let relay: Deno.ChildProcess | null = null;
     try {
-      const relay = await startRelay(pid, dir, proxy.dir);
+      relay = await startRelay(pid, dir, proxy.dir);
+      // The pid was the container's all along (it cannot be reused while
+      // the container runs): the relay is in the container's namespace.
+      if (await containerPid(engine, id) !== pid) {
+        throw new Error(`Cannot start the egress relay: container ${id.slice(0, 12)} restarted`);
+      }
       running = { policy, proxy, relay };
     } catch (err) {
+      if (relay !== null) await stopRelay(relay);
       await proxy.close();
       throw err;
     }

@@ -15,6 +15,8 @@ import {
   buildEnvironmentImage,
   ContainerRuntime,
   KubernetesRuntime,
+  OWNER_LABEL,
+  removeStaleContainers,
   SlurmRuntime,
   SwarmRuntime,
 } from "../../engines/mod.ts";
@@ -25,6 +27,7 @@ import { startNetnsHosts } from "../workspace/_netns_hosts.ts";
 
 const PODMAN_SOCKET = Deno.env.get("HUD_TEST_PODMAN_SOCKET") || "/run/podman/podman.sock";
 const TAG = "hud-test-egress:latest";
+const BROKEN_TAG = "hud-test-egress-broken:latest";
 const fixture = (name: string) => new URL(`../fixtures/${name}`, import.meta.url).pathname;
 
 /** The policy of these tests: names under allowed.test, never the denied address. */
@@ -163,8 +166,19 @@ async function exists(path: string): Promise<boolean> {
   return await Deno.stat(path).then(() => true, () => false);
 }
 
+/** This host's egress relays of containers (their command line: a container directory's relay.js). */
+async function relays(): Promise<string[]> {
+  return (await hostProcesses("/relay.js")).filter((p) => /hud-container-/.test(p));
+}
+
+/** The entries of `now` not in `before`. */
+function newer(now: string[], before: string[]): string[] {
+  return now.filter((p) => !before.includes(p));
+}
+
 function suite(label: string, socket: string | undefined, needs: readonly Counterpart[]) {
   let built: Promise<string> | null = null;
+  let brokenBuilt: Promise<string> | null = null;
   const buildImage = () =>
     built ??= buildEnvironmentImage(fixture("basic_env.ts"), TAG, {
       envName: "fixture",
@@ -253,6 +267,79 @@ function suite(label: string, socket: string | undefined, needs: readonly Counte
         assert.equal(await exists(left.proxyDir), false, left.proxyDir);
         assert.equal(await exists(left.dir), false, left.dir);
         await assert.rejects(engine.call("GET", `/containers/${left.id}/json`), /404|no such/i);
+      });
+    }),
+  );
+
+  test(
+    `ContainerRuntime network allowlist: nothing is left when placing fails, nor when the runtime's process is killed (${label})`,
+    { needs: [...needs, ROOT_USER] },
+    withDeadline(58_000, async (t) => {
+      await buildImage();
+      const policy: NetworkPolicy = { allow: ["pypi.org"] };
+      const before = await relays();
+      await t.step(
+        "an image whose server dies at once: place() fails, no relay or proxy left",
+        async () => {
+          await (brokenBuilt ??= buildEnvironmentImage(fixture("broken_env.ts"), BROKEN_TAG, {
+            envName: "broken",
+            envVersion: "0",
+            socket,
+            signal: AbortSignal.timeout(240_000),
+          }));
+          const runtime = new ContainerRuntime(BROKEN_TAG, {
+            socket,
+            network: policy,
+            readyTimeout: 20_000,
+          });
+          await assert.rejects(runtime.place());
+          await runtime.close();
+          assert.deepEqual(newer(await relays(), before), []);
+        },
+      );
+      await t.step("the runtime's process killed: its relay ends with it", async () => {
+        const mod = new URL("../../engines/mod.ts", import.meta.url).href;
+        const child = new Deno.Command(Deno.execPath(), {
+          args: [
+            "eval",
+            `import { ContainerRuntime } from "${mod}";
+            const r = new ContainerRuntime(${JSON.stringify(TAG)}, { socket: ${
+              JSON.stringify(socket)
+            }, network: ${JSON.stringify(policy)} });
+            await r.place();
+            console.log("placed");
+            await new Promise(() => {});`,
+          ],
+          stdout: "piped",
+          stderr: "inherit",
+        }).spawn();
+        const reader = child.stdout.getReader();
+        const { value } = await reader.read();
+        reader.releaseLock();
+        assert.match(new TextDecoder().decode(value), /placed/);
+        const mine = newer(await relays(), before);
+        assert.equal(mine.length, 1, "the child's relay");
+        using engine = await EngineClient.open(socket);
+        const filters = encodeURIComponent(
+          JSON.stringify({ label: [`${OWNER_LABEL}=${child.pid}`] }),
+        );
+        const theirs =
+          (await engine.call("GET", `/containers/json?all=true&filters=${filters}`) as {
+            Id: string;
+          }[]).map((c) => c.Id);
+        assert.equal(theirs.length, 1);
+        child.kill("SIGKILL");
+        await child.status;
+        await child.stdout.cancel();
+        let left = mine;
+        for (let i = 0; i < 50 && left.length > 0; i++) {
+          await new Promise((r) => setTimeout(r, 100));
+          left = newer(await relays(), before);
+        }
+        assert.deepEqual(left, [], "the relay outlived the runtime's process");
+        // Its container is a stale one now: what removeStaleContainers() (hud gc) removes.
+        const removed = await removeStaleContainers({ socket });
+        for (const id of theirs) assert.ok(removed.includes(id), `${id} not removed`);
       });
     }),
   );
