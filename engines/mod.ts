@@ -25,6 +25,7 @@ export { CONTAINER_PORT, CONTROL_LABEL, ENV_LABEL, OWNER_LABEL } from "./_consta
 export { HOST_LABEL, RUNTIME_LABEL } from "./_constants.ts";
 export { ContainerRuntime, type ContainerRuntimeOptions } from "./container.ts";
 export type { ContainerNetworkPhases, ContainerPhaseNetwork } from "./_container_network.ts";
+export type { PublicNetwork } from "./_network_support.ts";
 export { buildEnvironmentImage, type BuildImageOptions } from "./image.ts";
 export { removeStaleContainers, type RemoveStaleOptions } from "./gc.ts";
 export { SwarmRuntime, type SwarmRuntimeOptions } from "./swarm.ts";
