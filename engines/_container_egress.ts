@@ -106,7 +106,9 @@ export function containerEgress(
     await stop();
     if (policy.mode === "none") return;
     const pid = await containerPid(engine, id);
-    const proxy = await startEgressProxy(policy, onError);
+    // In the placement's directory: gc (removeStaleContainers) removes it
+    // with the container's if this process dies first.
+    const proxy = await startEgressProxy(policy, onError, dir);
     let relay: Deno.ChildProcess | null = null;
     try {
       relay = await startRelay(pid, dir, proxy.dir);

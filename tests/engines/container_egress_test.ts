@@ -340,6 +340,9 @@ function suite(label: string, socket: string | undefined, needs: readonly Counte
         // Its container is a stale one now: what removeStaleContainers() (hud gc) removes.
         const removed = await removeStaleContainers({ socket });
         for (const id of theirs) assert.ok(removed.includes(id), `${id} not removed`);
+        const proxyDir = mine[0].trim().split(" ").at(-1)!;
+        assert.match(proxyDir, /\/hud-container-[^/]+\/hud-net-/);
+        assert.equal(await exists(proxyDir), false, `${proxyDir} left behind`);
       });
     }),
   );

@@ -71,13 +71,13 @@ function task(toml: string, allowed: string, denied: string, verifierReaches: bo
   };
 }
 
-/** This host's egress relays (their command line names relay.js and a proxy directory). */
+/** This host's egress relays of containers (their command line names a container directory's relay.js). */
 async function relays(): Promise<string[]> {
   const found: string[] = [];
   for await (const e of Deno.readDir("/proc")) {
     if (!/^\d+$/.test(e.name)) continue;
     const cmd = await Deno.readTextFile(`/proc/${e.name}/cmdline`).catch(() => "");
-    if (/\/relay\.js\0\/tmp\/hud-net-/.test(cmd)) found.push(e.name);
+    if (/\/hud-container-[^\0]*\/relay\.js\0/.test(cmd)) found.push(e.name);
   }
   return found;
 }
