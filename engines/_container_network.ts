@@ -11,59 +11,90 @@
 
 import type { PlaceOptions, RolloutPhase } from "../runtime/placement.ts";
 import type { EngineClient } from "./_engine.ts";
+import {
+  type NetworkPolicy,
+  type ParsedPolicy,
+  parseNetworkPolicy,
+} from "../workspace/_netpolicy.ts";
 
 /**
- * A container's network in each phase of a rollout: `true` puts it on the
- * engine's default network, `false` leaves it only its loopback. A phase
- * left out has `setup`'s (the network the container is created with), as
- * Harbor's phases fall back to its environment's.
+ * One phase's network: `true` (or `"public"`) the engine's default network,
+ * `false` (or `"none"`) loopback alone, an allowlist (`{ allow, deny?,
+ * nameServer? }`) loopback alone with an egress proxy reached through it
+ * (`_container_egress.ts`).
+ */
+export type ContainerPhaseNetwork = boolean | NetworkPolicy;
+
+/**
+ * A container's network in each phase of a rollout (each a
+ * {@linkcode ContainerPhaseNetwork}). A phase left out has `setup`'s (the
+ * network the container is created with), as Harbor's phases fall back to
+ * its environment's.
  */
 export interface ContainerNetworkPhases {
   /** Placing the container and starting the task. */
-  setup: boolean;
+  setup: ContainerPhaseNetwork;
   /** The agent's turn. @default setup's */
-  agent?: boolean;
+  agent?: ContainerPhaseNetwork;
   /** Grading. @default setup's */
-  verifier?: boolean;
+  verifier?: ContainerPhaseNetwork;
 }
 
-/** The network of each phase, resolved. */
-export type NetworkPlan = Readonly<Record<RolloutPhase, boolean>>;
+/** The network of each phase, resolved (a phase left out is the same object as setup's). */
+export type NetworkPlan = Readonly<Record<RolloutPhase, ParsedPolicy>>;
 
-/** `option` (the runtime's `network`) as a plan for each phase, checked. */
-export function resolveNetwork(option: boolean | ContainerNetworkPhases | undefined): NetworkPlan {
-  if (option === undefined || typeof option === "boolean") {
-    const on = option ?? false;
-    return { setup: on, agent: on, verifier: on };
-  }
-  if (typeof option !== "object" || option === null || typeof option.setup !== "boolean") {
+/** `value`, one phase's network, parsed; `what` names it in the error. */
+function phasePolicy(value: unknown, what: string): ParsedPolicy {
+  try {
+    return parseNetworkPolicy(value as NetworkPolicy | boolean);
+  } catch (err) {
     throw new TypeError(
-      "Cannot create ContainerRuntime: network must be a boolean or { setup, agent?, verifier? } of booleans",
+      `Cannot create ContainerRuntime: ${what}: ${(err as Error).message}`,
+      { cause: err },
     );
   }
-  for (const phase of ["agent", "verifier"] as const) {
-    const value = option[phase];
-    if (value !== undefined && typeof value !== "boolean") {
-      throw new TypeError(
-        `Cannot create ContainerRuntime: network.${phase} must be a boolean, got ${typeof value}`,
-      );
-    }
+}
+
+/** `option` (the runtime's `network`) as a plan for each phase, checked. */
+export function resolveNetwork(
+  option: ContainerPhaseNetwork | ContainerNetworkPhases | undefined,
+): NetworkPlan {
+  const byPhase = typeof option === "object" && option !== null &&
+    ["setup", "agent", "verifier"].some((k) => k in option);
+  if (!byPhase) {
+    const one = phasePolicy(option ?? false, "network");
+    return { setup: one, agent: one, verifier: one };
   }
-  return {
-    setup: option.setup,
-    agent: option.agent ?? option.setup,
-    verifier: option.verifier ?? option.setup,
-  };
+  if (!("setup" in option) || option.setup === undefined) {
+    throw new TypeError(
+      'Cannot create ContainerRuntime: network by phase needs "setup": { setup, agent?, verifier? }',
+    );
+  }
+  const setup = phasePolicy(option.setup, "network.setup");
+  const other = (phase: "agent" | "verifier") =>
+    option[phase] === undefined ? setup : phasePolicy(option[phase], `network.${phase}`);
+  return { setup, agent: other("agent"), verifier: other("verifier") };
 }
 
-/** Whether any phase of `plan` has a network (the container is created on one). */
+/** Whether the phase is on the engine's network (`public`). */
+export function isPublic(policy: ParsedPolicy): boolean {
+  return policy.mode === "public";
+}
+
+/** Whether any phase of `plan` has the engine's network (the container is created on one). */
 export function needsNetwork(plan: NetworkPlan): boolean {
-  return plan.setup || plan.agent || plan.verifier;
+  return isPublic(plan.setup) || isPublic(plan.agent) || isPublic(plan.verifier);
 }
 
-/** Whether the network changes between phases (the placement then switches it). */
+/** Whether any phase of `plan` is an allowlist (the container is made for the egress proxy). */
+export function hasAllowlist(plan: NetworkPlan): boolean {
+  return Object.values(plan).some((p) => p.mode === "allowlist");
+}
+
+/** Whether the engine's network changes between phases (the placement then switches it). */
 export function changesByPhase(plan: NetworkPlan): boolean {
-  return plan.setup !== plan.agent || plan.agent !== plan.verifier;
+  return isPublic(plan.setup) !== isPublic(plan.agent) ||
+    isPublic(plan.agent) !== isPublic(plan.verifier);
 }
 
 /** An engine network a container joins, and the names it is known by there. */
@@ -177,7 +208,7 @@ export async function networkSwitch(
   let connected = true;
   let switching: Promise<void> = Promise.resolve();
   const enter = async (phase: RolloutPhase, options?: PlaceOptions) => {
-    const want = plan[phase];
+    const want = isPublic(plan[phase]);
     if (want === connected) return;
     for (const network of all) {
       if (want) await connect(engine, id, network, options?.signal);

@@ -4,6 +4,7 @@
 
 import type { PoolLimits } from "./_pool.ts";
 import { CONTAINER_PORT } from "./_constants.ts";
+import type { PublicNetwork } from "./_network_support.ts";
 
 /** A pool of pods leased to rollouts, instead of a pod per placement. */
 export interface KubernetesPoolOptions {
@@ -163,6 +164,13 @@ export interface KubernetesRuntimeOptions {
    * @default 30_000
    */
   closeTimeout?: number;
+  /**
+   * The network its placements have: only `"public"` (the cluster's pod network: a NetworkPolicy holds only where the cluster's CNI enforces it). Anything
+   * else (`"none"`, an allowlist, a network by phase) is refused, never
+   * silently run public: ContainerRuntime enforces those.
+   * @default "public"
+   */
+  network?: PublicNetwork;
 }
 
 /**

@@ -31,6 +31,7 @@ import {
   connect,
   type ContainerNetwork,
   type ContainerNetworkPhases,
+  type ContainerPhaseNetwork,
   type ContainerVolume,
   needsNetwork,
   type NetworkPlan,
@@ -39,6 +40,13 @@ import {
   resolveNetworks,
   resolveVolumes,
 } from "./_container_network.ts";
+import {
+  type ContainerEgress,
+  containerEgress,
+  type EgressSetting,
+  egressSetting,
+  phaseSwitch,
+} from "./_container_egress.ts";
 import {
   CONTROL_DIR_LABEL,
   CONTROL_LABEL,
@@ -96,9 +104,18 @@ export interface ContainerRuntimeOptions {
    * disconnects it, from outside) before the agent's turn and before
    * grading; a phase left out has `setup`'s. A switch that fails ends the
    * rollout ungraded.
+   *
+   * A phase may be an allowlist (`{ allow, deny?, nameServer? }`, the
+   * workspace's policy: names, `*.domain`, `host:port`, CIDRs): the
+   * container then has loopback alone, and an egress proxy on this host,
+   * reached through a relay this host runs in the container's network
+   * namespace (127.0.0.1:3128 and :53), is its only way out; the container
+   * is made with the proxy variables and a read-only /etc/resolv.conf
+   * naming 127.0.0.1. Needs root on this host and the engine on it (the
+   * relay enters the container's namespace with nsenter).
    * @default false
    */
-  network?: boolean | ContainerNetworkPhases;
+  network?: ContainerPhaseNetwork | ContainerNetworkPhases;
   /**
    * The engine networks the container joins, each with the names it is
    * known by there, instead of the engine's default network, in the phases
@@ -244,12 +261,15 @@ interface ContainerSetting {
   seccomp: string;
   podman: boolean;
   apparmor: boolean;
+  /** The proxy variables and resolv.conf of a container with an allowlist phase. */
+  egress: EgressSetting | null;
 }
 
 /** The body of `POST /containers/create`: the image, confined as the runtime's doc says. */
 function containerSpec(config: ContainerConfig, setting: ContainerSetting): unknown {
   const env = {
     ...config.env,
+    ...setting.egress?.env,
     [SERVE_TOKEN_VAR]: setting.token,
     [CONTROL_SOCKET_VAR]: `${CONTROL_DIR}/control.sock`,
   };
@@ -278,7 +298,10 @@ function containerSpec(config: ContainerConfig, setting: ContainerSetting): unkn
 function hostConfig(config: ContainerConfig, setting: ContainerSetting): unknown {
   return {
     NetworkMode: needsNetwork(config.network) ? config.networks[0]?.name ?? "bridge" : "none",
-    Binds: [`${setting.dir}/control:${CONTROL_DIR}`],
+    Binds: [
+      `${setting.dir}/control:${CONTROL_DIR}`,
+      ...(setting.egress ? [setting.egress.bind] : []),
+    ],
     ...(config.volumes.length > 0
       ? {
         Mounts: config.volumes.map((v) => ({
@@ -321,6 +344,7 @@ interface Held {
   id: string | null;
   dir: string | null;
   relay: Relay | null;
+  egress: ContainerEgress | null;
 }
 
 /**
@@ -410,6 +434,7 @@ export class ContainerRuntime implements RuntimeProvider {
       id: null,
       dir: null,
       relay: null,
+      egress: null,
     };
     try {
       const setting = await this.#prepare(held, signal);
@@ -440,10 +465,20 @@ export class ContainerRuntime implements RuntimeProvider {
         this.#config.onError,
       );
       await held.engine.call("POST", `/containers/${held.id}/start`, undefined, signal);
+      if (setting.egress) {
+        const egress = held.egress = containerEgress(
+          held.engine,
+          held.id,
+          this.#config.network,
+          setting.dir,
+          this.#config.onError,
+        );
+        await egress.enter("setup");
+      }
       const port = (relay.addr as Deno.NetAddr).port;
       const address = controlAddress("127.0.0.1", port, setting.token);
       await this.#waitReady(held.engine, held.id, address, socket, signal);
-      return this.#placement(held, address, port, network);
+      return this.#placement(held, address, port, phaseSwitch(network, held.egress));
     } catch (err) {
       if (held.id !== null) await removeContainer(held.engine, held.id, 0).catch(() => {});
       await undo(held);
@@ -471,7 +506,8 @@ export class ContainerRuntime implements RuntimeProvider {
       await Deno.writeTextFile(`${dir}/seccomp.json`, seccomp, { mode: 0o600 });
       seccomp = `${dir}/seccomp.json`;
     }
-    return { token: generateToken(), dir, seccomp, podman, apparmor: security.apparmor };
+    const egress = await egressSetting(this.#config.network, dir);
+    return { token: generateToken(), dir, seccomp, podman, apparmor: security.apparmor, egress };
   }
 
   /** The placement of a ready container; its release removes it, once. */
@@ -602,6 +638,7 @@ export class ContainerRuntime implements RuntimeProvider {
 async function undo(held: Held): Promise<void> {
   held.engine.close();
   await held.relay?.close();
+  await held.egress?.close();
   if (held.dir !== null) await Deno.remove(held.dir, { recursive: true }).catch(() => {});
 }
 

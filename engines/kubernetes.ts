@@ -47,6 +47,7 @@ import {
 } from "./_pod_status.ts";
 import { hostLabel, NodeAvoidance, podSpec, secretSpec } from "./_pod_spec.ts";
 import { CreateSlots, PodApi, type Slot } from "./_kube_pods.ts";
+import { checkPublicNetwork } from "./_network_support.ts";
 
 export { KubeApiError };
 export type {
@@ -141,6 +142,11 @@ export class KubernetesRuntime implements RuntimeProvider, AsyncDisposable {
    * @throws {RangeError} for counts, rates or times out of range
    */
   constructor(image: string, options: KubernetesRuntimeOptions = {}) {
+    checkPublicNetwork(
+      "KubernetesRuntime",
+      options.network,
+      "its pods are on the cluster's pod network",
+    );
     const config = this.#config = resolveKubernetesOptions(image, options);
     this.#desired = config.replicas;
     this.#pool = config.pooled ? new LeasePool(config.width, `pool "${this.#name}"`) : null;

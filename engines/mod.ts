@@ -27,8 +27,10 @@ export { ContainerRuntime, type ContainerRuntimeOptions } from "./container.ts";
 export type {
   ContainerNetwork,
   ContainerNetworkPhases,
+  ContainerPhaseNetwork,
   ContainerVolume,
 } from "./_container_network.ts";
+export type { PublicNetwork } from "./_network_support.ts";
 export { buildEnvironmentImage, type BuildImageOptions } from "./image.ts";
 export { removeStaleContainers, type RemoveStaleOptions } from "./gc.ts";
 export { SwarmRuntime, type SwarmRuntimeOptions } from "./swarm.ts";

@@ -31,6 +31,7 @@ import {
 } from "./_slurm.ts";
 import { LeasePool, Poller, type PoolMember } from "./_pool.ts";
 import { processAlive } from "../_internal/process.ts";
+import { checkPublicNetwork, type PublicNetwork } from "./_network_support.ts";
 
 export { SlurmError };
 
@@ -39,6 +40,13 @@ export const OWNER_COMMENT = "hud:owner=";
 
 /** Options for {@linkcode SlurmRuntime}. */
 export interface SlurmRuntimeOptions {
+  /**
+   * The network its placements have: only `"public"` (the environment runs on the nodes' own network). Anything
+   * else (`"none"`, an allowlist, a network by phase) is refused, never
+   * silently run public: ContainerRuntime enforces those.
+   * @default "public"
+   */
+  network?: PublicNetwork;
   /** The environment module the tasks serve (a path the nodes can read, or a URL). */
   module: string;
   /** Which environment of the module (an export or environment name). */
@@ -334,6 +342,7 @@ export class SlurmRuntime implements RuntimeProvider, AsyncDisposable {
    * @throws {RangeError} for counts or times out of range
    */
   constructor(options: SlurmRuntimeOptions) {
+    checkPublicNetwork("SlurmRuntime", options?.network, "its jobs run on the nodes' own network");
     this.#config = resolveSlurmOptions(options);
     this.#name = `hud-${Deno.pid}-${crypto.randomUUID().slice(0, 8)}`;
     this.#pool = new LeasePool(this.#config.width, `Slurm job "${this.#name}"`);

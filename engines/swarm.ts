@@ -15,6 +15,7 @@ import { errorMessage } from "../_internal/util.ts";
 import { EngineClient, EngineError } from "./_engine.ts";
 import { CONTAINER_PORT, CREATED_LABEL, OWNER_LABEL, POOL_LABEL } from "./_constants.ts";
 import { LeasePool, Poller, type PoolLimits, type PoolMember, scaleTarget } from "./_pool.ts";
+import { checkPublicNetwork, type PublicNetwork } from "./_network_support.ts";
 
 /** Options for {@linkcode SwarmRuntime}. */
 export interface SwarmRuntimeOptions {
@@ -84,6 +85,13 @@ export interface SwarmRuntimeOptions {
    * @default 30_000
    */
   closeTimeout?: number;
+  /**
+   * The network its placements have: only `"public"` (the service's tasks are on the swarm's networks). Anything
+   * else (`"none"`, an allowlist, a network by phase) is refused, never
+   * silently run public: ContainerRuntime enforces those.
+   * @default "public"
+   */
+  network?: PublicNetwork;
 }
 
 interface TaskInfo {
@@ -281,6 +289,7 @@ export class SwarmRuntime implements RuntimeProvider, AsyncDisposable {
    * @throws {RangeError} for replica counts or width out of range
    */
   constructor(image: string, options: SwarmRuntimeOptions = {}) {
+    checkPublicNetwork("SwarmRuntime", options.network, "its tasks are on the swarm's networks");
     const config = this.#config = resolveSwarmOptions(image, options);
     this.#desired = config.replicas;
     this.#pool = new LeasePool(config.width, `service "${config.name}"`, "replica");

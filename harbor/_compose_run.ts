@@ -15,7 +15,7 @@
 
 import { ContainerRuntime, type ContainerRuntimeOptions } from "../engines/container.ts";
 import { EngineClient, EngineError, removeContainer } from "../engines/_engine.ts";
-import { connect } from "../engines/_container_network.ts";
+import { connect, needsNetwork, resolveNetwork } from "../engines/_container_network.ts";
 import { OWNER_LABEL } from "../engines/_constants.ts";
 import {
   placementOf,
@@ -400,14 +400,11 @@ export class ComposeRuntime implements RuntimeProvider {
   async #place(options: PlaceOptions): Promise<PlacementWithUrl> {
     const compose = this.#task.compose!;
     const project = new Project(this.#task, this.#options.socket);
-    const network = this.#options.network;
-    const phases = typeof network === "object"
-      ? [network.setup, network.agent, network.verifier]
-      : [network ?? false];
+    const plan = resolveNetwork(this.#options.network);
     let runtime: ContainerRuntime | null = null;
     try {
       // No phase of main on a network outside: the services get no route out either.
-      await project.up(this.#images, !phases.some((p) => p === true), options.signal);
+      await project.up(this.#images, !needsNetwork(plan), options.signal);
       runtime = new ContainerRuntime(this.#image, {
         ...this.#options,
         env: { ...this.#options.env, ...compose.main.environment },

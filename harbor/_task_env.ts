@@ -34,6 +34,7 @@
 import { Environment } from "../env.ts";
 import { addWorkspace } from "../workspace/workspace.ts";
 import { killTrees } from "../workspace/_processes.ts";
+import { inheritedProxyEnv } from "../workspace/_egress_relay.ts";
 import { bashGrader, type ExecTarget } from "../graders/bash.ts";
 import type { WorkspaceExecOptions, WorkspaceExecResult } from "../workspace/workspace.ts";
 import { type HarborTaskFile, TASK_FILE, VERDICT_KEY } from "./_task_env_file.ts";
@@ -161,7 +162,8 @@ const workspace = addWorkspace(
 
 /** The variables of a command run as `user`: the image's, the task's, then `extra`. */
 function commandEnv(user: ImageUser, extra: Record<string, string> = {}): Record<string, string> {
-  return { PATH: DEFAULT_PATH, HOME: user.home, ...task.env, ...extra };
+  // The container's proxy variables (an allowlist phase), as `docker exec` inherits them.
+  return { PATH: DEFAULT_PATH, HOME: user.home, ...inheritedProxyEnv(), ...task.env, ...extra };
 }
 
 /** Where the verifier finds what it runs, as its variables say. */

@@ -38,7 +38,7 @@ export type HarborSkipCode =
    * `[[verifier.collect]]` hooks.
    */
   | "separate_verifier"
-  /** `network_mode = "allowlist"` in a phase: this runner cannot hold the agent to a list of hosts yet. */
+  /** `network_mode = "allowlist"` for a separate verifier's container (its own container has no egress proxy). */
   | "network_allowlist"
   /** A `[[steps]]` setting this runner does not carry out yet (named), or a step's `workdir/`. */
   | "steps";
@@ -241,7 +241,7 @@ async function readTask(path: string): Promise<HarborTask> {
   const verifierBuildContext = await separateVerifier(path, config);
   const hasDockerfile = await isFile(`${path}/environment/Dockerfile`, path);
   const compose = await readCompose(path, config);
-  refuseAllowlist(path, config);
+  refuseAllowlist(path, config, compose !== null);
   if (!hasDockerfile && config.environment.dockerImage === null) {
     throw new Skip(
       "no_environment",
@@ -419,16 +419,29 @@ async function refuseCompose(path: string, dir: string): Promise<void> {
   }
 }
 
-/** Skips a task with an `allowlist` phase: run `public`, it would silently lose its isolation. */
-function refuseAllowlist(path: string, config: HarborTaskConfig): void {
-  const phases = (["environment", "agent", "verifier"] as const)
-    .filter((phase) => config.network[phase].mode === "allowlist");
-  if (phases.length === 0) return;
+/**
+ * Skips a task whose separate verifier's container would have an
+ * `allowlist`: the task's own container enforces one (`_allowlist.ts`),
+ * the verifier's (`_verifier_container.ts`) has only a network or none.
+ * So is a compose task with an `allowlist` phase: that phase takes `main`
+ * off every network, its services' too, so the tests could not reach them.
+ */
+function refuseAllowlist(path: string, config: HarborTaskConfig, compose: boolean): void {
+  const { environment, agent, verifier } = config.network;
+  const phases = { environment, agent, verifier };
+  const listed = Object.entries(phases).filter(([, p]) => p.mode === "allowlist").map(([k]) => k);
+  if (compose && listed.length > 0) {
+    throw new Skip(
+      "network_allowlist",
+      `${path}/task.toml: network_mode "allowlist" (${
+        listed.join(", ")
+      }) with environment/docker-compose.yaml is not supported by this runner (the phase would cut main off from its services); give those phases "public" or "no-network"`,
+    );
+  }
+  if (config.verifierMode !== "separate" || config.network.verifier.mode !== "allowlist") return;
   throw new Skip(
     "network_allowlist",
-    `${path}/task.toml: network_mode "allowlist" (${
-      phases.join(", ")
-    }) is not enforced by this runner; it runs "public" and "no-network" phases only`,
+    `${path}/task.toml: network_mode "allowlist" for a separate verifier's container is not enforced by this runner; give the verifier "public" or "no-network", or run it in the task's container`,
   );
 }
 

@@ -22,6 +22,7 @@ import { functionAgent } from "../eval/agent.ts";
 import { Taskset } from "../eval/taskset.ts";
 import type { RunRecord } from "../eval/results.ts";
 import { ContainerRuntime, type ContainerRuntimeOptions } from "../engines/container.ts";
+import { containerPhaseNetwork } from "./_allowlist.ts";
 import { EngineClient } from "../engines/_engine.ts";
 import type { Placement, PlaceOptions, RuntimeProvider } from "../runtime/placement.ts";
 import { buildHarborImage, buildVerifierImage, HarborBuildError, tarTree } from "./image.ts";
@@ -336,18 +337,19 @@ function taskRuntime(
     // Harbor's semantics: the agent and the verifier are the container's
     // root with Docker's default capabilities (under the runtime's seccomp
     // list and no-new-privileges), the image writable, the network of each
-    // phase as the task says ("no-network": loopback alone; an
-    // "allowlist" task is skipped by the loader).
+    // phase as the task says ("no-network": loopback alone; "allowlist":
+    // loopback alone and the egress proxy, `_allowlist.ts`).
     user: "0:0",
     capabilities: DOCKER_DEFAULT_CAPS,
     readOnly: false,
     network: {
-      setup: task.config.network.environment.mode === "public",
-      agent: task.config.network.agent.mode === "public",
+      setup: containerPhaseNetwork(task.config.network.environment),
+      agent: containerPhaseNetwork(task.config.network.agent),
       // A separate verifier's phase is in its own container: this one has
       // none then (Harbor stops it before the verifier's starts).
-      verifier: task.config.verifierMode === "shared" &&
-        task.config.network.verifier.mode === "public",
+      verifier: task.config.verifierMode === "shared"
+        ? containerPhaseNetwork(task.config.network.verifier)
+        : "none",
     },
     // Which task a container runs, by name and by folder (`docker ps --filter label=...`).
     labels: { "dev.hud.harbor.task": task.name, "dev.hud.harbor.path": task.path },

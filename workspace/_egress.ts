@@ -59,12 +59,14 @@ class Refusal extends Error {
 /**
  * Starts the egress proxy of `policy` (an allowlist) in a fresh directory.
  * @param onError unexpected errors (never a client's refusal)
+ * @param parent where the directory is made (one whose owner's cleanup removes it too)
  */
 export async function startEgressProxy(
   policy: ParsedPolicy,
   onError: (error: unknown) => void = () => {},
+  parent?: string,
 ): Promise<EgressProxy> {
-  const dir = await Deno.makeTempDir({ prefix: "hud-net-" });
+  const dir = await Deno.makeTempDir({ prefix: "hud-net-", dir: parent });
   await Deno.chmod(dir, 0o700);
   await Deno.writeTextFile(`${dir}/relay.js`, RELAY_JS, { mode: 0o644 });
   await Deno.writeTextFile(`${dir}/resolv.conf`, "nameserver 127.0.0.1\noptions edns0\n", {

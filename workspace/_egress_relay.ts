@@ -8,6 +8,8 @@
 // and the same checks (`_egress.ts`). Plain JavaScript, so that the deno
 // binary runs it without a cache or a type check.
 
+import { readEnv } from "../_internal/util.ts";
+
 /** Where the sandbox sees the proxy's sockets, the relay and resolv.conf. */
 export const EGRESS_DIR = "/run/hud/net";
 /** Where the sandbox sees the deno binary that runs the relay. */
@@ -26,6 +28,20 @@ export const PROXY_ENV: Readonly<Record<string, string>> = (() => {
   env.no_proxy = env.NO_PROXY = none;
   return env;
 })();
+
+/**
+ * This process's own proxy variables (those of {@linkcode PROXY_ENV} that
+ * are set): the ones a container with an allowlist is made with, which
+ * its commands sharing its network need as much as it does.
+ */
+export function inheritedProxyEnv(): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const name of Object.keys(PROXY_ENV)) {
+    const value = readEnv(name);
+    if (value !== undefined) env[name] = value;
+  }
+  return env;
+}
 
 /** The relay's source (`relay.js` in the staged directory). Argument: the sockets' directory. */
 export const RELAY_JS = `const dir = Deno.args[0];

@@ -22,7 +22,7 @@ import {
 } from "./_limits.ts";
 import { denoBinary, SandboxedSftp, SFTP_MARKER } from "./_sftp.ts";
 import { type EgressProxy, startEgressProxy } from "./_egress.ts";
-import { PROXY_ENV } from "./_egress_relay.ts";
+import { inheritedProxyEnv, PROXY_ENV } from "./_egress_relay.ts";
 import type { WorkspaceConfig } from "./_config.ts";
 import type { SnapshotRoot } from "./_snapshot.ts";
 import type { SpareSandbox } from "./_waiting.ts";
@@ -145,7 +145,9 @@ export async function prepareSandbox(
       ),
     );
   }
-  const proxyEnv = egress === null ? {} : PROXY_ENV;
+  // Without a proxy of its own, commands sharing this process's network
+  // use its proxy (a container's with an allowlist: engines/_container_egress.ts).
+  const proxyEnv = egress === null ? inheritedProxyEnv() : PROXY_ENV;
   ep.commandEnv = { HOME: ep.home, USER: config.user, ...proxyEnv, ...config.env };
 }
 

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Safety firewall (idempotent). Usage: guard.sh add|del|acquire USER WITNESS|release USER|users
 # - packets FORWARDed from container/namespace subnets may only leave via engine bridges
-#   (docker0, br-*, podman*, cni*, brswarm); anything else (eth0...) is dropped/rejected.
+#   (docker0, br-*, podman*, cni*, brswarm) or a test's own namespace's veth (hudns*, with no
+#   route on past it: tests/workspace/_netns_hosts.ts); anything else (eth0...) is dropped/rejected.
 # - all OUTPUT to link-local 169.254.0.0/16 rejected.
 # Lives in custom chains ENGINE-GUARD in mangle (never touched by docker/netavark) and filter.
 # - acquire/release: the engines, the swarm and the clusters share one guard. Each registers as a
@@ -16,7 +17,7 @@ ACTION=${1:-add}
 CHAIN=${GUARD_CHAIN:-ENGINE-GUARD}
 USERS=${GUARD_USERS:-/run/hud-guard-users}
 SUBNETS="172.16.0.0/12 192.168.0.0/16 10.0.0.0/8"
-ALLOWED_OUT="docker0 br-+ podman+ cni+ brswarm"
+ALLOWED_OUT="docker0 br-+ podman+ cni+ brswarm hudns+"
 add_chain() { # table target
   local t=$1 tgt=$2
   iptables -w -t "$t" -N $CHAIN 2>/dev/null || iptables -w -t "$t" -F $CHAIN

@@ -111,19 +111,44 @@ test("parseHarborConfig(): a network key of the wrong shape is refused in one li
   }
 });
 
-test("loadHarborTasks(): an allowlist task is skipped with its code, naming its phases", async () => {
+test("loadHarborTasks(): an allowlist task loads; a separate verifier's allowlist, or one beside compose services, is skipped with its code", async () => {
   const root = await Deno.makeTempDir({ prefix: "hud-harbor-net-" });
   try {
-    await writeTask(root, "allow", {
+    const files = {
       "environment/Dockerfile": `FROM ${BASE}\n`,
       "instruction.md": "x\n",
       "task.toml": '[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n',
       "tests/test.sh": "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
+    };
+    await writeTask(root, "allow", files);
+    await writeTask(root, "separate", {
+      ...files,
+      "tests/Dockerfile": `FROM ${BASE}\n`,
+      "task.toml":
+        '[verifier]\nenvironment_mode = "separate"\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n',
+    });
+    // With services: the allowlist phase would take main off their network.
+    await writeTask(root, "services", {
+      ...files,
+      "environment/docker-compose.yaml":
+        `services:\n  main:\n    depends_on: [db]\n  db:\n    image: ${BASE}\n`,
     });
     const { tasks, skipped } = await loadHarborTasks(root);
-    assert.deepEqual(tasks, []);
-    assert.equal(skipped[0].code, "network_allowlist");
-    assert.match(skipped[0].reason, /network_mode "allowlist" \(agent\) is not enforced/);
+    assert.deepEqual(tasks.map((t) => t.name), ["allow"]);
+    assert.deepEqual(tasks[0].config.network.agent, {
+      mode: "allowlist",
+      allowedHosts: ["pypi.org"],
+    });
+    assert.deepEqual(skipped.map((s) => [s.name, s.code]), [
+      ["separate", "network_allowlist"],
+      ["services", "network_allowlist"],
+    ]);
+    assert.match(
+      skipped[0].reason,
+      /"allowlist" for a separate verifier's container is not enforced/,
+    );
+    assert.match(skipped[1].reason, /"allowlist" \(agent\) with environment\/docker-compose\.yaml/);
+    assert.ok(!skipped[1].reason.includes("\n"));
   } finally {
     await Deno.remove(root, { recursive: true });
   }
@@ -133,12 +158,17 @@ test("ContainerRuntime: a network by phase of the wrong shape is refused in one 
   assert.throws(
     // deno-lint-ignore no-explicit-any
     () => new ContainerRuntime("img", { network: { agent: false } as any }),
-    /network must be a boolean or \{ setup, agent\?, verifier\? \} of booleans/,
+    /network by phase needs "setup": \{ setup, agent\?, verifier\? \}/,
   );
   assert.throws(
     // deno-lint-ignore no-explicit-any
     () => new ContainerRuntime("img", { network: { setup: true, verifier: "no" as any } }),
-    /network\.verifier must be a boolean, got string/,
+    /network\.verifier: Invalid network policy "no": use "none", "public" or \{ allow: \[\.\.\.\] \}/,
+  );
+  assert.throws(
+    () =>
+      new ContainerRuntime("img", { network: { setup: true, agent: { allow: ["http://x/"] } } }),
+    /^TypeError: Cannot create ContainerRuntime: network\.agent: /,
   );
 });
 

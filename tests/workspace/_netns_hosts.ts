@@ -2,7 +2,8 @@
 // `_netpolicy_hosts.ts` (an allowed and a denied address in a /24 of the
 // test's, joined to this host by a veth pair), behind the machine's firewall
 // guard (.ci/engine/guard.sh, acquired for the namespace's life): this host
-// reaches them, nothing they run reaches past them.
+// and containers on the engines' bridges (masqueraded to this host's end)
+// reach them, nothing they run reaches past them.
 
 import { ENGINE_DIR } from "../engines/_clusters.ts";
 
@@ -41,7 +42,10 @@ async function freeSubnet(): Promise<number> {
 export async function startNetnsHosts(): Promise<NetnsHosts> {
   const id = await freeSubnet();
   const ns = `hud-np-${Deno.pid}`;
-  const [outer, inner] = [`hnp${Deno.pid}h`, `hnp${Deno.pid}n`].map((n) => n.slice(0, 15));
+  // The guard lets containers' packets out through "hudns*" (a namespace
+  // with no route on): a container on an engine's bridge reaches these
+  // hosts unless its own network stops it.
+  const [outer, inner] = [`hudns${Deno.pid}`, `hnp${Deno.pid}n`].map((n) => n.slice(0, 15));
   const net = `10.231.${id}`;
   const witness = await Deno.makeTempDir({ prefix: "hud-np-guard-" });
   const guardUser = `netpolicy-${Deno.pid}`;
