@@ -201,6 +201,8 @@ export async function takeSnapshot(
   // Not aborted halfway: the engine would make the image and we would not
   // know its id to remove it. An abort is seen just after.
   const made = await engine.call("POST", `/commit?${query}`, {}) as { Id: string };
+  // Podman answers a bare hex id, which it reads as a name once the image is gone.
+  const image = made.Id.includes(":") ? made.Id : `sha256:${made.Id}`;
   const parent = source.parent;
   const state: SnapshotState = {
     open: source.open,
@@ -212,14 +214,14 @@ export async function takeSnapshot(
   let size = base.size;
   try {
     signal?.throwIfAborted();
-    size = (await imageInfo(engine, made.Id)).size;
+    size = (await imageInfo(engine, image)).size;
   } catch (err) {
-    await engine.call("DELETE", `/images/${encodeURIComponent(made.Id)}`).catch(() => {});
+    await engine.call("DELETE", `/images/${encodeURIComponent(image)}`).catch(() => {});
     throw err;
   }
   if (parent !== null) retainSnapshot(parent);
   return new ContainerSnapshot(
-    { id, workspace: source.workspace, bytes: Math.max(0, size - base.size), image: made.Id },
+    { id, workspace: source.workspace, bytes: Math.max(0, size - base.size), image },
     state,
   );
 }

@@ -260,7 +260,7 @@ export class ContainerRuntime implements SnapshotRuntime {
   async #prepare(held: Held, signal: AbortSignal | undefined): Promise<ContainerSetting> {
     const engine = held.engine;
     const image = held.from?.image ?? this.#config.image;
-    await this.#checkImage(engine, image, signal);
+    await this.#checkImage(engine, image, held.from, signal);
     const security = await (this.#security ??= engineSecurity(engine));
     const dir = held.dir = await Deno.makeTempDir({ prefix: "hud-container-" });
     await Deno.mkdir(`${dir}/control`);
@@ -316,6 +316,7 @@ export class ContainerRuntime implements SnapshotRuntime {
   async #checkImage(
     engine: EngineClient,
     image: string,
+    from: ContainerSnapshot | null,
     signal: AbortSignal | undefined,
   ): Promise<void> {
     let info: { Config?: { Labels?: Record<string, string> | null } };
@@ -329,7 +330,9 @@ export class ContainerRuntime implements SnapshotRuntime {
     } catch (err) {
       if (err instanceof EngineError && err.status === 404) {
         throw new EngineError(
-          `Cannot place container: no image "${image}" on ${engine.product}; build it with buildEnvironmentImage (hud image)`,
+          from === null
+            ? `Cannot place container: no image "${image}" on ${engine.product}; build it with buildEnvironmentImage (hud image)`
+            : `Cannot place container from snapshot "${from.id}": its image ${image} is gone from ${engine.product} (removed outside this process); take the snapshot again`,
           404,
           { cause: err },
         );

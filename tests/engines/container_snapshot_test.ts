@@ -148,6 +148,18 @@ function suite(label: string, socket: string | undefined, needs: readonly Counte
         }
         await child.remove();
         assert.deepEqual(await snapshotImagesOf(Deno.pid, socket), []);
+        // An image deleted outside this process: placing from it says so, removing it is a no-op.
+        const { snapshot: gone } = await preparedSnapshot(runtime, 1);
+        made.push(gone);
+        {
+          using engine = await EngineClient.open(socket);
+          await engine.call("DELETE", `/images/${encodeURIComponent(gone.image)}?force=true`);
+        }
+        await assert.rejects(runtime.placeFrom(gone), {
+          name: "EngineError",
+          message: new RegExp(`snapshot "${gone.id}": its image \\S+ is gone from`),
+        });
+        await gone.remove();
         assert.deepEqual(await containersOf(Deno.pid, socket), []);
       } finally {
         for (const s of made) await s.remove().catch(() => {});
