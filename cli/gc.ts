@@ -1,6 +1,6 @@
-// `hud gc`: remove what killed runs left behind: containers, or with
-// --kubernetes pods and their Secrets, or with --slurm jobs. The engines'
-// code loads only for the one asked for.
+// `hud gc`: remove what killed runs left behind: containers and snapshot
+// images, or with --kubernetes pods and their Secrets, or with --slurm
+// jobs. The engines' code loads only for the one asked for.
 
 import {
   EXIT_OK,
@@ -17,7 +17,8 @@ export const USAGE: string =
   `Usage: ${PROGRAM} gc [--older-than SECONDS] [--socket PATH | --kubernetes [--namespace NS] | --slurm]
 
 Removes what the runtimes of runs that were killed left behind, and prints
-its names: the containers ContainerRuntime started (by default), the pods
+its names: the containers ContainerRuntime started and the snapshot
+images it committed (by default), the pods
 and Secrets of KubernetesRuntime (--kubernetes, on the cluster KUBECONFIG
 names, or the one this runs in), or the jobs of SlurmRuntime (--slurm,
 through slurmrestd when SLURMRESTD is set, else scancel). Only what a
@@ -94,11 +95,16 @@ async function collect(target: GcTarget, io: Io): Promise<void> {
     const pods = removed.filter((r) => r.startsWith("pod/")).length;
     io.err(`gc: removed ${count(pods, "pod")} and ${count(removed.length - pods, "secret")}\n`);
   } else {
-    const { removeStaleContainers } = await import("../engines/gc.ts");
+    const { removeStaleContainers, removeStaleSnapshots } = await import("../engines/gc.ts");
     const { socket, olderThan } = target;
     const removed = await removeStaleContainers({ socket, olderThan });
-    for (const id of removed) io.out(`${id}\n`);
-    io.err(`gc: removed ${count(removed.length, "container")}\n`);
+    const images = await removeStaleSnapshots({ socket, olderThan });
+    for (const id of [...removed, ...images]) io.out(`${id}\n`);
+    io.err(
+      `gc: removed ${count(removed.length, "container")} and ${
+        count(images.length, "snapshot image")
+      }\n`,
+    );
   }
 }
 

@@ -37,3 +37,11 @@ export const RUNTIME_LABEL = "dev.hud.runtime";
  * (`ContainerRuntime` sets it; `_container_main.ts` relays it).
  */
 export const CONTROL_SOCKET_VAR = "HUD_CONTROL_SOCKET";
+/**
+ * Label on every snapshot image `ContainerRuntime.snapshot()` commits: the
+ * snapshot's id (with the owner label: the committing process's pid), for
+ * `removeStaleSnapshots` to remove after a killed run.
+ */
+export const SNAPSHOT_LABEL = "dev.hud.snapshot";
+/** The repository snapshot images are tagged in (`hud-snapshot:snap-...`). */
+export const SNAPSHOT_REPO = "hud-snapshot";

@@ -12,172 +12,48 @@ import {
   placementOf,
   type PlacementWithUrl,
   type PlaceOptions,
-  type RuntimeProvider,
+  type Snapshot,
+  type SnapshotRuntime,
 } from "../runtime/placement.ts";
 import { NotReadyError } from "../errors.ts";
-import {
-  type ControlAddress,
-  controlAddress,
-  generateToken,
-  SERVE_TOKEN_VAR,
-} from "../_internal/auth.ts";
+import { type ControlAddress, controlAddress, generateToken } from "../_internal/auth.ts";
 import { reachableSync } from "../_internal/fs.ts";
 import { Deadline, delay } from "../_internal/async.ts";
-import { EngineClient, EngineError, removeContainer } from "./_engine.ts";
+import { EngineClient, EngineError, findEngineSocket, removeContainer } from "./_engine.ts";
 import { Relay } from "./_relay.ts";
 import { seccompProfile } from "./_seccomp.ts";
 import {
   changesByPhase,
   connect,
-  type ContainerNetwork,
-  type ContainerNetworkPhases,
-  type ContainerPhaseNetwork,
-  type ContainerVolume,
+  hasAllowlist,
   needsNetwork,
-  type NetworkPlan,
   networkSwitch,
-  resolveNetwork,
-  resolveNetworks,
-  resolveVolumes,
 } from "./_container_network.ts";
+import { PROXY_ENV } from "../workspace/_egress_relay.ts";
 import {
   type ContainerEgress,
   containerEgress,
-  type EgressSetting,
   egressSetting,
   phaseSwitch,
 } from "./_container_egress.ts";
+import { CONTROL_LABEL } from "./_constants.ts";
 import {
-  CONTROL_DIR_LABEL,
-  CONTROL_LABEL,
-  CONTROL_SOCKET_VAR,
-  CREATED_LABEL,
-  OWNER_LABEL,
-} from "./_constants.ts";
+  type ContainerConfig,
+  type ContainerRuntimeOptions,
+  type ContainerSetting,
+  containerSpec,
+  resolveContainerOptions,
+} from "./_container_spec.ts";
+import {
+  type ContainerSnapshot,
+  type ContainerSnapshotOptions,
+  releaseSnapshot,
+  retainSnapshot,
+  takeSnapshot,
+  usableSnapshot,
+} from "./_container_snapshot.ts";
 
-/** Where the runtime's control socket directory appears inside a container. */
-const CONTROL_DIR = "/tmp/.hud-control";
-/** The user containers run as unless told otherwise: nobody, in every base image. */
-const DEFAULT_USER = "65534:65534";
-const DEFAULT_TMP_SIZE = 1024 * 1024 * 1024;
-const DEFAULT_PIDS = 4096;
-/**
- * What the engine's default masks hide that a fresh /proc would show
- * anyway: the /sys ones stay (nothing in the sandbox mounts sysfs).
- */
-const MASKED_PATHS = ["/sys/firmware", "/sys/devices/virtual/powercap"];
-
-/** Options for {@linkcode ContainerRuntime}. */
-export interface ContainerRuntimeOptions {
-  /**
-   * Engine socket.
-   * @default `DOCKER_HOST` (unix://), else /var/run/docker.sock, else Podman's
-   */
-  socket?: string;
-  /**
-   * Variables for the environment's process (the token is added).
-   * @default {}
-   */
-  env?: Record<string, string>;
-  /** CPU limit, in CPUs (`1.5`). */
-  cpus?: number;
-  /**
-   * Memory limit, in bytes (the /tmp tmpfs counts against it).
-   * @default none
-   */
-  memory?: number;
-  /**
-   * Most processes (and threads) in the container.
-   * @default 4096
-   */
-  pids?: number;
-  /**
-   * Whether the container has a network: `false` gives it none at all (no
-   * interface but its own loopback, so no route to the host, the engine's
-   * bridge or a cloud's metadata service); `true` puts it on the engine's
-   * default bridge, for environments that download or call out. The
-   * control channel does not depend on it: the runtime reaches the
-   * environment through a unix socket in a directory it bind-mounts.
-   *
-   * By phase, `{ setup, agent?, verifier? }`: the container is made with
-   * `setup`'s, and the rollout switches it (the engine connects or
-   * disconnects it, from outside) before the agent's turn and before
-   * grading; a phase left out has `setup`'s. A switch that fails ends the
-   * rollout ungraded.
-   *
-   * A phase may be an allowlist (`{ allow, deny?, nameServer? }`, the
-   * workspace's policy: names, `*.domain`, `host:port`, CIDRs): the
-   * container then has loopback alone, and an egress proxy on this host,
-   * reached through a relay this host runs in the container's network
-   * namespace (127.0.0.1:3128 and :53), is its only way out; the container
-   * is made with the proxy variables and a read-only /etc/resolv.conf
-   * naming 127.0.0.1. Needs root on this host and the engine on it (the
-   * relay enters the container's namespace with nsenter).
-   * @default false
-   */
-  network?: ContainerPhaseNetwork | ContainerNetworkPhases;
-  /**
-   * The engine networks the container joins, each with the names it is
-   * known by there, instead of the engine's default network, in the phases
-   * that have a network (`network`): the runtime neither makes nor removes
-   * them. For a container among services of its own (Harbor's compose tasks).
-   * @default [] (the engine's default network)
-   */
-  networks?: readonly ContainerNetwork[];
-  /**
-   * Named volumes mounted into the container; the runtime neither makes nor
-   * removes them.
-   * @default []
-   */
-  volumes?: readonly ContainerVolume[];
-  /**
-   * The user the container's processes run as (`uid:gid` or a name the
-   * image knows). Not root: the workspace sandbox inside is made with user
-   * namespaces, which need no privilege.
-   * @default "65534:65534" (nobody)
-   */
-  user?: string;
-  /**
-   * Capabilities the container keeps (`"SETUID"`...): every other one is
-   * dropped. For images whose server switches users (Harbor tasks' agent
-   * and verifier users).
-   * @default []
-   */
-  capabilities?: readonly string[];
-  /**
-   * Whether the image's file system is read-only; `/tmp` is a fresh tmpfs
-   * either way.
-   * @default true
-   */
-  readOnly?: boolean;
-  /**
-   * Size of the container's `/tmp` tmpfs, in bytes (counted as memory).
-   * @default 1 GiB
-   */
-  tmpSize?: number;
-  /**
-   * Errors of the control relay that are not a peer going away (out of
-   * file descriptors...).
-   * @default dropped
-   */
-  onError?: (err: unknown) => void;
-  /**
-   * Extra labels (run id, job id...).
-   * @default {}
-   */
-  labels?: Record<string, string>;
-  /**
-   * How long a container may take to answer `hello`, in ms.
-   * @default 60_000
-   */
-  readyTimeout?: number;
-  /**
-   * How long the engine waits after SIGTERM before SIGKILL on release, in ms
-   * (whole seconds to the engine: rounded up).
-   * @default 5_000
-   */
-  stopTimeout?: number;
-}
+export type { ContainerRuntimeOptions, ContainerSnapshot, ContainerSnapshotOptions };
 
 interface ContainerInfo {
   State?: { Running?: boolean; ExitCode?: number; Status?: string; OOMKilled?: boolean };
@@ -188,163 +64,16 @@ interface EngineSecurity {
   apparmor: boolean;
 }
 
-/** {@linkcode ContainerRuntimeOptions}, checked, with every default resolved. */
-interface ContainerConfig {
-  image: string;
-  socket: string | undefined;
-  env: Record<string, string>;
-  cpus: number | undefined;
-  memory: number | undefined;
-  pids: number;
-  network: NetworkPlan;
-  networks: readonly ContainerNetwork[];
-  volumes: readonly ContainerVolume[];
-  user: string;
-  capabilities: readonly string[];
-  readOnly: boolean;
-  tmpSize: number;
-  onError: (err: unknown) => void;
-  labels: Record<string, string>;
-  readyTimeout: number;
-  stopTimeout: number;
-}
-
-function resolveContainerOptions(image: string, options: ContainerRuntimeOptions): ContainerConfig {
-  if (typeof image !== "string" || image === "") {
-    throw new TypeError("Cannot create ContainerRuntime: image must be a non-empty string");
-  }
-  for (const name of ["cpus", "memory", "pids", "tmpSize"] as const) {
-    const value = options[name];
-    if (value !== undefined && !(typeof value === "number" && value > 0 && isFinite(value))) {
-      throw new RangeError(
-        `Cannot create ContainerRuntime: ${name} must be a positive number, got ${value}`,
-      );
-    }
-  }
-  for (const cap of options.capabilities ?? []) {
-    if (typeof cap !== "string" || !/^[A-Z_]+$/.test(cap)) {
-      throw new TypeError(
-        `Cannot create ContainerRuntime: capability "${cap}" must be a name like "SETUID"`,
-      );
-    }
-  }
-  if (options.user !== undefined && (typeof options.user !== "string" || options.user === "")) {
-    throw new TypeError("Cannot create ContainerRuntime: user must be a non-empty string");
-  }
-  return {
-    image,
-    socket: options.socket,
-    env: { ...options.env },
-    cpus: options.cpus,
-    memory: options.memory,
-    pids: options.pids ?? DEFAULT_PIDS,
-    network: resolveNetwork(options.network),
-    networks: resolveNetworks(options.networks),
-    volumes: resolveVolumes(options.volumes),
-    user: options.user ?? DEFAULT_USER,
-    capabilities: [...(options.capabilities ?? [])],
-    readOnly: options.readOnly ?? true,
-    tmpSize: options.tmpSize ?? DEFAULT_TMP_SIZE,
-    onError: options.onError ?? (() => {}),
-    labels: { ...options.labels },
-    readyTimeout: options.readyTimeout ?? 60_000,
-    stopTimeout: options.stopTimeout ?? 5_000,
-  };
-}
-
-/** How a container is made beyond the runtime's options: its token, socket directory, engine. */
-interface ContainerSetting {
-  token: string;
-  /** The directory on this host that holds the control socket's directory. */
-  dir: string;
-  /** The seccomp option: the profile itself (Docker), or a file's path (Podman). */
-  seccomp: string;
-  podman: boolean;
-  apparmor: boolean;
-  /** The proxy variables and resolv.conf of a container with an allowlist phase. */
-  egress: EgressSetting | null;
-}
-
-/** The body of `POST /containers/create`: the image, confined as the runtime's doc says. */
-function containerSpec(config: ContainerConfig, setting: ContainerSetting): unknown {
-  const env = {
-    ...config.env,
-    ...setting.egress?.env,
-    [SERVE_TOKEN_VAR]: setting.token,
-    [CONTROL_SOCKET_VAR]: `${CONTROL_DIR}/control.sock`,
-  };
-  return {
-    Image: config.image,
-    User: config.user,
-    Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
-    Labels: {
-      ...config.labels,
-      [OWNER_LABEL]: String(Deno.pid),
-      [CONTROL_DIR_LABEL]: setting.dir,
-      [CREATED_LABEL]: new Date().toISOString(),
-    },
-    HostConfig: hostConfig(config, setting),
-    // The first of its own networks; the others are connected before it starts.
-    ...(needsNetwork(config.network) && config.networks.length > 0
-      ? {
-        NetworkingConfig: {
-          EndpointsConfig: { [config.networks[0].name]: { Aliases: config.networks[0].aliases } },
-        },
-      }
-      : {}),
-  };
-}
-
-function hostConfig(config: ContainerConfig, setting: ContainerSetting): unknown {
-  return {
-    NetworkMode: needsNetwork(config.network) ? config.networks[0]?.name ?? "bridge" : "none",
-    Binds: [
-      `${setting.dir}/control:${CONTROL_DIR}`,
-      ...(setting.egress ? [setting.egress.bind] : []),
-    ],
-    ...(config.volumes.length > 0
-      ? {
-        Mounts: config.volumes.map((v) => ({
-          Type: "volume",
-          Source: v.source,
-          Target: v.target,
-          ReadOnly: v.readOnly,
-        })),
-      }
-      : {}),
-    CapDrop: ["ALL"],
-    ...(config.capabilities.length > 0 ? { CapAdd: [...config.capabilities] } : {}),
-    SecurityOpt: [
-      "no-new-privileges",
-      `seccomp=${setting.seccomp}`,
-      // AppArmor's docker-default profile refuses every mount, also in
-      // a user namespace: bubblewrap could not build the sandbox.
-      ...(setting.apparmor ? ["apparmor=unconfined"] : []),
-      // Podman's compatible API ignores MaskedPaths and ReadonlyPaths.
-      ...(setting.podman ? ["unmask=/proc/*"] : []),
-    ],
-    // A fresh /proc (the sandbox's PID namespace) may be mounted only
-    // where the container's /proc is not partly covered: the engine's
-    // masks over /proc entries (kcore, keys, sys...) must go. They
-    // hide what only root may read or write, and nothing here runs as
-    // root.
-    MaskedPaths: MASKED_PATHS,
-    ReadonlyPaths: [],
-    ReadonlyRootfs: config.readOnly,
-    Tmpfs: { "/tmp": `rw,exec,nosuid,nodev,size=${config.tmpSize},mode=1777` },
-    PidsLimit: config.pids,
-    ...(config.cpus ? { NanoCpus: Math.round(config.cpus * 1e9) } : {}),
-    ...(config.memory ? { Memory: config.memory } : {}),
-  };
-}
-
 /** What one placement holds, to release (or undo, when placing fails). */
 interface Held {
   engine: EngineClient;
   id: string | null;
   dir: string | null;
   relay: Relay | null;
+  /** The egress proxy and relay of an allowlist phase, or null. */
   egress: ContainerEgress | null;
+  /** The snapshot it was placed from (retained until the container is removed), or null. */
+  from: ContainerSnapshot | null;
 }
 
 /**
@@ -369,7 +98,9 @@ interface Held {
  * console.log(client.manifest.env.name);
  * ```
  */
-export class ContainerRuntime implements RuntimeProvider {
+export class ContainerRuntime implements SnapshotRuntime {
+  /** It places from container snapshots ({@linkcode ContainerRuntime.snapshot}). */
+  readonly snapshotKind = "container";
   readonly #config: ContainerConfig;
   #security: Promise<EngineSecurity> | null = null;
   // Placements being made and releases running, and how to release each
@@ -378,6 +109,8 @@ export class ContainerRuntime implements RuntimeProvider {
   // no container behind.
   readonly #inflight = new Set<Promise<unknown>>();
   readonly #held = new Set<() => Promise<void>>();
+  /** The containers placed and not released, and the snapshot each was placed from. */
+  readonly #placed = new Map<string, ContainerSnapshot | null>();
 
   /**
    * A runtime for `image`.
@@ -402,7 +135,75 @@ export class ContainerRuntime implements RuntimeProvider {
    * @throws {TypeError} for an image not made by {@linkcode buildEnvironmentImage}
    */
   place(options: PlaceOptions = {}): Promise<PlacementWithUrl> {
-    return this.#track(this.#place(options));
+    return this.#track(this.#place(options, null));
+  }
+
+  /**
+   * Starts a container of `from`'s image (with this runtime's options
+   * otherwise) and waits until its environment answers `hello`.
+   * @throws {TypeError} when `from` is not a container snapshot made in this
+   *   process, or its image is on another engine
+   * @throws {Error} when it was removed
+   */
+  placeFrom(from: Snapshot, options: PlaceOptions = {}): Promise<PlacementWithUrl> {
+    let snapshot: ContainerSnapshot;
+    try {
+      const socket = () => findEngineSocket(this.#config.socket);
+      snapshot = usableSnapshot("place container from a snapshot", from, socket);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.#track(this.#place(options, snapshot));
+  }
+
+  /**
+   * Commits a placed container's file system into a snapshot image (the
+   * engine pauses it meanwhile): what its processes changed in the image's
+   * files; not its processes, its memory, nor /tmp (a tmpfs). The
+   * snapshot's parent is the snapshot the container was placed from.
+   * @param placement a placement of this runtime, not yet released
+   * @throws {TypeError} for a placement not of this runtime or released, or a
+   *   runtime whose image is read-only (then nothing but /tmp changes)
+   */
+  snapshot(
+    placement: Placement,
+    options: ContainerSnapshotOptions = {},
+  ): Promise<ContainerSnapshot> {
+    if (this.#config.readOnly) {
+      return Promise.reject(
+        new TypeError(
+          "Cannot snapshot container: the runtime's image is read-only, so only /tmp (a tmpfs, which a commit leaves out) could change; create the runtime with readOnly: false",
+        ),
+      );
+    }
+    const container = placement?.params?.containerId;
+    if (typeof container !== "string" || !this.#placed.has(container)) {
+      return Promise.reject(
+        new TypeError(
+          "Cannot snapshot container: not a placement of this runtime, or released (pass what place() or placeFrom() returned, before disposing it)",
+        ),
+      );
+    }
+    return this.#track(this.#snapshot(container, options.signal));
+  }
+
+  async #snapshot(container: string, signal: AbortSignal | undefined): Promise<ContainerSnapshot> {
+    const socket = this.#config.socket;
+    using engine = await EngineClient.open(socket, signal);
+    const from = this.#placed.get(container) ?? null;
+    return await takeSnapshot({
+      engine,
+      open: () => EngineClient.open(socket),
+      container,
+      image: from?.image ?? this.#config.image,
+      workspace: this.#config.image,
+      parent: from,
+      // The runtime's variables, the proxy's among them, are not the snapshot's.
+      envKeys: [
+        ...Object.keys(this.#config.env),
+        ...(hasAllowlist(this.#config.network) ? Object.keys(PROXY_ENV) : []),
+      ],
+    }, signal);
   }
 
   /**
@@ -427,7 +228,7 @@ export class ContainerRuntime implements RuntimeProvider {
     return work;
   }
 
-  async #place(options: PlaceOptions): Promise<PlacementWithUrl> {
+  async #place(options: PlaceOptions, from: ContainerSnapshot | null): Promise<PlacementWithUrl> {
     const signal = options.signal;
     const held: Held = {
       engine: await EngineClient.open(this.#config.socket, signal),
@@ -435,7 +236,9 @@ export class ContainerRuntime implements RuntimeProvider {
       dir: null,
       relay: null,
       egress: null,
+      from,
     };
+    if (from !== null) retainSnapshot(from);
     try {
       const setting = await this.#prepare(held, signal);
       // Not aborted halfway: the engine would make the container and we
@@ -493,7 +296,8 @@ export class ContainerRuntime implements RuntimeProvider {
    */
   async #prepare(held: Held, signal: AbortSignal | undefined): Promise<ContainerSetting> {
     const engine = held.engine;
-    await this.#checkImage(engine, signal);
+    const image = held.from?.image ?? this.#config.image;
+    await this.#checkImage(engine, image, held.from, signal);
     const security = await (this.#security ??= engineSecurity(engine));
     const dir = held.dir = await Deno.makeTempDir({ prefix: "hud-container-" });
     await Deno.mkdir(`${dir}/control`);
@@ -507,7 +311,15 @@ export class ContainerRuntime implements RuntimeProvider {
       seccomp = `${dir}/seccomp.json`;
     }
     const egress = await egressSetting(this.#config.network, dir);
-    return { token: generateToken(), dir, seccomp, podman, apparmor: security.apparmor, egress };
+    return {
+      image,
+      token: generateToken(),
+      dir,
+      seccomp,
+      podman,
+      apparmor: security.apparmor,
+      egress,
+    };
   }
 
   /** The placement of a ready container; its release removes it, once. */
@@ -518,9 +330,11 @@ export class ContainerRuntime implements RuntimeProvider {
     enterPhase: Placement["enterPhase"],
   ): PlacementWithUrl {
     const containerId = held.id!;
+    this.#placed.set(containerId, held.from);
     let released: Promise<void> | null = null;
     const release = (): Promise<void> => {
       this.#held.delete(release);
+      this.#placed.delete(containerId);
       released ??= this.#track((async () => {
         try {
           // A container that died while placed: say how, after removing it.
@@ -535,13 +349,22 @@ export class ContainerRuntime implements RuntimeProvider {
       return released;
     };
     this.#held.add(release);
-    const params = { containerId, image: this.#config.image, port };
+    const params = {
+      containerId,
+      image: this.#config.image,
+      port,
+      ...(held.from === null ? {} : { from: held.from.id }),
+    };
     return placementOf(address, params, release, enterPhase);
   }
 
   /** Refuses an image whose server cannot be reached through the socket. */
-  async #checkImage(engine: EngineClient, signal: AbortSignal | undefined): Promise<void> {
-    const image = this.#config.image;
+  async #checkImage(
+    engine: EngineClient,
+    image: string,
+    from: ContainerSnapshot | null,
+    signal: AbortSignal | undefined,
+  ): Promise<void> {
     let info: { Config?: { Labels?: Record<string, string> | null } };
     try {
       info = await engine.call(
@@ -553,7 +376,9 @@ export class ContainerRuntime implements RuntimeProvider {
     } catch (err) {
       if (err instanceof EngineError && err.status === 404) {
         throw new EngineError(
-          `Cannot place container: no image "${image}" on ${engine.product}; build it with buildEnvironmentImage (hud image)`,
+          from === null
+            ? `Cannot place container: no image "${image}" on ${engine.product}; build it with buildEnvironmentImage (hud image)`
+            : `Cannot place container from snapshot "${from.id}": its image ${image} is gone from ${engine.product} (removed outside this process); take the snapshot again`,
           404,
           { cause: err },
         );
@@ -634,12 +459,16 @@ export class ContainerRuntime implements RuntimeProvider {
   }
 }
 
-/** Closes what a placement holds on this side: the engine client, the relay, the socket directory. */
+/**
+ * Closes what a placement holds on this side: the engine client, the relay,
+ * the socket directory; and lets go of its snapshot (its container is gone).
+ */
 async function undo(held: Held): Promise<void> {
   held.engine.close();
   await held.relay?.close();
   await held.egress?.close();
   if (held.dir !== null) await Deno.remove(held.dir, { recursive: true }).catch(() => {});
+  if (held.from !== null) await releaseSnapshot(held.from);
 }
 
 /** Whether the engine confines containers with AppArmor (its /info says). */

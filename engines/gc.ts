@@ -1,12 +1,12 @@
 /**
- * {@linkcode removeStaleContainers}: cleaning up the containers of a run
- * that was killed.
+ * {@linkcode removeStaleContainers} and {@linkcode removeStaleSnapshots}:
+ * cleaning up the containers and snapshot images of a run that was killed.
  *
  * @module
  */
 
-import { EngineClient, removeContainer } from "./_engine.ts";
-import { CONTROL_DIR_LABEL, OWNER_LABEL } from "./_constants.ts";
+import { EngineClient, EngineError, removeContainer } from "./_engine.ts";
+import { CONTROL_DIR_LABEL, OWNER_LABEL, SNAPSHOT_LABEL } from "./_constants.ts";
 import { processAlive } from "../_internal/process.ts";
 
 /** Options for {@linkcode removeStaleContainers}. */
@@ -58,13 +58,54 @@ export async function removeStaleContainers(options: RemoveStaleOptions = {}): P
   const removed: string[] = [];
   const now = Date.now();
   for (const c of list) {
-    const owner = Number(c.Labels?.[OWNER_LABEL]);
-    const orphan = !Number.isInteger(owner) || owner === Deno.pid ? false : !processAlive(owner);
-    const old = now - c.Created * 1000 > (options.olderThan ?? Infinity);
-    if (orphan || old) {
+    if (stale(c, now, options.olderThan)) {
       await removeContainer(engine, c.Id, 0);
       removed.push(c.Id);
       await removeControlDir(c.Labels?.[CONTROL_DIR_LABEL]);
+    }
+  }
+  return removed;
+}
+
+/** Whether what a process labelled is stale: its process gone, or older than `olderThan` ms. */
+function stale(
+  item: { Created: number; Labels?: Record<string, string> | null },
+  now: number,
+  olderThan = Infinity,
+): boolean {
+  const owner = Number(item.Labels?.[OWNER_LABEL]);
+  const orphan = !Number.isInteger(owner) || owner === Deno.pid ? false : !processAlive(owner);
+  return orphan || now - item.Created * 1000 > olderThan;
+}
+
+/**
+ * Removes the snapshot images (`ContainerRuntime.snapshot()`'s, labelled
+ * `dev.hud.snapshot`) a killed run left behind: those whose committing
+ * process is gone, or older than `olderThan`. Run it after
+ * {@linkcode removeStaleContainers}: an image a container still runs stays.
+ *
+ * @returns the image ids removed
+ */
+export async function removeStaleSnapshots(options: RemoveStaleOptions = {}): Promise<string[]> {
+  using engine = await EngineClient.open(options.socket);
+  const filters = encodeURIComponent(JSON.stringify({ label: [SNAPSHOT_LABEL] }));
+  const list = await engine.call("GET", `/images/json?filters=${filters}`) as {
+    Id: string;
+    Created: number;
+    Labels?: Record<string, string> | null;
+  }[];
+  const now = Date.now();
+  // Children first: an image another one is a layer of cannot go before it.
+  const todo = list.filter((i) => stale(i, now, options.olderThan))
+    .sort((a, b) => b.Created - a.Created);
+  const removed: string[] = [];
+  for (const image of todo) {
+    try {
+      await engine.call("DELETE", `/images/${encodeURIComponent(image.Id)}`);
+      removed.push(image.Id);
+    } catch (err) {
+      // 404: another cleaner removed it; 409: a container still uses it.
+      if (!(err instanceof EngineError) || (err.status !== 404 && err.status !== 409)) throw err;
     }
   }
   return removed;

@@ -6,7 +6,10 @@
  *
  * - {@linkcode ContainerRuntime}: an environment image in a Docker or Podman
  *   container, one per placement; {@linkcode buildEnvironmentImage} makes
- *   the image, {@linkcode removeStaleContainers} cleans up after a killed run.
+ *   the image, {@linkcode removeStaleContainers} and
+ *   {@linkcode removeStaleSnapshots} clean up after a killed run. Its
+ *   `snapshot()` commits a placed container into an image that `placeFrom()`
+ *   (a rollout's or a job's `from`) starts new containers of.
  * - {@linkcode SwarmRuntime}: a pool of replicas of an environment image on a
  *   Docker Swarm across hosts, each leased to one rollout at a time, scaled
  *   with demand.
@@ -23,7 +26,12 @@
 export { EngineError } from "./_engine.ts";
 export { CONTAINER_PORT, CONTROL_LABEL, ENV_LABEL, OWNER_LABEL } from "./_constants.ts";
 export { HOST_LABEL, RUNTIME_LABEL } from "./_constants.ts";
-export { ContainerRuntime, type ContainerRuntimeOptions } from "./container.ts";
+export {
+  ContainerRuntime,
+  type ContainerRuntimeOptions,
+  type ContainerSnapshot,
+  type ContainerSnapshotOptions,
+} from "./container.ts";
 export type {
   ContainerNetwork,
   ContainerNetworkPhases,
@@ -32,7 +40,7 @@ export type {
 } from "./_container_network.ts";
 export type { PublicNetwork } from "./_network_support.ts";
 export { buildEnvironmentImage, type BuildImageOptions } from "./image.ts";
-export { removeStaleContainers, type RemoveStaleOptions } from "./gc.ts";
+export { removeStaleContainers, type RemoveStaleOptions, removeStaleSnapshots } from "./gc.ts";
 export { SwarmRuntime, type SwarmRuntimeOptions } from "./swarm.ts";
 export {
   KubeApiError,

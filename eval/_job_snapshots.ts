@@ -8,14 +8,14 @@
 
 import type { TaskRow } from "../env.ts";
 import { abortable } from "../_internal/async.ts";
-import type { WorkspaceSnapshot } from "../workspace/_snapshot.ts";
+import type { Snapshot } from "../runtime/placement.ts";
 import { checkUsable } from "./fork.ts";
 import type { Slot } from "./_ledger.ts";
 
 /** Where a job's rollouts start: a snapshot, or a function making one per task. */
 export type SnapshotSource =
-  | WorkspaceSnapshot
-  | ((task: TaskRow, signal: AbortSignal) => Promise<WorkspaceSnapshot>);
+  | Snapshot
+  | ((task: TaskRow, signal: AbortSignal) => Promise<Snapshot>);
 
 /** Bounds on the snapshots a job takes. */
 export interface JobSnapshotBounds {
@@ -26,7 +26,7 @@ export interface JobSnapshotBounds {
 /** One task's snapshot: its rollouts not yet done, and the snapshot, once asked for. */
 interface TaskState {
   remaining: number;
-  taking: Promise<WorkspaceSnapshot> | null;
+  taking: Promise<Snapshot> | null;
 }
 
 /** The snapshots of one job. */
@@ -37,7 +37,7 @@ export class JobSnapshots {
   readonly #signal: AbortSignal;
   readonly #tasks = new Map<string, TaskState>();
   /** Snapshots taken and kept, and those being taken (each holds one of `maxCount`). */
-  readonly #alive = new Set<WorkspaceSnapshot>();
+  readonly #alive = new Set<Snapshot>();
   readonly #taking = new Set<Promise<unknown>>();
   #held = 0;
   readonly #waiting: (() => void)[] = [];
@@ -68,11 +68,11 @@ export class JobSnapshots {
   }
 
   /** What `slot`'s rollout starts from, got when it is placed (a failure is a provisioning one). */
-  getter(slot: Slot): (signal: AbortSignal) => Promise<WorkspaceSnapshot> {
+  getter(slot: Slot): (signal: AbortSignal) => Promise<Snapshot> {
     return (signal) => this.#get(slot.row, signal);
   }
 
-  #get(row: TaskRow, signal: AbortSignal): Promise<WorkspaceSnapshot> {
+  #get(row: TaskRow, signal: AbortSignal): Promise<Snapshot> {
     const source = this.#source;
     if (typeof source !== "function") return Promise.resolve(source);
     const state = this.#tasks.get(row.slug);
@@ -91,12 +91,12 @@ export class JobSnapshots {
   }
 
   async #take(
-    source: (task: TaskRow, signal: AbortSignal) => Promise<WorkspaceSnapshot>,
+    source: (task: TaskRow, signal: AbortSignal) => Promise<Snapshot>,
     row: TaskRow,
-  ): Promise<WorkspaceSnapshot> {
+  ): Promise<Snapshot> {
     await this.#permit(row);
     const work = (async () => {
-      let snapshot: WorkspaceSnapshot;
+      let snapshot: Snapshot;
       try {
         snapshot = checkUsable(
           `start task "${row.slug}" from the job's snapshot`,
@@ -160,7 +160,7 @@ export class JobSnapshots {
     if (snapshot !== null) await this.#remove(snapshot);
   }
 
-  async #remove(snapshot: WorkspaceSnapshot): Promise<void> {
+  async #remove(snapshot: Snapshot): Promise<void> {
     if (!this.#alive.delete(snapshot)) return;
     try {
       await snapshot.remove();

@@ -9,7 +9,7 @@
 
 import type { ConnectOptions, HudClient } from "../client.ts";
 import type { TaskRow } from "../env.ts";
-import type { Placement, RolloutPhase, RuntimeProvider } from "../runtime/placement.ts";
+import type { Placement, RolloutPhase, RuntimeProvider, Snapshot } from "../runtime/placement.ts";
 import { abortable, Deadline } from "../_internal/async.ts";
 import { errorMessage } from "../_internal/util.ts";
 import { type Agent, type AgentContext, NotGradedError } from "./agent.ts";
@@ -17,7 +17,6 @@ import { classifyError, FAILURE_CLASSES, type RolloutErrorClass } from "./failur
 import { beginRun, createRun, type Grade, type Run } from "./run.ts";
 import { type Phase, Trace } from "./trace.ts";
 import { type FileTrackingConfig, fileTrackingWrapper } from "./_file_tracking.ts";
-import type { WorkspaceSnapshot } from "../workspace/_snapshot.ts";
 import { placeOn } from "./fork.ts";
 
 /**
@@ -40,7 +39,7 @@ export interface RolloutConfig {
    * The snapshot the rollout starts from, got when it is placed (a job's
    * is taken then), or null.
    */
-  readonly from: ((signal: AbortSignal) => Promise<WorkspaceSnapshot>) | null;
+  readonly from: ((signal: AbortSignal) => Promise<Snapshot>) | null;
   /** The whole rollout's deadline, in ms. */
   readonly rolloutTimeout: number;
   /** The agent's own limit, in ms, if any. */

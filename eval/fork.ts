@@ -37,8 +37,12 @@ import {
   type PlacementWithUrl,
   type PlaceOptions,
   type RuntimeProvider,
+  type Snapshot,
+  type SnapshotRuntime,
 } from "../runtime/placement.ts";
 import { checkSnapshot, type WorkspaceSnapshot } from "../workspace/_snapshot.ts";
+
+export type { Snapshot, SnapshotRuntime };
 
 /** What a {@linkcode ForkRuntime}'s factory gets for each placement. */
 export interface ForkPlacement {
@@ -54,17 +58,12 @@ export interface ForkPlacement {
   readonly root: string;
 }
 
-/** A runtime that can place an environment whose workspace starts from a snapshot. */
-export interface SnapshotRuntime extends RuntimeProvider {
-  /** Places an environment made from `from`; dispose the placement to release it. */
-  placeFrom(from: WorkspaceSnapshot, options?: PlaceOptions): Promise<Placement>;
-}
-
 /** Whether `runtime` can place environments from snapshots. */
 export function placesFromSnapshots(
   runtime: RuntimeProvider | undefined,
 ): runtime is SnapshotRuntime {
-  return typeof (runtime as Partial<SnapshotRuntime> | undefined)?.placeFrom === "function";
+  const r = runtime as Partial<SnapshotRuntime> | undefined;
+  return typeof r?.placeFrom === "function" && typeof r.snapshotKind === "string";
 }
 
 /**
@@ -74,6 +73,8 @@ export function placesFromSnapshots(
  * snapshot. Snapshots live in this process, so forks do too.
  */
 export class ForkRuntime implements SnapshotRuntime {
+  /** It places from workspace snapshots. */
+  readonly snapshotKind = "workspace";
   readonly #factory: (place: ForkPlacement) => Environment | Promise<Environment>;
   readonly #options: LocalRuntimeOptions;
 
@@ -103,16 +104,17 @@ export class ForkRuntime implements SnapshotRuntime {
 
   /**
    * Places an environment made from `from`.
-   * @throws {TypeError} when `from` is not a snapshot
+   * @throws {TypeError} when `from` is not a workspace snapshot
    * @throws {Error} when it was removed
    */
-  placeFrom(from: WorkspaceSnapshot, options: PlaceOptions = {}): Promise<PlacementWithUrl> {
+  placeFrom(from: Snapshot, options: PlaceOptions = {}): Promise<PlacementWithUrl> {
+    let snapshot: WorkspaceSnapshot;
     try {
-      checkUsable("place environment", from);
+      snapshot = checkSnapshot("place environment", checkUsable("place environment", from));
     } catch (err) {
       return Promise.reject(err);
     }
-    return this.#place(from, options);
+    return this.#place(snapshot, options);
   }
 
   async #place(
@@ -145,37 +147,75 @@ export class ForkRuntime implements SnapshotRuntime {
 }
 
 /**
- * Checks that `from` is a snapshot made here and not removed.
+ * Checks that `from` is a snapshot (of any kind: the runtime placing from
+ * it checks that it made it) and was not removed.
  * @throws {TypeError} when it is not a snapshot
  * @throws {Error} when it was removed
  */
-export function checkUsable(verb: string, from: unknown): WorkspaceSnapshot {
-  const snapshot = checkSnapshot(verb, from);
-  if (snapshot.removed) {
-    throw new Error(`Cannot ${verb}: snapshot "${snapshot.id}" was removed`);
+export function checkUsable(verb: string, from: unknown): Snapshot {
+  const s = from as Partial<Snapshot> | null;
+  const shaped = typeof s === "object" && s !== null && typeof s.kind === "string" &&
+    typeof s.id === "string" && Array.isArray(s.lineage) && typeof s.remove === "function";
+  if (!shaped) {
+    throw new TypeError(
+      `Cannot ${verb}: not a snapshot (use one that Workspace.snapshot() or ContainerRuntime.snapshot() returned)`,
+    );
   }
-  return snapshot;
+  if (s.removed) throw new Error(`Cannot ${verb}: snapshot "${s.id}" was removed`);
+  return s as Snapshot;
+}
+
+/** The runtime that places from snapshots of `kind`, for messages. */
+function placerOf(kind: string): string {
+  return kind === "container" ? "ContainerRuntime" : "ForkRuntime";
+}
+
+/**
+ * Why `runtime` cannot place from `from`, or null when it can.
+ * @param verb what was refused, for the message
+ */
+export function snapshotRefusal(
+  verb: string,
+  runtime: RuntimeProvider | undefined,
+  from: Snapshot | null,
+): TypeError | null {
+  if (!placesFromSnapshots(runtime)) {
+    const name = runtime === undefined
+      ? "the default runtime (LocalRuntime)"
+      : runtimeName(runtime);
+    return new TypeError(
+      `Cannot ${verb}: ${name} cannot place an environment from a snapshot (workspace snapshots: runtime ForkRuntime; container snapshots: ContainerRuntime)`,
+    );
+  }
+  if (from !== null && from.kind !== runtime.snapshotKind) {
+    return new TypeError(
+      `Cannot ${verb}: ${
+        runtimeName(runtime)
+      } places from ${runtime.snapshotKind} snapshots, and "${from.id}" is a ${from.kind} snapshot (pass runtime: a ${
+        placerOf(from.kind)
+      })`,
+    );
+  }
+  return null;
+}
+
+function runtimeName(runtime: RuntimeProvider): string {
+  const name = (runtime as { constructor?: { name?: unknown } }).constructor?.name;
+  return typeof name === "string" && name !== "" && name !== "Object" ? name : "the runtime";
 }
 
 /**
  * Places an environment on `runtime`, from `from` when it is a snapshot.
- * @throws {TypeError} when `from` is given and the runtime cannot place from snapshots
+ * @throws {TypeError} when `from` is given and the runtime cannot place from it
  */
 export function placeOn(
   runtime: RuntimeProvider,
-  from: WorkspaceSnapshot | null,
+  from: Snapshot | null,
   options: PlaceOptions,
 ): Promise<Placement> {
   if (from === null) return runtime.place(options);
-  if (!placesFromSnapshots(runtime)) {
-    return Promise.reject(noSnapshotRuntime(`start from snapshot "${from.id}"`));
+  if (!placesFromSnapshots(runtime) || from.kind !== runtime.snapshotKind) {
+    return Promise.reject(snapshotRefusal(`start from snapshot "${from.id}"`, runtime, from));
   }
   return runtime.placeFrom(from, options);
-}
-
-/** The error for a runtime that cannot place from snapshots. */
-export function noSnapshotRuntime(verb: string): TypeError {
-  return new TypeError(
-    `Cannot ${verb}: the runtime cannot place an environment from a snapshot (pass runtime: a ForkRuntime)`,
-  );
 }

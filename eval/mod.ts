@@ -55,6 +55,7 @@ export {
   type ForkPlacement,
   ForkRuntime,
   placesFromSnapshots,
+  type Snapshot,
   type SnapshotRuntime,
 } from "./fork.ts";
 export type { SnapshotSource } from "./_job_snapshots.ts";

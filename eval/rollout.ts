@@ -31,8 +31,7 @@ import type { Agent, AgentContext } from "./agent.ts";
 import type { Run } from "./run.ts";
 import { checkPositive, type OptionSpelling, optionSpelling } from "./_options.ts";
 import { type RolloutConfig, type RolloutObserver, runRollout } from "./_rollout_stages.ts";
-import type { WorkspaceSnapshot } from "../workspace/_snapshot.ts";
-import { checkUsable, noSnapshotRuntime, placesFromSnapshots } from "./fork.ts";
+import { checkUsable, type Snapshot, snapshotRefusal } from "./fork.ts";
 
 export type { RolloutObserver } from "./_rollout_stages.ts";
 
@@ -44,13 +43,15 @@ export interface RolloutOptions {
    */
   runtime?: RuntimeProvider;
   /**
-   * A workspace snapshot to start from: the runtime (a
-   * {@linkcode ForkRuntime}) places an environment whose workspace starts
-   * as the snapshot's files, and the trace records the snapshot and its
-   * ancestry (`trace.fromSnapshot`, `from_snapshot` in its JSON).
+   * A snapshot to start from: the runtime places an environment from it
+   * (a {@linkcode ForkRuntime} from a workspace snapshot, whose workspace
+   * starts as the snapshot's files; a `ContainerRuntime` from a container
+   * snapshot, in a new container of its image), and the trace records the
+   * snapshot and its ancestry (`trace.fromSnapshot`, `from_snapshot` in
+   * its JSON).
    * @default none: the environment starts as its runtime places it
    */
-  from?: WorkspaceSnapshot;
+  from?: Snapshot;
   /**
    * The deadline for the whole rollout, in ms. When it passes, the task is
    * cancelled (waiting at most 2 s for that) and the rollout returns
@@ -158,9 +159,10 @@ function rolloutConfig(
   if (typeof agent?.run !== "function") {
     throw new TypeError("Cannot roll out: agent must have a run() method");
   }
-  if (from !== null && !placesFromSnapshots(options.runtime)) {
-    throw noSnapshotRuntime("roll out from a snapshot");
-  }
+  const refused = from === null
+    ? null
+    : snapshotRefusal("roll out from a snapshot", options.runtime, null);
+  if (refused !== null) throw refused;
   return {
     runtime: options.runtime ?? defaultRuntimeFor(task),
     from,
@@ -199,6 +201,8 @@ export async function rollout(
   let from: RolloutConfig["from"] = null;
   if (options.from !== undefined) {
     const snapshot = checkUsable("roll out from a snapshot", options.from);
+    const refused = snapshotRefusal("roll out from a snapshot", options.runtime, snapshot);
+    if (refused !== null) throw refused;
     from = () => Promise.resolve(snapshot);
   }
   return await runRollout(task, agent, rolloutConfig(task, agent, options, from));
@@ -212,7 +216,7 @@ export async function rolloutFrom(
   task: TaskRow,
   agent: Agent,
   options: Omit<RolloutOptions, "from">,
-  from: (signal: AbortSignal) => Promise<WorkspaceSnapshot>,
+  from: (signal: AbortSignal) => Promise<Snapshot>,
 ): Promise<Run> {
   return await runRollout(task, agent, rolloutConfig(task, agent, options, from));
 }

@@ -58,7 +58,7 @@ import { type RetryConfig, RetryPolicy, SlotRunner } from "./_attempts.ts";
 import { StartPacer } from "./_pacing.ts";
 import { snapshotPolicy, type WorkspaceSnapshotOptions } from "../workspace/_snapshot.ts";
 import { JobSnapshots, type SnapshotSource } from "./_job_snapshots.ts";
-import { checkUsable, noSnapshotRuntime, placesFromSnapshots } from "./fork.ts";
+import { checkUsable, snapshotRefusal } from "./fork.ts";
 
 /** A row as given, or with its slug computed as the Python SDK does when it has none. */
 function checkRow(row: unknown, where: string): TaskRow {
@@ -109,8 +109,10 @@ export interface RolloutRetryOptions {
 /** Options for {@linkcode Taskset.run}. */
 export interface TasksetRunOptions extends Omit<RolloutOptions, "signal" | "context" | "from"> {
   /**
-   * The state every rollout starts from, with `runtime` a
-   * {@linkcode ForkRuntime} (`group` rollouts per task from one state):
+   * The state every rollout starts from, with `runtime` one that places
+   * from its kind of snapshot (a {@linkcode ForkRuntime} for workspace
+   * snapshots, a `ContainerRuntime` for container snapshots), `group`
+   * rollouts per task from one state:
    * - a snapshot: every rollout starts from it (it stays the caller's);
    * - a function: called once per task, with the task and the job's
    *   signal, when the task's first rollout is placed, for the snapshot
@@ -291,8 +293,10 @@ export function tasksetRunConfig(
 function snapshotSource(options: TasksetRunOptions): SnapshotSource | null {
   const from = options.from;
   if (from === undefined) return null;
-  if (typeof from !== "function") checkUsable("run taskset from a snapshot", from);
-  if (!placesFromSnapshots(options.runtime)) throw noSnapshotRuntime("run taskset from a snapshot");
+  const verb = "run taskset from a snapshot";
+  const snapshot = typeof from === "function" ? null : checkUsable(verb, from);
+  const refused = snapshotRefusal(verb, options.runtime, snapshot);
+  if (refused !== null) throw refused;
   return from;
 }
 

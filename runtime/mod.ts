@@ -23,6 +23,8 @@ export type {
   PlaceOptions,
   RolloutPhase,
   RuntimeProvider,
+  Snapshot,
+  SnapshotRuntime,
 } from "./placement.ts";
 export { Shared, type SharedOptions } from "./shared.ts";
 export { Runtime } from "./runtime.ts";

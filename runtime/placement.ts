@@ -94,3 +94,36 @@ export interface RuntimeProvider {
   /** Places the environment; dispose the placement to release it. */
   place(options?: PlaceOptions): Promise<Placement>;
 }
+
+/**
+ * A saved state an environment can be placed from again: a workspace's
+ * files (`kind` "workspace", `Workspace.snapshot()`), or a container's file
+ * system (`kind` "container", `ContainerRuntime.snapshot()`). A
+ * {@linkcode SnapshotRuntime} of the same kind places from it.
+ */
+export interface Snapshot extends AsyncDisposable {
+  /** What it holds, and so which runtime places from it: "workspace" or "container". */
+  readonly kind: string;
+  /** Its id, unique in this process (`snap-...`). */
+  readonly id: string;
+  /** What it was taken of: a workspace's name, or a container's image. */
+  readonly workspace: string;
+  /** The snapshot what it was taken of started from, or null. */
+  readonly parent: string | null;
+  /** Its ancestry, nearest first (empty when it has no parent). */
+  readonly lineage: readonly string[];
+  /** Bytes of disk it took. */
+  readonly bytes: number;
+  /** Whether it was removed. */
+  readonly removed: boolean;
+  /** Removes it; what a placement from it still runs on stays until released. Idempotent. */
+  remove(): Promise<void>;
+}
+
+/** A runtime that can place an environment from a snapshot of its kind. */
+export interface SnapshotRuntime extends RuntimeProvider {
+  /** The kind of snapshot it places from ({@linkcode Snapshot.kind}). */
+  readonly snapshotKind: string;
+  /** Places an environment made from `from`; dispose the placement to release it. */
+  placeFrom(from: Snapshot, options?: PlaceOptions): Promise<Placement>;
+}

@@ -184,6 +184,8 @@ const STACKS = new WeakMap<WorkspaceSnapshot, readonly Layer[]>();
  * forks running from it keep what they need.
  */
 export class WorkspaceSnapshot implements AsyncDisposable {
+  /** What it holds: a workspace's files (a `ForkRuntime` places from it). */
+  readonly kind = "workspace";
   /** Its id, unique in this process. */
   readonly id: string;
   /** The name of the workspace it was taken of. */

@@ -87,7 +87,7 @@ test({
       );
       await assert.rejects(
         new Taskset([ROW]).run(appendAgent(), { from: a }),
-        /Cannot run taskset from a snapshot: the runtime cannot place/,
+        /Cannot run taskset from a snapshot: the default runtime \(LocalRuntime\) cannot place/,
       );
       await assert.rejects(
         new Taskset([ROW]).run(appendAgent(), { runtime, from: a, snapshots: { maxCount: 0 } }),
