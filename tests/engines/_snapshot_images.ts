@@ -47,9 +47,23 @@ export function buildForkImage(socket?: string): Promise<void> {
   return done;
 }
 
+/**
+ * The label on every container these tests' runtimes make: other test
+ * files, run beside them under `deno test --parallel` in the same process,
+ * have containers of the same owner, which these tests must neither count
+ * nor remove.
+ */
+const FILE_LABEL = "dev.hud.test.file";
+const FILE = "container_snapshot";
+
 /** A runtime of the environment whose image is writable (what a snapshot keeps). */
 export function forkRuntime(socket?: string): ContainerRuntime {
-  return new ContainerRuntime(FORK_TAG, { socket, readOnly: false, pids: 512 });
+  return new ContainerRuntime(FORK_TAG, {
+    socket,
+    readOnly: false,
+    pids: 512,
+    labels: { [FILE_LABEL]: FILE },
+  });
 }
 
 function byOwner(pid: number): string {
@@ -76,8 +90,10 @@ export async function containersOf(pid: number, socket?: string): Promise<string
   using engine = await EngineClient.open(socket);
   const list = await engine.call("GET", `/containers/json?all=true&filters=${byOwner(pid)}`) as {
     Id: string;
+    Labels?: Record<string, string> | null;
   }[];
-  return list.map((c) => c.Id);
+  // By one label on the engine (Podman 4.3), the other here.
+  return list.filter((c) => c.Labels?.[FILE_LABEL] === FILE).map((c) => c.Id);
 }
 
 /** The ids of the snapshot images process `pid` committed on the engine at `socket`. */

@@ -28,6 +28,9 @@ const TAG = "hud-test-env:latest";
 const BROKEN_TAG = "hud-test-env-broken:latest";
 const PROBE_TAG = "hud-test-env-probe:latest";
 const PROBE_BASE = "hud-test-env-probe-base:latest";
+const FILE_LABEL = "dev.hud.test.file";
+/** On every container this file's runtimes make in this process (containersOf). */
+const FILE_LABELS = { [FILE_LABEL]: "container_test" };
 
 /**
  * tests/fixtures/syscall_probe.c built static, or null without gcc (or off
@@ -142,13 +145,22 @@ function suite(label: string, socket: string | undefined, needs: readonly Counte
     return built;
   }
 
+  /**
+   * The containers process `pid` made; for this process, only this file's
+   * (FILE_LABELS): other test files, run beside it under `deno test
+   * --parallel` in the same process, make containers of the same owner.
+   */
   async function containersOf(pid: number): Promise<string[]> {
     using engine = await EngineClient.open(socket);
     const filters = encodeURIComponent(JSON.stringify({ label: [`${OWNER_LABEL}=${pid}`] }));
     const list = await engine.call("GET", `/containers/json?all=true&filters=${filters}`) as {
       Id: string;
+      Labels?: Record<string, string> | null;
     }[];
-    return list.map((c) => c.Id);
+    return list.filter((c) =>
+      pid !== Deno.pid || c.Labels?.[FILE_LABEL] === FILE_LABELS[FILE_LABEL]
+    )
+      .map((c) => c.Id);
   }
 
   /** The control socket directory the container of `pid` names in its label. */
@@ -187,7 +199,12 @@ function suite(label: string, socket: string | undefined, needs: readonly Counte
     needs,
     async fn() {
       await buildImages();
-      const runtime = new ContainerRuntime(TAG, { socket, memory: 256 * 1024 * 1024, pids: 256 });
+      const runtime = new ContainerRuntime(TAG, {
+        socket,
+        memory: 256 * 1024 * 1024,
+        pids: 256,
+        labels: FILE_LABELS,
+      });
       let containerId = "";
       {
         await using client = await connect(runtime, { readyTimeout: 60_000 });
@@ -218,7 +235,10 @@ function suite(label: string, socket: string | undefined, needs: readonly Counte
     needs,
     async fn() {
       await buildImages();
-      const facts = await factsOf(new ContainerRuntime(PROBE_TAG, { socket }), []);
+      const facts = await factsOf(
+        new ContainerRuntime(PROBE_TAG, { socket, labels: FILE_LABELS }),
+        [],
+      );
       assert.equal(facts.uid, 65534);
       assert.equal(facts.capEff, "0000000000000000");
       assert.equal(facts.capBnd, "0000000000000000");
@@ -238,7 +258,10 @@ function suite(label: string, socket: string | undefined, needs: readonly Counte
     needs: [...needs, SYSCALL_GCC],
     async fn() {
       await buildImages();
-      const { syscalls } = await factsOf(new ContainerRuntime(PROBE_TAG, { socket }), []);
+      const { syscalls } = await factsOf(
+        new ContainerRuntime(PROBE_TAG, { socket, labels: FILE_LABELS }),
+        [],
+      );
       // EPERM from Docker 20.10 (no defaultErrnoRet), ENOSYS from Podman.
       const refused = /^-1 (1|38)$/;
       for (
@@ -273,7 +296,10 @@ function suite(label: string, socket: string | undefined, needs: readonly Counte
       try {
         const targets = ["169.254.169.254:80", ...(service ? [service.target] : [])];
         // The control port answers: the task runs at all.
-        const facts = await factsOf(new ContainerRuntime(PROBE_TAG, { socket }), targets);
+        const facts = await factsOf(
+          new ContainerRuntime(PROBE_TAG, { socket, labels: FILE_LABELS }),
+          targets,
+        );
         assert.deepEqual(facts.routes, [], "the container has routes");
         for (const target of targets) {
           assert.match(facts.reached[target], /unreachable/i, target);
@@ -281,7 +307,7 @@ function suite(label: string, socket: string | undefined, needs: readonly Counte
         assert.equal(service?.accepted ?? 0, 0, "the host service was reached");
         await t.step("network: true puts it on the bridge, with a route out", async () => {
           const open = await factsOf(
-            new ContainerRuntime(PROBE_TAG, { socket, network: true }),
+            new ContainerRuntime(PROBE_TAG, { socket, network: true, labels: FILE_LABELS }),
             service ? [service.target] : [],
           );
           assert.ok(open.routes.some((r) => r.split("\t")[1] === "00000000"), "no default route");
@@ -366,11 +392,17 @@ function suite(label: string, socket: string | undefined, needs: readonly Counte
         headers: { "content-type": "application/x-tar" },
       });
       await res.text();
-      const err = await new ContainerRuntime("hud-test-unlabelled:latest", { socket }).place()
+      const err = await new ContainerRuntime("hud-test-unlabelled:latest", {
+        socket,
+        labels: FILE_LABELS,
+      }).place()
         .catch((e) => e);
       assert.ok(err instanceof TypeError, String(err));
       assert.match(err.message, /has no "dev\.hud\.control=socket" label.*rebuild it/);
-      const missing = await new ContainerRuntime("hud-test-no-such-image:latest", { socket })
+      const missing = await new ContainerRuntime("hud-test-no-such-image:latest", {
+        socket,
+        labels: FILE_LABELS,
+      })
         .place().catch((e) => e);
       assert.match(String(missing), /no image "hud-test-no-such-image:latest"/);
       assert.deepEqual(await containersOf(Deno.pid), []);
@@ -382,7 +414,11 @@ function suite(label: string, socket: string | undefined, needs: readonly Counte
     needs,
     async fn() {
       await buildImages();
-      const runtime = new ContainerRuntime(BROKEN_TAG, { socket, readyTimeout: 60_000 });
+      const runtime = new ContainerRuntime(BROKEN_TAG, {
+        socket,
+        readyTimeout: 60_000,
+        labels: FILE_LABELS,
+      });
       const err = await runtime.place().catch((e) => e);
       assert.ok(err instanceof NotReadyError, String(err));
       assert.match(err.message, /exited with code [1-9]/);
@@ -408,7 +444,7 @@ function suite(label: string, socket: string | undefined, needs: readonly Counte
         return String(a + b);
       });
       const job = await taskset.run(agent, {
-        runtime: new ContainerRuntime(TAG, { socket }),
+        runtime: new ContainerRuntime(TAG, { socket, labels: FILE_LABELS }),
         maxConcurrent: 4,
         signal: AbortSignal.timeout(300_000),
       });

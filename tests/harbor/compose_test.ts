@@ -661,11 +661,20 @@ test({ name: "compose_test removes the images it built", needs: [ENGINE] }, asyn
   for (const [socket, images] of built) {
     using engine = await EngineClient.open(socket || undefined);
     for (const ref of new Set([...images, ...(builtBase.has(socket) ? [BASE] : [])])) {
-      try {
-        await engine.call("DELETE", `/images/${encodeURIComponent(ref)}`);
-      } catch (err) {
-        if (!(err instanceof EngineError && (err.status === 404 || err.status === 409))) {
-          failed.push(`${ref}: ${err}`);
+      // 409 while a container of it is still being removed (Podman removes
+      // them after answering): tried again, for up to 5 s.
+      for (let attempt = 0; attempt < 20; attempt++) {
+        try {
+          await engine.call("DELETE", `/images/${encodeURIComponent(ref)}`);
+          break;
+        } catch (err) {
+          if (err instanceof EngineError && err.status === 404) break;
+          if (err instanceof EngineError && err.status === 409 && attempt < 19) {
+            await new Promise((r) => setTimeout(r, 250));
+            continue;
+          }
+          if (!(err instanceof EngineError && err.status === 409)) failed.push(`${ref}: ${err}`);
+          break;
         }
       }
     }
