@@ -1,6 +1,7 @@
-// `hud gc`: remove what killed runs left behind: containers and snapshot
-// images, or with --kubernetes pods and their Secrets, or with --slurm
-// jobs. The engines' code loads only for the one asked for.
+// `hud gc`: remove what killed runs left behind: containers, snapshot
+// images, compose tasks' networks and volumes, or with --kubernetes pods
+// and their Secrets, or with --slurm jobs. The engines' code loads only for
+// the one asked for.
 
 import {
   EXIT_OK,
@@ -17,8 +18,9 @@ export const USAGE: string =
   `Usage: ${PROGRAM} gc [--older-than SECONDS] [--socket PATH | --kubernetes [--namespace NS] | --slurm]
 
 Removes what the runtimes of runs that were killed left behind, and prints
-its names: the containers ContainerRuntime started and the snapshot
-images it committed (by default), the pods
+its names: the containers ContainerRuntime started, the snapshot
+images it committed and the networks and volumes of Harbor compose tasks
+(by default), the pods
 and Secrets of KubernetesRuntime (--kubernetes, on the cluster KUBECONFIG
 names, or the one this runs in), or the jobs of SlurmRuntime (--slurm,
 through slurmrestd when SLURMRESTD is set, else scancel). Only what a
@@ -95,15 +97,20 @@ async function collect(target: GcTarget, io: Io): Promise<void> {
     const pods = removed.filter((r) => r.startsWith("pod/")).length;
     io.err(`gc: removed ${count(pods, "pod")} and ${count(removed.length - pods, "secret")}\n`);
   } else {
-    const { removeStaleContainers, removeStaleSnapshots } = await import("../engines/gc.ts");
-    const { socket, olderThan } = target;
-    const removed = await removeStaleContainers({ socket, olderThan });
-    const images = await removeStaleSnapshots({ socket, olderThan });
+    const gc = await import("../engines/gc.ts");
+    const options = { socket: target.socket, olderThan: target.olderThan };
+    // Containers first: what they stand on or use goes after them.
+    const removed = await gc.removeStaleContainers(options);
+    const images = await gc.removeStaleSnapshots(options);
+    const networks = await gc.removeStaleNetworks(options);
+    const volumes = await gc.removeStaleVolumes(options);
     for (const id of [...removed, ...images]) io.out(`${id}\n`);
+    for (const name of networks) io.out(`network/${name}\n`);
+    for (const name of volumes) io.out(`volume/${name}\n`);
     io.err(
-      `gc: removed ${count(removed.length, "container")} and ${
+      `gc: removed ${count(removed.length, "container")}, ${
         count(images.length, "snapshot image")
-      }\n`,
+      }, ${count(networks.length, "network")} and ${count(volumes.length, "volume")}\n`,
     );
   }
 }

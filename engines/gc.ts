@@ -1,6 +1,8 @@
 /**
- * {@linkcode removeStaleContainers} and {@linkcode removeStaleSnapshots}:
- * cleaning up the containers and snapshot images of a run that was killed.
+ * {@linkcode removeStaleContainers}, {@linkcode removeStaleSnapshots},
+ * {@linkcode removeStaleNetworks} and {@linkcode removeStaleVolumes}:
+ * cleaning up the containers, snapshot images, networks and volumes of a
+ * run that was killed.
  *
  * @module
  */
@@ -105,6 +107,78 @@ export async function removeStaleSnapshots(options: RemoveStaleOptions = {}): Pr
       removed.push(image.Id);
     } catch (err) {
       // 404: another cleaner removed it; 409: a container still uses it.
+      if (!(err instanceof EngineError) || (err.status !== 404 && err.status !== 409)) throw err;
+    }
+  }
+  return removed;
+}
+
+/**
+ * Removes the engine networks a killed run left behind (a Harbor compose
+ * task's, labelled with its process): those whose process is gone, or older
+ * than `olderThan`. Run it after {@linkcode removeStaleContainers}: a
+ * network a container is still on stays.
+ *
+ * @returns the names removed
+ */
+export async function removeStaleNetworks(options: RemoveStaleOptions = {}): Promise<string[]> {
+  using engine = await EngineClient.open(options.socket);
+  const list = await engine.call("GET", `/networks?filters=${byOwnerLabel()}`) as {
+    Name: string;
+    Created?: string;
+    Labels?: Record<string, string> | null;
+  }[];
+  return await removeEach(
+    engine,
+    list.map((n) => ({ name: n.Name, created: n.Created, labels: n.Labels })),
+    options.olderThan,
+    (name) => `/networks/${encodeURIComponent(name)}`,
+  );
+}
+
+/**
+ * Removes the named volumes a killed run left behind (a Harbor compose
+ * task's, labelled with its process): those whose process is gone, or older
+ * than `olderThan`. Run it after {@linkcode removeStaleContainers}: a volume
+ * a container still mounts stays.
+ *
+ * @returns the names removed
+ */
+export async function removeStaleVolumes(options: RemoveStaleOptions = {}): Promise<string[]> {
+  using engine = await EngineClient.open(options.socket);
+  const reply = await engine.call("GET", `/volumes?filters=${byOwnerLabel()}`) as {
+    Volumes?: { Name: string; CreatedAt?: string; Labels?: Record<string, string> | null }[] | null;
+  };
+  return await removeEach(
+    engine,
+    (reply.Volumes ?? []).map((v) => ({ name: v.Name, created: v.CreatedAt, labels: v.Labels })),
+    options.olderThan,
+    (name) => `/volumes/${encodeURIComponent(name)}`,
+  );
+}
+
+function byOwnerLabel(): string {
+  return encodeURIComponent(JSON.stringify({ label: [OWNER_LABEL] }));
+}
+
+/** Deletes each stale item at `path(name)`; one in use (409) or gone (404) is left. */
+async function removeEach(
+  engine: EngineClient,
+  items: { name: string; created: string | undefined; labels?: Record<string, string> | null }[],
+  olderThan: number | undefined,
+  path: (name: string) => string,
+): Promise<string[]> {
+  const now = Date.now();
+  const removed: string[] = [];
+  for (const item of items) {
+    // An unreadable creation time counts as new: only a gone owner removes it then.
+    const created = Date.parse(item.created ?? "") / 1000;
+    const entry = { Created: Number.isFinite(created) ? created : now / 1000, Labels: item.labels };
+    if (!stale(entry, now, olderThan)) continue;
+    try {
+      await engine.call("DELETE", path(item.name));
+      removed.push(item.name);
+    } catch (err) {
       if (!(err instanceof EngineError) || (err.status !== 404 && err.status !== 409)) throw err;
     }
   }

@@ -6,8 +6,9 @@
  *
  * - {@linkcode ContainerRuntime}: an environment image in a Docker or Podman
  *   container, one per placement; {@linkcode buildEnvironmentImage} makes
- *   the image, {@linkcode removeStaleContainers} and
- *   {@linkcode removeStaleSnapshots} clean up after a killed run. Its
+ *   the image, {@linkcode removeStaleContainers},
+ *   {@linkcode removeStaleSnapshots}, {@linkcode removeStaleNetworks} and
+ *   {@linkcode removeStaleVolumes} clean up after a killed run. Its
  *   `snapshot()` commits a placed container into an image that `placeFrom()`
  *   (a rollout's or a job's `from`) starts new containers of.
  * - {@linkcode SwarmRuntime}: a pool of replicas of an environment image on a
@@ -40,7 +41,13 @@ export type {
 } from "./_container_network.ts";
 export type { PublicNetwork } from "./_network_support.ts";
 export { buildEnvironmentImage, type BuildImageOptions } from "./image.ts";
-export { removeStaleContainers, type RemoveStaleOptions, removeStaleSnapshots } from "./gc.ts";
+export {
+  removeStaleContainers,
+  removeStaleNetworks,
+  type RemoveStaleOptions,
+  removeStaleSnapshots,
+  removeStaleVolumes,
+} from "./gc.ts";
 export { SwarmRuntime, type SwarmRuntimeOptions } from "./swarm.ts";
 export {
   KubeApiError,
