@@ -28,6 +28,7 @@ import type { SnapshotRoot } from "./_snapshot.ts";
 import type { SpareSandbox } from "./_waiting.ts";
 import type { PreparedGrading } from "./_grade.ts";
 import type { Owner } from "./_layers.ts";
+import { removeScratch, scratchDir } from "./_scratch.ts";
 
 /** Unauthenticated SSH connections: random early drop from 32, all from 128. */
 const WORKSPACE_STARTUPS = { start: 32, rate: 30, full: 128 };
@@ -68,7 +69,7 @@ export interface Episode {
 export async function newEpisode(): Promise<Episode> {
   return {
     sandbox: { isolation: "none", writable: [], network: false, user: null },
-    home: await Deno.makeTempDir({ prefix: "hud-home-" }),
+    home: await scratchDir("hud-home-"),
     user: null,
     commandEnv: {},
     cgroup: null,
@@ -301,7 +302,7 @@ async function nameUser(
   user: { uid: number; gid: number },
   ep: Episode,
 ): Promise<SandboxMount[]> {
-  const etc = ep.etc = await Deno.makeTempDir({ prefix: "hud-etc-" });
+  const etc = ep.etc = await scratchDir("hud-etc-");
   await Deno.chmod(etc, 0o755);
   const read = (f: string) => Deno.readTextFile(f).then((t) => t.replace(/\n?$/, "\n"), () => "");
   const passwd = `${name}:x:${user.uid}:${user.gid}::${ep.home}:/bin/bash\n`;
@@ -333,7 +334,7 @@ export async function publishShell(
   const client = await generateSshKeyPair({ comment: `${env.name}-${config.user}` });
   let clientKeyPath: string | undefined;
   if (config.writeKeyFile) {
-    ep.keyDir = await Deno.makeTempDir({ prefix: "hud-ssh-" });
+    ep.keyDir = await scratchDir("hud-ssh-");
     clientKeyPath = `${ep.keyDir}/id_ed25519`;
     await Deno.writeTextFile(clientKeyPath, client.privateKey, { mode: 0o600 });
   }
@@ -395,6 +396,6 @@ export async function releaseEpisode(ep: Episode): Promise<void> {
   await ep.cgroup?.remove();
   await ep.lease?.release();
   for (const dir of [ep.keyDir, ep.home, ep.etc]) {
-    if (dir !== null) await Deno.remove(dir, { recursive: true }).catch(() => {});
+    if (dir !== null) await removeScratch(dir);
   }
 }

@@ -14,6 +14,7 @@ import { WORKSPACE_RUN_DIR } from "./_sftp.ts";
 import type { WorkspaceExecOptions, WorkspaceExecResult } from "./_types.ts";
 import { type ParsedPolicy, parseNetworkPolicy } from "./_netpolicy.ts";
 import { phaseNetwork } from "./_netphase.ts";
+import { removeScratch, scratchDir } from "./_scratch.ts";
 
 /** Where a grading command finds its `files`, inside the sandbox. */
 const GRADER_FILES = "/grader";
@@ -140,7 +141,7 @@ async function gradingDir(
   files: GradeCommand["files"],
   user: GradeSandbox["user"],
 ): Promise<string> {
-  const dir = await Deno.makeTempDir({ prefix: "hud-grade-" });
+  const dir = await scratchDir("hud-grade-");
   try {
     await Deno.chmod(dir, 0o711);
     await Deno.mkdir(`${dir}/home`, { mode: 0o700 });
@@ -150,7 +151,7 @@ async function gradingDir(
     if (user !== null) await Deno.chown(`${dir}/home`, user.uid, user.gid);
     return dir;
   } catch (err) {
-    await Deno.remove(dir, { recursive: true }).catch(() => {});
+    await removeScratch(dir);
     throw err;
   }
 }
@@ -184,7 +185,7 @@ export async function prepareGrading(agent: GradeSandbox, root: string): Promise
 /** Discards a prepared grading that no command took. */
 export async function discardGrading(prepared: PreparedGrading): Promise<void> {
   await prepared.waiting?.discard();
-  await Deno.remove(prepared.dir, { recursive: true }).catch(() => {});
+  await removeScratch(prepared.dir);
 }
 
 /**
@@ -244,7 +245,7 @@ export async function runGradeCommand(
     await using net = await phaseNetwork(sandbox, env, command.network);
     return await runIn(net.sandbox, net.env, null, running, command, started);
   } finally {
-    await Deno.remove(dir, { recursive: true }).catch(() => {});
+    await removeScratch(dir);
   }
 }
 

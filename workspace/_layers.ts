@@ -7,9 +7,9 @@
 // watcher started with it in a session of its own, which unmounts what used
 // the store and removes it.
 
-import { errorMessage } from "../_internal/util.ts";
 import { DEFAULT_PATH } from "./_sandbox.ts";
 import { unmount } from "./_mount.ts";
+import { watchExit } from "./_watcher.ts";
 
 /** The ids that mean "the agent" on disk in a layer (its files' owner). */
 export interface Owner {
@@ -17,13 +17,10 @@ export interface Owner {
   readonly gid: number;
 }
 
-// Waits for the process to end (polling: it may be any process), then
-// unmounts, newest first, every mount that uses the store (binds under it,
-// overlays whose options name it) and removes it, staying on its file system.
-const WATCHER = `trap '' INT TERM HUP
-pid=$1 start=$2 store=$3
-alive() { [ "$(cut -d' ' -f22 "/proc/$pid/stat" 2>/dev/null)" = "$start" ]; }
-while alive; do sleep 0.5; done
+// Once the process has ended (_watcher.ts), unmounts, newest first, every
+// mount that uses the store (binds under it, overlays whose options name it)
+// and removes it, staying on its file system.
+const WATCHER = `store=$1
 [ -d "$store" ] || exit 0
 tac /proc/self/mountinfo | while IFS= read -r line; do
   case $line in *"$store"*) ;; *) continue ;; esac
@@ -32,11 +29,6 @@ tac /proc/self/mountinfo | while IFS= read -r line; do
 done
 rm -rf --one-file-system -- "$store"
 `;
-
-function startTime(pid: number | "self"): string {
-  const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
-  return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
-}
 
 /** The process's store, while something uses it. */
 export class SnapshotStore {
@@ -119,30 +111,11 @@ async function openStore(): Promise<SnapshotStore> {
   await Deno.chmod(dir, 0o700);
   let watcher: Deno.ChildProcess;
   try {
-    watcher = new Deno.Command("bash", {
-      args: [
-        "--noprofile",
-        "--norc",
-        "-c",
-        WATCHER,
-        "hud-snapshots",
-        String(Deno.pid),
-        startTime("self"),
-        dir,
-      ],
-      clearEnv: true,
-      env: { PATH: DEFAULT_PATH },
-      stdin: "null",
-      stdout: "null",
-      stderr: "null",
-      // A session of its own: a Ctrl-C at the terminal does not reach it.
-      detached: true,
-    }).spawn();
+    watcher = watchExit(WATCHER, "hud-snapshots", [dir]);
   } catch (err) {
     await Deno.remove(dir, { recursive: true });
-    throw new Error(`Cannot start the snapshot store's watcher: ${errorMessage(err)}`);
+    throw err;
   }
-  watcher.unref();
   return new SnapshotStore(dir, watcher);
 }
 

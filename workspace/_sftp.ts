@@ -13,6 +13,7 @@ import {
   spawnInSandbox,
 } from "./_sandbox.ts";
 import { killTrees } from "./_processes.ts";
+import { removeScratch, scratchDir } from "./_scratch.ts";
 
 /** Where the sandboxed SFTP server's code, cache and deno binary are shown. */
 const SFTP_DIR = "/run/hud/sftp";
@@ -89,14 +90,14 @@ export class SandboxedSftp {
       report("SFTP is off: no deno binary here to run the sandboxed SFTP server");
       return null;
     }
-    const dir = await Deno.makeTempDir({ prefix: "hud-sftp-" });
+    const dir = await scratchDir("hud-sftp-");
     try {
       await Deno.chmod(dir, 0o755);
       await copySftpSources(`${dir}/src`);
       await Deno.mkdir(`${dir}/cache`, { mode: 0o755 });
       return new SandboxedSftp(dir, deno);
     } catch (err) {
-      await Deno.remove(dir, { recursive: true }).catch(() => {});
+      await removeScratch(dir);
       report(`SFTP is off: cannot copy the sandboxed SFTP server: ${errorMessage(err)}`);
       return null;
     }
@@ -195,6 +196,6 @@ export class SandboxedSftp {
   async remove(): Promise<void> {
     if (this.#warmer !== null) killTrees([this.#warmer.pid]);
     await this.#warming;
-    await Deno.remove(this.#dir, { recursive: true }).catch(() => {});
+    await removeScratch(this.#dir);
   }
 }
