@@ -192,6 +192,29 @@ function isGone(err: EngineError): boolean {
 }
 
 /**
+ * The engine's record of image `ref` (`GET /images/{ref}/json`), or null
+ * when it has none.
+ * @throws {EngineError} for any other failure
+ */
+export async function inspectImage<T = Record<string, unknown>>(
+  engine: EngineClient,
+  ref: string,
+  signal?: AbortSignal,
+): Promise<T | null> {
+  try {
+    return await engine.call(
+      "GET",
+      `/images/${encodeURIComponent(ref)}/json`,
+      undefined,
+      signal,
+    ) as T;
+  } catch (err) {
+    if (err instanceof EngineError && err.status === 404) return null;
+    throw err;
+  }
+}
+
+/**
  * Stops and removes a container; one already stopped, gone, or being
  * removed by another cleaner counts as removed.
  */

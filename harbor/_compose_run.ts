@@ -14,7 +14,7 @@
 // naming the service.
 
 import { ContainerRuntime, type ContainerRuntimeOptions } from "../engines/container.ts";
-import { EngineClient, EngineError, removeContainer } from "../engines/_engine.ts";
+import { EngineClient, EngineError, inspectImage, removeContainer } from "../engines/_engine.ts";
 import { connect, needsNetwork, resolveNetwork } from "../engines/_container_network.ts";
 import { OWNER_LABEL } from "../engines/_constants.ts";
 import {
@@ -93,13 +93,7 @@ export async function composeImages(
 }
 
 async function exists(engine: EngineClient, image: string): Promise<boolean> {
-  try {
-    await engine.call("GET", `/images/${encodeURIComponent(image)}/json`);
-    return true;
-  } catch (err) {
-    if (err instanceof EngineError && err.status === 404) return false;
-    throw err;
-  }
+  return await inspectImage(engine, image) !== null;
 }
 
 async function pullIfAbsent(

@@ -17,7 +17,7 @@
  * @module
  */
 
-import { EngineClient, EngineError } from "../engines/_engine.ts";
+import { EngineClient, inspectImage } from "../engines/_engine.ts";
 import { CONTROL_SOCKET_VAR } from "../engines/_constants.ts";
 import { SERVE_TOKEN_VAR } from "../_internal/auth.ts";
 import { TarWriter } from "../engines/_tar.ts";
@@ -143,16 +143,8 @@ function initScript(server: string[], user: string, env: Record<string, string>)
   ].join("\n");
 }
 
-async function imageInfo(
-  engine: EngineClient,
-  ref: string,
-): Promise<ImageInfo | null> {
-  try {
-    return await engine.call("GET", `/images/${encodeURIComponent(ref)}/json`) as ImageInfo;
-  } catch (err) {
-    if (err instanceof EngineError && err.status === 404) return null;
-    throw err;
-  }
+function imageInfo(engine: EngineClient, ref: string): Promise<ImageInfo | null> {
+  return inspectImage<ImageInfo>(engine, ref);
 }
 
 /**

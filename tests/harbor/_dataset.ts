@@ -1,6 +1,9 @@
 // A dataset of Harbor-format tasks for the Harbor tests, their Dockerfiles
 // FROM BASE (tests/engines/_shell_base.ts builds it: no registry is reachable).
 
+import assert from "node:assert/strict";
+import { type Agent, functionAgent } from "../../eval/mod.ts";
+
 /** The base image the tasks' Dockerfiles start from. */
 export const BASE = "hud-test-harbor-base:latest";
 
@@ -100,5 +103,16 @@ export async function writeDataset(root: string): Promise<void> {
     ...common,
     "task.toml": '[agent]\ntimeout_sec = "soon"\n',
     "tests/test.sh": HELLO_TEST,
+  });
+}
+
+/** An agent that runs `cmds` in its shell, in order, and asserts each succeeded. */
+export function runs(...cmds: string[]): Agent {
+  return functionAgent(async (_prompt, run, { signal }) => {
+    await using shell = await run.client.open("shell", { signal });
+    for (const cmd of cmds) {
+      const r = await shell.exec(cmd, { signal });
+      assert.equal(r.code, 0, `${cmd}: ${r.stderrText}`);
+    }
   });
 }

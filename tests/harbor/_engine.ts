@@ -2,7 +2,7 @@
 // left for a test's tasks. (Whether they can run is the ENGINE counterpart,
 // tests/_counterparts.ts.)
 
-import { EngineClient } from "../../engines/_engine.ts";
+import { EngineClient, inspectImage } from "../../engines/_engine.ts";
 import { OWNER_LABEL } from "../../engines/mod.ts";
 
 /**
@@ -21,4 +21,10 @@ export async function containersLeft(under: string): Promise<string[]> {
   const folder = under.endsWith("/") ? under : `${under}/`;
   return list.filter((c) => `${c.Labels?.["dev.hud.harbor.path"] ?? ""}/`.startsWith(folder))
     .map((c) => c.Id);
+}
+
+/** Whether the engine at `socket` (default: the default one) has image `tag`. */
+export async function hasImage(tag: string, socket?: string): Promise<boolean> {
+  using engine = await EngineClient.open(socket);
+  return await inspectImage(engine, tag) !== null;
 }

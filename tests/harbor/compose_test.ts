@@ -25,6 +25,7 @@ import {
 } from "../../harbor/mod.ts";
 import { composeImages } from "../../harbor/_compose_run.ts";
 import { EngineClient, EngineError } from "../../engines/_engine.ts";
+import { hasImage } from "./_engine.ts";
 import { type Agent, functionAgent } from "../../eval/mod.ts";
 import { testSignal, withDeadline } from "../_deadline.ts";
 import { buildShellBase } from "../engines/_shell_base.ts";
@@ -256,13 +257,7 @@ async function buildBase(socket?: string): Promise<void> {
 
 /** Builds the base (when missing) and every image the tasks under `root` use. */
 async function buildAll(root: string, socket?: string): Promise<Map<string, HarborTask>> {
-  using engine = await EngineClient.open(socket);
-  const had = await engine.call("GET", `/images/${encodeURIComponent(BASE)}/json`)
-    .then(() => true, (err) => {
-      if (err instanceof EngineError && err.status === 404) return false;
-      throw err;
-    });
-  if (!had) {
+  if (!await hasImage(BASE, socket)) {
     builtBase.add(socket ?? "");
     await buildBase(socket);
   }

@@ -27,8 +27,8 @@ import { EngineClient, EngineError } from "../../engines/_engine.ts";
 import { type Agent, functionAgent } from "../../eval/mod.ts";
 import { testSignal, withDeadline } from "../_deadline.ts";
 import { buildTbstyleBase, TBSTYLE_BASE } from "./_tbstyle_base.ts";
-import { containersLeft } from "./_engine.ts";
-import { writeTask } from "./_dataset.ts";
+import { containersLeft, hasImage } from "./_engine.ts";
+import { runs, writeTask } from "./_dataset.ts";
 
 const KEY = `judge-key-${crypto.randomUUID()}`;
 
@@ -104,15 +104,6 @@ async function writeTasks(root: string): Promise<void> {
   });
 }
 
-/** An agent that runs `cmd` in its shell and asserts it succeeded. */
-function runs(cmd: string): Agent {
-  return functionAgent(async (_prompt, run, { signal }) => {
-    await using shell = await run.client.open("shell", { signal });
-    const r = await shell.exec(cmd, { signal });
-    assert.equal(r.code, 0, `${cmd}: ${r.stderrText}`);
-  });
-}
-
 /** Whether this file built the base (then it removes it). */
 let builtBase = false;
 /** The images this file built, removed by the last test. */
@@ -122,13 +113,7 @@ let prepared: Promise<Map<string, HarborTask>> | null = null;
 /** The tasks, written and their images built, once for the file. */
 function tasks(): Promise<Map<string, HarborTask>> {
   prepared ??= (async () => {
-    using engine = await EngineClient.open();
-    const had = await engine.call("GET", `/images/${encodeURIComponent(TBSTYLE_BASE)}/json`)
-      .then(() => true, (err) => {
-        if (err instanceof EngineError && err.status === 404) return false;
-        throw err;
-      });
-    if (!had) {
+    if (!await hasImage(TBSTYLE_BASE)) {
       builtBase = true;
       await buildTbstyleBase();
     }

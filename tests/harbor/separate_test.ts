@@ -29,8 +29,8 @@ import { EngineClient, EngineError } from "../../engines/_engine.ts";
 import { type Agent, functionAgent } from "../../eval/mod.ts";
 import { testSignal, withDeadline } from "../_deadline.ts";
 import { buildShellBase } from "../engines/_shell_base.ts";
-import { containersLeft } from "./_engine.ts";
-import { writeTask } from "./_dataset.ts";
+import { containersLeft, hasImage } from "./_engine.ts";
+import { runs, writeTask } from "./_dataset.ts";
 
 const BASE = "hud-test-harbor-separate-base:latest";
 
@@ -108,17 +108,6 @@ async function writeTasks(root: string): Promise<void> {
   });
 }
 
-/** Runs `cmd` in the agent's shell and asserts it succeeded. */
-function runs(...cmds: string[]): Agent {
-  return functionAgent(async (_prompt, run, { signal }) => {
-    await using shell = await run.client.open("shell", { signal });
-    for (const cmd of cmds) {
-      const r = await shell.exec(cmd, { signal });
-      assert.equal(r.code, 0, `${cmd}: ${r.stderrText}`);
-    }
-  });
-}
-
 let builtBase = false;
 const images: string[] = [];
 let prepared: Promise<Map<string, HarborTask>> | null = null;
@@ -126,13 +115,7 @@ let prepared: Promise<Map<string, HarborTask>> | null = null;
 /** The tasks, written and their images (the agent's and the verifier's) built, once for the file. */
 function tasks(): Promise<Map<string, HarborTask>> {
   prepared ??= (async () => {
-    using engine = await EngineClient.open();
-    const had = await engine.call("GET", `/images/${encodeURIComponent(BASE)}/json`)
-      .then(() => true, (err) => {
-        if (err instanceof EngineError && err.status === 404) return false;
-        throw err;
-      });
-    if (!had) {
+    if (!await hasImage(BASE)) {
       builtBase = true;
       await buildShellBase(BASE);
     }

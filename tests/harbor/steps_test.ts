@@ -31,7 +31,7 @@ import { EngineClient, EngineError } from "../../engines/_engine.ts";
 import { type Agent, functionAgent } from "../../eval/mod.ts";
 import { testSignal, withDeadline } from "../_deadline.ts";
 import { buildShellBase } from "../engines/_shell_base.ts";
-import { containersLeft } from "./_engine.ts";
+import { containersLeft, hasImage } from "./_engine.ts";
 import { writeTask } from "./_dataset.ts";
 
 const FIXTURE = new URL("../fixtures/harbor-steps", import.meta.url).pathname;
@@ -220,13 +220,7 @@ let prepared: Promise<HarborTask> | null = null;
 /** The fixture's task, its base and images built once for the file. */
 function fixture(): Promise<HarborTask> {
   prepared ??= (async () => {
-    using engine = await EngineClient.open();
-    const had = await engine.call("GET", `/images/${encodeURIComponent(STEPS_BASE)}/json`)
-      .then(() => true, (err) => {
-        if (err instanceof EngineError && err.status === 404) return false;
-        throw err;
-      });
-    if (!had) {
+    if (!await hasImage(STEPS_BASE)) {
       builtBase = true;
       await buildShellBase(STEPS_BASE);
     }
