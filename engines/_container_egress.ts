@@ -20,7 +20,7 @@ import type { Placement, RolloutPhase } from "../runtime/placement.ts";
 import type { EngineClient } from "./_engine.ts";
 import type { ParsedPolicy } from "../workspace/_netpolicy.ts";
 import { type EgressProxy, startEgressProxy } from "../workspace/_egress.ts";
-import { PROXY_ENV, RELAY_JS } from "../workspace/_egress_relay.ts";
+import { PROXY_ENV, RELAY_ENV, RELAY_JS, relayRun } from "../workspace/_egress_relay.ts";
 import { hasAllowlist, type NetworkPlan } from "./_container_network.ts";
 
 /** How long the relay may take to listen, in ms. */
@@ -155,20 +155,10 @@ async function startRelay(pid: number, dir: string, proxyDir: string): Promise<D
     args: [
       `--net=/proc/${pid}/ns/net`,
       "--",
-      Deno.execPath(),
-      "run",
-      "--no-config",
-      "--no-lock",
-      "--quiet",
-      "--unstable-net",
-      "--allow-net",
-      `--allow-read=${proxyDir},${dir}/relay.js`,
-      `--allow-write=${proxyDir}`,
-      `${dir}/relay.js`,
-      proxyDir,
+      ...relayRun(Deno.execPath(), `${dir}/relay.js`, proxyDir),
     ],
     clearEnv: true,
-    env: { DENO_DIR: "/nonexistent", DENO_NO_UPDATE_CHECK: "1", NO_COLOR: "1" },
+    env: { ...RELAY_ENV },
     stdin: "piped",
     stdout: "piped",
     stderr: "piped",

@@ -119,6 +119,35 @@ exec 3<&-
 exec "$@"
 `;
 
+/** The relay's variables: no cache, no update check, no colour. */
+export const RELAY_ENV: Readonly<Record<string, string>> = {
+  DENO_DIR: "/nonexistent",
+  DENO_NO_UPDATE_CHECK: "1",
+  NO_COLOR: "1",
+};
+
+/**
+ * `deno run` of the relay `script` with no more than it needs: the network,
+ * and the proxy's sockets in `proxyDir` (and `script`, when it is not in
+ * there).
+ */
+export function relayRun(deno: string, script: string, proxyDir: string): string[] {
+  const readable = script.startsWith(`${proxyDir}/`) ? proxyDir : `${proxyDir},${script}`;
+  return [
+    deno,
+    "run",
+    "--no-config",
+    "--no-lock",
+    "--quiet",
+    "--unstable-net",
+    "--allow-net",
+    `--allow-read=${readable}`,
+    `--allow-write=${proxyDir}`,
+    script,
+    proxyDir,
+  ];
+}
+
 /**
  * What runs inside the sandbox before the command's own stage: the relay,
  * keeping of root's capabilities only the one that binds port 53 (as root
@@ -138,20 +167,8 @@ export function relayArgv(privileged: boolean): string[] {
     ...drop,
     "env",
     "-i",
-    "DENO_DIR=/nonexistent",
-    "DENO_NO_UPDATE_CHECK=1",
-    "NO_COLOR=1",
-    EGRESS_DENO,
-    "run",
-    "--no-config",
-    "--no-lock",
-    "--quiet",
-    "--unstable-net",
-    "--allow-net",
-    `--allow-read=${EGRESS_DIR}`,
-    `--allow-write=${EGRESS_DIR}`,
-    `${EGRESS_DIR}/relay.js`,
-    EGRESS_DIR,
+    ...Object.entries(RELAY_ENV).map(([k, v]) => `${k}=${v}`),
+    ...relayRun(EGRESS_DENO, `${EGRESS_DIR}/relay.js`, EGRESS_DIR),
   ];
   return [
     "bash",
