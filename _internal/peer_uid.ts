@@ -44,7 +44,11 @@ async function loopbackPeerUid(conn: Deno.Conn): Promise<number | null> {
     local: key(remote.hostname, remote.port),
     remote: key(local.hostname, local.port),
   };
-  for (const table of TABLES) {
+  // Each table costs a walk of every socket of its kind (milliseconds on a
+  // busy host): the one the peer's address belongs in first (an IPv4 peer
+  // may still be an IPv6 socket's mapped address).
+  const v4 = !want.local.slice(0, want.local.lastIndexOf(":")).includes(":");
+  for (const table of v4 ? TABLES : [...TABLES].reverse()) {
     let text: string;
     try {
       text = await Deno.readTextFile(table);
@@ -61,6 +65,94 @@ async function loopbackPeerUid(conn: Deno.Conn): Promise<number | null> {
     }
   }
   return null;
+}
+
+/**
+ * This process's own open loopback connections, by local address: the
+ * address each dialled. A listener here that accepts one of them knows its
+ * user without reading the kernel's tables (a walk of every socket of the
+ * host, TIME_WAIT ones included: milliseconds once rollouts have run for a
+ * minute): while our socket is open, no other socket has its addresses.
+ */
+const own = new Map<string, string>();
+
+/** This process's dials in flight, by the port dialled. */
+const dialling = new Map<number, Set<Promise<unknown>>>();
+
+/** How long a listener waits for this process's dials to its port before it reads the tables. */
+const DIAL_WAIT = 2_000;
+
+/**
+ * Dials `hostname:port` over TCP and notes the connection as this
+ * process's own until it is closed (its `close()` forgets it first, so no
+ * later socket is taken for it). For clients that reach this process's
+ * loopback listeners (the forwarders): {@linkcode refusePeer} then knows
+ * their user at once.
+ * @param connect starts the dial (`Deno.connect`), called at once
+ */
+export function dialOwn(
+  port: number,
+  connect: () => Promise<Deno.TcpConn>,
+): Promise<Deno.TcpConn> {
+  const connecting = connect();
+  const set = dialling.get(port) ?? new Set();
+  dialling.set(port, set);
+  const noted = connecting.then(ownConnection);
+  const settled = noted.then(() => {}, () => {});
+  set.add(settled);
+  settled.then(() => {
+    set.delete(settled);
+    if (set.size === 0 && dialling.get(port) === set) dialling.delete(port);
+  });
+  return noted;
+}
+
+function ownConnection(conn: Deno.TcpConn): Deno.TcpConn {
+  const local = conn.localAddr as Deno.NetAddr;
+  const remote = conn.remoteAddr as Deno.NetAddr;
+  const mine = key(local.hostname, local.port);
+  own.set(mine, key(remote.hostname, remote.port));
+  const close = conn.close.bind(conn);
+  conn.close = () => {
+    own.delete(mine);
+    close();
+  };
+  conn[Symbol.dispose] = () => {
+    try {
+      conn.close();
+    } catch {
+      // closed already
+    }
+  };
+  return conn;
+}
+
+/**
+ * This process's uid when `conn`'s peer is one of its own connections
+ * (waiting, bounded, for its dials to the listener's port that are still in
+ * flight: the accept may come first), else null.
+ */
+async function ownPeer(conn: Deno.Conn): Promise<number | null> {
+  const local = conn.localAddr as Deno.NetAddr;
+  const remote = conn.remoteAddr as Deno.NetAddr;
+  if (local.transport !== "tcp" || remote.transport !== "tcp") return null;
+  const peer = key(remote.hostname, remote.port);
+  const listener = key(local.hostname, local.port);
+  const mine = () => own.get(peer) === listener;
+  if (mine()) return ownUid();
+  if (!dialling.has(local.port)) return null;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const bound = new Promise<"late">((r) => timer = setTimeout(() => r("late"), DIAL_WAIT));
+  try {
+    while (!mine()) {
+      const pending = dialling.get(local.port);
+      if (pending === undefined) return null;
+      if (await Promise.race([bound, ...pending]) === "late") return null;
+    }
+    return ownUid();
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** The users a loopback listener serves: a set of uids, or `"any"`. */
@@ -138,7 +230,7 @@ export async function refusePeer(
   option: string,
 ): Promise<Error | null> {
   if (users === "any") return null;
-  const uid = await loopbackPeerUid(conn);
+  const uid = await ownPeer(conn) ?? await loopbackPeerUid(conn);
   if (uid !== null && users.has(uid)) return null;
   return new Error(
     `${who} refused a connection from ${

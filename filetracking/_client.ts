@@ -9,6 +9,7 @@ import { type Capability, parseHostPort } from "../capability.ts";
 import { abortable } from "../_internal/async.ts";
 import { closeQuietly } from "../_internal/io.ts";
 import { JsonRpcCaller } from "../_internal/rpc.ts";
+import { dialOwn } from "../_internal/peer_uid.ts";
 import type { AdvanceResult, FileDiff, FileSnapshot, FlushResult, Method } from "./_core.ts";
 
 const MIB = 1024 * 1024;
@@ -74,7 +75,9 @@ export class FileTrackerClient implements AsyncDisposable {
     const { hostname, port } = parseTrackerUrl(url);
     const { signal } = options;
     signal?.throwIfAborted();
-    const connecting = Deno.connect({ hostname, port, transport: "tcp" });
+    // Noted as this process's own: a forwarder of this process it reaches
+    // knows its user without reading the kernel's socket tables.
+    const connecting = dialOwn(port, () => Deno.connect({ hostname, port, transport: "tcp" }));
     let conn: Deno.TcpConn;
     try {
       conn = await abortable(connecting, signal);

@@ -30,6 +30,7 @@ import { S_IFDIR, S_IFLNK, S_IFMT, S_IFREG, SftpClient } from "./_sftp_client.ts
 import type { SftpAttrs } from "./_sftp_wire.ts";
 import { Ed25519Signer, parsePrivateKey, parsePublicKey } from "./_keys.ts";
 import { fromUtf8, utf8 } from "./_wire.ts";
+import { dialOwn } from "../_internal/peer_uid.ts";
 import {
   abortReason,
   checkExecOptions,
@@ -364,11 +365,12 @@ export class SshClient {
     const keyText = await this.#keyText();
     const signer = await Ed25519Signer.fromParsed(parsePrivateKey(keyText));
     const hostBlob = parsePublicKey(opts.hostPublicKey).blob;
-    const tcp = await Deno.connect({
-      hostname: opts.hostname,
-      port: opts.port,
-      transport: "tcp",
-    });
+    // Noted as this process's own: a forwarder of this process it reaches
+    // knows its user without reading the kernel's socket tables.
+    const tcp = await dialOwn(
+      opts.port,
+      () => Deno.connect({ hostname: opts.hostname, port: opts.port, transport: "tcp" }),
+    );
     tcp.setNoDelay(true);
     const conn = new ClientConnection(tcp, opts, hostBlob);
     const onAbort = () => conn.transport.close();

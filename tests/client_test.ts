@@ -1,5 +1,6 @@
 import { test } from "./_test.ts";
 import { LINUX, ROOT_USER } from "./_counterparts.ts";
+import { dialOwn } from "../_internal/peer_uid.ts";
 import assert from "node:assert/strict";
 import {
   any,
@@ -761,6 +762,46 @@ test({
         }
         assert.equal(errors.length, 1);
       });
+      await t.step(
+        "our own dials get in, and another uid's beside them does not",
+        async () => {
+          const errors: unknown[] = [];
+          await using client = await connect(server, {
+            readyTimeout: 10_000,
+            onError: (e) => errors.push(e),
+          });
+          const port = Number(new URL(client.binding("echo").url.replace("tcp:", "http:")).port);
+          // Twenty of ours in flight (noted as this process's own), and uid
+          // 65534's at the same moment: the forwarder may not take it for one.
+          const ours = Array.from(
+            { length: 20 },
+            () => dialOwn(port, () => Deno.connect({ hostname: "127.0.0.1", port })),
+          );
+          const theirs = bashOutput(ping(port), true);
+          const conns = await Promise.all(ours);
+          try {
+            for (const conn of conns) {
+              await conn.write(new TextEncoder().encode("ping"));
+              const buf = new Uint8Array(4);
+              let n = 0;
+              while (n < 4) {
+                const got = await conn.read(buf.subarray(n));
+                if (got === null) break;
+                n += got;
+              }
+              assert.equal(new TextDecoder().decode(buf.subarray(0, n)), "ping");
+            }
+          } finally {
+            for (const conn of conns) conn.close();
+          }
+          assert.equal(await theirs, "", "uid 65534 got an answer");
+          assert.equal(errors.length, 1, String(errors));
+          assert.match(String(errors[0]), /refused a connection from uid 65534/);
+          // A closed one of ours is forgotten: nobody else is let in by its port.
+          assert.equal(await bashOutput(ping(port), true), "");
+          assert.equal(errors.length, 2);
+        },
+      );
       await t.step("forwardUsers lets the listed uids in", async () => {
         await using client = await connect(server, {
           readyTimeout: 10_000,
