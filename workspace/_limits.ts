@@ -121,6 +121,15 @@ function pidsIn(procsFile: string): number[] {
   }
 }
 
+/** Waits of 1, 2, 4... ms, then 50 ms each, until they add up to `total` ms. */
+function* backoff(total: number): Generator<number> {
+  let spent = 0;
+  for (let wait = 1; spent < total; wait = Math.min(wait * 2, 50)) {
+    yield wait;
+    spent += wait;
+  }
+}
+
 class Cgroup implements WorkspaceCgroup {
   readonly procs: readonly string[];
   readonly memory: number | null;
@@ -142,7 +151,9 @@ class Cgroup implements WorkspaceCgroup {
         await Deno.writeTextFile(`${dir}/cgroup.kill`, "1").catch(() => {});
       }
     }
-    for (let round = 0; round < 100; round++) {
+    // Processes killed a moment ago leave within a millisecond or two:
+    // checked again soon, then less often (5 s in all).
+    for (const wait of backoff(5_000)) {
       const pids = this.procs.flatMap(pidsIn);
       if (pids.length === 0) return;
       for (const pid of pids) {
@@ -152,7 +163,7 @@ class Cgroup implements WorkspaceCgroup {
           // gone
         }
       }
-      await new Promise((r) => setTimeout(r, 50));
+      await new Promise((r) => setTimeout(r, wait));
     }
   }
 
@@ -162,13 +173,13 @@ class Cgroup implements WorkspaceCgroup {
     await this.kill();
     for (const dir of this.#dirs) {
       // A process killed a moment ago may hold it until it is reaped.
-      for (let round = 0; round < 50; round++) {
+      for (const wait of backoff(5_000)) {
         try {
           await Deno.remove(dir);
           break;
         } catch (err) {
           if (err instanceof Deno.errors.NotFound) break;
-          await new Promise((r) => setTimeout(r, 100));
+          await new Promise((r) => setTimeout(r, wait));
         }
       }
     }

@@ -14,32 +14,103 @@ export interface Proc {
   state: string;
 }
 
+/** A process's /proc/PID/stat, read; null once it is gone. */
+function readStat(pid: number | string): Proc | null {
+  let stat: string;
+  try {
+    stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+  } catch {
+    return null; // exited meanwhile
+  }
+  // pid (comm) state ppid pgrp session ... starttime (field 22); comm may
+  // hold spaces and parentheses.
+  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return {
+    ppid: Number(f[1]),
+    pgrp: Number(f[2]),
+    session: Number(f[3]),
+    start: f[19],
+    state: f[0],
+  };
+}
+
 /** Every live process of this PID namespace, by pid, from /proc. */
 export function processTable(): Map<number, Proc> {
   const table = new Map<number, Proc>();
   for (const e of Deno.readDirSync("/proc")) {
     if (!/^\d+$/.test(e.name)) continue;
-    let stat: string;
-    try {
-      stat = Deno.readTextFileSync(`/proc/${e.name}/stat`);
-    } catch {
-      continue; // exited meanwhile
-    }
-    // pid (comm) state ppid pgrp session ... starttime (field 22); comm may
-    // hold spaces and parentheses.
-    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    table.set(Number(e.name), {
-      ppid: Number(f[1]),
-      pgrp: Number(f[2]),
-      session: Number(f[3]),
-      start: f[19],
-      state: f[0],
-    });
+    const p = readStat(e.name);
+    if (p !== null) table.set(Number(e.name), p);
   }
   return table;
 }
 
-/** The live processes of the trees under `roots` (the roots included). */
+/**
+ * Whether this kernel lists each thread's children (/proc/PID/task/TID/children,
+ * CONFIG_PROC_CHILDREN): a tree is then read from its own processes, not
+ * from a scan of every process on the host.
+ */
+let childrenListed: boolean | null = null;
+
+function listsChildren(): boolean {
+  if (childrenListed === null) {
+    try {
+      Deno.readTextFileSync(`/proc/${Deno.pid}/task/${Deno.pid}/children`);
+      childrenListed = true;
+    } catch {
+      childrenListed = false;
+    }
+  }
+  return childrenListed;
+}
+
+/** The children of every thread of `pid`, from the kernel's lists. */
+function childrenOf(pid: number): number[] {
+  const out: number[] = [];
+  let tasks: Iterable<Deno.DirEntry>;
+  try {
+    tasks = Deno.readDirSync(`/proc/${pid}/task`);
+    for (const t of tasks) {
+      let text: string;
+      try {
+        text = Deno.readTextFileSync(`/proc/${pid}/task/${t.name}/children`);
+      } catch {
+        continue; // the thread ended
+      }
+      for (const c of text.split(" ")) if (c !== "") out.push(Number(c));
+    }
+  } catch {
+    // gone
+  }
+  return out;
+}
+
+/**
+ * The trees under `roots` (the roots included), each process with its
+ * stat: walked down the kernel's lists of children where it keeps them,
+ * else picked out of a scan of every process.
+ */
+function walkTrees(roots: Iterable<number>): Map<number, Proc> {
+  if (!listsChildren()) {
+    const table = processTable();
+    return new Map(trees(roots, table).map((pid) => [pid, table.get(pid)!]));
+  }
+  const out = new Map<number, Proc>();
+  const queue = [...roots];
+  const seen = new Set<number>();
+  while (queue.length > 0) {
+    const pid = queue.pop()!;
+    if (seen.has(pid)) continue;
+    seen.add(pid);
+    const p = readStat(pid);
+    if (p === null) continue;
+    if (p.state !== "Z" && p.state !== "X") out.set(pid, p);
+    queue.push(...childrenOf(pid));
+  }
+  return out;
+}
+
+/** The live processes of the trees under `roots` (the roots included), from `table`. */
 function trees(roots: Iterable<number>, table: Map<number, Proc>): number[] {
   const children = new Map<number, number[]>();
   for (const [pid, p] of table) {
@@ -93,11 +164,8 @@ export async function stopTrees(
   if (Deno.build.os !== "linux") return false;
   const deadline = Date.now() + timeout;
   while (true) {
-    const table = processTable();
-    const running = trees(roots(), table).filter((pid) => {
-      const s = table.get(pid)!.state;
-      return s !== "T" && s !== "t";
-    });
+    const running = [...walkTrees(roots())].filter(([, p]) => p.state !== "T" && p.state !== "t")
+      .map(([pid]) => pid);
     if (running.length === 0) return true;
     if (Date.now() > deadline) return false;
     for (const pid of running) signal(pid, "SIGSTOP");
@@ -108,19 +176,19 @@ export async function stopTrees(
 /** Lets the trees under `roots` run again. */
 export function continueTrees(roots: Iterable<number>): void {
   if (Deno.build.os !== "linux") return;
-  for (const pid of trees(roots, processTable())) signal(pid, "SIGCONT");
+  for (const pid of walkTrees(roots).keys()) signal(pid, "SIGCONT");
 }
 
 /** SIGKILLs the trees under `roots` and each root's process group. */
 export function killTrees(roots: Iterable<number>): void {
   const list = [...roots];
   // The trees first: once a parent is gone its children are reparented away.
-  const all = Deno.build.os === "linux" ? trees(list, processTable()) : [];
+  const all = Deno.build.os === "linux" ? [...walkTrees(list).keys()] : [];
   for (const pid of list) signal(-pid, "SIGKILL");
   for (const pid of all) signal(pid, "SIGKILL");
 }
 
 /** The live processes of the trees under `roots` (the roots included). */
 export function treePids(roots: Iterable<number>): number[] {
-  return Deno.build.os === "linux" ? trees(roots, processTable()) : [];
+  return Deno.build.os === "linux" ? [...walkTrees(roots).keys()] : [];
 }
