@@ -2,12 +2,13 @@
 // (its HOME, its /etc files, its SSH key, its SFTP server's sources, each
 // grading command's directory). Each is removed when its episode or command
 // ends; when this process dies first (SIGKILL, a signal nobody handles),
-// they would stay, an SSH private key among them. So while any is there,
-// they are listed (in a 0700 directory of their own) for a watcher that
-// removes those still there once this process has ended (_watcher.ts); the
-// last one removed stops the watcher and removes the list.
+// they would stay, an SSH private key among them. So each is listed (in a
+// 0700 directory of its own) for a watcher, started once and left running
+// until this process ends, that removes those still there then
+// (_watcher.ts). A normal exit removes them itself. The list is rewritten
+// with only the live ones once it holds mostly removed ones.
 
-import { watchExit } from "./_watcher.ts";
+import { watchExitDetached } from "./_watcher.ts";
 
 /** Where the directories are made, by kind: the watcher removes only those so named. */
 export type ScratchPrefix = "hud-etc-" | "hud-grade-" | "hud-home-" | "hud-sftp-" | "hud-ssh-";
@@ -20,12 +21,15 @@ done < "$list/dirs"
 rm -rf -- "$list"
 `;
 
-/** The list and its watcher, while a directory it names is there. */
+/** Lines written to the list before it is rewritten with the live ones alone. */
+const REWRITE_AFTER = 256;
+
+/** The list, and the directories it names that are still there. */
 interface Scratch {
   readonly list: string;
-  readonly watcher: Deno.ChildProcess;
   readonly live: Set<string>;
-  closed: boolean;
+  /** Lines in the list now. */
+  lines: number;
 }
 
 let current: Promise<Scratch> | null = null;
@@ -35,25 +39,35 @@ async function openScratch(): Promise<Scratch> {
   try {
     await Deno.chmod(list, 0o700);
     await Deno.writeTextFile(`${list}/dirs`, "", { mode: 0o600 });
-    const watcher = watchExit(WATCHER, "hud-scratch", [list]);
-    return { list, watcher, live: new Set(), closed: false };
+    await watchExitDetached(WATCHER, "hud-scratch", [list]);
   } catch (err) {
     await Deno.remove(list, { recursive: true }).catch(() => {});
     throw err;
   }
+  const s: Scratch = { list, live: new Set(), lines: 0 };
+  globalThis.addEventListener("unload", () => removeAll(s));
+  return s;
 }
 
-/** The open list, opened when none is. */
-async function scratch(): Promise<Scratch> {
-  for (;;) {
-    const opening = current ??= openScratch();
+/** At a normal exit: what is still there, and the list. */
+function removeAll(s: Scratch): void {
+  for (const dir of [...s.live, s.list]) {
     try {
-      const s = await opening;
-      if (!s.closed) return s;
-    } catch (err) {
-      if (current === opening) current = null;
-      throw err;
+      Deno.removeSync(dir, { recursive: true });
+    } catch {
+      // gone, or the watcher's to do
     }
+  }
+}
+
+/** The list, opened when none is. */
+async function scratch(): Promise<Scratch> {
+  const opening = current ??= openScratch();
+  try {
+    return await opening;
+  } catch (err) {
+    if (current === opening) current = null;
+    throw err;
   }
 }
 
@@ -66,7 +80,9 @@ export async function scratchDir(prefix: ScratchPrefix): Promise<string> {
   const dir = await Deno.makeTempDir({ prefix });
   s.live.add(dir);
   try {
-    await Deno.writeTextFile(`${s.list}/dirs`, `${dir}\n`, { append: true });
+    // Synchronous, as the rewrite is: no line lands in a list being replaced.
+    Deno.writeTextFileSync(`${s.list}/dirs`, `${dir}\n`, { append: true });
+    s.lines++;
   } catch (err) {
     await removeScratch(dir);
     throw err;
@@ -74,20 +90,17 @@ export async function scratchDir(prefix: ScratchPrefix): Promise<string> {
   return dir;
 }
 
-/** Removes `dir` (made by {@linkcode scratchDir}); the last one stops the watcher. Idempotent. */
+/** Removes `dir` (made by {@linkcode scratchDir}). Idempotent. */
 export async function removeScratch(dir: string): Promise<void> {
   await Deno.remove(dir, { recursive: true }).catch(() => {});
-  const opening = current;
-  if (opening === null) return;
-  const s = await opening.catch(() => null);
-  if (s === null || !s.live.delete(dir) || s.live.size > 0 || s.closed) return;
-  s.closed = true;
-  if (current === opening) current = null;
+  const s = await current?.catch(() => null);
+  if (!s?.live.delete(dir) || s.lines < REWRITE_AFTER || s.lines < 4 * s.live.size) return;
   try {
-    s.watcher.kill("SIGKILL");
+    const text = [...s.live].map((d) => `${d}\n`).join("");
+    Deno.writeTextFileSync(`${s.list}/dirs.new`, text, { mode: 0o600 });
+    Deno.renameSync(`${s.list}/dirs.new`, `${s.list}/dirs`);
+    s.lines = s.live.size;
   } catch {
-    // gone
+    // The longer list still names every live one.
   }
-  await s.watcher.status;
-  await Deno.remove(s.list, { recursive: true }).catch(() => {});
 }

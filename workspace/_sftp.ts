@@ -1,7 +1,7 @@
 // The workspace's SFTP server, run inside its sandbox as the agent's user
 // (`ssh/_sftp_main.ts`, started by the SSH server's `sftpCommand`): its code
-// and a cache of it compiled, staged for one episode in a directory the
-// sandbox shows read-only, with the deno binary that runs it.
+// and a cache of it compiled, staged once for this process in a directory
+// every sandbox shows read-only, with the deno binary that runs it.
 
 import { errorMessage } from "../_internal/util.ts";
 import { SFTP_MAIN_URL } from "../ssh/_sftp_main.ts";
@@ -19,6 +19,9 @@ import { removeScratch, scratchDir } from "./_scratch.ts";
 const SFTP_DIR = "/run/hud/sftp";
 const SFTP_DENO = "/run/hud/deno";
 const SFTP_MAIN = "ssh/_sftp_main.ts";
+
+/** How long an episode's stop waits for the cache being filled before it kills the filling. */
+const FILL_BOUND = 5_000;
 
 /** The `sftpCommand` the workspace's spawner recognises and replaces with the real one. */
 export const SFTP_MARKER = "hud-sftp-server";
@@ -62,42 +65,82 @@ export function denoBinary(): string | null {
   return /(^|\/)deno(\.exe)?$/.test(exec) ? exec : findProgram("deno");
 }
 
-/** The SFTP server of one episode, staged on this host. */
-export class SandboxedSftp {
+/**
+ * The server's code and its compiled cache, staged once for this process
+ * and shared by every episode: the sandbox shows them read-only. The
+ * directory goes when this process ends (`_scratch.ts`).
+ */
+interface Staging {
   /** The host directory holding `src/` and `cache/`. */
-  readonly #dir: string;
+  readonly dir: string;
   /** The deno binary on this host. */
-  readonly #deno: string;
-  /** Whether the cache holds the compiled server. */
-  #warm = false;
+  readonly deno: string;
+  /** Whether the cache holds the server compiled, for sandboxed paths (true) or this host's. */
+  readonly warm: Set<boolean>;
+  /** Whether an episode fills the cache now. */
+  filling: boolean;
+}
+
+let staging: Promise<Staging> | null = null;
+
+async function stageOnce(deno: string): Promise<Staging> {
+  const dir = await scratchDir("hud-sftp-");
+  try {
+    await Deno.chmod(dir, 0o755);
+    await copySftpSources(`${dir}/src`);
+    await Deno.mkdir(`${dir}/cache`, { mode: 0o755 });
+    return { dir, deno, warm: new Set(), filling: false };
+  } catch (err) {
+    await removeScratch(dir);
+    throw err;
+  }
+}
+
+/** The SFTP server as one episode uses it: the process's staging, warmed by the first episode. */
+export class SandboxedSftp {
+  readonly #staging: Staging;
   #warming: Promise<void> | null = null;
-  /** The process filling the cache, while it runs. */
+  /** The process filling the cache for this episode, while it runs. */
   #warmer: Deno.ChildProcess | null = null;
 
   /** Use {@linkcode SandboxedSftp.stage}. */
-  constructor(dir: string, deno: string) {
-    this.#dir = dir;
-    this.#deno = deno;
+  constructor(staging: Staging) {
+    this.#staging = staging;
+  }
+
+  get #dir(): string {
+    return this.#staging.dir;
+  }
+
+  get #deno(): string {
+    return this.#staging.deno;
   }
 
   /**
-   * Stages the server's code in a fresh directory, or returns null (SFTP is
-   * then off) after saying why through `report`.
+   * The server staged for this process (once), or null (SFTP is then off)
+   * after saying why through `report`.
    */
-  static async stage(report: (message: string) => void): Promise<SandboxedSftp | null> {
+  static async stage(
+    report: (message: string) => void,
+    again = true,
+  ): Promise<SandboxedSftp | null> {
     const deno = denoBinary();
     if (deno === null) {
       report("SFTP is off: no deno binary here to run the sandboxed SFTP server");
       return null;
     }
-    const dir = await scratchDir("hud-sftp-");
+    const opening = staging ??= stageOnce(deno);
     try {
-      await Deno.chmod(dir, 0o755);
-      await copySftpSources(`${dir}/src`);
-      await Deno.mkdir(`${dir}/cache`, { mode: 0o755 });
-      return new SandboxedSftp(dir, deno);
+      const staged = await opening;
+      // Something removed it (a cleaner of /tmp): staged again.
+      const gone = await Deno.lstat(`${staged.dir}/src/${SFTP_MAIN}`).then(() => false, () => true);
+      if (gone && again) {
+        if (staging === opening) staging = null;
+        return await SandboxedSftp.stage(report, false);
+      }
+      return new SandboxedSftp(staged);
     } catch (err) {
-      await removeScratch(dir);
+      if (staging === opening) staging = null;
       report(`SFTP is off: cannot copy the sandboxed SFTP server: ${errorMessage(err)}`);
       return null;
     }
@@ -117,12 +160,15 @@ export class SandboxedSftp {
   }
 
   /**
-   * Fills the cache (its code compiled) once, as this process's user, in
-   * the background: a session then starts in a tenth of a second. Until
-   * then sessions compile it into their private /tmp.
+   * Fills the cache (its code compiled), as this process's user, in the
+   * background, unless it is filled or being filled: a session then starts
+   * in a tenth of a second. Until then sessions compile it into their
+   * private /tmp.
    */
   warm(isolation: Isolation): void {
-    this.#warming = this.#fill(isolation);
+    if (this.#staging.warm.has(isolation !== "none") || this.#staging.filling) return;
+    this.#staging.filling = true;
+    this.#warming = this.#fill(isolation).finally(() => this.#staging.filling = false);
   }
 
   async #fill(isolation: Isolation): Promise<void> {
@@ -157,7 +203,7 @@ export class SandboxedSftp {
       await child.stdin.close().catch(() => {});
       this.#warmer = child;
       const out = await child.output();
-      if (out.success) this.#warm = true;
+      if (out.success) this.#staging.warm.add(sandboxed);
     } catch {
       // Sessions compile it themselves.
     } finally {
@@ -176,7 +222,9 @@ export class SandboxedSftp {
     return [
       "env",
       // Read-only once filled; until then a private one.
-      `DENO_DIR=${this.#warm ? this.#path(sandboxed, "cache") : "/tmp/.hud-deno"}`,
+      `DENO_DIR=${
+        this.#staging.warm.has(sandboxed) ? this.#path(sandboxed, "cache") : "/tmp/.hud-deno"
+      }`,
       "DENO_NO_UPDATE_CHECK=1",
       "NO_COLOR=1",
       sandboxed ? SFTP_DENO : this.#deno,
@@ -192,10 +240,26 @@ export class SandboxedSftp {
     ];
   }
 
-  /** Stops filling the cache and removes the staging directory. */
+  /**
+   * Lets this episode's filling of the cache end (once per process, some
+   * tens of ms), killing it after {@linkcode FILL_BOUND} ms; the staging
+   * stays for the next episode.
+   */
   async remove(): Promise<void> {
-    if (this.#warmer !== null) killTrees([this.#warmer.pid]);
-    await this.#warming;
-    await removeScratch(this.#dir);
+    const warming = this.#warming;
+    if (warming === null) return;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const bound = new Promise<void>((resolve) => {
+      timer = setTimeout(() => {
+        if (this.#warmer !== null) killTrees([this.#warmer.pid]);
+        resolve();
+      }, FILL_BOUND);
+    });
+    try {
+      await Promise.race([warming, bound]);
+      await warming;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 }

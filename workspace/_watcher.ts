@@ -1,8 +1,10 @@
 // A cleaner for what this process leaves when it dies without cleaning up
 // (SIGKILL, a signal nobody handles): a bash script started in a session of
 // its own (a Ctrl-C at the terminal does not reach it) that waits for this
-// process to end, then runs. The snapshot store's (`_layers.ts`) and the
-// workspaces' scratch directories' (`_scratch.ts`) use it.
+// process to end, then runs. The snapshot store's (`_layers.ts`) is this
+// process's child, killed when the store closes; the workspaces' scratch
+// directories' (`_scratch.ts`) is started once and left to run as an orphan
+// of its own until this process ends (`watchExitDetached`).
 
 import { errorMessage } from "../_internal/util.ts";
 import { DEFAULT_PATH } from "./_sandbox.ts";
@@ -14,6 +16,11 @@ pid=$1 start=$2
 shift 2
 alive() { [ "$(cut -d' ' -f22 "/proc/$pid/stat" 2>/dev/null)" = "$start" ]; }
 while alive; do sleep 0.5; done
+`;
+
+/** Starts `$@` as an orphan (the launcher exits at once), SIGHUP ignored. */
+const DETACH = `trap '' HUP INT TERM
+"$@" </dev/null >/dev/null 2>&1 &
 `;
 
 function startTime(): string {
@@ -58,4 +65,51 @@ export function watchExit(
   }
   watcher.unref();
   return watcher;
+}
+
+/**
+ * Starts `script` as {@linkcode watchExit} does, but as an orphan: not this
+ * process's child, so nothing of it stays open here (a test's sanitizers
+ * see nothing), and it runs until this process ends. For a watcher that
+ * lives as long as this process.
+ * @throws {Error} one line when bash cannot be started
+ */
+export async function watchExitDetached(
+  script: string,
+  name: string,
+  args: readonly string[],
+): Promise<void> {
+  let out: Deno.CommandOutput;
+  try {
+    out = await new Deno.Command("bash", {
+      args: [
+        "--noprofile",
+        "--norc",
+        "-c",
+        DETACH,
+        "hud-detach",
+        "bash",
+        "--noprofile",
+        "--norc",
+        "-c",
+        WAIT + script,
+        name,
+        String(Deno.pid),
+        startTime(),
+        ...args,
+      ],
+      clearEnv: true,
+      env: { PATH: DEFAULT_PATH },
+      stdin: "null",
+      stdout: "null",
+      stderr: "piped",
+      detached: true,
+    }).output();
+  } catch (err) {
+    throw new Error(`Cannot start the ${name} watcher: ${errorMessage(err)}`);
+  }
+  if (!out.success) {
+    const why = new TextDecoder().decode(out.stderr).trim().split("\n").pop();
+    throw new Error(`Cannot start the ${name} watcher: ${why || `exit status ${out.code}`}`);
+  }
 }
