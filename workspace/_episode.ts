@@ -8,6 +8,7 @@
 import { Capability } from "../capability.ts";
 import type { Environment } from "../env.ts";
 import { formatHost } from "../_internal/net.ts";
+import { errorMessage } from "../_internal/util.ts";
 import { generateSshKeyPair } from "../ssh/keys.ts";
 import { type SshServer, type SshSpawner, startSshServer } from "../ssh/server.ts";
 import { startFileTracker } from "../filetracking/tracker.ts";
@@ -29,6 +30,7 @@ import type { SpareSandbox } from "./_waiting.ts";
 import type { PreparedGrading } from "./_grade.ts";
 import type { Owner } from "./_layers.ts";
 import { removeScratch, scratchDir } from "./_scratch.ts";
+import { HandOverHint } from "./_handover.ts";
 
 /** Unauthenticated SSH connections: random early drop from 32, all from 128. */
 const WORKSPACE_STARTUPS = { start: 32, rate: 30, full: 128 };
@@ -63,6 +65,8 @@ export interface Episode {
   egress: EgressProxy | null;
   /** The next grading command's directory and sandbox, made ahead. */
   grading: Promise<PreparedGrading | null> | null;
+  /** Whether a command must hand root's files over; null when commands never do. */
+  handOver: HandOverHint | null;
 }
 
 /** A new episode, with its HOME made and nothing else yet. */
@@ -84,6 +88,7 @@ export async function newEpisode(): Promise<Episode> {
     spare: null,
     egress: null,
     grading: null,
+    handOver: null,
   };
 }
 
@@ -145,6 +150,11 @@ export async function prepareSandbox(
         }`,
       ),
     );
+  }
+  // Root's files are handed to the agent's uid before each command, in
+  // the sandbox; the hint spares that where nothing of root's can be new.
+  if (ep.user !== null && ep.sandbox.isolation !== "none") {
+    ep.handOver = new HandOverHint([config.root, ep.home]);
   }
   // Without a proxy of its own, commands sharing this process's network
   // use its proxy (a container's with an allowlist: engines/_container_egress.ts).
@@ -216,6 +226,9 @@ async function chownTree(
   gid: number,
   rootsOnly = false,
 ): Promise<void> {
+  // A small tree (a fresh HOME, most roots) here: find(1) costs a process
+  // or two, milliseconds each on a small machine.
+  if (chownSmall(paths, uid, gid, rootsOnly)) return;
   let out: Deno.CommandOutput;
   try {
     out = await findChown(paths, uid, gid, rootsOnly);
@@ -229,6 +242,52 @@ async function chownTree(
     const why = new TextDecoder().decode(out.stderr).trim().split("\n")[0];
     throw new Error(`Cannot start workspace: cannot give the root to uid ${uid}: ${why}`);
   }
+}
+
+/** Entries up to which {@linkcode chownSmall} walks a tree itself. */
+const SMALL_TREE = 256;
+
+/**
+ * chownTree()'s walk for small trees, synchronous: the entries are listed
+ * first, and only when there are at most {@linkcode SMALL_TREE} are they
+ * changed.
+ * @returns whether it did the work (false: the trees are larger; nothing changed)
+ */
+function chownSmall(paths: string[], uid: number, gid: number, rootsOnly: boolean): boolean {
+  const todo: string[] = [];
+  const stack = [...paths];
+  let seen = 0;
+  while (stack.length > 0) {
+    const path = stack.pop()!;
+    if (++seen > SMALL_TREE) return false;
+    let info: Deno.FileInfo;
+    try {
+      info = Deno.lstatSync(path);
+    } catch (err) {
+      if (err instanceof Deno.errors.NotFound) continue;
+      throw err;
+    }
+    if (info.isDirectory) {
+      for (const e of Deno.readDirSync(path)) stack.push(`${path}/${e.name}`);
+    } else if (info.nlink !== 1) continue;
+    if (rootsOnly && info.uid !== 0) continue;
+    if (info.uid === uid && info.gid === gid) continue;
+    // A link to give: only find's `chown -h` can (Deno's chown follows it).
+    if (info.isSymlink) return false;
+    todo.push(path);
+  }
+  for (const path of todo) {
+    try {
+      Deno.chownSync(path, uid, gid);
+    } catch (err) {
+      if (!(err instanceof Deno.errors.NotFound)) {
+        throw new Error(
+          `Cannot start workspace: cannot give the root to uid ${uid}: ${errorMessage(err)}`,
+        );
+      }
+    }
+  }
+  return true;
 }
 
 /** chownTree()'s walk without find: directories and files of one link, links not followed. */

@@ -8,6 +8,7 @@ import { concat } from "../_internal/io.ts";
 import { DEFAULT_PATH, type SandboxConfig, spawnInSandbox } from "./_sandbox.ts";
 import { isUnder } from "../_internal/fs.ts";
 import { killTrees } from "./_processes.ts";
+import type { HandOverHint } from "./_handover.ts";
 import { WaitingSandbox } from "./_waiting.ts";
 import { absolute } from "./_config.ts";
 import { WORKSPACE_RUN_DIR } from "./_sftp.ts";
@@ -42,6 +43,8 @@ export interface GradeSandbox {
   readonly user: { uid: number; gid: number } | null;
   /** The agent's commands' HOME, USER and the author's variables. */
   readonly commandEnv: Readonly<Record<string, string>>;
+  /** Whether root may have added files to hand over since the last command; null: always. */
+  readonly handOver?: HandOverHint | null;
 }
 
 /** @throws {TypeError} unless `argv` is a non-empty array of strings */
@@ -238,7 +241,11 @@ export async function runGradeCommand(
     };
     const sandbox = graderSandbox(agent.sandbox, root, dir);
     if (command.network === null) {
-      return await runIn(sandbox, env, prepared?.waiting ?? null, running, command, started);
+      const waiting = prepared?.waiting ?? null;
+      // Asked only when the sandbox made ahead runs it (a sandbox started
+      // now hands over at its start).
+      const handOver = waiting === null || (agent.handOver?.needed() ?? true);
+      return await runIn(sandbox, env, { waiting, handOver }, running, command, started);
     }
     // Its own network: the sandbox made ahead for the workspace's will not do.
     await prepared?.waiting?.discard();
@@ -249,17 +256,23 @@ export async function runGradeCommand(
   }
 }
 
-/** Starts the command (in `waiting` when it is ready) and captures it. */
+/** The sandbox made ahead, and whether it is to hand root's files over first. */
+interface Ahead {
+  readonly waiting: WaitingSandbox | null;
+  readonly handOver: boolean;
+}
+
+/** Starts the command (in the sandbox made ahead when it is ready) and captures it. */
 async function runIn(
   sandbox: SandboxConfig,
   env: Record<string, string>,
-  waiting: WaitingSandbox | null,
+  ahead: Ahead | null,
   running: Set<number>,
   command: GradeCommand,
   started: number,
 ): Promise<WorkspaceExecResult> {
   const child = await startGrader(
-    waiting,
+    ahead,
     running,
     command,
     env,
@@ -278,16 +291,17 @@ async function runIn(
  * stop kills those).
  */
 async function startGrader(
-  waiting: WaitingSandbox | null,
+  ahead: Ahead | null,
   running: Set<number>,
   command: GradeCommand,
   env: Record<string, string>,
   spawn: () => Deno.ChildProcess,
 ): Promise<Deno.ChildProcess> {
+  const waiting = ahead?.waiting ?? null;
   if (waiting?.ready) {
     running.add(waiting.child.pid);
     try {
-      return await waiting.run(command.argv, command.cwd, env);
+      return await waiting.run(command.argv, command.cwd, env, ahead!.handOver);
     } catch {
       // It exited meanwhile (or a word holds a NUL byte, which spawn refuses too).
       running.delete(waiting.child.pid);

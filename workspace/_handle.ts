@@ -44,6 +44,13 @@ import type {
   WorkspaceSpawnOptions,
 } from "./_types.ts";
 
+/**
+ * How long after an agent's command ends the next one's sandbox is
+ * started: an agent's next command comes after its model's turn, tens of
+ * milliseconds at least; one that comes sooner starts its own.
+ */
+const REFILL_DELAY = 25;
+
 /** A workspace of one environment, started and stopped with it. */
 export class WorkspaceHandle implements Workspace {
   readonly #env: Environment;
@@ -220,7 +227,11 @@ export class WorkspaceHandle implements Workspace {
     return child;
   }
 
-  /** Runs an agent's command in the sandbox started ahead; the next is started when it ends. */
+  /**
+   * Runs an agent's command in the sandbox started ahead; the next is
+   * started a little after the command ends (its start would hold up the
+   * command's output, and whatever runs next).
+   */
   async #runWaiting(
     ep: Episode,
     waiting: WaitingSandbox,
@@ -231,14 +242,14 @@ export class WorkspaceHandle implements Workspace {
     this.#agent.track(waiting.child);
     let child: Deno.ChildProcess;
     try {
-      child = await waiting.run(argv, o.cwd, o.env);
+      child = await waiting.run(argv, o.cwd, o.env, ep.handOver?.needed() ?? true);
     } catch {
       // It exited meanwhile (or a word holds a NUL byte, which this refuses too).
       await waiting.discard();
       child = spawnInSandbox(argv, { ...o, sandbox: ep.sandbox });
       this.#agent.track(child);
     }
-    child.status.then(() => ep.spare?.fill(), () => {});
+    child.status.then(() => ep.spare?.fillAfter(REFILL_DELAY), () => {});
     return child;
   }
 

@@ -509,6 +509,25 @@ export function sandboxArgvWith(
   ];
 }
 
+let setsidProgram: string | null | undefined;
+
+/**
+ * How to start `program` leading a session and process group of its own:
+ * through setsid(1) where this host has it, else with Deno's `detached`
+ * (which forks this whole process: a millisecond or more of the event
+ * loop's time per sandbox, where setsid costs one exec in the child).
+ * setsid(1) does not fork here: a child of this process leads no group.
+ */
+export function inSession(
+  program: string,
+  args: readonly string[],
+): { program: string; args: string[]; detached: boolean } {
+  setsidProgram ??= findProgram("setsid");
+  return setsidProgram === null
+    ? { program, args: [...args], detached: true }
+    : { program: setsidProgram, args: [program, ...args], detached: false };
+}
+
 /** Whether `config` wraps commands at all (a sandbox, a uid switch, limits or cgroups). */
 function wraps(config: SandboxConfig): boolean {
   return config.isolation !== "none" || Deno.uid() === 0 || (config.protect ?? []).length > 0 ||
@@ -538,16 +557,18 @@ export function spawnInSandbox(
   // The sandbox's own tools come from this process's PATH.
   const program = wrapped && !name.startsWith("/") ? findProgram(name) : name;
   if (program === null) throw new Deno.errors.NotFound(`Cannot sandbox: "${name}" not found`);
-  return new Deno.Command(program, {
-    args,
+  // A session of its own: the sandbox leads its own process group, which we
+  // kill; with the PID namespace, killing its first process ends every
+  // process in it.
+  const session = inSession(program, args);
+  return new Deno.Command(session.program, {
+    args: session.args,
     // bwrap and unshare chdir inside; the host side starts from a directory
     // that exists for certain.
     cwd: options.sandbox.isolation === "none" ? options.cwd : "/",
     env: wrapped ? { PATH: DEFAULT_PATH } : options.env,
     clearEnv: true,
-    // setsid(): the sandbox leads its own process group, which we kill; with
-    // the PID namespace, killing its first process ends every process in it.
-    detached: true,
+    detached: session.detached,
     stdin: "piped",
     stdout: "piped",
     stderr: "piped",
@@ -576,6 +597,32 @@ async function probeSandbox(config: SandboxConfig, cwd: string): Promise<string 
 /** What bwrap and unshare say when this user may not make namespaces. */
 const NO_USERNS =
   /namespace|uid map|Operation not permitted|No space left on device|Permission denied/i;
+
+/**
+ * The mechanism that worked for each shape of sandbox: a later sandbox of
+ * the same shape (another episode's, whose paths differ) skips the probe,
+ * a quarter of a workspace's start. The shape is everything a mechanism can
+ * fail on here: the user switch, the network, limits, cgroups, Landlock and
+ * where each mount lands (a mount whose source is gone by then fails the
+ * command that needs it, with bwrap's own message).
+ */
+const chosen = new Map<string, Isolation>();
+
+function probeKey(wanted: Isolation | "auto", base: Omit<SandboxConfig, "isolation">): string {
+  return JSON.stringify([
+    wanted,
+    Deno.uid(),
+    base.user === null,
+    base.network,
+    base.egress === undefined,
+    base.keepCapabilities ?? false,
+    base.protect ?? [],
+    base.limits ?? null,
+    (base.cgroups ?? []).length > 0,
+    base.writable.length,
+    (base.mounts ?? []).map((m) => [m.dest, m.writable ?? false]),
+  ]);
+}
 
 /** Who asks {@linkcode chooseSandbox}, for its one-line refusal. */
 export interface SandboxSubject {
@@ -617,11 +664,17 @@ export async function chooseSandbox(
       `Cannot start ${what}: no sandbox on ${Deno.build.os} (it is made of Linux namespaces); run the environment on Linux (a container or a VM), or ${none}`,
     );
   }
+  const key = probeKey(wanted, base);
+  const known = chosen.get(key);
+  if (known !== undefined) return { ...base, isolation: known };
   const failures: string[] = [];
   for (const isolation of wanted === "auto" ? ["bwrap", "unshare"] as const : [wanted]) {
     const config = { ...base, isolation };
     const failure = await probeSandbox(config, cwd);
-    if (failure === null) return config;
+    if (failure === null) {
+      chosen.set(key, isolation);
+      return config;
+    }
     failures.push(`${isolation}: ${failure}`);
   }
   const installed = failures.filter((f) => !f.endsWith("is not installed"));

@@ -3,10 +3,12 @@
 // so that a command pays only for reading its own words and starting. The
 // command is each one's own, as when started at once: a PID namespace, a
 // /tmp and a process group of its own, killed with it. It arrives on the
-// sandbox's stdin, ahead of the command's own input: a count, then the
-// working directory, the environment and the argv, each NUL-terminated.
-// Root's files are handed over when it arrives, not before (the environment
-// may add some meanwhile); the environment is the command's only after
+// sandbox's stdin, ahead of the command's own input: a count, then whether
+// to hand root's files over ("1" or "0"), the working directory, the
+// environment and the argv, each NUL-terminated. Root's files are handed
+// over when it arrives, not before (the environment may add some
+// meanwhile), unless the workspace has seen that nothing of root's can be
+// new (`_handover.ts`); the environment is the command's only after
 // privileges are dropped, as `spawnInSandbox` does it.
 
 import {
@@ -14,6 +16,7 @@ import {
   enterStage,
   findProgram,
   HAND_OVER_FILES,
+  inSession,
   sandboxArgvWith,
   type SandboxConfig,
 } from "./_sandbox.ts";
@@ -22,10 +25,11 @@ import { killTrees } from "./_processes.ts";
 const WAIT = `set -f
 owner=$1; shift; dirs=()
 while [ "$1" != -- ]; do dirs+=("$1"); shift; done; shift
-IFS= read -r -d '' count && [[ $count =~ ^[0-9]+$ ]] && [ "$count" -ge 2 ] || exit 125
+IFS= read -r -d '' count && [[ $count =~ ^[0-9]+$ ]] && [ "$count" -ge 3 ] || exit 125
+IFS= read -r -d '' hand || exit 125
 words=()
-for ((i = 0; i < count; i++)); do IFS= read -r -d '' w || exit 125; words+=("$w"); done
-[ -z "$owner" ] || ${HAND_OVER_FILES}
+for ((i = 1; i < count; i++)); do IFS= read -r -d '' w || exit 125; words+=("$w"); done
+[ -z "$owner" ] || [ "$hand" = 0 ] || ${HAND_OVER_FILES}
 exec "$@" env -i -C "\${words[0]}" -- "\${words[@]:1}"
 `;
 
@@ -74,12 +78,13 @@ export class WaitingSandbox {
     );
     const program = findProgram(name);
     if (program === null) return null;
-    const child = new Deno.Command(program, {
-      args,
+    const session = inSession(program, args);
+    const child = new Deno.Command(session.program, {
+      args: session.args,
       cwd: "/",
       env: { PATH: DEFAULT_PATH },
       clearEnv: true,
-      detached: true,
+      detached: session.detached,
       stdin: "piped",
       stdout: "piped",
       stderr: "piped",
@@ -99,6 +104,8 @@ export class WaitingSandbox {
 
   /**
    * Runs `argv` in it, in `cwd`, with exactly `env`.
+   * @param handOver whether root's files in the writable directories are
+   *   handed over first (false only where nothing of root's can be new)
    * @returns the child, now the command's (its stdin, stdout, stderr)
    * @throws {Error} when it was used or has exited
    */
@@ -106,9 +113,15 @@ export class WaitingSandbox {
     argv: readonly string[],
     cwd: string,
     env: Readonly<Record<string, string>>,
+    handOver = true,
   ): Promise<Deno.ChildProcess> {
     if (!this.ready) throw new Error("Cannot run in a waiting sandbox: it was used or exited");
-    const words = [cwd, ...Object.entries(env).map(([k, v]) => `${k}=${v}`), ...argv];
+    const words = [
+      handOver ? "1" : "0",
+      cwd,
+      ...Object.entries(env).map(([k, v]) => `${k}=${v}`),
+      ...argv,
+    ];
     // As an argument list can hold none (spawnInSandbox's words are arguments).
     if (words.some((w) => w.includes("\0"))) {
       throw new TypeError("Cannot run in a sandbox: an argument or variable holds a NUL byte");
@@ -143,14 +156,27 @@ export class SpareSandbox {
   readonly #cwd: string;
   #spare: WaitingSandbox | null = null;
   #closed = false;
+  #timer: ReturnType<typeof setTimeout> | null = null;
 
   constructor(config: SandboxConfig, cwd: string) {
     this.#config = config;
     this.#cwd = cwd;
   }
 
+  /**
+   * Starts one in `ms` ms, unless one is due sooner: off the path of what
+   * runs now (a command's output, the grading after it), in the time an
+   * agent takes between commands.
+   */
+  fillAfter(ms: number): void {
+    if (this.#closed || this.#timer !== null) return;
+    this.#timer = setTimeout(() => this.fill(), ms);
+  }
+
   /** Starts one, unless one waits already (or it is closed). */
   fill(): void {
+    if (this.#timer !== null) clearTimeout(this.#timer);
+    this.#timer = null;
     if (this.#closed || this.#spare !== null) return;
     try {
       this.#spare = WaitingSandbox.start(this.#config, this.#cwd);
@@ -171,6 +197,8 @@ export class SpareSandbox {
   /** Discards the one waiting; none is made after. */
   async close(): Promise<void> {
     this.#closed = true;
+    if (this.#timer !== null) clearTimeout(this.#timer);
+    this.#timer = null;
     const spare = this.#spare;
     this.#spare = null;
     await spare?.discard();

@@ -602,3 +602,44 @@ await chooseSandbox("auto", base, dir, { what: "workspace", runs: "commands" }).
     }
   },
 );
+
+test(
+  "chooseSandbox() probes each shape of sandbox once: a later one of the same shape is not run again",
+  {
+    needs: [BWRAP],
+  },
+  async () => {
+    const { chooseSandbox } = await import("../../workspace/_sandbox.ts");
+    const subject = { what: "workspace", runs: "commands" };
+    const dir = await Deno.makeTempDir({ prefix: "ws-probe-" });
+    const other = await Deno.makeTempDir({ prefix: "ws-probe-other-" });
+    // A shape of its own (a mount no other test makes), so that no other
+    // file's sandbox was probed for it first.
+    const dest = `/run/hud-probe-${crypto.randomUUID()}`;
+    const base = (w: string) => ({
+      writable: [w],
+      mounts: [{ src: w, dest }],
+      network: false,
+      user: null,
+    });
+    try {
+      const first = await chooseSandbox("bwrap", base(dir), dir, subject);
+      assert.equal(first.isolation, "bwrap");
+      // A probe now would fail: its working directory is gone. Another
+      // episode's paths, same shape: the mechanism is known, nothing runs.
+      await Deno.remove(other);
+      const again = await chooseSandbox("bwrap", base(other), other, subject);
+      assert.equal(again.isolation, "bwrap");
+      assert.deepEqual(again.writable, [other]);
+      // Another shape (one more mount) is probed, and fails here.
+      const more = {
+        ...base(other),
+        mounts: [...base(other).mounts, { src: dir, dest: `${dest}-2` }],
+      };
+      await assert.rejects(chooseSandbox("bwrap", more, other, subject), /no sandbox works here/);
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+      await Deno.remove(other, { recursive: true }).catch(() => {});
+    }
+  },
+);
