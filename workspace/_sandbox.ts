@@ -607,7 +607,22 @@ const NO_USERNS =
  * source is gone by then fails the command that needs it, with bwrap's own
  * message).
  */
-const chosen = new Map<string, Isolation>();
+const chosen = new Map<string, Promise<Isolation | string[]>>();
+
+/** The first of `wanted`'s mechanisms under which `true` runs, or each one's failure. */
+async function probeMechanisms(
+  wanted: "bwrap" | "unshare" | "auto",
+  base: Omit<SandboxConfig, "isolation">,
+  cwd: string,
+): Promise<Isolation | string[]> {
+  const failures: string[] = [];
+  for (const isolation of wanted === "auto" ? ["bwrap", "unshare"] as const : [wanted]) {
+    const failure = await probeSandbox({ ...base, isolation }, cwd);
+    if (failure === null) return isolation;
+    failures.push(`${isolation}: ${failure}`);
+  }
+  return failures;
+}
 
 function probeKey(wanted: Isolation | "auto", base: Omit<SandboxConfig, "isolation">): string {
   return JSON.stringify([
@@ -665,19 +680,18 @@ export async function chooseSandbox(
       `Cannot start ${what}: no sandbox on ${Deno.build.os} (it is made of Linux namespaces); run the environment on Linux (a container or a VM), or ${none}`,
     );
   }
+  // Sandboxes of one shape starting at once (a taskset's first wave) share one probe.
   const key = probeKey(wanted, base);
-  const known = chosen.get(key);
-  if (known !== undefined) return { ...base, isolation: known };
-  const failures: string[] = [];
-  for (const isolation of wanted === "auto" ? ["bwrap", "unshare"] as const : [wanted]) {
-    const config = { ...base, isolation };
-    const failure = await probeSandbox(config, cwd);
-    if (failure === null) {
-      chosen.set(key, isolation);
-      return config;
-    }
-    failures.push(`${isolation}: ${failure}`);
+  let probing = chosen.get(key);
+  if (probing === undefined) {
+    probing = probeMechanisms(wanted, base, cwd);
+    chosen.set(key, probing);
   }
+  const found = await probing;
+  if (typeof found === "string") return { ...base, isolation: found };
+  // Not kept: what failed may work later (bwrap installed meanwhile).
+  if (chosen.get(key) === probing) chosen.delete(key);
+  const failures = found;
   const installed = failures.filter((f) => !f.endsWith("is not installed"));
   const refused = installed.length > 0 && installed.every((f) => NO_USERNS.test(f));
   if (refused && Deno.uid() === 0) {

@@ -631,6 +631,13 @@ test(
       const again = await chooseSandbox("bwrap", base(other), other, subject);
       assert.equal(again.isolation, "bwrap");
       assert.deepEqual(again.writable, [other]);
+      // Sandboxes of a new shape starting at once share one probe: the first's.
+      const shape = (w: string) => ({ ...base(w), mounts: [{ src: w, dest: `${dest}-wave` }] });
+      const wave = await Promise.all([
+        chooseSandbox("bwrap", shape(dir), dir, subject),
+        ...Array.from({ length: 4 }, () => chooseSandbox("bwrap", shape(other), other, subject)),
+      ]);
+      assert.deepEqual(wave.map((c) => c.isolation), Array(5).fill("bwrap"));
       // Another shape (one more mount) is probed, and fails here.
       const more = {
         ...base(other),
