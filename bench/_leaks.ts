@@ -105,10 +105,24 @@ function ownLeases(): string[] {
   return out;
 }
 
+/**
+ * What workspaces keep for the life of the process, one of each: the SFTP
+ * server's staging and the list of temporary directories a watcher removes
+ * if the process is killed. Both go when it exits
+ * (tests/workspace/episodes_test.ts); a second one of either is a leak.
+ */
+const PROCESS_WIDE = [/^hud-sftp-/, /^hud-scratch-/];
+
 function walk(dir: string, out: string[], depth = 0): void {
+  const kept = new Set<RegExp>();
   for (const e of Deno.readDirSync(dir)) {
     const path = `${dir}/${e.name}`;
     if (e.name === "hud-uids") continue;
+    const wide = depth === 0 ? PROCESS_WIDE.find((p) => p.test(e.name)) : undefined;
+    if (wide !== undefined && !kept.has(wide)) {
+      kept.add(wide);
+      continue;
+    }
     out.push(path);
     if (e.isDirectory && depth < 2) walk(path, out, depth + 1);
   }
@@ -118,7 +132,7 @@ function walk(dir: string, out: string[], depth = 0): void {
  * What the job left: one line per leaked thing (`process 123 bwrap ...`,
  * `file /tmp/.../hud-ssh-x`, `cgroup ...`, `uid lease ...`, `fd 9 -> socket:[123]`).
  * Processes get a few seconds to go (a SIGTERM'd group takes that long).
- * Removes the private TMPDIR when it is empty.
+ * Removes the private TMPDIR when nothing but the process-wide staging is in it.
  */
 export async function leaksSince(before: LeakSnapshot, settle = 5_000): Promise<string[]> {
   const until = Date.now() + settle;

@@ -76,18 +76,30 @@ async function scratch(): Promise<Scratch> {
  * {@linkcode removeScratch}. If this process dies first, the watcher does.
  */
 export async function scratchDir(prefix: ScratchPrefix): Promise<string> {
-  const s = await scratch();
+  let s = await scratch();
   const dir = await Deno.makeTempDir({ prefix });
-  s.live.add(dir);
   try {
-    // Synchronous, as the rewrite is: no line lands in a list being replaced.
-    Deno.writeTextFileSync(`${s.list}/dirs`, `${dir}\n`, { append: true });
-    s.lines++;
+    try {
+      note(s, dir);
+    } catch (err) {
+      // The list was removed (a cleaner of /tmp): a new one, with a watcher of its own.
+      if (!(err instanceof Deno.errors.NotFound)) throw err;
+      if (current !== null && (await current.catch(() => null)) === s) current = null;
+      s = await scratch();
+      note(s, dir);
+    }
   } catch (err) {
-    await removeScratch(dir);
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
     throw err;
   }
   return dir;
+}
+
+/** Lists `dir` for the watcher. Synchronous, as the rewrite is: no line lands in a list being replaced. */
+function note(s: Scratch, dir: string): void {
+  Deno.writeTextFileSync(`${s.list}/dirs`, `${dir}\n`, { append: true });
+  s.live.add(dir);
+  s.lines++;
 }
 
 /** Removes `dir` (made by {@linkcode scratchDir}). Idempotent. */

@@ -109,3 +109,28 @@ test({
     await Deno.remove(tmp, { recursive: true });
   }
 });
+
+test({
+  name:
+    "Workspace: a staging and list removed from TMPDIR meanwhile are made again for the next episode",
+  needs: [BWRAP],
+}, async () => {
+  const tmp = await Deno.makeTempDir({ prefix: "episodes-tmp-" });
+  try {
+    const { proc, seen } = await child(tmp, "cleaned");
+    const status = await proc.status;
+    const stderr = new TextDecoder().decode(await new Response(proc.stderr).arrayBuffer());
+    await proc.stdout.cancel().catch(() => {});
+    assert.ok(status.success, stderr);
+    assert.ok(seen !== null && seen.length === 2, stderr);
+    // The second episode ran its command and SFTP (the child checks both), staged anew.
+    const sftp = seen.map((s) => s.names.filter((n) => n.startsWith("hud-sftp-")));
+    assert.equal(sftp[1].length, 1, JSON.stringify(seen));
+    assert.notDeepEqual(sftp[1], sftp[0]);
+    // A watcher for the new list (the first one waits on, for a list that is gone).
+    assert.ok(seen[1].watchers.some((p) => !seen[0].watchers.includes(p)), JSON.stringify(seen));
+    assert.deepEqual((await entries(tmp)).filter((n) => n.startsWith("hud-")), []);
+  } finally {
+    await Deno.remove(tmp, { recursive: true });
+  }
+});
