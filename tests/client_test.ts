@@ -695,6 +695,19 @@ test("connect() and rollout() fail soon, saying so, where nothing listens", asyn
   );
 });
 
+/** Sends "ping" over `conn` and reads back up to 4 bytes (fewer when it closes first). */
+async function pingOver(conn: Deno.Conn): Promise<string> {
+  await conn.write(new TextEncoder().encode("ping"));
+  const buf = new Uint8Array(4);
+  let n = 0;
+  while (n < 4) {
+    const got = await conn.read(buf.subarray(n));
+    if (got === null) break;
+    n += got;
+  }
+  return new TextDecoder().decode(buf.subarray(0, n));
+}
+
 /** Runs `bash -c script` (as uid 65534 with `asNobody`); its stdout. */
 async function bashOutput(script: string, asNobody: boolean): Promise<string> {
   const argv = ["timeout", "10", "bash", "-c", script];
@@ -748,15 +761,7 @@ test({
         // From an IPv6 socket (the peer shows in /proc/net/tcp6, IPv4-mapped).
         const conn = await Deno.connect({ hostname: "::ffff:127.0.0.1", port });
         try {
-          await conn.write(new TextEncoder().encode("ping"));
-          const buf = new Uint8Array(4);
-          let n = 0;
-          while (n < 4) {
-            const got = await conn.read(buf.subarray(n));
-            if (got === null) break;
-            n += got;
-          }
-          assert.equal(new TextDecoder().decode(buf.subarray(0, n)), "ping");
+          assert.equal(await pingOver(conn), "ping");
         } finally {
           conn.close();
         }
@@ -780,17 +785,7 @@ test({
           const theirs = bashOutput(ping(port), true);
           const conns = await Promise.all(ours);
           try {
-            for (const conn of conns) {
-              await conn.write(new TextEncoder().encode("ping"));
-              const buf = new Uint8Array(4);
-              let n = 0;
-              while (n < 4) {
-                const got = await conn.read(buf.subarray(n));
-                if (got === null) break;
-                n += got;
-              }
-              assert.equal(new TextDecoder().decode(buf.subarray(0, n)), "ping");
-            }
+            for (const conn of conns) assert.equal(await pingOver(conn), "ping");
           } finally {
             for (const conn of conns) conn.close();
           }

@@ -28,6 +28,33 @@ function startTime(): string {
   return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
 }
 
+/** bash's arguments for `script`, waiting for this process to end first. */
+function watcherArgv(script: string, name: string, args: readonly string[]): string[] {
+  return [
+    "--noprofile",
+    "--norc",
+    "-c",
+    WAIT + script,
+    name,
+    String(Deno.pid),
+    startTime(),
+    ...args,
+  ];
+}
+
+/** bash with `args` in a session of its own, with a fixed environment and no input or output. */
+function watcherCommand(args: string[], stderr: "null" | "piped"): Deno.Command {
+  return new Deno.Command("bash", {
+    args,
+    clearEnv: true,
+    env: { PATH: DEFAULT_PATH },
+    stdin: "null",
+    stdout: "null",
+    stderr,
+    detached: true,
+  });
+}
+
 /**
  * Starts `script` (bash, its arguments `$1`... as `args`) to run once this
  * process has ended; unref'd, so it keeps this process alive for nothing.
@@ -42,24 +69,7 @@ export function watchExit(
 ): Deno.ChildProcess {
   let watcher: Deno.ChildProcess;
   try {
-    watcher = new Deno.Command("bash", {
-      args: [
-        "--noprofile",
-        "--norc",
-        "-c",
-        WAIT + script,
-        name,
-        String(Deno.pid),
-        startTime(),
-        ...args,
-      ],
-      clearEnv: true,
-      env: { PATH: DEFAULT_PATH },
-      stdin: "null",
-      stdout: "null",
-      stderr: "null",
-      detached: true,
-    }).spawn();
+    watcher = watcherCommand(watcherArgv(script, name, args), "null").spawn();
   } catch (err) {
     throw new Error(`Cannot start the ${name} watcher: ${errorMessage(err)}`);
   }
@@ -81,30 +91,12 @@ export async function watchExitDetached(
 ): Promise<void> {
   let out: Deno.CommandOutput;
   try {
-    out = await new Deno.Command("bash", {
-      args: [
-        "--noprofile",
-        "--norc",
-        "-c",
-        DETACH,
-        "hud-detach",
-        "bash",
-        "--noprofile",
-        "--norc",
-        "-c",
-        WAIT + script,
-        name,
-        String(Deno.pid),
-        startTime(),
-        ...args,
-      ],
-      clearEnv: true,
-      env: { PATH: DEFAULT_PATH },
-      stdin: "null",
-      stdout: "null",
-      stderr: "piped",
-      detached: true,
-    }).output();
+    const argv = ["bash", ...watcherArgv(script, name, args)];
+    out = await watcherCommand(
+      ["--noprofile", "--norc", "-c", DETACH, "hud-detach", ...argv],
+      "piped",
+    )
+      .output();
   } catch (err) {
     throw new Error(`Cannot start the ${name} watcher: ${errorMessage(err)}`);
   }
