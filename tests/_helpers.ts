@@ -224,6 +224,26 @@ export async function waitForLine(
   }
 }
 
+/**
+ * The text of `stream` up to its first newline (or its end), the lock
+ * released after: the rest stays readable, or cancel it.
+ */
+export async function firstLine(stream: ReadableStream<Uint8Array>): Promise<string> {
+  const reader = stream.getReader();
+  const decoder = new TextDecoder();
+  let text = "";
+  try {
+    while (!text.includes("\n")) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += decoder.decode(value, { stream: true });
+    }
+  } finally {
+    reader.releaseLock();
+  }
+  return text.split("\n")[0];
+}
+
 /** Options for {@linkcode ChildProcess}. */
 export interface ChildProcessOptions {
   /** Arguments after the program. */

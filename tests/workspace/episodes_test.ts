@@ -5,6 +5,7 @@
 
 import { test } from "../_test.ts";
 import { BWRAP } from "../_counterparts.ts";
+import { firstLine } from "../_helpers.ts";
 import assert from "node:assert/strict";
 
 const CHILD = new URL("../fixtures/episodes_child.ts", import.meta.url).pathname;
@@ -22,15 +23,7 @@ async function child(tmp: string, ...args: string[]) {
     stdout: "piped",
     stderr: "piped",
   }).spawn();
-  const reader = proc.stdout.pipeThrough(new TextDecoderStream()).getReader();
-  let text = "";
-  while (!text.includes("\n")) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    text += value;
-  }
-  reader.releaseLock();
-  return { proc, seen: JSON.parse(text.split("\n")[0] || "null") as Seen[] | null };
+  return { proc, seen: JSON.parse((await firstLine(proc.stdout)) || "null") as Seen[] | null };
 }
 
 async function entries(dir: string): Promise<string[]> {

@@ -5,6 +5,7 @@
 
 import { test } from "../_test.ts";
 import { BWRAP, ROOT_USER } from "../_counterparts.ts";
+import { firstLine } from "../_helpers.ts";
 import assert from "node:assert/strict";
 import { Environment } from "../../env.ts";
 import { SshClient } from "../../ssh/mod.ts";
@@ -622,15 +623,7 @@ async function child(mode: string, permissions: string[] = ["-A"], tmp?: string)
     stdout: "piped",
     stderr: "piped",
   }).spawn();
-  const reader = proc.stdout.pipeThrough(new TextDecoderStream()).getReader();
-  let text = "";
-  while (!text.includes("\n")) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    text += value;
-  }
-  reader.releaseLock();
-  return { proc, line: text.split("\n")[0] };
+  return { proc, line: await firstLine(proc.stdout) };
 }
 
 for (const signal of ["SIGINT", "SIGKILL"] as const) {
