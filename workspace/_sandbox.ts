@@ -95,16 +95,33 @@ const SYSTEM_PATHS = ["/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64
  * here, not on the command's PATH, which the agent's `env` requests set.
  */
 export function findProgram(program: string): string | null {
-  for (const dir of (readEnv("PATH") ?? DEFAULT_PATH).split(":")) {
+  const path = readEnv("PATH") ?? DEFAULT_PATH;
+  const key = `${program}\0${path}`;
+  // Found before: looked at again alone (each directory it is not in costs
+  // a failed stat, and an error made of it, several times per command).
+  const known = found.get(key);
+  if (known !== undefined && isProgram(known)) return known;
+  for (const dir of path.split(":")) {
     if (!dir.startsWith("/")) continue;
-    try {
-      const info = Deno.statSync(`${dir}/${program}`);
-      if (info.isFile && (info.mode ?? 0) & 0o111) return `${dir}/${program}`;
-    } catch {
-      // not there
+    if (isProgram(`${dir}/${program}`)) {
+      found.set(key, `${dir}/${program}`);
+      return `${dir}/${program}`;
     }
   }
+  found.delete(key);
   return null;
+}
+
+/** Programs found by {@linkcode findProgram}, by name and PATH. */
+const found = new Map<string, string>();
+
+function isProgram(path: string): boolean {
+  try {
+    const info = Deno.statSync(path);
+    return info.isFile && ((info.mode ?? 0) & 0o111) !== 0;
+  } catch {
+    return false; // not there
+  }
 }
 
 /**

@@ -650,3 +650,46 @@ test(
     }
   },
 );
+
+test("findProgram() looks again where a program it found is gone, and finds it where it is now", async () => {
+  const a = await Deno.makeTempDir({ prefix: "ws-path-a-" });
+  const b = await Deno.makeTempDir({ prefix: "ws-path-b-" });
+  // In a process of its own: PATH is this process's, read by other test files.
+  const sandbox = JSON.stringify(new URL("../../workspace/_sandbox.ts", import.meta.url).href);
+  const script = `import { findProgram } from ${sandbox};
+const [a, b] = Deno.args;
+Deno.env.set("PATH", a + ":" + b + ":/usr/bin:/bin");
+const make = (p) => Deno.writeTextFileSync(p, "#!/bin/sh\\n", { mode: 0o755 });
+const seen = [];
+make(b + "/hud-prog");
+seen.push(findProgram("hud-prog"), findProgram("hud-prog"));
+Deno.removeSync(b + "/hud-prog");
+seen.push(findProgram("hud-prog"));
+make(a + "/hud-prog");
+seen.push(findProgram("hud-prog"));
+Deno.writeTextFileSync(a + "/hud-prog", "x", { mode: 0o644 });
+Deno.chmodSync(a + "/hud-prog", 0o644);
+seen.push(findProgram("hud-prog"));
+console.log(JSON.stringify(seen));`;
+  try {
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["eval", "--no-lock", script, a, b],
+      env: { NO_COLOR: "1" },
+      stdout: "piped",
+      stderr: "piped",
+      signal: AbortSignal.timeout(30_000),
+    }).output();
+    const text = new TextDecoder();
+    assert.equal(out.code, 0, text.decode(out.stderr));
+    assert.deepEqual(JSON.parse(text.decode(out.stdout)), [
+      `${b}/hud-prog`,
+      `${b}/hud-prog`,
+      null,
+      `${a}/hud-prog`,
+      null,
+    ]);
+  } finally {
+    await Deno.remove(a, { recursive: true });
+    await Deno.remove(b, { recursive: true });
+  }
+});
