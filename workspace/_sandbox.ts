@@ -526,25 +526,6 @@ export function sandboxArgvWith(
   ];
 }
 
-let setsidProgram: string | null | undefined;
-
-/**
- * How to start `program` leading a session and process group of its own:
- * through setsid(1) where this host has it, else with Deno's `detached`
- * (which forks this whole process: a millisecond or more of the event
- * loop's time per sandbox, where setsid costs one exec in the child).
- * setsid(1) does not fork here: a child of this process leads no group.
- */
-export function inSession(
-  program: string,
-  args: readonly string[],
-): { program: string; args: string[]; detached: boolean } {
-  setsidProgram ??= findProgram("setsid");
-  return setsidProgram === null
-    ? { program, args: [...args], detached: true }
-    : { program: setsidProgram, args: [program, ...args], detached: false };
-}
-
 /** Whether `config` wraps commands at all (a sandbox, a uid switch, limits or cgroups). */
 function wraps(config: SandboxConfig): boolean {
   return config.isolation !== "none" || Deno.uid() === 0 || (config.protect ?? []).length > 0 ||
@@ -574,18 +555,16 @@ export function spawnInSandbox(
   // The sandbox's own tools come from this process's PATH.
   const program = wrapped && !name.startsWith("/") ? findProgram(name) : name;
   if (program === null) throw new Deno.errors.NotFound(`Cannot sandbox: "${name}" not found`);
-  // A session of its own: the sandbox leads its own process group, which we
-  // kill; with the PID namespace, killing its first process ends every
-  // process in it.
-  const session = inSession(program, args);
-  return new Deno.Command(session.program, {
-    args: session.args,
+  return new Deno.Command(program, {
+    args,
     // bwrap and unshare chdir inside; the host side starts from a directory
     // that exists for certain.
     cwd: options.sandbox.isolation === "none" ? options.cwd : "/",
     env: wrapped ? { PATH: DEFAULT_PATH } : options.env,
     clearEnv: true,
-    detached: session.detached,
+    // setsid(): the sandbox leads its own process group, which we kill; with
+    // the PID namespace, killing its first process ends every process in it.
+    detached: true,
     stdin: "piped",
     stdout: "piped",
     stderr: "piped",

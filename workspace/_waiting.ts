@@ -16,7 +16,6 @@ import {
   enterStage,
   findProgram,
   HAND_OVER_FILES,
-  inSession,
   sandboxArgvWith,
   type SandboxConfig,
 } from "./_sandbox.ts";
@@ -78,13 +77,12 @@ export class WaitingSandbox {
     );
     const program = findProgram(name);
     if (program === null) return null;
-    const session = inSession(program, args);
-    const child = new Deno.Command(session.program, {
-      args: session.args,
+    const child = new Deno.Command(program, {
+      args,
       cwd: "/",
       env: { PATH: DEFAULT_PATH },
       clearEnv: true,
-      detached: session.detached,
+      detached: true,
       stdin: "piped",
       stdout: "piped",
       stderr: "piped",
