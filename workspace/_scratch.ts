@@ -8,6 +8,7 @@
 // (_watcher.ts). A normal exit removes them itself. The list is rewritten
 // with only the live ones once it holds mostly removed ones.
 
+import { readEnv } from "../_internal/util.ts";
 import { watchExitDetached } from "./_watcher.ts";
 
 /** Where the directories are made, by kind: the watcher removes only those so named. */
@@ -77,8 +78,11 @@ async function scratch(): Promise<Scratch> {
  */
 export async function scratchDir(prefix: ScratchPrefix): Promise<string> {
   let s = await scratch();
-  const dir = await Deno.makeTempDir({ prefix });
-  try {
+  const tmp = readEnv("TMPDIR") || "/tmp";
+  for (let attempt = 0;; attempt++) {
+    // Listed before it is made: a process killed between the two leaves
+    // nothing unlisted (the watcher skips a name that was never made).
+    const dir = `${tmp}/${prefix}${randomName()}`;
     try {
       note(s, dir);
     } catch (err) {
@@ -88,11 +92,20 @@ export async function scratchDir(prefix: ScratchPrefix): Promise<string> {
       s = await scratch();
       note(s, dir);
     }
-  } catch (err) {
-    await Deno.remove(dir, { recursive: true }).catch(() => {});
-    throw err;
+    try {
+      await Deno.mkdir(dir, { mode: 0o700 });
+      return dir;
+    } catch (err) {
+      s.live.delete(dir);
+      if (!(err instanceof Deno.errors.AlreadyExists) || attempt >= 8) throw err;
+    }
   }
-  return dir;
+}
+
+/** 16 random hex digits, as Deno.makeTempDir names its directories. */
+function randomName(): string {
+  return [...crypto.getRandomValues(new Uint8Array(8))]
+    .map((b) => b.toString(16).padStart(2, "0")).join("");
 }
 
 /** Lists `dir` for the watcher. Synchronous, as the rewrite is: no line lands in a list being replaced. */
