@@ -102,6 +102,10 @@ for (const server of ["tigervnc", "x11vnc"] as const) {
       const workspace = addWorkspace(env, root, { trackFiles: false });
       const desktop = addDesktop(env, { workspace, server, width: 800, height: 600 });
       const xName = server === "tigervnc" ? "Xvnc" : "Xvfb";
+      // This workspace's X server, looked for again after the stop (by its
+      // pid: by name and uid it could be another file's, as the uid is
+      // leased again once this workspace stops).
+      let xServer: number | null = null;
       try {
         await env.start();
         assert.equal(desktop.server, server);
@@ -111,6 +115,7 @@ for (const server of ["tigervnc", "x11vnc"] as const) {
         );
         assert.equal(xs.length, 1, `expected one sandboxed ${xName} of the workspace's uid`);
         const x = xs[0];
+        xServer = x;
 
         await t.step(
           "as the workspace's uid, in namespaces of its own, with no host listener",
@@ -277,7 +282,8 @@ console.log(JSON.stringify({ reached, tunnel: new TextDecoder().decode(buf.subar
       }
       assert.equal(env.capability("screen"), undefined);
       assert.deepEqual(
-        processesNamed(xName, workspace.uid ?? null).filter((pid) => {
+        processesNamed(xName, null).filter((pid) => {
+          if (pid !== xServer) return false;
           try {
             return stateOf(pid) !== "Z";
           } catch {
