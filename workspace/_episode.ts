@@ -69,6 +69,12 @@ export interface Episode {
   handOver: HandOverHint | null;
 }
 
+/** The uid an earlier episode of a workspace leased, and whether all it ran has ended. */
+export interface HeldUid {
+  readonly uid: number;
+  readonly gone: boolean;
+}
+
 /** A new episode, with its HOME made and nothing else yet. */
 export async function newEpisode(): Promise<Episode> {
   return {
@@ -97,7 +103,8 @@ export async function newEpisode(): Promise<Episode> {
  * uid, limits, the root and HOME handed over, /etc naming the uid, the SFTP
  * server staged, the mechanism chosen, the commands' variables.
  * @param report one line for each protection that could not be had here
- * @param held the uid an earlier episode leased, taken again when it is free
+ * @param held the uid an earlier episode leased, taken again when it is
+ *   free, and whether every process it ran is known to have ended
  * @param diskOwner who the root's files belong to on disk when an earlier
  *   episode of an overlay root has shown them: they stay as they are (their
  *   inodes may be a snapshot's too, and chown(2) would change its owners and
@@ -107,7 +114,7 @@ export async function prepareSandbox(
   config: WorkspaceConfig,
   ep: Episode,
   report: (message: string) => void,
-  held: number | null = null,
+  held: HeldUid | null = null,
   diskOwner: Owner | null = null,
 ): Promise<void> {
   ep.user = await agentUser(config, ep, held);
@@ -186,14 +193,14 @@ async function startEgress(
 async function agentUser(
   config: WorkspaceConfig,
   ep: Episode,
-  held: number | null,
+  held: HeldUid | null,
 ): Promise<{ uid: number; gid: number } | null> {
   if (Deno.uid() !== 0) return null;
   let uid = config.uid;
   let gid = config.gid;
   if (uid === undefined) {
     const [first, last] = config.uidRange;
-    ep.lease = await leaseUid(first, last, held);
+    ep.lease = await leaseUid(first, last, held?.uid ?? null, held?.gone ?? false);
     uid = ep.lease.uid;
     gid ??= uid;
   }
@@ -447,14 +454,17 @@ export async function publishTracker(
 
 /**
  * Undoes what the episode made on this host (once its processes are gone):
- * the SFTP staging, the cgroup, the uid lease, the key, HOME and /etc.
+ * the SFTP filling, the cgroup, the uid lease, the key, HOME and /etc.
+ * @returns whether every process the episode ran is known to have ended
+ *   (its cgroup was emptied and removed)
  */
-export async function releaseEpisode(ep: Episode): Promise<void> {
+export async function releaseEpisode(ep: Episode): Promise<boolean> {
   await ep.sftp?.remove();
   await ep.egress?.close();
-  await ep.cgroup?.remove();
+  const gone = await ep.cgroup?.remove() ?? false;
   await ep.lease?.release();
   for (const dir of [ep.keyDir, ep.home, ep.etc]) {
     if (dir !== null) await removeScratch(dir);
   }
+  return gone;
 }

@@ -12,6 +12,7 @@ import { SFTP_MARKER } from "./_sftp.ts";
 import type { WorkspaceConfig } from "./_config.ts";
 import {
   type Episode,
+  type HeldUid,
   newEpisode,
   prepareSandbox,
   publishShell,
@@ -61,7 +62,7 @@ export class WorkspaceHandle implements Workspace {
   /** Grading commands running. */
   readonly #graders = new Set<number>();
   /** The uid the last episode leased, taken again when free. */
-  #heldUid: number | null = null;
+  #held: HeldUid | null = null;
   /** The snapshots this workspace took that are not removed. */
   readonly #snapshots = new Set<WorkspaceSnapshot>();
   /** Snapshots, restores and stops, one at a time. */
@@ -130,8 +131,8 @@ export class WorkspaceHandle implements Workspace {
     const { snapshots, from, root } = this.#config;
     const report = (message: string) => this.#report(message);
     if (snapshots === null && from === null) {
-      await prepareSandbox(this.#config, ep, report, this.#heldUid);
-      this.#heldUid = ep.lease?.uid ?? null;
+      await prepareSandbox(this.#config, ep, report, this.#held);
+      this.#hold(ep);
       return;
     }
     const chosen = await snapshotMethod();
@@ -143,8 +144,8 @@ export class WorkspaceHandle implements Workspace {
     // shown them: they keep their owner, which the overlay maps.
     const overlaid = method === "overlay" && from === null;
     const shared = overlaid ? await sharedRootOwner(root) : null;
-    await prepareSandbox(this.#config, ep, report, this.#heldUid, shared);
-    this.#heldUid = ep.lease?.uid ?? null;
+    await prepareSandbox(this.#config, ep, report, this.#held, shared);
+    this.#hold(ep);
     const owner = ep.user ?? (Deno.uid() === 0 ? { uid: 0, gid: 0 } : null);
     // Noted before the overlay hides the root's own inode.
     if (overlaid && shared === null && owner !== null) await noteRootOwner(root, owner);
@@ -154,6 +155,11 @@ export class WorkspaceHandle implements Workspace {
       from,
       method,
     });
+  }
+
+  /** Notes the uid `ep` leased, its processes not known to have ended until its release says so. */
+  #hold(ep: Episode): void {
+    this.#held = ep.lease === null ? null : { uid: ep.lease.uid, gone: false };
   }
 
   /** Ends the episode: capabilities, servers, every process it started, its files. */
@@ -196,7 +202,10 @@ export class WorkspaceHandle implements Workspace {
       try {
         await ep.root?.close();
       } finally {
-        await releaseEpisode(ep);
+        const gone = await releaseEpisode(ep);
+        if (this.#held !== null && this.#held.uid === ep.lease?.uid) {
+          this.#held = { uid: this.#held.uid, gone };
+        }
       }
     }
   }
