@@ -1,12 +1,13 @@
 // The temporary directories a workspace makes on this host for an episode
-// (its HOME, its /etc files, its SSH key, its SFTP server's sources, each
-// grading command's directory). Each is removed when its episode or command
-// ends; when this process dies first (SIGKILL, a signal nobody handles),
-// they would stay, an SSH private key among them. So each is listed (in a
-// 0700 directory of its own) for a watcher, started once and left running
-// until this process ends, that removes those still there then
-// (_watcher.ts). A normal exit removes them itself. The list is rewritten
-// with only the live ones once it holds mostly removed ones.
+// (its HOME, its /etc files, its SSH key, each grading command's directory)
+// and once per process (the SFTP server's staging). Each is removed when its
+// episode or command ends, or the process exits; when this process dies
+// first (SIGKILL, a signal nobody handles), they would stay, an SSH private
+// key among them. So each is listed (in a 0700 directory of its own) for a
+// watcher, started once and left running until this process ends, that
+// removes those still there then (_watcher.ts). A normal exit removes them
+// itself. The list is rewritten with only the live ones once it holds
+// mostly removed ones.
 
 import { readEnv } from "../_internal/util.ts";
 import { watchExitDetached } from "./_watcher.ts";
