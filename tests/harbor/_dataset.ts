@@ -3,6 +3,9 @@
 
 import assert from "node:assert/strict";
 import { type Agent, functionAgent } from "../../eval/mod.ts";
+import { testSignal } from "../_deadline.ts";
+
+const CLI = new URL("../../cli.ts", import.meta.url).pathname;
 
 /** The base image the tasks' Dockerfiles start from. */
 export const BASE = "hud-test-harbor-base:latest";
@@ -115,4 +118,21 @@ export function runs(...cmds: string[]): Agent {
       assert.equal(r.code, 0, `${cmd}: ${r.stderrText}`);
     }
   });
+}
+
+/**
+ * `hud eval harbor:DATASET --agent oracle --json`, which must exit 0; its
+ * summary: each task's reward, and what was skipped.
+ */
+export async function oracleSummary(
+  dataset: string,
+): Promise<{ tasks: { task: string; reward: number }[]; skipped: unknown[] }> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", CLI, "eval", `harbor:${dataset}`, "--agent", "oracle", "--json"],
+    stdout: "piped",
+    stderr: "piped",
+    signal: testSignal(),
+  }).output();
+  assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+  return JSON.parse(new TextDecoder().decode(out.stdout));
 }

@@ -1,6 +1,6 @@
 // What the Harbor tests share about the engine: the containers this process
-// left for a test's tasks. (Whether they can run is the ENGINE counterpart,
-// tests/_counterparts.ts.)
+// left for a test's tasks, and an abort once a given container runs.
+// (Whether they can run is the ENGINE counterpart, tests/_counterparts.ts.)
 
 import { EngineClient, inspectImage } from "../../engines/_engine.ts";
 import { OWNER_LABEL } from "../../engines/mod.ts";
@@ -27,4 +27,30 @@ export async function containersLeft(under: string): Promise<string[]> {
 export async function hasImage(tag: string, socket?: string): Promise<boolean> {
   using engine = await EngineClient.open(socket);
   return await inspectImage(engine, tag) !== null;
+}
+
+/**
+ * Runs `run` with a signal that aborts once a container with all of
+ * `labels` runs (the engine asked every 100 ms until `run` settles);
+ * whether it aborted. `run`'s own failure is the abort's doing, not
+ * reported.
+ */
+export async function abortOnceRunning(
+  labels: readonly string[],
+  run: (signal: AbortSignal) => Promise<unknown>,
+): Promise<boolean> {
+  const abort = new AbortController();
+  using engine = await EngineClient.open();
+  const filters = encodeURIComponent(JSON.stringify({ label: labels }));
+  let finished = false;
+  const watch = (async () => {
+    while (!abort.signal.aborted && !finished) {
+      const list = await engine.call("GET", `/containers/json?filters=${filters}`) as unknown[];
+      if (list.length > 0) abort.abort(new Error("aborted by the test"));
+      else await new Promise((r) => setTimeout(r, 100));
+    }
+  })();
+  await run(abort.signal).catch(() => {}).finally(() => finished = true);
+  await watch;
+  return abort.signal.aborted;
 }

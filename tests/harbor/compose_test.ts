@@ -25,15 +25,14 @@ import {
 } from "../../harbor/mod.ts";
 import { composeImages } from "../../harbor/_compose_run.ts";
 import { EngineClient, EngineError } from "../../engines/_engine.ts";
-import { hasImage } from "./_engine.ts";
+import { abortOnceRunning, hasImage } from "./_engine.ts";
 import { type Agent, functionAgent } from "../../eval/mod.ts";
 import { testSignal, withDeadline } from "../_deadline.ts";
 import { buildShellBase } from "../engines/_shell_base.ts";
 import { inUsr, linkedLibraries } from "../../engines/_base_image.ts";
-import { writeTask } from "./_dataset.ts";
+import { oracleSummary, writeTask } from "./_dataset.ts";
 
 const DATASET = new URL("../fixtures/harbor-compose", import.meta.url).pathname;
-const CLI = new URL("../../cli.ts", import.meta.url).pathname;
 /** The tag the fixtures' Dockerfiles name: the shell base with Deno (the key-value server's). */
 const BASE = "hud-test-harbor-compose-base:latest";
 const idle = functionAgent(() => {});
@@ -337,18 +336,7 @@ test(
   },
   withDeadline(59_000, async () => {
     await fixtures();
-    const out = await new Deno.Command(Deno.execPath(), {
-      args: ["run", "-A", CLI, "eval", `harbor:${DATASET}`, "--agent", "oracle", "--json"],
-      stdout: "piped",
-      stderr: "piped",
-      signal: testSignal(),
-    }).output();
-    const stderr = new TextDecoder().decode(out.stderr);
-    assert.equal(out.code, 0, stderr);
-    const summary = JSON.parse(new TextDecoder().decode(out.stdout)) as {
-      tasks: { task: string; reward: number }[];
-      skipped: unknown[];
-    };
+    const summary = await oracleSummary(DATASET);
     assert.deepEqual(summary.tasks.map((t) => [t.task, t.reward]), [
       ["healthy-dependency", 1],
       ["kv-store", 1],
@@ -548,25 +536,11 @@ test(
   },
   withDeadline(59_000, async () => {
     const task = (await failingTasks()).get("slow-start")!;
-    const abort = new AbortController();
-    using engine = await EngineClient.open();
-    const filters = encodeURIComponent(
-      JSON.stringify({
-        label: [`dev.hud.harbor.path=${task.path}`, "dev.hud.harbor.service=slow"],
-      }),
+    const aborted = await abortOnceRunning(
+      [`dev.hud.harbor.path=${task.path}`, "dev.hud.harbor.service=slow"],
+      (signal) => runHarborTasks([task], idle, { signal: AbortSignal.any([signal, testSignal()]) }),
     );
-    let finished = false;
-    const watch = (async () => {
-      while (!abort.signal.aborted && !finished) {
-        const list = await engine.call("GET", `/containers/json?filters=${filters}`) as unknown[];
-        if (list.length > 0) abort.abort(new Error("aborted by the test"));
-        else await new Promise((r) => setTimeout(r, 100));
-      }
-    })();
-    await runHarborTasks([task], idle, { signal: AbortSignal.any([abort.signal, testSignal()]) })
-      .catch(() => {}).finally(() => finished = true);
-    await watch;
-    assert.ok(abort.signal.aborted, "the dependency never ran");
+    assert.ok(aborted, "the dependency never ran");
     await nothingLeft(task.path);
   }),
 );

@@ -29,7 +29,7 @@ import { EngineClient, EngineError } from "../../engines/_engine.ts";
 import { type Agent, functionAgent } from "../../eval/mod.ts";
 import { testSignal, withDeadline } from "../_deadline.ts";
 import { buildShellBase } from "../engines/_shell_base.ts";
-import { containersLeft, hasImage } from "./_engine.ts";
+import { abortOnceRunning, containersLeft, hasImage } from "./_engine.ts";
 import { runs, writeTask } from "./_dataset.ts";
 
 const BASE = "hud-test-harbor-separate-base:latest";
@@ -224,26 +224,17 @@ test({
       /verifier timed out after 2 s \(\[verifier\] timeout_sec\); last output: started/,
     );
     // Aborted while the verifier's container runs: nothing stays behind.
-    const abort = new AbortController();
-    using engine = await EngineClient.open();
-    const filters = encodeURIComponent(
-      JSON.stringify({
-        label: [`dev.hud.harbor.path=${task.path}`, "dev.hud.harbor.role=verifier"],
-      }),
+    const labels = [`dev.hud.harbor.path=${task.path}`, "dev.hud.harbor.role=verifier"];
+    const aborted = await abortOnceRunning(
+      labels,
+      (signal) =>
+        runHarborTasks([task], functionAgent(() => {}), {
+          signal: AbortSignal.any([signal, testSignal()]),
+        }),
     );
-    let finished = false;
-    const watch = (async () => {
-      while (!abort.signal.aborted && !finished) {
-        const list = await engine.call("GET", `/containers/json?filters=${filters}`) as unknown[];
-        if (list.length > 0) abort.abort(new Error("aborted by the test"));
-        else await new Promise((r) => setTimeout(r, 100));
-      }
-    })();
-    await runHarborTasks([task], functionAgent(() => {}), {
-      signal: AbortSignal.any([abort.signal, testSignal()]),
-    }).catch(() => {}).finally(() => finished = true);
-    await watch;
-    assert.ok(abort.signal.aborted, "the verifier's container never ran");
+    assert.ok(aborted, "the verifier's container never ran");
+    using engine = await EngineClient.open();
+    const filters = encodeURIComponent(JSON.stringify({ label: labels }));
     // The verifier's container is gone at once; the agent's is released in the background.
     const list = await engine.call("GET", `/containers/json?all=true&filters=${filters}`);
     assert.deepEqual(list, []);

@@ -23,10 +23,10 @@ import { functionAgent } from "../../eval/mod.ts";
 import { testSignal, withDeadline } from "../_deadline.ts";
 import { buildTbstyleBase, TBSTYLE_BASE } from "./_tbstyle_base.ts";
 import { containersLeft } from "./_engine.ts";
+import { oracleSummary } from "./_dataset.ts";
 
 const DATASET = new URL("../fixtures/harbor-tbstyle", import.meta.url).pathname;
 const TASKS = ["adler32-ctypes", "gateway-error-ids", "git-lost-branch", "weekly-level-report"];
-const CLI = new URL("../../cli.ts", import.meta.url).pathname;
 
 /**
  * The images to remove at the end, children before their parents, by the
@@ -193,18 +193,7 @@ test(
     needs: [ENGINE],
   },
   withDeadline(59_000, async () => {
-    const out = await new Deno.Command(Deno.execPath(), {
-      args: ["run", "-A", CLI, "eval", `harbor:${DATASET}`, "--agent", "oracle", "--json"],
-      stdout: "piped",
-      stderr: "piped",
-      signal: testSignal(),
-    }).output();
-    const stderr = new TextDecoder().decode(out.stderr);
-    assert.equal(out.code, 0, stderr);
-    const summary = JSON.parse(new TextDecoder().decode(out.stdout)) as {
-      tasks: { task: string; reward: number }[];
-      skipped: unknown[];
-    };
+    const summary = await oracleSummary(DATASET);
     assert.deepEqual(summary.tasks.map((t) => [t.task, t.reward]), TASKS.map((t) => [t, 1]));
     assert.deepEqual(summary.skipped, []);
   }),
